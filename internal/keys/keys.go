@@ -1,0 +1,260 @@
+// Package keys derives idemguard's stored identifiers: the canonical form of
+// an operation's inputs, the key_hash that names a (tenant, scope, key) row and
+// the request fingerprint that detects a reused client key (DESIGN §2).
+//
+// Every value that reaches the database is an HMAC-SHA256 under the service
+// secret, so a leaked table reveals neither client keys nor inputs, and a
+// guess cannot be checked without the secret.
+package keys
+
+import (
+	"bytes"
+	"crypto/hmac"
+	"crypto/sha256"
+	"encoding/binary"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"hash"
+	"io"
+	"sort"
+	"strings"
+	"sync"
+)
+
+// MinSecretBytes is the shortest secret New accepts.
+const MinSecretBytes = 32
+
+// MaxClientKeyLen is the longest client key (Idempotency-Key) accepted.
+const MaxClientKeyLen = 255
+
+// MaxScopeLen is the longest scope accepted.
+const MaxScopeLen = 255
+
+var (
+	// ErrShortSecret is returned by New for a secret under MinSecretBytes.
+	ErrShortSecret = errors.New("keys: secret must be at least 32 bytes")
+	// ErrInvalidClientKey is returned for a client key that is empty, longer
+	// than MaxClientKeyLen or holds a character outside [A-Za-z0-9_.:-].
+	ErrInvalidClientKey = errors.New("keys: invalid idempotency key")
+	// ErrInvalidScope is returned for a scope that is empty, longer than
+	// MaxScopeLen or holds a character outside [A-Za-z0-9._:-].
+	ErrInvalidScope = errors.New("keys: invalid scope")
+	// ErrInvalidInputs is returned when inputs are not valid JSON.
+	ErrInvalidInputs = errors.New("keys: inputs are not valid JSON")
+)
+
+// Domain-separation tags. Each field of a tagged tuple is written as
+// tag byte, 8-byte big-endian length, bytes; so two different tuples can never
+// encode to the same byte string, whatever their contents.
+const (
+	version        = "idemguard/v1"
+	tagKeyHash     = 'H'
+	tagFingerprint = 'F'
+	tagTenant      = 't'
+	tagScope       = 's'
+	tagClientKey   = 'k'
+	tagInputs      = 'i'
+)
+
+// Deriver computes key hashes and fingerprints under one secret. It is safe
+// for concurrent use.
+type Deriver struct {
+	pool sync.Pool // of hash.Hash (HMAC-SHA256 keyed with the secret)
+}
+
+// New returns a Deriver for secret, which must be at least MinSecretBytes long.
+func New(secret []byte) (*Deriver, error) {
+	if len(secret) < MinSecretBytes {
+		return nil, fmt.Errorf("%w (got %d)", ErrShortSecret, len(secret))
+	}
+	key := bytes.Clone(secret)
+	d := &Deriver{}
+	d.pool.New = func() any { return hmac.New(sha256.New, key) }
+	return d, nil
+}
+
+// KeyHash returns the hex HMAC of the tagged tuple (tenant, scope, clientKey)
+// when clientKey is not empty, else (tenant, scope, canonicalInputs).
+// canonicalInputs must come from Canonicalize.
+func (d *Deriver) KeyHash(tenant, scope, clientKey string, canonicalInputs []byte) string {
+	h := d.pool.Get().(hash.Hash)
+	defer d.pool.Put(h)
+	h.Reset()
+	io.WriteString(h, version)
+	writeField(h, tagKeyHash, nil)
+	writeString(h, tagTenant, tenant)
+	writeString(h, tagScope, scope)
+	if clientKey != "" {
+		writeString(h, tagClientKey, clientKey)
+	} else {
+		writeField(h, tagInputs, canonicalInputs)
+	}
+	return sum(h)
+}
+
+// Fingerprint returns the hex HMAC of the tagged canonical inputs.
+func (d *Deriver) Fingerprint(canonicalInputs []byte) string {
+	h := d.pool.Get().(hash.Hash)
+	defer d.pool.Put(h)
+	h.Reset()
+	io.WriteString(h, version)
+	writeField(h, tagFingerprint, nil)
+	writeField(h, tagInputs, canonicalInputs)
+	return sum(h)
+}
+
+func sum(h hash.Hash) string {
+	var buf [sha256.Size]byte
+	return hex.EncodeToString(h.Sum(buf[:0]))
+}
+
+func writeField(w io.Writer, tag byte, b []byte) {
+	var hdr [9]byte
+	hdr[0] = tag
+	binary.BigEndian.PutUint64(hdr[1:], uint64(len(b)))
+	w.Write(hdr[:])
+	w.Write(b)
+}
+
+func writeString(w io.Writer, tag byte, s string) {
+	var hdr [9]byte
+	hdr[0] = tag
+	binary.BigEndian.PutUint64(hdr[1:], uint64(len(s)))
+	w.Write(hdr[:])
+	io.WriteString(w, s)
+}
+
+// HashUserText returns the hex SHA-256 of s trimmed, with every run of white
+// space collapsed to one space. Callers put this, never the raw text, into an
+// operation's inputs.
+func HashUserText(s string) string {
+	normalized := strings.Join(strings.Fields(s), " ")
+	b := sha256.Sum256([]byte(normalized))
+	return hex.EncodeToString(b[:])
+}
+
+// ValidateClientKey reports whether k is 1–255 characters of [A-Za-z0-9_.:-].
+func ValidateClientKey(k string) error {
+	return validate(k, MaxClientKeyLen, ErrInvalidClientKey, "idempotency key")
+}
+
+// ValidateScope reports whether s is 1–255 characters of [A-Za-z0-9._:-].
+func ValidateScope(s string) error {
+	return validate(s, MaxScopeLen, ErrInvalidScope, "scope")
+}
+
+// Both alphabets are the same set: letters, digits and . _ : -
+func allowedChar(c byte) bool {
+	return c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' ||
+		c == '.' || c == '_' || c == ':' || c == '-'
+}
+
+func validate(s string, maxLen int, sentinel error, what string) error {
+	switch {
+	case s == "":
+		return fmt.Errorf("%w: %s is empty", sentinel, what)
+	case len(s) > maxLen:
+		return fmt.Errorf("%w: %s is %d characters, at most %d allowed", sentinel, what, len(s), maxLen)
+	}
+	for i := 0; i < len(s); i++ {
+		if !allowedChar(s[i]) {
+			return fmt.Errorf("%w: %s has a character outside [A-Za-z0-9._:-] at position %d", sentinel, what, i+1)
+		}
+	}
+	return nil
+}
+
+// Canonicalize returns the canonical JSON form of raw: object keys sorted at
+// every level, numbers kept exactly as written, no insignificant white space,
+// no HTML escaping. Canonicalize(Canonicalize(x)) == Canonicalize(x).
+func Canonicalize(raw []byte) ([]byte, error) {
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	dec.UseNumber()
+	var v any
+	if err := dec.Decode(&v); err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrInvalidInputs, err)
+	}
+	if _, err := dec.Token(); err != io.EOF {
+		return nil, fmt.Errorf("%w: trailing data after the JSON value", ErrInvalidInputs)
+	}
+	var buf bytes.Buffer
+	buf.Grow(len(raw))
+	if err := writeCanonical(&buf, v); err != nil {
+		return nil, err
+	}
+	return buf.Bytes(), nil
+}
+
+// CanonicalizeValue marshals v (json.RawMessage and []byte are taken as JSON
+// text) and canonicalizes the result. A nil v is JSON null.
+func CanonicalizeValue(v any) ([]byte, error) {
+	switch t := v.(type) {
+	case json.RawMessage:
+		return Canonicalize(t)
+	case []byte:
+		return Canonicalize(t)
+	}
+	b, err := json.Marshal(v)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrInvalidInputs, err)
+	}
+	return Canonicalize(b)
+}
+
+func writeCanonical(buf *bytes.Buffer, v any) error {
+	switch t := v.(type) {
+	case map[string]any:
+		names := make([]string, 0, len(t))
+		for k := range t {
+			names = append(names, k)
+		}
+		sort.Strings(names)
+		buf.WriteByte('{')
+		for i, k := range names {
+			if i > 0 {
+				buf.WriteByte(',')
+			}
+			writeJSONString(buf, k)
+			buf.WriteByte(':')
+			if err := writeCanonical(buf, t[k]); err != nil {
+				return err
+			}
+		}
+		buf.WriteByte('}')
+	case []any:
+		buf.WriteByte('[')
+		for i, e := range t {
+			if i > 0 {
+				buf.WriteByte(',')
+			}
+			if err := writeCanonical(buf, e); err != nil {
+				return err
+			}
+		}
+		buf.WriteByte(']')
+	case string:
+		writeJSONString(buf, t)
+	case json.Number:
+		buf.WriteString(t.String())
+	case bool:
+		if t {
+			buf.WriteString("true")
+		} else {
+			buf.WriteString("false")
+		}
+	case nil:
+		buf.WriteString("null")
+	default:
+		return fmt.Errorf("%w: unexpected %T", ErrInvalidInputs, v)
+	}
+	return nil
+}
+
+func writeJSONString(buf *bytes.Buffer, s string) {
+	enc := json.NewEncoder(buf)
+	enc.SetEscapeHTML(false)
+	_ = enc.Encode(s) // a string always encodes
+	buf.Truncate(buf.Len() - 1) // Encode appends '\n'
+}

@@ -1,0 +1,267 @@
+package keys
+
+import (
+	"encoding/json"
+	"fmt"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+)
+
+var testSecret = []byte("0123456789abcdef0123456789abcdef")
+
+func newDeriver(t testing.TB) *Deriver {
+	d, err := New(testSecret)
+	require.NoError(t, err)
+	return d
+}
+
+// The first row's key hash and fingerprint were also computed independently
+// (Python hmac over the documented tagged encoding); a change to the encoding
+// must show up here as a deliberate, versioned change.
+var vectors = []struct {
+	tenant, scope, clientKey, inputs string
+	keyHash, fingerprint             string
+}{
+	{"acme", "actionRequests.aiProposeCopy", "order-123", `{"b":1,"a":"x"}`,
+		"89ab1f4c92dba239e094dc2e2fa9ed2cfea9488d4a156635ca636e31e5053fac", "41255754acf7d02b1cb79090efc07ee7939da286d9c63ffaef5d91b156bdbd4d"},
+	{"acme", "actionRequests.aiProposeCopy", "", `{"b":1,"a":"x"}`,
+		"8d15ad363f6c8f5077d2f062c0574829c9fe11dff376c3cb6f3ddc6ee97307e0", "41255754acf7d02b1cb79090efc07ee7939da286d9c63ffaef5d91b156bdbd4d"},
+	{"Acme", "actionRequests.aiProposeCopy", "", `{"b":1,"a":"x"}`,
+		"cfe6a1352d14d4cd4bb9706952e2bd7e1b3fc3c583a144273fe6e8dff73b9bdf", "41255754acf7d02b1cb79090efc07ee7939da286d9c63ffaef5d91b156bdbd4d"},
+	{"acme", "other.scope", "", `{"b":1,"a":"x"}`,
+		"f564bfef787817eb86da02191f98c3509171da1fe4fee7505df804fd2f63d95c", "41255754acf7d02b1cb79090efc07ee7939da286d9c63ffaef5d91b156bdbd4d"},
+	{"acme", "s", "", `null`,
+		"504712c4873bd467d9949ae5820eef13fd0eeb5317e03555c71371c7c7a6bf6c", "fe5b72341d7aae2195418b68011512680f27bfefdc70db812527939721f9f142"},
+	{"t-1", "s:x", "k", `[1,2.50,"é"]`,
+		"6e71d7772dfcb91b8c1cf130adec802db586cddc0a69fd1501565d712eaeabde", "bca5bc495e566fb470ddf69ee48dabc5db13ac6ff1b9000d7ee909e403aa6b6e"},
+}
+
+func TestVectors(t *testing.T) {
+	t.Parallel()
+	d := newDeriver(t)
+	for _, v := range vectors {
+		t.Run(fmt.Sprintf("%s/%s/%s", v.tenant, v.scope, v.clientKey), func(t *testing.T) {
+			c, err := Canonicalize([]byte(v.inputs))
+			require.NoError(t, err)
+			require.Equal(t, v.keyHash, d.KeyHash(v.tenant, v.scope, v.clientKey, c))
+			require.Equal(t, v.fingerprint, d.Fingerprint(c))
+		})
+	}
+}
+
+func TestNewRejectsShortSecret(t *testing.T) {
+	t.Parallel()
+	_, err := New([]byte(strings.Repeat("x", MinSecretBytes-1)))
+	require.ErrorIs(t, err, ErrShortSecret)
+	_, err = New([]byte(strings.Repeat("x", MinSecretBytes)))
+	require.NoError(t, err)
+}
+
+func TestSecretChangesEverything(t *testing.T) {
+	t.Parallel()
+	other, err := New([]byte("another secret that is 32+ bytes long!"))
+	require.NoError(t, err)
+	d := newDeriver(t)
+	c := []byte(`{"a":1}`)
+	require.NotEqual(t, d.KeyHash("t", "s", "k", c), other.KeyHash("t", "s", "k", c))
+	require.NotEqual(t, d.Fingerprint(c), other.Fingerprint(c))
+}
+
+// Tuples that a naive concatenation ("t"+"s"+"k") would merge must differ.
+func TestTaggedTuplesNeverCollide(t *testing.T) {
+	t.Parallel()
+	d := newDeriver(t)
+	type tuple struct{ tenant, scope, key, inputs string }
+	tuples := []tuple{
+		{"ab", "c", "d", ""}, {"a", "bc", "d", ""}, {"a", "b", "cd", ""},
+		{"a", "b:c", "d", ""}, {"a:b", "c", "d", ""},
+		{"a", "b", "", `"d"`}, {"a", "b", "d", ""}, // client key vs inputs with the same bytes
+		{"a", "b", "", `{"k":"d"}`}, {"a", "b", "", `["d"]`},
+		{"a", "b", "", "null"}, {"a", "b", "null", ""},
+		{"a.b", "c", "", "1"}, {"a", "b.c", "", "1"}, {"a", "b", "", "1"}, {"a", "b", "1", ""},
+	}
+	seen := map[string]tuple{}
+	for _, tu := range tuples {
+		h := d.KeyHash(tu.tenant, tu.scope, tu.key, []byte(tu.inputs))
+		prev, dup := seen[h]
+		require.False(t, dup, "collision between %+v and %+v", prev, tu)
+		seen[h] = tu
+	}
+	// A fingerprint is never equal to a key hash over the same bytes.
+	require.NotEqual(t, d.Fingerprint([]byte(`"d"`)), d.KeyHash("", "", "", []byte(`"d"`)))
+}
+
+func TestCanonicalize(t *testing.T) {
+	t.Parallel()
+	cases := []struct{ in, want string }{
+		{`{"b":1,"a":2}`, `{"a":2,"b":1}`},
+		{" { \"z\" : [ 3 , {\"y\":1,\"x\":2} ] ,\n\t\"a\":null } ", `{"a":null,"z":[3,{"x":2,"y":1}]}`},
+		{`1.50`, `1.50`},     // numbers as written
+		{`1e3`, `1e3`},       // not re-rendered
+		{`12345678901234567890123`, `12345678901234567890123`},
+		{`"<a&b>"`, `"<a&b>"`}, // no HTML escaping
+		{`"\u00e9"`, `"é"`},
+		{`"tab\there"`, `"tab\there"`},
+		{`true`, `true`},
+		{`[]`, `[]`},
+		{`{}`, `{}`},
+	}
+	for _, c := range cases {
+		got, err := Canonicalize([]byte(c.in))
+		require.NoError(t, err, c.in)
+		require.Equal(t, c.want, string(got), c.in)
+	}
+	for _, bad := range []string{``, `{`, `{"a":1}x`, `{"a":1} {"b":2}`, `nul`, `{'a':1}`} {
+		_, err := Canonicalize([]byte(bad))
+		require.ErrorIs(t, err, ErrInvalidInputs, bad)
+	}
+}
+
+func TestCanonicalizeValue(t *testing.T) {
+	t.Parallel()
+	got, err := CanonicalizeValue(map[string]any{"b": []int{1, 2}, "a": "x"})
+	require.NoError(t, err)
+	require.Equal(t, `{"a":"x","b":[1,2]}`, string(got))
+	got, err = CanonicalizeValue(json.RawMessage(`{"b":1, "a":1}`))
+	require.NoError(t, err)
+	require.Equal(t, `{"a":1,"b":1}`, string(got))
+	got, err = CanonicalizeValue(nil)
+	require.NoError(t, err)
+	require.Equal(t, `null`, string(got))
+	_, err = CanonicalizeValue(func() {})
+	require.ErrorIs(t, err, ErrInvalidInputs)
+}
+
+func TestHashUserText(t *testing.T) {
+	t.Parallel()
+	base := HashUserText("write a haiku about the sea")
+	require.Len(t, base, 64)
+	for _, same := range []string{
+		"  write a haiku about the sea  ",
+		"write  a\thaiku\nabout the\r\nsea",
+		"write a haiku about\u00a0the sea", // NBSP is white space too
+		"\twrite a haiku about the sea\n",
+	} {
+		require.Equal(t, base, HashUserText(same), "%q", same)
+	}
+	for _, different := range []string{
+		"Write a haiku about the sea", // case is kept
+		"write a haiku about the sea.",
+		"writea haiku about the sea",
+	} {
+		require.NotEqual(t, base, HashUserText(different), "%q", different)
+	}
+	// sha256("") for empty and all-white-space input.
+	require.Equal(t, "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855", HashUserText(" \t\n"))
+}
+
+func TestValidateClientKeyAndScope(t *testing.T) {
+	t.Parallel()
+	for _, ok := range []string{"a", "A-z_0.9:x", strings.Repeat("k", 255), "order:123"} {
+		require.NoError(t, ValidateClientKey(ok), ok)
+		require.NoError(t, ValidateScope(ok), ok)
+	}
+	for _, bad := range []string{"", strings.Repeat("k", 256), "a b", "a/b", "é", "a\x00", `"abc"`, "a,b"} {
+		require.ErrorIs(t, ValidateClientKey(bad), ErrInvalidClientKey, "%q", bad)
+		require.ErrorIs(t, ValidateScope(bad), ErrInvalidScope, "%q", bad)
+	}
+	err := ValidateClientKey("ab cd")
+	require.ErrorContains(t, err, "position 3")
+}
+
+func FuzzCanonicalize(f *testing.F) {
+	for _, s := range []string{`{"b":1,"a":2}`, `[1, 2.50, "x"]`, `{"a":{"c":[{"e":1,"d":2}],"b":null}}`, `"s"`, `0`, `-1e-7`, `{"":""}`, `{"a":1,"a":2}`} {
+		f.Add([]byte(s))
+	}
+	d, err := New(testSecret)
+	require.NoError(f, err)
+	f.Fuzz(func(t *testing.T, raw []byte) {
+		once, err := Canonicalize(raw)
+		if err != nil {
+			return
+		}
+		twice, err := Canonicalize(once)
+		require.NoError(t, err)
+		require.Equal(t, string(once), string(twice), "canonicalizing twice must equal once")
+
+		// Re-encoding the same value with other key order and white space
+		// (encoding/json's indenting and map order) never changes the key.
+		var v any
+		require.NoError(t, json.Unmarshal(once, &v))
+		indented, err := json.MarshalIndent(v, " ", "\t")
+		require.NoError(t, err)
+		var withNumbers any
+		dec := json.NewDecoder(strings.NewReader(string(once)))
+		dec.UseNumber()
+		require.NoError(t, dec.Decode(&withNumbers))
+		reordered, err := json.MarshalIndent(reverseKeys(withNumbers), "", "  ")
+		require.NoError(t, err)
+		c2, err := Canonicalize(reordered)
+		require.NoError(t, err)
+		require.Equal(t, d.KeyHash("t", "s", "", once), d.KeyHash("t", "s", "", c2))
+		require.Equal(t, d.Fingerprint(once), d.Fingerprint(c2))
+		_, err = Canonicalize(indented) // float64 re-rendering may change numbers, but must stay valid
+		require.NoError(t, err)
+	})
+}
+
+// reverseKeys returns v with every object written as an ordered list of
+// members in reverse key order, so the JSON text differs from the canonical one.
+func reverseKeys(v any) any {
+	switch t := v.(type) {
+	case map[string]any:
+		out := orderedObject{}
+		for k, e := range t {
+			out = append(out, member{k, reverseKeys(e)})
+		}
+		for i, j := 0, len(out)-1; i < j; i, j = i+1, j-1 {
+			out[i], out[j] = out[j], out[i]
+		}
+		return out
+	case []any:
+		out := make([]any, len(t))
+		for i, e := range t {
+			out[i] = reverseKeys(e)
+		}
+		return out
+	default:
+		return v
+	}
+}
+
+type member struct {
+	k string
+	v any
+}
+type orderedObject []member
+
+func (o orderedObject) MarshalJSON() ([]byte, error) {
+	var b strings.Builder
+	b.WriteString("{ ")
+	for i, m := range o {
+		if i > 0 {
+			b.WriteString(" ,\n ")
+		}
+		k, _ := json.Marshal(m.k)
+		v, err := json.Marshal(m.v)
+		if err != nil {
+			return nil, err
+		}
+		b.Write(k)
+		b.WriteString(" : ")
+		b.Write(v)
+	}
+	b.WriteString(" }")
+	return []byte(b.String()), nil
+}
+
+func BenchmarkKeyHash(b *testing.B) {
+	d := newDeriver(b)
+	c := []byte(`{"prompt_sha256":"e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855","n":1}`)
+	b.ReportAllocs()
+	for b.Loop() {
+		_ = d.KeyHash("acme", "actionRequests.aiProposeCopy", "", c)
+	}
+}
