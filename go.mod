@@ -1,6 +1,6 @@
 module github.com/idemguard/idemguard
 
-go 1.26
+go 1.26.0
 
 require (
 	github.com/gin-contrib/cors v1.7.7

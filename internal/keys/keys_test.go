@@ -98,8 +98,8 @@ func TestCanonicalize(t *testing.T) {
 	cases := []struct{ in, want string }{
 		{`{"b":1,"a":2}`, `{"a":2,"b":1}`},
 		{" { \"z\" : [ 3 , {\"y\":1,\"x\":2} ] ,\n\t\"a\":null } ", `{"a":null,"z":[3,{"x":2,"y":1}]}`},
-		{`1.50`, `1.50`},     // numbers as written
-		{`1e3`, `1e3`},       // not re-rendered
+		{`1.50`, `1.50`}, // numbers as written
+		{`1e3`, `1e3`},   // not re-rendered
 		{`12345678901234567890123`, `12345678901234567890123`},
 		{`"<a&b>"`, `"<a&b>"`}, // no HTML escaping
 		{`"\u00e9"`, `"é"`},
