@@ -1,0 +1,238 @@
+package sanitize
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"strconv"
+	"strings"
+	"unicode/utf8"
+)
+
+// Limits applied while sanitizing.
+const (
+	// MaxActionRequestIDs is the most createdActionRequestIds kept; later
+	// entries are dropped.
+	MaxActionRequestIDs = 1000
+	// MaxTraceIDBytes is the longest traceId kept; a longer one is cut at a
+	// UTF-8 boundary.
+	MaxTraceIDBytes = 256
+)
+
+// Envelope is the only shape ever stored or replayed. Its JSON field order is
+// the struct order. Data holds only the values a sanitized envelope may hold:
+// string, bool, nil, [json.Number] (canonical) and []any of those.
+type Envelope struct {
+	OK                      bool           `json:"ok"`
+	StopReason              StopReason     `json:"stopReason"`
+	CreatedActionRequestIDs []int64        `json:"createdActionRequestIds,omitempty"`
+	TraceID                 string         `json:"traceId,omitempty"`
+	NeedsHuman              bool           `json:"needsHuman"`
+	Cached                  bool           `json:"cached"`
+	Data                    map[string]any `json:"data,omitempty"`
+}
+
+// ErrNotObject is returned (wrapped) by [FromJSON] when the input is valid
+// JSON whose top level is not an object.
+var ErrNotObject = errors.New("sanitize: top-level JSON value is not an object")
+
+// blockedKeys are never stored, at any depth (compared with strings.EqualFold).
+var blockedKeys = [...]string{
+	"_internal", "debug", "prompt", "systemPrompt", "error", "stack",
+	"provider", "model", "requestId",
+}
+
+// BlockedKeys returns the keys that are never stored, at any depth, compared
+// case-insensitively.
+func BlockedKeys() []string { return append([]string(nil), blockedKeys[:]...) }
+
+// IsBlockedKey reports whether k equals, case-insensitively, a blocked key.
+func IsBlockedKey(k string) bool {
+	for _, b := range blockedKeys {
+		if strings.EqualFold(k, b) {
+			return true
+		}
+	}
+	return false
+}
+
+// Failure returns the envelope stored for a failed operation:
+// {ok:false, stopReason:reason}; a reason outside the enum becomes [Unknown].
+func Failure(reason StopReason) Envelope {
+	return Envelope{OK: false, StopReason: ParseStopReason(string(reason))}
+}
+
+// FromValue marshals v with encoding/json and sanitizes the result with
+// [FromJSON]. A []byte or [json.RawMessage] is taken to hold JSON already.
+// An [Envelope] or *Envelope is sanitized too, so a hand-built envelope never
+// bypasses the allowlist.
+func FromValue(v any) (Envelope, error) {
+	switch x := v.(type) {
+	case json.RawMessage:
+		return FromJSON(x)
+	case []byte:
+		return FromJSON(x)
+	}
+	b, err := json.Marshal(v)
+	if err != nil {
+		return Envelope{}, fmt.Errorf("sanitize: marshal %T: %w", v, err)
+	}
+	return FromJSON(b)
+}
+
+// FromJSON sanitizes b, an operation's result, into an [Envelope] (see the
+// package documentation for the rules). It fails only when b is not valid
+// JSON or its top level is not an object ([ErrNotObject]).
+func FromJSON(b []byte) (Envelope, error) {
+	top, err := decodeObject(b)
+	if err != nil {
+		return Envelope{}, err
+	}
+	e := Envelope{OK: true}
+	if v, ok := top["ok"].(bool); ok {
+		e.OK = v
+	}
+	e.StopReason = Completed
+	if !e.OK {
+		e.StopReason = Unknown
+	}
+	if s, ok := top["stopReason"].(string); ok && s != "" {
+		e.StopReason = ParseStopReason(s)
+	}
+	if v, ok := top["needsHuman"].(bool); ok {
+		e.NeedsHuman = v
+	}
+	if s, ok := top["traceId"].(string); ok {
+		e.TraceID = truncateUTF8(s, MaxTraceIDBytes)
+	}
+	if arr, ok := top["createdActionRequestIds"].([]any); ok {
+		e.CreatedActionRequestIDs = sanitizeIDs(arr)
+	}
+	if obj, ok := top["data"].(map[string]any); ok {
+		e.Data = sanitizeData(obj)
+	}
+	return e, nil
+}
+
+// decodeObject decodes b, which must hold exactly one JSON object, keeping
+// numbers as written.
+func decodeObject(b []byte) (map[string]any, error) {
+	dec := json.NewDecoder(bytes.NewReader(b))
+	dec.UseNumber()
+	var v any
+	if err := dec.Decode(&v); err != nil {
+		return nil, fmt.Errorf("sanitize: invalid JSON: %w", err)
+	}
+	if _, err := dec.Token(); err != io.EOF {
+		if err == nil {
+			err = errors.New("more than one top-level value")
+		}
+		return nil, fmt.Errorf("sanitize: invalid JSON: %w", err)
+	}
+	top, ok := v.(map[string]any)
+	if !ok {
+		return nil, ErrNotObject
+	}
+	return top, nil
+}
+
+// sanitizeIDs keeps the numbers of arr with an integral value fitting int64,
+// at most MaxActionRequestIDs of them.
+func sanitizeIDs(arr []any) []int64 {
+	var ids []int64
+	for _, el := range arr {
+		if len(ids) == MaxActionRequestIDs {
+			break
+		}
+		n, ok := el.(json.Number)
+		if !ok {
+			continue
+		}
+		c, ok := CanonicalNumber(string(n))
+		if !ok {
+			continue
+		}
+		if id, err := strconv.ParseInt(string(c), 10, 64); err == nil {
+			ids = append(ids, id)
+		}
+	}
+	return ids
+}
+
+// sanitizeData keeps the members of obj whose key is not blocked and whose
+// value is a primitive or an array (of which only primitives are kept). It
+// returns nil when nothing is kept.
+func sanitizeData(obj map[string]any) map[string]any {
+	var data map[string]any
+	for k, v := range obj {
+		if IsBlockedKey(k) {
+			continue
+		}
+		if arr, ok := v.([]any); ok {
+			kept := make([]any, 0, len(arr))
+			for _, el := range arr {
+				if p, ok := primitive(el); ok {
+					kept = append(kept, p)
+				}
+			}
+			v = kept
+		} else if v, ok = primitive(v); !ok {
+			continue
+		}
+		if data == nil {
+			data = make(map[string]any, len(obj))
+		}
+		data[k] = v
+	}
+	return data
+}
+
+// primitive returns v when it is a string, bool or nil, and the canonical
+// form of a number; objects, arrays and overflowing numbers are not kept.
+func primitive(v any) (any, bool) {
+	switch x := v.(type) {
+	case nil, string, bool:
+		return x, true
+	case json.Number:
+		return CanonicalNumber(string(x))
+	}
+	return nil, false
+}
+
+// CanonicalNumber renders the JSON number literal s canonically: an integer
+// literal (no '.', 'e' or 'E') that fits int64 keeps its digits ("-0" → "0");
+// any other number is parsed as float64 and rendered with
+// strconv.FormatFloat(f, 'g', -1, 64), or as integer digits when the value is
+// integral and fits int64. It reports false when s is not a number or
+// overflows float64 (such a value is dropped). CanonicalNumber is idempotent.
+func CanonicalNumber(s string) (json.Number, bool) {
+	if !strings.ContainsAny(s, ".eE") {
+		if i, err := strconv.ParseInt(s, 10, 64); err == nil {
+			return json.Number(strconv.FormatInt(i, 10)), true
+		}
+	}
+	f, err := strconv.ParseFloat(s, 64)
+	if err != nil || math.IsInf(f, 0) || math.IsNaN(f) {
+		return "", false
+	}
+	// -2^63 and 2^63 are exact float64 values; int64 holds [-2^63, 2^63).
+	if f == math.Trunc(f) && f >= -(1<<63) && f < 1<<63 {
+		return json.Number(strconv.FormatInt(int64(f), 10)), true
+	}
+	return json.Number(strconv.FormatFloat(f, 'g', -1, 64)), true
+}
+
+// truncateUTF8 cuts s to at most n bytes without splitting a UTF-8 sequence.
+func truncateUTF8(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	i := n
+	for i > 0 && !utf8.RuneStart(s[i]) {
+		i--
+	}
+	return s[:i]
+}
