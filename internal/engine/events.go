@@ -1,0 +1,37 @@
+package engine
+
+import (
+	"time"
+
+	"github.com/idemguard/idemguard/sanitize"
+)
+
+// EventKind names a protocol event (metrics hook).
+type EventKind string
+
+// The events a Guard reports through Config.Observe.
+const (
+	EventClaimed    EventKind = "claimed"     // a fresh (or expired) key was claimed
+	EventReplayed   EventKind = "replayed"    // a stored success was answered
+	EventInProgress EventKind = "in_progress" // a duplicate found the operation running
+	EventWaited     EventKind = "waited"      // one bounded-wait poll; Duration is the time slept
+	EventTakeover   EventKind = "takeover"    // a stale claim was taken over
+	EventRetried    EventKind = "retried"     // a failed key was claimed for another attempt
+	EventAbandoned  EventKind = "abandoned"   // a stale claim was marked failed (Reason says why)
+	EventRetryLimit EventKind = "retry_limit" // a failed key has no attempts left
+	EventLostClaim  EventKind = "lost_claim"  // an operation finished after losing its claim
+	EventMismatch   EventKind = "mismatch"    // a client key was reused with other inputs
+	EventOperation  EventKind = "operation"   // an operation finished; Duration, Failed, Reason
+	EventStoreError EventKind = "store_error" // a store call failed; StoreOp names it
+)
+
+// Event is one protocol event.
+type Event struct {
+	Kind       EventKind
+	Scope      string
+	Duration   time.Duration
+	Reason     sanitize.StopReason
+	Failed     bool
+	StoreOp    string
+	FromMemory bool // a replay answered from the in-process cache
+}

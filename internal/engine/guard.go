@@ -1,0 +1,743 @@
+package engine
+
+import (
+	"cmp"
+	"context"
+	crand "crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"net/http"
+	"runtime/debug"
+	"sync"
+	"time"
+
+	"github.com/idemguard/idemguard/internal/keys"
+	"github.com/idemguard/idemguard/sanitize"
+	"github.com/idemguard/idemguard/tenancy"
+)
+
+// Status is the outcome of WithIdempotency.
+type Status string
+
+const (
+	// StatusSucceeded: the operation succeeded, now or before (Result.Cached).
+	StatusSucceeded Status = "succeeded"
+	// StatusInProgress: another caller is running the operation now.
+	StatusInProgress Status = "in_progress"
+	// StatusFailed: the operation failed, now or before; see Result.StopReason.
+	StatusFailed Status = "failed"
+)
+
+// Operation is the guarded work. Its value is sanitized (sanitize.FromValue)
+// before it is stored or returned; wrap it in Response to choose the HTTP
+// status that is stored and replayed with it. ctx is cancelled when the
+// claim is lost (cause ErrOwnershipLost), at Call.Timeout, or when the Guard
+// closes (cause ErrShuttingDown).
+type Operation func(ctx context.Context) (any, error)
+
+// Response is an operation value with an explicit HTTP status (default 200).
+type Response struct {
+	StatusCode int
+	Value      any
+}
+
+// Call describes one guarded execution.
+type Call struct {
+	// Tenant owns the key. Required.
+	Tenant tenancy.ID
+	// Scope names the operation, e.g. "actionRequests.aiProposeCopy". Required.
+	Scope string
+	// ClientKey is the caller's idempotency key. Optional: without it the key
+	// is derived from Inputs.
+	ClientKey string
+	// Inputs identify the operation's result: any JSON-encodable value, or
+	// json.RawMessage. Raw user text must go in as keys.HashUserText(text).
+	Inputs any
+	// Settings override the Guard's defaults for this scope.
+	Settings Settings
+	// Wait, when positive, waits (bounded by Config.MaxWait) for a running
+	// duplicate to finish instead of answering in_progress at once.
+	Wait time.Duration
+	// Timeout, when positive, bounds the operation; it then fails with
+	// stopReason timeout.
+	Timeout time.Duration
+	// Detach keeps the operation running when ctx is cancelled (a client
+	// that hung up still gets its result on retry); only Timeout, a lost
+	// claim or Guard.Close stop it then.
+	Detach bool
+}
+
+// Result is what WithIdempotency answers. Body and Envelope must not be modified.
+type Result struct {
+	Status Status
+	// Envelope is the sanitized answer; Body is its exact JSON, byte for byte
+	// what the first caller got, except that "cached" is true on a replay.
+	Envelope   sanitize.Envelope
+	Body       []byte
+	StatusCode int
+	Cached     bool
+	StopReason sanitize.StopReason
+	// Attempt is the execution this answer came from (1 for the first).
+	Attempt int
+	// FirstSeen is when the key was first claimed (store clock); for a fresh
+	// execution, the local time of the claim.
+	FirstSeen time.Time
+	// CompletedAt is when the stored answer was written (zero if not stored).
+	CompletedAt time.Time
+	// KeyHash names the row (tenant and scope complete the name).
+	KeyHash string
+	// Err is the operation's own error when it ran in this call and failed.
+	// It is never stored.
+	Err error
+	// LostClaim is true when this call ran the operation but its claim had
+	// been taken over, so its answer was not stored.
+	LostClaim bool
+}
+
+// Guard runs operations at most once per (tenant, scope, key). It is safe for
+// concurrent use.
+type Guard struct {
+	cfg      Config
+	store    Store
+	deriver  *keys.Deriver
+	log      *slog.Logger
+	cache    *replayCache
+	now      func() time.Time
+	lifetime context.Context
+	shutdown context.CancelFunc
+	inflight sync.WaitGroup
+}
+
+// New validates cfg and returns a Guard.
+func New(cfg Config) (*Guard, error) {
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	d, err := keys.New(cfg.Secret)
+	if err != nil {
+		return nil, err
+	}
+	cfg.MaxWait = cmp.Or(cfg.MaxWait, DefaultMaxWait)
+	cfg.StoreTimeout = cmp.Or(cfg.StoreTimeout, DefaultStoreTimeout)
+	cfg.Sanitize.MaxBytes = cmp.Or(cfg.Sanitize.MaxBytes, sanitize.DefaultMaxBytes)
+	cfg.ReplayCacheMaxAge = cmp.Or(cfg.ReplayCacheMaxAge, DefaultReplayCacheMaxAge)
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	cfg.Logger = cmp.Or(cfg.Logger, slog.Default())
+	if cfg.ReplayCacheSize == 0 {
+		cfg.ReplayCacheSize = DefaultReplayCacheSize
+	}
+	lifetime, shutdown := context.WithCancel(context.Background())
+	return &Guard{
+		cfg:      cfg,
+		store:    cfg.Store,
+		deriver:  d,
+		log:      cfg.Logger,
+		cache:    newReplayCache(cfg.ReplayCacheSize),
+		now:      cfg.Now,
+		lifetime: lifetime,
+		shutdown: shutdown,
+	}, nil
+}
+
+// Close cancels the context of every operation still running (cause
+// ErrShuttingDown) and waits until they have recorded their outcome or ctx
+// ends. A cut-off operation is stored as failed: stopReason timeout (retryable)
+// under StaleTakeover, abandoned (final) under StaleFail. Call Close after the
+// grace period in which running operations were allowed to finish.
+func (g *Guard) Close(ctx context.Context) error {
+	g.shutdown()
+	done := make(chan struct{})
+	go func() { g.inflight.Wait(); close(done) }()
+	select {
+	case <-done:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// Ping reports whether the store answers (readiness).
+func (g *Guard) Ping(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(ctx, g.cfg.StoreTimeout)
+	defer cancel()
+	if err := g.store.Ping(ctx); err != nil {
+		return &StoreError{Op: "ping", Err: err}
+	}
+	return nil
+}
+
+// prepared is a validated Call.
+type prepared struct {
+	tenant      string
+	scope       string
+	keyHash     string
+	fingerprint string
+	hasKey      bool
+	settings    Settings
+	wait        time.Duration
+	timeout     time.Duration
+	detach      bool
+}
+
+func (g *Guard) prepare(c Call) (prepared, error) {
+	if _, err := tenancy.ParseID(string(c.Tenant)); err != nil {
+		return prepared{}, fmt.Errorf("%w: %w", ErrInvalidInput, err)
+	}
+	if err := keys.ValidateScope(c.Scope); err != nil {
+		return prepared{}, fmt.Errorf("%w: %w", ErrInvalidInput, err)
+	}
+	if c.ClientKey != "" {
+		if err := keys.ValidateClientKey(c.ClientKey); err != nil {
+			return prepared{}, fmt.Errorf("%w: %w", ErrInvalidInput, err)
+		}
+	}
+	if err := c.Settings.Validate(); err != nil {
+		return prepared{}, fmt.Errorf("%w: %w", ErrInvalidInput, err)
+	}
+	if c.Wait < 0 || c.Timeout < 0 {
+		return prepared{}, fmt.Errorf("%w: Wait and Timeout must not be negative", ErrInvalidInput)
+	}
+	canonical, err := keys.CanonicalizeValue(c.Inputs)
+	if err != nil {
+		return prepared{}, fmt.Errorf("%w: %w", ErrInvalidInput, err)
+	}
+	return prepared{
+		tenant:      string(c.Tenant),
+		scope:       c.Scope,
+		keyHash:     g.deriver.KeyHash(string(c.Tenant), c.Scope, c.ClientKey, canonical),
+		fingerprint: g.deriver.Fingerprint(canonical),
+		hasKey:      c.ClientKey != "",
+		settings:    c.Settings.withDefaults(g.cfg.Defaults),
+		wait:        min(c.Wait, g.cfg.MaxWait),
+		timeout:     c.Timeout,
+		detach:      c.Detach,
+	}, nil
+}
+
+// maxRaces bounds how often one call re-reads after losing a guarded write
+// without waiting; each lost race means another caller made progress, so a
+// healthy store never comes near it.
+const maxRaces = 16
+
+// WithIdempotency runs op at most once for (call.Tenant, call.Scope, key) and
+// answers every duplicate with the stored result. It returns an error only for
+// invalid input (ErrInvalidInput), a reused client key with other inputs
+// (ErrFingerprintMismatch) and store failure (ErrStoreUnavailable); an
+// operation's failure is a Result with Status failed.
+func (g *Guard) WithIdempotency(ctx context.Context, call Call, op Operation) (Result, error) {
+	if op == nil {
+		return Result{}, fmt.Errorf("%w: operation is nil", ErrInvalidInput)
+	}
+	p, err := g.prepare(call)
+	if err != nil {
+		return Result{}, err
+	}
+	if res, fp, ok := g.cache.get(p.tenant, p.scope, p.keyHash, g.now()); ok {
+		if fp != p.fingerprint {
+			g.emit(Event{Kind: EventMismatch, Scope: p.scope})
+			return Result{}, ErrFingerprintMismatch
+		}
+		g.emit(Event{Kind: EventReplayed, Scope: p.scope, FromMemory: true})
+		return res, nil
+	}
+	return g.execute(ctx, p, op)
+}
+
+func (g *Guard) execute(ctx context.Context, p prepared, op Operation) (Result, error) {
+	var waitUntil time.Time
+	if p.wait > 0 {
+		waitUntil = g.now().Add(p.wait)
+	}
+	poll := newBackoff(p.settings.StaleAfter)
+	needClaim, races := true, 0
+	for {
+		if races > maxRaces {
+			return Result{}, &StoreError{Op: "claim", Err: errors.New("too many lost races in a row")}
+		}
+		nonce := newNonce()
+		if needClaim {
+			id, err := g.claim(ctx, p, nonce)
+			if err == nil {
+				g.emit(Event{Kind: EventClaimed, Scope: p.scope})
+				return g.runOwned(ctx, p, op, owned{id: id, nonce: nonce, attempt: 1, firstSeen: g.now()})
+			}
+			if !errors.Is(err, ErrDuplicate) {
+				return Result{}, g.storeErr(p, "claim", err)
+			}
+		}
+		rec, err := g.get(ctx, p)
+		if errors.Is(err, ErrNotFound) {
+			// Deleted since our insert failed (cleanup), or a multi-primary
+			// loser read before the winner's commit: claim again.
+			needClaim = true
+			races++
+			sleepCtx(ctx, jitter(time.Duration(races)*5*time.Millisecond))
+			continue
+		}
+		if err != nil {
+			return Result{}, g.storeErr(p, "read", err)
+		}
+		needClaim = false
+
+		if rec.Expired() && !(rec.Status == RowStarted && !rec.Stale(p.settings.StaleAfter)) {
+			won, err := g.reclaim(ctx, p, ReclaimParams{Kind: ReclaimExpired, ID: rec.ID, OldNonce: rec.ClaimNonce,
+				OldAttempts: rec.Attempts, NewNonce: nonce, Fingerprint: p.fingerprint,
+				TTL: p.settings.TTL, StaleAfter: p.settings.StaleAfter})
+			if err != nil {
+				return Result{}, err
+			}
+			if won {
+				g.emit(Event{Kind: EventClaimed, Scope: p.scope})
+				return g.runOwned(ctx, p, op, owned{id: rec.ID, nonce: nonce, attempt: 1, firstSeen: g.now()})
+			}
+			races++
+			continue
+		}
+		if rec.Fingerprint != p.fingerprint {
+			// Only a client key can name a row with other inputs: a derived
+			// key hashes the inputs themselves.
+			g.emit(Event{Kind: EventMismatch, Scope: p.scope})
+			return Result{}, ErrFingerprintMismatch
+		}
+
+		switch rec.Status {
+		case RowSucceeded:
+			res, err := g.replay(p, rec)
+			if err != nil {
+				return Result{}, err
+			}
+			g.emit(Event{Kind: EventReplayed, Scope: p.scope})
+			return res, nil
+
+		case RowFailed:
+			env, err := decodeStored(rec)
+			if err != nil {
+				return Result{}, g.storeErr(p, "read", err)
+			}
+			final := env.StopReason == sanitize.Abandoned || env.StopReason == sanitize.RetryLimit
+			if final || rec.Attempts >= p.settings.MaxAttempts {
+				if !final {
+					env.StopReason = sanitize.RetryLimit
+				}
+				g.emit(Event{Kind: EventRetryLimit, Scope: p.scope, Reason: env.StopReason})
+				return g.storedFailure(p, rec, env), nil
+			}
+			won, err := g.reclaim(ctx, p, ReclaimParams{Kind: ReclaimFailed, ID: rec.ID, OldNonce: rec.ClaimNonce,
+				OldAttempts: rec.Attempts, NewNonce: nonce, TTL: p.settings.TTL, MaxAttempts: p.settings.MaxAttempts})
+			if err != nil {
+				return Result{}, err
+			}
+			if won {
+				g.emit(Event{Kind: EventRetried, Scope: p.scope})
+				return g.runOwned(ctx, p, op, owned{id: rec.ID, nonce: nonce, attempt: rec.Attempts + 1, firstSeen: rec.CreatedAt})
+			}
+			races++
+
+		case RowStarted:
+			if !rec.Stale(p.settings.StaleAfter) {
+				if waitUntil.IsZero() || !g.now().Before(waitUntil) || ctx.Err() != nil {
+					g.emit(Event{Kind: EventInProgress, Scope: p.scope})
+					return g.inProgress(p, rec), nil
+				}
+				races = 0
+				start := g.now()
+				sleepCtx(ctx, min(poll.next(), waitUntil.Sub(start)))
+				g.emit(Event{Kind: EventWaited, Scope: p.scope, Duration: g.now().Sub(start)})
+				continue
+			}
+			if p.settings.StalePolicy == StaleFail || rec.Attempts >= p.settings.MaxAttempts {
+				reason := sanitize.Abandoned
+				if p.settings.StalePolicy != StaleFail {
+					reason = sanitize.RetryLimit
+				}
+				if err := g.abandon(ctx, p, rec, reason); err != nil {
+					return Result{}, err
+				}
+				races++
+				continue // the re-read answers with the failed row
+			}
+			won, err := g.reclaim(ctx, p, ReclaimParams{Kind: ReclaimStale, ID: rec.ID, OldNonce: rec.ClaimNonce,
+				OldAttempts: rec.Attempts, NewNonce: nonce, StaleAfter: p.settings.StaleAfter})
+			if err != nil {
+				return Result{}, err
+			}
+			if won {
+				g.emit(Event{Kind: EventTakeover, Scope: p.scope})
+				g.log.Info("guard: took over a stale claim", g.attrs(p, slog.Int("attempt", rec.Attempts+1),
+					slog.Duration("silent_for", rec.Now.Sub(rec.lastSign())))...)
+				return g.runOwned(ctx, p, op, owned{id: rec.ID, nonce: nonce, attempt: rec.Attempts + 1, firstSeen: rec.CreatedAt})
+			}
+			races++
+
+		default:
+			return Result{}, g.storeErr(p, "read", fmt.Errorf("unknown row status %q", rec.Status))
+		}
+	}
+}
+
+// owned is a claim this call holds.
+type owned struct {
+	id        uint64
+	nonce     string
+	attempt   int
+	firstSeen time.Time
+}
+
+func (g *Guard) runOwned(ctx context.Context, p prepared, op Operation, o owned) (Result, error) {
+	g.inflight.Add(1)
+	defer g.inflight.Done()
+
+	parent := ctx
+	if p.detach {
+		parent = context.WithoutCancel(ctx)
+	}
+	opCtx, cancel := context.WithCancelCause(parent)
+	defer cancel(nil)
+	stopOnClose := context.AfterFunc(g.lifetime, func() { cancel(ErrShuttingDown) })
+	defer stopOnClose()
+	runCtx := opCtx
+	if p.timeout > 0 {
+		var cancelTimeout context.CancelFunc
+		runCtx, cancelTimeout = context.WithTimeout(opCtx, p.timeout)
+		defer cancelTimeout()
+	}
+
+	hb := g.startHeartbeat(p, o, cancel)
+	start := g.now()
+	value, opErr := callOperation(runCtx, op)
+	lost := hb.stop()
+	elapsed := g.now().Sub(start)
+
+	res := Result{Attempt: o.attempt, FirstSeen: o.firstSeen, KeyHash: p.keyHash}
+	env, code := sanitize.Envelope{}, 0
+	if opErr == nil {
+		var err error
+		env, code, err = toEnvelope(value)
+		if err != nil {
+			opErr = fmt.Errorf("operation result: %w", err)
+		}
+	}
+	status := RowSucceeded
+	if opErr != nil {
+		status = RowFailed
+		reason := g.classify(p, runCtx, opErr)
+		env, code = sanitize.Failure(reason), http.StatusBadGateway
+		res.Err = opErr
+		g.logOpError(p, o, opErr, reason)
+	}
+	g.emit(Event{Kind: EventOperation, Scope: p.scope, Duration: elapsed, Reason: env.StopReason, Failed: opErr != nil})
+
+	body, dropped, err := g.cfg.Sanitize.EncodeReport(env)
+	if err != nil {
+		// Unreachable for a sanitized envelope; store a bare failure rather than nothing.
+		g.log.Error("guard: encoding the envelope failed", g.attrs(p, slog.Any("err", err))...)
+		env, code, status = sanitize.Failure(sanitize.Unknown), http.StatusBadGateway, RowFailed
+		body, _ = sanitize.Marshal(env)
+	}
+	if dropped {
+		g.log.Warn("guard: envelope over the size limit; data dropped", g.attrs(p, slog.Int("limit_bytes", g.cfg.Sanitize.MaxBytes))...)
+		if env, err = sanitize.FromJSON(body); err != nil {
+			env = sanitize.Failure(sanitize.Unknown)
+		}
+	}
+	res.Envelope, res.Body, res.StatusCode, res.StopReason = env, body, code, env.StopReason
+	res.Status = StatusSucceeded
+	if status == RowFailed {
+		res.Status = StatusFailed
+	}
+
+	if lost {
+		// Another caller owns the row now; writing would overwrite its state.
+		res.LostClaim = true
+		g.emit(Event{Kind: EventLostClaim, Scope: p.scope})
+		g.log.Warn("guard: claim lost while running; result not stored", g.attrs(p, slog.Int("attempt", o.attempt))...)
+		return res, nil
+	}
+	committed, err := g.complete(ctx, p, CompleteParams{ID: o.id, Nonce: o.nonce, Status: status,
+		Response: body, ResponseCode: code, TTL: p.settings.TTL})
+	switch {
+	case err != nil:
+		// The caller paid for this answer, so it gets it; the row stays
+		// started and will be taken over once stale.
+		g.log.Error("guard: storing the result failed; it will not be replayed", g.attrs(p, slog.Any("err", err))...)
+	case !committed:
+		res.LostClaim = true
+		g.emit(Event{Kind: EventLostClaim, Scope: p.scope})
+		g.log.Warn("guard: claim taken over before commit; result not stored", g.attrs(p, slog.Int("attempt", o.attempt))...)
+	default:
+		res.CompletedAt = g.now()
+		if status == RowSucceeded {
+			g.cache.put(p.tenant, p.scope, p.keyHash, p.fingerprint, replayOf(res), g.now().Add(min(g.cfg.ReplayCacheMaxAge, p.settings.TTL)))
+		}
+	}
+	return res, nil
+}
+
+// replayOf turns a fresh result into what a replay of it answers.
+func replayOf(r Result) Result {
+	r.Envelope.Cached = true
+	body, err := sanitize.Marshal(r.Envelope)
+	if err != nil {
+		return Result{}
+	}
+	r.Body, r.Cached, r.Err, r.LostClaim = body, true, nil, false
+	return r
+}
+
+func toEnvelope(v any) (sanitize.Envelope, int, error) {
+	code := http.StatusOK
+	switch r := v.(type) {
+	case Response:
+		code, v = cmp.Or(r.StatusCode, http.StatusOK), r.Value
+	case *Response:
+		if r != nil {
+			code, v = cmp.Or(r.StatusCode, http.StatusOK), r.Value
+		}
+	}
+	if code < 100 || code > 599 {
+		return sanitize.Envelope{}, 0, fmt.Errorf("status code %d out of range", code)
+	}
+	env, err := sanitize.FromValue(v)
+	return env, code, err
+}
+
+func (g *Guard) classify(p prepared, ctx context.Context, err error) sanitize.StopReason {
+	var oe *OpError
+	var pe *PanicError
+	cause := context.Cause(ctx)
+	switch {
+	case errors.As(err, &oe):
+		return sanitize.ParseStopReason(string(oe.Reason))
+	case errors.As(err, &pe):
+		return sanitize.Unknown
+	case errors.Is(cause, ErrShuttingDown):
+		if p.settings.StalePolicy == StaleFail {
+			return sanitize.Abandoned
+		}
+		return sanitize.Timeout
+	case errors.Is(err, context.DeadlineExceeded), errors.Is(cause, context.DeadlineExceeded):
+		return sanitize.Timeout
+	}
+	return sanitize.ProviderError
+}
+
+func (g *Guard) logOpError(p prepared, o owned, err error, reason sanitize.StopReason) {
+	var pe *PanicError
+	if errors.As(err, &pe) {
+		// The panic value may hold user data: log its type and the stack only.
+		g.log.Error("guard: operation panicked", g.attrs(p, slog.Int("attempt", o.attempt),
+			slog.String("panic_type", fmt.Sprintf("%T", pe.Value)), slog.String("stack", string(pe.Stack)))...)
+		return
+	}
+	g.log.Warn("guard: operation failed", g.attrs(p, slog.Int("attempt", o.attempt),
+		slog.String("stop_reason", string(reason)), slog.String("err_type", fmt.Sprintf("%T", err)))...)
+}
+
+func callOperation(ctx context.Context, op Operation) (v any, err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			v, err = nil, &PanicError{Value: r, Stack: debug.Stack()}
+		}
+	}()
+	return op(ctx)
+}
+
+func (g *Guard) replay(p prepared, rec Record) (Result, error) {
+	env, err := decodeStored(rec)
+	if err != nil {
+		return Result{}, g.storeErr(p, "read", err)
+	}
+	env.Cached = true
+	body, err := sanitize.Marshal(env)
+	if err != nil {
+		return Result{}, g.storeErr(p, "read", err)
+	}
+	res := Result{Status: StatusSucceeded, Envelope: env, Body: body, StatusCode: cmp.Or(rec.ResponseCode, http.StatusOK),
+		Cached: true, StopReason: env.StopReason, Attempt: rec.Attempts, FirstSeen: rec.CreatedAt,
+		CompletedAt: rec.CompletedAt, KeyHash: p.keyHash}
+	if left := rec.ExpiresAt.Sub(rec.Now); left > 0 {
+		g.cache.put(p.tenant, p.scope, p.keyHash, p.fingerprint, res, g.now().Add(min(left, g.cfg.ReplayCacheMaxAge)))
+	}
+	return res, nil
+}
+
+func (g *Guard) storedFailure(p prepared, rec Record, env sanitize.Envelope) Result {
+	env.OK, env.Cached = false, true
+	body, err := sanitize.Marshal(env)
+	if err != nil {
+		body = nil
+	}
+	return Result{Status: StatusFailed, Envelope: env, Body: body, StatusCode: cmp.Or(rec.ResponseCode, http.StatusBadGateway),
+		Cached: true, StopReason: env.StopReason, Attempt: rec.Attempts, FirstSeen: rec.CreatedAt,
+		CompletedAt: rec.CompletedAt, KeyHash: p.keyHash}
+}
+
+func (g *Guard) inProgress(p prepared, rec Record) Result {
+	env := sanitize.Failure(sanitize.InProgress)
+	body, _ := sanitize.Marshal(env)
+	return Result{Status: StatusInProgress, Envelope: env, Body: body, StatusCode: http.StatusConflict,
+		StopReason: sanitize.InProgress, Attempt: rec.Attempts, FirstSeen: rec.CreatedAt, KeyHash: p.keyHash}
+}
+
+func decodeStored(rec Record) (sanitize.Envelope, error) {
+	if len(rec.Response) == 0 {
+		return sanitize.Envelope{}, fmt.Errorf("%s row %d has no stored response", rec.Status, rec.ID)
+	}
+	env, err := sanitize.FromJSON(rec.Response)
+	if err != nil {
+		return sanitize.Envelope{}, fmt.Errorf("stored response of row %d: %w", rec.ID, err)
+	}
+	return env, nil
+}
+
+// Store calls. Each is bounded by StoreTimeout; writes that record an
+// operation's outcome are detached from the caller's cancellation, so a
+// client that hangs up does not leave its finished work unrecorded.
+
+func (g *Guard) storeCtx(ctx context.Context) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(ctx, g.cfg.StoreTimeout)
+}
+
+func (g *Guard) claim(ctx context.Context, p prepared, nonce string) (uint64, error) {
+	ctx, cancel := g.storeCtx(ctx)
+	defer cancel()
+	return g.store.Claim(ctx, ClaimParams{Tenant: p.tenant, Scope: p.scope, KeyHash: p.keyHash,
+		Fingerprint: p.fingerprint, Nonce: nonce, TTL: p.settings.TTL})
+}
+
+func (g *Guard) get(ctx context.Context, p prepared) (Record, error) {
+	ctx, cancel := g.storeCtx(ctx)
+	defer cancel()
+	return g.store.Get(ctx, p.tenant, p.scope, p.keyHash)
+}
+
+func (g *Guard) reclaim(ctx context.Context, p prepared, rp ReclaimParams) (bool, error) {
+	ctx, cancel := g.storeCtx(ctx)
+	defer cancel()
+	won, err := g.store.Reclaim(ctx, rp)
+	if err != nil {
+		return false, g.storeErr(p, "reclaim "+rp.Kind.String(), err)
+	}
+	return won, nil
+}
+
+func (g *Guard) abandon(ctx context.Context, p prepared, rec Record, reason sanitize.StopReason) error {
+	body, err := sanitize.Marshal(sanitize.Failure(reason))
+	if err != nil {
+		return g.storeErr(p, "abandon", err)
+	}
+	ctx, cancel := g.storeCtx(context.WithoutCancel(ctx))
+	defer cancel()
+	won, err := g.store.Abandon(ctx, AbandonParams{ID: rec.ID, OldNonce: rec.ClaimNonce, OldAttempts: rec.Attempts,
+		StaleAfter: p.settings.StaleAfter, Response: body, ResponseCode: http.StatusBadGateway, TTL: p.settings.TTL})
+	if err != nil {
+		return g.storeErr(p, "abandon", err)
+	}
+	if won {
+		g.emit(Event{Kind: EventAbandoned, Scope: p.scope, Reason: reason})
+		g.log.Warn("guard: stale claim marked failed instead of taken over", g.attrs(p,
+			slog.String("stop_reason", string(reason)), slog.Int("attempt", rec.Attempts))...)
+	}
+	return nil
+}
+
+// complete writes the outcome, retrying a store error a few times. A retry
+// that finds the row no longer started checks whether the earlier attempt did
+// commit (its reply may have been lost) before calling the claim lost.
+func (g *Guard) complete(ctx context.Context, p prepared, cp CompleteParams) (bool, error) {
+	ctx = context.WithoutCancel(ctx)
+	var lastErr error
+	for try := range 3 {
+		if try > 0 {
+			sleepCtx(ctx, jitter(time.Duration(try*try)*100*time.Millisecond))
+		}
+		sctx, cancel := g.storeCtx(ctx)
+		ok, err := g.store.Complete(sctx, cp)
+		cancel()
+		if err == nil {
+			if !ok && lastErr != nil {
+				return g.committedEarlier(ctx, p, cp), nil
+			}
+			return ok, nil
+		}
+		lastErr = err
+	}
+	return false, g.storeErr(p, "commit", lastErr)
+}
+
+func (g *Guard) committedEarlier(ctx context.Context, p prepared, cp CompleteParams) bool {
+	rec, err := g.get(ctx, p)
+	return err == nil && rec.ID == cp.ID && rec.ClaimNonce == cp.Nonce && rec.Status == cp.Status
+}
+
+func (g *Guard) storeErr(p prepared, op string, err error) error {
+	var se *StoreError
+	if errors.As(err, &se) {
+		return err
+	}
+	g.emit(Event{Kind: EventStoreError, Scope: p.scope, StoreOp: op})
+	g.log.Error("guard: store call failed", g.attrs(p, slog.String("op", op), slog.Any("err", err))...)
+	return &StoreError{Op: op, Err: err}
+}
+
+func (g *Guard) emit(e Event) {
+	if g.cfg.Observe != nil {
+		g.cfg.Observe(e)
+	}
+}
+
+// attrs are the identifying log attributes of a call: never the client key
+// or inputs, and only a prefix of the key hash.
+func (g *Guard) attrs(p prepared, extra ...any) []any {
+	return append([]any{slog.String("tenant", p.tenant), slog.String("scope", p.scope),
+		slog.String("key_hash", ShortHash(p.keyHash))}, extra...)
+}
+
+// ShortHash is the prefix of a key hash that logs carry.
+func ShortHash(h string) string { return h[:min(12, len(h))] }
+
+func newNonce() string {
+	var b [16]byte
+	_, _ = crand.Read(b[:]) // crypto/rand.Read never fails on supported platforms
+	return hex.EncodeToString(b[:])
+}
+
+func jitter(d time.Duration) time.Duration {
+	if d <= 0 {
+		return 0
+	}
+	return d/2 + rand.N(d/2+1)
+}
+
+func sleepCtx(ctx context.Context, d time.Duration) {
+	if d <= 0 {
+		return
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+	case <-t.C:
+	}
+}
+
+// backoff yields polling intervals for a bounded wait: from 20ms, growing by
+// half each time, capped at a quarter of staleAfter and at one second.
+type backoff struct {
+	cur, max time.Duration
+}
+
+func newBackoff(staleAfter time.Duration) *backoff {
+	return &backoff{cur: 20 * time.Millisecond, max: min(time.Second, max(staleAfter/4, 20*time.Millisecond))}
+}
+
+func (b *backoff) next() time.Duration {
+	d := jitter(b.cur)
+	b.cur = min(b.cur+b.cur/2, b.max)
+	return d
+}

@@ -1,0 +1,68 @@
+package engine
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/idemguard/idemguard/internal/keys"
+	"github.com/idemguard/idemguard/sanitize"
+	"github.com/idemguard/idemguard/tenancy"
+)
+
+// KeyInfo is what Lookup tells about a key.
+type KeyInfo struct {
+	KeyHash     string
+	Status      RowStatus
+	Attempts    int
+	CreatedAt   time.Time
+	StartedAt   time.Time
+	HeartbeatAt time.Time
+	CompletedAt time.Time
+	ExpiresAt   time.Time
+	// Envelope and StatusCode are set once the row is completed.
+	Envelope   *sanitize.Envelope
+	StatusCode int
+}
+
+// Lookup returns the record of a client key in tenant's scope. An absent or
+// expired key is ErrNotFound; so is another tenant's key.
+func (g *Guard) Lookup(ctx context.Context, tenant tenancy.ID, scope, clientKey string) (KeyInfo, error) {
+	if err := keys.ValidateClientKey(clientKey); err != nil {
+		return KeyInfo{}, fmt.Errorf("%w: %w", ErrInvalidInput, err)
+	}
+	return g.LookupHash(ctx, tenant, scope, g.deriver.KeyHash(string(tenant), scope, clientKey, nil))
+}
+
+// LookupHash is Lookup by the key hash a Result carries (for derived keys).
+func (g *Guard) LookupHash(ctx context.Context, tenant tenancy.ID, scope, keyHash string) (KeyInfo, error) {
+	if _, err := tenancy.ParseID(string(tenant)); err != nil {
+		return KeyInfo{}, fmt.Errorf("%w: %w", ErrInvalidInput, err)
+	}
+	if err := keys.ValidateScope(scope); err != nil {
+		return KeyInfo{}, fmt.Errorf("%w: %w", ErrInvalidInput, err)
+	}
+	ctx, cancel := g.storeCtx(ctx)
+	defer cancel()
+	rec, err := g.store.Get(ctx, string(tenant), scope, keyHash)
+	if errors.Is(err, ErrNotFound) {
+		return KeyInfo{}, ErrNotFound
+	}
+	if err != nil {
+		return KeyInfo{}, &StoreError{Op: "lookup", Err: err}
+	}
+	if rec.Expired() && !(rec.Status == RowStarted && !rec.Stale(DefaultStaleAfter)) {
+		return KeyInfo{}, ErrNotFound
+	}
+	info := KeyInfo{KeyHash: keyHash, Status: rec.Status, Attempts: rec.Attempts, CreatedAt: rec.CreatedAt,
+		StartedAt: rec.StartedAt, HeartbeatAt: rec.HeartbeatAt, CompletedAt: rec.CompletedAt, ExpiresAt: rec.ExpiresAt}
+	if rec.Status != RowStarted {
+		env, err := decodeStored(rec)
+		if err != nil {
+			return KeyInfo{}, &StoreError{Op: "lookup", Err: err}
+		}
+		info.Envelope, info.StatusCode = &env, rec.ResponseCode
+	}
+	return info, nil
+}

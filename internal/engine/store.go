@@ -1,0 +1,179 @@
+package engine
+
+import (
+	"context"
+	"errors"
+	"time"
+)
+
+// RowStatus is the status column of idempotency_keys.
+type RowStatus string
+
+// The row states (see the package documentation for the transitions).
+const (
+	RowStarted   RowStatus = "started"
+	RowSucceeded RowStatus = "succeeded"
+	RowFailed    RowStatus = "failed"
+)
+
+// Store errors. A Store returns exactly these sentinels for the protocol
+// outcomes named on its methods; any other error means the store could not
+// answer and is reported to callers as ErrStoreUnavailable.
+var (
+	// ErrDuplicate is returned by Store.Claim when a row with the same
+	// (tenant, scope, key_hash) exists, or when the insert lost a race to
+	// another writer in a way the engine must resolve by reading the row
+	// (MySQL error 1213 on multi-primary clusters).
+	ErrDuplicate = errors.New("idemguard: row already exists")
+	// ErrNotFound is returned by Store.Get when no row matches.
+	ErrNotFound = errors.New("idemguard: row not found")
+)
+
+// Record is one row of idempotency_keys, as read by Store.Get.
+type Record struct {
+	ID          uint64
+	Tenant      string
+	Scope       string
+	KeyHash     string
+	Fingerprint string
+	Status      RowStatus
+	Attempts    int
+	ClaimNonce  string
+	// Response is the stored sanitized envelope (response_json); nil while started.
+	Response []byte
+	// ResponseCode is the HTTP status to replay; 0 when NULL.
+	ResponseCode int
+	CreatedAt    time.Time
+	StartedAt    time.Time
+	HeartbeatAt  time.Time // zero when NULL
+	CompletedAt  time.Time // zero when NULL
+	ExpiresAt    time.Time
+	// Now is the store's clock when the row was read. Every expiry and
+	// staleness judgement compares the row's times with Now, never with the
+	// application server's clock.
+	Now time.Time
+}
+
+// Expired reports whether the row's expires_at has passed at r.Now.
+func (r Record) Expired() bool { return !r.ExpiresAt.After(r.Now) }
+
+// Stale reports whether a started row's last heartbeat is older than staleAfter at r.Now.
+func (r Record) Stale(staleAfter time.Duration) bool {
+	return r.Status == RowStarted && r.lastSign().Before(r.Now.Add(-staleAfter))
+}
+
+func (r Record) lastSign() time.Time {
+	if r.HeartbeatAt.IsZero() {
+		return r.StartedAt
+	}
+	return r.HeartbeatAt
+}
+
+// ClaimParams are the arguments of Store.Claim.
+type ClaimParams struct {
+	Tenant, Scope, KeyHash, Fingerprint string
+	Nonce                               string
+	TTL                                 time.Duration
+}
+
+// ReclaimKind says which guarded transition back to started a Reclaim makes.
+type ReclaimKind int
+
+const (
+	// ReclaimExpired re-claims a row whose expires_at has passed, as if it
+	// were absent: attempt count 1, new fingerprint, response cleared, all
+	// times reset. Guard: expires_at < now, and not a started row whose
+	// heartbeat is younger than StaleAfter (a live owner is never displaced
+	// by expiry).
+	ReclaimExpired ReclaimKind = iota + 1
+	// ReclaimStale takes over a started row whose heartbeat is older than
+	// StaleAfter: attempt count + 1, started_at = heartbeat_at = now.
+	ReclaimStale
+	// ReclaimFailed retries a failed row while attempt_count < MaxAttempts:
+	// status started, attempt count + 1, response cleared.
+	ReclaimFailed
+)
+
+func (k ReclaimKind) String() string {
+	switch k {
+	case ReclaimExpired:
+		return "expired"
+	case ReclaimStale:
+		return "stale"
+	case ReclaimFailed:
+		return "failed"
+	}
+	return "unknown"
+}
+
+// ReclaimParams are the arguments of Store.Reclaim. The UPDATE is guarded by
+// ID, OldNonce and OldAttempts (every transition that changes attempt_count
+// also changes the nonce) and by the Kind's own condition, evaluated with the
+// store's clock.
+type ReclaimParams struct {
+	Kind        ReclaimKind
+	ID          uint64
+	OldNonce    string
+	OldAttempts int
+	NewNonce    string
+	Fingerprint string        // ReclaimExpired: the new request's fingerprint
+	TTL         time.Duration // ReclaimExpired, ReclaimFailed: expires_at >= now + TTL
+	StaleAfter  time.Duration // ReclaimExpired, ReclaimStale
+	MaxAttempts int           // ReclaimFailed
+}
+
+// AbandonParams are the arguments of Store.Abandon: a stale started row is
+// marked failed with the given response instead of being taken over.
+type AbandonParams struct {
+	ID           uint64
+	OldNonce     string
+	OldAttempts  int
+	StaleAfter   time.Duration
+	Response     []byte
+	ResponseCode int
+	TTL          time.Duration
+}
+
+// CompleteParams are the arguments of Store.Complete.
+type CompleteParams struct {
+	ID           uint64
+	Nonce        string
+	Status       RowStatus // RowSucceeded or RowFailed
+	Response     []byte
+	ResponseCode int
+	TTL          time.Duration // expires_at = now + TTL
+}
+
+// Store is the storage seam of the engine. Implementations must be safe for
+// concurrent use, by many goroutines and (for shared stores) many processes;
+// every method is a single atomic statement, and the bool results report
+// whether exactly one row was changed by a guarded update.
+//
+// Every guarded update changes at least one column of the row it matches (a
+// new nonce, a new status or a new microsecond timestamp), so "rows changed",
+// which is what MySQL reports, equals "rows matched".
+type Store interface {
+	// Claim inserts a started row with attempt_count 1, started_at =
+	// heartbeat_at = now and expires_at = now + TTL, and returns its id. If a
+	// row with the same (tenant, scope, key_hash) exists, Claim must return
+	// ErrDuplicate.
+	Claim(ctx context.Context, p ClaimParams) (id uint64, err error)
+	// Get returns the row for (tenant, scope, keyHash) with Record.Now set to
+	// the store's clock. If there is none, Get must return ErrNotFound.
+	Get(ctx context.Context, tenant, scope, keyHash string) (Record, error)
+	// Reclaim makes the guarded transition p.Kind and reports whether it
+	// changed the row. false means another writer got there first: re-read.
+	Reclaim(ctx context.Context, p ReclaimParams) (bool, error)
+	// Abandon marks a stale started row failed with p.Response; it reports
+	// whether it changed the row.
+	Abandon(ctx context.Context, p AbandonParams) (bool, error)
+	// Heartbeat sets heartbeat_at = now on the started row id owned by
+	// nonce, and reports whether it still owns it.
+	Heartbeat(ctx context.Context, id uint64, nonce string) (bool, error)
+	// Complete moves the started row id owned by nonce to p.Status with the
+	// response, completed_at = now and expires_at = now + TTL. false means
+	// the row is no longer ours: nothing was written.
+	Complete(ctx context.Context, p CompleteParams) (bool, error)
+	// Ping reports whether the store can answer.
+	Ping(ctx context.Context) error
+}

@@ -1,0 +1,40 @@
+package memstore_test
+
+import (
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+
+	"github.com/idemguard/idemguard/internal/memstore"
+	"github.com/idemguard/idemguard/internal/storetest"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+func TestConformance(t *testing.T) {
+	t.Parallel()
+	storetest.Exercise(t, func(t *testing.T) *storetest.Harness {
+		s := memstore.New()
+		return &storetest.Harness{
+			Store: s,
+			Age: func(t testing.TB, tenant, scope, keyHash string, d time.Duration) {
+				if !s.Age(tenant, scope, keyHash, d) {
+					t.Fatalf("Age: no row %s/%s/%s", tenant, scope, keyHash)
+				}
+			},
+			Dump: func(testing.TB) string {
+				var b strings.Builder
+				for _, r := range s.Rows() {
+					fmt.Fprintf(&b, "%s %s %s %d %s %s %d %s %s %d %s %s %s %s %s\n", r.Tenant, r.Scope, r.KeyHash,
+						r.ID, r.Fingerprint, r.Status, r.Attempts, r.ClaimNonce, r.Response, r.ResponseCode,
+						r.CreatedAt, r.StartedAt, r.HeartbeatAt, r.CompletedAt, r.ExpiresAt)
+				}
+				return b.String()
+			},
+			Break: func(testing.TB) { _ = s.Close() },
+		}
+	})
+}
