@@ -1,0 +1,93 @@
+// Command idemguard is the idemguard binary: one executable, one subcommand per job.
+//
+//	idemguard migrate up|down|status   apply or inspect the database schema
+//
+// main.go only dispatches; each subcommand lives in its own file with its own flag.FlagSet.
+// Exit codes: 0 success, 1 runtime failure (database, network), 2 usage error.
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/signal"
+	"syscall"
+)
+
+// Exit codes.
+const (
+	exitOK    = 0
+	exitError = 1
+	exitUsage = 2
+)
+
+// env is what a subcommand may use from the process: no subcommand reads os.* directly, so
+// tests call run with their own writers and environment.
+type env struct {
+	stdout io.Writer
+	stderr io.Writer
+	getenv func(string) string
+	// logger writes JSON lines to stderr.
+	logger *slog.Logger
+}
+
+// command is one subcommand. run gets the arguments after the subcommand's name and returns the
+// exit code.
+type command struct {
+	name    string
+	summary string
+	run     func(ctx context.Context, e env, args []string) int
+}
+
+// commands lists the subcommands in the order usage shows them. Add new ones here.
+var commands = []command{
+	{name: "migrate", summary: "apply, roll back or list database migrations (up|down|status)", run: runMigrate},
+}
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	code := run(ctx, os.Args[1:], os.Stdout, os.Stderr, os.Getenv)
+	stop()
+	os.Exit(code)
+}
+
+// run dispatches args (without the program name) to a subcommand and returns the exit code.
+func run(ctx context.Context, args []string, stdout, stderr io.Writer, getenv func(string) string) int {
+	e := env{
+		stdout: stdout,
+		stderr: stderr,
+		getenv: getenv,
+		logger: slog.New(slog.NewJSONHandler(stderr, nil)),
+	}
+	if len(args) == 0 {
+		fmt.Fprintln(stderr, "idemguard: missing command")
+		usage(stderr)
+		return exitUsage
+	}
+	switch args[0] {
+	case "help", "-h", "-help", "--help":
+		usage(stdout)
+		return exitOK
+	}
+	for _, c := range commands {
+		if c.name == args[0] {
+			return c.run(ctx, e, args[1:])
+		}
+	}
+	fmt.Fprintf(stderr, "idemguard: unknown command %q\n", args[0])
+	usage(stderr)
+	return exitUsage
+}
+
+func usage(w io.Writer) {
+	fmt.Fprintln(w, "usage: idemguard <command> [flags]")
+	fmt.Fprintln(w)
+	fmt.Fprintln(w, "commands:")
+	for _, c := range commands {
+		fmt.Fprintf(w, "  %-10s %s\n", c.name, c.summary)
+	}
+	fmt.Fprintln(w)
+	fmt.Fprintln(w, "Run 'idemguard <command> -h' for the command's flags.")
+}

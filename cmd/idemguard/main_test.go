@@ -1,0 +1,47 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"regexp"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+	"go.uber.org/goleak"
+)
+
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(m)
+}
+
+type result struct {
+	code           int
+	stdout, stderr string
+}
+
+// runCLI calls run with the given environment variables only.
+func runCLI(t *testing.T, environ map[string]string, args ...string) result {
+	t.Helper()
+	var stdout, stderr bytes.Buffer
+	code := run(context.Background(), args, &stdout, &stderr, func(k string) string { return environ[k] })
+	return result{code: code, stdout: stdout.String(), stderr: stderr.String()}
+}
+
+func TestRunUsage(t *testing.T) {
+	t.Parallel()
+
+	r := runCLI(t, nil)
+	require.Equal(t, exitUsage, r.code)
+	require.Contains(t, r.stderr, "missing command")
+	require.Contains(t, r.stderr, "usage: idemguard <command>")
+
+	r = runCLI(t, nil, "frobnicate")
+	require.Equal(t, exitUsage, r.code)
+	require.Contains(t, r.stderr, `unknown command "frobnicate"`)
+	require.Regexp(t, regexp.MustCompile(`(?m)^\s+migrate\s`), r.stderr, "usage lists the commands")
+	require.Empty(t, r.stdout)
+
+	r = runCLI(t, nil, "help")
+	require.Equal(t, exitOK, r.code)
+	require.Contains(t, r.stdout, "usage: idemguard <command>")
+}

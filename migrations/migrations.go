@@ -1,0 +1,19 @@
+// Package migrations holds idemguard's goose SQL migrations, embedded into the binary.
+//
+// Rules for new migrations:
+//   - File name: NNNNN_snake_case_description.sql, numbered sequentially (goose versioning).
+//   - Exactly ONE DDL statement per direction per file. MySQL and MariaDB commit DDL implicitly,
+//     so a file with two DDL statements that fails halfway can neither be rolled back nor re-run.
+//   - Times are DATETIME(6) in UTC, never TIMESTAMP.
+//   - Every migration has a Down section and is tested up → down → up (see internal/dbmigrate).
+//
+// Apply them with internal/dbmigrate (or `idemguard migrate up`), never with the goose CLI
+// directly: dbmigrate serializes concurrent runs across replicas with a named lock.
+package migrations
+
+import "embed"
+
+// FS holds every *.sql migration in this directory, at its root.
+//
+//go:embed *.sql
+var FS embed.FS

@@ -1,0 +1,155 @@
+package migrations_test
+
+import (
+	"bufio"
+	"errors"
+	"io/fs"
+	"strings"
+	"testing"
+
+	"github.com/go-sql-driver/mysql"
+	"github.com/stretchr/testify/require"
+	"go.uber.org/goleak"
+
+	"github.com/idemguard/idemguard/internal/testdb"
+	"github.com/idemguard/idemguard/migrations"
+)
+
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(m)
+}
+
+// MySQL commits DDL implicitly: a file with two statements that fails halfway can be neither
+// rolled back nor re-run. Each file holds one statement per direction.
+func TestOneStatementPerDirection(t *testing.T) {
+	t.Parallel()
+	files, err := fs.Glob(migrations.FS, "*.sql")
+	require.NoError(t, err)
+	require.NotEmpty(t, files)
+	for _, name := range files {
+		body, err := fs.ReadFile(migrations.FS, name)
+		require.NoError(t, err)
+		counts := map[string]int{}
+		section := ""
+		sc := bufio.NewScanner(strings.NewReader(string(body)))
+		for sc.Scan() {
+			line := strings.TrimSpace(sc.Text())
+			switch {
+			case strings.HasPrefix(line, "-- +goose Up"):
+				section = "up"
+			case strings.HasPrefix(line, "-- +goose Down"):
+				section = "down"
+			case strings.HasPrefix(line, "--"), line == "":
+			case strings.HasSuffix(line, ";"):
+				require.NotEmpty(t, section, "%s: statement before -- +goose Up", name)
+				counts[section]++
+			}
+		}
+		require.NoError(t, sc.Err())
+		require.Equal(t, map[string]int{"up": 1, "down": 1}, counts, "%s: statements per direction", name)
+	}
+}
+
+func TestSchema(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	db := testdb.New(t).DB
+
+	type column struct {
+		Name      string `db:"column_name"`
+		DataType  string `db:"data_type"`
+		Type      string `db:"column_type"`
+		Precision *int   `db:"datetime_precision"`
+		Nullable  string `db:"is_nullable"`
+	}
+	var cols []column
+	require.NoError(t, db.SelectContext(ctx, &cols, `
+		SELECT column_name, data_type, column_type, datetime_precision, is_nullable
+		FROM information_schema.columns
+		WHERE table_schema = DATABASE() AND table_name = 'idempotency_keys'
+		ORDER BY ordinal_position`))
+	byName := map[string]column{}
+	for _, c := range cols {
+		byName[c.Name] = c
+		require.NotEqual(t, "timestamp", c.DataType, "column %s: TIMESTAMP is banned, use DATETIME(6)", c.Name)
+	}
+
+	times := map[string]string{
+		"created_at": "NO", "started_at": "NO", "heartbeat_at": "YES", "completed_at": "YES", "expires_at": "NO",
+	}
+	for name, nullable := range times {
+		c, ok := byName[name]
+		require.True(t, ok, "column %s exists", name)
+		require.Equal(t, "datetime", c.DataType, "column %s", name)
+		require.NotNil(t, c.Precision, "column %s", name)
+		require.Equal(t, 6, *c.Precision, "column %s: DATETIME(6)", name)
+		require.Equal(t, nullable, c.Nullable, "column %s nullability", name)
+	}
+	// MySQL 8 says "bigint unsigned", MariaDB "bigint(20) unsigned".
+	require.Equal(t, "bigint", byName["id"].DataType)
+	require.True(t, strings.HasSuffix(byName["id"].Type, " unsigned"), "id column type %q", byName["id"].Type)
+	for _, name := range []string{"tenant", "scope", "key_hash", "request_fingerprint", "status", "attempt_count",
+		"claim_nonce", "response_json", "response_code"} {
+		require.Contains(t, byName, name)
+	}
+
+	// Indexes, columns in order.
+	type indexColumn struct {
+		Index     string `db:"index_name"`
+		Column    string `db:"column_name"`
+		NonUnique int    `db:"non_unique"`
+	}
+	var idx []indexColumn
+	require.NoError(t, db.SelectContext(ctx, &idx, `
+		SELECT index_name, column_name, non_unique
+		FROM information_schema.statistics
+		WHERE table_schema = DATABASE() AND table_name = 'idempotency_keys'
+		ORDER BY index_name, seq_in_index`))
+	indexes := map[string][]string{}
+	unique := map[string]bool{}
+	for _, ic := range idx {
+		indexes[ic.Index] = append(indexes[ic.Index], ic.Column)
+		unique[ic.Index] = ic.NonUnique == 0
+	}
+	require.Equal(t, []string{"tenant", "scope", "key_hash"}, indexes["uk_idempotency_tenant_scope_key"])
+	require.True(t, unique["uk_idempotency_tenant_scope_key"])
+	require.Equal(t, []string{"expires_at"}, indexes["idx_idempotency_expires_at"])
+	require.Equal(t, []string{"status", "heartbeat_at"}, indexes["idx_idempotency_status_heartbeat"])
+	require.Equal(t, []string{"id"}, indexes["PRIMARY"])
+
+	const insert = `INSERT INTO idempotency_keys
+		(tenant, scope, key_hash, request_fingerprint, status, claim_nonce, created_at, started_at, heartbeat_at, expires_at)
+		VALUES (?, 'demo', ?, ?, 'started', 'nonce', UTC_TIMESTAMP(6), UTC_TIMESTAMP(6), UTC_TIMESTAMP(6),
+		        UTC_TIMESTAMP(6) + INTERVAL 1 DAY)`
+	hash := strings.Repeat("a", 64)
+
+	// Binary collation: tenants differing only in case are different tenants.
+	_, err := db.ExecContext(ctx, insert, "Acme", hash, hash)
+	require.NoError(t, err)
+	_, err = db.ExecContext(ctx, insert, "acme", hash, hash)
+	require.NoError(t, err, "Acme and acme must not collide")
+
+	// The unique key holds within a tenant: duplicate key 1062.
+	_, err = db.ExecContext(ctx, insert, "acme", hash, hash)
+	requireMySQLError(t, err, 1062)
+
+	// Strict mode: a 65-character tenant is an error, never a silent truncation.
+	_, err = db.ExecContext(ctx, insert, strings.Repeat("t", 65), hash, hash)
+	requireMySQLError(t, err, 1406)
+
+	var n int
+	require.NoError(t, db.GetContext(ctx, &n, `SELECT COUNT(*) FROM idempotency_keys`))
+	require.Equal(t, 2, n)
+
+	// attempt_count defaults to 1.
+	var attempts int
+	require.NoError(t, db.GetContext(ctx, &attempts, `SELECT attempt_count FROM idempotency_keys WHERE tenant = 'Acme'`))
+	require.Equal(t, 1, attempts)
+}
+
+func requireMySQLError(t *testing.T, err error, number uint16) {
+	t.Helper()
+	var myErr *mysql.MySQLError
+	require.True(t, errors.As(err, &myErr), "want MySQL error %d, got %v", number, err)
+	require.Equal(t, number, myErr.Number, "MySQL error: %v", myErr)
+}
