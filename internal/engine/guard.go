@@ -267,7 +267,7 @@ func (g *Guard) execute(ctx context.Context, p prepared, op Operation) (Result, 
 				return g.runOwned(ctx, p, op, owned{id: id, nonce: nonce, attempt: 1, firstSeen: g.now()})
 			}
 			if !errors.Is(err, ErrDuplicate) {
-				return Result{}, g.storeErr(p, "claim", err)
+				return Result{}, g.storeErr(ctx, p, "claim", err)
 			}
 		}
 		rec, err := g.get(ctx, p)
@@ -280,7 +280,7 @@ func (g *Guard) execute(ctx context.Context, p prepared, op Operation) (Result, 
 			continue
 		}
 		if err != nil {
-			return Result{}, g.storeErr(p, "read", err)
+			return Result{}, g.storeErr(ctx, p, "read", err)
 		}
 		needClaim = false
 
@@ -307,7 +307,7 @@ func (g *Guard) execute(ctx context.Context, p prepared, op Operation) (Result, 
 
 		switch rec.Status {
 		case RowSucceeded:
-			res, err := g.replay(p, rec)
+			res, err := g.replay(ctx, p, rec)
 			if err != nil {
 				return Result{}, err
 			}
@@ -317,7 +317,7 @@ func (g *Guard) execute(ctx context.Context, p prepared, op Operation) (Result, 
 		case RowFailed:
 			env, err := decodeStored(rec)
 			if err != nil {
-				return Result{}, g.storeErr(p, "read", err)
+				return Result{}, g.storeErr(ctx, p, "read", err)
 			}
 			final := env.StopReason == sanitize.Abandoned || env.StopReason == sanitize.RetryLimit
 			if final || rec.Attempts >= p.settings.MaxAttempts {
@@ -348,6 +348,10 @@ func (g *Guard) execute(ctx context.Context, p prepared, op Operation) (Result, 
 				start := g.now()
 				sleepCtx(ctx, min(poll.next(), waitUntil.Sub(start)))
 				g.emit(Event{Kind: EventWaited, Scope: p.scope, Duration: g.now().Sub(start)})
+				if ctx.Err() != nil { // the caller stopped waiting
+					g.emit(Event{Kind: EventInProgress, Scope: p.scope})
+					return g.inProgress(p, rec), nil
+				}
 				continue
 			}
 			if p.settings.StalePolicy == StaleFail || rec.Attempts >= p.settings.MaxAttempts {
@@ -375,7 +379,7 @@ func (g *Guard) execute(ctx context.Context, p prepared, op Operation) (Result, 
 			races++
 
 		default:
-			return Result{}, g.storeErr(p, "read", fmt.Errorf("unknown row status %q", rec.Status))
+			return Result{}, g.storeErr(ctx, p, "read", fmt.Errorf("unknown row status %q", rec.Status))
 		}
 	}
 }
@@ -547,15 +551,15 @@ func callOperation(ctx context.Context, op Operation) (v any, err error) {
 	return op(ctx)
 }
 
-func (g *Guard) replay(p prepared, rec Record) (Result, error) {
+func (g *Guard) replay(ctx context.Context, p prepared, rec Record) (Result, error) {
 	env, err := decodeStored(rec)
 	if err != nil {
-		return Result{}, g.storeErr(p, "read", err)
+		return Result{}, g.storeErr(ctx, p, "read", err)
 	}
 	env.Cached = true
 	body, err := sanitize.Marshal(env)
 	if err != nil {
-		return Result{}, g.storeErr(p, "read", err)
+		return Result{}, g.storeErr(ctx, p, "read", err)
 	}
 	res := Result{Status: StatusSucceeded, Envelope: env, Body: body, StatusCode: cmp.Or(rec.ResponseCode, http.StatusOK),
 		Cached: true, StopReason: env.StopReason, Attempt: rec.Attempts, FirstSeen: rec.CreatedAt,
@@ -621,7 +625,7 @@ func (g *Guard) reclaim(ctx context.Context, p prepared, rp ReclaimParams) (bool
 	defer cancel()
 	won, err := g.store.Reclaim(ctx, rp)
 	if err != nil {
-		return false, g.storeErr(p, "reclaim "+rp.Kind.String(), err)
+		return false, g.storeErr(ctx, p, "reclaim "+rp.Kind.String(), err)
 	}
 	return won, nil
 }
@@ -629,14 +633,14 @@ func (g *Guard) reclaim(ctx context.Context, p prepared, rp ReclaimParams) (bool
 func (g *Guard) abandon(ctx context.Context, p prepared, rec Record, reason sanitize.StopReason) error {
 	body, err := sanitize.Marshal(sanitize.Failure(reason))
 	if err != nil {
-		return g.storeErr(p, "abandon", err)
+		return g.storeErr(ctx, p, "abandon", err)
 	}
 	ctx, cancel := g.storeCtx(context.WithoutCancel(ctx))
 	defer cancel()
 	won, err := g.store.Abandon(ctx, AbandonParams{ID: rec.ID, OldNonce: rec.ClaimNonce, OldAttempts: rec.Attempts,
 		StaleAfter: p.settings.StaleAfter, Response: body, ResponseCode: http.StatusBadGateway, TTL: p.settings.TTL})
 	if err != nil {
-		return g.storeErr(p, "abandon", err)
+		return g.storeErr(ctx, p, "abandon", err)
 	}
 	if won {
 		g.emit(Event{Kind: EventAbandoned, Scope: p.scope, Reason: reason})
@@ -667,7 +671,7 @@ func (g *Guard) complete(ctx context.Context, p prepared, cp CompleteParams) (bo
 		}
 		lastErr = err
 	}
-	return false, g.storeErr(p, "commit", lastErr)
+	return false, g.storeErr(ctx, p, "commit", lastErr)
 }
 
 func (g *Guard) committedEarlier(ctx context.Context, p prepared, cp CompleteParams) bool {
@@ -675,10 +679,14 @@ func (g *Guard) committedEarlier(ctx context.Context, p prepared, cp CompletePar
 	return err == nil && rec.ID == cp.ID && rec.ClaimNonce == cp.Nonce && rec.Status == cp.Status
 }
 
-func (g *Guard) storeErr(p prepared, op string, err error) error {
+func (g *Guard) storeErr(ctx context.Context, p prepared, op string, err error) error {
 	var se *StoreError
 	if errors.As(err, &se) {
 		return err
+	}
+	if ctx.Err() != nil {
+		// The caller gave up; not the store's failure, so no alarm.
+		return &StoreError{Op: op, Err: err}
 	}
 	g.emit(Event{Kind: EventStoreError, Scope: p.scope, StoreOp: op})
 	g.log.Error("guard: store call failed", g.attrs(p, slog.String("op", op), slog.Any("err", err))...)

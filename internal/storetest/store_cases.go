@@ -317,4 +317,3 @@ var storeCases = map[string]func(t *testing.T, h *Harness){
 		require.Error(t, h.Store.Ping(ctxFor(t)))
 	},
 }
-

@@ -96,7 +96,7 @@ func newGuard(t testing.TB, h *Harness, opts ...guardOpt) (*engine.Guard, *logBu
 }
 
 func withSecret(s []byte) guardOpt { return func(c *engine.Config) { c.Secret = s } }
-func withoutCache() guardOpt      { return func(c *engine.Config) { c.ReplayCacheSize = -1 } }
+func withoutCache() guardOpt       { return func(c *engine.Config) { c.ReplayCacheSize = -1 } }
 func withHeartbeat(d time.Duration) guardOpt {
 	return func(c *engine.Config) { c.HeartbeatEvery = d }
 }

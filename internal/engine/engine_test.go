@@ -1,0 +1,279 @@
+package engine_test
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	"go.uber.org/goleak"
+
+	"github.com/idemguard/idemguard/internal/engine"
+	"github.com/idemguard/idemguard/internal/memstore"
+	"github.com/idemguard/idemguard/sanitize"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+var secret = []byte("engine-test-secret-0123456789abcdef")
+
+type testBundle struct {
+	store *memstore.Store
+	guard *engine.Guard
+	clock *fakeClock
+}
+
+type fakeClock struct {
+	mu  sync.Mutex
+	now time.Time
+}
+
+func (c *fakeClock) Now() time.Time { c.mu.Lock(); defer c.mu.Unlock(); return c.now }
+func (c *fakeClock) Advance(d time.Duration) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.now = c.now.Add(d)
+}
+
+func setup(t *testing.T, mutate ...func(*engine.Config)) *testBundle {
+	t.Helper()
+	clock := &fakeClock{now: time.Date(2026, 11, 20, 3, 0, 0, 0, time.UTC)}
+	store := memstore.New(memstore.WithClock(clock.Now))
+	cfg := engine.Config{Store: store, Secret: secret, Now: clock.Now}
+	for _, m := range mutate {
+		m(&cfg)
+	}
+	g, err := engine.New(cfg)
+	require.NoError(t, err)
+	t.Cleanup(func() { require.NoError(t, g.Close(context.Background())) })
+	return &testBundle{store: store, guard: g, clock: clock}
+}
+
+func okOp(runs *atomic.Int32) engine.Operation {
+	return func(context.Context) (any, error) {
+		runs.Add(1)
+		return map[string]any{"ok": true, "data": map[string]any{"n": 1}}, nil
+	}
+}
+
+func TestConfigValidation(t *testing.T) {
+	t.Parallel()
+	store := memstore.New()
+	for name, tc := range map[string]struct {
+		cfg  engine.Config
+		want string
+	}{
+		"no store":     {engine.Config{Secret: secret}, "Config.Store"},
+		"short secret": {engine.Config{Store: store, Secret: []byte("short")}, "Config.Secret"},
+		"bad default":  {engine.Config{Store: store, Secret: secret, Defaults: engine.Settings{StaleAfter: time.Millisecond}}, "StaleAfter"},
+		"bad policy":   {engine.Config{Store: store, Secret: secret, Defaults: engine.Settings{StalePolicy: "never"}}, "StalePolicy"},
+		"bad size":     {engine.Config{Store: store, Secret: secret, Sanitize: sanitize.Policy{MaxBytes: 10}}, "MaxBytes"},
+		"negative":     {engine.Config{Store: store, Secret: secret, MaxWait: -1}, "negative"},
+	} {
+		_, err := engine.New(tc.cfg)
+		require.ErrorContains(t, err, tc.want, name)
+	}
+}
+
+func TestReplayCacheRespectsTTLAndMaxAge(t *testing.T) {
+	t.Parallel()
+	var events []engine.Event
+	var mu sync.Mutex
+	b := setup(t, func(c *engine.Config) {
+		c.ReplayCacheMaxAge = time.Minute
+		c.Observe = func(e engine.Event) { mu.Lock(); events = append(events, e); mu.Unlock() }
+	})
+	var runs atomic.Int32
+	call := engine.Call{Tenant: "acme", Scope: "s", Inputs: 1, Settings: engine.Settings{TTL: 10 * time.Minute}}
+	first, err := b.guard.WithIdempotency(context.Background(), call, okOp(&runs))
+	require.NoError(t, err)
+	fromMemory := func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		e := events[len(events)-1]
+		return e.Kind == engine.EventReplayed && e.FromMemory
+	}
+
+	r, err := b.guard.WithIdempotency(context.Background(), call, okOp(&runs))
+	require.NoError(t, err)
+	require.True(t, fromMemory(), "a fresh commit is cached")
+	require.Equal(t, string(first.Body), strings.Replace(string(r.Body), `"cached":true`, `"cached":false`, 1))
+
+	b.clock.Advance(2 * time.Minute) // past ReplayCacheMaxAge: ask the store again
+	r, err = b.guard.WithIdempotency(context.Background(), call, okOp(&runs))
+	require.NoError(t, err)
+	require.True(t, r.Cached)
+	require.False(t, fromMemory())
+
+	b.clock.Advance(9 * time.Minute) // past the row's TTL: never served from memory
+	r, err = b.guard.WithIdempotency(context.Background(), call, okOp(&runs))
+	require.NoError(t, err)
+	require.False(t, r.Cached, "an expired key runs again")
+	require.EqualValues(t, 2, runs.Load())
+}
+
+func TestReplayCacheEvictsLeastRecentlyUsed(t *testing.T) {
+	t.Parallel()
+	var fromMemory atomic.Int32
+	b := setup(t, func(c *engine.Config) {
+		c.ReplayCacheSize = 2
+		c.Observe = func(e engine.Event) {
+			if e.FromMemory {
+				fromMemory.Add(1)
+			}
+		}
+	})
+	var runs atomic.Int32
+	for _, in := range []int{1, 2, 1, 3, 1, 2} { // 3 evicts 2 (1 was used more recently)
+		_, err := b.guard.WithIdempotency(context.Background(), engine.Call{Tenant: "acme", Scope: "s", Inputs: in}, okOp(&runs))
+		require.NoError(t, err)
+	}
+	require.EqualValues(t, 3, runs.Load())
+	require.EqualValues(t, 2, fromMemory.Load(), "the two replays of 1 come from memory, the replay of 2 from the store")
+}
+
+func TestCloseRecordsCutOffOperations(t *testing.T) {
+	t.Parallel()
+	for policy, want := range map[engine.StalePolicy]sanitize.StopReason{
+		engine.StaleTakeover: sanitize.Timeout,
+		engine.StaleFail:     sanitize.Abandoned,
+	} {
+		t.Run(string(policy), func(t *testing.T) {
+			t.Parallel()
+			clock := time.Now
+			store := memstore.New(memstore.WithClock(clock))
+			g, err := engine.New(engine.Config{Store: store, Secret: secret})
+			require.NoError(t, err)
+			started := make(chan struct{})
+			var cause atomic.Value
+			done := make(chan engine.Result, 1)
+			call := engine.Call{Tenant: "acme", Scope: "s", Inputs: 1, Settings: engine.Settings{StalePolicy: policy}}
+			go func() {
+				r, _ := g.WithIdempotency(context.Background(), call, func(ctx context.Context) (any, error) {
+					close(started)
+					<-ctx.Done()
+					cause.Store(context.Cause(ctx))
+					return nil, ctx.Err()
+				})
+				done <- r
+			}()
+			<-started
+			require.NoError(t, g.Close(context.Background()))
+			r := <-done
+			require.ErrorIs(t, cause.Load().(error), engine.ErrShuttingDown)
+			require.Equal(t, want, r.StopReason)
+			rows := store.Rows()
+			require.Len(t, rows, 1)
+			require.Equal(t, engine.RowFailed, rows[0].Status)
+			require.Contains(t, string(rows[0].Response), string(want))
+		})
+	}
+}
+
+func TestDetachedOperationOutlivesItsCaller(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	release := make(chan struct{})
+	done := make(chan engine.Result, 1)
+	go func() {
+		r, _ := b.guard.WithIdempotency(ctx, engine.Call{Tenant: "acme", Scope: "s", Inputs: 1, Detach: true},
+			func(opCtx context.Context) (any, error) {
+				cancel() // the client hangs up
+				<-release
+				return map[string]any{"ok": true}, opCtx.Err()
+			})
+		done <- r
+	}()
+	close(release)
+	r := <-done
+	require.Equal(t, engine.StatusSucceeded, r.Status, "a detached operation is not cancelled with its caller")
+}
+
+// flakyStore loses the reply of the first Complete after applying it.
+type flakyStore struct {
+	*memstore.Store
+	failed atomic.Bool
+}
+
+func (f *flakyStore) Complete(ctx context.Context, p engine.CompleteParams) (bool, error) {
+	ok, err := f.Store.Complete(ctx, p)
+	if err == nil && ok && f.failed.CompareAndSwap(false, true) {
+		return false, errors.New("connection reset while reading the reply")
+	}
+	return ok, err
+}
+
+func TestCommitWhoseReplyWasLostCountsAsCommitted(t *testing.T) {
+	t.Parallel()
+	store := &flakyStore{Store: memstore.New()}
+	g, err := engine.New(engine.Config{Store: store, Secret: secret})
+	require.NoError(t, err)
+	defer g.Close(context.Background())
+	var runs atomic.Int32
+	r, err := g.WithIdempotency(context.Background(), engine.Call{Tenant: "acme", Scope: "s", Inputs: 1}, okOp(&runs))
+	require.NoError(t, err)
+	require.True(t, store.failed.Load())
+	require.False(t, r.LostClaim, "the retry found our own commit")
+	require.False(t, r.CompletedAt.IsZero())
+}
+
+func TestWaitStopsWhenTheCallerGivesUp(t *testing.T) {
+	t.Parallel()
+	b := setup(t, func(c *engine.Config) { c.Now = time.Now })
+	release := make(chan struct{})
+	started := make(chan struct{})
+	go func() {
+		_, _ = b.guard.WithIdempotency(context.Background(), engine.Call{Tenant: "acme", Scope: "s", Inputs: 1},
+			func(context.Context) (any, error) { close(started); <-release; return map[string]any{"ok": true}, nil })
+	}()
+	defer close(release)
+	<-started
+	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+	defer cancel()
+	start := time.Now()
+	r, err := b.guard.WithIdempotency(ctx, engine.Call{Tenant: "acme", Scope: "s", Inputs: 1, Wait: time.Minute},
+		func(context.Context) (any, error) { return nil, nil })
+	require.NoError(t, err)
+	require.Equal(t, engine.StatusInProgress, r.Status)
+	require.Less(t, time.Since(start), 10*time.Second, "the wait ended with the caller's context")
+}
+
+func TestMaxWaitCapsTheWait(t *testing.T) {
+	t.Parallel()
+	b := setup(t, func(c *engine.Config) { c.Now = time.Now; c.MaxWait = 100 * time.Millisecond })
+	release := make(chan struct{})
+	started := make(chan struct{})
+	go func() {
+		_, _ = b.guard.WithIdempotency(context.Background(), engine.Call{Tenant: "acme", Scope: "s", Inputs: 1},
+			func(context.Context) (any, error) { close(started); <-release; return map[string]any{"ok": true}, nil })
+	}()
+	defer close(release)
+	<-started
+	start := time.Now()
+	r, err := b.guard.WithIdempotency(context.Background(), engine.Call{Tenant: "acme", Scope: "s", Inputs: 1, Wait: time.Hour},
+		func(context.Context) (any, error) { return nil, nil })
+	require.NoError(t, err)
+	require.Equal(t, engine.StatusInProgress, r.Status)
+	require.Less(t, time.Since(start), 10*time.Second)
+}
+
+func TestResponseStatusCodeValidation(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	r, err := b.guard.WithIdempotency(context.Background(), engine.Call{Tenant: "acme", Scope: "s", Inputs: 1},
+		func(context.Context) (any, error) {
+			return engine.Response{StatusCode: 999, Value: map[string]any{"ok": true}}, nil
+		})
+	require.NoError(t, err)
+	require.Equal(t, engine.StatusFailed, r.Status)
+	require.ErrorContains(t, r.Err, "999")
+	r, err = b.guard.WithIdempotency(context.Background(), engine.Call{Tenant: "acme", Scope: "s", Inputs: 2},
+		func(context.Context) (any, error) { return "not an object", nil })
+	require.NoError(t, err)
+	require.Equal(t, engine.StatusFailed, r.Status)
+}

@@ -1,0 +1,232 @@
+// Package mysqlstore is the engine.Store on MySQL 8.x / MariaDB 10.11+ (and
+// TiDB), through sqlx. Every method is one autocommit statement; ownership is
+// decided only by the INSERT's unique key and by nonce-guarded UPDATEs whose
+// affected-row count is checked. Every time is the database's clock
+// (UTC_TIMESTAMP(6)), never the application server's.
+//
+// go-sql-driver reports rows *changed*, not rows matched. Every guarded
+// UPDATE here changes at least one column of the row it matches — a new
+// claim_nonce, a new status, or (heartbeat) a timestamp forced to move
+// forward — so "1 row changed" means "we matched and won".
+package mysqlstore
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/go-sql-driver/mysql"
+	"github.com/jmoiron/sqlx"
+
+	"github.com/idemguard/idemguard/internal/engine"
+)
+
+var _ engine.Store = (*Store)(nil)
+
+// MySQL error numbers the store acts on. They are matched by number, never
+// by message text (MySQL and MariaDB word them differently).
+const (
+	errDupEntry = 1062 // ER_DUP_ENTRY: the unique key exists
+	errDeadlock = 1213 // ER_LOCK_DEADLOCK: also a Galera certification failure / TiDB write conflict
+)
+
+// errLostRace is interpretError's answer for 1213: another writer won.
+var errLostRace = errors.New("mysqlstore: lost a write race (1213)")
+
+// Store is the MySQL engine.Store. It is safe for concurrent use.
+type Store struct {
+	db *sqlx.DB
+}
+
+// New returns a Store over db, which should come from mysqlconn.Open (UTC,
+// parseTime, strict SQL mode).
+func New(db *sqlx.DB) *Store { return &Store{db: db} }
+
+// DB returns the underlying pool.
+func (s *Store) DB() *sqlx.DB { return s.db }
+
+// interpretError is the one place that reads driver errors.
+func interpretError(err error) error {
+	if err == nil {
+		return nil
+	}
+	if errors.Is(err, sql.ErrNoRows) {
+		return engine.ErrNotFound
+	}
+	var me *mysql.MySQLError
+	if errors.As(err, &me) {
+		switch me.Number {
+		case errDupEntry:
+			return engine.ErrDuplicate
+		case errDeadlock:
+			return errLostRace
+		}
+	}
+	return err
+}
+
+func micros(d time.Duration) int64 { return d.Microseconds() }
+
+const claimSQL = `INSERT INTO idempotency_keys
+  (tenant, scope, key_hash, request_fingerprint, status, attempt_count, claim_nonce,
+   created_at, started_at, heartbeat_at, expires_at)
+VALUES (?, ?, ?, ?, 'started', 1, ?,
+   UTC_TIMESTAMP(6), UTC_TIMESTAMP(6), UTC_TIMESTAMP(6), UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND)`
+
+// Claim implements engine.Store. Never INSERT IGNORE: it would turn a
+// truncation or a bad value into a warning and a silently different row.
+func (s *Store) Claim(ctx context.Context, p engine.ClaimParams) (uint64, error) {
+	res, err := s.db.ExecContext(ctx, claimSQL, p.Tenant, p.Scope, p.KeyHash, p.Fingerprint, p.Nonce, micros(p.TTL))
+	switch err := interpretError(err); {
+	case errors.Is(err, errLostRace):
+		// Multi-primary: the other writer's row may not be visible yet; the
+		// engine re-reads and, if absent, claims again after a jittered pause.
+		return 0, engine.ErrDuplicate
+	case err != nil:
+		return 0, err
+	}
+	id, err := res.LastInsertId()
+	if err != nil {
+		return 0, err
+	}
+	return uint64(id), nil
+}
+
+type row struct {
+	ID           uint64        `db:"id"`
+	Tenant       string        `db:"tenant"`
+	Scope        string        `db:"scope"`
+	KeyHash      string        `db:"key_hash"`
+	Fingerprint  string        `db:"request_fingerprint"`
+	Status       string        `db:"status"`
+	Attempts     int           `db:"attempt_count"`
+	ClaimNonce   string        `db:"claim_nonce"`
+	Response     []byte        `db:"response_json"`
+	ResponseCode sql.NullInt32 `db:"response_code"`
+	CreatedAt    time.Time     `db:"created_at"`
+	StartedAt    time.Time     `db:"started_at"`
+	HeartbeatAt  sql.NullTime  `db:"heartbeat_at"`
+	CompletedAt  sql.NullTime  `db:"completed_at"`
+	ExpiresAt    time.Time     `db:"expires_at"`
+	Now          time.Time     `db:"db_now"`
+}
+
+const getSQL = `SELECT id, tenant, scope, key_hash, request_fingerprint, status, attempt_count, claim_nonce,
+  response_json, response_code, created_at, started_at, heartbeat_at, completed_at, expires_at,
+  UTC_TIMESTAMP(6) AS db_now
+FROM idempotency_keys WHERE tenant = ? AND scope = ? AND key_hash = ?`
+
+// Get implements engine.Store.
+func (s *Store) Get(ctx context.Context, tenant, scope, keyHash string) (engine.Record, error) {
+	var r row
+	if err := interpretError(s.db.QueryRowxContext(ctx, getSQL, tenant, scope, keyHash).StructScan(&r)); err != nil {
+		return engine.Record{}, err
+	}
+	return engine.Record{ID: r.ID, Tenant: r.Tenant, Scope: r.Scope, KeyHash: r.KeyHash, Fingerprint: r.Fingerprint,
+		Status: engine.RowStatus(r.Status), Attempts: r.Attempts, ClaimNonce: r.ClaimNonce, Response: r.Response,
+		ResponseCode: int(r.ResponseCode.Int32), CreatedAt: r.CreatedAt, StartedAt: r.StartedAt,
+		HeartbeatAt: r.HeartbeatAt.Time, CompletedAt: r.CompletedAt.Time, ExpiresAt: r.ExpiresAt, Now: r.Now}, nil
+}
+
+// Every reclaim changes claim_nonce, so a matched row is a changed row.
+const (
+	reclaimExpiredSQL = `UPDATE idempotency_keys SET
+  status = 'started', claim_nonce = ?, attempt_count = 1, request_fingerprint = ?,
+  response_json = NULL, response_code = NULL, completed_at = NULL,
+  created_at = UTC_TIMESTAMP(6), started_at = UTC_TIMESTAMP(6), heartbeat_at = UTC_TIMESTAMP(6),
+  expires_at = UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND
+WHERE id = ? AND claim_nonce = ? AND attempt_count = ?
+  AND expires_at < UTC_TIMESTAMP(6)
+  AND NOT (status = 'started' AND COALESCE(heartbeat_at, started_at) >= UTC_TIMESTAMP(6) - INTERVAL ? MICROSECOND)`
+
+	reclaimStaleSQL = `UPDATE idempotency_keys SET
+  claim_nonce = ?, attempt_count = attempt_count + 1,
+  started_at = UTC_TIMESTAMP(6), heartbeat_at = UTC_TIMESTAMP(6)
+WHERE id = ? AND status = 'started' AND claim_nonce = ? AND attempt_count = ?
+  AND COALESCE(heartbeat_at, started_at) < UTC_TIMESTAMP(6) - INTERVAL ? MICROSECOND`
+
+	reclaimFailedSQL = `UPDATE idempotency_keys SET
+  status = 'started', claim_nonce = ?, attempt_count = attempt_count + 1,
+  response_json = NULL, response_code = NULL, completed_at = NULL,
+  started_at = UTC_TIMESTAMP(6), heartbeat_at = UTC_TIMESTAMP(6),
+  expires_at = GREATEST(expires_at, UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND)
+WHERE id = ? AND status = 'failed' AND claim_nonce = ? AND attempt_count = ?
+  AND attempt_count < ? AND expires_at >= UTC_TIMESTAMP(6)`
+)
+
+// Reclaim implements engine.Store.
+func (s *Store) Reclaim(ctx context.Context, p engine.ReclaimParams) (bool, error) {
+	switch p.Kind {
+	case engine.ReclaimExpired:
+		return s.guarded(ctx, reclaimExpiredSQL, p.NewNonce, p.Fingerprint, micros(p.TTL),
+			p.ID, p.OldNonce, p.OldAttempts, micros(p.StaleAfter))
+	case engine.ReclaimStale:
+		return s.guarded(ctx, reclaimStaleSQL, p.NewNonce, p.ID, p.OldNonce, p.OldAttempts, micros(p.StaleAfter))
+	case engine.ReclaimFailed:
+		return s.guarded(ctx, reclaimFailedSQL, p.NewNonce, micros(p.TTL), p.ID, p.OldNonce, p.OldAttempts, p.MaxAttempts)
+	}
+	return false, fmt.Errorf("mysqlstore: unknown reclaim kind %d", p.Kind)
+}
+
+// status changes from started to failed.
+const abandonSQL = `UPDATE idempotency_keys SET
+  status = 'failed', response_json = ?, response_code = ?,
+  completed_at = UTC_TIMESTAMP(6), expires_at = UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND
+WHERE id = ? AND status = 'started' AND claim_nonce = ? AND attempt_count = ?
+  AND COALESCE(heartbeat_at, started_at) < UTC_TIMESTAMP(6) - INTERVAL ? MICROSECOND`
+
+// Abandon implements engine.Store.
+func (s *Store) Abandon(ctx context.Context, p engine.AbandonParams) (bool, error) {
+	// JSON goes in as a string: MySQL 8 refuses binary-charset values in a JSON column.
+	return s.guarded(ctx, abandonSQL, string(p.Response), p.ResponseCode, micros(p.TTL),
+		p.ID, p.OldNonce, p.OldAttempts, micros(p.StaleAfter))
+}
+
+// heartbeat_at always moves forward, by at least a microsecond, so a renewal
+// in the same microsecond as the claim still changes the row.
+const heartbeatSQL = `UPDATE idempotency_keys
+SET heartbeat_at = GREATEST(UTC_TIMESTAMP(6), COALESCE(heartbeat_at, started_at) + INTERVAL 1 MICROSECOND)
+WHERE id = ? AND status = 'started' AND claim_nonce = ?`
+
+// Heartbeat implements engine.Store.
+func (s *Store) Heartbeat(ctx context.Context, id uint64, nonce string) (bool, error) {
+	return s.guarded(ctx, heartbeatSQL, id, nonce)
+}
+
+// status changes from started to succeeded or failed.
+const completeSQL = `UPDATE idempotency_keys SET
+  status = ?, response_json = ?, response_code = ?,
+  completed_at = UTC_TIMESTAMP(6), expires_at = UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND
+WHERE id = ? AND status = 'started' AND claim_nonce = ?`
+
+// Complete implements engine.Store.
+func (s *Store) Complete(ctx context.Context, p engine.CompleteParams) (bool, error) {
+	if p.Status != engine.RowSucceeded && p.Status != engine.RowFailed {
+		return false, fmt.Errorf("mysqlstore: cannot complete with status %q", p.Status)
+	}
+	return s.guarded(ctx, completeSQL, string(p.Status), string(p.Response), p.ResponseCode, micros(p.TTL), p.ID, p.Nonce)
+}
+
+// guarded runs a guarded UPDATE and reports whether it changed exactly one row.
+func (s *Store) guarded(ctx context.Context, query string, args ...any) (bool, error) {
+	res, err := s.db.ExecContext(ctx, query, args...)
+	switch err := interpretError(err); {
+	case errors.Is(err, errLostRace):
+		return false, nil // another writer won; the engine re-reads
+	case err != nil:
+		return false, err
+	}
+	n, err := res.RowsAffected()
+	if err != nil {
+		return false, err
+	}
+	if n > 1 {
+		return false, fmt.Errorf("mysqlstore: guarded update changed %d rows", n)
+	}
+	return n == 1, nil
+}
+
+// Ping implements engine.Store.
+func (s *Store) Ping(ctx context.Context) error { return s.db.PingContext(ctx) }
