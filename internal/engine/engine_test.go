@@ -277,3 +277,39 @@ func TestResponseStatusCodeValidation(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, engine.StatusFailed, r.Status)
 }
+
+func TestWaitIsReportedOncePerCall(t *testing.T) {
+	t.Parallel()
+	var mu sync.Mutex
+	var waits []time.Duration
+	b := setup(t, func(c *engine.Config) {
+		c.Now = time.Now
+		c.Observe = func(e engine.Event) {
+			if e.Kind == engine.EventWaited {
+				mu.Lock()
+				waits = append(waits, e.Duration)
+				mu.Unlock()
+			}
+		}
+	})
+	release := make(chan struct{})
+	started := make(chan struct{})
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		_, _ = b.guard.WithIdempotency(context.Background(), engine.Call{Tenant: "acme", Scope: "s", Inputs: 1},
+			func(context.Context) (any, error) { close(started); <-release; return map[string]any{"ok": true}, nil })
+	}()
+	<-started
+	time.AfterFunc(300*time.Millisecond, func() { close(release) })
+	r, err := b.guard.WithIdempotency(context.Background(), engine.Call{Tenant: "acme", Scope: "s", Inputs: 1, Wait: 10 * time.Second},
+		func(context.Context) (any, error) { return nil, errors.New("must not run") })
+	require.NoError(t, err)
+	<-done
+	require.Equal(t, engine.StatusSucceeded, r.Status)
+	require.True(t, r.Cached)
+	mu.Lock()
+	defer mu.Unlock()
+	require.Len(t, waits, 1, "one observation per call, however many polls")
+	require.GreaterOrEqual(t, waits[0], 250*time.Millisecond)
+}

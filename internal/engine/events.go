@@ -14,7 +14,7 @@ const (
 	EventClaimed    EventKind = "claimed"     // a fresh (or expired) key was claimed
 	EventReplayed   EventKind = "replayed"    // a stored success was answered
 	EventInProgress EventKind = "in_progress" // a duplicate found the operation running
-	EventWaited     EventKind = "waited"      // one bounded-wait poll; Duration is the time slept
+	EventWaited     EventKind = "waited"      // a call waited for a running duplicate; Duration is the total wait
 	EventTakeover   EventKind = "takeover"    // a stale claim was taken over
 	EventRetried    EventKind = "retried"     // a failed key was claimed for another attempt
 	EventAbandoned  EventKind = "abandoned"   // a stale claim was marked failed (Reason says why)

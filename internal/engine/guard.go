@@ -254,6 +254,12 @@ func (g *Guard) execute(ctx context.Context, p prepared, op Operation) (Result, 
 		waitUntil = g.now().Add(p.wait)
 	}
 	poll := newBackoff(p.settings.StaleAfter)
+	var waited time.Duration
+	defer func() {
+		if waited > 0 {
+			g.emit(Event{Kind: EventWaited, Scope: p.scope, Duration: waited})
+		}
+	}()
 	needClaim, races := true, 0
 	for {
 		if races > maxRaces {
@@ -347,7 +353,7 @@ func (g *Guard) execute(ctx context.Context, p prepared, op Operation) (Result, 
 				races = 0
 				start := g.now()
 				sleepCtx(ctx, min(poll.next(), waitUntil.Sub(start)))
-				g.emit(Event{Kind: EventWaited, Scope: p.scope, Duration: g.now().Sub(start)})
+				waited += g.now().Sub(start)
 				if ctx.Err() != nil { // the caller stopped waiting
 					g.emit(Event{Kind: EventInProgress, Scope: p.scope})
 					return g.inProgress(p, rec), nil
