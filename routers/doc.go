@@ -1,0 +1,79 @@
+/*
+Package routers is idemguard's REST API (DESIGN §7): gin handlers for guarded
+operations, key lookup, health and metrics, with one function that maps
+errors to HTTP statuses. docs/openapi.yaml describes every route; a test
+checks it against the router built here.
+
+# Routes
+
+	POST /v1/ops/{scope}             run the scope's operation under an idempotency key
+	GET  /v1/ops/{scope}/keys/{key}  the record of a key (client key, or ~<key hash>)
+	GET  /healthz                    the process is up: 200 {"status":"ok"}
+	GET  /readyz                     Options.Ready: 200 {"status":"ok"} or 503 problem
+	GET  /metrics                    Options.Metrics (404 problem when nil)
+
+The /v1 routes need `Authorization: Bearer <api key>` (tenancy.Authenticator).
+
+# POST /v1/ops/{scope}
+
+Checks run in this order, and each failure answers before anything is stored
+or run:
+
+ 1. credentials → 401 (WWW-Authenticate: Bearer realm="idemguard")
+ 2. the scope is registered → 404
+ 3. Idempotency-Key: at most one header (400); a bare token or an RFC 8941
+    sf-string ("abc") holding 1–255 characters of [A-Za-z0-9_.:-] (400);
+    required when the scope says so (400)
+ 4. the body: at most Options.MaxBodyBytes (413); valid JSON, any JSON value
+    (400). An empty (or all-white-space) body is taken as {}, so a plain
+    `curl -X POST` works; the Content-Type is not checked.
+ 5. Prefer: wait=N (RFC 7240, integer seconds; the first wait preference
+    counts, invalid ones are ignored) is capped at Options.MaxWait and
+    answered with Preference-Applied: wait=N (N the capped wait, rounded up
+    to whole seconds). Set the engine's Config.MaxWait at least as high.
+
+Then the guard runs the scope's operation (detached from the request: a
+client that hangs up still gets the result on retry). Answers:
+
+  - succeeded: the result's status code and body verbatim (application/json).
+    A replay equals the first answer byte for byte except "cached":true, and
+    carries Idempotent-Replayed: true and Idempotent-Completed-At (RFC 3339,
+    UTC: when the answer was stored).
+  - in progress: 409 problem+json, stopReason in_progress, Retry-After
+    (Options.RetryAfter).
+  - failed: the result's status code (502) as problem+json with ok:false and
+    the stopReason (provider_error, timeout, rate_limited, retry_limit,
+    abandoned, ...). The body depends only on the status, the stopReason and
+    cached, so a replayed failure equals the first one except "cached":true.
+
+Every answer from the guard (200, 409, 502; 422 and 503 too when a client key
+was sent) carries Location: /v1/ops/{scope}/keys/{ref} and Idempotency-Key-Ref:
+{ref}, where ref is the client key or, for a derived key, "~" followed by the
+result's key hash. "~" is not allowed in a client key, so the two never
+collide.
+
+# Errors
+
+Errors are application/problem+json (RFC 9457): type (urn:idemguard:problem:…),
+title, status, detail, plus ok:false and stopReason. The detail never holds
+the client key, the body or the credentials.
+
+	400 invalid_input  malformed/missing/duplicate Idempotency-Key, invalid JSON, bad key reference
+	401 unknown        no or bad API key
+	404 unknown        unknown scope or route; key absent, expired or another tenant's (never 403)
+	405 unknown        method not allowed (Allow lists the methods)
+	409 in_progress    the key's operation is running (Retry-After)
+	413 invalid_input  body over Options.MaxBodyBytes
+	422 invalid_input  the client key was used with other inputs
+	500 unknown        a bug (logged with its stack)
+	503 unknown        store unreachable, or not ready (Retry-After: Options.UnavailableRetryAfter)
+
+# Logs
+
+One slog JSON line per request, "http: request", with method, route (the
+template, e.g. /v1/ops/:scope), status, duration_ms, and when known tenant,
+scope (registered scopes only), key_hash (a prefix, engine.ShortHash),
+stop_reason and replayed. Never the client key, body or Authorization.
+Requests to /healthz, /readyz and /metrics are logged at debug level.
+*/
+package routers

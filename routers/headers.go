@@ -1,0 +1,124 @@
+package routers
+
+import (
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/idemguard/idemguard/internal/keys"
+)
+
+// parseIdempotencyKey returns the client key of h, "" when there is no
+// Idempotency-Key header. The value is a bare token or an RFC 8941 sf-string
+// ("abc") without parameters; either way it must then be 1–255 characters
+// of [A-Za-z0-9_.:-] (keys.ValidateClientKey). Neither '"' nor '\' is such a
+// character, so an sf-string needs no unescaping: any escape is invalid. A
+// header present but empty is invalid, not absent; two headers (or one
+// holding a comma-separated list) are invalid.
+func parseIdempotencyKey(h http.Header) (string, error) {
+	values := h.Values(headerIdempotencyKey)
+	switch len(values) {
+	case 0:
+		return "", nil
+	case 1:
+	default:
+		return "", reject(errDuplicateKey, "send exactly one Idempotency-Key header, not %d", len(values))
+	}
+	v := strings.Trim(values[0], " \t")
+	if strings.HasPrefix(v, `"`) {
+		if len(v) < 2 || !strings.HasSuffix(v, `"`) {
+			return "", reject(errInvalidKey, `an Idempotency-Key that starts with a double quote must be an RFC 8941 string ending with one, without parameters, e.g. "order-123"`)
+		}
+		v = v[1 : len(v)-1]
+	}
+	if err := keys.ValidateClientKey(v); err != nil {
+		// The keys error says what is wrong (empty, length, position of
+		// the first bad character) without quoting the key.
+		why := strings.TrimPrefix(err.Error(), keys.ErrInvalidClientKey.Error()+": ")
+		return "", reject(errInvalidKey, "%s; an Idempotency-Key is 1 to %d characters of [A-Za-z0-9_.:-], as a bare token or a quoted string", why, keys.MaxClientKeyLen)
+	}
+	return v, nil
+}
+
+// parsePreferWait returns the wait asked for by the first wait preference of
+// the Prefer headers (RFC 7240: "wait=N", N whole seconds, the value a token
+// or quoted string), capped at maxWait, and whether one was found with
+// N > 0. Preferences the server cannot honour are ignored, as RFC 7240
+// says: a malformed or negative wait means no wait.
+func parsePreferWait(h http.Header, maxWait time.Duration) (time.Duration, bool) {
+	for _, header := range h.Values(headerPrefer) {
+		for _, pref := range splitOutsideQuotes(header, ',') {
+			// A preference may carry parameters after ';'; wait has none.
+			pref, _, _ = cutOutsideQuotes(pref, ';')
+			name, value, hasValue := strings.Cut(pref, "=")
+			if !strings.EqualFold(strings.Trim(name, " \t"), "wait") {
+				continue
+			}
+			// The first wait preference counts (RFC 7240 §2), valid or not.
+			if !hasValue {
+				return 0, false
+			}
+			value = strings.Trim(value, " \t")
+			if len(value) >= 2 && value[0] == '"' && value[len(value)-1] == '"' {
+				value = value[1 : len(value)-1]
+			}
+			return waitSeconds(value, maxWait)
+		}
+	}
+	return 0, false
+}
+
+// waitSeconds parses an RFC 7240 wait value (delta-seconds: digits only)
+// and caps it at maxWait.
+func waitSeconds(v string, maxWait time.Duration) (time.Duration, bool) {
+	if v == "" || strings.Trim(v, "0123456789") != "" {
+		return 0, false
+	}
+	v = strings.TrimLeft(v, "0")
+	if v == "" {
+		return 0, false // wait=0: do not wait
+	}
+	if len(v) > 9 { // over 31 years: surely more than the cap
+		return maxWait, maxWait > 0
+	}
+	n, _ := strconv.ParseInt(v, 10, 64) // at most 9 digits: cannot fail
+	if d := time.Duration(n) * time.Second; d < maxWait {
+		return d, true
+	}
+	return maxWait, maxWait > 0
+}
+
+// splitOutsideQuotes splits s at sep, except inside double-quoted strings
+// (with backslash escapes).
+func splitOutsideQuotes(s string, sep byte) []string {
+	var out []string
+	for {
+		head, tail, found := cutOutsideQuotes(s, sep)
+		out = append(out, head)
+		if !found {
+			return out
+		}
+		s = tail
+	}
+}
+
+func cutOutsideQuotes(s string, sep byte) (before, after string, found bool) {
+	quoted := false
+	for i := 0; i < len(s); i++ {
+		switch c := s[i]; {
+		case quoted && c == '\\':
+			i++
+		case c == '"':
+			quoted = !quoted
+		case !quoted && c == sep:
+			return s[:i], s[i+1:], true
+		}
+	}
+	return s, "", false
+}
+
+// preferenceApplied renders the applied wait: whole seconds, rounded up.
+func preferenceApplied(wait time.Duration) string {
+	return "wait=" + strconv.FormatInt(int64((wait+time.Second-1)/time.Second), 10)
+}

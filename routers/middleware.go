@@ -1,0 +1,132 @@
+package routers
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math"
+	"net/http"
+	"runtime/debug"
+	"time"
+
+	"github.com/gin-gonic/gin"
+
+	"github.com/idemguard/idemguard/tenancy"
+)
+
+var okBody = []byte(`{"status":"ok"}`)
+
+// healthz serves GET /healthz: the process answers.
+func (h *handlers) healthz(c *gin.Context) {
+	c.Data(http.StatusOK, contentJSON, okBody)
+}
+
+// readyz serves GET /readyz: Options.Ready within ReadyTimeout.
+func (h *handlers) readyz(c *gin.Context) {
+	if h.ready != nil {
+		ctx, cancel := context.WithTimeout(c.Request.Context(), ReadyTimeout)
+		defer cancel()
+		if err := h.ready(ctx); err != nil {
+			// The cause goes to the log only: it may name hosts or settings.
+			h.log.Warn("http: not ready", slog.Any("err", err))
+			h.fail(c, reject(errNotReady, "the service cannot serve requests yet (store unreachable or migrations pending)"))
+			return
+		}
+	}
+	c.Data(http.StatusOK, contentJSON, okBody)
+}
+
+// serveMetrics serves GET /metrics with Options.Metrics.
+func (h *handlers) serveMetrics(c *gin.Context) {
+	if h.metrics == nil {
+		h.fail(c, reject(errNoMetrics, "metrics are not enabled on this server"))
+		return
+	}
+	h.metrics.ServeHTTP(c.Writer, c.Request)
+}
+
+func (h *handlers) noRoute(c *gin.Context) {
+	h.fail(c, reject(errUnknownRoute, "no such route; see docs/openapi.yaml"))
+}
+
+func (h *handlers) noMethod(c *gin.Context) {
+	// gin has set the Allow header.
+	h.fail(c, reject(errMethodNotAllowed, "this route does not accept the method; see the Allow header"))
+}
+
+// probeRoutes are logged at debug level: probes and scrapes would drown the
+// request log.
+var probeRoutes = map[string]bool{routeHealthz: true, routeReadyz: true, routeMetrics: true}
+
+// requestLog writes one line per request. It logs the route template, never
+// the raw path (which holds client keys), and never the body, the client key
+// or the Authorization header.
+func (h *handlers) requestLog(c *gin.Context) {
+	start := time.Now()
+	c.Next()
+
+	route := c.FullPath()
+	if route == "" {
+		route = "unmatched"
+	}
+	status := c.Writer.Status()
+	attrs := []slog.Attr{
+		slog.String("method", c.Request.Method),
+		slog.String("route", route),
+		slog.Int("status", status),
+		slog.Float64("duration_ms", math.Round(float64(time.Since(start).Microseconds()))/1000),
+	}
+	if v, ok := c.Get(tenantKey); ok {
+		attrs = append(attrs, slog.String("tenant", string(v.(tenancy.ID))))
+	}
+	for _, k := range [...]struct{ ctx, log string }{
+		{scopeKey, "scope"}, {keyHashKey, "key_hash"}, {stopReasonKey, "stop_reason"},
+	} {
+		if v := c.GetString(k.ctx); v != "" {
+			attrs = append(attrs, slog.String(k.log, v))
+		}
+	}
+	if c.GetBool(replayedKey) {
+		attrs = append(attrs, slog.Bool("replayed", true))
+	}
+	level := slog.LevelInfo
+	switch {
+	case status >= 500:
+		level = slog.LevelError
+		if status == http.StatusServiceUnavailable || status == http.StatusBadGateway {
+			level = slog.LevelWarn // the cause is logged where it happened
+		}
+	case probeRoutes[route]:
+		level = slog.LevelDebug
+	}
+	h.log.LogAttrs(c.Request.Context(), level, "http: request", attrs...)
+}
+
+// recovery turns a handler panic into a logged 500 problem. Only the panic
+// value's type and the stack are logged: the value may hold request data.
+func (h *handlers) recovery(c *gin.Context) {
+	defer func() {
+		v := recover()
+		if v == nil {
+			return
+		}
+		if v == http.ErrAbortHandler {
+			panic(v)
+		}
+		h.log.Error("http: handler panicked", slog.String("route", c.FullPath()),
+			slog.String("panic_type", fmt.Sprintf("%T", v)), slog.String("stack", string(debug.Stack())))
+		if c.Writer.Written() {
+			c.Abort()
+			return
+		}
+		c.Writer.Header().Del(headerLocation)
+		c.Writer.Header().Del(headerKeyRef)
+		writeProblem(c, problemFor(errPanic))
+		c.Abort()
+	}()
+	c.Next()
+}
+
+// errPanic is the error of a recovered panic; problemFor maps it to 500.
+var errPanic = errors.New("handler panicked")

@@ -1,0 +1,298 @@
+package routers
+
+import (
+	"errors"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"regexp"
+	"slices"
+	"sort"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/gin-gonic/gin"
+	"github.com/stretchr/testify/require"
+	"go.yaml.in/yaml/v3"
+
+	"github.com/idemguard/idemguard/internal/engine"
+	"github.com/idemguard/idemguard/tenancy"
+)
+
+const openAPIPath = "../docs/openapi.yaml"
+
+// routeStatuses lists, per route, every status its handler can answer
+// (routers_test.go proves each). The document must list exactly these: a new
+// route needs a row here and a path in docs/openapi.yaml.
+var routeStatuses = map[string][]int{
+	"POST /v1/ops/{scope}":           {200, 400, 401, 404, 409, 413, 422, 500, 502, 503},
+	"GET /v1/ops/{scope}/keys/{key}": {200, 400, 401, 404, 500, 503},
+	"GET /healthz":                   {200, 500},
+	"GET /readyz":                    {200, 500, 503},
+	"GET /metrics":                   {200, 404, 500},
+}
+
+// routeHeaders lists, per route and status, the response headers the
+// handler sets and the document must describe.
+var routeHeaders = map[string]map[int][]string{
+	"POST /v1/ops/{scope}": {
+		200: {headerLocation, headerKeyRef, headerReplayed, headerCompletedAt, headerPreferenceApplied},
+		401: {"WWW-Authenticate"},
+		409: {headerRetryAfter, headerLocation, headerKeyRef, headerPreferenceApplied},
+		422: {headerLocation, headerKeyRef},
+		502: {headerLocation, headerKeyRef, headerReplayed, headerCompletedAt, headerPreferenceApplied},
+		503: {headerRetryAfter, headerLocation, headerKeyRef},
+	},
+	"GET /v1/ops/{scope}/keys/{key}": {401: {"WWW-Authenticate"}, 503: {headerRetryAfter}},
+	"GET /readyz":                    {503: {headerRetryAfter}},
+}
+
+// routeRequestHeaders lists the request headers each route reads.
+var routeRequestHeaders = map[string][]string{
+	"POST /v1/ops/{scope}": {headerIdempotencyKey, headerPrefer},
+}
+
+type yamlMap = map[string]any
+
+func loadOpenAPI(t *testing.T) yamlMap {
+	t.Helper()
+	raw, err := os.ReadFile(openAPIPath)
+	require.NoError(t, err)
+	var doc yamlMap
+	require.NoError(t, yaml.Unmarshal(raw, &doc))
+	return doc
+}
+
+var (
+	ginParam = regexp.MustCompile(`[:*]([A-Za-z0-9_]+)`)
+	docParam = regexp.MustCompile(`\{([^}]+)\}`)
+)
+
+// openAPIRoute turns a gin route into the document's form: :scope → {scope}.
+func openAPIRoute(method, path string) string {
+	return method + " " + ginParam.ReplaceAllString(path, "{$1}")
+}
+
+var httpMethods = []string{"get", "put", "post", "delete", "options", "head", "patch", "trace"}
+
+// docOperations returns the document's operations by "METHOD /path".
+func docOperations(doc yamlMap) map[string]yamlMap {
+	out := map[string]yamlMap{}
+	paths, _ := doc["paths"].(yamlMap)
+	for path, item := range paths {
+		item, _ := item.(yamlMap)
+		for _, m := range httpMethods {
+			if op, ok := item[m].(yamlMap); ok {
+				out[strings.ToUpper(m)+" "+path] = op
+			}
+		}
+	}
+	return out
+}
+
+// resolve follows a local $ref ("#/components/...").
+func resolve(doc yamlMap, node any) yamlMap {
+	m, _ := node.(yamlMap)
+	for i := 0; i < 10; i++ {
+		ref, ok := m["$ref"].(string)
+		if !ok {
+			return m
+		}
+		var cur any = doc
+		for _, part := range strings.Split(strings.TrimPrefix(ref, "#/"), "/") {
+			cm, _ := cur.(yamlMap)
+			cur = cm[part]
+		}
+		m, _ = cur.(yamlMap)
+	}
+	return m
+}
+
+// driftProblems compares the document with the routes gin has registered.
+func driftProblems(doc yamlMap, routes gin.RoutesInfo) []string {
+	var problems []string
+	registered := map[string]bool{}
+	for _, r := range routes {
+		registered[openAPIRoute(r.Method, r.Path)] = true
+	}
+	documented := docOperations(doc)
+	for r := range registered {
+		if _, ok := documented[r]; !ok {
+			problems = append(problems, fmt.Sprintf("route %s is registered but not documented in docs/openapi.yaml", r))
+		}
+		if _, ok := routeStatuses[r]; !ok {
+			problems = append(problems, fmt.Sprintf("route %s has no row in routeStatuses (openapi_test.go)", r))
+		}
+	}
+	for r, op := range documented {
+		if !registered[r] {
+			problems = append(problems, fmt.Sprintf("%s is documented but not registered", r))
+			continue
+		}
+		responses, _ := op["responses"].(yamlMap)
+		var got []int
+		for code, resp := range responses {
+			n, err := strconv.Atoi(code)
+			if err != nil {
+				problems = append(problems, fmt.Sprintf("%s documents response %q: list statuses explicitly", r, code))
+				continue
+			}
+			got = append(got, n)
+			if resolve(doc, resp)["description"] == nil {
+				problems = append(problems, fmt.Sprintf("%s %d has no description", r, n))
+			}
+		}
+		sort.Ints(got)
+		if want := routeStatuses[r]; !slices.Equal(got, want) {
+			problems = append(problems, fmt.Sprintf("%s documents statuses %v; the handler answers %v", r, got, want))
+		}
+		for status, headers := range routeHeaders[r] {
+			resp := resolve(doc, responses[strconv.Itoa(status)])
+			documentedHeaders, _ := resp["headers"].(yamlMap)
+			for _, h := range headers {
+				if resolve(doc, documentedHeaders[h]) == nil {
+					problems = append(problems, fmt.Sprintf("%s %d does not document the response header %s", r, status, h))
+				}
+			}
+		}
+		params := map[string]string{} // name → in
+		pathItem, _ := doc["paths"].(yamlMap)[strings.SplitN(r, " ", 2)[1]].(yamlMap)
+		for _, list := range []any{pathItem["parameters"], op["parameters"]} {
+			items, _ := list.([]any)
+			for _, p := range items {
+				p := resolve(doc, p)
+				name, _ := p["name"].(string)
+				in, _ := p["in"].(string)
+				params[name] = in
+				if in == "path" && p["required"] != true {
+					problems = append(problems, fmt.Sprintf("%s: path parameter %s must be required", r, name))
+				}
+			}
+		}
+		for _, m := range docParam.FindAllStringSubmatch(r, -1) {
+			if params[m[1]] != "path" {
+				problems = append(problems, fmt.Sprintf("%s: path parameter %s is not documented", r, m[1]))
+			}
+		}
+		for _, h := range routeRequestHeaders[r] {
+			if params[h] != "header" {
+				problems = append(problems, fmt.Sprintf("%s: request header %s is not documented", r, h))
+			}
+		}
+	}
+	sort.Strings(problems)
+	return problems
+}
+
+func TestOpenAPIMatchesRouter(t *testing.T) {
+	t.Parallel()
+	doc := loadOpenAPI(t)
+	require.True(t, strings.HasPrefix(fmt.Sprint(doc["openapi"]), "3.1."), "OpenAPI 3.1, got %v", doc["openapi"])
+
+	b := setup(t)
+	r, err := newEngine(b.opts)
+	require.NoError(t, err)
+	require.NotEmpty(t, r.Routes())
+	require.Empty(t, driftProblems(doc, r.Routes()))
+
+	// Every route of the status table is registered (the table cannot rot).
+	registered := map[string]bool{}
+	for _, rt := range r.Routes() {
+		registered[openAPIRoute(rt.Method, rt.Path)] = true
+	}
+	for route := range routeStatuses {
+		require.True(t, registered[route], "routeStatuses lists %s, which is not registered", route)
+	}
+}
+
+// TestOpenAPIDriftIsCaught: the check fails for an undocumented route, a
+// documented route that does not exist, and a missing status.
+func TestOpenAPIDriftIsCaught(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	r, err := newEngine(b.opts)
+	require.NoError(t, err)
+	r.GET("/v1/extra/:id", func(*gin.Context) {})
+	problems := driftProblems(loadOpenAPI(t), r.Routes())
+	require.Contains(t, strings.Join(problems, "\n"), "route GET /v1/extra/{id} is registered but not documented")
+
+	doc := loadOpenAPI(t)
+	paths := doc["paths"].(yamlMap)
+	delete(paths, "/healthz")
+	paths["/v2/ghost"] = yamlMap{"get": yamlMap{"responses": yamlMap{"200": yamlMap{"description": "x"}}}}
+	ops := paths["/v1/ops/{scope}"].(yamlMap)["post"].(yamlMap)
+	delete(ops["responses"].(yamlMap), "413")
+	delete(ops["responses"].(yamlMap)["409"].(yamlMap)["headers"].(yamlMap), "Retry-After")
+	ops["parameters"] = []any{}
+	joined := strings.Join(driftProblems(doc, r.Routes()), "\n")
+	for _, want := range []string{
+		"route GET /healthz is registered but not documented",
+		"GET /v2/ghost is documented but not registered",
+		"POST /v1/ops/{scope} documents statuses [200 400 401 404 409 422 500 502 503]",
+		"POST /v1/ops/{scope} 409 does not document the response header Retry-After",
+		"POST /v1/ops/{scope}: request header Idempotency-Key is not documented",
+	} {
+		require.Contains(t, joined, want)
+	}
+}
+
+// TestOpenAPISecurity: the document's security matches the router: a route
+// documented with bearerAuth answers 401 without credentials, and one
+// documented without security does not.
+func TestOpenAPISecurity(t *testing.T) {
+	t.Parallel()
+	doc := loadOpenAPI(t)
+	b := setup(t)
+	schemes := doc["components"].(yamlMap)["securitySchemes"].(yamlMap)
+	bearer := schemes["bearerAuth"].(yamlMap)
+	require.Equal(t, "http", bearer["type"])
+	require.Equal(t, "bearer", bearer["scheme"])
+
+	for route, op := range docOperations(doc) {
+		security, has := op["security"]
+		if !has {
+			security = doc["security"]
+		}
+		list, _ := security.([]any)
+		needsAuth := len(list) > 0
+		method, path, _ := strings.Cut(route, " ")
+		path = strings.NewReplacer("{scope}", "echo", "{key}", "some-key").Replace(path)
+		w := httptest.NewRecorder()
+		b.handler.ServeHTTP(w, httptest.NewRequest(method, path, strings.NewReader(`{}`)))
+		require.Equal(t, needsAuth, w.Code == http.StatusUnauthorized, "%s: documented security %v, answered %d", route, list, w.Code)
+	}
+	require.Empty(t, b.store.Rows())
+}
+
+// TestOpenAPIProblemTypes: the document's Problem.type enum is exactly the set
+// of types the handlers answer.
+func TestOpenAPIProblemTypes(t *testing.T) {
+	t.Parallel()
+	doc := loadOpenAPI(t)
+	problemSchema := doc["components"].(yamlMap)["schemas"].(yamlMap)["Problem"].(yamlMap)
+	var documented []string
+	for _, v := range problemSchema["properties"].(yamlMap)["type"].(yamlMap)["enum"].([]any) {
+		documented = append(documented, v.(string))
+	}
+
+	seen := map[string]bool{}
+	for _, err := range []error{
+		tenancy.ErrNoCredentials, tenancy.ErrInvalidCredentials, errUnknownScope, errUnknownRoute, engine.ErrNotFound,
+		errMethodNotAllowed, errMissingKey, errInvalidKey, errDuplicateKey, errInvalidRef, errBodyTooLarge,
+		&http.MaxBytesError{Limit: 1}, errInvalidBody, engine.ErrFingerprintMismatch, engine.ErrInvalidInput,
+		&engine.StoreError{Op: "claim", Err: errors.New("x")}, errNotReady, errNoMetrics, errPanic,
+	} {
+		seen[problemFor(err).Type] = true
+	}
+	seen[resultProblem(engine.Result{Status: engine.StatusInProgress}).Type] = true
+	seen[resultProblem(engine.Result{Status: engine.StatusFailed, StatusCode: 502}).Type] = true
+	var answered []string
+	for typ := range seen {
+		answered = append(answered, typ)
+	}
+	sort.Strings(documented)
+	sort.Strings(answered)
+	require.Equal(t, answered, documented)
+}

@@ -1,0 +1,204 @@
+package tenancy
+
+// API-key authentication.
+//
+// Tenants authenticate with `Authorization: Bearer <api key>`. The service
+// never holds the keys themselves: configuration lists, per tenant, the hex
+// SHA-256 digests of its keys (several per tenant, so a key can be rotated
+// without downtime). A presented key is hashed and its digest compared with
+// every configured digest in constant time.
+//
+// This file depends on net/http only, not on gin: the engine imports this
+// package for [ID], and the engine must not depend on the HTTP framework.
+// routers adapts [Authenticator.Middleware] to gin.
+
+import (
+	"crypto/sha256"
+	"crypto/subtle"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"net/http"
+	"sort"
+	"strings"
+)
+
+// Authentication errors, returned by [Authenticator.AuthenticateRequest] and
+// passed to the failure handler of [Authenticator.Middleware].
+var (
+	// ErrNoCredentials: the request carries no Authorization header, or one
+	// whose scheme is not Bearer.
+	ErrNoCredentials = errors.New("tenancy: no bearer credentials")
+	// ErrInvalidCredentials: the bearer token is malformed or matches no
+	// configured key; also more than one Authorization header.
+	ErrInvalidCredentials = errors.New("tenancy: invalid bearer credentials")
+)
+
+// Realm is the realm named in the WWW-Authenticate challenge.
+const Realm = "idemguard"
+
+// digestLen is the length of a hex SHA-256 digest.
+const digestLen = 2 * sha256.Size
+
+// Authenticator maps API keys to tenants. It is immutable once built and safe
+// for concurrent use.
+type Authenticator struct {
+	entries []authEntry
+}
+
+type authEntry struct {
+	digest [sha256.Size]byte
+	tenant ID
+}
+
+// NewAuthenticator takes, per tenant, the hex SHA-256 digests of its API keys
+// (see [HashAPIKey]); a tenant may have several (key rotation). It validates
+// every tenant ID ([ParseID]) and every digest (64 hex characters, either
+// case). It rejects a tenant without keys and a digest configured for two
+// tenants (a key must name exactly one tenant); a digest listed twice for
+// one tenant counts once. Errors name the tenant and the position of the bad
+// digest, never the digest itself.
+//
+// An empty map gives an Authenticator that rejects every request; requiring
+// at least one key is the configuration's job.
+func NewAuthenticator(keys map[ID][]string) (*Authenticator, error) {
+	tenants := make([]ID, 0, len(keys))
+	for id := range keys {
+		tenants = append(tenants, id)
+	}
+	// Sorted, so the same configuration always reports the same first error.
+	sort.Slice(tenants, func(i, j int) bool { return tenants[i] < tenants[j] })
+
+	a := &Authenticator{}
+	owner := make(map[[sha256.Size]byte]ID)
+	for _, id := range tenants {
+		if _, err := ParseID(string(id)); err != nil {
+			return nil, fmt.Errorf("tenancy: API keys: tenant %q: %w", id, err)
+		}
+		digests := keys[id]
+		if len(digests) == 0 {
+			return nil, fmt.Errorf("tenancy: API keys: tenant %q has no key digests; list at least one hex SHA-256 digest or remove the tenant", id)
+		}
+		for i, d := range digests {
+			var sum [sha256.Size]byte
+			if len(d) != digestLen {
+				return nil, fmt.Errorf("tenancy: API keys: tenant %q, digest #%d: %d characters, want the %d hex characters of a SHA-256 digest (see HashAPIKey), not the key itself", id, i+1, len(d), digestLen)
+			}
+			if _, err := hex.Decode(sum[:], []byte(d)); err != nil {
+				return nil, fmt.Errorf("tenancy: API keys: tenant %q, digest #%d: not hexadecimal; want the hex SHA-256 digest of the key", id, i+1)
+			}
+			if prev, dup := owner[sum]; dup {
+				if prev == id {
+					continue // listed twice for one tenant (e.g. upper and lower case): harmless
+				}
+				return nil, fmt.Errorf("tenancy: API keys: tenant %q, digest #%d: the same key is also configured for tenant %q; a key must name exactly one tenant", id, i+1, prev)
+			}
+			owner[sum] = id
+			a.entries = append(a.entries, authEntry{digest: sum, tenant: id})
+		}
+	}
+	return a, nil
+}
+
+// HashAPIKey returns the hex SHA-256 digest of key: the form in which API
+// keys are configured.
+func HashAPIKey(key string) string {
+	sum := sha256.Sum256([]byte(key))
+	return hex.EncodeToString(sum[:])
+}
+
+// Authenticate returns the tenant whose API key is token. It hashes token
+// with SHA-256 and compares the digest with every configured digest using
+// crypto/subtle, without an early exit, so the time it takes does not depend
+// on which key (if any) matched. An empty token never matches.
+func (a *Authenticator) Authenticate(token string) (ID, bool) {
+	if a == nil || token == "" {
+		return "", false
+	}
+	sum := sha256.Sum256([]byte(token))
+	match := -1
+	for i := range a.entries {
+		eq := subtle.ConstantTimeCompare(sum[:], a.entries[i].digest[:])
+		match = subtle.ConstantTimeSelect(eq, i, match)
+	}
+	if match < 0 {
+		return "", false
+	}
+	return a.entries[match].tenant, true
+}
+
+// AuthenticateRequest authenticates r by its `Authorization: Bearer <key>`
+// header. The scheme is matched case-insensitively (RFC 9110 §11.1). It
+// returns [ErrNoCredentials] when there is no bearer Authorization header and
+// [ErrInvalidCredentials] when there are several, the token is empty or holds
+// white space, or it matches no key. Errors never contain the token.
+func (a *Authenticator) AuthenticateRequest(r *http.Request) (ID, error) {
+	values := r.Header.Values("Authorization")
+	switch {
+	case len(values) == 0:
+		return "", ErrNoCredentials
+	case len(values) > 1:
+		return "", fmt.Errorf("%w: more than one Authorization header", ErrInvalidCredentials)
+	}
+	scheme, token, _ := strings.Cut(strings.TrimSpace(values[0]), " ")
+	if !strings.EqualFold(scheme, "Bearer") {
+		return "", ErrNoCredentials
+	}
+	token = strings.TrimLeft(token, " ")
+	if token == "" || strings.ContainsAny(token, " \t") {
+		return "", fmt.Errorf("%w: malformed bearer token", ErrInvalidCredentials)
+	}
+	id, ok := a.Authenticate(token)
+	if !ok {
+		return "", fmt.Errorf("%w: unknown API key", ErrInvalidCredentials)
+	}
+	return id, nil
+}
+
+// Challenge returns the WWW-Authenticate value for an authentication
+// failure (RFC 6750 §3): `Bearer realm="idemguard"`, with
+// `error="invalid_token"` when credentials were presented but rejected.
+func Challenge(err error) string {
+	if errors.Is(err, ErrInvalidCredentials) {
+		return `Bearer realm="` + Realm + `", error="invalid_token"`
+	}
+	return `Bearer realm="` + Realm + `"`
+}
+
+// Middleware returns net/http middleware that authenticates each request with
+// [Authenticator.AuthenticateRequest]. On success the tenant is put into the
+// request's context ([WithTenant]; read it with [FromContext]) and next runs.
+// On failure next does not run: the WWW-Authenticate header is set
+// ([Challenge]) and onFail writes the response; a nil onFail writes a 401
+// application/problem+json (RFC 9457) with ok:false and stopReason unknown.
+// The error passed to onFail wraps [ErrNoCredentials] or
+// [ErrInvalidCredentials] and never contains the token.
+//
+// routers adapts this middleware to gin (the tenant is then also in the gin
+// context); this package deliberately does not depend on gin.
+func (a *Authenticator) Middleware(onFail func(w http.ResponseWriter, r *http.Request, err error)) func(http.Handler) http.Handler {
+	if onFail == nil {
+		onFail = writeUnauthorized
+	}
+	return func(next http.Handler) http.Handler {
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			id, err := a.AuthenticateRequest(r)
+			if err != nil {
+				w.Header().Set("WWW-Authenticate", Challenge(err))
+				onFail(w, r, err)
+				return
+			}
+			next.ServeHTTP(w, r.WithContext(WithTenant(r.Context(), id)))
+		})
+	}
+}
+
+// unauthorizedBody is the default 401 answer of Middleware.
+const unauthorizedBody = `{"type":"about:blank","title":"Unauthorized","status":401,` +
+	`"detail":"send a valid API key as Authorization: Bearer <key>","ok":false,"stopReason":"unknown"}`
+
+func writeUnauthorized(w http.ResponseWriter, _ *http.Request, _ error) {
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(http.StatusUnauthorized)
+	_, _ = w.Write([]byte(unauthorizedBody))
+}

@@ -1,0 +1,208 @@
+package tenancy
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+)
+
+func TestHashAPIKey(t *testing.T) {
+	t.Parallel()
+	// echo -n 'abc' | sha256sum
+	require.Equal(t, "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad", HashAPIKey("abc"))
+	sum := sha256.Sum256([]byte("key-1"))
+	require.Equal(t, hex.EncodeToString(sum[:]), HashAPIKey("key-1"))
+	require.Len(t, HashAPIKey(""), 64)
+}
+
+func TestNewAuthenticatorValidation(t *testing.T) {
+	t.Parallel()
+	good := HashAPIKey("k1")
+	for name, tc := range map[string]struct {
+		keys map[ID][]string
+		want []string // substrings of the error
+	}{
+		"bad tenant":    {map[ID][]string{"bad tenant": {good}}, []string{`tenant "bad tenant"`, "invalid tenant id"}},
+		"empty tenant":  {map[ID][]string{"": {good}}, []string{`tenant ""`, "empty"}},
+		"no digests":    {map[ID][]string{"acme": nil}, []string{`tenant "acme"`, "no key digests"}},
+		"short digest":  {map[ID][]string{"acme": {good, "abc"}}, []string{`tenant "acme"`, "digest #2", "3 characters", "64 hex"}},
+		"raw key":       {map[ID][]string{"acme": {"sk-live-" + strings.Repeat("x", 20)}}, []string{`tenant "acme"`, "digest #1", "not the key itself"}},
+		"not hex":       {map[ID][]string{"acme": {strings.Repeat("g", 64)}}, []string{`tenant "acme"`, "digest #1", "not hexadecimal"}},
+		"shared by two": {map[ID][]string{"acme": {good}, "beta": {good}}, []string{`tenant "beta"`, `also configured for tenant "acme"`}},
+		"shared, case":  {map[ID][]string{"acme": {good}, "beta": {strings.ToUpper(good)}}, []string{`tenant "beta"`, `also configured for tenant "acme"`}},
+	} {
+		a, err := NewAuthenticator(tc.keys)
+		require.Error(t, err, name)
+		require.Nil(t, a, name)
+		for _, w := range tc.want {
+			require.ErrorContains(t, err, w, name)
+		}
+		if name == "not hex" || name == "raw key" {
+			require.NotContains(t, err.Error(), tc.keys["acme"][0], "%s: the error echoes the value", name)
+		}
+	}
+}
+
+func TestAuthenticate(t *testing.T) {
+	t.Parallel()
+	a, err := NewAuthenticator(map[ID][]string{
+		// acme's new key is listed twice (once upper-case): it counts once.
+		"acme": {HashAPIKey("acme-old-key"), strings.ToUpper(HashAPIKey("acme-new-key")), HashAPIKey("acme-new-key")},
+		"beta": {HashAPIKey("beta-key")},
+	})
+	require.NoError(t, err)
+
+	for key, want := range map[string]ID{"acme-old-key": "acme", "acme-new-key": "acme", "beta-key": "beta"} {
+		id, ok := a.Authenticate(key)
+		require.True(t, ok, key)
+		require.Equal(t, want, id, key)
+	}
+	// Wrong keys of the same length as real ones, a prefix, a suffix, the
+	// digest itself, and the empty token all fail.
+	for _, bad := range []string{"acme-old-kez", "beta-kex", "Beta-key", "acme-old-ke", "acme-old-key ", HashAPIKey("beta-key"), ""} {
+		id, ok := a.Authenticate(bad)
+		require.False(t, ok, "%q", bad)
+		require.Empty(t, id)
+	}
+
+	require.Len(t, a.entries, 3, "a digest listed twice for one tenant counts once")
+
+	empty, err := NewAuthenticator(nil)
+	require.NoError(t, err)
+	_, ok := empty.Authenticate("anything")
+	require.False(t, ok)
+	var nilAuth *Authenticator
+	_, ok = nilAuth.Authenticate("anything")
+	require.False(t, ok)
+}
+
+func TestAuthenticateRequest(t *testing.T) {
+	t.Parallel()
+	a, err := NewAuthenticator(map[ID][]string{"acme": {HashAPIKey("secret-key")}})
+	require.NoError(t, err)
+	for name, tc := range map[string]struct {
+		headers []string
+		tenant  ID
+		err     error
+	}{
+		"bearer":         {[]string{"Bearer secret-key"}, "acme", nil},
+		"lower scheme":   {[]string{"bearer secret-key"}, "acme", nil},
+		"extra spaces":   {[]string{"Bearer   secret-key "}, "acme", nil},
+		"none":           {nil, "", ErrNoCredentials},
+		"basic":          {[]string{"Basic c2VjcmV0LWtleQ=="}, "", ErrNoCredentials},
+		"bare key":       {[]string{"secret-key"}, "", ErrNoCredentials},
+		"no token":       {[]string{"Bearer"}, "", ErrInvalidCredentials},
+		"blank token":    {[]string{"Bearer    "}, "", ErrInvalidCredentials},
+		"two tokens":     {[]string{"Bearer secret-key other"}, "", ErrInvalidCredentials},
+		"wrong key":      {[]string{"Bearer secret-kez"}, "", ErrInvalidCredentials},
+		"two headers":    {[]string{"Bearer secret-key", "Bearer secret-key"}, "", ErrInvalidCredentials},
+		"digest as key":  {[]string{"Bearer " + HashAPIKey("secret-key")}, "", ErrInvalidCredentials},
+		"tab separator":  {[]string{"Bearer\tsecret-key"}, "", ErrNoCredentials},
+		"token with tab": {[]string{"Bearer secret\tkey"}, "", ErrInvalidCredentials},
+	} {
+		r := httptest.NewRequest(http.MethodGet, "/", nil)
+		for _, h := range tc.headers {
+			r.Header.Add("Authorization", h)
+		}
+		id, err := a.AuthenticateRequest(r)
+		if tc.err == nil {
+			require.NoError(t, err, name)
+			require.Equal(t, tc.tenant, id, name)
+			continue
+		}
+		require.ErrorIs(t, err, tc.err, name)
+		require.Empty(t, id, name)
+		require.NotContains(t, err.Error(), "secret", "%s: error echoes the token", name)
+	}
+}
+
+func TestChallenge(t *testing.T) {
+	t.Parallel()
+	require.Equal(t, `Bearer realm="idemguard"`, Challenge(ErrNoCredentials))
+	require.Equal(t, `Bearer realm="idemguard", error="invalid_token"`, Challenge(ErrInvalidCredentials))
+}
+
+func TestMiddleware(t *testing.T) {
+	t.Parallel()
+	a, err := NewAuthenticator(map[ID][]string{"acme": {HashAPIKey("k-acme")}, "beta": {HashAPIKey("k-beta")}})
+	require.NoError(t, err)
+
+	var seen []ID
+	next := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		id, ok := FromContext(r.Context())
+		require.True(t, ok)
+		seen = append(seen, id)
+		w.WriteHeader(http.StatusNoContent)
+	})
+
+	t.Run("default failure", func(t *testing.T) {
+		h := a.Middleware(nil)(next)
+		for _, auth := range []string{"", "Bearer wrong", "Basic x"} {
+			r := httptest.NewRequest(http.MethodPost, "/v1/ops/x", nil)
+			if auth != "" {
+				r.Header.Set("Authorization", auth)
+			}
+			w := httptest.NewRecorder()
+			h.ServeHTTP(w, r)
+			require.Equal(t, http.StatusUnauthorized, w.Code, auth)
+			require.Equal(t, "application/problem+json", w.Header().Get("Content-Type"))
+			require.True(t, strings.HasPrefix(w.Header().Get("WWW-Authenticate"), "Bearer"), auth)
+			var p map[string]any
+			require.NoError(t, json.Unmarshal(w.Body.Bytes(), &p))
+			require.Equal(t, false, p["ok"])
+			require.Equal(t, "unknown", p["stopReason"])
+			require.EqualValues(t, 401, p["status"])
+			require.NotContains(t, w.Body.String(), "wrong")
+		}
+		require.Empty(t, seen, "next ran for a rejected request")
+	})
+
+	t.Run("custom failure and success", func(t *testing.T) {
+		var failures []error
+		h := a.Middleware(func(w http.ResponseWriter, r *http.Request, err error) {
+			failures = append(failures, err)
+			require.Equal(t, `Bearer realm="idemguard", error="invalid_token"`, w.Header().Get("WWW-Authenticate"))
+			w.WriteHeader(http.StatusTeapot)
+		})(next)
+
+		w := httptest.NewRecorder()
+		r := httptest.NewRequest(http.MethodGet, "/", nil)
+		r.Header.Set("Authorization", "Bearer nope")
+		h.ServeHTTP(w, r)
+		require.Equal(t, http.StatusTeapot, w.Code)
+		require.Len(t, failures, 1)
+		require.ErrorIs(t, failures[0], ErrInvalidCredentials)
+
+		for _, key := range []string{"k-beta", "k-acme"} {
+			w = httptest.NewRecorder()
+			r = httptest.NewRequest(http.MethodGet, "/", nil)
+			r.Header.Set("Authorization", "Bearer "+key)
+			h.ServeHTTP(w, r)
+			require.Equal(t, http.StatusNoContent, w.Code)
+			require.Empty(t, w.Header().Get("WWW-Authenticate"))
+		}
+		require.Equal(t, []ID{"beta", "acme"}, seen)
+	})
+}
+
+func BenchmarkAuthenticate(b *testing.B) {
+	keys := map[ID][]string{}
+	for i := range 50 {
+		id := ID("tenant-" + strings.Repeat("x", i%5) + string(rune('a'+i%26)) + string(rune('a'+i/26)))
+		keys[id] = []string{HashAPIKey(string(id) + "-key")}
+	}
+	a, err := NewAuthenticator(keys)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.ReportAllocs()
+	for b.Loop() {
+		a.Authenticate("no-such-key-of-some-length")
+	}
+}
