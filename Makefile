@@ -30,8 +30,8 @@ lint: ## gofmt (must be clean), go vet, and staticcheck if installed
 build: ## Build the binary into bin/idemguard
 	$(GO) build -o $(BIN) ./cmd/idemguard
 
-run: build ## Build and start the server (idemguard serve)
-	./$(BIN) serve
+run: build ## Build and start the server in development mode (in-memory store, demo scope, 127.0.0.1:8080)
+	env -u IDEMGUARD_MYSQL_DSN -u IDEMGUARD_CONFIG IDEMGUARD_MODE=development IDEMGUARD_LISTEN=127.0.0.1:8080 ./$(BIN) serve
 
 migrate: build ## Build, then apply migrations to the database in IDEMGUARD_MYSQL_DSN
 	./$(BIN) migrate up

@@ -44,6 +44,7 @@ type command struct {
 // commands lists the subcommands in the order usage shows them. Add new ones here.
 var commands = []command{
 	{name: "migrate", summary: "apply, roll back or list database migrations (up|down|status)", run: runMigrate},
+	{name: "serve", summary: "serve the REST API (development mode without a config)", run: runServe},
 }
 
 func main() {

@@ -1,0 +1,367 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"log/slog"
+	"maps"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"slices"
+	"strings"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/jmoiron/sqlx"
+
+	"github.com/idemguard/idemguard/internal/config"
+	"github.com/idemguard/idemguard/internal/dbmigrate"
+	"github.com/idemguard/idemguard/internal/engine"
+	"github.com/idemguard/idemguard/internal/memstore"
+	"github.com/idemguard/idemguard/internal/metrics"
+	"github.com/idemguard/idemguard/internal/mysqlconn"
+	"github.com/idemguard/idemguard/internal/mysqlstore"
+	"github.com/idemguard/idemguard/internal/ops"
+	"github.com/idemguard/idemguard/routers"
+	"github.com/idemguard/idemguard/tenancy"
+)
+
+const serveUsage = `usage: idemguard serve [--config FILE]
+
+Serves the REST API (docs/CONFIGURATION.md lists every setting). Settings come
+from FILE (or $IDEMGUARD_CONFIG) and environment overrides; without either it
+starts in development mode: in-memory store, demo scope, API key dev-demo-key.
+
+flags:
+`
+
+// HTTP server limits. Operations may run long (an AI call), so there is no
+// write timeout; each operation has its own timeout instead.
+const (
+	readHeaderTimeout = 10 * time.Second
+	readTimeout       = time.Minute
+	idleTimeout       = 2 * time.Minute
+	maxHeaderBytes    = 64 << 10
+	// startTimeout bounds connecting to the database (and, in development
+	// mode, migrating it) at start.
+	startTimeout = 60 * time.Second
+	// drainTimeout is how long the answers of operations cut off at shutdown
+	// get to reach their clients.
+	drainTimeout = 2 * time.Second
+)
+
+// runServe implements `idemguard serve`. It returns when ctx ends (SIGINT,
+// SIGTERM) and the shutdown sequence has finished: stop accepting, let
+// in-flight requests run for shutdown_grace, cancel the operations still
+// running (the guard stores them as failed), close the database.
+func runServe(ctx context.Context, e env, args []string) int {
+	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
+	fs.SetOutput(e.stderr)
+	configPath := fs.String("config", "", "YAML config file (default $"+config.EnvConfig+"; none: defaults and environment only)")
+	fs.Usage = func() {
+		fmt.Fprint(fs.Output(), serveUsage)
+		fs.PrintDefaults()
+	}
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return exitOK
+		}
+		return exitUsage
+	}
+	if fs.NArg() > 0 {
+		fmt.Fprintf(e.stderr, "idemguard serve: unexpected argument %q\n", fs.Arg(0))
+		fs.Usage()
+		return exitUsage
+	}
+
+	cfg, err := config.Load(*configPath, e.getenv)
+	if err != nil {
+		fmt.Fprintf(e.stderr, "idemguard serve: %v\n", err)
+		return exitUsage
+	}
+	s := &server{cfg: cfg, log: e.logger, env: e}
+	return s.run(ctx)
+}
+
+// server is one run of `idemguard serve`.
+type server struct {
+	cfg *config.Config
+	log *slog.Logger
+	env env
+
+	db       *sqlx.DB // nil on the in-memory store
+	store    engine.Store
+	migrated atomic.Bool
+	// commitErrors counts outcomes the guard could not store.
+	commitErrors atomic.Int64
+}
+
+func (s *server) run(ctx context.Context) int {
+	cfg, log := s.cfg, s.log
+	if cfg.SecretGenerated {
+		log.Warn("serve: " + config.EnvSecret + " is not set; using a random secret for this process (development mode): " +
+			"derived keys will not match after a restart, and replicas would not agree")
+	}
+
+	if err := s.openStore(ctx); err != nil {
+		log.Error("serve: cannot open the store", "err", err)
+		return exitError
+	}
+	defer s.closeStore()
+
+	m := metrics.New()
+	observe := func(ev engine.Event) {
+		m.Observe(ev)
+		if ev.Kind == engine.EventStoreError && ev.StoreOp == "commit" {
+			s.commitErrors.Add(1)
+		}
+	}
+	guard, err := engine.New(engine.Config{
+		Store:             s.store,
+		Secret:            cfg.Secret,
+		Logger:            log,
+		Observe:           observe,
+		Defaults:          cfg.Defaults,
+		MaxWait:           cfg.MaxWait,
+		StoreTimeout:      cfg.StoreTimeout,
+		ReplayCacheSize:   cfg.ReplayCacheSize,
+		ReplayCacheMaxAge: cfg.ReplayCacheMaxAge,
+	})
+	if err != nil {
+		log.Error("serve: cannot start the guard", "err", err)
+		return exitError
+	}
+	guardClosed := false
+	defer func() {
+		if !guardClosed {
+			_ = guard.Close(context.Background())
+		}
+	}()
+
+	// One transport for every upstream call, closed at the end.
+	transport := http.DefaultTransport.(*http.Transport).Clone()
+	defer transport.CloseIdleConnections()
+	registry, err := ops.FromConfig(cfg, &http.Client{Transport: transport})
+	if err != nil {
+		log.Error("serve: cannot build the operations", "err", err)
+		return exitError
+	}
+	apiKeys := make(map[tenancy.ID][]string, len(cfg.APIKeys)+1)
+	maps.Copy(apiKeys, cfg.APIKeys)
+	if cfg.Mode == config.Development {
+		apiKeys[config.DemoTenant] = append(slices.Clone(apiKeys[config.DemoTenant]), tenancy.HashAPIKey(config.DemoAPIKey))
+	}
+	auth, err := tenancy.NewAuthenticator(apiKeys)
+	if err != nil {
+		log.Error("serve: invalid API keys", "err", err)
+		return exitError
+	}
+	handler, err := routers.New(routers.Options{
+		Guard:                 guard,
+		Scopes:                registry,
+		Auth:                  auth,
+		Ready:                 s.ready(guard),
+		Metrics:               m.Handler(),
+		MaxBodyBytes:          cfg.MaxBodyBytes,
+		MaxWait:               cfg.MaxWait,
+		RetryAfter:            cfg.RetryAfter,
+		UnavailableRetryAfter: cfg.UnavailableRetryAfter,
+		CORSOrigins:           cfg.CORSOrigins,
+		Logger:                log,
+	})
+	if err != nil {
+		log.Error("serve: cannot build the HTTP API", "err", err)
+		return exitError
+	}
+
+	ln, err := net.Listen("tcp", cfg.Listen)
+	if err != nil {
+		log.Error("serve: cannot listen", "listen", cfg.Listen, "err", err)
+		return exitError
+	}
+	srv := &http.Server{
+		Handler:           handler,
+		ReadHeaderTimeout: readHeaderTimeout,
+		ReadTimeout:       readTimeout,
+		IdleTimeout:       idleTimeout,
+		MaxHeaderBytes:    maxHeaderBytes,
+		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
+		BaseContext:       func(net.Listener) context.Context { return context.WithoutCancel(ctx) },
+	}
+	served := make(chan error, 1)
+	go func() { served <- srv.Serve(ln) }()
+
+	addr := ln.Addr().String()
+	log.Info("serve: listening", "addr", addr, "mode", string(cfg.Mode), "store", s.storeName(),
+		"scopes", registry.Names(), "config", cfg.Source)
+	if cfg.Mode == config.Development {
+		fmt.Fprint(s.env.stderr, devBanner(addr, cfg.DevelopmentWithoutDatabase()))
+	}
+
+	select {
+	case err := <-served:
+		log.Error("serve: the HTTP server stopped", "err", err)
+		return exitError
+	case <-ctx.Done():
+	}
+	// A second SIGINT or SIGTERM during the shutdown below stops the process at once
+	// (the default action); rows of operations cut off that way are taken over once stale.
+	signal.Reset(os.Interrupt, syscall.SIGTERM)
+
+	// 1. Stop accepting; in-flight requests get shutdown_grace to finish.
+	log.Info("serve: shutting down; in-flight requests may finish", "grace_seconds", cfg.ShutdownGrace.Seconds())
+	lostBefore := s.commitErrors.Load()
+	graceCtx, cancel := context.WithTimeout(context.Background(), cfg.ShutdownGrace)
+	err = srv.Shutdown(graceCtx)
+	cancel()
+	code := exitOK
+	if err != nil {
+		log.Warn("serve: grace period over; cutting off the operations still running")
+	}
+	// 2. Cut off what still runs: the guard cancels each operation and
+	//    stores it as failed (stopReason timeout, retryable; abandoned under
+	//    stale_policy fail), then waits until every outcome is recorded.
+	closeCtx, cancel := context.WithTimeout(context.Background(), 4*cfg.StoreTimeout+5*time.Second)
+	err = guard.Close(closeCtx)
+	cancel()
+	guardClosed = true
+	if lost := s.commitErrors.Load() - lostBefore; err != nil || lost > 0 {
+		log.Error("serve: outcomes of operations finished or cut off during shutdown could not all be stored; "+
+			"their rows stay started and are taken over once stale", "unstored", lost, "err", err)
+		code = exitError
+	}
+	// 3. Let those requests send their answers, then close what is left.
+	drainCtx, cancel := context.WithTimeout(context.Background(), drainTimeout)
+	if err := srv.Shutdown(drainCtx); err != nil {
+		_ = srv.Close()
+	}
+	cancel()
+	// 4. The deferred closeStore closes the database.
+	log.Info("serve: stopped")
+	return code
+}
+
+func (s *server) storeName() string {
+	if s.db == nil {
+		return "memory"
+	}
+	return "mysql"
+}
+
+// openStore opens MySQL when a DSN is set, else the in-memory store (only
+// development mode gets here without a DSN: config refuses it otherwise).
+func (s *server) openStore(ctx context.Context) error {
+	cfg, log := s.cfg, s.log
+	if cfg.MySQLDSN == "" {
+		log.Warn("serve: no database configured; using the in-memory store (development mode): " +
+			"nothing survives a restart and replicas do not share keys")
+		s.store = memstore.New()
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(ctx, startTimeout)
+	defer cancel()
+	db, err := mysqlconn.Open(ctx, cfg.MySQLDSN, cfg.Pool)
+	if err != nil {
+		return err // mysqlconn redacts the password
+	}
+	s.db, s.store = db, mysqlstore.New(db)
+	dblog := log.With("dsn", mysqlconn.Redact(cfg.MySQLDSN))
+	if cfg.Mode == config.Development {
+		// Development only: production never migrates implicitly (run
+		// `idemguard migrate up` as a deploy step).
+		if err := dbmigrate.Up(ctx, db.DB, dbmigrate.WithLogger(dblog)); err != nil {
+			return fmt.Errorf("development mode: migrating the database: %w", err)
+		}
+		dblog.Info("serve: development mode: database migrated")
+		return nil
+	}
+	pending, err := dbmigrate.Pending(ctx, db.DB)
+	switch {
+	case err != nil:
+		dblog.Warn("serve: cannot tell whether migrations are pending", "err", err)
+	case pending:
+		dblog.Warn("serve: database migrations are pending; /readyz answers 503 until `idemguard migrate up` has run")
+	default:
+		dblog.Info("serve: database connected; schema up to date")
+	}
+	return nil
+}
+
+func (s *server) closeStore() {
+	switch {
+	case s.db != nil:
+		if err := s.db.Close(); err != nil {
+			s.log.Warn("serve: closing the database", "err", err)
+		}
+	case s.store != nil:
+		if ms, ok := s.store.(*memstore.Store); ok {
+			_ = ms.Close()
+		}
+	}
+}
+
+// ready is /readyz: the store answers and, on MySQL, no migration is
+// pending (checked until it first succeeds; migrations are not undone
+// under a running service).
+func (s *server) ready(guard *engine.Guard) func(ctx context.Context) error {
+	return func(ctx context.Context) error {
+		if err := guard.Ping(ctx); err != nil {
+			return err
+		}
+		if s.db == nil || s.migrated.Load() {
+			return nil
+		}
+		pending, err := dbmigrate.Pending(ctx, s.db.DB)
+		if err != nil {
+			return fmt.Errorf("checking migrations: %w", err)
+		}
+		if pending {
+			return errors.New("database migrations are pending: run `idemguard migrate up`")
+		}
+		s.migrated.Store(true)
+		return nil
+	}
+}
+
+// devBanner is what development mode prints on stderr after it starts
+// listening: the demo key and the quick start, ready to paste.
+func devBanner(addr string, inMemory bool) string {
+	var b strings.Builder
+	b.WriteString("\nidemguard is running in development mode")
+	if inMemory {
+		b.WriteString(" (in-memory store: nothing is kept across restarts)")
+	}
+	fmt.Fprintf(&b, ".\nDemo tenant %q, API key: %s (accepted only in development mode).\n", config.DemoTenant, config.DemoAPIKey)
+	fmt.Fprintf(&b, "The %q scope simulates a slow model call. Try it:\n\n", config.DemoScope)
+	b.WriteString(QuickStart(addr))
+	b.WriteString("\n")
+	return b.String()
+}
+
+// QuickStart returns the quick-start shell commands against addr. The block
+// between the quickstart markers of docs/CONFIGURATION.md is
+// QuickStart("127.0.0.1:8080") (a test checks it), and the integration test
+// runs that block.
+func QuickStart(addr string) string {
+	url := "http://" + addr + "/v1/ops/" + config.DemoScope
+	call := func(opts, key, tail string) string {
+		return "curl -sS " + opts + " " + url + " -H 'Authorization: Bearer " + config.DemoAPIKey + "' \\\n" +
+			"  -H \"Idempotency-Key: " + key + "\" -H 'Content-Type: application/json' -d \"$BODY\"" + tail + "\n"
+	}
+	return `KEY="quickstart-$(date +%s)"
+BODY='{"messages":[{"role":"user","content":"Write a haiku about retries"}]}'
+
+# 1. A fresh call: the demo operation takes 3 s, then 200 with the envelope.
+` + call("-i -w '\\n'", "$KEY", "") + `
+# 2. The same request again: an instant replay with "cached":true and Idempotent-Replayed: true.
+` + call("-i -w '\\n'", "$KEY", "") + `
+# 3. A duplicate while the first call still runs: 409 with Retry-After.
+` + call("-o /dev/null", "$KEY-busy", " &") + `sleep 1
+` + call("-i -w '\\n'", "$KEY-busy", "") + `wait
+`
+}

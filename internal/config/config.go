@@ -1,0 +1,699 @@
+package config
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/url"
+	"os"
+	"regexp"
+	"strconv"
+	"strings"
+	"time"
+
+	"go.yaml.in/yaml/v3"
+
+	"github.com/idemguard/idemguard/internal/engine"
+	"github.com/idemguard/idemguard/internal/keys"
+	"github.com/idemguard/idemguard/internal/mysqlconn"
+	"github.com/idemguard/idemguard/tenancy"
+)
+
+// Environment variables read by Load. The secret (EnvSecret) and the OpenAI
+// API key are read only from the environment, never from the file.
+const (
+	EnvConfig          = "IDEMGUARD_CONFIG"
+	EnvMode            = "IDEMGUARD_MODE"
+	EnvListen          = "IDEMGUARD_LISTEN"
+	EnvMySQLDSN        = "IDEMGUARD_MYSQL_DSN"
+	EnvAPIKeys         = "IDEMGUARD_API_KEYS"
+	EnvCORSOrigins     = "IDEMGUARD_CORS_ORIGINS"
+	EnvOpenAIBaseURL   = "IDEMGUARD_OPENAI_BASE_URL"
+	EnvOpenAIModel     = "IDEMGUARD_OPENAI_MODEL"
+	EnvOpenAIAPIKey    = "IDEMGUARD_OPENAI_API_KEY"
+	EnvOpenAIAPIKeyStd = "OPENAI_API_KEY"
+	EnvUpstreamURL     = "IDEMGUARD_UPSTREAM_URL"
+)
+
+// Mode is the run mode.
+type Mode string
+
+const (
+	// Development runs without a database (in-memory store) when no DSN is
+	// set, generates a secret, and accepts the demo API key DemoAPIKey for
+	// tenant DemoTenant. It is the default.
+	Development Mode = "development"
+	// Production requires a DSN, IDEMPOTENCY_SECRET and at least one tenant
+	// API key, and never migrates the database.
+	Production Mode = "production"
+)
+
+// Development-mode demo identity. The key is public (it is in the README): it
+// is accepted only in development mode.
+const (
+	DemoTenant    tenancy.ID = "demo"
+	DemoAPIKey               = "dev-demo-key"
+	DemoScope                = "demo"
+	DefaultListen            = "127.0.0.1:8080"
+)
+
+// Defaults of the service settings.
+const (
+	DefaultMaxBodyBytes          int64 = 1 << 20
+	MaxMaxBodyBytes              int64 = 64 << 20
+	DefaultMaxWait                     = 30 * time.Second
+	MaxMaxWait                         = 5 * time.Minute
+	DefaultShutdownGrace               = 20 * time.Second
+	DefaultRetryAfter                  = time.Second
+	DefaultUnavailableRetryAfter       = 5 * time.Second
+	DefaultDemoDelay                   = 3 * time.Second
+	DefaultOpenAIBaseURL               = "https://api.openai.com/v1"
+	DefaultOpenAITimeout               = 60 * time.Second
+	DefaultUpstreamTimeout             = 30 * time.Second
+	MaxStoreTimeout                    = time.Minute
+	MaxOperationTimeout                = time.Hour
+	MaxDemoDelay                       = 10 * time.Minute
+	DefaultReplayCacheSize             = engine.DefaultReplayCacheSize
+	DefaultReplayCacheMaxAge           = engine.DefaultReplayCacheMaxAge
+)
+
+// Operation names a built-in operation a scope runs.
+type Operation string
+
+// The built-in operations.
+const (
+	OpOpenAIChat Operation = "openai_chat"
+	OpHTTPJSON   Operation = "http_json"
+	OpDemo       Operation = "demo"
+)
+
+// Config is the validated configuration of `idemguard serve`.
+type Config struct {
+	// Source is the file the settings came from ("" if none).
+	Source string
+	// Mode is development (default) or production.
+	Mode Mode
+	// Listen is the TCP address to serve on. Defaults to 127.0.0.1:8080.
+	Listen string
+	// MySQLDSN is the database; empty means the in-memory store
+	// (development mode only).
+	MySQLDSN string
+	// Secret is the HMAC secret, from IDEMPOTENCY_SECRET only.
+	Secret []byte
+	// SecretGenerated is true when Secret was generated for this process
+	// (development mode without IDEMPOTENCY_SECRET).
+	SecretGenerated bool
+	// APIKeys maps each tenant to the hex SHA-256 digests of its API keys
+	// (lower case). In development mode the caller adds DemoAPIKey for
+	// DemoTenant.
+	APIKeys map[tenancy.ID][]string
+	// CORSOrigins are the browser origins allowed to call the API.
+	CORSOrigins []string
+	// MaxBodyBytes limits a request body. Defaults to 1 MiB.
+	MaxBodyBytes int64
+	// MaxWait caps `Prefer: wait=N`. Defaults to 30s.
+	MaxWait time.Duration
+	// RetryAfter is the Retry-After of a 409 (in progress). Defaults to 1s.
+	RetryAfter time.Duration
+	// UnavailableRetryAfter is the Retry-After of a 503 (store down).
+	// Defaults to 5s.
+	UnavailableRetryAfter time.Duration
+	// ShutdownGrace is how long in-flight requests may run after SIGTERM
+	// before their operations are cut off. Defaults to 20s.
+	ShutdownGrace time.Duration
+	// StoreTimeout bounds each store call. Defaults to 5s.
+	StoreTimeout time.Duration
+	// Pool sizes the MySQL connection pool.
+	Pool mysqlconn.PoolConfig
+	// ReplayCacheSize and ReplayCacheMaxAge configure the guard's in-memory
+	// replay cache (size -1 disables it).
+	ReplayCacheSize   int
+	ReplayCacheMaxAge time.Duration
+	// Defaults are the protocol settings of scopes that leave one unset.
+	Defaults engine.Settings
+	// OpenAI configures the openai_chat operation.
+	OpenAI OpenAI
+	// Upstream configures the http_json operation.
+	Upstream Upstream
+	// Scopes are the registered operations, in file order. In development
+	// mode the demo scope is added unless a scope of that name exists.
+	Scopes []Scope
+}
+
+// OpenAI configures the OpenAI-compatible chat-completion operation.
+type OpenAI struct {
+	// BaseURL is the API root; the operation POSTs {BaseURL}/chat/completions.
+	BaseURL string
+	// Model is sent with every request; it is never stored.
+	Model string
+	// APIKey is sent as a bearer token; from IDEMGUARD_OPENAI_API_KEY or
+	// OPENAI_API_KEY only.
+	APIKey string
+	// Timeout bounds one call when its scope sets none. Defaults to 60s.
+	Timeout time.Duration
+	// MaxTokens caps the max_tokens a request may ask for (0: no cap).
+	MaxTokens int
+}
+
+// Upstream configures the generic JSON operation.
+type Upstream struct {
+	// URL receives a POST of the request's inputs.
+	URL string
+	// Timeout bounds one call when its scope sets none. Defaults to 30s.
+	Timeout time.Duration
+	// Headers are added to every upstream request (e.g. an authorization).
+	Headers map[string]string
+}
+
+// Scope is one registered operation.
+type Scope struct {
+	Name      string
+	Operation Operation
+	// Settings are the protocol settings; zero fields take Config.Defaults.
+	Settings engine.Settings
+	// KeyRequired makes the Idempotency-Key header mandatory.
+	KeyRequired bool
+	// Timeout bounds one execution; 0 takes the operation's default
+	// (openai.timeout, upstream.timeout; none for demo).
+	Timeout time.Duration
+	// Delay is the demo operation's simulated latency. Defaults to 3s.
+	Delay time.Duration
+	// URL overrides upstream.url for an http_json scope.
+	URL string
+}
+
+// raw* mirror the YAML file. Durations are strings so that a bad one is
+// reported with the name of its setting.
+type rawConfig struct {
+	Mode                  string              `yaml:"mode"`
+	Listen                string              `yaml:"listen"`
+	MySQLDSN              string              `yaml:"mysql_dsn"`
+	Secret                yaml.Node           `yaml:"secret"`
+	APIKeys               map[string][]string `yaml:"api_keys"`
+	CORSOrigins           []string            `yaml:"cors_origins"`
+	MaxBodyBytes          *int64              `yaml:"max_body_bytes"`
+	MaxWait               string              `yaml:"max_wait"`
+	RetryAfter            string              `yaml:"retry_after"`
+	UnavailableRetryAfter string              `yaml:"unavailable_retry_after"`
+	ShutdownGrace         string              `yaml:"shutdown_grace"`
+	StoreTimeout          string              `yaml:"store_timeout"`
+	ReplayCacheSize       *int                `yaml:"replay_cache_size"`
+	ReplayCacheMaxAge     string              `yaml:"replay_cache_max_age"`
+	Pool                  rawPool             `yaml:"pool"`
+	Defaults              rawSettings         `yaml:"defaults"`
+	OpenAI                rawOpenAI           `yaml:"openai"`
+	Upstream              rawUpstream         `yaml:"upstream"`
+	Scopes                []rawScope          `yaml:"scopes"`
+}
+
+type rawPool struct {
+	MaxOpenConns    int    `yaml:"max_open_conns"`
+	MaxIdleConns    int    `yaml:"max_idle_conns"`
+	ConnMaxLifetime string `yaml:"conn_max_lifetime"`
+}
+
+type rawSettings struct {
+	TTL         string `yaml:"ttl"`
+	StaleAfter  string `yaml:"stale_after"`
+	MaxAttempts int    `yaml:"max_attempts"`
+	StalePolicy string `yaml:"stale_policy"`
+}
+
+type rawOpenAI struct {
+	BaseURL   string    `yaml:"base_url"`
+	Model     string    `yaml:"model"`
+	APIKey    yaml.Node `yaml:"api_key"`
+	Timeout   string    `yaml:"timeout"`
+	MaxTokens int       `yaml:"max_tokens"`
+}
+
+type rawUpstream struct {
+	URL     string            `yaml:"url"`
+	Timeout string            `yaml:"timeout"`
+	Headers map[string]string `yaml:"headers"`
+}
+
+type rawScope struct {
+	Name        string `yaml:"name"`
+	Operation   string `yaml:"operation"`
+	rawSettings `yaml:",inline"`
+	KeyRequired bool   `yaml:"key_required"`
+	Timeout     string `yaml:"timeout"`
+	Delay       string `yaml:"delay"`
+	URL         string `yaml:"url"`
+}
+
+// problems collects configuration errors, each naming its setting.
+type problems []error
+
+func (p *problems) add(setting, format string, args ...any) {
+	*p = append(*p, fmt.Errorf("%s: %s", setting, fmt.Sprintf(format, args...)))
+}
+
+func (p problems) err() error {
+	if len(p) == 0 {
+		return nil
+	}
+	return fmt.Errorf("config: %d problem(s):\n%w", len(p), errors.Join(p...))
+}
+
+// Load reads the YAML file at path (or at $IDEMGUARD_CONFIG when path is
+// empty; no file at all is fine), applies the environment overrides read with
+// getenv, fills in defaults and validates the result. The error lists every
+// bad setting by name, one per line, and never contains a secret.
+func Load(path string, getenv func(string) string) (*Config, error) {
+	env := func(k string) string { return strings.TrimSpace(getenv(k)) }
+	if path == "" {
+		path = env(EnvConfig)
+	}
+	var raw rawConfig
+	if path != "" {
+		b, err := os.ReadFile(path)
+		if err != nil {
+			return nil, fmt.Errorf("config: read %s: %w", path, err)
+		}
+		if err := decodeYAML(b, &raw); err != nil {
+			return nil, fmt.Errorf("config: %s: %w", path, err)
+		}
+	}
+
+	var p problems
+	if raw.Secret.Kind != 0 {
+		p.add("secret", "is never read from the config file; remove it and set the environment variable %s", EnvSecret)
+	}
+	if raw.OpenAI.APIKey.Kind != 0 {
+		p.add("openai.api_key", "is never read from the config file; remove it and set %s (or %s)", EnvOpenAIAPIKey, EnvOpenAIAPIKeyStd)
+	}
+
+	override := func(dst *string, key string) {
+		if v := env(key); v != "" {
+			*dst = v
+		}
+	}
+	override(&raw.Mode, EnvMode)
+	override(&raw.Listen, EnvListen)
+	override(&raw.MySQLDSN, EnvMySQLDSN)
+	override(&raw.OpenAI.BaseURL, EnvOpenAIBaseURL)
+	override(&raw.OpenAI.Model, EnvOpenAIModel)
+	override(&raw.Upstream.URL, EnvUpstreamURL)
+	if v := env(EnvCORSOrigins); v != "" {
+		raw.CORSOrigins = splitList(v)
+	}
+	apiKeysSetting := "api_keys"
+	if v := env(EnvAPIKeys); v != "" {
+		apiKeysSetting = EnvAPIKeys
+		keys, err := parseAPIKeysEnv(v)
+		if err != nil {
+			p.add(EnvAPIKeys, "%v", err)
+		}
+		raw.APIKeys = keys
+	}
+
+	c := &Config{Source: path}
+	c.Mode = Mode(strings.ToLower(cmpOr(raw.Mode, string(Development))))
+	c.Listen = cmpOr(raw.Listen, DefaultListen)
+	c.MySQLDSN = raw.MySQLDSN
+	c.CORSOrigins = raw.CORSOrigins
+	c.MaxBodyBytes = DefaultMaxBodyBytes
+	if raw.MaxBodyBytes != nil {
+		c.MaxBodyBytes = *raw.MaxBodyBytes
+	}
+	c.MaxWait = p.duration("max_wait", raw.MaxWait, DefaultMaxWait)
+	c.RetryAfter = p.duration("retry_after", raw.RetryAfter, DefaultRetryAfter)
+	c.UnavailableRetryAfter = p.duration("unavailable_retry_after", raw.UnavailableRetryAfter, DefaultUnavailableRetryAfter)
+	c.ShutdownGrace = p.duration("shutdown_grace", raw.ShutdownGrace, DefaultShutdownGrace)
+	c.StoreTimeout = p.duration("store_timeout", raw.StoreTimeout, engine.DefaultStoreTimeout)
+	c.ReplayCacheSize = DefaultReplayCacheSize
+	if raw.ReplayCacheSize != nil {
+		c.ReplayCacheSize = *raw.ReplayCacheSize
+	}
+	c.ReplayCacheMaxAge = p.duration("replay_cache_max_age", raw.ReplayCacheMaxAge, DefaultReplayCacheMaxAge)
+	c.Pool = mysqlconn.PoolConfig{
+		MaxOpenConns:    raw.Pool.MaxOpenConns,
+		MaxIdleConns:    raw.Pool.MaxIdleConns,
+		ConnMaxLifetime: p.duration("pool.conn_max_lifetime", raw.Pool.ConnMaxLifetime, 0),
+	}
+	c.Defaults = p.settings("defaults", raw.Defaults)
+	c.OpenAI = OpenAI{
+		BaseURL:   strings.TrimRight(cmpOr(raw.OpenAI.BaseURL, DefaultOpenAIBaseURL), "/"),
+		Model:     raw.OpenAI.Model,
+		APIKey:    cmpOr(env(EnvOpenAIAPIKey), env(EnvOpenAIAPIKeyStd)),
+		Timeout:   p.duration("openai.timeout", raw.OpenAI.Timeout, DefaultOpenAITimeout),
+		MaxTokens: raw.OpenAI.MaxTokens,
+	}
+	c.Upstream = Upstream{
+		URL:     raw.Upstream.URL,
+		Timeout: p.duration("upstream.timeout", raw.Upstream.Timeout, DefaultUpstreamTimeout),
+		Headers: raw.Upstream.Headers,
+	}
+	for i, s := range raw.Scopes {
+		at := fmt.Sprintf("scopes[%d]", i)
+		sc := Scope{
+			Name:        s.Name,
+			Operation:   Operation(s.Operation),
+			Settings:    p.settings(at, s.rawSettings),
+			KeyRequired: s.KeyRequired,
+			Timeout:     p.duration(at+".timeout", s.Timeout, 0),
+			Delay:       p.duration(at+".delay", s.Delay, 0),
+			URL:         s.URL,
+		}
+		if sc.Operation == OpDemo && sc.Delay == 0 {
+			sc.Delay = DefaultDemoDelay
+		}
+		c.Scopes = append(c.Scopes, sc)
+	}
+	if c.Mode == Development && !c.hasScope(DemoScope) {
+		c.Scopes = append(c.Scopes, Scope{Name: DemoScope, Operation: OpDemo, Delay: DefaultDemoDelay})
+	}
+
+	c.APIKeys = make(map[tenancy.ID][]string, len(raw.APIKeys))
+	for tenant, digests := range raw.APIKeys {
+		id, err := tenancy.ParseID(tenant)
+		if err != nil {
+			p.add(fmt.Sprintf("%s.%s", apiKeysSetting, truncate(tenant, 64)), "%v", err)
+			continue
+		}
+		for _, d := range digests {
+			c.APIKeys[id] = append(c.APIKeys[id], strings.ToLower(strings.TrimSpace(d)))
+		}
+	}
+	p = append(p, c.validate(apiKeysSetting)...)
+
+	// The secret last: whether it may be generated depends on a valid mode.
+	if c.Mode == Development || c.Mode == Production {
+		secret, generated, err := Secret(getenv(EnvSecret), c.Mode == Development)
+		if err != nil {
+			p = append(p, err)
+		}
+		c.Secret, c.SecretGenerated = secret, generated
+	}
+	if err := p.err(); err != nil {
+		return nil, err
+	}
+	return c, nil
+}
+
+// Validate reports every setting of c that is out of range, one per line,
+// each named as in the config file (e.g. "scopes[2].stale_after: must be at
+// least 300ms"). Load applies the same checks; call Validate after changing a Config.
+func (c *Config) Validate() error {
+	p := c.validate("api_keys")
+	if len(c.Secret) > 0 || c.Mode == Production {
+		if _, _, err := Secret(string(c.Secret), false); err != nil {
+			p = append(p, err)
+		}
+	}
+	return p.err()
+}
+
+func (c *Config) validate(apiKeysSetting string) problems {
+	var p problems
+	switch c.Mode {
+	case Development, Production:
+	default:
+		p.add("mode", "must be %q or %q, got %q (env %s)", Development, Production, c.Mode, EnvMode)
+	}
+	if _, port, err := net.SplitHostPort(c.Listen); err != nil {
+		p.add("listen", "must be host:port (e.g. 127.0.0.1:8080, :8080), got %q", c.Listen)
+	} else if n, err := strconv.Atoi(port); err != nil || n < 0 || n > 65535 {
+		p.add("listen", "port must be a number from 0 to 65535, got %q", port)
+	}
+	if c.MySQLDSN != "" {
+		if _, err := mysqlconn.NormalizeDSN(c.MySQLDSN); err != nil {
+			p.add("mysql_dsn", "%v", err) // mysqlconn redacts the password
+		}
+	} else if c.Mode == Production {
+		p.add("mysql_dsn", "is required in production mode: set %s (or mysql_dsn in the config file), "+
+			"e.g. user:password@tcp(db:3306)/idemguard", EnvMySQLDSN)
+	}
+
+	total := 0
+	owner := make(map[string]tenancy.ID)
+	for tenant, digests := range c.APIKeys {
+		if !tenant.Valid() {
+			p.add(apiKeysSetting, "tenant %q is not a valid tenant id", truncate(string(tenant), 64))
+		}
+		if len(digests) == 0 {
+			p.add(fmt.Sprintf("%s.%s", apiKeysSetting, tenant), "lists no key digest")
+		}
+		for i, d := range digests {
+			if !isSHA256Hex(d) {
+				p.add(fmt.Sprintf("%s.%s[%d]", apiKeysSetting, tenant, i), "must be the hex SHA-256 digest of an API key "+
+					"(64 hex digits, e.g. printf %%s \"$KEY\" | sha256sum), not the key itself")
+				continue
+			}
+			if other, dup := owner[d]; dup && other != tenant {
+				p.add(fmt.Sprintf("%s.%s[%d]", apiKeysSetting, tenant, i), "the same key digest is also configured for tenant %q; "+
+					"a key must identify one tenant", other)
+			}
+			owner[d] = tenant
+			total++
+		}
+	}
+	if c.Mode == Production && total == 0 {
+		p.add("api_keys", "production mode needs at least one tenant API key: set %s=tenant:<sha256 hex>[,tenant:<sha256 hex>...] "+
+			"(or api_keys in the config file)", EnvAPIKeys)
+	}
+	for i, o := range c.CORSOrigins {
+		if err := checkOrigin(o); err != nil {
+			p.add(fmt.Sprintf("cors_origins[%d]", i), "%v", err)
+		}
+	}
+	if c.MaxBodyBytes < 1 || c.MaxBodyBytes > MaxMaxBodyBytes {
+		p.add("max_body_bytes", "must be between 1 and %d, got %d", MaxMaxBodyBytes, c.MaxBodyBytes)
+	}
+	p.between("max_wait", c.MaxWait, time.Second, MaxMaxWait)
+	p.between("retry_after", c.RetryAfter, time.Second, time.Hour)
+	p.between("unavailable_retry_after", c.UnavailableRetryAfter, time.Second, time.Hour)
+	p.between("shutdown_grace", c.ShutdownGrace, 0, time.Hour)
+	p.between("store_timeout", c.StoreTimeout, time.Millisecond, MaxStoreTimeout)
+	if c.ReplayCacheSize < -1 {
+		p.add("replay_cache_size", "must be -1 (off), 0 (default %d) or positive, got %d", DefaultReplayCacheSize, c.ReplayCacheSize)
+	}
+	p.between("replay_cache_max_age", c.ReplayCacheMaxAge, time.Second, engine.MaxTTL)
+	if c.Pool.MaxOpenConns < 0 {
+		p.add("pool.max_open_conns", "must not be negative (0: default %d), got %d", mysqlconn.DefaultMaxOpenConns, c.Pool.MaxOpenConns)
+	}
+	if c.Pool.MaxIdleConns < 0 {
+		p.add("pool.max_idle_conns", "must not be negative (0: same as max_open_conns), got %d", c.Pool.MaxIdleConns)
+	}
+	p.between("pool.conn_max_lifetime", c.Pool.ConnMaxLifetime, 0, 24*time.Hour)
+	p.checkSettings("defaults", c.Defaults)
+
+	uses := map[Operation]bool{}
+	seen := map[string]int{}
+	for i, s := range c.Scopes {
+		at := fmt.Sprintf("scopes[%d]", i)
+		if err := keys.ValidateScope(s.Name); err != nil {
+			p.add(at+".name", "%v", err)
+		} else if j, dup := seen[s.Name]; dup {
+			p.add(at+".name", "scope %q is already defined by scopes[%d]", s.Name, j)
+		} else {
+			seen[s.Name] = i
+		}
+		switch s.Operation {
+		case OpOpenAIChat, OpHTTPJSON, OpDemo:
+			uses[s.Operation] = true
+		case "":
+			p.add(at+".operation", "is required: one of %s, %s, %s", OpOpenAIChat, OpHTTPJSON, OpDemo)
+		default:
+			p.add(at+".operation", "must be one of %s, %s, %s, got %q", OpOpenAIChat, OpHTTPJSON, OpDemo, s.Operation)
+		}
+		p.checkSettings(at, s.Settings)
+		p.between(at+".timeout", s.Timeout, 0, MaxOperationTimeout)
+		if s.Operation == OpDemo {
+			p.between(at+".delay", s.Delay, 0, MaxDemoDelay)
+		} else if s.Delay != 0 {
+			p.add(at+".delay", "only a demo scope has a delay")
+		}
+		switch {
+		case s.URL != "" && s.Operation != OpHTTPJSON:
+			p.add(at+".url", "only an http_json scope has a url")
+		case s.URL != "":
+			if err := checkHTTPURL(s.URL); err != nil {
+				p.add(at+".url", "%v", err)
+			}
+		case s.Operation == OpHTTPJSON && c.Upstream.URL == "":
+			p.add(at+".url", "an http_json scope needs a url: set upstream.url (or %s), or url on the scope", EnvUpstreamURL)
+		}
+	}
+	if uses[OpOpenAIChat] {
+		if err := checkHTTPURL(c.OpenAI.BaseURL); err != nil {
+			p.add("openai.base_url", "%v (env %s)", err, EnvOpenAIBaseURL)
+		}
+		if strings.TrimSpace(c.OpenAI.Model) == "" {
+			p.add("openai.model", "is required by the openai_chat scopes: set it, or %s", EnvOpenAIModel)
+		}
+	}
+	p.between("openai.timeout", c.OpenAI.Timeout, time.Millisecond, MaxOperationTimeout)
+	if c.OpenAI.MaxTokens < 0 {
+		p.add("openai.max_tokens", "must not be negative (0: no cap), got %d", c.OpenAI.MaxTokens)
+	}
+	if c.Upstream.URL != "" {
+		if err := checkHTTPURL(c.Upstream.URL); err != nil {
+			p.add("upstream.url", "%v (env %s)", err, EnvUpstreamURL)
+		}
+	}
+	p.between("upstream.timeout", c.Upstream.Timeout, time.Millisecond, MaxOperationTimeout)
+	for name := range c.Upstream.Headers {
+		if !validHeaderName(name) {
+			p.add("upstream.headers", "%q is not a valid HTTP header name", truncate(name, 64))
+		}
+	}
+	return p
+}
+
+func (c *Config) hasScope(name string) bool {
+	for _, s := range c.Scopes {
+		if s.Name == name {
+			return true
+		}
+	}
+	return false
+}
+
+// DevelopmentWithoutDatabase reports whether the service runs on the
+// in-memory store.
+func (c *Config) DevelopmentWithoutDatabase() bool { return c.Mode == Development && c.MySQLDSN == "" }
+
+func (p *problems) duration(setting, s string, def time.Duration) time.Duration {
+	s = strings.TrimSpace(s)
+	if s == "" {
+		return def
+	}
+	d, err := time.ParseDuration(s)
+	if err != nil {
+		p.add(setting, "%q is not a duration; write a number with a unit, e.g. 300ms, 30s, 5m, 24h", truncate(s, 64))
+		return def
+	}
+	return d
+}
+
+func (p *problems) between(setting string, d, lo, hi time.Duration) {
+	if d < lo || d > hi {
+		p.add(setting, "must be between %s and %s, got %s", lo, hi, d)
+	}
+}
+
+func (p *problems) settings(at string, r rawSettings) engine.Settings {
+	return engine.Settings{
+		TTL:         p.duration(at+".ttl", r.TTL, 0),
+		StaleAfter:  p.duration(at+".stale_after", r.StaleAfter, 0),
+		MaxAttempts: r.MaxAttempts,
+		StalePolicy: engine.StalePolicy(strings.TrimSpace(r.StalePolicy)),
+	}
+}
+
+// checkSettings mirrors engine.Settings.Validate with the config's names.
+func (p *problems) checkSettings(at string, s engine.Settings) {
+	before := len(*p)
+	if s.TTL != 0 && (s.TTL < time.Second || s.TTL > engine.MaxTTL) {
+		p.add(at+".ttl", "must be between 1s and %s, got %s", engine.MaxTTL, s.TTL)
+	}
+	if s.StaleAfter < 0 || (s.StaleAfter != 0 && s.StaleAfter < engine.MinStaleAfter) {
+		p.add(at+".stale_after", "must be at least %s, got %s", engine.MinStaleAfter, s.StaleAfter)
+	}
+	if s.MaxAttempts < 0 || s.MaxAttempts > 100 {
+		p.add(at+".max_attempts", "must be between 1 and 100 (0: default %d), got %d", engine.DefaultMaxAttempts, s.MaxAttempts)
+	}
+	switch s.StalePolicy {
+	case "", engine.StaleTakeover, engine.StaleFail:
+	default:
+		p.add(at+".stale_policy", "must be %q or %q, got %q", engine.StaleTakeover, engine.StaleFail, truncate(string(s.StalePolicy), 64))
+	}
+	if err := s.Validate(); err != nil && len(*p) == before {
+		p.add(at, "%v", err) // a rule above missed; never accept what the engine rejects
+	}
+}
+
+func decodeYAML(b []byte, out *rawConfig) error {
+	dec := yaml.NewDecoder(bytes.NewReader(b))
+	dec.KnownFields(true)
+	if err := dec.Decode(out); err != nil && !errors.Is(err, io.EOF) {
+		return fmt.Errorf("%w (settings are listed in docs/CONFIGURATION.md)", err)
+	}
+	return nil
+}
+
+// parseAPIKeysEnv parses "tenant:<hex>,tenant:<hex>,...".
+func parseAPIKeysEnv(v string) (map[string][]string, error) {
+	out := make(map[string][]string)
+	for i, item := range splitList(v) {
+		tenant, digest, ok := strings.Cut(item, ":")
+		if !ok || strings.TrimSpace(tenant) == "" || strings.TrimSpace(digest) == "" {
+			return nil, fmt.Errorf("entry %d is not tenant:<sha256 hex>; want e.g. acme:<64 hex digits>,globex:<64 hex digits>", i+1)
+		}
+		tenant = strings.TrimSpace(tenant)
+		out[tenant] = append(out[tenant], strings.TrimSpace(digest))
+	}
+	return out, nil
+}
+
+func splitList(v string) []string {
+	var out []string
+	for _, s := range strings.Split(v, ",") {
+		if s = strings.TrimSpace(s); s != "" {
+			out = append(out, s)
+		}
+	}
+	return out
+}
+
+var sha256Hex = regexp.MustCompile(`^[0-9a-f]{64}$`)
+
+func isSHA256Hex(s string) bool { return sha256Hex.MatchString(s) }
+
+func checkOrigin(o string) error {
+	u, err := url.Parse(o)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" ||
+		u.Path != "" || u.RawQuery != "" || u.Fragment != "" || u.User != nil {
+		return fmt.Errorf("must be an exact origin like https://app.example.com (scheme, host, optional port; no path, no wildcard), got %q", truncate(o, 100))
+	}
+	return nil
+}
+
+func checkHTTPURL(s string) error {
+	u, err := url.Parse(s)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		return fmt.Errorf("must be an http:// or https:// URL, got %q", truncate(redactURL(s), 100))
+	}
+	return nil
+}
+
+// redactURL drops user info, which may hold a password.
+func redactURL(s string) string {
+	if u, err := url.Parse(s); err == nil && u.User != nil {
+		u.User = url.User("xxxxx")
+		return u.String()
+	}
+	return s
+}
+
+func validHeaderName(s string) bool {
+	if s == "" {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || strings.IndexByte("!#$%&'*+-.^_`|~", c) >= 0) {
+			return false
+		}
+	}
+	return true
+}
+
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:n] + "…"
+}
+
+func cmpOr(a, b string) string {
+	if strings.TrimSpace(a) != "" {
+		return strings.TrimSpace(a)
+	}
+	return b
+}

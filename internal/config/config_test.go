@@ -1,0 +1,280 @@
+package config
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/idemguard/idemguard/internal/engine"
+	"github.com/idemguard/idemguard/tenancy"
+)
+
+const (
+	digestA = "2c26b46b68ffc68ff99b453c1d30413413422d706483bfa0f98a5e886266e7ae" // sha256("foo")
+	digestB = "fcde2b2edba56bf408601fb721fe9b5c338d10ee429ea04fae5511b68fbf8fb9" // sha256("bar")
+	secret  = "0123456789abcdef0123456789abcdef"
+)
+
+func writeFile(t *testing.T, body string) string {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "idemguard.yaml")
+	require.NoError(t, os.WriteFile(path, []byte(body), 0o600))
+	return path
+}
+
+func envOf(m map[string]string) func(string) string { return func(k string) string { return m[k] } }
+
+func TestLoadDefaultsInDevelopment(t *testing.T) {
+	t.Parallel()
+	c, err := Load("", envOf(nil))
+	require.NoError(t, err)
+	require.Equal(t, Development, c.Mode)
+	require.Equal(t, DefaultListen, c.Listen)
+	require.True(t, c.DevelopmentWithoutDatabase())
+	require.True(t, c.SecretGenerated, "development mode generates a secret")
+	require.Len(t, c.Secret, 32)
+	require.Equal(t, DefaultMaxBodyBytes, c.MaxBodyBytes)
+	require.Equal(t, DefaultMaxWait, c.MaxWait)
+	require.Equal(t, DefaultShutdownGrace, c.ShutdownGrace)
+	require.Equal(t, engine.DefaultStoreTimeout, c.StoreTimeout)
+	require.Equal(t, DefaultOpenAIBaseURL, c.OpenAI.BaseURL)
+	require.Equal(t, []Scope{{Name: DemoScope, Operation: OpDemo, Delay: DefaultDemoDelay}}, c.Scopes)
+	require.Empty(t, c.APIKeys, "the demo key is added by serve, not stored here")
+	require.NoError(t, c.Validate())
+}
+
+func TestLoadFileAndEnvironment(t *testing.T) {
+	t.Parallel()
+	path := writeFile(t, `
+mode: production
+listen: 0.0.0.0:9000
+mysql_dsn: file@tcp(db:3306)/idemguard
+api_keys:
+  acme: [`+strings.ToUpper(digestA)+`]
+cors_origins: [https://app.example.com]
+max_body_bytes: 2048
+max_wait: 10s
+retry_after: 2s
+unavailable_retry_after: 7s
+shutdown_grace: 5s
+store_timeout: 2s
+pool: {max_open_conns: 8, conn_max_lifetime: 1m}
+defaults: {ttl: 48h, stale_after: 1m, max_attempts: 5, stale_policy: fail}
+openai: {base_url: "http://127.0.0.1:1/v1/", model: gpt-x, timeout: 20s, max_tokens: 512}
+upstream: {url: "http://127.0.0.1:2/op", timeout: 3s, headers: {X-Token: t}}
+scopes:
+  - {name: chat, operation: openai_chat, key_required: true, ttl: 1h, stale_after: 2s, max_attempts: 2, stale_policy: takeover, timeout: 9s}
+  - {name: json, operation: http_json, url: "http://127.0.0.1:3/other"}
+  - {name: slow, operation: demo, delay: 250ms}
+`)
+	c, err := Load(path, envOf(map[string]string{
+		EnvSecret:       secret,
+		EnvMySQLDSN:     "env@tcp(db:3306)/idemguard",
+		EnvOpenAIAPIKey: "sk-test",
+	}))
+	require.NoError(t, err)
+	require.Equal(t, path, c.Source)
+	require.Equal(t, Production, c.Mode)
+	require.Equal(t, "0.0.0.0:9000", c.Listen)
+	require.Equal(t, "env@tcp(db:3306)/idemguard", c.MySQLDSN, "the environment overrides the file")
+	require.Equal(t, []byte(secret), c.Secret)
+	require.False(t, c.SecretGenerated)
+	require.Equal(t, map[tenancy.ID][]string{"acme": {digestA}}, c.APIKeys, "digests are lower-cased")
+	require.Equal(t, int64(2048), c.MaxBodyBytes)
+	require.Equal(t, 10*time.Second, c.MaxWait)
+	require.Equal(t, 2*time.Second, c.RetryAfter)
+	require.Equal(t, 7*time.Second, c.UnavailableRetryAfter)
+	require.Equal(t, 5*time.Second, c.ShutdownGrace)
+	require.Equal(t, 2*time.Second, c.StoreTimeout)
+	require.Equal(t, 8, c.Pool.MaxOpenConns)
+	require.Equal(t, time.Minute, c.Pool.ConnMaxLifetime)
+	require.Equal(t, engine.Settings{TTL: 48 * time.Hour, StaleAfter: time.Minute, MaxAttempts: 5, StalePolicy: engine.StaleFail}, c.Defaults)
+	require.Equal(t, OpenAI{BaseURL: "http://127.0.0.1:1/v1", Model: "gpt-x", APIKey: "sk-test", Timeout: 20 * time.Second, MaxTokens: 512}, c.OpenAI)
+	require.Equal(t, Upstream{URL: "http://127.0.0.1:2/op", Timeout: 3 * time.Second, Headers: map[string]string{"X-Token": "t"}}, c.Upstream)
+	require.Equal(t, []Scope{
+		{Name: "chat", Operation: OpOpenAIChat, KeyRequired: true, Timeout: 9 * time.Second,
+			Settings: engine.Settings{TTL: time.Hour, StaleAfter: 2 * time.Second, MaxAttempts: 2, StalePolicy: engine.StaleTakeover}},
+		{Name: "json", Operation: OpHTTPJSON, URL: "http://127.0.0.1:3/other"},
+		{Name: "slow", Operation: OpDemo, Delay: 250 * time.Millisecond},
+	}, c.Scopes, "production mode adds no demo scope")
+	require.NoError(t, c.Validate())
+}
+
+func TestLoadConfigPathFromEnvironment(t *testing.T) {
+	t.Parallel()
+	path := writeFile(t, "listen: 127.0.0.1:0\n")
+	c, err := Load("", envOf(map[string]string{EnvConfig: path}))
+	require.NoError(t, err)
+	require.Equal(t, "127.0.0.1:0", c.Listen)
+	require.Equal(t, path, c.Source)
+
+	_, err = Load(filepath.Join(t.TempDir(), "missing.yaml"), envOf(nil))
+	require.ErrorContains(t, err, "missing.yaml")
+}
+
+func TestLoadEnvironmentOverrides(t *testing.T) {
+	t.Parallel()
+	path := writeFile(t, "api_keys: {file: ["+digestB+"]}\nscopes: [{name: c, operation: openai_chat}]\n")
+	c, err := Load(path, envOf(map[string]string{
+		EnvMode:            "Production",
+		EnvListen:          "127.0.0.1:0",
+		EnvMySQLDSN:        "u:p@tcp(127.0.0.1:3306)/x",
+		EnvSecret:          secret,
+		EnvAPIKeys:         " acme:" + digestA + " , globex:" + digestB + ",acme:" + strings.Repeat("0", 64),
+		EnvCORSOrigins:     "https://a.example, http://localhost:3000",
+		EnvOpenAIBaseURL:   "http://127.0.0.1:9/v1",
+		EnvOpenAIModel:     "m",
+		EnvOpenAIAPIKeyStd: "sk-std",
+		EnvUpstreamURL:     "http://127.0.0.1:9/u",
+	}))
+	require.NoError(t, err)
+	require.Equal(t, Production, c.Mode)
+	require.Equal(t, "127.0.0.1:0", c.Listen)
+	require.Equal(t, map[tenancy.ID][]string{"acme": {digestA, strings.Repeat("0", 64)}, "globex": {digestB}}, c.APIKeys,
+		"IDEMGUARD_API_KEYS replaces the file's api_keys")
+	require.Equal(t, []string{"https://a.example", "http://localhost:3000"}, c.CORSOrigins)
+	require.Equal(t, "http://127.0.0.1:9/v1", c.OpenAI.BaseURL)
+	require.Equal(t, "m", c.OpenAI.Model)
+	require.Equal(t, "sk-std", c.OpenAI.APIKey, "OPENAI_API_KEY is the fallback")
+	require.Equal(t, "http://127.0.0.1:9/u", c.Upstream.URL)
+
+	c, err = Load(path, envOf(map[string]string{EnvOpenAIModel: "m", EnvOpenAIAPIKey: "sk-own", EnvOpenAIAPIKeyStd: "sk-std"}))
+	require.NoError(t, err)
+	require.Equal(t, "sk-own", c.OpenAI.APIKey, "IDEMGUARD_OPENAI_API_KEY wins")
+}
+
+func TestLoadDevelopmentKeepsConfiguredDemoScope(t *testing.T) {
+	t.Parallel()
+	path := writeFile(t, "scopes: [{name: demo, operation: demo, delay: 1s, key_required: true}]\n")
+	c, err := Load(path, envOf(nil))
+	require.NoError(t, err)
+	require.Equal(t, []Scope{{Name: "demo", Operation: OpDemo, Delay: time.Second, KeyRequired: true}}, c.Scopes)
+}
+
+func TestLoadProductionNamesWhatIsMissing(t *testing.T) {
+	t.Parallel()
+	_, err := Load("", envOf(map[string]string{EnvMode: "production"}))
+	require.Error(t, err)
+	msg := err.Error()
+	require.Contains(t, msg, "mysql_dsn: is required in production mode: set IDEMGUARD_MYSQL_DSN")
+	require.Contains(t, msg, "IDEMPOTENCY_SECRET is not set")
+	require.Contains(t, msg, "api_keys: production mode needs at least one tenant API key: set IDEMGUARD_API_KEYS")
+
+	_, err = Load("", envOf(map[string]string{EnvMode: "production", EnvMySQLDSN: "u@tcp(h:3306)/d",
+		EnvAPIKeys: "acme:" + digestA, EnvSecret: "short"}))
+	require.ErrorContains(t, err, "IDEMPOTENCY_SECRET is 5 bytes long")
+	require.NotContains(t, err.Error(), "mysql_dsn")
+}
+
+func TestLoadRefusesSecretsInTheFile(t *testing.T) {
+	t.Parallel()
+	path := writeFile(t, "secret: hunter2hunter2hunter2hunter2hunter2\nopenai: {api_key: sk-live-123}\n")
+	_, err := Load(path, envOf(nil))
+	require.ErrorContains(t, err, "secret: is never read from the config file; remove it and set the environment variable IDEMPOTENCY_SECRET")
+	require.ErrorContains(t, err, "openai.api_key: is never read from the config file")
+	require.NotContains(t, err.Error(), "hunter2")
+	require.NotContains(t, err.Error(), "sk-live-123")
+}
+
+func TestLoadNamesBadSettings(t *testing.T) {
+	t.Parallel()
+	cases := []struct {
+		name, file string
+		env        map[string]string
+		want       string
+	}{
+		{"unknown setting", "listn: x\n", nil, "field listn not found"},
+		{"mode", "mode: staging\n", nil, `mode: must be "development" or "production", got "staging"`},
+		{"listen", "listen: localhost\n", nil, `listen: must be host:port`},
+		{"listen port", "listen: 'a:99999'\n", nil, `listen: port must be a number from 0 to 65535`},
+		{"duration without unit", "max_wait: 30\n", nil, `max_wait: "30" is not a duration; write a number with a unit`},
+		{"max_wait range", "max_wait: 1h\n", nil, `max_wait: must be between 1s and 5m0s, got 1h0m0s`}, {"max_wait zero", "max_wait: 0s\n", nil, `max_wait: must be between 1s and 5m0s, got 0s`},
+		{"body", "max_body_bytes: 0\n", nil, `max_body_bytes: must be between 1 and`},
+		{"store_timeout", "store_timeout: 0s\n", nil, `store_timeout: must be between 1ms and 1m0s`},
+		{"dsn", "mysql_dsn: 'mysql://u:pw@h/d'\n", nil, `mysql_dsn: mysqlconn: invalid DSN`},
+		{"defaults ttl", "defaults: {ttl: 500ms}\n", nil, `defaults.ttl: must be between 1s and 168h0m0s, got 500ms`},
+		{"defaults ttl max", "defaults: {ttl: 200h}\n", nil, `defaults.ttl: must be between 1s and 168h0m0s, got 200h0m0s`},
+		{"stale_after", "scopes: [{name: a, operation: demo}, {name: b, operation: demo}, {name: c, operation: demo, stale_after: 100ms}]\n",
+			nil, `scopes[2].stale_after: must be at least 300ms, got 100ms`},
+		{"max_attempts", "scopes: [{name: a, operation: demo, max_attempts: 101}]\n", nil, `scopes[0].max_attempts: must be between 1 and 100`},
+		{"stale_policy", "scopes: [{name: a, operation: demo, stale_policy: retry}]\n", nil, `scopes[0].stale_policy: must be "takeover" or "fail", got "retry"`},
+		{"scope name", "scopes: [{name: 'a b', operation: demo}]\n", nil, `scopes[0].name: `},
+		{"scope duplicate", "scopes: [{name: a, operation: demo}, {name: a, operation: demo}]\n", nil, `scopes[1].name: scope "a" is already defined by scopes[0]`},
+		{"operation missing", "scopes: [{name: a}]\n", nil, `scopes[0].operation: is required`},
+		{"operation unknown", "scopes: [{name: a, operation: gpt}]\n", nil, `scopes[0].operation: must be one of openai_chat, http_json, demo, got "gpt"`},
+		{"delay on non-demo", "upstream: {url: 'http://h/'}\nscopes: [{name: a, operation: http_json, delay: 1s}]\n", nil, `scopes[0].delay: only a demo scope has a delay`},
+		{"url on non-http", "scopes: [{name: a, operation: demo, url: 'http://h/'}]\n", nil, `scopes[0].url: only an http_json scope has a url`},
+		{"http_json without url", "scopes: [{name: a, operation: http_json}]\n", nil, `scopes[0].url: an http_json scope needs a url`},
+		{"scope timeout", "scopes: [{name: a, operation: demo, timeout: -1s}]\n", nil, `scopes[0].timeout: must be between 0s and 1h0m0s`},
+		{"openai model", "scopes: [{name: a, operation: openai_chat}]\n", nil, `openai.model: is required by the openai_chat scopes`},
+		{"openai url", "openai: {base_url: 'ftp://x', model: m}\nscopes: [{name: a, operation: openai_chat}]\n", nil, `openai.base_url: must be an http:// or https:// URL`},
+		{"cors", "cors_origins: ['https://a.example/path']\n", nil, `cors_origins[0]: must be an exact origin like https://app.example.com`},
+		{"cors wildcard", "cors_origins: ['*']\n", nil, `cors_origins[0]: must be an exact origin`},
+		{"header", "upstream: {headers: {'bad header': x}}\n", nil, `upstream.headers: "bad header" is not a valid HTTP header name`},
+		{"api key not hex", "api_keys: {acme: [my-plain-key]}\n", nil, `api_keys.acme[0]: must be the hex SHA-256 digest of an API key`},
+		{"api key tenant", "api_keys: {'bad tenant': [" + digestA + "]}\n", nil, `api_keys.bad tenant: tenancy: invalid tenant id`},
+		{"api key shared", "api_keys: {a: [" + digestA + "], b: [" + digestA + "]}\n", nil, `the same key digest is also configured for tenant`},
+		{"api keys env", "", map[string]string{EnvAPIKeys: "acme"}, `IDEMGUARD_API_KEYS: entry 1 is not tenant:<sha256 hex>`},
+		{"api keys env digest", "", map[string]string{EnvAPIKeys: "acme:nothex"}, `IDEMGUARD_API_KEYS.acme[0]: must be the hex SHA-256 digest`},
+		{"pool", "pool: {max_open_conns: -1}\n", nil, `pool.max_open_conns: must not be negative`},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			path := ""
+			if tc.file != "" {
+				path = writeFile(t, tc.file)
+			}
+			_, err := Load(path, envOf(tc.env))
+			require.Error(t, err)
+			require.Contains(t, err.Error(), tc.want)
+		})
+	}
+}
+
+func TestLoadReportsEveryProblem(t *testing.T) {
+	t.Parallel()
+	path := writeFile(t, "max_wait: soon\nscopes: [{name: a, operation: demo, ttl: 1ms}]\n")
+	_, err := Load(path, envOf(nil))
+	require.ErrorContains(t, err, "config: 2 problem(s)")
+	require.ErrorContains(t, err, "max_wait:")
+	require.ErrorContains(t, err, "scopes[0].ttl:")
+}
+
+func TestLoadNeverEchoesTheDSNPassword(t *testing.T) {
+	t.Parallel()
+	_, err := Load("", envOf(map[string]string{EnvMySQLDSN: "user:s3cr3tpw@tcp(h:3306/d?x=%zz"}))
+	require.Error(t, err)
+	require.NotContains(t, err.Error(), "s3cr3tpw")
+}
+
+func TestValidateAfterChange(t *testing.T) {
+	t.Parallel()
+	c, err := Load("", envOf(nil))
+	require.NoError(t, err)
+	c.Scopes[0].Settings.StaleAfter = time.Millisecond
+	require.ErrorContains(t, c.Validate(), "scopes[0].stale_after: must be at least 300ms")
+	c.Scopes[0].Settings.StaleAfter = 0
+	c.Secret = []byte("short")
+	require.ErrorContains(t, c.Validate(), "IDEMPOTENCY_SECRET is 5 bytes long")
+}
+
+func TestExampleConfigIsValid(t *testing.T) {
+	t.Parallel()
+	c, err := Load(filepath.Join("..", "..", "docs", "idemguard.example.yaml"), envOf(map[string]string{
+		EnvSecret:   secret,
+		EnvMySQLDSN: "idemguard:pw@tcp(db:3306)/idemguard",
+	}))
+	require.NoError(t, err)
+	require.Equal(t, Production, c.Mode)
+	require.Len(t, c.APIKeys, 2)
+	names := make([]string, 0, len(c.Scopes))
+	for _, s := range c.Scopes {
+		names = append(names, s.Name)
+	}
+	require.Equal(t, []string{"chat", "actionRequests.aiProposeCopy", "demo"}, names)
+}

@@ -1,0 +1,149 @@
+// Package metrics turns the guard's protocol events (engine.Event) into
+// Prometheus metrics (DESIGN §8) on a registry of its own, never the global
+// default one.
+//
+// Every metric is labelled by scope; scopes come from the configuration, and
+// the HTTP layer answers 404 for any other, so the label's cardinality is
+// bounded by the config file. The other labels are closed sets: from_memory
+// (true/false), stop_reason (sanitize's enum), op (the guard's store steps).
+//
+//	idemguard_claims_total{scope}                       a fresh (or expired) key was claimed
+//	idemguard_replays_total{scope,from_memory}          a stored success was answered
+//	idemguard_in_progress_total{scope}                  a duplicate found the operation running (409)
+//	idemguard_takeovers_total{scope}                    a stale claim was taken over
+//	idemguard_retries_total{scope}                      a failed key was claimed for another attempt
+//	idemguard_abandoned_total{scope,stop_reason}        a stale claim was marked failed
+//	idemguard_retry_limit_total{scope,stop_reason}      a failed key had no attempts left
+//	idemguard_lost_claims_total{scope}                  an operation finished after losing its claim
+//	idemguard_fingerprint_mismatches_total{scope}       a client key was reused with other inputs (422)
+//	idemguard_operations_total{scope,outcome}           operations run, outcome succeeded|failed
+//	idemguard_operation_failures_total{scope,stop_reason} operations that failed, by reason
+//	idemguard_store_errors_total{scope,op}              store calls that failed
+//	idemguard_cleanup_deleted_rows_total                rows deleted by cleanup (see CleanupDeleted)
+//	idemguard_operation_duration_seconds{scope}         histogram: how long operations ran
+//	idemguard_wait_seconds{scope}                       histogram: how long requests waited (Prefer: wait)
+//
+// plus the Go runtime and process collectors.
+package metrics
+
+import (
+	"net/http"
+	"strconv"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/idemguard/idemguard/internal/engine"
+)
+
+// Namespace prefixes every metric name.
+const Namespace = "idemguard"
+
+// Metrics holds idemguard's collectors and their registry. Observe is safe
+// for concurrent use.
+type Metrics struct {
+	reg *prometheus.Registry
+
+	claims, inProgress, takeovers, retries, lostClaims, mismatches *prometheus.CounterVec
+	replays, abandoned, retryLimit, operations, failures           *prometheus.CounterVec
+	storeErrors                                                    *prometheus.CounterVec
+	cleanupDeleted                                                 prometheus.Counter
+	opDuration, wait                                               *prometheus.HistogramVec
+}
+
+// OperationBuckets are the operation-duration histogram's buckets, in seconds:
+// AI calls take from tens of milliseconds (a cached provider answer) to
+// minutes (a long completion).
+var OperationBuckets = []float64{0.01, 0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10, 20, 30, 60, 120, 300}
+
+// WaitBuckets are the wait histogram's buckets, in seconds: a request waits
+// (Prefer: wait=N) at most max_wait, 30s by default and 5m at most.
+var WaitBuckets = []float64{0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10, 20, 30, 60, 120, 300}
+
+// New returns Metrics on a fresh registry.
+func New() *Metrics {
+	m := &Metrics{reg: prometheus.NewRegistry()}
+	counter := func(name, help string, labels ...string) *prometheus.CounterVec {
+		c := prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: Namespace, Name: name, Help: help}, labels)
+		m.reg.MustRegister(c)
+		return c
+	}
+	m.claims = counter("claims_total", "Keys claimed for a first execution (fresh or expired).", "scope")
+	m.replays = counter("replays_total", "Stored successes answered to a duplicate request; from_memory when the in-process replay cache answered.", "scope", "from_memory")
+	m.inProgress = counter("in_progress_total", "Duplicate requests answered in_progress (HTTP 409) because the operation was running.", "scope")
+	m.takeovers = counter("takeovers_total", "Stale claims (owner silent for staleAfter) taken over and run again.", "scope")
+	m.retries = counter("retries_total", "Failed keys claimed for another attempt.", "scope")
+	m.abandoned = counter("abandoned_total", "Stale claims marked failed instead of taken over (policy fail, or no attempts left).", "scope", "stop_reason")
+	m.retryLimit = counter("retry_limit_total", "Requests for a failed key with no attempts left.", "scope", "stop_reason")
+	m.lostClaims = counter("lost_claims_total", "Operations that finished after another caller took their claim over; their result was not stored.", "scope")
+	m.mismatches = counter("fingerprint_mismatches_total", "Client keys reused with different inputs (HTTP 422).", "scope")
+	m.operations = counter("operations_total", "Operations run, by outcome (succeeded or failed).", "scope", "outcome")
+	m.failures = counter("operation_failures_total", "Operations that failed, by stop reason.", "scope", "stop_reason")
+	m.storeErrors = counter("store_errors_total", "Store calls that failed, by protocol step.", "scope", "op")
+	m.cleanupDeleted = prometheus.NewCounter(prometheus.CounterOpts{Namespace: Namespace, Name: "cleanup_deleted_rows_total",
+		Help: "Expired rows deleted by cleanup."})
+	m.reg.MustRegister(m.cleanupDeleted)
+	m.opDuration = prometheus.NewHistogramVec(prometheus.HistogramOpts{Namespace: Namespace, Name: "operation_duration_seconds",
+		Help: "How long guarded operations ran, successful or not.", Buckets: OperationBuckets}, []string{"scope"})
+	m.wait = prometheus.NewHistogramVec(prometheus.HistogramOpts{Namespace: Namespace, Name: "wait_seconds",
+		Help:    "How long requests waited (Prefer: wait) for a running duplicate to finish; one observation per request that waited.",
+		Buckets: WaitBuckets}, []string{"scope"})
+	m.reg.MustRegister(m.opDuration, m.wait,
+		collectors.NewGoCollector(),
+		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	return m
+}
+
+// Observe records one protocol event. Pass it as engine.Config.Observe.
+func (m *Metrics) Observe(e engine.Event) {
+	switch e.Kind {
+	case engine.EventClaimed:
+		m.claims.WithLabelValues(e.Scope).Inc()
+	case engine.EventReplayed:
+		m.replays.WithLabelValues(e.Scope, strconv.FormatBool(e.FromMemory)).Inc()
+	case engine.EventInProgress:
+		m.inProgress.WithLabelValues(e.Scope).Inc()
+	case engine.EventWaited:
+		m.wait.WithLabelValues(e.Scope).Observe(e.Duration.Seconds())
+	case engine.EventTakeover:
+		m.takeovers.WithLabelValues(e.Scope).Inc()
+	case engine.EventRetried:
+		m.retries.WithLabelValues(e.Scope).Inc()
+	case engine.EventAbandoned:
+		m.abandoned.WithLabelValues(e.Scope, string(e.Reason)).Inc()
+	case engine.EventRetryLimit:
+		m.retryLimit.WithLabelValues(e.Scope, string(e.Reason)).Inc()
+	case engine.EventLostClaim:
+		m.lostClaims.WithLabelValues(e.Scope).Inc()
+	case engine.EventMismatch:
+		m.mismatches.WithLabelValues(e.Scope).Inc()
+	case engine.EventOperation:
+		m.opDuration.WithLabelValues(e.Scope).Observe(e.Duration.Seconds())
+		outcome := "succeeded"
+		if e.Failed {
+			outcome = "failed"
+			m.failures.WithLabelValues(e.Scope, string(e.Reason)).Inc()
+		}
+		m.operations.WithLabelValues(e.Scope, outcome).Inc()
+	case engine.EventStoreError:
+		m.storeErrors.WithLabelValues(e.Scope, e.StoreOp).Inc()
+	}
+}
+
+// CleanupDeleted adds n rows to the cleanup deletion counter (for the
+// cleanup command, or a process that runs cleanup in the background).
+func (m *Metrics) CleanupDeleted(n int64) {
+	if n > 0 {
+		m.cleanupDeleted.Add(float64(n))
+	}
+}
+
+// Registry returns the registry the metrics are registered on, to add
+// collectors of one's own or to push them (e.g. to a Pushgateway).
+func (m *Metrics) Registry() *prometheus.Registry { return m.reg }
+
+// Handler serves the metrics in the Prometheus exposition format.
+func (m *Metrics) Handler() http.Handler {
+	return promhttp.HandlerFor(m.reg, promhttp.HandlerOpts{Registry: m.reg})
+}

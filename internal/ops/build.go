@@ -1,0 +1,39 @@
+package ops
+
+import (
+	"cmp"
+	"fmt"
+	"net/http"
+
+	"github.com/idemguard/idemguard/internal/config"
+)
+
+// FromConfig builds the registry of c's scopes. client sends every upstream
+// request (nil: a default client). A scope's timeout defaults to its
+// operation's (openai.timeout, upstream.timeout; none for demo); the
+// protocol settings it leaves zero take the guard's defaults (c.Defaults).
+func FromConfig(c *config.Config, client *http.Client) (*Registry, error) {
+	if client == nil {
+		client = &http.Client{}
+	}
+	scopes := make([]*Scope, 0, len(c.Scopes))
+	for _, s := range c.Scopes {
+		sc := &Scope{Name: s.Name, Settings: s.Settings, KeyRequired: s.KeyRequired, Timeout: s.Timeout}
+		switch s.Operation {
+		case config.OpOpenAIChat:
+			sc.Timeout = cmp.Or(sc.Timeout, c.OpenAI.Timeout)
+			sc.Run = OpenAIChat(OpenAIConfig{BaseURL: c.OpenAI.BaseURL, Model: c.OpenAI.Model, APIKey: c.OpenAI.APIKey,
+				Timeout: sc.Timeout, MaxTokens: c.OpenAI.MaxTokens, Client: client})
+		case config.OpHTTPJSON:
+			sc.Timeout = cmp.Or(sc.Timeout, c.Upstream.Timeout)
+			sc.Run = HTTPJSON(HTTPJSONConfig{URL: cmp.Or(s.URL, c.Upstream.URL), Headers: c.Upstream.Headers,
+				Timeout: sc.Timeout, Client: client})
+		case config.OpDemo:
+			sc.Run = Demo(s.Delay)
+		default:
+			return nil, fmt.Errorf("ops: scope %q: unknown operation %q", s.Name, s.Operation)
+		}
+		scopes = append(scopes, sc)
+	}
+	return NewRegistry(scopes...)
+}

@@ -1,0 +1,59 @@
+package ops
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"maps"
+	"net/http"
+	"time"
+
+	"github.com/idemguard/idemguard/internal/engine"
+	"github.com/idemguard/idemguard/sanitize"
+)
+
+// HTTPJSONConfig configures HTTPJSON.
+type HTTPJSONConfig struct {
+	// URL receives a POST of the request's inputs.
+	URL string
+	// Headers are set on every request (e.g. an Authorization). Never logged.
+	Headers map[string]string
+	// Timeout bounds one call (0: only the guard's timeout applies).
+	Timeout time.Duration
+	// Client sends the requests. Defaults to a client without a timeout of
+	// its own.
+	Client *http.Client
+}
+
+// HTTPJSON returns the operation of an http_json scope: it POSTs the inputs
+// unchanged to URL. A 2xx answer must be a JSON object. An object with an
+// "ok" field is taken as an envelope (ok, stopReason, data, traceId, ...);
+// any other object becomes the envelope's data: {"ok":true,"data":answer}.
+// The guard sanitizes either before storing it (nested objects and blocked
+// keys such as model or prompt are dropped). Failures map like OpenAIChat's:
+// 429 rate_limited, 5xx and transport errors provider_error, no answer in
+// time timeout, other 4xx invalid_input, a non-object answer provider_error.
+func HTTPJSON(cfg HTTPJSONConfig) Func {
+	client := cfg.Client
+	if client == nil {
+		client = &http.Client{}
+	}
+	headers := maps.Clone(cfg.Headers)
+	return func(ctx context.Context, inputs json.RawMessage) (any, error) {
+		b, _, err := postJSON(ctx, client, "http_json upstream", cfg.URL, cfg.Timeout, headers, inputs)
+		if err != nil {
+			return nil, err
+		}
+		var top map[string]json.RawMessage
+		dec := json.NewDecoder(bytes.NewReader(b))
+		if err := dec.Decode(&top); err != nil || top == nil || dec.More() {
+			return nil, &engine.OpError{Reason: sanitize.ProviderError,
+				Err: fmt.Errorf("http_json upstream: answer is not a JSON object")}
+		}
+		if _, isEnvelope := top["ok"]; isEnvelope {
+			return json.RawMessage(b), nil
+		}
+		return map[string]any{"ok": true, "data": json.RawMessage(b)}, nil
+	}
+}

@@ -1,0 +1,173 @@
+package ops
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/idemguard/idemguard/internal/engine"
+	"github.com/idemguard/idemguard/sanitize"
+)
+
+// OpenAIConfig configures OpenAIChat.
+type OpenAIConfig struct {
+	// BaseURL is the API root, e.g. https://api.openai.com/v1; the operation
+	// POSTs {BaseURL}/chat/completions.
+	BaseURL string
+	// Model is sent with every request. It is never stored or returned.
+	Model string
+	// APIKey, when set, is sent as `Authorization: Bearer`. Never logged.
+	APIKey string
+	// Timeout bounds one call (0: only the guard's timeout applies).
+	Timeout time.Duration
+	// MaxTokens caps the max_tokens a request may ask for, and is sent when
+	// the request asks for none (0: no cap).
+	MaxTokens int
+	// Client sends the requests. Defaults to a client without a timeout of
+	// its own (Timeout and the guard bound each call).
+	Client *http.Client
+}
+
+// ChatMessage is one message of a chat request.
+type ChatMessage struct {
+	Role    string `json:"role"`
+	Content string `json:"content"`
+}
+
+// ChatInput is the request body (the operation's inputs) of an openai_chat
+// scope. Only these fields are accepted; the model is the configured one.
+type ChatInput struct {
+	Messages    []ChatMessage `json:"messages"`
+	MaxTokens   *int          `json:"max_tokens,omitempty"`
+	Temperature *json.Number  `json:"temperature,omitempty"`
+	TopP        *json.Number  `json:"top_p,omitempty"`
+	Seed        *int64        `json:"seed,omitempty"`
+	Stop        []string      `json:"stop,omitempty"`
+}
+
+// MaxChatMessages is the most messages one request may carry.
+const MaxChatMessages = 256
+
+var chatRoles = map[string]bool{"system": true, "developer": true, "user": true, "assistant": true}
+
+// chatRequest is what is sent upstream.
+type chatRequest struct {
+	Model string `json:"model"`
+	ChatInput
+}
+
+type chatResponse struct {
+	Choices []struct {
+		Message struct {
+			Content *string `json:"content"`
+		} `json:"message"`
+		FinishReason string `json:"finish_reason"`
+	} `json:"choices"`
+	Usage struct {
+		PromptTokens     int64 `json:"prompt_tokens"`
+		CompletionTokens int64 `json:"completion_tokens"`
+		TotalTokens      int64 `json:"total_tokens"`
+	} `json:"usage"`
+}
+
+// OpenAIChat returns the operation of an openai_chat scope: it POSTs
+// {model, messages, ...} built from the inputs (see ChatInput) to
+// {BaseURL}/chat/completions and answers
+//
+//	{"ok":true,"stopReason":"completed","data":{"text":…,"finish_reason":…,
+//	 "prompt_tokens":…,"completion_tokens":…,"total_tokens":…}}
+//
+// and nothing else: never the model, the provider, the prompt or the
+// provider's request id. Failures are *engine.OpError: upstream 429
+// rate_limited; 5xx, 401/403, a transport error or an unusable answer
+// provider_error; 408 or no answer within Timeout timeout; other 4xx and
+// inputs that do not fit ChatInput invalid_input. Errors never contain the
+// prompt, the upstream's body or the API key.
+func OpenAIChat(cfg OpenAIConfig) Func {
+	client := cfg.Client
+	if client == nil {
+		client = &http.Client{}
+	}
+	url := strings.TrimRight(cfg.BaseURL, "/") + "/chat/completions"
+	headers := map[string]string{}
+	if cfg.APIKey != "" {
+		headers["Authorization"] = "Bearer " + cfg.APIKey
+	}
+	return func(ctx context.Context, inputs json.RawMessage) (any, error) {
+		var in ChatInput
+		if err := decodeStrict(inputs, &in); err != nil {
+			return nil, invalidInput("openai_chat: inputs must be {\"messages\":[{\"role\":…,\"content\":…}], …}: %s", describeJSONError(err))
+		}
+		if err := checkChatInput(&in, cfg.MaxTokens); err != nil {
+			return nil, err
+		}
+		body, err := json.Marshal(chatRequest{Model: cfg.Model, ChatInput: in})
+		if err != nil {
+			return nil, invalidInput("openai_chat: encoding the request: %v", err)
+		}
+		b, _, err := postJSON(ctx, client, "openai_chat upstream", url, cfg.Timeout, headers, body)
+		if err != nil {
+			return nil, err
+		}
+		var out chatResponse
+		if err := json.Unmarshal(b, &out); err != nil || len(out.Choices) == 0 {
+			return nil, &engine.OpError{Reason: sanitize.ProviderError,
+				Err: fmt.Errorf("openai_chat upstream: answer is not a chat completion with at least one choice")}
+		}
+		text := ""
+		if c := out.Choices[0].Message.Content; c != nil {
+			text = *c
+		}
+		return map[string]any{
+			"ok":         true,
+			"stopReason": sanitize.Completed,
+			"data": map[string]any{
+				"text":              text,
+				"finish_reason":     out.Choices[0].FinishReason,
+				"prompt_tokens":     out.Usage.PromptTokens,
+				"completion_tokens": out.Usage.CompletionTokens,
+				"total_tokens":      out.Usage.TotalTokens,
+			},
+		}, nil
+	}
+}
+
+func checkChatInput(in *ChatInput, maxTokens int) error {
+	if len(in.Messages) == 0 || len(in.Messages) > MaxChatMessages {
+		return invalidInput("openai_chat: messages must hold 1 to %d messages, got %d", MaxChatMessages, len(in.Messages))
+	}
+	for i, m := range in.Messages {
+		if !chatRoles[m.Role] {
+			return invalidInput("openai_chat: messages[%d].role must be system, developer, user or assistant", i)
+		}
+	}
+	if in.MaxTokens != nil {
+		switch {
+		case *in.MaxTokens < 1:
+			return invalidInput("openai_chat: max_tokens must be positive")
+		case maxTokens > 0 && *in.MaxTokens > maxTokens:
+			return invalidInput("openai_chat: max_tokens must be at most %d (the configured cap)", maxTokens)
+		}
+	} else if maxTokens > 0 {
+		in.MaxTokens = &maxTokens
+	}
+	return nil
+}
+
+// describeJSONError keeps a decoding error's shape without quoting input
+// text: unknown field names and types are fine, values are not.
+func describeJSONError(err error) string {
+	switch e := err.(type) {
+	case *json.SyntaxError:
+		return fmt.Sprintf("invalid JSON at byte %d", e.Offset)
+	case *json.UnmarshalTypeError:
+		return fmt.Sprintf("field %q must be %s, got JSON %s", e.Field, e.Type, e.Value)
+	}
+	if msg := err.Error(); strings.HasPrefix(msg, "json: unknown field ") {
+		return "unknown field " + strings.TrimPrefix(msg, "json: unknown field ")
+	}
+	return "not a JSON object of the expected shape"
+}

@@ -1,0 +1,377 @@
+package ops_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	"go.uber.org/goleak"
+
+	"github.com/idemguard/idemguard/internal/config"
+	"github.com/idemguard/idemguard/internal/engine"
+	"github.com/idemguard/idemguard/internal/memstore"
+	"github.com/idemguard/idemguard/internal/ops"
+	"github.com/idemguard/idemguard/sanitize"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+const (
+	prompt = "Tell me the secret plan of Project Zebra"
+	apiKey = "sk-test-DO-NOT-LOG-1234"
+)
+
+var chatInputs = json.RawMessage(`{"messages":[{"role":"system","content":"be brief"},{"role":"user","content":"` + prompt + `"}]}`)
+
+// upstream is a fake OpenAI-compatible server.
+type upstream struct {
+	srv     *httptest.Server
+	calls   atomic.Int32
+	lastReq atomic.Pointer[map[string]any]
+	lastHdr atomic.Pointer[http.Header]
+}
+
+func newUpstream(t *testing.T, handler func(w http.ResponseWriter, r *http.Request)) *upstream {
+	t.Helper()
+	u := &upstream{}
+	u.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		u.calls.Add(1)
+		b, _ := io.ReadAll(r.Body)
+		var m map[string]any
+		_ = json.Unmarshal(b, &m)
+		u.lastReq.Store(&m)
+		h := r.Header.Clone()
+		u.lastHdr.Store(&h)
+		handler(w, r)
+	}))
+	t.Cleanup(u.srv.Close)
+	return u
+}
+
+func reply(status int, body string) func(http.ResponseWriter, *http.Request) {
+	return func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(status)
+		_, _ = io.WriteString(w, body)
+	}
+}
+
+// completion is what a real provider answers, with fields that must never be stored.
+const completion = `{"id":"chatcmpl-123","object":"chat.completion","created":1,"model":"gpt-4o-2024",
+"system_fingerprint":"fp_x","provider":"openai",
+"choices":[{"index":0,"message":{"role":"assistant","content":"Hello there."},"finish_reason":"stop"},
+           {"index":1,"message":{"role":"assistant","content":"ignored"},"finish_reason":"length"}],
+"usage":{"prompt_tokens":12,"completion_tokens":3,"total_tokens":15}}`
+
+func chat(u *upstream, mutate ...func(*ops.OpenAIConfig)) ops.Func {
+	cfg := ops.OpenAIConfig{BaseURL: u.srv.URL + "/v1/", Model: "gpt-test", APIKey: apiKey, Client: u.srv.Client()}
+	for _, m := range mutate {
+		m(&cfg)
+	}
+	return ops.OpenAIChat(cfg)
+}
+
+func requireReason(t *testing.T, err error, want sanitize.StopReason) {
+	t.Helper()
+	var oe *engine.OpError
+	require.ErrorAs(t, err, &oe)
+	require.Equal(t, want, oe.Reason, "err: %v", err)
+	require.NotContains(t, err.Error(), prompt)
+	require.NotContains(t, err.Error(), apiKey)
+}
+
+func TestOpenAIChatMapsTheCompletion(t *testing.T) {
+	t.Parallel()
+	u := newUpstream(t, reply(200, completion))
+	v, err := chat(u, func(c *ops.OpenAIConfig) { c.MaxTokens = 64 })(context.Background(), chatInputs)
+	require.NoError(t, err)
+
+	req := *u.lastReq.Load()
+	require.Equal(t, "gpt-test", req["model"])
+	require.EqualValues(t, 64, req["max_tokens"], "the cap is sent when the request sets none")
+	require.Len(t, req["messages"], 2)
+	hdr := *u.lastHdr.Load()
+	require.Equal(t, "Bearer "+apiKey, hdr.Get("Authorization"))
+	require.Equal(t, "application/json", hdr.Get("Content-Type"))
+
+	env, err := sanitize.FromValue(v)
+	require.NoError(t, err)
+	require.True(t, env.OK)
+	require.Equal(t, sanitize.Completed, env.StopReason)
+	require.Equal(t, map[string]any{
+		"text": "Hello there.", "finish_reason": "stop",
+		"prompt_tokens": json.Number("12"), "completion_tokens": json.Number("3"), "total_tokens": json.Number("15"),
+	}, env.Data)
+	body, err := sanitize.Marshal(env)
+	require.NoError(t, err)
+	for _, forbidden := range []string{"gpt-", "chatcmpl", "openai", "fp_x", prompt, "be brief", apiKey} {
+		require.NotContains(t, string(body), forbidden)
+	}
+}
+
+func TestOpenAIChatPath(t *testing.T) {
+	t.Parallel()
+	var path atomic.Value
+	u := newUpstream(t, func(w http.ResponseWriter, r *http.Request) { path.Store(r.URL.Path); reply(200, completion)(w, r) })
+	_, err := chat(u)(context.Background(), chatInputs)
+	require.NoError(t, err)
+	require.Equal(t, "/v1/chat/completions", path.Load())
+}
+
+func TestOpenAIChatStatusMapping(t *testing.T) {
+	t.Parallel()
+	cases := []struct {
+		status int
+		want   sanitize.StopReason
+	}{
+		{429, sanitize.RateLimited},
+		{500, sanitize.ProviderError},
+		{502, sanitize.ProviderError},
+		{503, sanitize.ProviderError},
+		{400, sanitize.InvalidInput},
+		{404, sanitize.InvalidInput},
+		{422, sanitize.InvalidInput},
+		{401, sanitize.ProviderError},
+		{403, sanitize.ProviderError},
+		{408, sanitize.Timeout},
+	}
+	for _, tc := range cases {
+		t.Run(http.StatusText(tc.status), func(t *testing.T) {
+			t.Parallel()
+			// The body echoes the prompt, as some providers' errors do.
+			u := newUpstream(t, reply(tc.status, `{"error":{"message":"bad: `+prompt+`"}}`))
+			_, err := chat(u)(context.Background(), chatInputs)
+			requireReason(t, err, tc.want)
+			var se *ops.StatusError
+			require.ErrorAs(t, err, &se)
+			require.Equal(t, tc.status, se.StatusCode)
+		})
+	}
+}
+
+func TestOpenAIChatUnusableAnswers(t *testing.T) {
+	t.Parallel()
+	for name, body := range map[string]string{
+		"not json":   `<html>oops</html>`,
+		"no choices": `{"choices":[],"usage":{}}`,
+		"array":      `[1,2]`,
+	} {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			u := newUpstream(t, reply(200, body))
+			_, err := chat(u)(context.Background(), chatInputs)
+			requireReason(t, err, sanitize.ProviderError)
+		})
+	}
+}
+
+func TestOpenAIChatNullContent(t *testing.T) {
+	t.Parallel()
+	u := newUpstream(t, reply(200, `{"choices":[{"message":{"content":null},"finish_reason":"tool_calls"}]}`))
+	v, err := chat(u)(context.Background(), chatInputs)
+	require.NoError(t, err)
+	env, err := sanitize.FromValue(v)
+	require.NoError(t, err)
+	require.Equal(t, "", env.Data["text"])
+	require.Equal(t, "tool_calls", env.Data["finish_reason"])
+}
+
+func TestOpenAIChatTransportErrors(t *testing.T) {
+	t.Parallel()
+	t.Run("connection refused", func(t *testing.T) {
+		t.Parallel()
+		u := newUpstream(t, reply(200, completion))
+		f := chat(u)
+		u.srv.Close()
+		_, err := f(context.Background(), chatInputs)
+		requireReason(t, err, sanitize.ProviderError)
+	})
+	t.Run("own timeout", func(t *testing.T) {
+		t.Parallel()
+		u := newUpstream(t, func(w http.ResponseWriter, r *http.Request) { <-r.Context().Done() })
+		start := time.Now()
+		_, err := chat(u, func(c *ops.OpenAIConfig) { c.Timeout = 50 * time.Millisecond })(context.Background(), chatInputs)
+		requireReason(t, err, sanitize.Timeout)
+		require.Less(t, time.Since(start), 5*time.Second)
+	})
+	t.Run("caller's context ends", func(t *testing.T) {
+		t.Parallel()
+		u := newUpstream(t, func(w http.ResponseWriter, r *http.Request) { <-r.Context().Done() })
+		ctx, cancel := context.WithCancelCause(context.Background())
+		time.AfterFunc(50*time.Millisecond, func() { cancel(engine.ErrShuttingDown) })
+		_, err := chat(u)(ctx, chatInputs)
+		var oe *engine.OpError
+		require.False(t, errors.As(err, &oe), "the guard classifies its own cancellation: %v", err)
+		require.ErrorIs(t, err, engine.ErrShuttingDown)
+	})
+}
+
+func TestOpenAIChatRejectsBadInputsWithoutCalling(t *testing.T) {
+	t.Parallel()
+	u := newUpstream(t, reply(200, completion))
+	f := chat(u, func(c *ops.OpenAIConfig) { c.MaxTokens = 100 })
+	for name, in := range map[string]string{
+		"not an object":   `"` + prompt + `"`,
+		"no messages":     `{"messages":[]}`,
+		"bad role":        `{"messages":[{"role":"wizard","content":"` + prompt + `"}]}`,
+		"model override":  `{"model":"gpt-5","messages":[{"role":"user","content":"hi"}]}`,
+		"content type":    `{"messages":[{"role":"user","content":42}]}`,
+		"over the cap":    `{"messages":[{"role":"user","content":"hi"}],"max_tokens":101}`,
+		"zero max_tokens": `{"messages":[{"role":"user","content":"hi"}],"max_tokens":0}`,
+	} {
+		t.Run(name, func(t *testing.T) {
+			_, err := f(context.Background(), json.RawMessage(in))
+			requireReason(t, err, sanitize.InvalidInput)
+		})
+	}
+	require.Zero(t, u.calls.Load())
+
+	_, err := f(context.Background(), json.RawMessage(`{"messages":[{"role":"user","content":"hi"}],"max_tokens":100,"temperature":0.2,"top_p":1,"seed":7,"stop":["\n"]}`))
+	require.NoError(t, err)
+	req := *u.lastReq.Load()
+	require.EqualValues(t, 100, req["max_tokens"])
+	require.EqualValues(t, 0.2, req["temperature"])
+	require.EqualValues(t, 7, req["seed"])
+}
+
+func TestOpenAIChatThroughTheGuard(t *testing.T) {
+	t.Parallel()
+	g, err := engine.New(engine.Config{Store: memstore.New(), Secret: []byte(strings.Repeat("k", 32))})
+	require.NoError(t, err)
+	t.Cleanup(func() { require.NoError(t, g.Close(context.Background())) })
+	run := func(f ops.Func, key string, timeout time.Duration) engine.Result {
+		res, err := g.WithIdempotency(context.Background(), engine.Call{Tenant: "t", Scope: "chat", ClientKey: key,
+			Inputs: chatInputs, Timeout: timeout}, func(ctx context.Context) (any, error) { return f(ctx, chatInputs) })
+		require.NoError(t, err)
+		return res
+	}
+
+	ok := newUpstream(t, reply(200, completion))
+	res := run(chat(ok), "k1", 0)
+	require.Equal(t, engine.StatusSucceeded, res.Status)
+	require.Equal(t, 200, res.StatusCode)
+	require.JSONEq(t, `{"ok":true,"stopReason":"completed","needsHuman":false,"cached":false,
+		"data":{"text":"Hello there.","finish_reason":"stop","prompt_tokens":12,"completion_tokens":3,"total_tokens":15}}`, string(res.Body))
+
+	limited := newUpstream(t, reply(429, `{}`))
+	res = run(chat(limited), "k2", 0)
+	require.Equal(t, engine.StatusFailed, res.Status)
+	require.Equal(t, sanitize.RateLimited, res.StopReason)
+
+	slow := newUpstream(t, func(w http.ResponseWriter, r *http.Request) { <-r.Context().Done() })
+	res = run(chat(slow), "k3", 100*time.Millisecond)
+	require.Equal(t, sanitize.Timeout, res.StopReason, "the guard's own timeout is a timeout, not a provider_error")
+}
+
+func TestHTTPJSON(t *testing.T) {
+	t.Parallel()
+	inputs := json.RawMessage(`{"question_hash":"abc","n":1}`)
+	newOp := func(u *upstream) ops.Func {
+		return ops.HTTPJSON(ops.HTTPJSONConfig{URL: u.srv.URL + "/op", Headers: map[string]string{"X-Api-Token": "tok"}, Client: u.srv.Client()})
+	}
+
+	t.Run("envelope answer", func(t *testing.T) {
+		t.Parallel()
+		u := newUpstream(t, reply(200, `{"ok":false,"stopReason":"needs_human","needsHuman":true,"model":"x",
+			"data":{"answer":"a","debug":"d","nested":{"prompt":"p"}}}`))
+		v, err := newOp(u)(context.Background(), inputs)
+		require.NoError(t, err)
+		require.Equal(t, map[string]any{"question_hash": "abc", "n": float64(1)}, *u.lastReq.Load(), "the inputs are posted unchanged")
+		require.Equal(t, "tok", (*u.lastHdr.Load()).Get("X-Api-Token"))
+		env, err := sanitize.FromValue(v)
+		require.NoError(t, err)
+		require.Equal(t, sanitize.Envelope{OK: false, StopReason: sanitize.NeedsHuman, NeedsHuman: true, Data: map[string]any{"answer": "a"}}, env)
+	})
+	t.Run("plain object becomes data", func(t *testing.T) {
+		t.Parallel()
+		u := newUpstream(t, reply(200, `{"answer":"42","score":0.5,"model":"m"}`))
+		v, err := newOp(u)(context.Background(), inputs)
+		require.NoError(t, err)
+		env, err := sanitize.FromValue(v)
+		require.NoError(t, err)
+		require.Equal(t, sanitize.Envelope{OK: true, StopReason: sanitize.Completed,
+			Data: map[string]any{"answer": "42", "score": json.Number("0.5")}}, env)
+	})
+	t.Run("not an object", func(t *testing.T) {
+		t.Parallel()
+		u := newUpstream(t, reply(200, `[1]`))
+		_, err := newOp(u)(context.Background(), inputs)
+		requireReason(t, err, sanitize.ProviderError)
+	})
+	t.Run("status mapping", func(t *testing.T) {
+		t.Parallel()
+		for status, want := range map[int]sanitize.StopReason{429: sanitize.RateLimited, 500: sanitize.ProviderError, 400: sanitize.InvalidInput} {
+			u := newUpstream(t, reply(status, `{}`))
+			_, err := newOp(u)(context.Background(), inputs)
+			requireReason(t, err, want)
+		}
+	})
+}
+
+func TestDemo(t *testing.T) {
+	t.Parallel()
+	f := ops.Demo(10 * time.Millisecond)
+	a, err := f(context.Background(), json.RawMessage(`{"b":1,"a":"`+prompt+`"}`))
+	require.NoError(t, err)
+	b, err := f(context.Background(), json.RawMessage("{ \"a\" : \""+prompt+"\",\n\"b\":1 }"))
+	require.NoError(t, err)
+	require.Equal(t, a, b, "the same inputs in another order or spacing get the same answer")
+	c, err := f(context.Background(), json.RawMessage(`{"a":"other"}`))
+	require.NoError(t, err)
+	require.NotEqual(t, a, c)
+
+	env, err := sanitize.FromValue(a)
+	require.NoError(t, err)
+	require.True(t, env.OK)
+	require.Contains(t, env.Data["text"], "Demo answer ")
+	require.Contains(t, env.Data, "completion_tokens")
+	body, err := sanitize.Marshal(env)
+	require.NoError(t, err)
+	require.NotContains(t, string(body), "Zebra", "the inputs are never echoed")
+
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	start := time.Now()
+	_, err = ops.Demo(time.Hour)(ctx, json.RawMessage(`{}`))
+	require.ErrorIs(t, err, context.Canceled)
+	require.Less(t, time.Since(start), time.Second)
+}
+
+func TestFromConfig(t *testing.T) {
+	t.Parallel()
+	c := &config.Config{
+		OpenAI:   config.OpenAI{BaseURL: "http://127.0.0.1:1/v1", Model: "m", Timeout: 7 * time.Second},
+		Upstream: config.Upstream{URL: "http://127.0.0.1:1/u", Timeout: 3 * time.Second},
+		Scopes: []config.Scope{
+			{Name: "chat", Operation: config.OpOpenAIChat, KeyRequired: true, Settings: engine.Settings{MaxAttempts: 2}},
+			{Name: "json", Operation: config.OpHTTPJSON, Timeout: time.Second},
+			{Name: "demo", Operation: config.OpDemo, Delay: time.Millisecond},
+		},
+	}
+	r, err := ops.FromConfig(c, nil)
+	require.NoError(t, err)
+	require.Equal(t, []string{"chat", "demo", "json"}, r.Names())
+	s, ok := r.Lookup("chat")
+	require.True(t, ok)
+	require.True(t, s.KeyRequired)
+	require.Equal(t, 7*time.Second, s.Timeout, "openai.timeout is the default")
+	require.Equal(t, 2, s.Settings.MaxAttempts)
+	s, _ = r.Lookup("json")
+	require.Equal(t, time.Second, s.Timeout, "the scope's own timeout wins")
+	s, _ = r.Lookup("demo")
+	require.Zero(t, s.Timeout)
+	_, err = s.Run(context.Background(), json.RawMessage(`{}`))
+	require.NoError(t, err)
+
+	c.Scopes = append(c.Scopes, config.Scope{Name: "x", Operation: "nope"})
+	_, err = ops.FromConfig(c, nil)
+	require.ErrorContains(t, err, `unknown operation "nope"`)
+}

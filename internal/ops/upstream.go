@@ -1,0 +1,125 @@
+package ops
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"time"
+
+	"github.com/idemguard/idemguard/internal/engine"
+	"github.com/idemguard/idemguard/sanitize"
+)
+
+// MaxUpstreamResponseBytes is the largest upstream answer an operation reads;
+// a larger one is a provider_error.
+const MaxUpstreamResponseBytes = 4 << 20
+
+// errUpstreamTimeout is the cause of an operation's own timeout.
+var errUpstreamTimeout = errors.New("upstream timeout")
+
+// StatusError is an upstream's non-2xx answer. Its message holds the status
+// only, never the body (which may echo the prompt).
+type StatusError struct {
+	Upstream   string
+	StatusCode int
+}
+
+func (e *StatusError) Error() string {
+	return fmt.Sprintf("%s answered HTTP %d", e.Upstream, e.StatusCode)
+}
+
+// reasonForStatus maps an upstream's non-2xx status to a stop reason:
+// 429 rate_limited; 408 timeout; 401, 403 provider_error (our credentials,
+// not the caller's input); other 4xx invalid_input; everything else
+// provider_error.
+func reasonForStatus(code int) sanitize.StopReason {
+	switch {
+	case code == http.StatusTooManyRequests:
+		return sanitize.RateLimited
+	case code == http.StatusRequestTimeout:
+		return sanitize.Timeout
+	case code == http.StatusUnauthorized || code == http.StatusForbidden:
+		return sanitize.ProviderError
+	case code >= 400 && code < 500:
+		return sanitize.InvalidInput
+	}
+	return sanitize.ProviderError
+}
+
+// postJSON POSTs body to url and returns the answer's body when the status
+// is 2xx. Errors are *engine.OpError with the stop reason of DESIGN §7,
+// except when ctx itself ended (the guard's timeout, a lost claim, shutdown):
+// then the plain context error is returned, so the guard classifies it.
+func postJSON(ctx context.Context, client *http.Client, upstream, url string, timeout time.Duration,
+	headers map[string]string, body []byte) ([]byte, int, error) {
+	callCtx := ctx
+	if timeout > 0 {
+		var cancel context.CancelFunc
+		callCtx, cancel = context.WithTimeoutCause(ctx, timeout, errUpstreamTimeout)
+		defer cancel()
+	}
+	req, err := http.NewRequestWithContext(callCtx, http.MethodPost, url, bytes.NewReader(body))
+	if err != nil {
+		return nil, 0, &engine.OpError{Reason: sanitize.ProviderError, Err: fmt.Errorf("%s: building the request: %w", upstream, err)}
+	}
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Accept", "application/json")
+	for k, v := range headers {
+		req.Header.Set(k, v)
+	}
+	resp, err := client.Do(req)
+	if err != nil {
+		return nil, 0, transportError(ctx, callCtx, upstream, err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(io.LimitReader(resp.Body, MaxUpstreamResponseBytes+1))
+	if err != nil {
+		return nil, 0, transportError(ctx, callCtx, upstream, err)
+	}
+	if resp.StatusCode < 200 || resp.StatusCode > 299 {
+		return nil, resp.StatusCode, &engine.OpError{Reason: reasonForStatus(resp.StatusCode),
+			Err: &StatusError{Upstream: upstream, StatusCode: resp.StatusCode}}
+	}
+	if len(b) > MaxUpstreamResponseBytes {
+		return nil, resp.StatusCode, &engine.OpError{Reason: sanitize.ProviderError,
+			Err: fmt.Errorf("%s: answer larger than %d bytes", upstream, MaxUpstreamResponseBytes)}
+	}
+	return b, resp.StatusCode, nil
+}
+
+func transportError(ctx, callCtx context.Context, upstream string, err error) error {
+	switch {
+	case ctx.Err() != nil:
+		// The guard stopped us: let it classify (timeout, shutdown, lost claim).
+		return fmt.Errorf("%s: %w", upstream, context.Cause(ctx))
+	case errors.Is(context.Cause(callCtx), errUpstreamTimeout):
+		return &engine.OpError{Reason: sanitize.Timeout, Err: fmt.Errorf("%s: no answer in time", upstream)}
+	}
+	var ne interface{ Timeout() bool }
+	if errors.As(err, &ne) && ne.Timeout() {
+		return &engine.OpError{Reason: sanitize.Timeout, Err: fmt.Errorf("%s: %w", upstream, err)}
+	}
+	return &engine.OpError{Reason: sanitize.ProviderError, Err: fmt.Errorf("%s: %w", upstream, err)}
+}
+
+// invalidInput is the error of inputs an operation cannot use.
+func invalidInput(format string, args ...any) error {
+	return &engine.OpError{Reason: sanitize.InvalidInput, Err: fmt.Errorf(format, args...)}
+}
+
+// decodeStrict decodes exactly one JSON value into v, rejecting unknown fields.
+func decodeStrict(b []byte, v any) error {
+	dec := json.NewDecoder(bytes.NewReader(b))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		return err
+	}
+	if dec.More() {
+		return errors.New("trailing data after the JSON value")
+	}
+	return nil
+}
