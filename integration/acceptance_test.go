@@ -389,25 +389,16 @@ func TestQuickStartAsDocumented(t *testing.T) {
 	require.Contains(t, parts[2], `"stopReason":"in_progress"`)
 }
 
-// quickStartBlock returns the shell block between the quickstart markers of README.md, or of
-// docs/CONFIGURATION.md while the README does not carry them.
+// quickStartBlock returns the shell block between the quickstart markers of README.md.
 func quickStartBlock(t *testing.T) string {
 	t.Helper()
-	for _, path := range []string{filepath.Join("..", "README.md"), filepath.Join("..", "docs", "CONFIGURATION.md")} {
-		doc, err := os.ReadFile(path)
-		if err != nil {
-			continue
-		}
-		_, rest, ok := strings.Cut(string(doc), "<!-- quickstart:begin -->\n```sh\n")
-		if !ok {
-			continue
-		}
-		block, _, ok := strings.Cut(rest, "```\n<!-- quickstart:end -->")
-		require.True(t, ok, "%s: quickstart:begin without quickstart:end", path)
-		return block
-	}
-	t.Fatal("no quick start block (<!-- quickstart:begin --> ```sh … ``` <!-- quickstart:end -->) in README.md or docs/CONFIGURATION.md")
-	return ""
+	doc, err := os.ReadFile(filepath.Join("..", "README.md"))
+	require.NoError(t, err)
+	_, rest, ok := strings.Cut(string(doc), "<!-- quickstart:begin -->\n```sh\n")
+	require.True(t, ok, "README.md has no <!-- quickstart:begin --> ```sh marker")
+	block, _, ok := strings.Cut(rest, "```\n<!-- quickstart:end -->")
+	require.True(t, ok, "README.md: quickstart:begin without quickstart:end")
+	return block
 }
 
 // Shutdown (docs/CONFIGURATION.md): on SIGTERM an operation still running after shutdown_grace

@@ -138,12 +138,12 @@ func (s *served) wait(t *testing.T) int {
 
 func TestServeQuickStartMatchesTheDocs(t *testing.T) {
 	t.Parallel()
-	doc, err := os.ReadFile(filepath.Join("..", "..", "docs", "CONFIGURATION.md"))
+	doc, err := os.ReadFile(filepath.Join("..", "..", "README.md"))
 	require.NoError(t, err)
 	_, rest, ok := strings.Cut(string(doc), "<!-- quickstart:begin -->\n```sh\n")
-	require.True(t, ok, "docs/CONFIGURATION.md has the quickstart:begin marker")
+	require.True(t, ok, "README.md has the quickstart:begin marker")
 	block, _, ok := strings.Cut(rest, "```\n<!-- quickstart:end -->")
-	require.True(t, ok, "docs/CONFIGURATION.md has the quickstart:end marker")
+	require.True(t, ok, "README.md has the quickstart:end marker")
 	require.Equal(t, QuickStart("127.0.0.1:8080"), block, "the printed quick start and the documented one must not drift")
 }
 
