@@ -442,7 +442,7 @@ func (g *Guard) runOwned(ctx context.Context, p prepared, op Operation, o owned)
 	}
 	g.emit(Event{Kind: EventOperation, Scope: p.scope, Duration: elapsed, Reason: env.StopReason, Failed: opErr != nil})
 
-	body, dropped, err := g.cfg.Sanitize.EncodeReport(env)
+	body, dropped, err := g.encode(env)
 	if err != nil {
 		// Unreachable for a sanitized envelope; store a bare failure rather than nothing.
 		g.log.Error("guard: encoding the envelope failed", g.attrs(p, slog.Any("err", err))...)
@@ -486,6 +486,21 @@ func (g *Guard) runOwned(ctx context.Context, p prepared, op Operation, o owned)
 		}
 	}
 	return res, nil
+}
+
+// encode is g.cfg.Sanitize.EncodeReport(env) for an envelope that is already
+// sanitized, as every envelope here is (it comes from sanitize.FromValue or
+// sanitize.Failure): EncodeReport marshals, sanitizes the encoding again and
+// marshals once more, and for a sanitized envelope that gives exactly
+// Marshal(env) (sanitize's fuzz test holds FromJSON(Marshal(e)) == e). So one
+// Marshal is enough while the envelope fits the size limit; over it,
+// EncodeReport applies the size policy as before.
+func (g *Guard) encode(env sanitize.Envelope) ([]byte, bool, error) {
+	env.Cached = false
+	if body, err := sanitize.Marshal(env); err == nil && len(body) <= g.cfg.Sanitize.MaxBytes {
+		return body, false, nil
+	}
+	return g.cfg.Sanitize.EncodeReport(env)
 }
 
 // replayOf turns a fresh result into what a replay of it answers.
