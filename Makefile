@@ -17,8 +17,16 @@ help: ## Show this help
 test: ## Run all tests with the race detector
 	$(GO) test -race -count=1 ./...
 
-bench: ## Run all benchmarks (no tests)
+# make bench measures against this server (a user that may CREATE and DROP DATABASE); it creates
+# and drops its own idemguard_bench_<hex> database. BENCH_FLAGS go to the bench program, e.g.
+# BENCH_FLAGS=-quick or BENCH_FLAGS='-suite fresh -cpuprofile cpu.out' (go run ./internal/bench -h).
+IDEMGUARD_BENCH_MYSQL_DSN ?= $(or $(IDEMGUARD_TEST_MYSQL_DSN),root@tcp(127.0.0.1:3306)/test)
+BENCH_FLAGS ?=
+
+bench: ## Go micro-benchmarks, then guard vs raw SQL on MariaDB (docs/BENCHMARKS.md)
+	@IDEMGUARD_BENCH_MYSQL_DSN='$(IDEMGUARD_BENCH_MYSQL_DSN)' $(GO) run ./internal/bench -ping
 	$(GO) test -run '^$$' -bench . -benchmem ./...
+	IDEMGUARD_BENCH_MYSQL_DSN='$(IDEMGUARD_BENCH_MYSQL_DSN)' $(GO) run ./internal/bench $(BENCH_FLAGS)
 
 lint: ## gofmt (must be clean), go vet, and staticcheck if installed
 	@out="$$(gofmt -l $$(git ls-files --cached --others --exclude-standard '*.go'))"; \

@@ -1,0 +1,324 @@
+package main
+
+import (
+	"context"
+	crand "crypto/rand"
+	"database/sql"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/go-sql-driver/mysql"
+
+	"github.com/idemguard/idemguard/internal/engine"
+	"github.com/idemguard/idemguard/internal/keys"
+	"github.com/idemguard/idemguard/sanitize"
+	"github.com/idemguard/idemguard/tenancy"
+)
+
+// The two core suites compare WithIdempotency with the least SQL the
+// protocol needs for the same outcome (the "raw floor"):
+//
+//   - fresh (write path): a new key is one claim INSERT of a started row and
+//     one nonce-guarded UPDATE to succeeded. The raw case runs exactly those
+//     two statements (same columns, same shape as mysqlstore's Claim and
+//     Complete) with plain ExecContext; the guard case runs WithIdempotency
+//     with a no-op operation on a fresh client key.
+//   - replay (read path): a known key is one SELECT by the unique key
+//     (tenant, scope, key_hash) with mysqlstore.Get's column list. The guard
+//     runs WithIdempotency on keys that already succeeded, once with the
+//     replay cache (the default) and once with ReplayCacheSize -1, which
+//     answers every replay from the store.
+//
+// Raw and guarded cases share one pool (mysqlconn.Open, same normalized DSN
+// and size) and write rows of the same size to the same table: the raw
+// floor uses random key hashes, fingerprints and nonces like the guard (a
+// sequential key would insert at the right edge of the unique index, a
+// cheaper write than the guard's random HMACs), and stores the same envelope
+// bytes the guard stores. What the ratio measures is the guard's own cost:
+// validation, canonical inputs and HMACs, contexts, the heartbeat, envelope
+// sanitizing and encoding, result building.
+
+func init() {
+	register(suite{name: "fresh", about: "write path: raw INSERT+guarded UPDATE vs WithIdempotency on fresh keys", run: runFresh})
+	register(suite{name: "replay", about: "read path: raw SELECT by unique key vs WithIdempotency replays (cached and store-only)", run: runReplay})
+}
+
+// targetRatio is the issue's target for guard/raw throughput at concurrency 16.
+const targetRatio = 0.85
+
+// replayKeys is how many succeeded keys the replay suite cycles through.
+const replayKeys = 1000
+
+const (
+	tenantRaw   = tenancy.ID("bench-raw")
+	tenantGuard = tenancy.ID("bench-guard")
+	scopeFresh  = "bench.fresh"
+	scopeReplay = "bench.replay"
+	benchTTL    = engine.DefaultTTL
+)
+
+// Raw statements: the same shape as mysqlstore's claimSQL, completeSQL and
+// getSQL (keep them in step when those change).
+const (
+	rawClaimSQL = `INSERT INTO idempotency_keys
+  (tenant, scope, key_hash, request_fingerprint, status, attempt_count, claim_nonce,
+   created_at, started_at, heartbeat_at, expires_at)
+VALUES (?, ?, ?, ?, 'started', 1, ?,
+   UTC_TIMESTAMP(6), UTC_TIMESTAMP(6), UTC_TIMESTAMP(6), UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND)`
+
+	rawCompleteSQL = `UPDATE idempotency_keys SET
+  status = ?, response_json = ?, response_code = ?,
+  completed_at = UTC_TIMESTAMP(6), expires_at = UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND
+WHERE id = ? AND status = 'started' AND claim_nonce = ?`
+
+	rawGetSQL = `SELECT id, tenant, scope, key_hash, request_fingerprint, status, attempt_count, claim_nonce,
+  response_json, response_code, created_at, started_at, heartbeat_at, completed_at, expires_at,
+  UTC_TIMESTAMP(6) AS db_now
+FROM idempotency_keys WHERE tenant = ? AND scope = ? AND key_hash = ?`
+)
+
+// opValue is what the no-op operation returns: a small envelope.
+var opValue = map[string]any{"ok": true, "traceId": "bench-trace", "data": map[string]any{"n": 1, "label": "bench"}}
+
+func noop(context.Context) (any, error) { return opValue, nil }
+
+// inputs are a typical small operation input: an id and a hashed text.
+type inputs struct {
+	Doc  int64  `json:"doc"`
+	Text string `json:"text"`
+}
+
+var textHash = keys.HashUserText("a prompt the caller never stores")
+
+// storedBody is the response_json the guard stores for opValue, so that the
+// raw floor writes the same bytes.
+func storedBody() ([]byte, error) {
+	env, err := sanitize.FromValue(opValue)
+	if err != nil {
+		return nil, err
+	}
+	return sanitize.Policy{}.Encode(env)
+}
+
+func randomHex(n int) string {
+	b := make([]byte, n)
+	_, _ = crand.Read(b) // crypto/rand.Read never fails on supported platforms
+	return hex.EncodeToString(b)
+}
+
+func runFresh(ctx context.Context, e *env) ([]row, error) {
+	g, err := e.newGuard(nil)
+	if err != nil {
+		return nil, err
+	}
+	defer closeGuard(g)
+	body, err := storedBody()
+	if err != nil {
+		return nil, err
+	}
+	ttl := benchTTL.Microseconds()
+
+	raw := benchCase{name: "raw-insert-update", op: func(ctx context.Context) error {
+		nonce := randomHex(16)
+		res, err := e.db.ExecContext(ctx, rawClaimSQL, string(tenantRaw), scopeFresh, randomHex(32), randomHex(32), nonce, ttl)
+		if err != nil {
+			return fmt.Errorf("claim insert: %w", err)
+		}
+		id, err := res.LastInsertId()
+		if err != nil {
+			return err
+		}
+		res, err = e.db.ExecContext(ctx, rawCompleteSQL, string(engine.RowSucceeded), string(body), 200, ttl, id, nonce)
+		if err != nil {
+			return fmt.Errorf("complete update: %w", err)
+		}
+		if n, err := res.RowsAffected(); err != nil || n != 1 {
+			return fmt.Errorf("complete update changed %d rows (err %v), want 1", n, err)
+		}
+		return nil
+	}}
+
+	var seq atomic.Int64
+	guard := benchCase{name: "guard-fresh", baseline: raw.name, targetRatio: targetRatio, op: func(ctx context.Context) error {
+		n := seq.Add(1)
+		res, err := g.WithIdempotency(ctx, engine.Call{Tenant: tenantGuard, Scope: scopeFresh,
+			ClientKey: "fresh-" + strconv.FormatInt(n, 10), Inputs: inputs{Doc: n, Text: textHash}}, noop)
+		if err != nil {
+			return err
+		}
+		if res.Status != engine.StatusSucceeded || res.Cached || res.LostClaim {
+			return fmt.Errorf("fresh key answered status %s cached %t lost %t, want a fresh success",
+				res.Status, res.Cached, res.LostClaim)
+		}
+		return nil
+	}}
+
+	var rows []row
+	for _, c := range e.opts.concurrency {
+		r, err := e.compare(ctx, "fresh", c, raw, guard)
+		if err != nil {
+			return nil, err
+		}
+		rows = append(rows, r...)
+	}
+	return rows, nil
+}
+
+// rawRow is what the raw SELECT scans: mysqlstore.Get's columns.
+type rawRow struct {
+	id                         uint64
+	tenant, scope, keyHash, fp string
+	status                     string
+	attempts                   int
+	nonce                      string
+	response                   []byte
+	code                       sql.NullInt32
+	created, started           time.Time
+	heartbeat, completed       sql.NullTime
+	expires, now               time.Time
+}
+
+func runReplay(ctx context.Context, e *env) ([]row, error) {
+	hashes, err := populateReplays(ctx, e)
+	if err != nil {
+		return nil, err
+	}
+	cached, err := e.newGuard(nil)
+	if err != nil {
+		return nil, err
+	}
+	defer closeGuard(cached)
+	storeOnly, err := e.newGuard(func(c *engine.Config) { c.ReplayCacheSize = -1 })
+	if err != nil {
+		return nil, err
+	}
+	defer closeGuard(storeOnly)
+
+	var rawSeq atomic.Int64
+	raw := benchCase{name: "raw-select", op: func(ctx context.Context) error {
+		return selectRow(ctx, e, hashes[int(rawSeq.Add(1)%replayKeys)])
+	}}
+	// What a replay the cache cannot answer costs in SQL: the claim INSERT
+	// runs first (ownership is decided only by it, DESIGN §4.1), fails with
+	// 1062, and the row is read.
+	var dupSeq atomic.Int64
+	rawDup := benchCase{name: "raw-dup-insert-select", baseline: raw.name, op: func(ctx context.Context) error {
+		h := hashes[int(dupSeq.Add(1)%replayKeys)]
+		_, err := e.db.ExecContext(ctx, rawClaimSQL, string(tenantGuard), scopeReplay, h, randomHex(32), randomHex(16),
+			benchTTL.Microseconds())
+		if me := (*mysql.MySQLError)(nil); !errors.As(err, &me) || me.Number != 1062 {
+			return fmt.Errorf("claim insert of an existing key: got %v, want error 1062", err)
+		}
+		return selectRow(ctx, e, h)
+	}}
+
+	replay := func(name string, g *engine.Guard, target float64) benchCase {
+		var seq atomic.Int64
+		return benchCase{name: name, baseline: raw.name, targetRatio: target, op: func(ctx context.Context) error {
+			n := seq.Add(1) % replayKeys
+			res, err := g.WithIdempotency(ctx, replayCall(n), noop)
+			if err != nil {
+				return err
+			}
+			if res.Status != engine.StatusSucceeded || !res.Cached {
+				return fmt.Errorf("succeeded key answered status %s cached %t, want a replay", res.Status, res.Cached)
+			}
+			return nil
+		}}
+	}
+	// The default configuration must meet the target; store-only shows what
+	// the cache buys.
+	withCache := replay("guard-replay-cached", cached, targetRatio)
+	noCache := replay("guard-replay-store", storeOnly, 0)
+
+	var rows []row
+	for _, c := range e.opts.concurrency {
+		r, err := e.compare(ctx, "replay", c, raw, withCache, noCache, rawDup)
+		if err != nil {
+			return nil, err
+		}
+		rows = append(rows, r...)
+	}
+	return rows, nil
+}
+
+// selectRow reads the replay row with key hash h, as mysqlstore.Get does,
+// with plain database/sql scanning.
+func selectRow(ctx context.Context, e *env, h string) error {
+	var r rawRow
+	err := e.db.QueryRowContext(ctx, rawGetSQL, string(tenantGuard), scopeReplay, h).Scan(&r.id, &r.tenant, &r.scope,
+		&r.keyHash, &r.fp, &r.status, &r.attempts, &r.nonce, &r.response, &r.code, &r.created, &r.started,
+		&r.heartbeat, &r.completed, &r.expires, &r.now)
+	if err != nil {
+		return fmt.Errorf("select: %w", err)
+	}
+	if r.status != string(engine.RowSucceeded) {
+		return fmt.Errorf("select found status %s, want succeeded", r.status)
+	}
+	return nil
+}
+
+func replayCall(n int64) engine.Call {
+	return engine.Call{Tenant: tenantGuard, Scope: scopeReplay, ClientKey: "replay-" + strconv.FormatInt(n, 10),
+		Inputs: inputs{Doc: n, Text: textHash}}
+}
+
+// populateReplays runs the operation once for each replay key (through a
+// guard of its own, so no measured guard starts with a warm cache) and
+// returns the key hashes by key number.
+func populateReplays(ctx context.Context, e *env) ([]string, error) {
+	g, err := e.newGuard(func(c *engine.Config) { c.ReplayCacheSize = -1 })
+	if err != nil {
+		return nil, err
+	}
+	defer closeGuard(g)
+	hashes := make([]string, replayKeys)
+	var (
+		wg       sync.WaitGroup
+		mu       sync.Mutex
+		firstErr error
+		next     atomic.Int64
+	)
+	for range 16 {
+		wg.Go(func() {
+			for {
+				n := next.Add(1) - 1
+				if n >= replayKeys || ctx.Err() != nil {
+					return
+				}
+				res, err := g.WithIdempotency(ctx, replayCall(n), noop)
+				if err == nil && (res.Status != engine.StatusSucceeded || res.Cached) {
+					err = fmt.Errorf("status %s cached %t, want a fresh success", res.Status, res.Cached)
+				}
+				if err != nil {
+					mu.Lock()
+					if firstErr == nil {
+						firstErr = fmt.Errorf("populate replay key %d: %w", n, err)
+					}
+					mu.Unlock()
+					return
+				}
+				hashes[n] = res.KeyHash
+			}
+		})
+	}
+	wg.Wait()
+	if firstErr != nil {
+		return nil, firstErr
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	return hashes, nil
+}
+
+func closeGuard(g *engine.Guard) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	_ = g.Close(ctx)
+}
