@@ -28,8 +28,6 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/go-sql-driver/mysql"
-
 	"github.com/idemguard/idemguard/internal/dbmigrate"
 	"github.com/idemguard/idemguard/internal/mysqlconn"
 )
@@ -188,7 +186,7 @@ var errUnreachable = errors.New("cannot reach the MySQL server")
 
 // ping checks that the server answers.
 func ping(ctx context.Context, server string, stdout io.Writer) error {
-	serverOnly, err := withDBName(server, "")
+	serverOnly, err := mysqlconn.WithDatabase(server, "")
 	if err != nil {
 		return err
 	}
@@ -210,12 +208,12 @@ func ping(ctx context.Context, server string, stdout io.Writer) error {
 // measure creates the bench database, runs the suites on it, prints the
 // results and drops the database.
 func measure(ctx context.Context, f flags, suites []suite, server string, log *slog.Logger, stdout io.Writer) (err error) {
-	serverOnly, err := withDBName(server, "")
+	serverOnly, err := mysqlconn.WithDatabase(server, "")
 	if err != nil {
 		return err
 	}
 	name := dbPrefix + randomHex(4)
-	dsn, err := withDBName(server, name)
+	dsn, err := mysqlconn.WithDatabase(server, name)
 	if err != nil {
 		return err
 	}
@@ -310,18 +308,4 @@ func loadAverage() string {
 		return "n/a"
 	}
 	return strings.Join(fields[:3], " ")
-}
-
-// withDBName returns dsn, normalized, with its database name replaced by name.
-func withDBName(dsn, name string) (string, error) {
-	normalized, err := mysqlconn.NormalizeDSN(dsn)
-	if err != nil {
-		return "", err
-	}
-	cfg, err := mysql.ParseDSN(normalized)
-	if err != nil {
-		return "", fmt.Errorf("parse %s: %w", mysqlconn.Redact(normalized), err)
-	}
-	cfg.DBName = name
-	return cfg.FormatDSN(), nil
 }

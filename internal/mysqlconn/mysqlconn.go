@@ -185,3 +185,17 @@ func Open(ctx context.Context, dsn string, pool PoolConfig) (*sqlx.DB, error) {
 	}
 	return db, nil
 }
+
+// WithDatabase returns dsn, normalized, with its database name replaced by name.
+func WithDatabase(dsn, name string) (string, error) {
+	normalized, err := NormalizeDSN(dsn)
+	if err != nil {
+		return "", err
+	}
+	cfg, err := mysql.ParseDSN(normalized)
+	if err != nil {
+		return "", fmt.Errorf("parse %s: %w", Redact(normalized), err)
+	}
+	cfg.DBName = name
+	return cfg.FormatDSN(), nil
+}

@@ -26,7 +26,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/go-sql-driver/mysql"
 	"github.com/jmoiron/sqlx"
 
 	"github.com/idemguard/idemguard/internal/dbmigrate"
@@ -100,7 +99,7 @@ func NewEmpty(t testing.TB, opts ...Option) *Database {
 
 	server := ServerDSN(t)
 	name := NamePrefix + randomHex(t, 4)
-	dsn, err := withDBName(server, name)
+	dsn, err := mysqlconn.WithDatabase(server, name)
 	if err != nil {
 		t.Fatalf("testdb: %v", err)
 	}
@@ -159,7 +158,7 @@ var (
 // findServer returns "" with a nil error when no server is available.
 func findServer() (string, error) {
 	if dsn := strings.TrimSpace(os.Getenv(EnvDSN)); dsn != "" {
-		out, err := withDBName(dsn, "")
+		out, err := mysqlconn.WithDatabase(dsn, "")
 		if err != nil {
 			return "", fmt.Errorf("%s: %w", EnvDSN, err)
 		}
@@ -174,23 +173,9 @@ func findServer() (string, error) {
 			serverErr = err
 			return
 		}
-		serverDSN, serverErr = withDBName(dsn, "")
+		serverDSN, serverErr = mysqlconn.WithDatabase(dsn, "")
 	})
 	return serverDSN, serverErr
-}
-
-// withDBName returns dsn, normalized, with its database name replaced by name.
-func withDBName(dsn, name string) (string, error) {
-	normalized, err := mysqlconn.NormalizeDSN(dsn)
-	if err != nil {
-		return "", err
-	}
-	cfg, err := mysql.ParseDSN(normalized)
-	if err != nil {
-		return "", fmt.Errorf("parse %s: %w", mysqlconn.Redact(normalized), err)
-	}
-	cfg.DBName = name
-	return cfg.FormatDSN(), nil
 }
 
 // adminExec runs one statement on a short-lived server-level connection. No pool outlives it, so
