@@ -1,6 +1,9 @@
 // Command idemguard is the idemguard binary: one executable, one subcommand per job.
 //
+//	idemguard serve [--config FILE]    serve the REST API
 //	idemguard migrate up|down|status   apply or inspect the database schema
+//	idemguard cleanup [flags]          delete expired keys in batches (daily cron)
+//	idemguard stats [--since 24h]      health figures vs alert thresholds (exit 1 on a breach)
 //
 // main.go only dispatches; each subcommand lives in its own file with its own flag.FlagSet.
 // Exit codes: 0 success, 1 runtime failure (database, network), 2 usage error.
@@ -13,6 +16,7 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 )
 
@@ -44,6 +48,8 @@ type command struct {
 // commands lists the subcommands in the order usage shows them. Add new ones here.
 var commands = []command{
 	{name: "migrate", summary: "apply, roll back or list database migrations (up|down|status)", run: runMigrate},
+	{name: "cleanup", summary: "delete expired idempotency keys in batches (daily cron)", run: runCleanup},
+	{name: "stats", summary: "health figures (hit, takeover, failure rates) vs alert thresholds", run: runStats},
 	{name: "serve", summary: "serve the REST API (development mode without a config)", run: runServe},
 }
 
@@ -91,4 +97,18 @@ func usage(w io.Writer) {
 	}
 	fmt.Fprintln(w)
 	fmt.Fprintln(w, "Run 'idemguard <command> -h' for the command's flags.")
+}
+
+// resolveDSN returns the DSN from the --dsn flag's value or, when that is empty, from
+// $IDEMGUARD_MYSQL_DSN. When both are empty it prints what to set and returns false.
+func resolveDSN(e env, cmd, flagValue string) (string, bool) {
+	dsn := strings.TrimSpace(flagValue)
+	if dsn == "" {
+		dsn = strings.TrimSpace(e.getenv(EnvMySQLDSN))
+	}
+	if dsn == "" {
+		fmt.Fprintf(e.stderr, "idemguard %s: no database: pass --dsn or set %s (e.g. user:password@tcp(127.0.0.1:3306)/idemguard)\n", cmd, EnvMySQLDSN)
+		return "", false
+	}
+	return dsn, true
 }

@@ -69,12 +69,8 @@ func runMigrate(ctx context.Context, e env, args []string) int {
 		return exitUsage
 	}
 
-	dsn := strings.TrimSpace(*dsnFlag)
-	if dsn == "" {
-		dsn = strings.TrimSpace(e.getenv(EnvMySQLDSN))
-	}
-	if dsn == "" {
-		fmt.Fprintf(e.stderr, "idemguard migrate: no database: pass --dsn or set %s (e.g. user:password@tcp(127.0.0.1:3306)/idemguard)\n", EnvMySQLDSN)
+	dsn, ok := resolveDSN(e, "migrate", *dsnFlag)
+	if !ok {
 		return exitUsage
 	}
 

@@ -19,16 +19,18 @@
 //	idemguard_operations_total{scope,outcome}           operations run, outcome succeeded|failed
 //	idemguard_operation_failures_total{scope,stop_reason} operations that failed, by reason
 //	idemguard_store_errors_total{scope,op}              store calls that failed
-//	idemguard_cleanup_deleted_rows_total                rows deleted by cleanup (see CleanupDeleted)
 //	idemguard_operation_duration_seconds{scope}         histogram: how long operations ran
 //	idemguard_wait_seconds{scope}                       histogram: how long requests waited (Prefer: wait)
 //
-// plus the Go runtime and process collectors.
+// plus the Go runtime and process collectors. `idemguard cleanup` runs as a
+// cron job, not in the server, so its figures go to a node_exporter textfile
+// instead (WriteCleanupTextfile).
 package metrics
 
 import (
 	"net/http"
 	"strconv"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
@@ -48,7 +50,6 @@ type Metrics struct {
 	claims, inProgress, takeovers, retries, lostClaims, mismatches *prometheus.CounterVec
 	replays, abandoned, retryLimit, operations, failures           *prometheus.CounterVec
 	storeErrors                                                    *prometheus.CounterVec
-	cleanupDeleted                                                 prometheus.Counter
 	opDuration, wait                                               *prometheus.HistogramVec
 }
 
@@ -81,9 +82,6 @@ func New() *Metrics {
 	m.operations = counter("operations_total", "Operations run, by outcome (succeeded or failed).", "scope", "outcome")
 	m.failures = counter("operation_failures_total", "Operations that failed, by stop reason.", "scope", "stop_reason")
 	m.storeErrors = counter("store_errors_total", "Store calls that failed, by protocol step.", "scope", "op")
-	m.cleanupDeleted = prometheus.NewCounter(prometheus.CounterOpts{Namespace: Namespace, Name: "cleanup_deleted_rows_total",
-		Help: "Expired rows deleted by cleanup."})
-	m.reg.MustRegister(m.cleanupDeleted)
 	m.opDuration = prometheus.NewHistogramVec(prometheus.HistogramOpts{Namespace: Namespace, Name: "operation_duration_seconds",
 		Help: "How long guarded operations ran, successful or not.", Buckets: OperationBuckets}, []string{"scope"})
 	m.wait = prometheus.NewHistogramVec(prometheus.HistogramOpts{Namespace: Namespace, Name: "wait_seconds",
@@ -131,14 +129,6 @@ func (m *Metrics) Observe(e engine.Event) {
 	}
 }
 
-// CleanupDeleted adds n rows to the cleanup deletion counter (for the
-// cleanup command, or a process that runs cleanup in the background).
-func (m *Metrics) CleanupDeleted(n int64) {
-	if n > 0 {
-		m.cleanupDeleted.Add(float64(n))
-	}
-}
-
 // Registry returns the registry the metrics are registered on, to add
 // collectors of one's own or to push them (e.g. to a Pushgateway).
 func (m *Metrics) Registry() *prometheus.Registry { return m.reg }
@@ -146,4 +136,39 @@ func (m *Metrics) Registry() *prometheus.Registry { return m.reg }
 // Handler serves the metrics in the Prometheus exposition format.
 func (m *Metrics) Handler() http.Handler {
 	return promhttp.HandlerFor(m.reg, promhttp.HandlerOpts{Registry: m.reg})
+}
+
+// CleanupRun is what one `idemguard cleanup` run reports.
+type CleanupRun struct {
+	Deleted  int64
+	Batches  int
+	Duration time.Duration
+	OK       bool // finished (or stopped at --max-duration) without a database error
+	At       time.Time
+}
+
+// WriteCleanupTextfile writes the run's figures to path in the Prometheus text
+// format, atomically (temp file, then rename), for node_exporter's textfile
+// collector: a cron job has no /metrics of its own. Alert on
+// time() - idemguard_cleanup_last_success_timestamp_seconds > 26h.
+func WriteCleanupTextfile(path string, run CleanupRun) error {
+	reg := prometheus.NewRegistry()
+	gauge := func(name, help string, v float64) {
+		g := prometheus.NewGauge(prometheus.GaugeOpts{Namespace: Namespace, Name: name, Help: help})
+		g.Set(v)
+		reg.MustRegister(g)
+	}
+	gauge("cleanup_deleted_rows", "Expired rows the last cleanup run deleted.", float64(run.Deleted))
+	gauge("cleanup_batches", "DELETE batches the last cleanup run committed.", float64(run.Batches))
+	gauge("cleanup_duration_seconds", "How long the last cleanup run took.", run.Duration.Seconds())
+	gauge("cleanup_last_run_timestamp_seconds", "When the last cleanup run ended (Unix time).", float64(run.At.Unix()))
+	ok := 0.0
+	if run.OK {
+		ok = 1
+	}
+	gauge("cleanup_success", "1 if the last cleanup run ended without a database error, else 0.", ok)
+	if run.OK {
+		gauge("cleanup_last_success_timestamp_seconds", "When the last successful cleanup run ended (Unix time).", float64(run.At.Unix()))
+	}
+	return prometheus.WriteToTextfile(path, reg)
 }

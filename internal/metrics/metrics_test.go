@@ -5,6 +5,8 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -81,9 +83,6 @@ func TestObserveEveryEventKind(t *testing.T) {
 	} {
 		m.Observe(e)
 	}
-	m.CleanupDeleted(41)
-	m.CleanupDeleted(1)
-	m.CleanupDeleted(-5) // ignored
 
 	reg := m.Registry()
 	sc := map[string]string{"scope": s}
@@ -107,7 +106,6 @@ func TestObserveEveryEventKind(t *testing.T) {
 	require.Equal(t, 1.0, value(t, reg, "idemguard_operations_total", map[string]string{"scope": s, "outcome": "failed"}))
 	require.Equal(t, 1.0, value(t, reg, "idemguard_operation_failures_total", map[string]string{"scope": s, "stop_reason": "provider_error"}))
 	require.Equal(t, 1.0, value(t, reg, "idemguard_store_errors_total", map[string]string{"scope": s, "op": "claim"}))
-	require.Equal(t, 42.0, value(t, reg, "idemguard_cleanup_deleted_rows_total", map[string]string{}))
 }
 
 func TestHandlerServesTheOwnRegistry(t *testing.T) {
@@ -125,7 +123,6 @@ func TestHandlerServesTheOwnRegistry(t *testing.T) {
 	require.Equal(t, http.StatusOK, resp.StatusCode)
 	require.Contains(t, string(body), `idemguard_claims_total{scope="only-in-a"} 1`)
 	require.Contains(t, string(body), "go_goroutines", "runtime collectors are registered")
-	require.Contains(t, string(body), "# HELP idemguard_cleanup_deleted_rows_total")
 
 	require.Equal(t, -1.0, value(t, b.Registry(), "idemguard_claims_total", map[string]string{"scope": "only-in-a"}))
 	require.NotPanics(t, func() { a.Handler(); a.Handler() }, "Handler may be called more than once")
@@ -155,4 +152,29 @@ func TestObserveFromTheGuard(t *testing.T) {
 	require.Equal(t, 1.0, value(t, reg, "idemguard_replays_total", map[string]string{"scope": "demo", "from_memory": "true"}))
 	require.Equal(t, 1.0, value(t, reg, "idemguard_operation_duration_seconds", map[string]string{"scope": "demo"}))
 	require.Equal(t, 1.0, value(t, reg, "idemguard_fingerprint_mismatches_total", map[string]string{"scope": "demo"}))
+}
+
+func TestWriteCleanupTextfile(t *testing.T) {
+	t.Parallel()
+	path := filepath.Join(t.TempDir(), "idemguard_cleanup.prom")
+	at := time.Date(2026, 11, 20, 3, 0, 42, 0, time.UTC)
+	require.NoError(t, metrics.WriteCleanupTextfile(path, metrics.CleanupRun{Deleted: 100050, Batches: 101, Duration: 7500 * time.Millisecond, OK: true, At: at}))
+	b, err := os.ReadFile(path)
+	require.NoError(t, err)
+	for _, line := range []string{
+		"idemguard_cleanup_deleted_rows 100050",
+		"idemguard_cleanup_batches 101",
+		"idemguard_cleanup_duration_seconds 7.5",
+		"idemguard_cleanup_success 1",
+		"idemguard_cleanup_last_success_timestamp_seconds 1.795143642e+09",
+	} {
+		require.Contains(t, string(b), line+"\n")
+	}
+	// A failed run says so and does not claim a success time.
+	require.NoError(t, metrics.WriteCleanupTextfile(path, metrics.CleanupRun{Deleted: 2000, Batches: 2, OK: false, At: at}))
+	b, err = os.ReadFile(path)
+	require.NoError(t, err)
+	require.Contains(t, string(b), "idemguard_cleanup_success 0\n")
+	require.NotContains(t, string(b), "last_success")
+	require.Error(t, metrics.WriteCleanupTextfile(filepath.Join(t.TempDir(), "missing", "x.prom"), metrics.CleanupRun{}))
 }

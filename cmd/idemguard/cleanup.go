@@ -1,0 +1,127 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"time"
+
+	"github.com/idemguard/idemguard/internal/cleanup"
+	"github.com/idemguard/idemguard/internal/engine"
+	"github.com/idemguard/idemguard/internal/metrics"
+	"github.com/idemguard/idemguard/internal/mysqlconn"
+)
+
+const cleanupUsage = `usage: idemguard cleanup [flags]
+
+Deletes idempotency keys whose expires_at has passed (database clock), in batches, never a
+started key whose owner is still heartbeating. Meant for a daily cron at 03:00:
+
+  0 3 * * * idemguard cleanup --max-duration 30m >> /var/log/idemguard-cleanup.log 2>&1
+
+Prints one JSON line to stdout: {"deleted":N,"batches":N,"duration_ms":N,"dry_run":false,"stopped":"done"}
+stopped is done (nothing left), max_duration (rows remain for the next run), canceled (SIGTERM)
+or error. Exit status: 0 done or max_duration, 1 database error or interrupted (only whole
+batches were deleted), 2 bad flags.
+
+flags:
+`
+
+// cleanupSummary is the JSON line `idemguard cleanup` prints.
+type cleanupSummary struct {
+	Deleted    int64  `json:"deleted"`
+	Batches    int    `json:"batches"`
+	DurationMS int64  `json:"duration_ms"`
+	DryRun     bool   `json:"dry_run"`
+	Stopped    string `json:"stopped"`
+}
+
+// runCleanup implements `idemguard cleanup`.
+func runCleanup(ctx context.Context, e env, args []string) int {
+	fs := flag.NewFlagSet("cleanup", flag.ContinueOnError)
+	fs.SetOutput(e.stderr)
+	dsnFlag := fs.String("dsn", "", "MySQL DSN, user:password@tcp(host:3306)/dbname (default $"+EnvMySQLDSN+")")
+	batchSize := fs.Int("batch-size", cleanup.DefaultBatchSize, fmt.Sprintf("rows per DELETE, 1 to %d", cleanup.MaxBatchSize))
+	maxDuration := fs.Duration("max-duration", 0, "stop starting batches after this long; 0 for no limit (e.g. 30m)")
+	pause := fs.Duration("pause", cleanup.DefaultPause, "pause between batches, so live claims get the server; 0 for none")
+	staleAfter := fs.Duration("stale-after", engine.DefaultStaleAfter,
+		"never delete a started key heartbeated within this; set it to the largest StaleAfter of any scope")
+	dryRun := fs.Bool("dry-run", false, "count the rows a run would delete; delete nothing")
+	metricsFile := fs.String("metrics-file", "", "also write the run's figures to this file for node_exporter's "+
+		"textfile collector (e.g. /var/lib/node_exporter/textfile/idemguard_cleanup.prom); not with --dry-run")
+	fs.Usage = func() {
+		fmt.Fprint(fs.Output(), cleanupUsage)
+		fs.PrintDefaults()
+	}
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return exitOK
+		}
+		return exitUsage // the flag package has printed the problem and the usage
+	}
+	usageErr := func(format string, a ...any) int {
+		fmt.Fprintf(e.stderr, "idemguard cleanup: "+format+"\n", a...)
+		return exitUsage
+	}
+	switch {
+	case fs.NArg() > 0:
+		return usageErr("unexpected argument %q; cleanup takes flags only", fs.Arg(0))
+	case *batchSize < 1 || *batchSize > cleanup.MaxBatchSize:
+		return usageErr("--batch-size must be between 1 and %d, got %d", cleanup.MaxBatchSize, *batchSize)
+	case *maxDuration < 0:
+		return usageErr("--max-duration must not be negative (0 for no limit), got %s", *maxDuration)
+	case *pause < 0:
+		return usageErr("--pause must not be negative (0 for none), got %s", *pause)
+	case *staleAfter < engine.MinStaleAfter:
+		return usageErr("--stale-after must be at least %s, got %s", engine.MinStaleAfter, *staleAfter)
+	case *metricsFile != "" && *dryRun:
+		return usageErr("--metrics-file records real runs only; drop it or --dry-run")
+	}
+	dsn, ok := resolveDSN(e, "cleanup", *dsnFlag)
+	if !ok {
+		return exitUsage
+	}
+
+	log := e.logger.With("dsn", mysqlconn.Redact(dsn))
+	db, err := mysqlconn.Open(ctx, dsn, mysqlconn.PoolConfig{MaxOpenConns: 2})
+	if err != nil {
+		log.ErrorContext(ctx, "cleanup: connect to database", "err", err)
+		return exitError
+	}
+	defer db.Close()
+
+	opts := cleanup.Options{BatchSize: *batchSize, MaxDuration: *maxDuration, Pause: *pause,
+		DryRun: *dryRun, StaleAfter: *staleAfter, Logger: log}
+	if *pause == 0 {
+		opts.Pause = -1 // cleanup.Options: negative means no pause; zero would mean the default
+	}
+	sum, runErr := cleanup.Run(ctx, db, opts)
+	out, err := json.Marshal(cleanupSummary{Deleted: sum.Deleted, Batches: sum.Batches,
+		DurationMS: sum.Duration.Milliseconds(), DryRun: sum.DryRun, Stopped: string(sum.Stopped)})
+	if err != nil { // unreachable: the struct always marshals
+		log.ErrorContext(ctx, "cleanup: encode the summary", "err", err)
+		return exitError
+	}
+	fmt.Fprintln(e.stdout, string(out))
+	if *metricsFile != "" {
+		run := metrics.CleanupRun{Deleted: sum.Deleted, Batches: sum.Batches, Duration: sum.Duration,
+			OK: runErr == nil && sum.Stopped != cleanup.StopCanceled, At: time.Now()}
+		if err := metrics.WriteCleanupTextfile(*metricsFile, run); err != nil {
+			log.ErrorContext(ctx, "cleanup: write the metrics file", "err", err, "path", *metricsFile)
+			return exitError
+		}
+	}
+	switch {
+	case runErr != nil:
+		log.ErrorContext(ctx, "cleanup: stopped by a database error; only whole batches were deleted",
+			"err", runErr, "deleted", sum.Deleted, "batches", sum.Batches)
+		return exitError
+	case sum.Stopped == cleanup.StopCanceled:
+		log.WarnContext(ctx, "cleanup: interrupted; the remaining rows stay for the next run",
+			"deleted", sum.Deleted, "batches", sum.Batches)
+		return exitError
+	}
+	return exitOK
+}

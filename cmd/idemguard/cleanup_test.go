@@ -1,0 +1,131 @@
+package main
+
+import (
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/idemguard/idemguard/internal/cleanup/cleanuptest"
+	"github.com/idemguard/idemguard/internal/testdb"
+)
+
+func decodeSummary(t *testing.T, stdout string) cleanupSummary {
+	t.Helper()
+	require.Equal(t, 1, strings.Count(stdout, "\n"), "one line: %q", stdout)
+	require.True(t, strings.HasSuffix(stdout, "\n"))
+	dec := json.NewDecoder(strings.NewReader(stdout))
+	dec.DisallowUnknownFields()
+	var s cleanupSummary
+	require.NoError(t, dec.Decode(&s), stdout)
+	return s
+}
+
+// Acceptance 1 and 5 through the binary's entry point: the dry run reports what the run then
+// deletes; the run prints one JSON line whose count is what left the table.
+func TestCleanupCommand(t *testing.T) {
+	t.Parallel()
+	d := testdb.New(t)
+	rows := cleanuptest.Rows{Expired: 5_000, Live: 100, FreshStarted: 10, StaleStarted: 10}
+	require.NoError(t, cleanuptest.Seed(t.Context(), d.DB, rows))
+	environ := map[string]string{EnvMySQLDSN: d.DSN}
+
+	r := runCLI(t, environ, "cleanup", "--dry-run")
+	require.Equal(t, exitOK, r.code, r.stderr)
+	require.Regexp(t, `^\{"deleted":5010,"batches":0,"duration_ms":\d+,"dry_run":true,"stopped":"done"\}\n$`, r.stdout)
+	n, err := cleanuptest.Count(t.Context(), d.DB)
+	require.NoError(t, err)
+	require.Equal(t, int64(rows.Total()), n, "the dry run deleted nothing")
+
+	// --dsn wins over the environment.
+	promFile := filepath.Join(t.TempDir(), "idemguard_cleanup.prom")
+	r = runCLI(t, map[string]string{EnvMySQLDSN: "nobody@tcp(127.0.0.1:1)/nothing"},
+		"cleanup", "--dsn", d.DSN, "--batch-size", "1000", "--pause", "0", "--max-duration", "30m", "--stale-after", "5m",
+		"--metrics-file", promFile)
+	require.Equal(t, exitOK, r.code, r.stderr)
+	s := decodeSummary(t, r.stdout)
+	require.Equal(t, cleanupSummary{Deleted: 5010, Batches: 6, DurationMS: s.DurationMS, DryRun: false, Stopped: "done"}, s)
+	after, err := cleanuptest.Count(t.Context(), d.DB)
+	require.NoError(t, err)
+	require.Equal(t, n-after, s.Deleted, "the summary counts the rows that left the table")
+	require.Equal(t, int64(rows.Live+rows.FreshStarted), after)
+	require.Contains(t, r.stderr, `"msg":"cleanup: finished"`, "JSON logs on stderr")
+	prom, err := os.ReadFile(promFile)
+	require.NoError(t, err)
+	require.Contains(t, string(prom), "idemguard_cleanup_deleted_rows 5010\n")
+	require.Contains(t, string(prom), "idemguard_cleanup_success 1\n")
+
+	r = runCLI(t, environ, "cleanup")
+	require.Equal(t, exitOK, r.code, r.stderr)
+	require.Equal(t, cleanupSummary{Stopped: "done", DurationMS: decodeSummary(t, r.stdout).DurationMS}, decodeSummary(t, r.stdout))
+}
+
+func TestCleanupUsageErrors(t *testing.T) {
+	t.Parallel()
+	dsn := []string{"--dsn", "u@tcp(127.0.0.1:1)/db"}
+	for _, tt := range []struct {
+		name string
+		args []string
+		want string
+	}{
+		{"missing DSN", nil, "pass --dsn or set IDEMGUARD_MYSQL_DSN"},
+		{"zero batch", append([]string{"--batch-size", "0"}, dsn...), "--batch-size must be between 1 and 100000, got 0"},
+		{"negative batch", append([]string{"--batch-size", "-5"}, dsn...), "--batch-size must be between 1 and 100000, got -5"},
+		{"huge batch", append([]string{"--batch-size", "100001"}, dsn...), "--batch-size must be between 1 and 100000"},
+		{"batch not a number", append([]string{"--batch-size", "many"}, dsn...), `invalid value "many" for flag -batch-size`},
+		{"negative max duration", append([]string{"--max-duration", "-1s"}, dsn...), "--max-duration must not be negative"},
+		{"max duration without unit", append([]string{"--max-duration", "30"}, dsn...), `invalid value "30" for flag -max-duration`},
+		{"negative pause", append([]string{"--pause", "-1ms"}, dsn...), "--pause must not be negative"},
+		{"short stale after", append([]string{"--stale-after", "1ms"}, dsn...), "--stale-after must be at least 300ms"},
+		{"unknown flag", append([]string{"--bogus"}, dsn...), "flag provided but not defined: -bogus"},
+		{"positional", append(dsn, "now"), `unexpected argument "now"`},
+		{"metrics file on a dry run", append([]string{"--dry-run", "--metrics-file", "x.prom"}, dsn...), "--metrics-file records real runs only"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			r := runCLI(t, nil, append([]string{"cleanup"}, tt.args...)...)
+			require.Equal(t, exitUsage, r.code, r.stderr)
+			require.Contains(t, r.stderr, tt.want)
+			require.Empty(t, r.stdout)
+		})
+	}
+}
+
+func TestCleanupHelp(t *testing.T) {
+	t.Parallel()
+	r := runCLI(t, nil, "cleanup", "-h")
+	require.Equal(t, exitOK, r.code)
+	require.Contains(t, r.stderr, "0 3 * * * idemguard cleanup --max-duration 30m")
+	require.Contains(t, r.stderr, "-dry-run")
+}
+
+func TestCleanupUnreachableDatabase(t *testing.T) {
+	t.Parallel()
+	r := runCLI(t, map[string]string{EnvMySQLDSN: "app:hunter2@tcp(127.0.0.1:1)/idemguard?timeout=1s"}, "cleanup")
+	require.Equal(t, exitError, r.code, r.stderr)
+	require.Contains(t, r.stderr, `"msg":"cleanup: connect to database"`)
+	require.Contains(t, r.stderr, "app:xxxxx@tcp(127.0.0.1:1)/idemguard")
+	require.NotContains(t, r.stderr, "hunter2")
+	require.Empty(t, r.stdout)
+}
+
+// A database error during the run: exit 1, the error on stderr, and the summary of what was done
+// (nothing here: the table does not exist) on stdout.
+func TestCleanupDatabaseError(t *testing.T) {
+	t.Parallel()
+	d := testdb.NewEmpty(t) // no migrations: no idempotency_keys table
+	r := runCLI(t, map[string]string{EnvMySQLDSN: d.DSN}, "cleanup")
+	require.Equal(t, exitError, r.code, r.stderr)
+	require.Contains(t, r.stderr, `"msg":"cleanup: stopped by a database error; only whole batches were deleted"`)
+	require.Contains(t, r.stderr, "1146")
+	s := decodeSummary(t, r.stdout)
+	require.Equal(t, "error", s.Stopped)
+	require.Zero(t, s.Deleted)
+
+	r = runCLI(t, map[string]string{EnvMySQLDSN: d.DSN}, "cleanup", "--dry-run")
+	require.Equal(t, exitError, r.code, r.stderr)
+	require.Equal(t, "error", decodeSummary(t, r.stdout).Stopped)
+}

@@ -1,0 +1,449 @@
+package cleanup_test
+
+import (
+	"bytes"
+	"context"
+	"log/slog"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/go-sql-driver/mysql"
+	"github.com/jmoiron/sqlx"
+	"github.com/stretchr/testify/require"
+	"go.uber.org/goleak"
+
+	"github.com/idemguard/idemguard/internal/cleanup"
+	"github.com/idemguard/idemguard/internal/cleanup/cleanuptest"
+	"github.com/idemguard/idemguard/internal/mysqlconn"
+	"github.com/idemguard/idemguard/internal/testdb"
+)
+
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(m)
+}
+
+type testBundle struct {
+	db  *sqlx.DB
+	log *bytes.Buffer
+	// logger writes JSON lines to log.
+	logger *slog.Logger
+}
+
+func setup(t *testing.T, rows cleanuptest.Rows) *testBundle {
+	t.Helper()
+	d := testdb.New(t, testdb.WithPool(mysqlconn.PoolConfig{MaxOpenConns: 8}))
+	start := time.Now()
+	require.NoError(t, cleanuptest.Seed(t.Context(), d.DB, rows))
+	t.Logf("seeded %d rows in %s", rows.Total(), time.Since(start).Round(time.Millisecond))
+	var buf syncBuffer
+	return &testBundle{db: d.DB, log: &buf.Buffer, logger: slog.New(slog.NewJSONHandler(&buf, &slog.HandlerOptions{Level: slog.LevelDebug}))}
+}
+
+// syncBuffer is a bytes.Buffer safe for the logger's concurrent writes.
+type syncBuffer struct {
+	mu sync.Mutex
+	bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.Buffer.Write(p)
+}
+
+func count(t *testing.T, db *sqlx.DB) int64 {
+	t.Helper()
+	n, err := cleanuptest.Count(context.Background(), db)
+	require.NoError(t, err)
+	return n
+}
+
+func countWhere(t *testing.T, db *sqlx.DB, where string) int64 {
+	t.Helper()
+	var n int64
+	require.NoError(t, db.GetContext(context.Background(), &n, `SELECT COUNT(*) FROM idempotency_keys WHERE `+where))
+	return n
+}
+
+func noSleep(context.Context, time.Duration) {}
+
+// lockRow locks, in tx, the row at offset in expires_at order, and only that row: a locking read
+// with OFFSET would lock every row it skipped too.
+func lockRow(t *testing.T, db *sqlx.DB, tx *sqlx.Tx, offset int) {
+	t.Helper()
+	var id uint64
+	require.NoError(t, db.GetContext(t.Context(), &id, `SELECT id FROM idempotency_keys ORDER BY expires_at LIMIT 1 OFFSET ?`, offset))
+	_, err := tx.ExecContext(t.Context(), `SELECT id FROM idempotency_keys WHERE id = ? FOR UPDATE`, id)
+	require.NoError(t, err)
+}
+
+// Acceptance 1: 100,000 expired rows, 1,000 live, 50 started with fresh heartbeats (expired), 50
+// stale expired started rows. The dry run reports what the run then deletes, and deletes nothing;
+// the run deletes exactly the expired rows, and its count is what left the table.
+func TestRunDeletesExactlyTheExpiredRows(t *testing.T) {
+	t.Parallel()
+	rows := cleanuptest.Rows{Expired: 100_000, Live: 1_000, FreshStarted: 50, StaleStarted: 50}
+	b := setup(t, rows)
+	ctx := t.Context()
+	require.Equal(t, int64(rows.Total()), count(t, b.db))
+
+	dry, err := cleanup.Run(ctx, b.db, cleanup.Options{DryRun: true, Logger: b.logger})
+	require.NoError(t, err)
+	require.True(t, dry.DryRun)
+	require.Equal(t, int64(rows.Deletable()), dry.Deleted, "dry run counts what a run deletes")
+	require.Zero(t, dry.Batches)
+	require.Equal(t, cleanup.StopDone, dry.Stopped)
+	require.Equal(t, int64(rows.Total()), count(t, b.db), "a dry run deletes nothing")
+
+	before := count(t, b.db)
+	var batches []cleanup.Batch
+	sum, err := cleanup.Run(ctx, b.db, cleanup.Options{Logger: b.logger, Sleep: noSleep,
+		OnBatch: func(bt cleanup.Batch) { batches = append(batches, bt) }})
+	require.NoError(t, err)
+	after := count(t, b.db)
+	t.Logf("deleted %d rows in %d batches in %s", sum.Deleted, sum.Batches, sum.Duration)
+
+	require.Equal(t, before-after, sum.Deleted, "the summary counts the rows that left the table")
+	require.Equal(t, dry.Deleted, sum.Deleted, "the dry run said the same")
+	require.Equal(t, int64(100_050), sum.Deleted)
+	require.Equal(t, 101, sum.Batches, "100 full batches of 1000 and one of 50")
+	require.Len(t, batches, sum.Batches)
+	require.Equal(t, int64(50), batches[100].Deleted)
+	require.Equal(t, sum.Deleted, batches[100].Total)
+	require.False(t, sum.DryRun)
+	require.Equal(t, cleanup.StopDone, sum.Stopped)
+
+	require.Equal(t, int64(rows.Live), countWhere(t, b.db, `expires_at > UTC_TIMESTAMP(6)`), "every live row survives")
+	require.Equal(t, int64(rows.FreshStarted), countWhere(t, b.db, `status = 'started'`),
+		"every started row with a fresh heartbeat survives, expired or not")
+	require.Zero(t, countWhere(t, b.db, `expires_at < UTC_TIMESTAMP(6) AND status <> 'started'`))
+	require.Equal(t, int64(rows.Live+rows.FreshStarted), after)
+
+	require.Contains(t, b.log.String(), `"msg":"cleanup: finished"`)
+	require.Contains(t, b.log.String(), `"deleted":100050`)
+
+	// Nothing left: a second run deletes nothing and says so.
+	sum, err = cleanup.Run(ctx, b.db, cleanup.Options{Logger: b.logger})
+	require.NoError(t, err)
+	require.Zero(t, sum.Deleted)
+	require.Zero(t, sum.Batches)
+	require.Equal(t, cleanup.StopDone, sum.Stopped)
+}
+
+// Acceptance 3: cancelling the run leaves whole batches only, and a rerun finishes the job.
+func TestCancelLeavesWholeBatches(t *testing.T) {
+	t.Parallel()
+	rows := cleanuptest.Rows{Expired: 20_000, Live: 100}
+	b := setup(t, rows)
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+
+	const batchSize = 1000
+	sum, err := cleanup.Run(ctx, b.db, cleanup.Options{BatchSize: batchSize, Logger: b.logger, Sleep: noSleep,
+		OnBatch: func(bt cleanup.Batch) {
+			if bt.Number == 3 {
+				cancel()
+			}
+		}})
+	require.NoError(t, err, "cancelling is not an error")
+	require.Equal(t, cleanup.StopCanceled, sum.Stopped)
+	require.Equal(t, 3, sum.Batches)
+	removed := int64(rows.Total()) - count(t, b.db)
+	require.Equal(t, int64(sum.Batches*batchSize), removed, "no partial batch")
+	require.Equal(t, removed, sum.Deleted)
+
+	sum, err = cleanup.Run(t.Context(), b.db, cleanup.Options{BatchSize: batchSize, Logger: b.logger, Sleep: noSleep})
+	require.NoError(t, err)
+	require.Equal(t, cleanup.StopDone, sum.Stopped)
+	require.Equal(t, int64(rows.Expired)-removed, sum.Deleted)
+	require.Equal(t, int64(rows.Live), count(t, b.db))
+}
+
+// A context cancelled during the pause stops the run before the next batch.
+func TestCancelDuringPause(t *testing.T) {
+	t.Parallel()
+	b := setup(t, cleanuptest.Rows{Expired: 3_000})
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	sum, err := cleanup.Run(ctx, b.db, cleanup.Options{BatchSize: 1000, Logger: b.logger,
+		Sleep: func(ctx context.Context, d time.Duration) {
+			require.Equal(t, cleanup.DefaultPause, d)
+			cancel()
+		}})
+	require.NoError(t, err)
+	require.Equal(t, cleanup.StopCanceled, sum.Stopped)
+	require.Equal(t, int64(1000), sum.Deleted)
+	require.Equal(t, int64(2000), count(t, b.db))
+}
+
+// A statement killed in the middle of a batch (KILL QUERY, as when the server or an operator
+// kills it), after it has deleted rows, is rolled back whole by InnoDB: Run reports the error,
+// counts only the batches before it, the table holds every row of the killed batch, and a rerun
+// finishes.
+//
+// To kill the statement at a known point, a test-only trigger sleeps when the DELETE reaches the
+// 2,500th oldest row: batch 3 has deleted rows 2,001..2,499 by then.
+func TestKilledBatchIsRolledBackWhole(t *testing.T) {
+	t.Parallel()
+	const batchSize = 1000
+	rows := cleanuptest.Rows{Expired: 5 * batchSize}
+	b := setup(t, rows)
+	ctx := t.Context()
+
+	var pauseAt string
+	require.NoError(t, b.db.GetContext(ctx, &pauseAt, `SELECT key_hash FROM idempotency_keys ORDER BY expires_at LIMIT 1 OFFSET 2499`))
+	_, err := b.db.ExecContext(ctx, `CREATE TRIGGER test_pause_delete BEFORE DELETE ON idempotency_keys FOR EACH ROW
+		BEGIN IF OLD.key_hash = '`+pauseAt+`' THEN DO SLEEP(60); END IF; END`)
+	require.NoError(t, err)
+
+	type outcome struct {
+		sum cleanup.Summary
+		err error
+	}
+	done := make(chan outcome, 1)
+	go func() {
+		sum, err := cleanup.Run(ctx, b.db, cleanup.Options{BatchSize: batchSize, Logger: b.logger, Sleep: noSleep})
+		done <- outcome{sum, err}
+	}()
+
+	var victim int64
+	require.Eventually(t, func() bool {
+		return b.db.GetContext(ctx, &victim, `SELECT id FROM information_schema.processlist
+			WHERE db = DATABASE() AND state = 'User sleep'`) == nil
+	}, 30*time.Second, 10*time.Millisecond, "batch 3 pauses in the trigger")
+	// A dirty read sees what batch 3 has deleted so far, uncommitted.
+	dirty, err := b.db.Connx(ctx)
+	require.NoError(t, err)
+	_, err = dirty.ExecContext(ctx, `SET SESSION TRANSACTION ISOLATION LEVEL READ UNCOMMITTED`)
+	require.NoError(t, err)
+	var visible int64
+	require.NoError(t, dirty.GetContext(ctx, &visible, `SELECT COUNT(*) FROM idempotency_keys`))
+	_, err = dirty.ExecContext(ctx, `SET SESSION TRANSACTION ISOLATION LEVEL REPEATABLE READ`)
+	require.NoError(t, err)
+	require.NoError(t, dirty.Close())
+	require.Equal(t, int64(rows.Total()-2*batchSize-499), visible, "batch 3 had deleted rows 2,001..2,499 when it paused")
+
+	_, err = b.db.ExecContext(ctx, `KILL QUERY ?`, victim)
+	require.NoError(t, err)
+
+	var out outcome
+	select {
+	case out = <-done:
+	case <-time.After(30 * time.Second):
+		t.Fatal("Run did not return after its statement was killed")
+	}
+	var me *mysql.MySQLError
+	require.ErrorAs(t, out.err, &me, "the server answered, so the batch was rolled back")
+	require.ErrorContains(t, out.err, "cleanup: batch 3 rolled back")
+	require.Equal(t, cleanup.StopError, out.sum.Stopped)
+	require.Equal(t, 2, out.sum.Batches)
+	require.Equal(t, int64(2*batchSize), out.sum.Deleted)
+	require.Equal(t, int64(rows.Total()-2*batchSize), count(t, b.db), "batch 3 left nothing half-deleted")
+
+	_, err = b.db.ExecContext(ctx, `DROP TRIGGER test_pause_delete`)
+	require.NoError(t, err)
+	sum, err := cleanup.Run(ctx, b.db, cleanup.Options{BatchSize: batchSize, Logger: b.logger, Sleep: noSleep})
+	require.NoError(t, err)
+	require.Equal(t, int64(3*batchSize), sum.Deleted)
+	require.Zero(t, count(t, b.db))
+}
+
+// A batch that times out waiting for a lock is rolled back by the server and retried; when the
+// lock outlives every retry, Run fails having deleted only whole batches.
+func TestLockWaitTimeoutRetriesThenFails(t *testing.T) {
+	t.Parallel()
+	rows := cleanuptest.Rows{Expired: 1_500}
+	b := setup(t, rows)
+	ctx := t.Context()
+
+	tx, err := b.db.BeginTxx(ctx, nil)
+	require.NoError(t, err)
+	defer func() { _ = tx.Rollback() }()
+	lockRow(t, b.db, tx, 1200)
+
+	var sleeps []time.Duration
+	start := time.Now()
+	sum, err := cleanup.Run(ctx, b.db, cleanup.Options{BatchSize: 1000, LockWaitTimeout: time.Second, Logger: b.logger,
+		Sleep: func(_ context.Context, d time.Duration) { sleeps = append(sleeps, d) }})
+	t.Logf("gave up after %s", time.Since(start).Round(time.Millisecond))
+	require.ErrorContains(t, err, "batch 2 rolled back 4 times, giving up")
+	var me *mysql.MySQLError
+	require.ErrorAs(t, err, &me)
+	require.Equal(t, uint16(1205), me.Number)
+	require.Equal(t, cleanup.StopError, sum.Stopped)
+	require.Equal(t, int64(1000), sum.Deleted)
+	require.Equal(t, 1, sum.Batches)
+	require.Equal(t, int64(500), count(t, b.db), "batch 2 was rolled back whole every time")
+	// One pause after batch 1, then a growing pause before each of the 3 retries.
+	require.Equal(t, []time.Duration{cleanup.DefaultPause, cleanup.DefaultPause, 2 * cleanup.DefaultPause, 3 * cleanup.DefaultPause}, sleeps)
+	require.Equal(t, cleanup.BatchRetries, strings.Count(b.log.String(), `"msg":"cleanup: batch rolled back by the server; retrying"`))
+
+	// Once the lock is gone, a rerun finishes.
+	require.NoError(t, tx.Rollback())
+	sum, err = cleanup.Run(ctx, b.db, cleanup.Options{Logger: b.logger, Sleep: noSleep})
+	require.NoError(t, err)
+	require.Equal(t, int64(500), sum.Deleted)
+}
+
+// StaleAfter decides which expired started rows have a live owner: a heartbeat two minutes old is
+// fresh for 5m (the default) and stale for 1m. A row never heartbeated is judged by started_at.
+func TestStaleAfterProtectsLiveOwners(t *testing.T) {
+	t.Parallel()
+	b := setup(t, cleanuptest.Rows{})
+	ctx := t.Context()
+	_, err := b.db.ExecContext(ctx, `INSERT INTO idempotency_keys
+		(tenant, scope, key_hash, request_fingerprint, status, claim_nonce, created_at, started_at, heartbeat_at, expires_at)
+		VALUES
+		('t', 's', REPEAT('a', 64), REPEAT('f', 64), 'started', 'n1', UTC_TIMESTAMP(6) - INTERVAL 1 HOUR,
+		 UTC_TIMESTAMP(6) - INTERVAL 1 HOUR, UTC_TIMESTAMP(6) - INTERVAL 2 MINUTE, UTC_TIMESTAMP(6) - INTERVAL 1 SECOND),
+		('t', 's', REPEAT('b', 64), REPEAT('f', 64), 'started', 'n2', UTC_TIMESTAMP(6) - INTERVAL 2 MINUTE,
+		 UTC_TIMESTAMP(6) - INTERVAL 2 MINUTE, NULL, UTC_TIMESTAMP(6) - INTERVAL 1 SECOND),
+		('t', 's', REPEAT('c', 64), REPEAT('f', 64), 'succeeded', 'n3', UTC_TIMESTAMP(6),
+		 UTC_TIMESTAMP(6), UTC_TIMESTAMP(6), UTC_TIMESTAMP(6) - INTERVAL 1 SECOND)`)
+	require.NoError(t, err)
+
+	sum, err := cleanup.Run(ctx, b.db, cleanup.Options{Logger: b.logger, Sleep: noSleep})
+	require.NoError(t, err)
+	require.Equal(t, int64(1), sum.Deleted, "only the succeeded row goes with the default StaleAfter")
+	require.Equal(t, int64(2), countWhere(t, b.db, `status = 'started'`))
+
+	dry, err := cleanup.Run(ctx, b.db, cleanup.Options{DryRun: true, StaleAfter: time.Minute, Logger: b.logger})
+	require.NoError(t, err)
+	require.Equal(t, int64(2), dry.Deleted)
+	sum, err = cleanup.Run(ctx, b.db, cleanup.Options{StaleAfter: time.Minute, Logger: b.logger, Sleep: noSleep})
+	require.NoError(t, err)
+	require.Equal(t, int64(2), sum.Deleted)
+	require.Zero(t, count(t, b.db))
+}
+
+// MaxDuration stops the run before the first batch that would start after it.
+func TestMaxDuration(t *testing.T) {
+	t.Parallel()
+	b := setup(t, cleanuptest.Rows{Expired: 10_000})
+	var mu sync.Mutex
+	now := time.Date(2030, 1, 1, 3, 0, 0, 0, time.UTC)
+	clock := func() time.Time { mu.Lock(); defer mu.Unlock(); return now }
+	var sleeps []time.Duration
+	sum, err := cleanup.Run(t.Context(), b.db, cleanup.Options{BatchSize: 1000, MaxDuration: 25 * time.Second,
+		Pause: 4 * time.Second, Logger: b.logger, Now: clock,
+		// Each batch "takes" 10s on the fake clock.
+		OnBatch: func(cleanup.Batch) { mu.Lock(); now = now.Add(10 * time.Second); mu.Unlock() },
+		Sleep:   func(_ context.Context, d time.Duration) { sleeps = append(sleeps, d) }})
+	require.NoError(t, err)
+	require.Equal(t, cleanup.StopMaxDuration, sum.Stopped)
+	require.Equal(t, 3, sum.Batches, "batches start at 0s, 10s and 20s; none at 30s")
+	require.Equal(t, int64(3000), sum.Deleted)
+	require.Equal(t, 30*time.Second, sum.Duration)
+	require.Equal(t, int64(7000), count(t, b.db))
+	// The pause never runs past MaxDuration: 4s, 4s, then 0 (no sleep) after the third batch.
+	require.Equal(t, []time.Duration{4 * time.Second, 4 * time.Second}, sleeps)
+}
+
+// Bad options are refused with a message naming the option, before anything is deleted.
+func TestBadOptionsChangeNothing(t *testing.T) {
+	t.Parallel()
+	b := setup(t, cleanuptest.Rows{Expired: 10})
+	for _, tt := range []struct {
+		name string
+		opts cleanup.Options
+		want string
+	}{
+		{"negative batch", cleanup.Options{BatchSize: -1}, "BatchSize must be between 1 and 100000"},
+		{"huge batch", cleanup.Options{BatchSize: cleanup.MaxBatchSize + 1}, "BatchSize must be between 1 and 100000"},
+		{"negative max duration", cleanup.Options{MaxDuration: -time.Second}, "MaxDuration must not be negative"},
+		{"short stale after", cleanup.Options{StaleAfter: time.Millisecond}, "StaleAfter must be at least 300ms"},
+		{"negative lock wait", cleanup.Options{LockWaitTimeout: -time.Second}, "LockWaitTimeout must be between"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			sum, err := cleanup.Run(t.Context(), b.db, tt.opts)
+			require.ErrorContains(t, err, tt.want)
+			require.ErrorContains(t, err, "cleanup: ")
+			require.Zero(t, sum)
+		})
+	}
+	require.Equal(t, int64(10), count(t, b.db))
+}
+
+// The batch DELETE walks idx_idempotency_expires_at from its oldest end, even when nearly every
+// row has expired (the worst case for the optimizer's choice), so that a batch locks about
+// BatchSize rows, not the table. The dry run's COUNT is a plain read that locks nothing; the
+// optimizer may rightly prefer a table scan for it when most rows qualify, so its plan is only
+// logged.
+func TestDeleteUsesTheExpiresIndex(t *testing.T) {
+	t.Parallel()
+	b := setup(t, cleanuptest.Rows{Expired: 30_000, Live: 300, FreshStarted: 50, StaleStarted: 50})
+	ctx := t.Context()
+	_, err := b.db.ExecContext(ctx, `ANALYZE TABLE idempotency_keys`)
+	require.NoError(t, err)
+	stale := (5 * time.Minute).Microseconds()
+
+	plan := func(query string, args ...any) map[string]string {
+		rows, err := b.db.QueryxContext(ctx, "EXPLAIN "+query, args...)
+		require.NoError(t, err)
+		defer rows.Close()
+		var plans []map[string]string
+		for rows.Next() {
+			m := map[string]any{}
+			require.NoError(t, rows.MapScan(m))
+			p := map[string]string{}
+			for k, v := range m {
+				p[k] = string(asBytes(v))
+			}
+			plans = append(plans, p)
+		}
+		require.NoError(t, rows.Err())
+		require.Len(t, plans, 1)
+		return plans[0]
+	}
+	del := plan(cleanup.DeleteSQL, stale, 1000)
+	t.Logf("delete plan: %v", del)
+	require.Equal(t, "idx_idempotency_expires_at", del["key"], "delete plan %v", del)
+	require.Equal(t, "range", del["type"], "delete plan %v", del)
+	require.NotContains(t, del["Extra"], "filesort", "the index gives the order")
+	t.Logf("count plan: %v", plan(cleanup.CountSQL, stale))
+}
+
+func asBytes(v any) []byte {
+	switch v := v.(type) {
+	case []byte:
+		return v
+	case string:
+		return []byte(v)
+	}
+	return nil
+}
+
+// Run lowers innodb_lock_wait_timeout on its own connection only, and puts it back before the
+// connection returns to the pool.
+func TestSessionSettingIsRestored(t *testing.T) {
+	t.Parallel()
+	d := testdb.New(t, testdb.WithPool(mysqlconn.PoolConfig{MaxOpenConns: 1}))
+	ctx := t.Context()
+	require.NoError(t, cleanuptest.Seed(ctx, d.DB, cleanuptest.Rows{Expired: 10}))
+	var global, session int
+	require.NoError(t, d.DB.GetContext(ctx, &global, `SELECT @@GLOBAL.innodb_lock_wait_timeout`))
+	require.NotEqual(t, 2, global, "the test needs a global value other than the one Run sets")
+	_, err := cleanup.Run(ctx, d.DB, cleanup.Options{LockWaitTimeout: 2 * time.Second, Sleep: noSleep,
+		Logger: slog.New(slog.DiscardHandler)})
+	require.NoError(t, err)
+	require.NoError(t, d.DB.GetContext(ctx, &session, `SELECT @@SESSION.innodb_lock_wait_timeout`))
+	require.Equal(t, global, session)
+}
+
+// A database that cannot answer is an error, not a zero count.
+func TestClosedPoolIsAnError(t *testing.T) {
+	t.Parallel()
+	d := testdb.New(t)
+	db, err := mysqlconn.Open(t.Context(), d.DSN, mysqlconn.PoolConfig{MaxOpenConns: 1})
+	require.NoError(t, err)
+	require.NoError(t, db.Close())
+	for _, dry := range []bool{false, true} {
+		sum, err := cleanup.Run(t.Context(), db, cleanup.Options{DryRun: dry, Logger: slog.New(slog.DiscardHandler)})
+		require.Error(t, err)
+		require.NotErrorIs(t, err, context.Canceled)
+		require.Equal(t, cleanup.StopError, sum.Stopped)
+		require.Zero(t, sum.Deleted)
+	}
+}
