@@ -480,3 +480,37 @@ func TestSIGTERMWithDatabaseDownExitsOne(t *testing.T) {
 	require.NoError(t, db.DB.Get(&status, "SELECT status FROM idempotency_keys"))
 	require.Equal(t, "started", status)
 }
+
+// Issue 3: the replay counts that `idemguard stats` reports come from the
+// running service. One fresh call and three replays, a clean shutdown (the
+// final flush), then stats: 3 replays of 4 requests is a 75% hit rate.
+func TestStatsSeeTheServiceReplays(t *testing.T) {
+	t.Parallel()
+	db, llm, c := database(t), newFakeLLM(t), newClient(t)
+	cfg := chatConfig(llm, "  - {name: chat, operation: openai_chat}\n", "")
+	s := startService(t, productionEnv(db.DSN), cfg)
+	first := post(t, c, s, "chat", acmeKey, "stats-1", chatBody)
+	for range 3 {
+		requireReplayOf(t, first, post(t, c, s, "chat", acmeKey, "stats-1", chatBody))
+	}
+	require.NoError(t, s.cmd.Process.Signal(syscall.SIGTERM))
+	require.Equal(t, 0, s.waitExit(20*time.Second), "exit status")
+
+	out, err := exec.Command(binary, "stats", "--dsn", db.DSN, "--since", "1h", "--json").Output()
+	require.NoError(t, err, "stats exits 0: no threshold is breached")
+	var report struct {
+		TotalKeys    int64    `json:"total_keys"`
+		CacheHitRate *float64 `json:"cache_hit_rate"`
+		Counts       struct {
+			Requests int64 `json:"requests"`
+			Replays  int64 `json:"replays"`
+		} `json:"counts"`
+	}
+	require.NoError(t, json.Unmarshal(out, &report), string(out))
+	require.EqualValues(t, 1, report.TotalKeys)
+	require.EqualValues(t, 4, report.Counts.Requests)
+	require.EqualValues(t, 3, report.Counts.Replays)
+	require.NotNil(t, report.CacheHitRate)
+	require.InDelta(t, 0.75, *report.CacheHitRate, 1e-9)
+	require.EqualValues(t, 1, llm.calls.Load())
+}

@@ -27,6 +27,7 @@ import (
 	"github.com/idemguard/idemguard/internal/mysqlconn"
 	"github.com/idemguard/idemguard/internal/mysqlstore"
 	"github.com/idemguard/idemguard/internal/ops"
+	"github.com/idemguard/idemguard/internal/stats"
 	"github.com/idemguard/idemguard/routers"
 	"github.com/idemguard/idemguard/tenancy"
 )
@@ -115,8 +116,28 @@ func (s *server) run(ctx context.Context) int {
 	defer s.closeStore()
 
 	m := metrics.New()
+	// On MySQL, replay counts also go to idempotency_stats for `idemguard
+	// stats` (the replay path itself stays read-only: see internal/stats).
+	var rec *stats.Recorder
+	if s.db != nil {
+		var err error
+		if rec, err = stats.NewRecorder(s.db, stats.RecorderOptions{Logger: log}); err != nil {
+			log.Error("serve: cannot start the stats recorder", "err", err)
+			return exitError
+		}
+		recCtx, stopRec := context.WithCancel(context.Background())
+		recDone := make(chan struct{})
+		go func() { defer close(recDone); _ = rec.Run(recCtx) }()
+		// Deferred before the guard's Close below, so it runs after it: the
+		// operations cut off at shutdown still report events, and the final
+		// flush writes them.
+		defer func() { stopRec(); <-recDone }()
+	}
 	observe := func(ev engine.Event) {
 		m.Observe(ev)
+		if rec != nil {
+			rec.Observe(ev)
+		}
 		if ev.Kind == engine.EventStoreError && ev.StoreOp == "commit" {
 			s.commitErrors.Add(1)
 		}

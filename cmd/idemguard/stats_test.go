@@ -1,0 +1,177 @@
+package main
+
+import (
+	"encoding/json"
+	"regexp"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/idemguard/idemguard/internal/stats/statstest"
+	"github.com/idemguard/idemguard/internal/testdb"
+)
+
+// lenient thresholds that the seeded figures (takeover 7%, hit 22.5%, failure 12%) all meet.
+var lenient = []string{"--max-takeover-rate", "10%", "--min-hit-rate", "0.20", "--max-failure-rate", "20%"}
+
+func seededStatsDB(t *testing.T) map[string]string {
+	t.Helper()
+	d := testdb.New(t)
+	_, err := statstest.Seed(t.Context(), d.DB)
+	require.NoError(t, err)
+	return map[string]string{EnvMySQLDSN: d.DSN}
+}
+
+// Acceptance 4: the figures of a seeded table, every threshold breached with the defaults, exit 1.
+func TestStatsTableAndBreaches(t *testing.T) {
+	t.Parallel()
+	environ := seededStatsDB(t)
+
+	r := runCLI(t, environ, "stats")
+	require.Equal(t, exitError, r.code, r.stderr)
+	require.Contains(t, r.stderr, "idemguard stats: threshold breached: stale takeover rate 7.0% > 5.0%; "+
+		"cache hit rate 22.5% < 30.0%; failure rate 12.0% > 10.0%\n")
+	for _, line := range []string{
+		`(?m)^total keys\s+100\s+-\s+-\s+keys created in the window$`,
+		`(?m)^cache hit rate\s+22\.5%\s+>= 30\.0%\s+BREACH\s+45 replays / 200 requests$`,
+		`(?m)^stale takeover rate\s+7\.0%\s+<= 5\.0%\s+BREACH\s+7 of 100 keys with attempt_count > 1$`,
+		`(?m)^failure rate\s+12\.0%\s+<= 10\.0%\s+BREACH\s+12 of 100 keys failed$`,
+		`(?m)^average TTL\s+20h0m0s\s+`,
+		`(?m)^idemguard stats: last 24h0m0s, `,
+		`requests 200, claims 152, retries 0, takeovers 3, replays 45,`,
+	} {
+		require.Regexp(t, regexp.MustCompile(line), r.stdout)
+	}
+
+	r = runCLI(t, environ, append([]string{"stats"}, lenient...)...)
+	require.Equal(t, exitOK, r.code, r.stderr)
+	require.NotContains(t, r.stdout, "BREACH")
+	require.Empty(t, r.stderr)
+}
+
+// Each threshold, tightened alone by its flag, breaches alone and exits 1.
+func TestStatsEachThreshold(t *testing.T) {
+	t.Parallel()
+	environ := seededStatsDB(t)
+	for _, tt := range []struct {
+		flag, value, want string
+	}{
+		{"--max-takeover-rate", "5%", "stale takeover rate 7.0% > 5.0%"},
+		{"--min-hit-rate", "30%", "cache hit rate 22.5% < 30.0%"},
+		{"--max-failure-rate", "0.1", "failure rate 12.0% > 10.0%"},
+	} {
+		t.Run(tt.flag, func(t *testing.T) {
+			t.Parallel()
+			args := append([]string{"stats"}, lenient...)
+			args = append(args, tt.flag, tt.value) // the last value of a flag wins
+			r := runCLI(t, environ, args...)
+			require.Equal(t, exitError, r.code, r.stderr)
+			require.Equal(t, "idemguard stats: threshold breached: "+tt.want+"\n", r.stderr)
+			require.Equal(t, 1, strings.Count(r.stdout, "BREACH"))
+		})
+	}
+}
+
+func TestStatsJSON(t *testing.T) {
+	t.Parallel()
+	environ := seededStatsDB(t)
+
+	r := runCLI(t, environ, append([]string{"stats", "--json", "--since", "1d"}, lenient...)...)
+	require.Equal(t, exitOK, r.code, r.stderr)
+	require.Equal(t, 1, strings.Count(r.stdout, "\n"), "one JSON object on one line")
+	var got map[string]any
+	require.NoError(t, json.Unmarshal([]byte(r.stdout), &got))
+	for k, want := range map[string]any{
+		"since": "24h0m0s", "since_seconds": 86400.0, "total_keys": 100.0, "takeover_keys": 7.0, "failed_keys": 12.0,
+		"average_ttl_seconds": 72000.0, "cache_hit_rate": 0.225, "stale_takeover_rate": 0.07, "failure_rate": 0.12,
+		"ok": true, "breaches": []any{},
+		"thresholds": map[string]any{"max_stale_takeover_rate": 0.1, "min_cache_hit_rate": 0.2, "max_failure_rate": 0.2},
+	} {
+		require.Equal(t, want, got[k], k)
+	}
+	counts := got["counts"].(map[string]any)
+	require.Equal(t, 200.0, counts["requests"])
+	require.Equal(t, 45.0, counts["replays"])
+	for _, k := range []string{"now", "window_start", "buckets_from"} {
+		require.Regexp(t, `^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d+)?Z$`, got[k], k)
+	}
+
+	r = runCLI(t, environ, "stats", "--json")
+	require.Equal(t, exitError, r.code)
+	require.NoError(t, json.Unmarshal([]byte(r.stdout), &got))
+	require.Equal(t, false, got["ok"])
+	require.Len(t, got["breaches"], 3)
+	require.Equal(t, map[string]any{"figure": "failure_rate", "value": 0.12, "threshold": 0.1, "op": ">"}, got["breaches"].([]any)[2])
+	require.Contains(t, r.stderr, "threshold breached")
+}
+
+// An idle service (no keys, no requests) reports "no data", which breaches nothing.
+func TestStatsNoData(t *testing.T) {
+	t.Parallel()
+	d := testdb.New(t)
+	environ := map[string]string{EnvMySQLDSN: d.DSN}
+
+	r := runCLI(t, environ, "stats")
+	require.Equal(t, exitOK, r.code, r.stderr)
+	require.Regexp(t, `(?m)^cache hit rate\s+-\s+>= 30\.0%\s+no data\s+0 replays / 0 requests$`, r.stdout)
+	require.Regexp(t, `(?m)^failure rate\s+-\s+<= 10\.0%\s+no data\s+`, r.stdout)
+
+	r = runCLI(t, environ, "stats", "--json", "--min-hit-rate", "100%")
+	require.Equal(t, exitOK, r.code, r.stderr)
+	var got map[string]any
+	require.NoError(t, json.Unmarshal([]byte(r.stdout), &got))
+	for _, k := range []string{"cache_hit_rate", "stale_takeover_rate", "failure_rate", "average_ttl_seconds"} {
+		v, ok := got[k]
+		require.True(t, ok, k)
+		require.Nil(t, v, k)
+	}
+	require.Equal(t, true, got["ok"])
+}
+
+func TestStatsUsageErrors(t *testing.T) {
+	t.Parallel()
+	dsn := []string{"--dsn", "u@tcp(127.0.0.1:1)/db"}
+	for _, tt := range []struct {
+		name string
+		args []string
+		want string
+	}{
+		{"missing DSN", nil, "pass --dsn or set IDEMGUARD_MYSQL_DSN"},
+		{"zero since", append([]string{"--since", "0s"}, dsn...), `invalid value "0s" for flag -since: must be between 1s and 9600h0m0s`},
+		{"negative since", append([]string{"--since", "-1h"}, dsn...), `invalid value "-1h" for flag -since`},
+		{"since not a duration", append([]string{"--since", "yesterday"}, dsn...), `invalid value "yesterday" for flag -since: want a duration (90m, 24h) or whole days (7d)`},
+		{"zero days", append([]string{"--since", "0d"}, dsn...), `invalid value "0d" for flag -since: must be between`},
+		{"rate over 100%", append([]string{"--max-takeover-rate", "150%"}, dsn...), `invalid value "150%" for flag -max-takeover-rate: must be between 0 and 1`},
+		{"negative rate", append([]string{"--max-failure-rate", "-0.1"}, dsn...), `invalid value "-0.1" for flag -max-failure-rate`},
+		{"rate not a number", append([]string{"--min-hit-rate", "high"}, dsn...), `invalid value "high" for flag -min-hit-rate: want a fraction (0.05) or a percentage (5%)`},
+		{"unknown flag", append([]string{"--bogus"}, dsn...), "flag provided but not defined: -bogus"},
+		{"positional", append(dsn, "24h"), `unexpected argument "24h"`},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			r := runCLI(t, nil, append([]string{"stats"}, tt.args...)...)
+			require.Equal(t, exitUsage, r.code, r.stderr)
+			require.Contains(t, r.stderr, tt.want)
+			require.Empty(t, r.stdout)
+		})
+	}
+}
+
+func TestStatsDatabaseErrors(t *testing.T) {
+	t.Parallel()
+	r := runCLI(t, map[string]string{EnvMySQLDSN: "app:hunter2@tcp(127.0.0.1:1)/idemguard?timeout=1s"}, "stats")
+	require.Equal(t, exitError, r.code, r.stderr)
+	require.Contains(t, r.stderr, `"msg":"stats: connect to database"`)
+	require.Contains(t, r.stderr, "app:xxxxx@tcp(127.0.0.1:1)/idemguard")
+	require.NotContains(t, r.stderr, "hunter2")
+	require.Empty(t, r.stdout)
+
+	d := testdb.New(t)
+	_, err := d.DB.ExecContext(t.Context(), `DROP TABLE idempotency_stats`)
+	require.NoError(t, err)
+	r = runCLI(t, map[string]string{EnvMySQLDSN: d.DSN}, "stats")
+	require.Equal(t, exitError, r.code, r.stderr)
+	require.Contains(t, r.stderr, "idemguard migrate up")
+	require.Empty(t, r.stdout)
+}

@@ -1,0 +1,211 @@
+package stats
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"math"
+	"time"
+
+	"github.com/go-sql-driver/mysql"
+	"github.com/jmoiron/sqlx"
+)
+
+// Default alert thresholds (the seed's).
+const (
+	DefaultMaxTakeoverRate = 0.05
+	DefaultMinHitRate      = 0.30
+	DefaultMaxFailureRate  = 0.10
+)
+
+// MaxSince is the longest window [Collect] accepts.
+const MaxSince = 400 * 24 * time.Hour
+
+// Figure names a health figure; the names are also the JSON keys of the rates.
+type Figure string
+
+// The figures with thresholds.
+const (
+	FigureHitRate      Figure = "cache_hit_rate"
+	FigureTakeoverRate Figure = "stale_takeover_rate"
+	FigureFailureRate  Figure = "failure_rate"
+)
+
+// Report holds the health figures of one window, read by [Collect].
+type Report struct {
+	// Since is the window's length; the window is [WindowStart, Now].
+	Since time.Duration
+	// Now is the database clock when the report was read.
+	Now time.Time
+	// WindowStart is Now - Since.
+	WindowStart time.Time
+	// BucketsFrom is the first hour of idempotency_stats counted: WindowStart rounded down to the
+	// hour (the buckets are hourly), so Counts may cover up to an hour more than the window.
+	BucketsFrom time.Time
+
+	// TotalKeys is the number of rows of idempotency_keys created in the window (created_at >=
+	// WindowStart). Rows already deleted by cleanup are not counted: a window longer than the
+	// shortest TTL undercounts.
+	TotalKeys int64
+	// TakeoverKeys is the number of those rows with attempt_count > 1: a second execution, after
+	// a stale takeover or a retry of a failure (the seed's definition).
+	TakeoverKeys int64
+	// FailedKeys is the number of those rows whose status is failed.
+	FailedKeys int64
+	// AverageTTL is the mean of expires_at - completed_at (expires_at - created_at for rows not
+	// completed) over those rows: the TTL keys are kept for. Zero when TotalKeys is zero.
+	AverageTTL time.Duration
+
+	// Counts sums idempotency_stats over the buckets from BucketsFrom: requests, replays and the
+	// other protocol counters, from every server that flushed.
+	Counts Counts
+}
+
+// rate returns num/den, and false when den is zero ("no data").
+func rate(num, den int64) (float64, bool) {
+	if den <= 0 {
+		return 0, false
+	}
+	return float64(num) / float64(den), true
+}
+
+// HitRate is Replays / Requests: the share of answered calls served from a stored result. False
+// when there were no requests.
+func (r Report) HitRate() (float64, bool) { return rate(r.Counts.Replays, r.Counts.Requests) }
+
+// TakeoverRate is TakeoverKeys / TotalKeys. False when there were no keys.
+func (r Report) TakeoverRate() (float64, bool) { return rate(r.TakeoverKeys, r.TotalKeys) }
+
+// FailureRate is FailedKeys / TotalKeys. False when there were no keys.
+func (r Report) FailureRate() (float64, bool) { return rate(r.FailedKeys, r.TotalKeys) }
+
+// Thresholds are the alert thresholds, as fractions (0.05 is 5%).
+type Thresholds struct {
+	// MaxTakeoverRate: a takeover rate above it is a breach. Default [DefaultMaxTakeoverRate].
+	MaxTakeoverRate float64
+	// MinHitRate: a hit rate below it is a breach. Default [DefaultMinHitRate].
+	MinHitRate float64
+	// MaxFailureRate: a failure rate above it is a breach. Default [DefaultMaxFailureRate].
+	MaxFailureRate float64
+}
+
+// DefaultThresholds are the seed's alert thresholds.
+var DefaultThresholds = Thresholds{MaxTakeoverRate: DefaultMaxTakeoverRate, MinHitRate: DefaultMinHitRate,
+	MaxFailureRate: DefaultMaxFailureRate}
+
+// Validate reports the first threshold outside [0, 1], naming it.
+func (t Thresholds) Validate() error {
+	for _, f := range []struct {
+		name string
+		v    float64
+	}{{"MaxTakeoverRate", t.MaxTakeoverRate}, {"MinHitRate", t.MinHitRate}, {"MaxFailureRate", t.MaxFailureRate}} {
+		if math.IsNaN(f.v) || f.v < 0 || f.v > 1 {
+			return fmt.Errorf("stats: Thresholds.%s must be between 0 and 1, got %v", f.name, f.v)
+		}
+	}
+	return nil
+}
+
+// Breach is one figure past its threshold.
+type Breach struct {
+	Figure    Figure  `json:"figure"`
+	Value     float64 `json:"value"`
+	Threshold float64 `json:"threshold"`
+	// Op is how Value compares with Threshold: ">" or "<".
+	Op string `json:"op"`
+}
+
+func (b Breach) String() string {
+	return fmt.Sprintf("%s %s %s %s", name(b.Figure), Percent(b.Value), b.Op, Percent(b.Threshold))
+}
+
+func name(f Figure) string {
+	switch f {
+	case FigureHitRate:
+		return "cache hit rate"
+	case FigureTakeoverRate:
+		return "stale takeover rate"
+	case FigureFailureRate:
+		return "failure rate"
+	}
+	return string(f)
+}
+
+// Percent formats a fraction as a percentage with one decimal: 0.123 → "12.3%".
+func Percent(v float64) string { return fmt.Sprintf("%.1f%%", v*100) }
+
+// Check compares the report with t and returns the breaches, in the order takeover, hit rate,
+// failure. A figure without data (no keys, or no requests for the hit rate) is never a breach:
+// an idle service is not an unhealthy one.
+func (r Report) Check(t Thresholds) []Breach {
+	var out []Breach
+	if v, ok := r.TakeoverRate(); ok && v > t.MaxTakeoverRate {
+		out = append(out, Breach{Figure: FigureTakeoverRate, Value: v, Threshold: t.MaxTakeoverRate, Op: ">"})
+	}
+	if v, ok := r.HitRate(); ok && v < t.MinHitRate {
+		out = append(out, Breach{Figure: FigureHitRate, Value: v, Threshold: t.MinHitRate, Op: "<"})
+	}
+	if v, ok := r.FailureRate(); ok && v > t.MaxFailureRate {
+		out = append(out, Breach{Figure: FigureFailureRate, Value: v, Threshold: t.MaxFailureRate, Op: ">"})
+	}
+	return out
+}
+
+// ErrNoStatsTable is returned by [Collect] when idempotency_stats does not exist.
+var ErrNoStatsTable = errors.New("stats: table idempotency_stats does not exist; apply the migrations (idemguard migrate up)")
+
+const errNoSuchTable = 1146 // ER_NO_SUCH_TABLE
+
+const keysSQL = `SELECT COUNT(*) AS total,
+  COALESCE(SUM(attempt_count > 1), 0) AS takeovers,
+  COALESCE(SUM(status = 'failed'), 0) AS failed,
+  COALESCE(AVG(TIMESTAMPDIFF(MICROSECOND, COALESCE(completed_at, created_at), expires_at)), 0) AS avg_ttl_us
+FROM idempotency_keys WHERE created_at >= ?`
+
+// Collect reads the figures of the window that ends at the database clock's now and lasts
+// since. It reads idempotency_keys with one scan of the rows (there is no index on created_at;
+// the read takes no locks) and idempotency_stats by primary-key range.
+func Collect(ctx context.Context, db *sqlx.DB, since time.Duration) (Report, error) {
+	if since <= 0 || since > MaxSince {
+		return Report{}, fmt.Errorf("stats: the window must be between 1s and %s, got %s", MaxSince, since)
+	}
+	r := Report{Since: since}
+	if err := db.GetContext(ctx, &r.Now, `SELECT UTC_TIMESTAMP(6)`); err != nil {
+		return Report{}, fmt.Errorf("stats: read the database clock: %w", err)
+	}
+	r.WindowStart = r.Now.Add(-since)
+	r.BucketsFrom = r.WindowStart.Truncate(time.Hour)
+
+	var keys struct {
+		Total     int64   `db:"total"`
+		Takeovers int64   `db:"takeovers"`
+		Failed    int64   `db:"failed"`
+		AvgTTLus  float64 `db:"avg_ttl_us"`
+	}
+	if err := db.GetContext(ctx, &keys, keysSQL, r.WindowStart); err != nil {
+		return Report{}, fmt.Errorf("stats: read idempotency_keys: %w", err)
+	}
+	r.TotalKeys, r.TakeoverKeys, r.FailedKeys = keys.Total, keys.Takeovers, keys.Failed
+	r.AverageTTL = time.Duration(math.Round(keys.AvgTTLus)) * time.Microsecond
+
+	q := "SELECT "
+	for i, col := range columns {
+		if i > 0 {
+			q += ", "
+		}
+		q += "COALESCE(SUM(" + col + "), 0) AS " + col
+	}
+	q += " FROM idempotency_stats WHERE bucket_start >= ?"
+	if err := db.GetContext(ctx, &r.Counts, q, r.BucketsFrom); err != nil {
+		var me *mysql.MySQLError
+		if errors.As(err, &me) && me.Number == errNoSuchTable {
+			return Report{}, ErrNoStatsTable
+		}
+		if errors.Is(err, sql.ErrNoRows) { // unreachable: an aggregate always returns a row
+			return r, nil
+		}
+		return Report{}, fmt.Errorf("stats: read idempotency_stats: %w", err)
+	}
+	return r, nil
+}
