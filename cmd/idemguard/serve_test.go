@@ -49,6 +49,18 @@ type served struct {
 
 const testSecret = "0123456789abcdef0123456789abcdef"
 
+// productionEnv is a complete production configuration on dsn: tenant acme
+// with the API key "acme-key", listening on a free loopback port.
+func productionEnv(dsn string) map[string]string {
+	return map[string]string{
+		"IDEMGUARD_MODE":      "production",
+		"IDEMGUARD_MYSQL_DSN": dsn,
+		"IDEMPOTENCY_SECRET":  testSecret,
+		"IDEMGUARD_API_KEYS":  "acme:" + tenancy.HashAPIKey("acme-key"),
+		"IDEMGUARD_LISTEN":    "127.0.0.1:0",
+	}
+}
+
 // startServe runs `idemguard serve --config <file>` in-process with environ
 // only, and waits (bounded) for its "serve: listening" line.
 func startServe(t *testing.T, environ map[string]string, configYAML string) *served {
@@ -173,13 +185,7 @@ func TestServeRefusesBadConfiguration(t *testing.T) {
 
 func TestServeUnreachableDatabaseExitsOne(t *testing.T) {
 	t.Parallel()
-	r := runCLI(t, map[string]string{
-		"IDEMGUARD_MODE":      "production",
-		"IDEMGUARD_MYSQL_DSN": "idem:pw-n0t-in-logs@tcp(127.0.0.1:1)/idemguard?timeout=2s",
-		"IDEMPOTENCY_SECRET":  testSecret,
-		"IDEMGUARD_API_KEYS":  "acme:" + tenancy.HashAPIKey("k"),
-		"IDEMGUARD_LISTEN":    "127.0.0.1:0",
-	}, "serve")
+	r := runCLI(t, productionEnv("idem:pw-n0t-in-logs@tcp(127.0.0.1:1)/idemguard?timeout=2s"), "serve")
 	require.Equal(t, exitError, r.code)
 	require.Contains(t, r.stderr, "serve: cannot open the store")
 	require.NotContains(t, r.stderr, "pw-n0t-in-logs")
@@ -219,13 +225,7 @@ func TestServeDevelopmentInMemory(t *testing.T) {
 func TestServeProductionRefusesTheDemoKey(t *testing.T) {
 	t.Parallel()
 	db := testdb.New(t)
-	s := startServe(t, map[string]string{
-		"IDEMGUARD_MODE":      "production",
-		"IDEMGUARD_MYSQL_DSN": db.DSN,
-		"IDEMPOTENCY_SECRET":  testSecret,
-		"IDEMGUARD_API_KEYS":  "acme:" + tenancy.HashAPIKey("acme-key"),
-		"IDEMGUARD_LISTEN":    "127.0.0.1:0",
-	}, "scopes: [{name: demo, operation: demo, delay: 10ms}]\n")
+	s := startServe(t, productionEnv(db.DSN), "scopes: [{name: demo, operation: demo, delay: 10ms}]\n")
 	require.NotContains(t, s.stderr.String(), "dev-demo-key", "no banner in production")
 	resp, _ := s.post(t, "/v1/ops/demo", "dev-demo-key", "k", `{}`)
 	require.Equal(t, http.StatusUnauthorized, resp.StatusCode)
@@ -238,13 +238,7 @@ func TestServeProductionRefusesTheDemoKey(t *testing.T) {
 func TestServeProductionNotReadyWhileMigrationsPending(t *testing.T) {
 	t.Parallel()
 	db := testdb.NewEmpty(t)
-	s := startServe(t, map[string]string{
-		"IDEMGUARD_MODE":      "production",
-		"IDEMGUARD_MYSQL_DSN": db.DSN,
-		"IDEMPOTENCY_SECRET":  testSecret,
-		"IDEMGUARD_API_KEYS":  "acme:" + tenancy.HashAPIKey("acme-key"),
-		"IDEMGUARD_LISTEN":    "127.0.0.1:0",
-	}, "")
+	s := startServe(t, productionEnv(db.DSN), "")
 	require.Contains(t, s.stderr.String(), "database migrations are pending")
 	resp, _ := s.get(t, "/readyz", "")
 	require.Equal(t, http.StatusServiceUnavailable, resp.StatusCode)
@@ -274,13 +268,7 @@ func TestServeDevelopmentWithDatabaseMigrates(t *testing.T) {
 func TestServeShutdownRecordsCutOffOperations(t *testing.T) {
 	t.Parallel()
 	db := testdb.New(t)
-	s := startServe(t, map[string]string{
-		"IDEMGUARD_MODE":      "production",
-		"IDEMGUARD_MYSQL_DSN": db.DSN,
-		"IDEMPOTENCY_SECRET":  testSecret,
-		"IDEMGUARD_API_KEYS":  "acme:" + tenancy.HashAPIKey("acme-key"),
-		"IDEMGUARD_LISTEN":    "127.0.0.1:0",
-	}, `
+	s := startServe(t, productionEnv(db.DSN), `
 shutdown_grace: 300ms
 scopes:
   - {name: slow, operation: demo, delay: 10m}
