@@ -313,3 +313,50 @@ func TestWaitIsReportedOncePerCall(t *testing.T) {
 	require.Len(t, waits, 1, "one observation per call, however many polls")
 	require.GreaterOrEqual(t, waits[0], 250*time.Millisecond)
 }
+
+func TestClosedGuardRefusesNewCallsAndReleasesWaiters(t *testing.T) {
+	t.Parallel()
+	store := memstore.New()
+	g, err := engine.New(engine.Config{Store: store, Secret: secret})
+	require.NoError(t, err)
+	started := make(chan struct{})
+	runDone := make(chan struct{})
+	go func() {
+		defer close(runDone)
+		_, _ = g.WithIdempotency(context.Background(), engine.Call{Tenant: "acme", Scope: "s", Inputs: 1},
+			func(ctx context.Context) (any, error) { close(started); <-ctx.Done(); return nil, ctx.Err() })
+	}()
+	<-started
+	waiter := make(chan engine.Result, 1)
+	var waiterRan atomic.Bool
+	go func() {
+		r, _ := g.WithIdempotency(context.Background(), engine.Call{Tenant: "acme", Scope: "s", Inputs: 1, Wait: time.Hour},
+			func(context.Context) (any, error) { waiterRan.Store(true); return nil, errors.New("must not run") })
+		waiter <- r
+	}()
+	time.Sleep(50 * time.Millisecond) // let the waiter poll; Close must release it either way
+
+	closed := make(chan error, 1)
+	go func() { closed <- g.Close(context.Background()) }()
+	select {
+	case err := <-closed:
+		require.NoError(t, err)
+	case <-time.After(10 * time.Second):
+		t.Fatal("Close waited for the waiter's whole wait")
+	}
+	<-runDone
+	r := <-waiter
+	require.Equal(t, engine.StatusInProgress, r.Status, "a waiter answers in_progress when the guard closes")
+	require.False(t, waiterRan.Load(), "a closing guard starts no new execution")
+	rows := store.Rows()
+	require.Len(t, rows, 1)
+	require.Equal(t, 1, rows[0].Attempts, "the cut-off row was not retried during shutdown")
+
+	ran := false
+	_, err = g.WithIdempotency(context.Background(), engine.Call{Tenant: "acme", Scope: "s", Inputs: 2},
+		func(context.Context) (any, error) { ran = true; return map[string]any{"ok": true}, nil })
+	require.ErrorIs(t, err, engine.ErrStoreUnavailable)
+	require.ErrorIs(t, err, engine.ErrShuttingDown)
+	require.False(t, ran)
+	require.Len(t, store.Rows(), 1, "nothing claimed after Close")
+}

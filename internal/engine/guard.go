@@ -108,6 +108,8 @@ type Guard struct {
 	now      func() time.Time
 	lifetime context.Context
 	shutdown context.CancelFunc
+	mu       sync.Mutex // guards closed and inflight.Add against Close's Wait
+	closed   bool
 	inflight sync.WaitGroup
 }
 
@@ -148,8 +150,14 @@ func New(cfg Config) (*Guard, error) {
 // ErrShuttingDown) and waits until they have recorded their outcome or ctx
 // ends. A cut-off operation is stored as failed: stopReason timeout (retryable)
 // under StaleTakeover, abandoned (final) under StaleFail. Call Close after the
-// grace period in which running operations were allowed to finish.
+// grace period in which running operations were allowed to finish. Calls
+// waiting for a duplicate answer in_progress at once, and calls made after
+// Close return a StoreError wrapping ErrShuttingDown (errors.Is
+// ErrStoreUnavailable: retry elsewhere) without claiming anything.
 func (g *Guard) Close(ctx context.Context) error {
+	g.mu.Lock()
+	g.closed = true
+	g.mu.Unlock()
 	g.shutdown()
 	done := make(chan struct{})
 	go func() { g.inflight.Wait(); close(done) }()
@@ -169,6 +177,17 @@ func (g *Guard) Ping(ctx context.Context) error {
 		return &StoreError{Op: "ping", Err: err}
 	}
 	return nil
+}
+
+// enter counts a call in flight unless the Guard is closed.
+func (g *Guard) enter() bool {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.closed {
+		return false
+	}
+	g.inflight.Add(1)
+	return true
 }
 
 // prepared is a validated Call.
@@ -233,6 +252,12 @@ func (g *Guard) WithIdempotency(ctx context.Context, call Call, op Operation) (R
 	if op == nil {
 		return Result{}, fmt.Errorf("%w: operation is nil", ErrInvalidInput)
 	}
+	if !g.enter() {
+		// Claiming now would only record a failed attempt: the operation
+		// would be cut off at once. The caller retries, on another replica.
+		return Result{}, &StoreError{Op: "claim", Err: ErrShuttingDown}
+	}
+	defer g.inflight.Done()
 	p, err := g.prepare(call)
 	if err != nil {
 		return Result{}, err
@@ -264,6 +289,10 @@ func (g *Guard) execute(ctx context.Context, p prepared, op Operation) (Result, 
 	for {
 		if races > maxRaces {
 			return Result{}, &StoreError{Op: "claim", Err: errors.New("too many lost races in a row")}
+		}
+		if g.lifetime.Err() != nil {
+			// Closing: claim nothing more (see Close).
+			return Result{}, &StoreError{Op: "claim", Err: ErrShuttingDown}
 		}
 		nonce := newNonce()
 		if needClaim {
@@ -354,7 +383,7 @@ func (g *Guard) execute(ctx context.Context, p prepared, op Operation) (Result, 
 				start := g.now()
 				sleepCtx(ctx, min(poll.next(), waitUntil.Sub(start)))
 				waited += g.now().Sub(start)
-				if ctx.Err() != nil { // the caller stopped waiting
+				if ctx.Err() != nil || g.lifetime.Err() != nil { // the caller, or the Guard, stopped waiting
 					g.emit(Event{Kind: EventInProgress, Scope: p.scope})
 					return g.inProgress(p, rec), nil
 				}
@@ -399,9 +428,6 @@ type owned struct {
 }
 
 func (g *Guard) runOwned(ctx context.Context, p prepared, op Operation, o owned) (Result, error) {
-	g.inflight.Add(1)
-	defer g.inflight.Done()
-
 	parent := ctx
 	if p.detach {
 		parent = context.WithoutCancel(ctx)
