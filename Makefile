@@ -35,11 +35,20 @@ lint: ## gofmt (must be clean), go vet, and staticcheck if installed
 	@if command -v staticcheck >/dev/null 2>&1; then echo staticcheck ./...; staticcheck ./...; \
 	else echo "staticcheck not installed; skipped (go install honnef.co/go/tools/cmd/staticcheck@latest)"; fi
 
-build: ## Build the binary into bin/idemguard
-	$(GO) build -o $(BIN) ./cmd/idemguard
+# make build stamps the release version (the git tag, if HEAD has one) and the commit into the
+# binary (idemguard version); a go build without them says devel and what ReadBuildInfo knows.
+VERSION ?= $(shell git describe --tags --dirty 2>/dev/null)
+COMMIT  ?= $(shell git rev-parse HEAD 2>/dev/null)
+LDFLAGS ?= -X main.version=$(VERSION) -X main.commit=$(COMMIT)
 
-run: build ## Build and start the server in development mode (in-memory store, demo scope, 127.0.0.1:8080)
-	env -u IDEMGUARD_MYSQL_DSN -u IDEMGUARD_CONFIG IDEMGUARD_MODE=development IDEMGUARD_LISTEN=127.0.0.1:8080 ./$(BIN) serve
+build: ## Build the binary into bin/idemguard (VERSION=v1.2.3 to stamp a release)
+	$(GO) build -ldflags '$(LDFLAGS)' -o $(BIN) ./cmd/idemguard
+
+# make run listens on $IDEMGUARD_LISTEN (127.0.0.1:0 picks a free port; serve prints the one bound).
+IDEMGUARD_LISTEN := $(or $(IDEMGUARD_LISTEN),127.0.0.1:8080)
+
+run: build ## Build and start the server in development mode (in-memory store, demo scope, $IDEMGUARD_LISTEN or 127.0.0.1:8080)
+	env -u IDEMGUARD_MYSQL_DSN -u IDEMGUARD_CONFIG IDEMGUARD_MODE=development IDEMGUARD_LISTEN='$(IDEMGUARD_LISTEN)' $(abspath $(BIN)) serve
 
 migrate: build ## Build, then apply migrations to the database in IDEMGUARD_MYSQL_DSN
 	./$(BIN) migrate up

@@ -56,6 +56,7 @@ var commands = []command{
 	{name: "cleanup", summary: "delete expired idempotency keys in batches (daily cron)", run: runCleanup},
 	{name: "stats", summary: "health figures (hit, takeover, failure rates) vs alert thresholds", run: runStats},
 	{name: "serve", summary: "serve the REST API (development mode without a config)", run: runServe},
+	{name: "version", summary: "print the version, commit, Go version and the schema version it expects", run: runVersion},
 }
 
 func main() {
@@ -82,6 +83,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, getenv fu
 	case "help", "-h", "-help", "--help":
 		usage(stdout)
 		return exitOK
+	case "--version", "-version":
+		return runVersion(ctx, e, args[1:])
 	}
 	for _, c := range commands {
 		if c.name == args[0] {
