@@ -227,6 +227,7 @@ func TestServeProductionRefusesTheDemoKey(t *testing.T) {
 	db := testdb.New(t)
 	s := startServe(t, productionEnv(db.DSN), "scopes: [{name: demo, operation: demo, delay: 10ms}]\n")
 	require.NotContains(t, s.stderr.String(), "dev-demo-key", "no banner in production")
+	require.NotContains(t, s.stderr.String(), "no scopes configured")
 	resp, _ := s.post(t, "/v1/ops/demo", "dev-demo-key", "k", `{}`)
 	require.Equal(t, http.StatusUnauthorized, resp.StatusCode)
 	resp, body := s.post(t, "/v1/ops/demo", "acme-key", "k", `{}`)
@@ -240,6 +241,8 @@ func TestServeProductionNotReadyWhileMigrationsPending(t *testing.T) {
 	db := testdb.NewEmpty(t)
 	s := startServe(t, productionEnv(db.DSN), "")
 	require.Contains(t, s.stderr.String(), "database migrations are pending")
+	require.Contains(t, s.stderr.String(), `"level":"WARN","msg":"serve: production mode with no scopes configured`,
+		"a production config without scopes answers 404 to every operation: say so at start")
 	resp, _ := s.get(t, "/readyz", "")
 	require.Equal(t, http.StatusServiceUnavailable, resp.StatusCode)
 	var tables int

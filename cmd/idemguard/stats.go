@@ -13,6 +13,7 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/idemguard/idemguard/internal/config"
 	"github.com/idemguard/idemguard/internal/mysqlconn"
 	"github.com/idemguard/idemguard/internal/stats"
 )
@@ -71,25 +72,16 @@ func (r *rateFlag) Set(s string) error {
 	return nil
 }
 
-// spanFlag is a duration flag that also accepts whole days ("7d").
+// spanFlag is a duration flag that also accepts days ("7d", "1d12h"): config.ParseDuration, the
+// parser of the config file's durations too.
 type spanFlag time.Duration
 
 func (d *spanFlag) String() string { return time.Duration(*d).String() }
 
 func (d *spanFlag) Set(s string) error {
-	s = strings.TrimSpace(s)
-	if days, ok := strings.CutSuffix(s, "d"); ok {
-		if n, err := strconv.Atoi(days); err == nil {
-			if n < 1 || n > int(stats.MaxSince/(24*time.Hour)) {
-				return fmt.Errorf("must be between 1s and %s, got %s", stats.MaxSince, s)
-			}
-			*d = spanFlag(time.Duration(n) * 24 * time.Hour)
-			return nil
-		}
-	}
-	v, err := time.ParseDuration(s)
+	v, err := config.ParseDuration(s)
 	if err != nil {
-		return errors.New("want a duration (90m, 24h) or whole days (7d)")
+		return errors.New("want a duration (90m, 24h) or days (7d, 1d12h)")
 	}
 	if v < time.Second || v > stats.MaxSince {
 		return fmt.Errorf("must be between 1s and %s, got %s", stats.MaxSince, v)
@@ -130,7 +122,7 @@ func runStats(ctx context.Context, e env, args []string) int {
 	fs.SetOutput(e.stderr)
 	dsnFlag := fs.String("dsn", "", "MySQL DSN, user:password@tcp(host:3306)/dbname (default $"+EnvMySQLDSN+")")
 	since := spanFlag(24 * time.Hour)
-	fs.Var(&since, "since", "the window: a duration (90m, 24h) or whole days (7d)")
+	fs.Var(&since, "since", "the window: a duration (90m, 24h) or days (7d, 1d12h)")
 	asJSON := fs.Bool("json", false, "print one JSON object instead of a table")
 	maxTakeover := rateFlag(stats.DefaultMaxTakeoverRate)
 	minHit := rateFlag(stats.DefaultMinHitRate)

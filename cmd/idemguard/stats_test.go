@@ -78,7 +78,7 @@ func TestStatsJSON(t *testing.T) {
 	t.Parallel()
 	environ := seededStatsDB(t)
 
-	r := runCLI(t, environ, append([]string{"stats", "--json", "--since", "1d"}, lenient...)...)
+	r := runCLI(t, environ, append([]string{"stats", "--json", "--since", "0.5d12h"}, lenient...)...)
 	require.Equal(t, exitOK, r.code, r.stderr)
 	require.Equal(t, 1, strings.Count(r.stdout, "\n"), "one JSON object on one line")
 	var got map[string]any
@@ -141,7 +141,9 @@ func TestStatsUsageErrors(t *testing.T) {
 		{"missing DSN", nil, "pass --dsn or set IDEMGUARD_MYSQL_DSN"},
 		{"zero since", append([]string{"--since", "0s"}, dsn...), `invalid value "0s" for flag -since: must be between 1s and 9600h0m0s`},
 		{"negative since", append([]string{"--since", "-1h"}, dsn...), `invalid value "-1h" for flag -since`},
-		{"since not a duration", append([]string{"--since", "yesterday"}, dsn...), `invalid value "yesterday" for flag -since: want a duration (90m, 24h) or whole days (7d)`},
+		{"since not a duration", append([]string{"--since", "yesterday"}, dsn...), `invalid value "yesterday" for flag -since: want a duration (90m, 24h) or days (7d, 1d12h)`},
+		{"days after hours", append([]string{"--since", "12h1d"}, dsn...), `invalid value "12h1d" for flag -since`},
+		{"too long", append([]string{"--since", "401d"}, dsn...), `invalid value "401d" for flag -since: must be between 1s and 9600h0m0s`},
 		{"zero days", append([]string{"--since", "0d"}, dsn...), `invalid value "0d" for flag -since: must be between`},
 		{"rate over 100%", append([]string{"--max-takeover-rate", "150%"}, dsn...), `invalid value "150%" for flag -max-takeover-rate: must be between 0 and 1`},
 		{"negative rate", append([]string{"--max-failure-rate", "-0.1"}, dsn...), `invalid value "-0.1" for flag -max-failure-rate`},
