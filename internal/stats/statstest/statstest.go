@@ -84,8 +84,8 @@ VALUES ('t', 's', SHA2(?, 256), REPEAT('f', 64), ?, ?, 'nonce', ?, ?, ?, ?, ?)`
 	hour := now.Truncate(time.Hour)
 	edge := now.Add(-24 * time.Hour).Truncate(time.Hour)
 	for _, b := range []struct {
-		start                                          time.Time
-		scope                                          string
+		start                                                   time.Time
+		scope                                                   string
 		requests, replays, takeovers, failures, claims, retries int64
 	}{
 		{hour, "a", 100, 20, 0, 0, 50, 0},
