@@ -176,6 +176,7 @@ func (s *server) run(ctx context.Context) int {
 		log.Error("serve: cannot build the operations", "err", err)
 		return exitError
 	}
+	m.InitScopes(registry.Names()...) // every series exported from the start, at zero
 	apiKeys := make(map[tenancy.ID][]string, len(cfg.APIKeys)+1)
 	maps.Copy(apiKeys, cfg.APIKeys)
 	if cfg.Mode == config.Development {
@@ -198,6 +199,7 @@ func (s *server) run(ctx context.Context) int {
 		UnavailableRetryAfter: cfg.UnavailableRetryAfter,
 		CORSOrigins:           cfg.CORSOrigins,
 		Logger:                log,
+		HTTPMetrics:           m,
 	})
 	if err != nil {
 		log.Error("serve: cannot build the HTTP API", "err", err)
