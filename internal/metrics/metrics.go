@@ -58,7 +58,7 @@ type Metrics struct {
 
 	claims, inProgress, takeovers, retries, lostClaims, mismatches *prometheus.CounterVec
 	replays, abandoned, retryLimit, operations, failures           *prometheus.CounterVec
-	storeErrors, httpRequests                                       *prometheus.CounterVec
+	storeErrors, httpRequests                                      *prometheus.CounterVec
 	opDuration, wait, httpDuration                                 *prometheus.HistogramVec
 }
 
