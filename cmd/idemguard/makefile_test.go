@@ -99,3 +99,41 @@ func TestMakeRunPrintsTheBoundAddress(t *testing.T) {
 	_ = resp.Body.Close()
 	require.Equal(t, http.StatusOK, resp.StatusCode)
 }
+
+// fakeGo is a stand-in for the go command: it notes skips in IDEMGUARD_TEST_SKIP_LOG as the test
+// helpers do, from two "packages", and exits with $FAKE_EXIT.
+const fakeGo = `#!/bin/sh
+printf 'TestA\nTestB\n' >> "$IDEMGUARD_TEST_SKIP_LOG"
+printf 'TestC/sub\n' >> "$IDEMGUARD_TEST_SKIP_LOG"
+echo "ok  	example/pkg	0.1s"
+exit "${FAKE_EXIT:-0}"
+`
+
+// make test closes with one line counting the tests skipped for want of MySQL across every
+// package, and keeps go test's exit status.
+func TestMakeTestCountsMySQLSkips(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	goBin := filepath.Join(dir, "go")
+	require.NoError(t, os.WriteFile(goBin, []byte(fakeGo), 0o755))
+
+	out, err := makeCmd(t, "test", "GO="+goBin).CombinedOutput()
+	require.NoError(t, err, string(out))
+	lines := strings.Split(strings.TrimSpace(string(out)), "\n")
+	last := lines[len(lines)-1]
+	require.True(t, strings.HasPrefix(last, "make test: 3 tests skipped for want of MySQL; set IDEMGUARD_TEST_MYSQL_DSN="), last)
+	require.Contains(t, last, "127.0.0.1:3306")
+	require.Equal(t, 1, strings.Count(string(out), "skipped for want of MySQL"))
+
+	cmd := makeCmd(t, "test", "GO="+goBin)
+	cmd.Env = append(cmd.Env, "FAKE_EXIT=1")
+	out, err = cmd.CombinedOutput()
+	require.Error(t, err, "a failing go test fails make test")
+	require.Contains(t, string(out), "3 tests skipped")
+
+	noSkips := filepath.Join(dir, "go-clean")
+	require.NoError(t, os.WriteFile(noSkips, []byte("#!/bin/sh\necho ok\n"), 0o755))
+	out, err = makeCmd(t, "test", "GO="+noSkips).CombinedOutput()
+	require.NoError(t, err, string(out))
+	require.NotContains(t, string(out), "skipped")
+}
