@@ -314,3 +314,20 @@ func TestNearestSetting(t *testing.T) {
 	require.Equal(t, "stale_after", nearest("stale_afer", []string{"max_attempts", "stale_after", "stale_policy", "ttl"}))
 	require.Equal(t, "listen", nearest("LISTEN", []string{"listen", "mode"}))
 }
+
+// YAML anchors and merge keys are settings like any other: a merged mapping is checked where it
+// lands, and "<<" itself is no unknown setting.
+func TestLoadChecksMergedSettings(t *testing.T) {
+	t.Parallel()
+	base := "x-slow: &slow {operation: demo, delay: 10ms, stale_after: 1m}\n"
+	_, err := Load(writeFile(t, base+"scopes: [{<<: *slow, name: a}]\n"), envOf(nil))
+	require.ErrorContains(t, err, "x-slow: unknown setting (line 1)", "a top-level anchor holder is still an unknown key")
+
+	c, err := Load(writeFile(t, "defaults: &d {ttl: 1h}\nscopes: [{<<: *d, name: a, operation: demo}]\n"), envOf(nil))
+	require.NoError(t, err)
+	require.Equal(t, time.Hour, c.Scopes[0].Settings.TTL)
+
+	_, err = Load(writeFile(t, "defaults: &d {ttl: 1h}\nscopes: [{<<: [*d], name: a, operation: demo, tll: 1h}]\n"), envOf(nil))
+	require.ErrorContains(t, err, "scopes[0].tll: unknown setting")
+	require.NotContains(t, err.Error(), "<<")
+}

@@ -80,6 +80,16 @@ func walkSettings(n *yaml.Node, t reflect.Type, at string, p *problems) {
 		slices.Sort(names)
 		for i := 0; i+1 < len(n.Content); i += 2 {
 			key, val := n.Content[i], n.Content[i+1]
+			if key.Tag == "!!merge" { // <<: *anchor merges the anchored mapping(s) here
+				if val.Kind == yaml.SequenceNode {
+					for _, v := range val.Content {
+						walkSettings(v, t, at, p)
+					}
+				} else {
+					walkSettings(val, t, at, p)
+				}
+				continue
+			}
 			path := qualify(at, key.Value)
 			ft, ok := fields[key.Value]
 			if !ok {
