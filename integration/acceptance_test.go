@@ -275,7 +275,7 @@ func TestThreeProcessesRunOnce(t *testing.T) {
 }
 
 // 7. kill -9 of the process running a slow operation → with staleAfter 2 s a later request
-// takes over (attempt 2) and succeeds; the lookup shows attempt_count 2.
+// takes over (attempt 2) and succeeds; the lookup shows attemptCount 2.
 func TestKilledOwnerIsTakenOver(t *testing.T) {
 	t.Parallel()
 	db, llm, c := database(t), newFakeLLM(t), newClient(t)

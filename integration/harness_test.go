@@ -326,7 +326,7 @@ func requireReplayOf(t *testing.T, first, replay answer) {
 // keyRecord is the answer of GET /v1/ops/{scope}/keys/{key}.
 type keyRecord struct {
 	Status       string          `json:"status"`
-	AttemptCount int             `json:"attempt_count"`
+	AttemptCount int             `json:"attemptCount"`
 	Response     json.RawMessage `json:"response"`
 }
 

@@ -1,6 +1,7 @@
 package routers
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
@@ -27,12 +28,16 @@ const openAPIPath = "../docs/openapi.yaml"
 // (routers_test.go proves each). The document must list exactly these: a new
 // route needs a row here and a path in docs/openapi.yaml.
 var routeStatuses = map[string][]int{
-	"POST /v1/ops/{scope}":           {200, 400, 401, 404, 409, 413, 422, 500, 502, 503},
-	"GET /v1/ops/{scope}/keys/{key}": {200, 400, 401, 404, 500, 503},
-	"GET /healthz":                   {200, 500},
-	"GET /readyz":                    {200, 500, 503},
-	"GET /metrics":                   {200, 404, 500},
+	"POST /v1/ops/{scope}":           {200, 400, 401, 404, 405, 409, 413, 422, 500, 502, 503},
+	"GET /v1/ops/{scope}/keys/{key}": {200, 400, 401, 404, 405, 500, 503},
+	"GET /healthz":                   {200, 405, 500},
+	"GET /readyz":                    {200, 405, 500, 503},
+	"GET /metrics":                   {200, 404, 405, 500},
 }
+
+// Every route answers 405 with Allow to the methods its path does not accept
+// (TestMethodNotAllowedOnEveryPath proves it), so every operation documents it.
+const notAllowedStatus = http.StatusMethodNotAllowed
 
 // routeHeaders lists, per route and status, the response headers the
 // handler sets and the document must describe.
@@ -148,6 +153,11 @@ func driftProblems(doc yamlMap, routes gin.RoutesInfo) []string {
 		if want := routeStatuses[r]; !slices.Equal(got, want) {
 			problems = append(problems, fmt.Sprintf("%s documents statuses %v; the handler answers %v", r, got, want))
 		}
+		if resp := resolve(doc, responses[strconv.Itoa(notAllowedStatus)]); resp != nil {
+			if hs, _ := resp["headers"].(yamlMap); resolve(doc, hs["Allow"]) == nil {
+				problems = append(problems, fmt.Sprintf("%s %d does not document the response header Allow", r, notAllowedStatus))
+			}
+		}
 		for status, headers := range routeHeaders[r] {
 			resp := resolve(doc, responses[strconv.Itoa(status)])
 			documentedHeaders, _ := resp["headers"].(yamlMap)
@@ -182,7 +192,47 @@ func driftProblems(doc yamlMap, routes gin.RoutesInfo) []string {
 			}
 		}
 	}
+	problems = append(problems, namingProblems(doc)...)
 	sort.Strings(problems)
+	return problems
+}
+
+// camelCase is the JSON naming style of every object the API answers: the
+// envelope's (stopReason, createdActionRequestIds), the key record's
+// (attemptCount, completedAt) and the problem's (RFC 9457's one-word names).
+var camelCase = regexp.MustCompile(`^[a-z][a-zA-Z0-9]*$`)
+
+// namingProblems lists every property of the document's schemas, at any
+// depth, whose name is not camelCase.
+func namingProblems(doc yamlMap) []string {
+	var problems []string
+	var walk func(at string, node any)
+	walk = func(at string, node any) {
+		switch n := node.(type) {
+		case yamlMap:
+			if props, ok := n["properties"].(yamlMap); ok {
+				for name, sub := range props {
+					if !camelCase.MatchString(name) {
+						problems = append(problems, fmt.Sprintf("%s property %q is not camelCase", at, name))
+					}
+					walk(at+"."+name, sub)
+				}
+			}
+			for k, v := range n {
+				if k != "properties" {
+					walk(at, v)
+				}
+			}
+		case []any:
+			for _, v := range n {
+				walk(at, v)
+			}
+		}
+	}
+	schemas, _ := doc["components"].(yamlMap)["schemas"].(yamlMap)
+	for name, schema := range schemas {
+		walk(name, schema)
+	}
 	return problems
 }
 
@@ -225,14 +275,19 @@ func TestOpenAPIDriftIsCaught(t *testing.T) {
 	ops := paths["/v1/ops/{scope}"].(yamlMap)["post"].(yamlMap)
 	delete(ops["responses"].(yamlMap), "413")
 	delete(ops["responses"].(yamlMap)["409"].(yamlMap)["headers"].(yamlMap), "Retry-After")
+	ops["responses"].(yamlMap)["405"] = yamlMap{"description": "no Allow header"}
+	keyRecord := doc["components"].(yamlMap)["schemas"].(yamlMap)["KeyRecord"].(yamlMap)["properties"].(yamlMap)
+	keyRecord["attempt_count"] = keyRecord["attemptCount"]
 	ops["parameters"] = []any{}
 	joined := strings.Join(driftProblems(doc, r.Routes()), "\n")
 	for _, want := range []string{
 		"route GET /healthz is registered but not documented",
 		"GET /v2/ghost is documented but not registered",
-		"POST /v1/ops/{scope} documents statuses [200 400 401 404 409 422 500 502 503]",
+		"POST /v1/ops/{scope} documents statuses [200 400 401 404 405 409 422 500 502 503]",
 		"POST /v1/ops/{scope} 409 does not document the response header Retry-After",
 		"POST /v1/ops/{scope}: request header Idempotency-Key is not documented",
+		"POST /v1/ops/{scope} 405 does not document the response header Allow",
+		`KeyRecord property "attempt_count" is not camelCase`,
 	} {
 		require.Contains(t, joined, want)
 	}
@@ -295,4 +350,54 @@ func TestOpenAPIProblemTypes(t *testing.T) {
 	sort.Strings(documented)
 	sort.Strings(answered)
 	require.Equal(t, answered, documented)
+}
+
+// TestMethodNotAllowedOnEveryPath: each registered path answers 405, with
+// Allow listing exactly the methods registered on it, to every other method;
+// nothing runs.
+func TestMethodNotAllowedOnEveryPath(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	r, err := newEngine(b.opts)
+	require.NoError(t, err)
+	accepted := map[string][]string{}
+	for _, rt := range r.Routes() {
+		accepted[rt.Path] = append(accepted[rt.Path], rt.Method)
+	}
+	for path, methods := range accepted {
+		sort.Strings(methods)
+		concrete := strings.NewReplacer(":scope", "echo", ":key", "some-key").Replace(path)
+		for _, m := range []string{http.MethodGet, http.MethodPost, http.MethodPut, http.MethodPatch, http.MethodDelete} {
+			if slices.Contains(methods, m) {
+				continue
+			}
+			w := b.do(req{method: m, path: concrete, body: `{}`, apiKey: acmeKey1})
+			require.Equal(t, notAllowedStatus, w.Code, "%s %s", m, path)
+			allow := strings.Split(w.Header().Get("Allow"), ", ")
+			sort.Strings(allow)
+			require.Equal(t, methods, allow, "%s %s", m, path)
+			require.Equal(t, ProblemTypePrefix+"method-not-allowed", problemOf(t, w)["type"])
+		}
+	}
+	require.Empty(t, b.store.Rows())
+}
+
+// TestKeyRecordNamesMatchDocument: every name of a key record as answered is
+// a property of the document's KeyRecord, and camelCase like the envelope.
+func TestKeyRecordNamesMatchDocument(t *testing.T) {
+	t.Parallel()
+	doc := loadOpenAPI(t)
+	props := doc["components"].(yamlMap)["schemas"].(yamlMap)["KeyRecord"].(yamlMap)["properties"].(yamlMap)
+	b := setup(t)
+	require.Equal(t, http.StatusCreated, b.post("created", "names-1", `{"a":1}`).Code)
+	w := b.do(req{method: http.MethodGet, path: "/v1/ops/created/keys/names-1", apiKey: acmeKey1})
+	require.Equal(t, http.StatusOK, w.Code, w.Body.String())
+	var rec map[string]any
+	require.NoError(t, json.Unmarshal(w.Body.Bytes(), &rec))
+	require.Contains(t, rec, "attemptCount")
+	require.Contains(t, rec, "responseCode")
+	for name := range rec {
+		require.Regexp(t, camelCase, name)
+		require.Contains(t, props, name, "the answer's %q is not in the document's KeyRecord", name)
+	}
 }

@@ -180,19 +180,20 @@ func tenantOf(c *gin.Context) (tenancy.ID, bool) {
 // formatTime renders t as RFC 3339 in UTC, with its sub-second digits.
 func formatTime(t time.Time) string { return t.UTC().Format(time.RFC3339Nano) }
 
-// keyRecord is the answer of GET /v1/ops/:scope/keys/:key.
+// keyRecord is the answer of GET /v1/ops/:scope/keys/:key. Its JSON names are camelCase, like
+// the envelope's (stopReason, traceId); openapi_test.go checks both the document and this answer.
 type keyRecord struct {
 	Ref          string          `json:"ref"`
 	Scope        string          `json:"scope"`
 	Status       string          `json:"status"`
-	AttemptCount int             `json:"attempt_count"`
-	CreatedAt    string          `json:"created_at,omitempty"`
-	StartedAt    string          `json:"started_at,omitempty"`
-	HeartbeatAt  string          `json:"heartbeat_at,omitempty"`
-	CompletedAt  string          `json:"completed_at,omitempty"`
-	ExpiresAt    string          `json:"expires_at,omitempty"`
+	AttemptCount int             `json:"attemptCount"`
+	CreatedAt    string          `json:"createdAt,omitempty"`
+	StartedAt    string          `json:"startedAt,omitempty"`
+	HeartbeatAt  string          `json:"heartbeatAt,omitempty"`
+	CompletedAt  string          `json:"completedAt,omitempty"`
+	ExpiresAt    string          `json:"expiresAt,omitempty"`
 	Response     json.RawMessage `json:"response,omitempty"`
-	ResponseCode int             `json:"response_code,omitempty"`
+	ResponseCode int             `json:"responseCode,omitempty"`
 }
 
 // lookupKey serves GET /v1/ops/:scope/keys/:key. The key is a client key or

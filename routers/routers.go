@@ -68,6 +68,8 @@ type Options struct {
 	CORSOrigins []string
 	// Logger receives the request log. Defaults to slog.Default().
 	Logger *slog.Logger
+	// HTTPMetrics, if set, counts and times every request by route template and status class.
+	HTTPMetrics HTTPMetrics
 }
 
 func (o Options) withDefaults() Options {
@@ -183,6 +185,9 @@ func newEngine(o Options) (*gin.Engine, error) {
 		log:                   o.Logger,
 	}
 
+	if o.HTTPMetrics != nil {
+		r.Use(observeHTTP(o.HTTPMetrics))
+	}
 	r.Use(h.requestLog, h.recovery)
 	if len(o.CORSOrigins) > 0 {
 		r.Use(corsMiddleware(o.CORSOrigins))
@@ -197,6 +202,9 @@ func newEngine(o Options) (*gin.Engine, error) {
 	api := r.Group("/", h.authenticate(o.Auth))
 	api.POST(routeOps, h.runOperation)
 	api.GET(routeKey, h.lookupKey)
+	if o.HTTPMetrics != nil {
+		initHTTPMetrics(o.HTTPMetrics, r)
+	}
 	return r, nil
 }
 

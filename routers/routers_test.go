@@ -290,7 +290,7 @@ func TestInProgressThenWait(t *testing.T) {
 	require.NoError(t, json.Unmarshal(look.Body.Bytes(), &rec))
 	require.Equal(t, "started", rec["status"])
 	require.NotContains(t, rec, "response")
-	require.NotContains(t, rec, "completed_at")
+	require.NotContains(t, rec, "completedAt")
 
 	// With Prefer: wait=5 the duplicate waits for the first call's result.
 	// It has polled once it read the row twice: the first read and a re-read.
@@ -448,14 +448,14 @@ func TestLookupKey(t *testing.T) {
 		Ref          string          `json:"ref"`
 		Scope        string          `json:"scope"`
 		Status       string          `json:"status"`
-		AttemptCount int             `json:"attempt_count"`
-		CreatedAt    time.Time       `json:"created_at"`
-		StartedAt    time.Time       `json:"started_at"`
-		HeartbeatAt  time.Time       `json:"heartbeat_at"`
-		CompletedAt  time.Time       `json:"completed_at"`
-		ExpiresAt    time.Time       `json:"expires_at"`
+		AttemptCount int             `json:"attemptCount"`
+		CreatedAt    time.Time       `json:"createdAt"`
+		StartedAt    time.Time       `json:"startedAt"`
+		HeartbeatAt  time.Time       `json:"heartbeatAt"`
+		CompletedAt  time.Time       `json:"completedAt"`
+		ExpiresAt    time.Time       `json:"expiresAt"`
 		Response     json.RawMessage `json:"response"`
-		ResponseCode int             `json:"response_code"`
+		ResponseCode int             `json:"responseCode"`
 	}
 	require.NoError(t, json.Unmarshal(w.Body.Bytes(), &rec))
 	require.Equal(t, "look-1", rec.Ref)
@@ -469,7 +469,7 @@ func TestLookupKey(t *testing.T) {
 		require.Equal(t, time.UTC, ts.Location(), name)
 	}
 	require.WithinDuration(t, rec.CompletedAt.Add(engine.DefaultTTL), rec.ExpiresAt, time.Second)
-	require.Regexp(t, regexp.MustCompile(`"created_at":"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d+)?Z"`), w.Body.String())
+	require.Regexp(t, regexp.MustCompile(`"createdAt":"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d+)?Z"`), w.Body.String())
 
 	// The same record by key hash.
 	var hash string

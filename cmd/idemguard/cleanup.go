@@ -24,7 +24,7 @@ started key whose owner is still heartbeating. Meant for a daily cron at 03:00:
 Prints one JSON line to stdout: {"deleted":N,"batches":N,"duration_ms":N,"dry_run":false,"stopped":"done"}
 stopped is done (nothing left), max_duration (rows remain for the next run), canceled (SIGTERM)
 or error. Exit status: 0 done or max_duration, 1 database error or interrupted (only whole
-batches were deleted), 2 bad flags.
+batches were deleted), 2 bad flags or a malformed DSN.
 
 flags:
 `

@@ -4,9 +4,12 @@
 //	idemguard migrate up|down|status   apply or inspect the database schema
 //	idemguard cleanup [flags]          delete expired keys in batches (daily cron)
 //	idemguard stats [--since 24h]      health figures vs alert thresholds (exit 1 on a breach)
+//	idemguard version                  version, commit, Go version, schema version
 //
 // main.go only dispatches; each subcommand lives in its own file with its own flag.FlagSet.
-// Exit codes: 0 success, 1 runtime failure (database, network), 2 usage error.
+// Exit codes: 0 success, 1 runtime failure (database, network), 2 usage error (bad flags, a
+// malformed DSN or config); stats alone has its own (see stats.go): 1 threshold breached, 3
+// figures unreadable.
 package main
 
 import (
@@ -18,6 +21,8 @@ import (
 	"os/signal"
 	"strings"
 	"syscall"
+
+	"github.com/idemguard/idemguard/internal/mysqlconn"
 )
 
 // Exit codes.
@@ -51,9 +56,13 @@ var commands = []command{
 	{name: "cleanup", summary: "delete expired idempotency keys in batches (daily cron)", run: runCleanup},
 	{name: "stats", summary: "health figures (hit, takeover, failure rates) vs alert thresholds", run: runStats},
 	{name: "serve", summary: "serve the REST API (development mode without a config)", run: runServe},
+	{name: "version", summary: "print the version, commit, Go version and the schema version it expects", run: runVersion},
 }
 
 func main() {
+	// The MySQL driver's own lines go to the same JSON stream, once for the process (its logger
+	// is global and set without a lock, so run, which tests call in parallel, does not do it).
+	mysqlconn.LogDriverTo(slog.New(slog.NewJSONHandler(os.Stderr, nil)))
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	code := run(ctx, os.Args[1:], os.Stdout, os.Stderr, os.Getenv)
 	stop()
@@ -77,6 +86,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, getenv fu
 	case "help", "-h", "-help", "--help":
 		usage(stdout)
 		return exitOK
+	case "--version", "-version":
+		return runVersion(ctx, e, args[1:])
 	}
 	for _, c := range commands {
 		if c.name == args[0] {
@@ -100,7 +111,8 @@ func usage(w io.Writer) {
 }
 
 // resolveDSN returns the DSN from the --dsn flag's value or, when that is empty, from
-// $IDEMGUARD_MYSQL_DSN. When both are empty it prints what to set and returns false.
+// $IDEMGUARD_MYSQL_DSN. When both are empty, or the DSN does not parse, it prints what to set
+// and returns false: the caller exits with exitUsage.
 func resolveDSN(e env, cmd, flagValue string) (string, bool) {
 	dsn := strings.TrimSpace(flagValue)
 	if dsn == "" {
@@ -108,6 +120,12 @@ func resolveDSN(e env, cmd, flagValue string) (string, bool) {
 	}
 	if dsn == "" {
 		fmt.Fprintf(e.stderr, "idemguard %s: no database: pass --dsn or set %s (e.g. user:password@tcp(127.0.0.1:3306)/idemguard)\n", cmd, EnvMySQLDSN)
+		return "", false
+	}
+	// A DSN that does not parse is a usage error (exit 2) in every subcommand, before any
+	// connection is tried; serve checks it with the rest of its configuration.
+	if _, err := mysqlconn.NormalizeDSN(dsn); err != nil {
+		fmt.Fprintf(e.stderr, "idemguard %s: %v\n", cmd, err) // mysqlconn redacts the password
 		return "", false
 	}
 	return dsn, true

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"regexp"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -44,4 +45,22 @@ func TestRunUsage(t *testing.T) {
 	r = runCLI(t, nil, "help")
 	require.Equal(t, exitOK, r.code)
 	require.Contains(t, r.stdout, "usage: idemguard <command>")
+}
+
+// A DSN that does not parse is a usage error (exit 2) in every subcommand that takes one, with
+// the password redacted and nothing attempted.
+func TestMalformedDSNIsUsageErrorEverywhere(t *testing.T) {
+	t.Parallel()
+	for _, dsn := range []string{"app:hunter2@tcp(db:3306", "mysql://app:hunter2@db:3306/idemguard"} {
+		for _, args := range [][]string{{"migrate", "up"}, {"migrate", "status"}, {"cleanup"}, {"stats"}, {"serve"}} {
+			t.Run(strings.Join(args, " ")+" "+dsn, func(t *testing.T) {
+				t.Parallel()
+				r := runCLI(t, map[string]string{EnvMySQLDSN: dsn}, args...)
+				require.Equal(t, exitUsage, r.code, r.stderr)
+				require.Contains(t, r.stderr, "invalid DSN")
+				require.NotContains(t, r.stderr, "hunter2")
+				require.Empty(t, r.stdout)
+			})
+		}
+	}
 }

@@ -108,6 +108,10 @@ func (s *server) run(ctx context.Context) int {
 		log.Warn("serve: " + config.EnvSecret + " is not set; using a random secret for this process (development mode): " +
 			"derived keys will not match after a restart, and replicas would not agree")
 	}
+	if cfg.Mode == config.Production && len(cfg.Scopes) == 0 {
+		log.Warn("serve: production mode with no scopes configured: every POST /v1/ops/{scope} answers 404 " +
+			"until the config file lists scopes (docs/CONFIGURATION.md)")
+	}
 
 	if err := s.openStore(ctx); err != nil {
 		log.Error("serve: cannot open the store", "err", err)
@@ -172,6 +176,7 @@ func (s *server) run(ctx context.Context) int {
 		log.Error("serve: cannot build the operations", "err", err)
 		return exitError
 	}
+	m.InitScopes(registry.Names()...) // every series exported from the start, at zero
 	apiKeys := make(map[tenancy.ID][]string, len(cfg.APIKeys)+1)
 	maps.Copy(apiKeys, cfg.APIKeys)
 	if cfg.Mode == config.Development {
@@ -194,6 +199,7 @@ func (s *server) run(ctx context.Context) int {
 		UnavailableRetryAfter: cfg.UnavailableRetryAfter,
 		CORSOrigins:           cfg.CORSOrigins,
 		Logger:                log,
+		HTTPMetrics:           m,
 	})
 	if err != nil {
 		log.Error("serve: cannot build the HTTP API", "err", err)

@@ -199,7 +199,18 @@ func TestServeDevelopmentInMemory(t *testing.T) {
 	require.Contains(t, s.stderr.String(), "API key: dev-demo-key")
 	require.Contains(t, s.stderr.String(), QuickStart(s.addr), "the banner's commands name the real address")
 
-	resp, body := s.post(t, "/v1/ops/demo", "dev-demo-key", "k1", `{"a":1}`)
+	// Before the first request, every counter series is there at zero.
+	resp, body := s.get(t, "/metrics", "")
+	require.Equal(t, http.StatusOK, resp.StatusCode)
+	for _, zero := range []string{
+		`idemguard_takeovers_total{scope="demo"} 0`,
+		`idemguard_store_errors_total{op="commit",scope="demo"} 0`,
+		`idemguard_http_requests_total{route="/v1/ops/:scope",status_class="5xx"} 0`,
+	} {
+		require.Contains(t, string(body), zero+"\n")
+	}
+
+	resp, body = s.post(t, "/v1/ops/demo", "dev-demo-key", "k1", `{"a":1}`)
 	require.Equal(t, http.StatusOK, resp.StatusCode, string(body))
 	require.Contains(t, string(body), `"cached":false`)
 	resp, body = s.post(t, "/v1/ops/demo", "dev-demo-key", "k1", `{"a":1}`)
@@ -216,6 +227,7 @@ func TestServeDevelopmentInMemory(t *testing.T) {
 	require.Equal(t, http.StatusOK, resp.StatusCode)
 	require.Contains(t, string(body), `idemguard_claims_total{scope="demo"} 1`)
 	require.Contains(t, string(body), `idemguard_replays_total{from_memory="true",scope="demo"} 1`)
+	require.Contains(t, string(body), `idemguard_http_requests_total{route="/v1/ops/:scope",status_class="2xx"} 2`)
 
 	s.stop()
 	require.Equal(t, exitOK, s.wait(t))
@@ -227,6 +239,7 @@ func TestServeProductionRefusesTheDemoKey(t *testing.T) {
 	db := testdb.New(t)
 	s := startServe(t, productionEnv(db.DSN), "scopes: [{name: demo, operation: demo, delay: 10ms}]\n")
 	require.NotContains(t, s.stderr.String(), "dev-demo-key", "no banner in production")
+	require.NotContains(t, s.stderr.String(), "no scopes configured")
 	resp, _ := s.post(t, "/v1/ops/demo", "dev-demo-key", "k", `{}`)
 	require.Equal(t, http.StatusUnauthorized, resp.StatusCode)
 	resp, body := s.post(t, "/v1/ops/demo", "acme-key", "k", `{}`)
@@ -240,6 +253,8 @@ func TestServeProductionNotReadyWhileMigrationsPending(t *testing.T) {
 	db := testdb.NewEmpty(t)
 	s := startServe(t, productionEnv(db.DSN), "")
 	require.Contains(t, s.stderr.String(), "database migrations are pending")
+	require.Contains(t, s.stderr.String(), `"level":"WARN","msg":"serve: production mode with no scopes configured`,
+		"a production config without scopes answers 404 to every operation: say so at start")
 	resp, _ := s.get(t, "/readyz", "")
 	require.Equal(t, http.StatusServiceUnavailable, resp.StatusCode)
 	var tables int

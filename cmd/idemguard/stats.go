@@ -13,6 +13,7 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/idemguard/idemguard/internal/config"
 	"github.com/idemguard/idemguard/internal/mysqlconn"
 	"github.com/idemguard/idemguard/internal/stats"
 )
@@ -22,17 +23,31 @@ const statsUsage = `usage: idemguard stats [flags]
 Reports the health figures of the last --since (database clock) and compares them with the
 alert thresholds:
 
-  cache hit rate       replays / requests (from idempotency_stats, written by the servers)
-  stale takeover rate  keys with attempt_count > 1 / keys created in the window
+  cache hit rate       replays / requests
+  stale takeover rate  takeovers / executions (claims + retries + takeovers); a takeover
+                       replaces a stale claim, a retry after a stored failure is not one
   failure rate         failed keys / keys created in the window
   average TTL          how long keys are kept after completion
 
-A figure without data (no requests, no keys) is never a breach. Exit status: 0 all within
-thresholds, 1 a threshold breached (stderr says which) or a database error, 2 bad flags.
+Requests, replays, claims, retries and takeovers come from idempotency_stats (counted by
+the servers); keys from idempotency_keys. A figure without data is never a breach.
+
+Exit status, for alerting:
+  0  every figure within its threshold
+  1  a threshold breached (stderr says which)
+  2  bad flags or a malformed DSN
+  3  the figures could not be read (database unreachable, schema not migrated)
 Rates are fractions (0.3) or percentages (30%).
 
 flags:
 `
+
+// Exit codes of `idemguard stats` beyond exitOK and exitUsage: alerting must tell a sick service
+// from a check that could not look.
+const (
+	exitBreach     = 1
+	exitUnreadable = 3
+)
 
 // rateFlag is a threshold flag: a fraction in [0, 1], written 0.05 or 5%.
 type rateFlag float64
@@ -57,25 +72,16 @@ func (r *rateFlag) Set(s string) error {
 	return nil
 }
 
-// spanFlag is a duration flag that also accepts whole days ("7d").
+// spanFlag is a duration flag that also accepts days ("7d", "1d12h"): config.ParseDuration, the
+// parser of the config file's durations too.
 type spanFlag time.Duration
 
 func (d *spanFlag) String() string { return time.Duration(*d).String() }
 
 func (d *spanFlag) Set(s string) error {
-	s = strings.TrimSpace(s)
-	if days, ok := strings.CutSuffix(s, "d"); ok {
-		if n, err := strconv.Atoi(days); err == nil {
-			if n < 1 || n > int(stats.MaxSince/(24*time.Hour)) {
-				return fmt.Errorf("must be between 1s and %s, got %s", stats.MaxSince, s)
-			}
-			*d = spanFlag(time.Duration(n) * 24 * time.Hour)
-			return nil
-		}
-	}
-	v, err := time.ParseDuration(s)
+	v, err := config.ParseDuration(s)
 	if err != nil {
-		return errors.New("want a duration (90m, 24h) or whole days (7d)")
+		return errors.New("want a duration (90m, 24h) or days (7d, 1d12h)")
 	}
 	if v < time.Second || v > stats.MaxSince {
 		return fmt.Errorf("must be between 1s and %s, got %s", stats.MaxSince, v)
@@ -92,7 +98,7 @@ type statsJSON struct {
 	WindowStart       time.Time      `json:"window_start"`
 	BucketsFrom       time.Time      `json:"buckets_from"`
 	TotalKeys         int64          `json:"total_keys"`
-	TakeoverKeys      int64          `json:"takeover_keys"`
+	Executions        int64          `json:"executions"`
 	FailedKeys        int64          `json:"failed_keys"`
 	AverageTTLSeconds *float64       `json:"average_ttl_seconds"`
 	CacheHitRate      *float64       `json:"cache_hit_rate"`
@@ -116,7 +122,7 @@ func runStats(ctx context.Context, e env, args []string) int {
 	fs.SetOutput(e.stderr)
 	dsnFlag := fs.String("dsn", "", "MySQL DSN, user:password@tcp(host:3306)/dbname (default $"+EnvMySQLDSN+")")
 	since := spanFlag(24 * time.Hour)
-	fs.Var(&since, "since", "the window: a duration (90m, 24h) or whole days (7d)")
+	fs.Var(&since, "since", "the window: a duration (90m, 24h) or days (7d, 1d12h)")
 	asJSON := fs.Bool("json", false, "print one JSON object instead of a table")
 	maxTakeover := rateFlag(stats.DefaultMaxTakeoverRate)
 	minHit := rateFlag(stats.DefaultMinHitRate)
@@ -148,20 +154,20 @@ func runStats(ctx context.Context, e env, args []string) int {
 	db, err := mysqlconn.Open(ctx, dsn, mysqlconn.PoolConfig{MaxOpenConns: 1})
 	if err != nil {
 		log.ErrorContext(ctx, "stats: connect to database", "err", err)
-		return exitError
+		return exitUnreadable
 	}
 	defer db.Close()
 	r, err := stats.Collect(ctx, db, time.Duration(since))
 	if err != nil {
 		log.ErrorContext(ctx, "stats: read the figures", "err", err)
-		return exitError
+		return exitUnreadable
 	}
 	breaches := r.Check(th)
 
 	if *asJSON {
 		if err := writeStatsJSON(e.stdout, r, th, breaches); err != nil {
 			log.ErrorContext(ctx, "stats: write the report", "err", err)
-			return exitError
+			return exitUnreadable
 		}
 	} else {
 		writeStatsTable(e.stdout, r, th, breaches)
@@ -172,7 +178,7 @@ func runStats(ctx context.Context, e env, args []string) int {
 			msgs[i] = b.String()
 		}
 		fmt.Fprintf(e.stderr, "idemguard stats: threshold breached: %s\n", strings.Join(msgs, "; "))
-		return exitError
+		return exitBreach
 	}
 	return exitOK
 }
@@ -188,7 +194,7 @@ func writeStatsJSON(w io.Writer, r stats.Report, th stats.Thresholds, breaches [
 	out := statsJSON{
 		Since: r.Since.String(), SinceSeconds: int64(r.Since.Seconds()),
 		Now: r.Now, WindowStart: r.WindowStart, BucketsFrom: r.BucketsFrom,
-		TotalKeys: r.TotalKeys, TakeoverKeys: r.TakeoverKeys, FailedKeys: r.FailedKeys,
+		TotalKeys: r.TotalKeys, Executions: r.Executions(), FailedKeys: r.FailedKeys,
 		AverageTTLSeconds: optional(r.AverageTTL.Seconds(), r.TotalKeys > 0),
 		CacheHitRate:      optional(r.HitRate()),
 		TakeoverRate:      optional(r.TakeoverRate()),
@@ -239,8 +245,8 @@ func writeStatsTable(w io.Writer, r stats.Report, th stats.Thresholds, breaches 
 	fmt.Fprintf(tw, "cache hit rate\t%s\t>= %s\t%s\t%d replays / %d requests\n",
 		value(hit, hitOK), stats.Percent(th.MinHitRate), status(stats.FigureHitRate, hitOK), r.Counts.Replays, r.Counts.Requests)
 	tk, tkOK := r.TakeoverRate()
-	fmt.Fprintf(tw, "stale takeover rate\t%s\t<= %s\t%s\t%d of %d keys with attempt_count > 1\n",
-		value(tk, tkOK), stats.Percent(th.MaxTakeoverRate), status(stats.FigureTakeoverRate, tkOK), r.TakeoverKeys, r.TotalKeys)
+	fmt.Fprintf(tw, "stale takeover rate\t%s\t<= %s\t%s\t%d takeovers / %d executions (%d retries not counted)\n",
+		value(tk, tkOK), stats.Percent(th.MaxTakeoverRate), status(stats.FigureTakeoverRate, tkOK), r.Counts.Takeovers, r.Executions(), r.Counts.Retries)
 	fl, flOK := r.FailureRate()
 	fmt.Fprintf(tw, "failure rate\t%s\t<= %s\t%s\t%d of %d keys failed\n",
 		value(fl, flOK), stats.Percent(th.MaxFailureRate), status(stats.FigureFailureRate, flOK), r.FailedKeys, r.TotalKeys)

@@ -269,17 +269,17 @@ func Load(path string, getenv func(string) string) (*Config, error) {
 		path = env(EnvConfig)
 	}
 	var raw rawConfig
+	var p problems
 	if path != "" {
 		b, err := os.ReadFile(path)
 		if err != nil {
 			return nil, fmt.Errorf("config: read %s: %w", path, err)
 		}
-		if err := decodeYAML(b, &raw); err != nil {
+		if err := decodeYAML(b, &raw, &p); err != nil {
 			return nil, fmt.Errorf("config: %s: %w", path, err)
 		}
 	}
 
-	var p problems
 	if raw.Secret.Kind != 0 {
 		p.add("secret", "is never read from the config file; remove it and set the environment variable %s", EnvSecret)
 	}
@@ -563,9 +563,9 @@ func (p *problems) duration(setting, s string, def time.Duration) time.Duration 
 	if s == "" {
 		return def
 	}
-	d, err := time.ParseDuration(s)
+	d, err := ParseDuration(s)
 	if err != nil {
-		p.add(setting, "%q is not a duration; write a number with a unit, e.g. 300ms, 30s, 5m, 24h", truncate(s, 64))
+		p.add(setting, "%q is not a duration; write a number with a unit, e.g. 300ms, 30s, 5m, 24h, 7d", truncate(s, 64))
 		return def
 	}
 	return d
@@ -608,14 +608,34 @@ func (p *problems) checkSettings(at string, s engine.Settings) {
 	}
 }
 
-func decodeYAML(b []byte, out *rawConfig) error {
-	dec := yaml.NewDecoder(bytes.NewReader(b))
-	dec.KnownFields(true)
-	if err := dec.Decode(out); err != nil && !errors.Is(err, io.EOF) {
+// decodeYAML decodes b into out. A file that is not YAML is an error; unknown settings and
+// values of the wrong type go to p, each naming its setting, with the other problems.
+func decodeYAML(b []byte, out *rawConfig, p *problems) error {
+	var doc yaml.Node
+	if err := yaml.NewDecoder(bytes.NewReader(b)).Decode(&doc); err != nil {
+		if errors.Is(err, io.EOF) {
+			return nil // an empty file
+		}
 		return fmt.Errorf("%w (settings are listed in docs/CONFIGURATION.md)", err)
+	}
+	found := checkYAMLSettings(&doc, p)
+	if err := doc.Decode(out); err != nil {
+		var te *yaml.TypeError
+		if !errors.As(err, &te) {
+			return fmt.Errorf("%w (settings are listed in docs/CONFIGURATION.md)", err)
+		}
+		if !found { // the walk names the setting; yaml's own message only as a fallback
+			for _, msg := range te.Errors {
+				p.add("config file", "%s", goTypeNames.ReplaceAllString(msg, ""))
+			}
+		}
 	}
 	return nil
 }
+
+// goTypeNames matches the Go type at the end of yaml's messages ("into config.rawPool"), which
+// means nothing to an operator.
+var goTypeNames = regexp.MustCompile(` into \S+$`)
 
 // parseAPIKeysEnv parses "tenant:<hex>,tenant:<hex>,...".
 func parseAPIKeysEnv(v string) (map[string][]string, error) {

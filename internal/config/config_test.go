@@ -187,7 +187,11 @@ func TestLoadNamesBadSettings(t *testing.T) {
 		env        map[string]string
 		want       string
 	}{
-		{"unknown setting", "listn: x\n", nil, "field listn not found"},
+		{"unknown setting", "listn: x\n", nil, "listn: unknown setting (line 1); the nearest valid setting here is listen"},
+		{"unknown nested setting", "scopes: [{name: a, operation: demo, stale_afer: 1m}]\n", nil,
+			"scopes[0].stale_afer: unknown setting (line 1); the nearest valid setting here is scopes[0].stale_after"},
+		{"wrong shape", "pool: {max_open_conns: many}\n", nil, "pool.max_open_conns: want a whole number (line 1), got a string"},
+		{"not a mapping", "just text\n", nil, "config file: want a mapping of settings (name: value) (line 1), got a string"},
 		{"mode", "mode: staging\n", nil, `mode: must be "development" or "production", got "staging"`},
 		{"listen", "listen: localhost\n", nil, `listen: must be host:port`},
 		{"listen port", "listen: 'a:99999'\n", nil, `listen: port must be a number from 0 to 65535`},
@@ -277,4 +281,53 @@ func TestExampleConfigIsValid(t *testing.T) {
 		names = append(names, s.Name)
 	}
 	require.Equal(t, []string{"chat", "actionRequests.aiProposeCopy", "demo"}, names)
+}
+
+// An unknown key is one problem among the others, never the end of validation, and never names a
+// Go type.
+func TestLoadReportsUnknownSettingsWithTheOthers(t *testing.T) {
+	t.Parallel()
+	path := writeFile(t, "mode: production\nlisten: localhost\npool:\n  max_idle_connz: 3\nshutdown_grase: 7d\nmax_wait: [1]\n")
+	_, err := Load(path, envOf(nil))
+	require.Error(t, err)
+	msg := err.Error()
+	for _, want := range []string{
+		"pool.max_idle_connz: unknown setting (line 4); the nearest valid setting here is pool.max_idle_conns",
+		"shutdown_grase: unknown setting (line 5); the nearest valid setting here is shutdown_grace",
+		"max_wait: want a single value (line 6), got a list",
+		"listen: must be host:port",
+		"mysql_dsn: is required in production mode",
+		"api_keys: production mode needs at least one tenant API key",
+	} {
+		require.Contains(t, msg, want)
+	}
+	require.NotContains(t, msg, "rawConfig")
+	require.NotContains(t, msg, "config.raw")
+}
+
+func TestNearestSetting(t *testing.T) {
+	t.Parallel()
+	require.Equal(t, 0, editDistance("ttl", "ttl"))
+	require.Equal(t, 1, editDistance("tll", "ttl"))
+	require.Equal(t, 1, editDistance("stale_afer", "stale_after"))
+	require.Equal(t, 3, editDistance("", "abc"))
+	require.Equal(t, "stale_after", nearest("stale_afer", []string{"max_attempts", "stale_after", "stale_policy", "ttl"}))
+	require.Equal(t, "listen", nearest("LISTEN", []string{"listen", "mode"}))
+}
+
+// YAML anchors and merge keys are settings like any other: a merged mapping is checked where it
+// lands, and "<<" itself is no unknown setting.
+func TestLoadChecksMergedSettings(t *testing.T) {
+	t.Parallel()
+	base := "x-slow: &slow {operation: demo, delay: 10ms, stale_after: 1m}\n"
+	_, err := Load(writeFile(t, base+"scopes: [{<<: *slow, name: a}]\n"), envOf(nil))
+	require.ErrorContains(t, err, "x-slow: unknown setting (line 1)", "a top-level anchor holder is still an unknown key")
+
+	c, err := Load(writeFile(t, "defaults: &d {ttl: 1h}\nscopes: [{<<: *d, name: a, operation: demo}]\n"), envOf(nil))
+	require.NoError(t, err)
+	require.Equal(t, time.Hour, c.Scopes[0].Settings.TTL)
+
+	_, err = Load(writeFile(t, "defaults: &d {ttl: 1h}\nscopes: [{<<: [*d], name: a, operation: demo, tll: 1h}]\n"), envOf(nil))
+	require.ErrorContains(t, err, "scopes[0].tll: unknown setting")
+	require.NotContains(t, err.Error(), "<<")
 }

@@ -21,6 +21,14 @@
 //	idemguard_store_errors_total{scope,op}              store calls that failed
 //	idemguard_operation_duration_seconds{scope}         histogram: how long operations ran
 //	idemguard_wait_seconds{scope}                       histogram: how long requests waited (Prefer: wait)
+//	idemguard_http_requests_total{route,status_class}   HTTP requests answered, by gin route template and 2xx..5xx
+//	idemguard_http_request_duration_seconds{route,status_class} histogram: time to answer
+//
+// Every counter series exists from the start, at zero, for every known label
+// value (InitScopes, InitRoutes): a dashboard shows 0 rather than "no data",
+// and an alert on rate() or increase() works before the first event. The
+// route label is the route template (/v1/ops/:scope), never the raw path,
+// which holds client keys; requests that match no route are "unmatched".
 //
 // plus the Go runtime and process collectors. `idemguard cleanup` runs as a
 // cron job, not in the server, so its figures go to a node_exporter textfile
@@ -37,6 +45,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/idemguard/idemguard/internal/engine"
+	"github.com/idemguard/idemguard/sanitize"
 )
 
 // Namespace prefixes every metric name.
@@ -49,9 +58,20 @@ type Metrics struct {
 
 	claims, inProgress, takeovers, retries, lostClaims, mismatches *prometheus.CounterVec
 	replays, abandoned, retryLimit, operations, failures           *prometheus.CounterVec
-	storeErrors                                                    *prometheus.CounterVec
-	opDuration, wait                                               *prometheus.HistogramVec
+	storeErrors, httpRequests                                      *prometheus.CounterVec
+	opDuration, wait, httpDuration                                 *prometheus.HistogramVec
 }
+
+// StoreOps are the values of the op label of idemguard_store_errors_total: the guard's store
+// steps (engine.Event.StoreOp). A test checks the engine names no other.
+var StoreOps = []string{"claim", "read", "reclaim expired", "reclaim stale", "reclaim failed", "abandon", "commit", "heartbeat"}
+
+// StatusClasses are the values of the status_class label.
+var StatusClasses = []string{"2xx", "3xx", "4xx", "5xx"}
+
+// HTTPBuckets are the request-duration histogram's buckets, in seconds: from
+// a replay answered from memory (under a millisecond) to a long operation.
+var HTTPBuckets = []float64{0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300}
 
 // OperationBuckets are the operation-duration histogram's buckets, in seconds:
 // AI calls take from tens of milliseconds (a cached provider answer) to
@@ -87,7 +107,10 @@ func New() *Metrics {
 	m.wait = prometheus.NewHistogramVec(prometheus.HistogramOpts{Namespace: Namespace, Name: "wait_seconds",
 		Help:    "How long requests waited (Prefer: wait) for a running duplicate to finish; one observation per request that waited.",
 		Buckets: WaitBuckets}, []string{"scope"})
-	m.reg.MustRegister(m.opDuration, m.wait,
+	m.httpRequests = counter("http_requests_total", "HTTP requests answered, by route template (unmatched: no route) and status class.", "route", "status_class")
+	m.httpDuration = prometheus.NewHistogramVec(prometheus.HistogramOpts{Namespace: Namespace, Name: "http_request_duration_seconds",
+		Help: "Time to answer an HTTP request, by route template and status class.", Buckets: HTTPBuckets}, []string{"route", "status_class"})
+	m.reg.MustRegister(m.opDuration, m.wait, m.httpDuration,
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
@@ -127,6 +150,68 @@ func (m *Metrics) Observe(e engine.Event) {
 	case engine.EventStoreError:
 		m.storeErrors.WithLabelValues(e.Scope, e.StoreOp).Inc()
 	}
+}
+
+// failureReasons are the stop reasons a failed operation, an abandoned claim or a retry limit
+// can carry: the enum without the successes and the in-progress answer.
+func failureReasons() []string {
+	var out []string
+	for _, r := range sanitize.StopReasons() {
+		switch r {
+		case sanitize.Completed, sanitize.InProgress, sanitize.NeedsHuman:
+		default:
+			out = append(out, string(r))
+		}
+	}
+	return out
+}
+
+// InitScopes creates, at zero, every series of the guard's metrics for each scope and every
+// value of the other labels, so that they are exported before the first event. Call it with
+// the configured scopes before serving.
+func (m *Metrics) InitScopes(scopes ...string) {
+	reasons := failureReasons()
+	for _, sc := range scopes {
+		for _, c := range []*prometheus.CounterVec{m.claims, m.inProgress, m.takeovers, m.retries, m.lostClaims, m.mismatches} {
+			c.WithLabelValues(sc)
+		}
+		m.replays.WithLabelValues(sc, "true")
+		m.replays.WithLabelValues(sc, "false")
+		m.operations.WithLabelValues(sc, "succeeded")
+		m.operations.WithLabelValues(sc, "failed")
+		for _, r := range reasons {
+			m.abandoned.WithLabelValues(sc, r)
+			m.retryLimit.WithLabelValues(sc, r)
+			m.failures.WithLabelValues(sc, r)
+		}
+		for _, op := range StoreOps {
+			m.storeErrors.WithLabelValues(sc, op)
+		}
+		m.opDuration.WithLabelValues(sc)
+		m.wait.WithLabelValues(sc)
+	}
+}
+
+// InitRoutes creates, at zero, the HTTP series of each route template for every status class.
+// routers.New calls it with the routes it serves.
+func (m *Metrics) InitRoutes(routes []string) {
+	for _, r := range routes {
+		for _, class := range StatusClasses {
+			m.httpRequests.WithLabelValues(r, class)
+			m.httpDuration.WithLabelValues(r, class)
+		}
+	}
+}
+
+// ObserveRequest records one answered HTTP request. route is the route template, never the
+// raw path.
+func (m *Metrics) ObserveRequest(route string, status int, elapsed time.Duration) {
+	class := "other"
+	if status >= 200 && status < 600 {
+		class = strconv.Itoa(status/100) + "xx"
+	}
+	m.httpRequests.WithLabelValues(route, class).Inc()
+	m.httpDuration.WithLabelValues(route, class).Observe(elapsed.Seconds())
 }
 
 // Registry returns the registry the metrics are registered on, to add

@@ -7,6 +7,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -177,4 +178,114 @@ func TestWriteCleanupTextfile(t *testing.T) {
 	require.Contains(t, string(b), "idemguard_cleanup_success 0\n")
 	require.NotContains(t, string(b), "last_success")
 	require.Error(t, metrics.WriteCleanupTextfile(filepath.Join(t.TempDir(), "missing", "x.prom"), metrics.CleanupRun{}))
+}
+
+// scrape returns the idemguard_* sample lines of the /metrics text.
+func scrape(t *testing.T, m *metrics.Metrics) []string {
+	t.Helper()
+	w := httptest.NewRecorder()
+	m.Handler().ServeHTTP(w, httptest.NewRequest(http.MethodGet, "/metrics", nil))
+	require.Equal(t, http.StatusOK, w.Code)
+	var out []string
+	for _, line := range strings.Split(w.Body.String(), "\n") {
+		if strings.HasPrefix(line, metrics.Namespace+"_") {
+			out = append(out, line)
+		}
+	}
+	return out
+}
+
+// Every counter series is exported at zero before the first event, for every label value the
+// observers can produce: a later event changes values, never the set of series.
+func TestEverySeriesExportedFromTheStart(t *testing.T) {
+	t.Parallel()
+	m := metrics.New()
+	m.InitScopes("chat", "demo")
+	m.InitRoutes([]string{"/v1/ops/:scope", "unmatched"})
+	before := scrape(t, m)
+	text := strings.Join(before, "\n") + "\n"
+	for _, want := range []string{
+		`idemguard_takeovers_total{scope="chat"} 0`,
+		`idemguard_claims_total{scope="demo"} 0`,
+		`idemguard_replays_total{from_memory="true",scope="chat"} 0`,
+		`idemguard_store_errors_total{op="commit",scope="chat"} 0`,
+		`idemguard_store_errors_total{op="heartbeat",scope="demo"} 0`,
+		`idemguard_operation_failures_total{scope="chat",stop_reason="provider_error"} 0`,
+		`idemguard_abandoned_total{scope="chat",stop_reason="abandoned"} 0`,
+		`idemguard_retry_limit_total{scope="chat",stop_reason="timeout"} 0`,
+		`idemguard_operations_total{outcome="failed",scope="demo"} 0`,
+		`idemguard_operation_duration_seconds_count{scope="chat"} 0`,
+		`idemguard_http_requests_total{route="/v1/ops/:scope",status_class="5xx"} 0`,
+		`idemguard_http_requests_total{route="unmatched",status_class="4xx"} 0`,
+		`idemguard_http_request_duration_seconds_count{route="/v1/ops/:scope",status_class="2xx"} 0`,
+	} {
+		require.Contains(t, text, want+"\n")
+	}
+
+	// Every event the guard emits, with every label value it can carry.
+	var events []engine.Event
+	for _, sc := range []string{"chat", "demo"} {
+		for _, k := range []engine.EventKind{engine.EventClaimed, engine.EventInProgress, engine.EventWaited,
+			engine.EventTakeover, engine.EventRetried, engine.EventLostClaim, engine.EventMismatch} {
+			events = append(events, engine.Event{Kind: k, Scope: sc})
+		}
+		events = append(events, engine.Event{Kind: engine.EventReplayed, Scope: sc},
+			engine.Event{Kind: engine.EventReplayed, Scope: sc, FromMemory: true},
+			engine.Event{Kind: engine.EventOperation, Scope: sc})
+		for _, r := range sanitize.StopReasons() {
+			if r == sanitize.Completed || r == sanitize.InProgress || r == sanitize.NeedsHuman {
+				continue
+			}
+			events = append(events, engine.Event{Kind: engine.EventAbandoned, Scope: sc, Reason: r},
+				engine.Event{Kind: engine.EventRetryLimit, Scope: sc, Reason: r},
+				engine.Event{Kind: engine.EventOperation, Scope: sc, Failed: true, Reason: r})
+		}
+		for _, op := range metrics.StoreOps {
+			events = append(events, engine.Event{Kind: engine.EventStoreError, Scope: sc, StoreOp: op})
+		}
+	}
+	for _, e := range events {
+		m.Observe(e)
+	}
+	for _, route := range []string{"/v1/ops/:scope", "unmatched"} {
+		for _, status := range []int{200, 302, 404, 503} {
+			m.ObserveRequest(route, status, time.Millisecond)
+		}
+	}
+	after := scrape(t, m)
+	require.Len(t, after, len(before), "an event created a series that was not exported from the start")
+	require.NotEqual(t, before, after)
+}
+
+// storeOpsInEngine are the op names the engine's source passes to storeErr or puts in
+// Event.StoreOp: StoreOps must name every one.
+var storeOpsInEngine = regexp.MustCompile(`storeErr\([^,]+, [^,]+, "([^"]+)"|StoreOp: "([^"]+)"`)
+
+func TestStoreOpsCoverTheEngine(t *testing.T) {
+	t.Parallel()
+	files, err := filepath.Glob("../engine/*.go")
+	require.NoError(t, err)
+	found := 0
+	for _, f := range files {
+		if strings.HasSuffix(f, "_test.go") {
+			continue
+		}
+		b, err := os.ReadFile(f)
+		require.NoError(t, err)
+		for _, m := range storeOpsInEngine.FindAllStringSubmatch(string(b), -1) {
+			op := m[1] + m[2]
+			if op == "reclaim " {
+				continue
+			}
+			found++
+			require.Contains(t, metrics.StoreOps, op, "%s names store op %q; add it to metrics.StoreOps", f, op)
+		}
+		// "reclaim "+kind.String(): every reclaim kind.
+		if strings.Contains(string(b), `"reclaim "+`) {
+			for _, k := range []engine.ReclaimKind{engine.ReclaimExpired, engine.ReclaimStale, engine.ReclaimFailed} {
+				require.Contains(t, metrics.StoreOps, "reclaim "+k.String())
+			}
+		}
+	}
+	require.Greater(t, found, 3, "the pattern still finds the engine's store ops")
 }

@@ -111,8 +111,28 @@ func Redact(dsn string) string {
 
 // splitPassword locates the password in dsn the way mysql.ParseDSN does: the user info ends at the
 // last '@' before the last '/', and the password starts after the first ':' in it. If dsn has no
-// '/', the last '@' is used, so that malformed DSNs are redacted too.
+// '/', the last '@' is used, so that malformed DSNs are redacted too. A URL
+// (mysql://user:password@host/db, which the driver refuses) is split as a URL, so that its
+// redacted form keeps the scheme, user, host and database intact.
 func splitPassword(dsn string) (before, after, password string, ok bool) {
+	if i := strings.Index(dsn, "://"); i >= 0 && !strings.ContainsAny(dsn[:i], "@/:(") {
+		// The user info ends at the last '@' before the query: a password with an unescaped '/'
+		// is still hidden whole.
+		start := i + 3
+		authority := dsn[start:]
+		if end := strings.IndexAny(authority, "?#"); end >= 0 {
+			authority = authority[:end]
+		}
+		at := strings.LastIndexByte(authority, '@')
+		if at < 0 {
+			return "", "", "", false
+		}
+		colon := strings.IndexByte(authority[:at], ':')
+		if colon < 0 {
+			return "", "", "", false
+		}
+		return dsn[:start+colon+1], dsn[start+at:], authority[colon+1 : at], true
+	}
 	end := strings.LastIndexByte(dsn, '/')
 	if end < 0 {
 		end = len(dsn)

@@ -95,6 +95,12 @@ func TestRedact(t *testing.T) {
 		{"user:secret@tcp(h:3306)", "user:xxxxx@tcp(h:3306)"},
 		{"user:@tcp(h)/db", "user:@tcp(h)/db"},
 		{"", ""},
+		// A URL (which the driver refuses) keeps everything but its password.
+		{"mysql://app:hunter2@db.example:3306/idemguard?tls=true", "mysql://app:xxxxx@db.example:3306/idemguard?tls=true"},
+		{"mysql://app:p@ss@db/idemguard", "mysql://app:xxxxx@db/idemguard"},
+		{"mysql://app:pw/x@db/idemguard", "mysql://app:xxxxx@db/idemguard"}, // an unescaped '/' in the password
+		{"mysql://app@db/idemguard", "mysql://app@db/idemguard"},
+		{"user:a://b@tcp(h)/db", "user:xxxxx@tcp(h)/db"},
 	} {
 		require.Equal(t, tt.want, mysqlconn.Redact(tt.in), "Redact(%q)", tt.in)
 	}

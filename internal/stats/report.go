@@ -48,9 +48,6 @@ type Report struct {
 	// WindowStart). Rows already deleted by cleanup are not counted: a window longer than the
 	// shortest TTL undercounts.
 	TotalKeys int64
-	// TakeoverKeys is the number of those rows with attempt_count > 1: a second execution, after
-	// a stale takeover or a retry of a failure (the seed's definition).
-	TakeoverKeys int64
 	// FailedKeys is the number of those rows whose status is failed.
 	FailedKeys int64
 	// AverageTTL is the mean of expires_at - completed_at (expires_at - created_at for rows not
@@ -74,8 +71,17 @@ func rate(num, den int64) (float64, bool) {
 // when there were no requests.
 func (r Report) HitRate() (float64, bool) { return rate(r.Counts.Replays, r.Counts.Requests) }
 
-// TakeoverRate is TakeoverKeys / TotalKeys. False when there were no keys.
-func (r Report) TakeoverRate() (float64, bool) { return rate(r.TakeoverKeys, r.TotalKeys) }
+// Executions is the number of executions the guard started in the window's buckets: fresh
+// claims, retries after a stored failure, and stale takeovers.
+func (r Report) Executions() int64 { return r.Counts.Claims + r.Counts.Retries + r.Counts.Takeovers }
+
+// TakeoverRate is Counts.Takeovers / Executions: the share of executions that began by replacing
+// a stale claim, an owner that went silent for staleAfter (DESIGN §8). A retry after a stored
+// failure (a provider outage) is not a takeover and does not raise it; it shows in the failure
+// rate. The takeovers come from the engine's takeover events as the servers counted them into
+// idempotency_stats, not from attempt_count, which cannot tell a takeover from a retry. False
+// when nothing was executed.
+func (r Report) TakeoverRate() (float64, bool) { return rate(r.Counts.Takeovers, r.Executions()) }
 
 // FailureRate is FailedKeys / TotalKeys. False when there were no keys.
 func (r Report) FailureRate() (float64, bool) { return rate(r.FailedKeys, r.TotalKeys) }
@@ -136,7 +142,7 @@ func name(f Figure) string {
 func Percent(v float64) string { return fmt.Sprintf("%.1f%%", v*100) }
 
 // Check compares the report with t and returns the breaches, in the order takeover, hit rate,
-// failure. A figure without data (no keys, or no requests for the hit rate) is never a breach:
+// failure. A figure without data (no keys, no executions, no requests) is never a breach:
 // an idle service is not an unhealthy one.
 func (r Report) Check(t Thresholds) []Breach {
 	var out []Breach
@@ -158,7 +164,6 @@ var ErrNoStatsTable = errors.New("stats: table idempotency_stats does not exist;
 const errNoSuchTable = 1146 // ER_NO_SUCH_TABLE
 
 const keysSQL = `SELECT COUNT(*) AS total,
-  COALESCE(SUM(attempt_count > 1), 0) AS takeovers,
   COALESCE(SUM(status = 'failed'), 0) AS failed,
   COALESCE(AVG(TIMESTAMPDIFF(MICROSECOND, COALESCE(completed_at, created_at), expires_at)), 0) AS avg_ttl_us
 FROM idempotency_keys WHERE created_at >= ?`
@@ -178,15 +183,14 @@ func Collect(ctx context.Context, db *sqlx.DB, since time.Duration) (Report, err
 	r.BucketsFrom = r.WindowStart.Truncate(time.Hour)
 
 	var keys struct {
-		Total     int64   `db:"total"`
-		Takeovers int64   `db:"takeovers"`
-		Failed    int64   `db:"failed"`
-		AvgTTLus  float64 `db:"avg_ttl_us"`
+		Total    int64   `db:"total"`
+		Failed   int64   `db:"failed"`
+		AvgTTLus float64 `db:"avg_ttl_us"`
 	}
 	if err := db.GetContext(ctx, &keys, keysSQL, r.WindowStart); err != nil {
 		return Report{}, fmt.Errorf("stats: read idempotency_keys: %w", err)
 	}
-	r.TotalKeys, r.TakeoverKeys, r.FailedKeys = keys.Total, keys.Takeovers, keys.Failed
+	r.TotalKeys, r.FailedKeys = keys.Total, keys.Failed
 	r.AverageTTL = time.Duration(math.Round(keys.AvgTTLus)) * time.Microsecond
 
 	q := "SELECT "

@@ -1,15 +1,22 @@
 package stats_test
 
 import (
+	"context"
+	"errors"
+	"fmt"
 	"math"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/idemguard/idemguard/internal/engine"
+	"github.com/idemguard/idemguard/internal/mysqlstore"
 	"github.com/idemguard/idemguard/internal/stats"
 	"github.com/idemguard/idemguard/internal/stats/statstest"
 	"github.com/idemguard/idemguard/internal/testdb"
+	"github.com/idemguard/idemguard/sanitize"
 )
 
 // Acceptance 4: the figures of a table seeded with known counts, exactly.
@@ -27,7 +34,8 @@ func TestCollectKnownFigures(t *testing.T) {
 	require.Equal(t, r.WindowStart.Truncate(time.Hour), r.BucketsFrom)
 
 	require.Equal(t, int64(statstest.TotalKeys), r.TotalKeys, "keys created before the window are left out")
-	require.Equal(t, int64(statstest.TakeoverKeys), r.TakeoverKeys)
+	require.Equal(t, int64(statstest.Claims+statstest.Retries+statstest.Takeovers), r.Executions())
+	require.Equal(t, int64(statstest.Retries), r.Counts.Retries)
 	require.Equal(t, int64(statstest.FailedKeys), r.FailedKeys)
 	require.Equal(t, statstest.AverageTTL, r.AverageTTL)
 	require.Equal(t, int64(statstest.Requests), r.Counts.Requests, "whole hours from the window's first hour")
@@ -40,7 +48,7 @@ func TestCollectKnownFigures(t *testing.T) {
 	require.Equal(t, 0.225, hit)
 	takeover, ok := r.TakeoverRate()
 	require.True(t, ok)
-	require.Equal(t, 0.07, takeover)
+	require.Equal(t, 0.07, takeover, "takeovers / executions; the %d retried keys are not takeovers", statstest.RetriedKeys)
 	failure, ok := r.FailureRate()
 	require.True(t, ok)
 	require.Equal(t, 0.12, failure)
@@ -146,4 +154,45 @@ func TestThresholdsValidate(t *testing.T) {
 	} {
 		require.ErrorContains(t, tt.th.Validate(), tt.want)
 	}
+}
+
+// A provider outage makes operations fail and their keys run again (a retry after a stored
+// failure, attempt_count 2): that is not a stale takeover and must not raise the crash alert
+// (DESIGN §8). Guard, recorder and report wired as in `idemguard serve`.
+func TestRetryAfterFailureIsNotATakeover(t *testing.T) {
+	t.Parallel()
+	d := testdb.New(t)
+	ctx := t.Context()
+	rec, err := stats.NewRecorder(d.DB, stats.RecorderOptions{})
+	require.NoError(t, err)
+	guard, err := engine.New(engine.Config{Store: mysqlstore.New(d.DB), Secret: []byte(strings.Repeat("s", 32)),
+		Observe: rec.Observe, ReplayCacheSize: -1})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = guard.Close(context.Background()) })
+
+	outage := func(context.Context) (any, error) {
+		return nil, &engine.OpError{Reason: sanitize.ProviderError, Err: errors.New("upstream 503")}
+	}
+	ok := func(context.Context) (any, error) { return map[string]any{"ok": true}, nil }
+	for i := range 4 {
+		call := engine.Call{Tenant: "t", Scope: "s", ClientKey: fmt.Sprint("k-", i), Inputs: map[string]int{"i": i}}
+		res, err := guard.WithIdempotency(ctx, call, outage)
+		require.NoError(t, err)
+		require.Equal(t, engine.StatusFailed, res.Status)
+		res, err = guard.WithIdempotency(ctx, call, ok)
+		require.NoError(t, err)
+		require.Equal(t, engine.StatusSucceeded, res.Status)
+		require.Equal(t, 2, res.Attempt)
+	}
+	require.NoError(t, rec.Flush(ctx))
+
+	r, err := stats.Collect(ctx, d.DB, time.Hour)
+	require.NoError(t, err)
+	require.Equal(t, int64(4), r.Counts.Claims)
+	require.Equal(t, int64(4), r.Counts.Retries)
+	require.Zero(t, r.Counts.Takeovers)
+	rate, hasData := r.TakeoverRate()
+	require.True(t, hasData)
+	require.Zero(t, rate, "4 retries after failures, no takeover")
+	require.Empty(t, r.Check(stats.Thresholds{MaxTakeoverRate: 0.05, MinHitRate: 0, MaxFailureRate: 1}))
 }

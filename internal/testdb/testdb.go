@@ -10,7 +10,13 @@
 //     DROP DATABASE, e.g. root@tcp(127.0.0.1:3306)/test. Its database name is ignored.
 //  2. A reachable Docker engine: one mysql:8.4 container is started per test process (see
 //     container.go) and shared by all tests in it.
-//  3. Neither: the test is skipped, or fails when CI=true, so that CI never passes by skipping.
+//  3. The conventional development server, [LocalDSN] (root, no password, 127.0.0.1:3306), if it
+//     answers within [LocalProbeTimeout].
+//  4. None: the test is skipped, or fails when CI=true, so that CI never passes by skipping.
+//
+// A skipped test appends its name to the file named by IDEMGUARD_TEST_SKIP_LOG, if set: each
+// package is its own test binary, and `go test` shows nothing of a passing package's skips
+// without -v, so `make test` counts that file's lines into one closing line.
 //
 // Databases are named idemguard_t_<8 random hex digits>.
 package testdb
@@ -35,6 +41,17 @@ import (
 // EnvDSN names the environment variable holding the test server's DSN.
 const EnvDSN = "IDEMGUARD_TEST_MYSQL_DSN"
 
+// EnvSkipLog names the environment variable holding the file that each test skipped for want of
+// MySQL appends its name to (make test sets it and counts the lines).
+const EnvSkipLog = "IDEMGUARD_TEST_SKIP_LOG"
+
+// LocalDSN is the conventional development server tried when no DSN is set and no Docker engine
+// answers.
+const LocalDSN = "root@tcp(127.0.0.1:3306)/test"
+
+// LocalProbeTimeout bounds trying LocalDSN: a machine without it must not slow every test down.
+const LocalProbeTimeout = 2 * time.Second
+
 // DefaultMaxOpenConns is the pool size of each test database unless [WithPool] says otherwise.
 // It is larger than production's default so that concurrency tests ("50 concurrent claims") do not
 // queue on the pool.
@@ -47,7 +64,8 @@ const NamePrefix = "idemguard_t_"
 const setupTimeout = 60 * time.Second
 
 const noServerHelp = "no MySQL for tests: set " + EnvDSN + " to a DSN for a user that may CREATE and DROP DATABASE " +
-	"(e.g. " + EnvDSN + "='root@tcp(127.0.0.1:3306)/test'), or make a Docker engine reachable for testcontainers " +
+	"(e.g. " + EnvDSN + "='root@tcp(127.0.0.1:3306)/test'), make a Docker engine reachable for testcontainers, " +
+	"or run a MySQL/MariaDB that root may log in to without a password on 127.0.0.1:3306 " +
 	"(or run .ci/run, which starts a local MariaDB)"
 
 // Database is one fresh test database.
@@ -138,15 +156,43 @@ func NewEmpty(t testing.TB, opts ...Option) *Database {
 func ServerDSN(t testing.TB) string {
 	t.Helper()
 	dsn, err := findServer()
+	return decide(t, dsn, err, os.Getenv("CI") == "true", os.Getenv(EnvSkipLog))
+}
+
+// decide fails, skips (noting the skip in skipLog) or returns dsn.
+func decide(t testing.TB, dsn string, err error, ci bool, skipLog string) string {
+	t.Helper()
 	switch {
 	case err != nil:
 		t.Fatalf("testdb: %v", err)
-	case dsn == "" && os.Getenv("CI") == "true":
+		return ""
+	case dsn == "" && ci:
 		t.Fatal("testdb: CI=true and " + noServerHelp)
+		return ""
 	case dsn == "":
+		if skipLog != "" {
+			if err := noteSkip(skipLog, t.Name()); err != nil {
+				t.Logf("testdb: %s: %v", EnvSkipLog, err)
+			}
+		}
 		t.Skip("testdb: " + noServerHelp)
+		return ""
 	}
 	return dsn
+}
+
+// noteSkip appends one line to the skip log. One short O_APPEND write per line, so the test
+// binaries of parallel packages never interleave within a line.
+func noteSkip(path, name string) error {
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o600)
+	if err != nil {
+		return err
+	}
+	if _, err := f.WriteString(strings.ReplaceAll(name, "\n", " ") + "\n"); err != nil {
+		_ = f.Close()
+		return err
+	}
+	return f.Close()
 }
 
 var (
@@ -155,7 +201,8 @@ var (
 	serverErr  error
 )
 
-// findServer returns "" with a nil error when no server is available.
+// findServer returns "" with a nil error when no server is available. The Docker and local
+// searches run once per test process.
 func findServer() (string, error) {
 	if dsn := strings.TrimSpace(os.Getenv(EnvDSN)); dsn != "" {
 		out, err := mysqlconn.WithDatabase(dsn, "")
@@ -165,17 +212,41 @@ func findServer() (string, error) {
 		return out, nil
 	}
 	serverOnce.Do(func() {
-		if !dockerAvailable() {
-			return
-		}
-		dsn, err := startContainer()
-		if err != nil {
+		dsn, err := locate(dockerAvailable, startContainer, probe)
+		if err != nil || dsn == "" {
 			serverErr = err
 			return
 		}
 		serverDSN, serverErr = mysqlconn.WithDatabase(dsn, "")
 	})
 	return serverDSN, serverErr
+}
+
+// locate is steps 2 to 4 of the search: Docker, then LocalDSN, then nothing ("", nil).
+func locate(docker func() bool, start func() (string, error), answers func(dsn string) bool) (string, error) {
+	if docker() {
+		return start()
+	}
+	if answers(LocalDSN) {
+		return LocalDSN, nil
+	}
+	return "", nil
+}
+
+// probe reports whether a server answers dsn (logs in and pings) within LocalProbeTimeout.
+func probe(dsn string) bool {
+	ctx, cancel := context.WithTimeout(context.Background(), LocalProbeTimeout)
+	defer cancel()
+	withTimeout, err := mysqlconn.NormalizeDSN(dsn + "?timeout=" + LocalProbeTimeout.String())
+	if err != nil {
+		return false
+	}
+	db, err := mysqlconn.Open(ctx, withTimeout, mysqlconn.PoolConfig{MaxOpenConns: 1})
+	if err != nil {
+		return false
+	}
+	_ = db.Close()
+	return true
 }
 
 // adminExec runs one statement on a short-lived server-level connection. No pool outlives it, so

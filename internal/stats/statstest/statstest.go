@@ -12,27 +12,34 @@ import (
 
 // The figures of [Seed]'s rows over a 24h window.
 const (
-	TotalKeys    = 100
-	TakeoverKeys = 7  // attempt_count > 1: 7%
-	FailedKeys   = 12 // 12%
-	Requests     = 200
-	Replays      = 45 // hit rate 22.5%
+	TotalKeys = 100
+	// RetriedKeys have attempt_count 2 after a retry of a stored failure (a provider outage):
+	// not takeovers. Counted as takeovers they would make the takeover rate 27%.
+	RetriedKeys = 27
+	FailedKeys  = 12 // 12%
+	Requests    = 200
+	Replays     = 45 // hit rate 22.5%
 	// AverageTTL: 80 keys kept 24h, 20 kept 4h.
 	AverageTTL = 20 * time.Hour
-	// Takeovers and Failures are the idempotency_stats counters of the same name.
-	Takeovers = 3
+	// The idempotency_stats counters of the same name. Executions (claims + retries + takeovers)
+	// are 100, so the stale takeover rate is 7%.
+	Claims    = 66
+	Retries   = 27
+	Takeovers = 7
 	Failures  = 4
 )
 
 // Seed inserts, relative to the database clock's now (N):
 //
-//   - 100 keys created at N-1h: 80 succeeded, 7 succeeded on a second attempt, 12 failed, 1 still
-//     started; 80 kept 24h and 20 kept 4h past completion (or creation, for the started one).
+//   - 100 keys created at N-1h: 60 succeeded, 27 succeeded on a second attempt (a retry after a
+//     failure), 12 failed, 1 still started; 80 kept 24h and 20 kept 4h past completion (or
+//     creation, for the started one).
 //   - 50 keys created at N-30h, all failed on a third attempt: outside a 24h window.
-//   - idempotency_stats: this hour (scope a: 100 requests, 20 replays), 5 hours ago (scope b: 50
-//     requests, 10 replays, 3 takeovers, 4 failures), the hour holding N-24h (scope a: 50
-//     requests, 15 replays; counted, as buckets are whole hours), and the hour before it (1,000
-//     requests, all replays: outside the window).
+//   - idempotency_stats: this hour (scope a: 100 requests, 20 replays, 50 claims), 5 hours ago
+//     (scope b: 50 requests, 10 replays, 6 claims, 27 retries, 7 takeovers, 4 failures), the hour
+//     holding N-24h (scope a: 50 requests, 15 replays, 10 claims; counted, as buckets are whole
+//     hours), and the hour before it (1,000 requests, all replays, 500 takeovers: outside the
+//     window).
 //
 // It returns N.
 func Seed(ctx context.Context, db *sqlx.DB) (time.Time, error) {
@@ -49,9 +56,9 @@ VALUES ('t', 's', SHA2(?, 256), REPEAT('f', 64), ?, ?, 'nonce', ?, ?, ?, ?, ?)`
 	for i := range TotalKeys {
 		status, attempts := "succeeded", 1
 		switch {
-		case i < TakeoverKeys:
+		case i < RetriedKeys:
 			attempts = 2
-		case i < TakeoverKeys+FailedKeys:
+		case i < RetriedKeys+FailedKeys:
 			status = "failed"
 		case i == TotalKeys-1:
 			status = "started"
@@ -77,18 +84,18 @@ VALUES ('t', 's', SHA2(?, 256), REPEAT('f', 64), ?, ?, 'nonce', ?, ?, ?, ?, ?)`
 	hour := now.Truncate(time.Hour)
 	edge := now.Add(-24 * time.Hour).Truncate(time.Hour)
 	for _, b := range []struct {
-		start                                          time.Time
-		scope                                          string
-		requests, replays, takeovers, failures, claims int64
+		start                                                   time.Time
+		scope                                                   string
+		requests, replays, takeovers, failures, claims, retries int64
 	}{
-		{hour, "a", 100, 20, 0, 0, 80},
-		{hour.Add(-5 * time.Hour), "b", 50, 10, Takeovers, Failures, 37},
-		{edge, "a", 50, 15, 0, 0, 35},
-		{edge.Add(-time.Hour), "a", 1000, 1000, 0, 0, 0},
+		{hour, "a", 100, 20, 0, 0, 50, 0},
+		{hour.Add(-5 * time.Hour), "b", 50, 10, Takeovers, Failures, Claims - 60, Retries},
+		{edge, "a", 50, 15, 0, 0, 10, 0},
+		{edge.Add(-time.Hour), "a", 1000, 1000, 500, 0, 0, 0},
 	} {
 		if _, err := db.ExecContext(ctx, `INSERT INTO idempotency_stats
-  (bucket_start, scope, requests, replays, takeovers, failures, claims, updated_at)
-VALUES (?, ?, ?, ?, ?, ?, ?, UTC_TIMESTAMP(6))`, b.start, b.scope, b.requests, b.replays, b.takeovers, b.failures, b.claims); err != nil {
+  (bucket_start, scope, requests, replays, takeovers, failures, claims, retries, updated_at)
+VALUES (?, ?, ?, ?, ?, ?, ?, ?, UTC_TIMESTAMP(6))`, b.start, b.scope, b.requests, b.replays, b.takeovers, b.failures, b.claims, b.retries); err != nil {
 			return time.Time{}, fmt.Errorf("statstest: insert stats bucket: %w", err)
 		}
 	}
