@@ -558,12 +558,12 @@ func toEnvelope(v any) (sanitize.Envelope, int, error) {
 }
 
 func (g *Guard) classify(p prepared, ctx context.Context, err error) sanitize.StopReason {
-	var oe *OpError
+	var sr StopReasoner
 	var pe *PanicError
 	cause := context.Cause(ctx)
 	switch {
-	case errors.As(err, &oe):
-		return sanitize.ParseStopReason(string(oe.Reason))
+	case errors.As(err, &sr):
+		return sanitize.ParseStopReason(string(sr.StopReason()))
 	case errors.As(err, &pe):
 		return sanitize.Unknown
 	case errors.Is(cause, ErrShuttingDown):
