@@ -21,11 +21,11 @@ across any number of processes.
 		ClientKey: r.Header.Get("Idempotency-Key"), // optional: else derived from Inputs
 		Inputs:    map[string]any{"draft": idemguard.HashUserText(draft)},
 	}, func(ctx context.Context) (any, error) {
-		copy, err := callModel(ctx, draft)
+		text, err := callModel(ctx, draft)
 		if err != nil {
 			return nil, err // stored failed (provider_error); retried while attempts remain
 		}
-		return map[string]any{"ok": true, "data": map[string]any{"copy": copy}}, nil
+		return map[string]any{"ok": true, "data": map[string]any{"copy": text}}, nil
 	})
 
 res.Status is StatusSucceeded (res.Cached on a replay), StatusInProgress or

@@ -70,10 +70,13 @@ func TestPublicAPINamesNoInternalPackage(t *testing.T) {
 	}
 	out, err := exec.Command("go", "doc", ".").CombinedOutput()
 	require.NoError(t, err, string(out))
-	for _, want := range []string{"func New(cfg Config) (*Guard, error)", "func (g *Guard) WithIdempotency(",
+	for _, want := range []string{"func New(cfg Config) (*Guard, error)",
 		"func NewMySQLStore(db *sql.DB) Store", "func NewMemoryStore() Store"} {
 		require.Contains(t, string(out), want)
 	}
+	out, err = exec.Command("go", "doc", ".", "Guard").CombinedOutput()
+	require.NoError(t, err, string(out))
+	require.Contains(t, string(out), "func (g *Guard) WithIdempotency(ctx context.Context, call Call, op Operation) (Result, error)")
 }
 
 func TestErrorsAreTheEnginesAndConverted(t *testing.T) {

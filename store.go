@@ -8,7 +8,12 @@ import (
 	"github.com/idemguard/idemguard/internal/engine"
 	"github.com/idemguard/idemguard/internal/memstore"
 	"github.com/idemguard/idemguard/internal/mysqlstore"
+	"github.com/idemguard/idemguard/internal/storeseam"
 )
+
+func init() {
+	storeseam.Wrap = func(s engine.Store) any { return store{s} }
+}
 
 // Store keeps the keys: MySQL (and MariaDB, TiDB) through NewMySQLStore, or
 // memory through NewMemoryStore.

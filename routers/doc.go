@@ -30,7 +30,7 @@ or run:
  5. Prefer: wait=N (RFC 7240, integer seconds; the first wait preference
     counts, invalid ones are ignored) is capped at Options.MaxWait and
     answered with Preference-Applied: wait=N (N the capped wait, rounded up
-    to whole seconds). Set the engine's Config.MaxWait at least as high.
+    to whole seconds). Set the Guard's Config.MaxWait at least as high.
 
 Then the guard runs the scope's operation (detached from the request: a
 client that hangs up still gets the result on retry). Answers:
@@ -72,7 +72,7 @@ the client key, the body or the credentials.
 
 One slog JSON line per request, "http: request", with method, route (the
 template, e.g. /v1/ops/:scope), status, duration_ms, and when known tenant,
-scope (registered scopes only), key_hash (a prefix, engine.ShortHash),
+scope (registered scopes only), key_hash (its first 12 hex digits),
 stop_reason and replayed. Never the client key, body or Authorization.
 Requests to /healthz, /readyz and /metrics are logged at debug level.
 */
