@@ -28,7 +28,7 @@ func publicKeyInfo(k engine.KeyInfo) KeyInfo {
 
 func publicEvent(e engine.Event) Event {
 	return Event{Kind: EventKind(e.Kind), Scope: e.Scope, Duration: e.Duration, StopReason: e.Reason,
-		Failed: e.Failed, StoreOp: e.StoreOp, FromMemory: e.FromMemory}
+		Failed: e.Failed, StoreOp: e.StoreOp, FromMemory: e.FromMemory, Field: e.Field}
 }
 
 // publicError turns the engine's error types into this package's; anything

@@ -25,8 +25,11 @@ var (
 	// another tenant's.
 	ErrNotFound = errNotFound
 	// ErrInvalidResult means the operation ran but returned a value that is
-	// not a JSON object (a string, a number, an array): a programming error,
-	// never an upstream failure. The key is stored failed with stopReason
+	// not a JSON object (a string, a number, an array), or a Response whose
+	// status code is outside 100–599: a programming error, never an upstream
+	// failure. An operation may also return an error wrapping it to report a
+	// result it cannot produce (the routers middleware does, for a handler
+	// that streams or writes something other than JSON). The key is stored failed with stopReason
 	// unknown and HTTP status 500, so a corrected deploy may run it again
 	// (while attempts remain). WithIdempotency returns it together with the
 	// Result of that failure.

@@ -23,6 +23,10 @@ const (
 	EventMismatch   EventKind = "mismatch"    // a client key was reused with other inputs
 	EventOperation  EventKind = "operation"   // an operation finished; Duration, Failed, StopReason
 	EventStoreError EventKind = "store_error" // a store call failed; StoreOp names it
+	// EventDroppedField: the allowlist dropped a field of an operation's
+	// result; Field names it (never its value), "(other)" past 1000 names.
+	// The guard also logs each (scope, field) once.
+	EventDroppedField EventKind = "dropped_field"
 )
 
 // Event is one protocol event (for metrics). Observe is called synchronously
@@ -35,4 +39,5 @@ type Event struct {
 	Failed     bool
 	StoreOp    string
 	FromMemory bool
+	Field      string
 }

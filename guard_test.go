@@ -49,7 +49,7 @@ func TestDefaultsMatchEngine(t *testing.T) {
 	require.Equal(t, string(engine.StaleFail), string(StaleFail))
 	for _, k := range []engine.EventKind{engine.EventClaimed, engine.EventReplayed, engine.EventInProgress,
 		engine.EventWaited, engine.EventTakeover, engine.EventRetried, engine.EventAbandoned, engine.EventRetryLimit,
-		engine.EventLostClaim, engine.EventMismatch, engine.EventOperation, engine.EventStoreError} {
+		engine.EventLostClaim, engine.EventMismatch, engine.EventOperation, engine.EventStoreError, engine.EventDroppedField} {
 		require.Equal(t, string(k), string(publicEvent(engine.Event{Kind: k}).Kind))
 	}
 }

@@ -179,8 +179,15 @@ var errUpstream = errors.New("upstream said 500: secret-upstream-detail")
 func (b *testBundle) scopes() []Scope {
 	echo, strict, slow := b.counter("echo"), b.counter("strict"), b.counter("slow")
 	flaky, broken, created := b.counter("flaky"), b.counter("broken"), b.counter("created")
-	timeout := b.counter("timeout")
+	timeout, invalid := b.counter("timeout"), b.counter("invalid")
 	return []Scope{
+		// invalid returns a string (a bug) on its first call.
+		{Name: "invalid", Run: func(_ context.Context, in json.RawMessage) (any, error) {
+			if invalid.Add(1) == 1 {
+				return "a plain string", nil
+			}
+			return echoResult(in)
+		}},
 		{Name: "echo", Run: func(_ context.Context, in json.RawMessage) (any, error) {
 			echo.Add(1)
 			return echoResult(in)

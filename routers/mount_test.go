@@ -53,3 +53,20 @@ func TestRegisterInOwnEngine(t *testing.T) {
 
 	require.ErrorContains(t, Register(r, Options{}), "Options.Guard is required")
 }
+
+// An operation that returns a non-object is a 500 invalid-result (never a
+// 502 provider_error); the key runs again once fixed.
+func TestInvalidResultIs500(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	w := b.post("invalid", "k1", `{"n":1}`)
+	require.Equal(t, http.StatusInternalServerError, w.Code, w.Body.String())
+	p := problemOf(t, w)
+	require.Equal(t, ProblemTypePrefix+"invalid-result", p["type"])
+	require.Equal(t, "unknown", p["stopReason"])
+	require.NotContains(t, w.Body.String(), "a plain string")
+
+	w = b.post("invalid", "k1", `{"n":1}`)
+	require.Equal(t, http.StatusOK, w.Code, w.Body.String())
+	require.EqualValues(t, 2, b.calls["invalid"].Load())
+}

@@ -282,7 +282,7 @@ func TestOpenAPIProblemTypes(t *testing.T) {
 		tenancy.ErrNoCredentials, tenancy.ErrInvalidCredentials, errUnknownScope, errUnknownRoute, idemguard.ErrNotFound,
 		errMethodNotAllowed, errMissingKey, errInvalidKey, errDuplicateKey, errInvalidRef, errBodyTooLarge,
 		&http.MaxBytesError{Limit: 1}, errInvalidBody, idemguard.ErrFingerprintMismatch, idemguard.ErrInvalidInput,
-		&idemguard.StoreError{Op: "claim", Err: errors.New("x")}, errNotReady, errNoMetrics, errPanic,
+		&idemguard.StoreError{Op: "claim", Err: errors.New("x")}, errNotReady, errNoMetrics, errPanic, idemguard.ErrInvalidResult,
 	} {
 		seen[problemFor(err).Type] = true
 	}

@@ -108,6 +108,13 @@ func problemFor(err error) problem {
 		// the engine's message may quote the input, so it is not shown.
 		return newProblem(http.StatusBadRequest, "invalid-input", "Invalid input", sanitize.InvalidInput,
 			"the request was rejected as invalid input")
+	case errors.Is(err, idemguard.ErrInvalidResult):
+		// A bug in the operation (or the wrapped handler), never an
+		// upstream failure: it has been logged where it happened.
+		if detail == "" {
+			detail = "the operation returned something other than a JSON object; it has been logged, and the key may run again once fixed"
+		}
+		return newProblem(http.StatusInternalServerError, "invalid-result", "Invalid operation result", sanitize.Unknown, detail)
 	case errors.Is(err, idemguard.ErrStoreUnavailable):
 		return newProblem(http.StatusServiceUnavailable, "store-unavailable", "Store unavailable", sanitize.Unknown,
 			"the idempotency store cannot be reached; nothing was run; retry after Retry-After seconds")

@@ -18,7 +18,7 @@ func publicSettings(s engine.Settings) idemguard.Settings {
 // engineEvent is what the metrics and the stats recorder observe.
 func engineEvent(e idemguard.Event) engine.Event {
 	return engine.Event{Kind: engine.EventKind(e.Kind), Scope: e.Scope, Duration: e.Duration, Reason: e.StopReason,
-		Failed: e.Failed, StoreOp: e.StoreOp, FromMemory: e.FromMemory}
+		Failed: e.Failed, StoreOp: e.StoreOp, FromMemory: e.FromMemory, Field: e.Field}
 }
 
 func routerScopes(reg *ops.Registry) []routers.Scope {

@@ -14,5 +14,5 @@ var (
 	OwnershipLost       = errors.New("idemguard: claim ownership lost")
 	ShuttingDown        = errors.New("idemguard: guard shutting down")
 	NotFound            = errors.New("idemguard: row not found")
-	InvalidResult       = errors.New("idemguard: operation returned a result that is not a JSON object")
+	InvalidResult       = errors.New("idemguard: operation returned an invalid result")
 )
