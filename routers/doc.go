@@ -1,8 +1,13 @@
 /*
-Package routers is idemguard's REST API (DESIGN §7): gin handlers for guarded
-operations, key lookup, health and metrics, with one function that maps
-errors to HTTP statuses. docs/openapi.yaml describes every route; a test
-checks it against the router built here.
+Package routers is idemguard's HTTP side: the REST API (DESIGN §7) — gin
+handlers for guarded operations, key lookup, health and metrics — and the
+middleware that puts the same guard on a team's own routes (Idempotent for
+gin, IdempotentHTTP for net/http; DESIGN §5.1). One function maps errors to
+HTTP statuses for both. docs/openapi.yaml describes every route of the API; a
+test checks it against the router built here.
+
+New builds the API as a whole http.Handler; Register mounts its /v1/ops
+routes in a team's own gin engine (Options.Prefix moves them).
 
 # Routes
 

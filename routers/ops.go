@@ -1,12 +1,10 @@
 package routers
 
 import (
-	"bytes"
 	"context"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
-	"io"
 	"net/http"
 	"strings"
 	"time"
@@ -118,25 +116,8 @@ func (h *handlers) scope(c *gin.Context) (*Scope, bool) {
 
 // readBody reads at most maxBody bytes of JSON. An empty body is {}.
 func (h *handlers) readBody(c *gin.Context) (json.RawMessage, error) {
-	tooLarge := reject(errBodyTooLarge, "the body is over the limit of %d bytes", h.maxBody)
-	if c.Request.ContentLength > h.maxBody {
-		return nil, tooLarge
-	}
-	raw, err := io.ReadAll(http.MaxBytesReader(c.Writer, c.Request.Body, h.maxBody))
-	var mbe *http.MaxBytesError
-	switch {
-	case errors.As(err, &mbe):
-		return nil, tooLarge
-	case err != nil:
-		return nil, reject(errInvalidBody, "the body could not be read")
-	}
-	if len(bytes.TrimSpace(raw)) == 0 {
-		return emptyBody, nil
-	}
-	if err := validJSON(raw); err != nil {
-		return nil, err
-	}
-	return raw, nil
+	_, body, err := readJSONBody(c.Writer, c.Request, h.maxBody)
+	return body, err
 }
 
 // validJSON checks that raw holds exactly one JSON value. The error gives the

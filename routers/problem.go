@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"strconv"
 
 	"github.com/gin-gonic/gin"
 
@@ -115,6 +116,9 @@ func problemFor(err error) problem {
 			detail = "the operation returned something other than a JSON object; it has been logged, and the key may run again once fixed"
 		}
 		return newProblem(http.StatusInternalServerError, "invalid-result", "Invalid operation result", sanitize.Unknown, detail)
+	case errors.Is(err, errNoScope):
+		return newProblem(http.StatusInternalServerError, "internal", "Internal server error", sanitize.Unknown,
+			"an unexpected error; it has been logged")
 	case errors.Is(err, idemguard.ErrStoreUnavailable):
 		return newProblem(http.StatusServiceUnavailable, "store-unavailable", "Store unavailable", sanitize.Unknown,
 			"the idempotency store cannot be reached; nothing was run; retry after Retry-After seconds")
@@ -185,6 +189,15 @@ func encodeJSON(v any) []byte {
 func writeProblem(c *gin.Context, p problem) {
 	c.Set(stopReasonKey, string(p.StopReason))
 	c.Data(p.Status, contentProblem, encodeJSON(p))
+}
+
+// writeProblemHTTP is writeProblem for net/http.
+func writeProblemHTTP(w http.ResponseWriter, p problem) {
+	body := encodeJSON(p)
+	w.Header().Set("Content-Type", contentProblem)
+	w.Header().Set("Content-Length", strconv.Itoa(len(body)))
+	w.WriteHeader(p.Status)
+	_, _ = w.Write(body)
 }
 
 // fail answers err as a problem and stops the handler chain. 5xx are
