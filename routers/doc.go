@@ -70,7 +70,8 @@ the client key, the body or the credentials.
 	409 in_progress    the key's operation is running (Retry-After)
 	413 invalid_input  body over Options.MaxBodyBytes
 	422 invalid_input  the client key was used with other inputs
-	500 unknown        a bug (logged with its stack)
+	500 unknown        a bug (logged with its stack); type invalid-result: the operation returned
+	                   something other than a JSON object (stored failed, retryable once fixed)
 	503 unknown        store unreachable, or not ready (Retry-After: Options.UnavailableRetryAfter)
 
 # Logs
