@@ -1,8 +1,13 @@
 /*
-Package routers is idemguard's REST API (DESIGN §7): gin handlers for guarded
-operations, key lookup, health and metrics, with one function that maps
-errors to HTTP statuses. docs/openapi.yaml describes every route; a test
-checks it against the router built here.
+Package routers is idemguard's HTTP side: the REST API (DESIGN §7) — gin
+handlers for guarded operations, key lookup, health and metrics — and the
+middleware that puts the same guard on a team's own routes (Idempotent for
+gin, IdempotentHTTP for net/http; DESIGN §5.1). One function maps errors to
+HTTP statuses for both. docs/openapi.yaml describes every route of the API; a
+test checks it against the router built here.
+
+New builds the API as a whole http.Handler; Register mounts its /v1/ops
+routes in a team's own gin engine (Options.Prefix moves them).
 
 # Routes
 
@@ -30,7 +35,7 @@ or run:
  5. Prefer: wait=N (RFC 7240, integer seconds; the first wait preference
     counts, invalid ones are ignored) is capped at Options.MaxWait and
     answered with Preference-Applied: wait=N (N the capped wait, rounded up
-    to whole seconds). Set the engine's Config.MaxWait at least as high.
+    to whole seconds). Set the Guard's Config.MaxWait at least as high.
 
 Then the guard runs the scope's operation (detached from the request: a
 client that hangs up still gets the result on retry). Answers:
@@ -65,14 +70,15 @@ the client key, the body or the credentials.
 	409 in_progress    the key's operation is running (Retry-After)
 	413 invalid_input  body over Options.MaxBodyBytes
 	422 invalid_input  the client key was used with other inputs
-	500 unknown        a bug (logged with its stack)
+	500 unknown        a bug (logged with its stack); type invalid-result: the operation returned
+	                   something other than a JSON object (stored failed, retryable once fixed)
 	503 unknown        store unreachable, or not ready (Retry-After: Options.UnavailableRetryAfter)
 
 # Logs
 
 One slog JSON line per request, "http: request", with method, route (the
 template, e.g. /v1/ops/:scope), status, duration_ms, and when known tenant,
-scope (registered scopes only), key_hash (a prefix, engine.ShortHash),
+scope (registered scopes only), key_hash (its first 12 hex digits),
 stop_reason and replayed. Never the client key, body or Authorization.
 Requests to /healthz, /readyz and /metrics are logged at debug level.
 */

@@ -9,8 +9,8 @@ import (
 // UnmatchedRoute is the route label of a request that matches no route (404, 405).
 const UnmatchedRoute = "unmatched"
 
-// HTTPMetrics receives one observation per answered request. internal/metrics.Metrics
-// implements it.
+// HTTPMetrics receives one observation per answered request. The serve binary's Prometheus
+// metrics implement it; implement it to feed your own.
 type HTTPMetrics interface {
 	// InitRoutes is called once by New with every route template it serves, and
 	// UnmatchedRoute, so that their series exist before the first request.

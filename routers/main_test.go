@@ -19,9 +19,10 @@ import (
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
 
+	"github.com/idemguard/idemguard"
 	"github.com/idemguard/idemguard/internal/engine"
 	"github.com/idemguard/idemguard/internal/memstore"
-	"github.com/idemguard/idemguard/internal/ops"
+	"github.com/idemguard/idemguard/internal/storeseam"
 	"github.com/idemguard/idemguard/tenancy"
 )
 
@@ -75,7 +76,7 @@ func (b *syncBuffer) lines(t *testing.T, msg string) []map[string]any {
 type testBundle struct {
 	t       *testing.T
 	store   *memstore.Store
-	guard   *engine.Guard
+	guard   *idemguard.Guard
 	handler http.Handler
 	opts    Options
 	logs    *syncBuffer
@@ -88,7 +89,7 @@ type testBundle struct {
 
 type setupOpts struct {
 	options func(*Options)
-	engine  func(*engine.Config)
+	guard   func(*idemguard.Config)
 }
 
 func setup(t *testing.T, so ...setupOpts) *testBundle {
@@ -102,13 +103,14 @@ func setup(t *testing.T, so ...setupOpts) *testBundle {
 		started: make(chan struct{}, 16),
 	}
 	logger := slog.New(slog.NewJSONHandler(b.logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
-	cfg := engine.Config{Store: &countingStore{Store: b.store, gets: &b.gets}, Secret: testSecret, Logger: logger}
+	cfg := idemguard.Config{Store: storeseam.Wrap(&countingStore{Store: b.store, gets: &b.gets}).(idemguard.Store),
+		Secret: testSecret, Logger: logger}
 	for _, o := range so {
-		if o.engine != nil {
-			o.engine(&cfg)
+		if o.guard != nil {
+			o.guard(&cfg)
 		}
 	}
-	g, err := engine.New(cfg)
+	g, err := idemguard.New(cfg)
 	require.NoError(t, err)
 	b.guard = g
 	t.Cleanup(func() {
@@ -119,14 +121,12 @@ func setup(t *testing.T, so ...setupOpts) *testBundle {
 
 	t.Cleanup(b.releaseNow) // runs before the guard closes
 
-	reg, err := ops.NewRegistry(b.scopes()...)
-	require.NoError(t, err)
 	auth, err := tenancy.NewAuthenticator(map[tenancy.ID][]string{
 		"acme": {tenancy.HashAPIKey(acmeKey1), tenancy.HashAPIKey(acmeKey2)},
 		"beta": {tenancy.HashAPIKey(betaKey)},
 	})
 	require.NoError(t, err)
-	opts := Options{Guard: g, Scopes: reg, Auth: auth, Logger: logger}
+	opts := Options{Guard: g, Scopes: b.scopes(), Auth: auth, Logger: logger}
 	for _, o := range so {
 		if o.options != nil {
 			o.options(&opts)
@@ -176,11 +176,18 @@ func echoResult(inputs json.RawMessage) (any, error) {
 
 var errUpstream = errors.New("upstream said 500: secret-upstream-detail")
 
-func (b *testBundle) scopes() []*ops.Scope {
+func (b *testBundle) scopes() []Scope {
 	echo, strict, slow := b.counter("echo"), b.counter("strict"), b.counter("slow")
 	flaky, broken, created := b.counter("flaky"), b.counter("broken"), b.counter("created")
-	timeout := b.counter("timeout")
-	return []*ops.Scope{
+	timeout, invalid := b.counter("timeout"), b.counter("invalid")
+	return []Scope{
+		// invalid returns a string (a bug) on its first call.
+		{Name: "invalid", Run: func(_ context.Context, in json.RawMessage) (any, error) {
+			if invalid.Add(1) == 1 {
+				return "a plain string", nil
+			}
+			return echoResult(in)
+		}},
 		{Name: "echo", Run: func(_ context.Context, in json.RawMessage) (any, error) {
 			echo.Add(1)
 			return echoResult(in)
@@ -206,13 +213,13 @@ func (b *testBundle) scopes() []*ops.Scope {
 			}
 			return echoResult(in)
 		}},
-		{Name: "broken", Settings: engine.Settings{MaxAttempts: 2}, Run: func(context.Context, json.RawMessage) (any, error) {
+		{Name: "broken", Settings: idemguard.Settings{MaxAttempts: 2}, Run: func(context.Context, json.RawMessage) (any, error) {
 			broken.Add(1)
 			return nil, errUpstream
 		}},
 		{Name: "created", Run: func(context.Context, json.RawMessage) (any, error) {
 			created.Add(1)
-			return engine.Response{StatusCode: http.StatusCreated, Value: map[string]any{"ok": true, "data": map[string]any{"id": 42}}}, nil
+			return idemguard.Response{StatusCode: http.StatusCreated, Value: map[string]any{"ok": true, "data": map[string]any{"id": 42}}}, nil
 		}},
 		{Name: "timeout", Timeout: 20 * time.Millisecond, Run: func(ctx context.Context, _ json.RawMessage) (any, error) {
 			timeout.Add(1)

@@ -18,7 +18,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"go.yaml.in/yaml/v3"
 
-	"github.com/idemguard/idemguard/internal/engine"
+	"github.com/idemguard/idemguard"
 	"github.com/idemguard/idemguard/tenancy"
 )
 
@@ -334,15 +334,15 @@ func TestOpenAPIProblemTypes(t *testing.T) {
 
 	seen := map[string]bool{}
 	for _, err := range []error{
-		tenancy.ErrNoCredentials, tenancy.ErrInvalidCredentials, errUnknownScope, errUnknownRoute, engine.ErrNotFound,
+		tenancy.ErrNoCredentials, tenancy.ErrInvalidCredentials, errUnknownScope, errUnknownRoute, idemguard.ErrNotFound,
 		errMethodNotAllowed, errMissingKey, errInvalidKey, errDuplicateKey, errInvalidRef, errBodyTooLarge,
-		&http.MaxBytesError{Limit: 1}, errInvalidBody, engine.ErrFingerprintMismatch, engine.ErrInvalidInput,
-		&engine.StoreError{Op: "claim", Err: errors.New("x")}, errNotReady, errNoMetrics, errPanic,
+		&http.MaxBytesError{Limit: 1}, errInvalidBody, idemguard.ErrFingerprintMismatch, idemguard.ErrInvalidInput,
+		&idemguard.StoreError{Op: "claim", Err: errors.New("x")}, errNotReady, errNoMetrics, errPanic, idemguard.ErrInvalidResult,
 	} {
 		seen[problemFor(err).Type] = true
 	}
-	seen[resultProblem(engine.Result{Status: engine.StatusInProgress}).Type] = true
-	seen[resultProblem(engine.Result{Status: engine.StatusFailed, StatusCode: 502}).Type] = true
+	seen[resultProblem(idemguard.Result{Status: idemguard.StatusInProgress}).Type] = true
+	seen[resultProblem(idemguard.Result{Status: idemguard.StatusFailed, StatusCode: 502}).Type] = true
 	var answered []string
 	for typ := range seen {
 		answered = append(answered, typ)

@@ -1,12 +1,10 @@
 package routers
 
 import (
-	"bytes"
 	"context"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
-	"io"
 	"net/http"
 	"strings"
 	"time"
@@ -14,9 +12,8 @@ import (
 
 	"github.com/gin-gonic/gin"
 
-	"github.com/idemguard/idemguard/internal/engine"
+	"github.com/idemguard/idemguard"
 	"github.com/idemguard/idemguard/internal/keys"
-	"github.com/idemguard/idemguard/internal/ops"
 	"github.com/idemguard/idemguard/sanitize"
 	"github.com/idemguard/idemguard/tenancy"
 )
@@ -58,7 +55,7 @@ func (h *handlers) runOperation(c *gin.Context) {
 	wait, waitApplied := parsePreferWait(c.Request.Header, h.maxWait)
 
 	run := scope.Run
-	res, err := h.guard.WithIdempotency(c.Request.Context(), engine.Call{
+	res, err := h.guard.WithIdempotency(c.Request.Context(), idemguard.Call{
 		Tenant:    tenant,
 		Scope:     scope.Name,
 		ClientKey: clientKey,
@@ -70,7 +67,7 @@ func (h *handlers) runOperation(c *gin.Context) {
 	}, func(ctx context.Context) (any, error) { return run(ctx, body) })
 	if err != nil {
 		if clientKey != "" {
-			setRef(c, scope.Name, clientKey)
+			h.setRef(c, scope.Name, clientKey)
 		}
 		h.fail(c, err)
 		return
@@ -80,8 +77,8 @@ func (h *handlers) runOperation(c *gin.Context) {
 	if ref == "" {
 		ref = derivedRefPrefix + res.KeyHash
 	}
-	setRef(c, scope.Name, ref)
-	c.Set(keyHashKey, engine.ShortHash(res.KeyHash))
+	h.setRef(c, scope.Name, ref)
+	c.Set(keyHashKey, shortHash(res.KeyHash))
 	if waitApplied {
 		c.Header(headerPreferenceApplied, preferenceApplied(wait))
 	}
@@ -94,10 +91,10 @@ func (h *handlers) runOperation(c *gin.Context) {
 	}
 
 	switch res.Status {
-	case engine.StatusSucceeded:
+	case idemguard.StatusSucceeded:
 		c.Set(stopReasonKey, string(res.StopReason))
 		c.Data(res.StatusCode, contentJSON, res.Body)
-	case engine.StatusInProgress:
+	case idemguard.StatusInProgress:
 		c.Header(headerRetryAfter, h.retryAfter)
 		writeProblem(c, resultProblem(res))
 	default:
@@ -106,8 +103,8 @@ func (h *handlers) runOperation(c *gin.Context) {
 }
 
 // scope returns the scope named in the path, or answers 404.
-func (h *handlers) scope(c *gin.Context) (*ops.Scope, bool) {
-	s, ok := h.scopes.Lookup(c.Param("scope"))
+func (h *handlers) scope(c *gin.Context) (*Scope, bool) {
+	s, ok := h.scopes[c.Param("scope")]
 	if !ok {
 		// The unknown name is not echoed: it is the caller's text.
 		h.fail(c, reject(errUnknownScope, "no operation is registered under this scope"))
@@ -119,25 +116,8 @@ func (h *handlers) scope(c *gin.Context) (*ops.Scope, bool) {
 
 // readBody reads at most maxBody bytes of JSON. An empty body is {}.
 func (h *handlers) readBody(c *gin.Context) (json.RawMessage, error) {
-	tooLarge := reject(errBodyTooLarge, "the body is over the limit of %d bytes", h.maxBody)
-	if c.Request.ContentLength > h.maxBody {
-		return nil, tooLarge
-	}
-	raw, err := io.ReadAll(http.MaxBytesReader(c.Writer, c.Request.Body, h.maxBody))
-	var mbe *http.MaxBytesError
-	switch {
-	case errors.As(err, &mbe):
-		return nil, tooLarge
-	case err != nil:
-		return nil, reject(errInvalidBody, "the body could not be read")
-	}
-	if len(bytes.TrimSpace(raw)) == 0 {
-		return emptyBody, nil
-	}
-	if err := validJSON(raw); err != nil {
-		return nil, err
-	}
-	return raw, nil
+	_, body, err := readJSONBody(c.Writer, c.Request, h.maxBody)
+	return body, err
 }
 
 // validJSON checks that raw holds exactly one JSON value. The error gives the
@@ -161,17 +141,20 @@ func validJSON(raw []byte) error {
 }
 
 // setRef adds the key reference headers.
-func setRef(c *gin.Context, scope, ref string) {
-	c.Header(headerLocation, keyPath(scope, ref))
+func (h *handlers) setRef(c *gin.Context, scope, ref string) {
+	c.Header(headerLocation, h.locationPrefix+keyPath(scope, ref))
 	c.Header(headerKeyRef, ref)
 }
 
-// keyPath is the lookup path of a key. Scopes and refs hold only
-// [A-Za-z0-9._:~-], which need no escaping in a path after the first
-// segment.
+// keyPath is the lookup path of a key, after Options.Prefix. Scopes and
+// refs hold only [A-Za-z0-9._:~-], which need no escaping in a path after
+// the first segment.
 func keyPath(scope, ref string) string {
 	return "/v1/ops/" + scope + "/keys/" + ref
 }
+
+// shortHash is the prefix of a key hash that logs carry.
+func shortHash(h string) string { return h[:min(12, len(h))] }
 
 func tenantOf(c *gin.Context) (tenancy.ID, bool) {
 	return tenancy.FromContext(c.Request.Context())
@@ -210,7 +193,7 @@ func (h *handlers) lookupKey(c *gin.Context) {
 	}
 	ref := c.Param("key")
 	var (
-		info engine.KeyInfo
+		info idemguard.KeyInfo
 		err  error
 	)
 	if hash, derived := strings.CutPrefix(ref, derivedRefPrefix); derived {
@@ -218,7 +201,7 @@ func (h *handlers) lookupKey(c *gin.Context) {
 			h.fail(c, reject(errInvalidRef, "a derived key reference is ~ followed by the 64 lower-case hex digits of the key hash"))
 			return
 		}
-		c.Set(keyHashKey, engine.ShortHash(hash))
+		c.Set(keyHashKey, shortHash(hash))
 		info, err = h.guard.LookupHash(c.Request.Context(), tenant, scope.Name, hash)
 	} else {
 		if err := keys.ValidateClientKey(ref); err != nil {
@@ -231,7 +214,7 @@ func (h *handlers) lookupKey(c *gin.Context) {
 		h.fail(c, err)
 		return
 	}
-	c.Set(keyHashKey, engine.ShortHash(info.KeyHash))
+	c.Set(keyHashKey, shortHash(info.KeyHash))
 
 	rec := keyRecord{
 		Ref: ref, Scope: scope.Name, Status: string(info.Status), AttemptCount: info.Attempts,

@@ -7,10 +7,11 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"strconv"
 
 	"github.com/gin-gonic/gin"
 
-	"github.com/idemguard/idemguard/internal/engine"
+	"github.com/idemguard/idemguard"
 	"github.com/idemguard/idemguard/sanitize"
 	"github.com/idemguard/idemguard/tenancy"
 )
@@ -85,7 +86,7 @@ func problemFor(err error) problem {
 		return newProblem(http.StatusNotFound, "unknown-scope", "Unknown scope", sanitize.Unknown, detail)
 	case errors.Is(err, errUnknownRoute):
 		return newProblem(http.StatusNotFound, "unknown-route", "Not found", sanitize.Unknown, detail)
-	case errors.Is(err, engine.ErrNotFound):
+	case errors.Is(err, idemguard.ErrNotFound):
 		return newProblem(http.StatusNotFound, "key-not-found", "Key not found", sanitize.Unknown,
 			"no record of this key in this scope for your tenant (absent or expired)")
 	case errors.Is(err, errMethodNotAllowed):
@@ -100,15 +101,25 @@ func problemFor(err error) problem {
 		return newProblem(http.StatusRequestEntityTooLarge, "body-too-large", "Body too large", sanitize.InvalidInput, detail)
 	case errors.Is(err, errInvalidBody):
 		return newProblem(http.StatusBadRequest, "invalid-body", "Invalid body", sanitize.InvalidInput, detail)
-	case errors.Is(err, engine.ErrFingerprintMismatch):
+	case errors.Is(err, idemguard.ErrFingerprintMismatch):
 		return newProblem(http.StatusUnprocessableEntity, "idempotency-key-reused", "Idempotency-Key reused with other inputs", sanitize.InvalidInput,
 			"this Idempotency-Key was already used with a different request body; use a new key for a new request")
-	case errors.Is(err, engine.ErrInvalidInput):
+	case errors.Is(err, idemguard.ErrInvalidInput):
 		// The router validates everything the guard does, so this is rare;
 		// the engine's message may quote the input, so it is not shown.
 		return newProblem(http.StatusBadRequest, "invalid-input", "Invalid input", sanitize.InvalidInput,
 			"the request was rejected as invalid input")
-	case errors.Is(err, engine.ErrStoreUnavailable):
+	case errors.Is(err, idemguard.ErrInvalidResult):
+		// A bug in the operation (or the wrapped handler), never an
+		// upstream failure: it has been logged where it happened.
+		if detail == "" {
+			detail = "the operation returned something other than a JSON object; it has been logged, and the key may run again once fixed"
+		}
+		return newProblem(http.StatusInternalServerError, "invalid-result", "Invalid operation result", sanitize.Unknown, detail)
+	case errors.Is(err, errNoScope):
+		return newProblem(http.StatusInternalServerError, "internal", "Internal server error", sanitize.Unknown,
+			"an unexpected error; it has been logged")
+	case errors.Is(err, idemguard.ErrStoreUnavailable):
 		return newProblem(http.StatusServiceUnavailable, "store-unavailable", "Store unavailable", sanitize.Unknown,
 			"the idempotency store cannot be reached; nothing was run; retry after Retry-After seconds")
 	case errors.Is(err, errNotReady):
@@ -128,9 +139,9 @@ func newProblem(status int, slug, title string, reason sanitize.StopReason, deta
 // operation in progress (409) or failed (its stored status, 502). It depends
 // only on the status, stopReason and cached, so a replayed failure equals the
 // first answer except for "cached".
-func resultProblem(res engine.Result) problem {
+func resultProblem(res idemguard.Result) problem {
 	cached := res.Cached
-	if res.Status == engine.StatusInProgress {
+	if res.Status == idemguard.StatusInProgress {
 		p := newProblem(http.StatusConflict, "in-progress", "Operation in progress", sanitize.InProgress,
 			"a request with this key is running the operation; retry after Retry-After seconds, or send Prefer: wait=N to wait for its result")
 		p.Cached = &cached
@@ -178,6 +189,15 @@ func encodeJSON(v any) []byte {
 func writeProblem(c *gin.Context, p problem) {
 	c.Set(stopReasonKey, string(p.StopReason))
 	c.Data(p.Status, contentProblem, encodeJSON(p))
+}
+
+// writeProblemHTTP is writeProblem for net/http.
+func writeProblemHTTP(w http.ResponseWriter, p problem) {
+	body := encodeJSON(p)
+	w.Header().Set("Content-Type", contentProblem)
+	w.Header().Set("Content-Length", strconv.Itoa(len(body)))
+	w.WriteHeader(p.Status)
+	_, _ = w.Write(body)
 }
 
 // fail answers err as a problem and stops the handler chain. 5xx are

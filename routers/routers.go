@@ -3,6 +3,7 @@ package routers
 import (
 	"cmp"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -14,8 +15,8 @@ import (
 	"github.com/gin-contrib/cors"
 	"github.com/gin-gonic/gin"
 
-	"github.com/idemguard/idemguard/internal/engine"
-	"github.com/idemguard/idemguard/internal/ops"
+	"github.com/idemguard/idemguard"
+	"github.com/idemguard/idemguard/internal/keys"
 	"github.com/idemguard/idemguard/tenancy"
 )
 
@@ -35,14 +36,39 @@ const (
 	CORSMaxAge = 10 * time.Minute
 )
 
+// Scope is one operation the API serves at POST {Prefix}/v1/ops/{Name}.
+type Scope struct {
+	// Name is the scope, e.g. "chat" or "actionRequests.aiProposeCopy":
+	// 1–255 characters of [A-Za-z0-9._:-].
+	Name string
+	// Settings are the scope's protocol settings (TTL, StaleAfter,
+	// MaxAttempts, StalePolicy); zero fields take the Guard's defaults.
+	Settings idemguard.Settings
+	// KeyRequired makes the Idempotency-Key header mandatory (400 without
+	// it); otherwise the key is derived from the body.
+	KeyRequired bool
+	// Timeout bounds one execution (0: none); it then fails with stopReason
+	// timeout.
+	Timeout time.Duration
+	// Run is the operation, given the request's JSON body ({} when empty).
+	// Its value is sanitized like any idemguard.Operation's; return an
+	// *idemguard.OpError to say why it failed. Required.
+	Run func(ctx context.Context, inputs json.RawMessage) (any, error)
+}
+
 // Options configure the API.
 type Options struct {
 	// Guard runs the operations. Required.
-	Guard *engine.Guard
-	// Scopes maps scope names to operations. Required.
-	Scopes *ops.Registry
+	Guard *idemguard.Guard
+	// Scopes are the operations served; names must be unique. Any other
+	// scope is a 404.
+	Scopes []Scope
 	// Auth authenticates tenants by API key. Required.
 	Auth *tenancy.Authenticator
+	// Prefix is prepended to the /v1/ops routes (and to the Location they
+	// answer), e.g. "/idempotency" serves POST /idempotency/v1/ops/{scope}.
+	// Empty, or a path starting with "/" and not ending with one.
+	Prefix string
 	// Ready reports readiness for /readyz (database reachable, migrations
 	// applied); it is called with a context bounded by ReadyTimeout. nil
 	// means always ready.
@@ -85,8 +111,6 @@ func (o Options) validate() error {
 	switch {
 	case o.Guard == nil:
 		return errors.New("routers: Options.Guard is required")
-	case o.Scopes == nil:
-		return errors.New("routers: Options.Scopes is required")
 	case o.Auth == nil:
 		return errors.New("routers: Options.Auth is required")
 	case o.MaxBodyBytes < 0:
@@ -97,6 +121,27 @@ func (o Options) validate() error {
 		return fmt.Errorf("routers: Options.RetryAfter must not be negative, got %s (0 means the default of %s)", o.RetryAfter, DefaultRetryAfter)
 	case o.UnavailableRetryAfter < 0:
 		return fmt.Errorf("routers: Options.UnavailableRetryAfter must not be negative, got %s (0 means the default of %s)", o.UnavailableRetryAfter, DefaultUnavailableRetryAfter)
+	}
+	if o.Prefix != "" && (!strings.HasPrefix(o.Prefix, "/") || strings.HasSuffix(o.Prefix, "/") || strings.ContainsAny(o.Prefix, ":*?#")) {
+		return fmt.Errorf("routers: Options.Prefix %q must start with / and not end with one, without : * ? or #, e.g. /idempotency", o.Prefix)
+	}
+	seen := make(map[string]bool, len(o.Scopes))
+	for i, s := range o.Scopes {
+		if err := keys.ValidateScope(s.Name); err != nil {
+			return fmt.Errorf("routers: Options.Scopes[%d] %q: %w", i, s.Name, err)
+		}
+		if err := s.Settings.Validate(); err != nil {
+			return fmt.Errorf("routers: Options.Scopes[%d] %q: %w", i, s.Name, err)
+		}
+		switch {
+		case s.Run == nil:
+			return fmt.Errorf("routers: Options.Scopes[%d] %q has no Run", i, s.Name)
+		case s.Timeout < 0:
+			return fmt.Errorf("routers: Options.Scopes[%d] %q: Timeout must not be negative", i, s.Name)
+		case seen[s.Name]:
+			return fmt.Errorf("routers: Options.Scopes[%d]: scope %q is listed twice", i, s.Name)
+		}
+		seen[s.Name] = true
 	}
 	for i, origin := range o.CORSOrigins {
 		if err := validateOrigin(origin); err != nil {
@@ -139,7 +184,8 @@ const (
 	headerLocation          = "Location"
 )
 
-// The routes, in gin syntax. docs/openapi.yaml documents each of them.
+// The routes, in gin syntax (the /v1 ones after Options.Prefix).
+// docs/openapi.yaml documents each of them.
 const (
 	routeOps     = "/v1/ops/:scope"
 	routeKey     = "/v1/ops/:scope/keys/:key"
@@ -155,11 +201,66 @@ func New(o Options) (http.Handler, error) {
 	return newEngine(o)
 }
 
-func newEngine(o Options) (*gin.Engine, error) {
+// Register adds the operation routes — POST {Prefix}/v1/ops/:scope and
+// GET {Prefix}/v1/ops/:scope/keys/:key — to r, a team's own gin engine or
+// group, with the API's authentication, request log, recovery and (when
+// Options.CORSOrigins is set) CORS on those routes only. Health, readiness,
+// metrics and the answers for unknown routes stay r's own: Options.Ready
+// and Options.Metrics are not used. The Location headers include r's base
+// path when r is a *gin.Engine or *gin.RouterGroup.
+func Register(r gin.IRouter, o Options) error {
+	h, err := newHandlers(o)
+	if err != nil {
+		return err
+	}
+	if bp, ok := r.(interface{ BasePath() string }); ok {
+		h.locationPrefix = strings.TrimSuffix(bp.BasePath(), "/") + h.prefix
+	}
+	mw := []gin.HandlerFunc{h.requestLog, h.recovery}
+	if len(o.CORSOrigins) > 0 {
+		mw = append(mw, corsMiddleware(o.CORSOrigins))
+	}
+	h.apiRoutes(r.Group(h.prefix, mw...), o.Auth)
+	return nil
+}
+
+func newHandlers(o Options) (*handlers, error) {
 	if err := o.validate(); err != nil {
 		return nil, err
 	}
 	o = o.withDefaults()
+	scopes := make(map[string]*Scope, len(o.Scopes))
+	for _, s := range o.Scopes {
+		scopes[s.Name] = &s
+	}
+	return &handlers{
+		guard:                 o.Guard,
+		scopes:                scopes,
+		prefix:                o.Prefix,
+		locationPrefix:        o.Prefix,
+		ready:                 o.Ready,
+		metrics:               o.Metrics,
+		maxBody:               o.MaxBodyBytes,
+		maxWait:               o.MaxWait,
+		retryAfter:            retryAfterSeconds(o.RetryAfter),
+		unavailableRetryAfter: retryAfterSeconds(o.UnavailableRetryAfter),
+		log:                   o.Logger,
+	}, nil
+}
+
+// apiRoutes adds the /v1 routes to r, behind authentication. In OPTIONS
+// preflights the CORS middleware answers before authentication.
+func (h *handlers) apiRoutes(r gin.IRouter, auth *tenancy.Authenticator) {
+	api := r.Group("/", h.authenticate(auth))
+	api.POST(routeOps, h.runOperation)
+	api.GET(routeKey, h.lookupKey)
+}
+
+func newEngine(o Options) (*gin.Engine, error) {
+	h, err := newHandlers(o)
+	if err != nil {
+		return nil, err
+	}
 	gin.SetMode(gin.ReleaseMode)
 
 	r := gin.New()
@@ -171,18 +272,6 @@ func newEngine(o Options) (*gin.Engine, error) {
 	// Nothing here reads the client IP; trust no forwarding header.
 	if err := r.SetTrustedProxies(nil); err != nil {
 		return nil, fmt.Errorf("routers: %w", err)
-	}
-
-	h := &handlers{
-		guard:                 o.Guard,
-		scopes:                o.Scopes,
-		ready:                 o.Ready,
-		metrics:               o.Metrics,
-		maxBody:               o.MaxBodyBytes,
-		maxWait:               o.MaxWait,
-		retryAfter:            retryAfterSeconds(o.RetryAfter),
-		unavailableRetryAfter: retryAfterSeconds(o.UnavailableRetryAfter),
-		log:                   o.Logger,
 	}
 
 	if o.HTTPMetrics != nil {
@@ -199,9 +288,7 @@ func newEngine(o Options) (*gin.Engine, error) {
 	r.GET(routeReadyz, h.readyz)
 	r.GET(routeMetrics, h.serveMetrics)
 
-	api := r.Group("/", h.authenticate(o.Auth))
-	api.POST(routeOps, h.runOperation)
-	api.GET(routeKey, h.lookupKey)
+	h.apiRoutes(r.Group(h.prefix), o.Auth)
 	if o.HTTPMetrics != nil {
 		initHTTPMetrics(o.HTTPMetrics, r)
 	}
@@ -286,8 +373,10 @@ const (
 
 // handlers holds what the route handlers share.
 type handlers struct {
-	guard                 *engine.Guard
-	scopes                *ops.Registry
+	guard                 *idemguard.Guard
+	scopes                map[string]*Scope
+	prefix                string // Options.Prefix
+	locationPrefix        string // what Location paths start with
 	ready                 func(context.Context) error
 	metrics               http.Handler
 	maxBody               int64

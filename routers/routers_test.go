@@ -16,8 +16,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/idemguard/idemguard/internal/engine"
-	"github.com/idemguard/idemguard/internal/ops"
+	"github.com/idemguard/idemguard"
 	"github.com/idemguard/idemguard/sanitize"
 	"github.com/idemguard/idemguard/tenancy"
 )
@@ -25,17 +24,23 @@ import (
 func TestNewValidatesOptions(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
-	reg, err := ops.NewRegistry()
-	require.NoError(t, err)
 	auth, err := tenancy.NewAuthenticator(nil)
 	require.NoError(t, err)
-	good := Options{Guard: b.guard, Scopes: reg, Auth: auth}
+	run := func(context.Context, json.RawMessage) (any, error) { return nil, nil }
+	good := Options{Guard: b.guard, Scopes: []Scope{{Name: "a", Run: run}}, Auth: auth}
 	for name, tc := range map[string]struct {
 		mutate func(*Options)
 		want   string
 	}{
 		"no guard":       {func(o *Options) { o.Guard = nil }, "Options.Guard is required"},
-		"no scopes":      {func(o *Options) { o.Scopes = nil }, "Options.Scopes is required"},
+		"bad scope name": {func(o *Options) { o.Scopes = []Scope{{Name: "a b", Run: run}} }, `Options.Scopes[0] "a b"`},
+		"scope twice":    {func(o *Options) { o.Scopes = append(o.Scopes, Scope{Name: "a", Run: run}) }, `Options.Scopes[1]: scope "a" is listed twice`},
+		"scope no run":   {func(o *Options) { o.Scopes = []Scope{{Name: "a"}} }, `Options.Scopes[0] "a" has no Run`},
+		"scope settings": {func(o *Options) {
+			o.Scopes = []Scope{{Name: "a", Run: run, Settings: idemguard.Settings{MaxAttempts: -1}}}
+		}, "MaxAttempts"},
+		"prefix slash":   {func(o *Options) { o.Prefix = "/api/" }, "Options.Prefix"},
+		"prefix no lead": {func(o *Options) { o.Prefix = "api" }, "Options.Prefix"},
 		"no auth":        {func(o *Options) { o.Auth = nil }, "Options.Auth is required"},
 		"negative body":  {func(o *Options) { o.MaxBodyBytes = -1 }, "Options.MaxBodyBytes"},
 		"negative wait":  {func(o *Options) { o.MaxWait = -time.Second }, "Options.MaxWait"},
@@ -66,7 +71,7 @@ func TestFreshCallAndReplay(t *testing.T) {
 	for name, cacheSize := range map[string]int{"replay from memory": 0, "replay from store": -1} {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
-			b := setup(t, setupOpts{engine: func(c *engine.Config) { c.ReplayCacheSize = cacheSize }})
+			b := setup(t, setupOpts{guard: func(c *idemguard.Config) { c.ReplayCacheSize = cacheSize }})
 
 			first := b.post("echo", "order-1", `{"n": 1.50, "q": "x"}`)
 			require.Equal(t, http.StatusOK, first.Code, first.Body.String())
@@ -377,7 +382,7 @@ func TestOperationFailure(t *testing.T) {
 func TestFailureProblemIsDeterministic(t *testing.T) {
 	t.Parallel()
 	for _, reason := range []string{"provider_error", "timeout", "rate_limited", "retry_limit", "abandoned", "unknown", "not-a-reason"} {
-		fresh := engine.Result{Status: engine.StatusFailed, StatusCode: 502, StopReason: "x", Attempt: 1, KeyHash: "aa"}
+		fresh := idemguard.Result{Status: idemguard.StatusFailed, StatusCode: 502, StopReason: "x", Attempt: 1, KeyHash: "aa"}
 		fresh.StopReason = sanitize.StopReason(reason)
 		replay := fresh
 		replay.Cached, replay.Attempt, replay.KeyHash, replay.CompletedAt = true, 3, "bb", time.Now()
@@ -389,7 +394,7 @@ func TestFailureProblemIsDeterministic(t *testing.T) {
 		}
 	}
 	// A stored code outside 4xx/5xx never turns a failure into a success.
-	p := resultProblem(engine.Result{Status: engine.StatusFailed, StatusCode: 200, StopReason: "timeout"})
+	p := resultProblem(idemguard.Result{Status: idemguard.StatusFailed, StatusCode: 200, StopReason: "timeout"})
 	require.Equal(t, http.StatusBadGateway, p.Status)
 }
 
@@ -468,7 +473,7 @@ func TestLookupKey(t *testing.T) {
 		require.WithinDuration(t, time.Now(), ts, time.Minute, name)
 		require.Equal(t, time.UTC, ts.Location(), name)
 	}
-	require.WithinDuration(t, rec.CompletedAt.Add(engine.DefaultTTL), rec.ExpiresAt, time.Second)
+	require.WithinDuration(t, rec.CompletedAt.Add(idemguard.DefaultTTL), rec.ExpiresAt, time.Second)
 	require.Regexp(t, regexp.MustCompile(`"createdAt":"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d+)?Z"`), w.Body.String())
 
 	// The same record by key hash.
@@ -703,7 +708,7 @@ func TestRequestLog(t *testing.T) {
 		require.EqualValues(t, 200, l["status"])
 		require.Equal(t, "acme", l["tenant"])
 		require.Equal(t, "echo", l["scope"])
-		require.Equal(t, engine.ShortHash(hash), l["key_hash"])
+		require.Equal(t, shortHash(hash), l["key_hash"])
 		require.Equal(t, "completed", l["stop_reason"])
 		require.GreaterOrEqual(t, l["duration_ms"].(float64), 0.0)
 		require.Equal(t, "INFO", l["level"])
@@ -711,7 +716,7 @@ func TestRequestLog(t *testing.T) {
 	require.Nil(t, fresh["replayed"])
 	require.Equal(t, true, replay["replayed"])
 	require.Equal(t, "/v1/ops/:scope/keys/:key", lookup["route"])
-	require.Equal(t, engine.ShortHash(hash), lookup["key_hash"])
+	require.Equal(t, shortHash(hash), lookup["key_hash"])
 	require.EqualValues(t, 401, unauth["status"])
 	require.Nil(t, unauth["tenant"])
 	require.Nil(t, unauth["scope"], "the scope is logged only once it is known")
@@ -745,11 +750,9 @@ func TestClientGoneStillStoresResult(t *testing.T) {
 func TestLoggerDefault(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
-	reg, err := ops.NewRegistry()
-	require.NoError(t, err)
 	auth, err := tenancy.NewAuthenticator(nil)
 	require.NoError(t, err)
-	h, err := New(Options{Guard: b.guard, Scopes: reg, Auth: auth})
+	h, err := New(Options{Guard: b.guard, Auth: auth})
 	require.NoError(t, err)
 	w := httptest.NewRecorder()
 	h.ServeHTTP(w, httptest.NewRequest(http.MethodGet, "/healthz", nil))

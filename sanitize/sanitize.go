@@ -70,17 +70,26 @@ func Failure(reason StopReason) Envelope {
 // An [Envelope] or *Envelope is sanitized too, so a hand-built envelope never
 // bypasses the allowlist.
 func FromValue(v any) (Envelope, error) {
+	b, err := valueJSON(v)
+	if err != nil {
+		return Envelope{}, err
+	}
+	return FromJSON(b)
+}
+
+// valueJSON is the JSON FromValue sanitizes.
+func valueJSON(v any) ([]byte, error) {
 	switch x := v.(type) {
 	case json.RawMessage:
-		return FromJSON(x)
+		return x, nil
 	case []byte:
-		return FromJSON(x)
+		return x, nil
 	}
 	b, err := json.Marshal(v)
 	if err != nil {
-		return Envelope{}, fmt.Errorf("sanitize: marshal %T: %w", v, err)
+		return nil, fmt.Errorf("sanitize: marshal %T: %w", v, err)
 	}
-	return FromJSON(b)
+	return b, nil
 }
 
 // FromJSON sanitizes b, an operation's result, into an [Envelope] (see the
@@ -91,6 +100,11 @@ func FromJSON(b []byte) (Envelope, error) {
 	if err != nil {
 		return Envelope{}, err
 	}
+	return fromObject(top), nil
+}
+
+// fromObject builds the envelope of a decoded top-level object.
+func fromObject(top map[string]any) Envelope {
 	e := Envelope{OK: true}
 	if v, ok := top["ok"].(bool); ok {
 		e.OK = v
@@ -114,7 +128,7 @@ func FromJSON(b []byte) (Envelope, error) {
 	if obj, ok := top["data"].(map[string]any); ok {
 		e.Data = sanitizeData(obj)
 	}
-	return e, nil
+	return e
 }
 
 // decodeObject decodes b, which must hold exactly one JSON object, keeping

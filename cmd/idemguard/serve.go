@@ -19,13 +19,11 @@ import (
 
 	"github.com/jmoiron/sqlx"
 
+	"github.com/idemguard/idemguard"
 	"github.com/idemguard/idemguard/internal/config"
 	"github.com/idemguard/idemguard/internal/dbmigrate"
-	"github.com/idemguard/idemguard/internal/engine"
-	"github.com/idemguard/idemguard/internal/memstore"
 	"github.com/idemguard/idemguard/internal/metrics"
 	"github.com/idemguard/idemguard/internal/mysqlconn"
-	"github.com/idemguard/idemguard/internal/mysqlstore"
 	"github.com/idemguard/idemguard/internal/ops"
 	"github.com/idemguard/idemguard/internal/stats"
 	"github.com/idemguard/idemguard/routers"
@@ -96,7 +94,7 @@ type server struct {
 	env env
 
 	db       *sqlx.DB // nil on the in-memory store
-	store    engine.Store
+	store    idemguard.Store
 	migrated atomic.Bool
 	// commitErrors counts outcomes the guard could not store.
 	commitErrors atomic.Int64
@@ -137,21 +135,22 @@ func (s *server) run(ctx context.Context) int {
 		// flush writes them.
 		defer func() { stopRec(); <-recDone }()
 	}
-	observe := func(ev engine.Event) {
+	observe := func(pub idemguard.Event) {
+		ev := engineEvent(pub)
 		m.Observe(ev)
 		if rec != nil {
 			rec.Observe(ev)
 		}
-		if ev.Kind == engine.EventStoreError && ev.StoreOp == "commit" {
+		if pub.Kind == idemguard.EventStoreError && pub.StoreOp == "commit" {
 			s.commitErrors.Add(1)
 		}
 	}
-	guard, err := engine.New(engine.Config{
+	guard, err := idemguard.New(idemguard.Config{
 		Store:             s.store,
 		Secret:            cfg.Secret,
 		Logger:            log,
 		Observe:           observe,
-		Defaults:          cfg.Defaults,
+		Defaults:          publicSettings(cfg.Defaults),
 		MaxWait:           cfg.MaxWait,
 		StoreTimeout:      cfg.StoreTimeout,
 		ReplayCacheSize:   cfg.ReplayCacheSize,
@@ -189,7 +188,7 @@ func (s *server) run(ctx context.Context) int {
 	}
 	handler, err := routers.New(routers.Options{
 		Guard:                 guard,
-		Scopes:                registry,
+		Scopes:                routerScopes(registry),
 		Auth:                  auth,
 		Ready:                 s.ready(guard),
 		Metrics:               m.Handler(),
@@ -287,7 +286,7 @@ func (s *server) openStore(ctx context.Context) error {
 	if cfg.MySQLDSN == "" {
 		log.Warn("serve: no database configured; using the in-memory store (development mode): " +
 			"nothing survives a restart and replicas do not share keys")
-		s.store = memstore.New()
+		s.store = idemguard.NewMemoryStore()
 		return nil
 	}
 	ctx, cancel := context.WithTimeout(ctx, startTimeout)
@@ -296,7 +295,7 @@ func (s *server) openStore(ctx context.Context) error {
 	if err != nil {
 		return err // mysqlconn redacts the password
 	}
-	s.db, s.store = db, mysqlstore.New(db)
+	s.db, s.store = db, idemguard.NewMySQLStore(db.DB)
 	dblog := log.With("dsn", mysqlconn.Redact(cfg.MySQLDSN))
 	if cfg.Mode == config.Development {
 		// Development only: production never migrates implicitly (run
@@ -320,14 +319,9 @@ func (s *server) openStore(ctx context.Context) error {
 }
 
 func (s *server) closeStore() {
-	switch {
-	case s.db != nil:
+	if s.db != nil {
 		if err := s.db.Close(); err != nil {
 			s.log.Warn("serve: closing the database", "err", err)
-		}
-	case s.store != nil:
-		if ms, ok := s.store.(*memstore.Store); ok {
-			_ = ms.Close()
 		}
 	}
 }
@@ -335,7 +329,7 @@ func (s *server) closeStore() {
 // ready is /readyz: the store answers and, on MySQL, no migration is
 // pending (checked until it first succeeds; migrations are not undone
 // under a running service).
-func (s *server) ready(guard *engine.Guard) func(ctx context.Context) error {
+func (s *server) ready(guard *idemguard.Guard) func(ctx context.Context) error {
 	return func(ctx context.Context) error {
 		if err := guard.Ping(ctx); err != nil {
 			return err

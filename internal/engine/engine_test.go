@@ -3,6 +3,7 @@ package engine_test
 import (
 	"context"
 	"errors"
+	"net/http"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -269,13 +270,21 @@ func TestResponseStatusCodeValidation(t *testing.T) {
 		func(context.Context) (any, error) {
 			return engine.Response{StatusCode: 999, Value: map[string]any{"ok": true}}, nil
 		})
-	require.NoError(t, err)
+	require.ErrorIs(t, err, engine.ErrInvalidResult)
 	require.Equal(t, engine.StatusFailed, r.Status)
 	require.ErrorContains(t, r.Err, "999")
 	r, err = b.guard.WithIdempotency(context.Background(), engine.Call{Tenant: "acme", Scope: "s", Inputs: 2},
 		func(context.Context) (any, error) { return "not an object", nil })
-	require.NoError(t, err)
+	require.ErrorIs(t, err, engine.ErrInvalidResult)
 	require.Equal(t, engine.StatusFailed, r.Status)
+	require.Equal(t, sanitize.Unknown, r.StopReason, "a programming error is never provider_error")
+	require.Equal(t, http.StatusInternalServerError, r.StatusCode)
+	// Stored failed and retryable: a corrected deploy runs the key again.
+	r, err = b.guard.WithIdempotency(context.Background(), engine.Call{Tenant: "acme", Scope: "s", Inputs: 2},
+		func(context.Context) (any, error) { return map[string]any{"ok": true}, nil })
+	require.NoError(t, err)
+	require.Equal(t, engine.StatusSucceeded, r.Status)
+	require.Equal(t, 2, r.Attempt)
 }
 
 func TestWaitIsReportedOncePerCall(t *testing.T) {

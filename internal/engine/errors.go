@@ -1,9 +1,9 @@
 package engine
 
 import (
-	"errors"
 	"fmt"
 
+	"github.com/idemguard/idemguard/internal/guarderr"
 	"github.com/idemguard/idemguard/sanitize"
 )
 
@@ -12,19 +12,24 @@ import (
 var (
 	// ErrInvalidInput wraps every validation failure of a Call: tenant,
 	// scope, client key, inputs or settings. Nothing was stored.
-	ErrInvalidInput = errors.New("idemguard: invalid input")
+	ErrInvalidInput = guarderr.InvalidInput
 	// ErrFingerprintMismatch means the client key was used before with
 	// different inputs. Nothing was run or stored.
-	ErrFingerprintMismatch = errors.New("idemguard: idempotency key reused with different inputs")
+	ErrFingerprintMismatch = guarderr.FingerprintMismatch
 	// ErrStoreUnavailable means the store could not answer. The operation
 	// was not started (fail closed); if it had already run, see Result.Err.
-	ErrStoreUnavailable = errors.New("idemguard: store unavailable")
+	ErrStoreUnavailable = guarderr.StoreUnavailable
 	// ErrOwnershipLost is the cause set on an operation's context when its
 	// claim was taken over by another caller or could not be renewed.
-	ErrOwnershipLost = errors.New("idemguard: claim ownership lost")
+	ErrOwnershipLost = guarderr.OwnershipLost
 	// ErrShuttingDown is the cause set on an operation's context when the
 	// Guard is closed before the operation finished.
-	ErrShuttingDown = errors.New("idemguard: guard shutting down")
+	ErrShuttingDown = guarderr.ShuttingDown
+	// ErrInvalidResult means the operation returned a value that is not a
+	// JSON object (a string, a number, an array): a programming error, never
+	// an upstream failure. The row is stored failed with stopReason unknown,
+	// so a corrected deploy may run the key again.
+	ErrInvalidResult = guarderr.InvalidResult
 )
 
 // StoreError wraps a store failure with the protocol step it happened in.
@@ -40,9 +45,16 @@ func (e *StoreError) Error() string {
 
 func (e *StoreError) Unwrap() []error { return []error{ErrStoreUnavailable, e.Err} }
 
+// StopReasoner is implemented by an operation error that says why the
+// operation failed; the guard finds it with errors.As, so the root package's
+// OpError (and any wrapper of it) works without conversion. Any other error
+// is stored as provider_error (timeout when the operation's deadline passed).
+type StopReasoner interface {
+	StopReason() sanitize.StopReason
+}
+
 // OpError lets an operation say why it failed; the reason is stored and
-// replayed. Any other error is stored as provider_error (timeout when the
-// operation's deadline passed).
+// replayed. It is a StopReasoner.
 type OpError struct {
 	Reason sanitize.StopReason
 	Err    error
@@ -56,6 +68,9 @@ func (e *OpError) Error() string {
 }
 
 func (e *OpError) Unwrap() error { return e.Err }
+
+// StopReason returns e.Reason.
+func (e *OpError) StopReason() sanitize.StopReason { return e.Reason }
 
 // PanicError is the error recorded for an operation that panicked.
 type PanicError struct {

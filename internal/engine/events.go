@@ -23,6 +23,9 @@ const (
 	EventMismatch   EventKind = "mismatch"    // a client key was reused with other inputs
 	EventOperation  EventKind = "operation"   // an operation finished; Duration, Failed, Reason
 	EventStoreError EventKind = "store_error" // a store call failed; StoreOp names it
+	// EventDroppedField: the allowlist dropped a field of an operation's
+	// result; Field names it (never its value), "(other)" past 1000 names.
+	EventDroppedField EventKind = "dropped_field"
 )
 
 // Event is one protocol event.
@@ -33,5 +36,6 @@ type Event struct {
 	Reason     sanitize.StopReason
 	Failed     bool
 	StoreOp    string
-	FromMemory bool // a replay answered from the in-process cache
+	FromMemory bool   // a replay answered from the in-process cache
+	Field      string // EventDroppedField: the dropped field's name
 }

@@ -5,11 +5,13 @@ import (
 	"context"
 	crand "crypto/rand"
 	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
 	"net/http"
+	"reflect"
 	"runtime/debug"
 	"sync"
 	"time"
@@ -31,8 +33,11 @@ const (
 	StatusFailed Status = "failed"
 )
 
-// Operation is the guarded work. Its value is sanitized (sanitize.FromValue)
-// before it is stored or returned; wrap it in Response to choose the HTTP
+// Operation is the guarded work. Its value is sanitized
+// (sanitize.FromValueReport: each dropped field is logged once per scope and
+// counted, EventDroppedField) before it is stored or returned; it must be a
+// JSON object, or nil for a success without data, else the call fails with
+// ErrInvalidResult; wrap it in Response to choose the HTTP
 // status that is stored and replayed with it. ctx is cancelled when the
 // claim is lost (cause ErrOwnershipLost), at Call.Timeout, or when the Guard
 // closes (cause ErrShuttingDown).
@@ -111,6 +116,7 @@ type Guard struct {
 	mu       sync.Mutex // guards closed and inflight.Add against Close's Wait
 	closed   bool
 	inflight sync.WaitGroup
+	dropped  droppedNames // field names the allowlist dropped, logged once
 }
 
 // New validates cfg and returns a Guard.
@@ -451,22 +457,38 @@ func (g *Guard) runOwned(ctx context.Context, p prepared, op Operation, o owned)
 
 	res := Result{Attempt: o.attempt, FirstSeen: o.firstSeen, KeyHash: p.keyHash}
 	env, code := sanitize.Envelope{}, 0
-	if opErr == nil {
+	// invalid is a programming error of the operation (DESIGN §5: never
+	// provider_error): a result that is not a JSON object, or an error the
+	// operation itself marked ErrInvalidResult.
+	var invalid error
+	switch {
+	case opErr == nil:
+		var dropped []string
 		var err error
-		env, code, err = toEnvelope(value)
+		env, code, err = toEnvelope(value, func(name string) { dropped = append(dropped, name) })
 		if err != nil {
-			opErr = fmt.Errorf("operation result: %w", err)
+			invalid = fmt.Errorf("%w: %w", ErrInvalidResult, err)
 		}
+		g.reportDropped(p, dropped)
+	case errors.Is(opErr, ErrInvalidResult):
+		invalid, opErr = opErr, nil
 	}
 	status := RowSucceeded
-	if opErr != nil {
+	switch {
+	case invalid != nil:
+		status = RowFailed
+		env, code = sanitize.Failure(sanitize.Unknown), http.StatusInternalServerError
+		res.Err = invalid
+		g.log.Error("guard: the operation's result is invalid (a programming error, not an upstream failure); stored as failed with stop reason unknown",
+			g.attrs(p, slog.Int("attempt", o.attempt), slog.String("value_type", fmt.Sprintf("%T", value)), slog.Any("err", invalid))...)
+	case opErr != nil:
 		status = RowFailed
 		reason := g.classify(p, runCtx, opErr)
 		env, code = sanitize.Failure(reason), http.StatusBadGateway
 		res.Err = opErr
 		g.logOpError(p, o, opErr, reason)
 	}
-	g.emit(Event{Kind: EventOperation, Scope: p.scope, Duration: elapsed, Reason: env.StopReason, Failed: opErr != nil})
+	g.emit(Event{Kind: EventOperation, Scope: p.scope, Duration: elapsed, Reason: env.StopReason, Failed: status == RowFailed})
 
 	body, dropped, err := g.encode(env)
 	if err != nil {
@@ -492,7 +514,7 @@ func (g *Guard) runOwned(ctx context.Context, p prepared, op Operation, o owned)
 		res.LostClaim = true
 		g.emit(Event{Kind: EventLostClaim, Scope: p.scope})
 		g.log.Warn("guard: claim lost while running; result not stored", g.attrs(p, slog.Int("attempt", o.attempt))...)
-		return res, nil
+		return res, invalid
 	}
 	committed, err := g.complete(ctx, p, CompleteParams{ID: o.id, Nonce: o.nonce, Status: status,
 		Response: body, ResponseCode: code, TTL: p.settings.TTL})
@@ -511,7 +533,7 @@ func (g *Guard) runOwned(ctx context.Context, p prepared, op Operation, o owned)
 			g.cache.put(p.tenant, p.scope, p.keyHash, p.fingerprint, replayOf(res), g.now().Add(min(g.cfg.ReplayCacheMaxAge, p.settings.TTL)))
 		}
 	}
-	return res, nil
+	return res, invalid
 }
 
 // encode is g.cfg.Sanitize.EncodeReport(env) for an envelope that is already
@@ -540,7 +562,14 @@ func replayOf(r Result) Result {
 	return r
 }
 
-func toEnvelope(v any) (sanitize.Envelope, int, error) {
+// emptyObject is what a nil result stands for: a success without data.
+var emptyObject = json.RawMessage(`{}`)
+
+// toEnvelope sanitizes an operation's value, calling dropped with the name
+// of each field the allowlist drops. nil, a nil pointer and a nil map mean a
+// success without data; any other value that is not a JSON object is an
+// error (ErrInvalidResult for the caller).
+func toEnvelope(v any, dropped func(string)) (sanitize.Envelope, int, error) {
 	code := http.StatusOK
 	switch r := v.(type) {
 	case Response:
@@ -553,17 +582,25 @@ func toEnvelope(v any) (sanitize.Envelope, int, error) {
 	if code < 100 || code > 599 {
 		return sanitize.Envelope{}, 0, fmt.Errorf("status code %d out of range", code)
 	}
-	env, err := sanitize.FromValue(v)
+	if v == nil {
+		v = emptyObject
+	} else if rv := reflect.ValueOf(v); (rv.Kind() == reflect.Pointer || rv.Kind() == reflect.Map) && rv.IsNil() {
+		v = emptyObject
+	}
+	env, err := sanitize.FromValueReport(v, dropped)
+	if errors.Is(err, sanitize.ErrNotObject) {
+		err = fmt.Errorf("a %T is not a JSON object; return a struct, a map or a sanitize.Envelope", v)
+	}
 	return env, code, err
 }
 
 func (g *Guard) classify(p prepared, ctx context.Context, err error) sanitize.StopReason {
-	var oe *OpError
+	var sr StopReasoner
 	var pe *PanicError
 	cause := context.Cause(ctx)
 	switch {
-	case errors.As(err, &oe):
-		return sanitize.ParseStopReason(string(oe.Reason))
+	case errors.As(err, &sr):
+		return sanitize.ParseStopReason(string(sr.StopReason()))
 	case errors.As(err, &pe):
 		return sanitize.Unknown
 	case errors.Is(cause, ErrShuttingDown):

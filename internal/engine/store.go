@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"time"
+
+	"github.com/idemguard/idemguard/internal/guarderr"
 )
 
 // RowStatus is the status column of idempotency_keys.
@@ -26,7 +28,7 @@ var (
 	// (MySQL error 1213 on multi-primary clusters).
 	ErrDuplicate = errors.New("idemguard: row already exists")
 	// ErrNotFound is returned by Store.Get when no row matches.
-	ErrNotFound = errors.New("idemguard: row not found")
+	ErrNotFound = guarderr.NotFound
 )
 
 // Record is one row of idempotency_keys, as read by Store.Get.

@@ -58,7 +58,7 @@ type Metrics struct {
 
 	claims, inProgress, takeovers, retries, lostClaims, mismatches *prometheus.CounterVec
 	replays, abandoned, retryLimit, operations, failures           *prometheus.CounterVec
-	storeErrors, httpRequests                                      *prometheus.CounterVec
+	storeErrors, httpRequests, droppedFields                       *prometheus.CounterVec
 	opDuration, wait, httpDuration                                 *prometheus.HistogramVec
 }
 
@@ -102,6 +102,7 @@ func New() *Metrics {
 	m.operations = counter("operations_total", "Operations run, by outcome (succeeded or failed).", "scope", "outcome")
 	m.failures = counter("operation_failures_total", "Operations that failed, by stop reason.", "scope", "stop_reason")
 	m.storeErrors = counter("store_errors_total", "Store calls that failed, by protocol step.", "scope", "op")
+	m.droppedFields = counter("dropped_fields_total", "Fields of operation results that the response allowlist dropped, by field name (never the value); (other) past 1000 names.", "scope", "field")
 	m.opDuration = prometheus.NewHistogramVec(prometheus.HistogramOpts{Namespace: Namespace, Name: "operation_duration_seconds",
 		Help: "How long guarded operations ran, successful or not.", Buckets: OperationBuckets}, []string{"scope"})
 	m.wait = prometheus.NewHistogramVec(prometheus.HistogramOpts{Namespace: Namespace, Name: "wait_seconds",
@@ -149,6 +150,8 @@ func (m *Metrics) Observe(e engine.Event) {
 		m.operations.WithLabelValues(e.Scope, outcome).Inc()
 	case engine.EventStoreError:
 		m.storeErrors.WithLabelValues(e.Scope, e.StoreOp).Inc()
+	case engine.EventDroppedField:
+		m.droppedFields.WithLabelValues(e.Scope, e.Field).Inc()
 	}
 }
 

@@ -1,0 +1,118 @@
+package idemguard
+
+import (
+	"context"
+	"time"
+
+	"github.com/idemguard/idemguard/tenancy"
+)
+
+// Defaults of Settings and Config. A zero field takes the Guard's default,
+// then these.
+const (
+	// DefaultTTL is how long a key is remembered after its last completion.
+	DefaultTTL = 24 * time.Hour
+	// MaxTTL is the longest TTL accepted.
+	MaxTTL = 7 * 24 * time.Hour
+	// DefaultStaleAfter is how long a started key may go without a heartbeat
+	// before another caller may take it over.
+	DefaultStaleAfter = 5 * time.Minute
+	// MinStaleAfter is the shortest StaleAfter accepted.
+	MinStaleAfter = 300 * time.Millisecond
+	// DefaultMaxAttempts is how many executions a key may get in all.
+	DefaultMaxAttempts = 3
+	// DefaultStoreTimeout bounds every single store call.
+	DefaultStoreTimeout = 5 * time.Second
+	// DefaultMaxWait caps Call.Wait.
+	DefaultMaxWait = 30 * time.Second
+	// DefaultReplayCacheSize is how many succeeded keys a Guard keeps in
+	// memory to answer replays without a round trip.
+	DefaultReplayCacheSize = 10_000
+	// DefaultReplayCacheMaxAge bounds how long one cached replay is served
+	// from memory before the store is asked again.
+	DefaultReplayCacheMaxAge = 5 * time.Minute
+)
+
+// StalePolicy says what happens to a started key whose owner went silent for
+// StaleAfter.
+type StalePolicy string
+
+const (
+	// StaleTakeover lets the next caller take the key over and run the
+	// operation again (the default).
+	StaleTakeover StalePolicy = "takeover"
+	// StaleFail stores the key failed with stopReason abandoned instead, for
+	// operations that must never run twice (an already-billed model call).
+	StaleFail StalePolicy = "fail"
+)
+
+// Settings are a scope's protocol settings. A zero field takes
+// Config.Defaults, then the package default.
+type Settings struct {
+	// TTL is how long the key is remembered. Defaults to DefaultTTL (24h);
+	// between 1s and MaxTTL (7 days).
+	TTL time.Duration
+	// StaleAfter is how long a started key may go without a heartbeat before
+	// it counts as abandoned. Defaults to DefaultStaleAfter (5m); at least
+	// MinStaleAfter.
+	StaleAfter time.Duration
+	// MaxAttempts is how many executions the key may get. Defaults to
+	// DefaultMaxAttempts (3); at most 100.
+	MaxAttempts int
+	// StalePolicy is what happens to a stale key. Defaults to StaleTakeover.
+	StalePolicy StalePolicy
+}
+
+// Validate reports the first setting out of range, naming it.
+func (s Settings) Validate() error { return engineSettings(s).Validate() }
+
+// Call describes one guarded execution.
+type Call struct {
+	// Tenant owns the key. Required: 1–64 characters of [A-Za-z0-9._-].
+	Tenant tenancy.ID
+	// Scope names the operation, e.g. "actionRequests.aiProposeCopy".
+	// Required: 1–255 characters of [A-Za-z0-9._:-].
+	Scope string
+	// ClientKey is the caller's idempotency key (1–255 characters of
+	// [A-Za-z0-9_.:-]). Optional: without it the key is derived from Inputs.
+	// With it, the same key with other Inputs is ErrFingerprintMismatch.
+	ClientKey string
+	// Inputs identify the operation's result: any JSON-encodable value, or a
+	// json.RawMessage. They are canonicalized (object keys sorted, numbers as
+	// written) and only their HMAC is stored. Raw user text must go in as
+	// HashUserText(text).
+	Inputs any
+	// Settings override the Guard's defaults for this call's scope.
+	Settings Settings
+	// Wait, when positive, waits (bounded by Config.MaxWait) for a running
+	// duplicate to finish instead of answering StatusInProgress at once.
+	Wait time.Duration
+	// Timeout, when positive, bounds the operation; it then fails with
+	// stopReason timeout.
+	Timeout time.Duration
+	// Detach keeps the operation running when ctx is cancelled (a client that
+	// hung up still gets its result on retry); only Timeout, a lost claim or
+	// Guard.Close stop it then.
+	Detach bool
+}
+
+// Operation is the guarded work. Its value must be a JSON object (a struct,
+// a map, json.RawMessage, a sanitize.Envelope) and is sanitized before it is
+// stored or returned: only the envelope fields survive (ok, stopReason,
+// createdActionRequestIds, traceId, needsHuman, data with primitive values),
+// and each field dropped is logged by name and counted (EventDroppedField).
+// nil means a success without data. Any other value (a string, a number, a
+// slice) is ErrInvalidResult. Wrap the value in Response to choose the HTTP
+// status stored and replayed with it.
+//
+// ctx is cancelled when the claim is lost (cause ErrOwnershipLost), at
+// Call.Timeout, or when the Guard closes (cause ErrShuttingDown). Return an
+// *OpError to say why the operation failed.
+type Operation func(ctx context.Context) (any, error)
+
+// Response is an operation value with an explicit HTTP status (default 200),
+// stored and replayed with it.
+type Response struct {
+	StatusCode int
+	Value      any
+}

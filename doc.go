@@ -1,0 +1,53 @@
+/*
+Package idemguard guards expensive operations — AI model calls above all —
+with Stripe-style idempotency keys: for one (tenant, scope, key) the operation
+runs once, concurrent duplicates do not run it again, a run that died is taken
+over after a stale threshold, and every duplicate gets the stored, sanitized
+answer. State lives in MySQL 8, MariaDB 10.11+ or TiDB, so the promise holds
+across any number of processes.
+
+# A first program
+
+	db, err := idemguard.OpenMySQL(ctx, "app:secret@tcp(127.0.0.1:3306)/app", idemguard.PoolConfig{})
+	if err != nil { ... }
+	if err := idemguard.Migrate(ctx, db); err != nil { ... } // or apply package migrations with your goose
+	guard, err := idemguard.New(idemguard.Config{Store: idemguard.NewMySQLStore(db), Secret: secret})
+	if err != nil { ... }
+	defer guard.Close(ctx)
+
+	res, err := guard.WithIdempotency(ctx, idemguard.Call{
+		Tenant:    "acme",
+		Scope:     "actionRequests.aiProposeCopy",
+		ClientKey: r.Header.Get("Idempotency-Key"), // optional: else derived from Inputs
+		Inputs:    map[string]any{"draft": idemguard.HashUserText(draft)},
+	}, func(ctx context.Context) (any, error) {
+		text, err := callModel(ctx, draft)
+		if err != nil {
+			return nil, err // stored failed (provider_error); retried while attempts remain
+		}
+		return map[string]any{"ok": true, "data": map[string]any{"copy": text}}, nil
+	})
+
+res.Status is StatusSucceeded (res.Cached on a replay), StatusInProgress or
+StatusFailed; res.Body is the sanitized JSON answer, identical for every
+caller but for "cached". Errors are returned only for invalid input, a reused
+key with other inputs, an unreachable store (the operation did not run) and
+a result that is not a JSON object; see the Err variables.
+
+# What is stored
+
+An operation's value is sanitized into the envelope of package sanitize
+(ok, stopReason, createdActionRequestIds, traceId, needsHuman, data with
+primitive values); everything else is dropped, and each dropped field is
+logged by name, never by value, and counted. Inputs and keys are stored only
+as HMACs under Config.Secret.
+
+# Where to go next
+
+  - Package routers: the same guard as gin and net/http middleware for your
+    own routes, and the REST API of `idemguard serve`, mountable in your gin
+    router.
+  - Package migrations: the schema, as goose files.
+  - The repository's README: guarantees, operations, configuration.
+*/
+package idemguard

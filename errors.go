@@ -1,0 +1,106 @@
+package idemguard
+
+import (
+	"fmt"
+
+	"github.com/idemguard/idemguard/internal/guarderr"
+	"github.com/idemguard/idemguard/sanitize"
+)
+
+// The errors WithIdempotency and Lookup return, and the causes an operation's
+// context may carry. Compare with errors.Is (or, for a context's cause, ==).
+// An operation's own failure is not among them: it is a Result with
+// Status [StatusFailed].
+var (
+	// ErrInvalidInput wraps every validation failure of a Call: tenant,
+	// scope, client key, inputs or settings. Nothing was run or stored.
+	ErrInvalidInput = errInvalidInput
+	// ErrFingerprintMismatch means the client key was used before with
+	// different inputs. Nothing was run or stored (HTTP 422).
+	ErrFingerprintMismatch = errFingerprintMismatch
+	// ErrStoreUnavailable means the store could not answer: every
+	// *[StoreError] matches it. The operation was not started (fail closed).
+	ErrStoreUnavailable = errStoreUnavailable
+	// ErrNotFound is returned by Lookup for a key that is absent, expired or
+	// another tenant's.
+	ErrNotFound = errNotFound
+	// ErrInvalidResult means the operation ran but returned a value that is
+	// not a JSON object (a string, a number, an array), or a Response whose
+	// status code is outside 100–599: a programming error, never an upstream
+	// failure. An operation may also return an error wrapping it to report a
+	// result it cannot produce (the routers middleware does, for a handler
+	// that streams or writes something other than JSON). The key is stored failed with stopReason
+	// unknown and HTTP status 500, so a corrected deploy may run it again
+	// (while attempts remain). WithIdempotency returns it together with the
+	// Result of that failure.
+	ErrInvalidResult = errInvalidResult
+	// ErrOwnershipLost is the cause (context.Cause) of an operation's context
+	// cancelled because another caller took its claim over, or the claim
+	// could not be renewed.
+	ErrOwnershipLost = errOwnershipLost
+	// ErrShuttingDown is the cause of an operation's context cancelled by
+	// [Guard.Close]; calls made after Close return a *[StoreError] wrapping it.
+	ErrShuttingDown = errShuttingDown
+)
+
+// The sentinels are shared with the implementation, so that errors.Is and
+// context.Cause comparisons hold.
+var (
+	errInvalidInput        = guarderr.InvalidInput
+	errFingerprintMismatch = guarderr.FingerprintMismatch
+	errStoreUnavailable    = guarderr.StoreUnavailable
+	errNotFound            = guarderr.NotFound
+	errInvalidResult       = guarderr.InvalidResult
+	errOwnershipLost       = guarderr.OwnershipLost
+	errShuttingDown        = guarderr.ShuttingDown
+)
+
+// StoreError is a store failure, with the protocol step it happened in
+// ("claim", "read", "commit", ...). errors.Is(err, ErrStoreUnavailable)
+// holds for every StoreError.
+type StoreError struct {
+	Op  string
+	Err error
+}
+
+func (e *StoreError) Error() string {
+	return fmt.Sprintf("idemguard: store unavailable during %s: %v", e.Op, e.Err)
+}
+
+// Unwrap returns ErrStoreUnavailable and the store's own error.
+func (e *StoreError) Unwrap() []error { return []error{ErrStoreUnavailable, e.Err} }
+
+// OpError lets an operation say why it failed: return
+// &OpError{Reason: sanitize.RateLimited, Err: err}. The reason is stored and
+// replayed; the key may run again while attempts remain, except for the final
+// reasons (abandoned, retry_limit). Any other error is stored as
+// provider_error, or timeout when the operation's deadline passed. OpError
+// may be wrapped: the guard finds it with errors.As.
+type OpError struct {
+	Reason sanitize.StopReason
+	Err    error
+}
+
+func (e *OpError) Error() string {
+	if e.Err == nil {
+		return string(e.Reason)
+	}
+	return fmt.Sprintf("%s: %v", e.Reason, e.Err)
+}
+
+// Unwrap returns e.Err.
+func (e *OpError) Unwrap() error { return e.Err }
+
+// StopReason returns e.Reason. The guard recognises any error in the chain
+// that has this method.
+func (e *OpError) StopReason() sanitize.StopReason { return e.Reason }
+
+// PanicError is Result.Err of an operation that panicked. The panic is
+// recovered, the key stored failed with stopReason unknown, and only the
+// value's type and the stack are logged.
+type PanicError struct {
+	Value any
+	Stack []byte
+}
+
+func (e *PanicError) Error() string { return fmt.Sprintf("operation panicked: %T", e.Value) }

@@ -1,0 +1,82 @@
+// The main of the outside module that integration/outside_test.go builds: it
+// joins README's Go blocks (copied beside it, verbatim) into a program that
+// runs the "Using it from Go" block and serves the gin and net/http examples.
+package main
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"strconv"
+	"sync/atomic"
+
+	"github.com/gin-gonic/gin"
+
+	"github.com/idemguard/idemguard/tenancy"
+)
+
+// The application's own work, counted so the test sees how often it ran.
+var modelCalls, orders, invoices atomic.Int64
+
+func callTheModel(ctx context.Context, text string) (string, error) {
+	modelCalls.Add(1)
+	return "a fine copy of " + strconv.Itoa(len(text)) + " characters", nil
+}
+
+func createOrder(ctx context.Context, item string) string {
+	return "ord-" + strconv.FormatInt(orders.Add(1), 10)
+}
+
+func createInvoice(ctx context.Context) string {
+	return "inv-" + strconv.FormatInt(invoices.Add(1), 10)
+}
+
+// tenantOf stands in for the application's authentication.
+func tenantOf(r *http.Request) (tenancy.ID, error) { return tenancy.ParseID(r.Header.Get("X-Tenant")) }
+
+func fail(err error) {
+	fmt.Fprintln(os.Stderr, "outside:", err)
+	os.Exit(1)
+}
+
+func main() {
+	ctx := context.Background()
+	guard, db, err := newGuard(ctx, os.Getenv("OUTSIDE_DSN"), []byte(os.Getenv("OUTSIDE_SECRET")))
+	if err != nil {
+		fail(err)
+	}
+	defer db.Close()
+	defer guard.Close(ctx)
+
+	for range 2 {
+		res, err := proposeCopy(ctx, guard, "acme", "copy-1", "Write  a   haiku")
+		if err != nil {
+			fail(err)
+		}
+		fmt.Printf("readme: %s cached=%t model_calls=%d %s\n", res.Status, res.Cached, modelCalls.Load(), res.Body)
+	}
+
+	gin.SetMode(gin.ReleaseMode)
+	g := ginApp(guard, tenantOf)
+	g.GET("/runs", func(c *gin.Context) { c.String(http.StatusOK, strconv.FormatInt(orders.Load(), 10)) })
+	h := http.NewServeMux()
+	h.Handle("/", httpApp(guard, tenantOf))
+	h.HandleFunc("GET /runs", func(w http.ResponseWriter, r *http.Request) { fmt.Fprint(w, invoices.Load()) })
+
+	ginLn, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		fail(err)
+	}
+	httpLn, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		fail(err)
+	}
+	go func() { _ = http.Serve(ginLn, g) }()
+	go func() { _ = http.Serve(httpLn, h) }()
+	fmt.Printf("listening gin=%s http=%s\n", ginLn.Addr(), httpLn.Addr())
+	// Serve until stdin closes (the test ends).
+	_, _ = bufio.NewReader(os.Stdin).ReadString(0)
+}

@@ -1,0 +1,39 @@
+package migrations_test
+
+import (
+	"context"
+	"testing"
+
+	"github.com/pressly/goose/v3"
+	"github.com/stretchr/testify/require"
+
+	"github.com/idemguard/idemguard"
+	"github.com/idemguard/idemguard/internal/testdb"
+	"github.com/idemguard/idemguard/migrations"
+)
+
+// A team's own goose setup can apply FS: a plain provider, no idemguard
+// code. idemguard.Migrate then finds nothing to do, and the store works.
+func TestOwnGooseAppliesFS(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	db := testdb.NewEmpty(t).DB.DB
+	p, err := goose.NewProvider(goose.DialectMySQL, db, migrations.FS)
+	require.NoError(t, err)
+	results, err := p.Up(ctx)
+	require.NoError(t, err)
+	require.NotEmpty(t, results)
+
+	require.NoError(t, idemguard.Migrate(ctx, db), "idemguard.Migrate after goose: nothing pending, no error")
+	g, err := idemguard.New(idemguard.Config{Store: idemguard.NewMySQLStore(db), Secret: []byte("0123456789abcdef0123456789abcdef")})
+	require.NoError(t, err)
+	defer g.Close(ctx)
+	res, err := g.WithIdempotency(ctx, idemguard.Call{Tenant: "acme", Scope: "s", ClientKey: "k"},
+		func(context.Context) (any, error) { return map[string]any{"ok": true}, nil })
+	require.NoError(t, err)
+	require.Equal(t, idemguard.StatusSucceeded, res.Status)
+	res, err = g.WithIdempotency(ctx, idemguard.Call{Tenant: "acme", Scope: "s", ClientKey: "k"},
+		func(context.Context) (any, error) { return nil, nil })
+	require.NoError(t, err)
+	require.True(t, res.Cached)
+}

@@ -1,0 +1,196 @@
+package idemguard
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"log/slog"
+	"net/http"
+	"sync"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/idemguard/idemguard/internal/engine"
+	"github.com/idemguard/idemguard/internal/metrics"
+	"github.com/idemguard/idemguard/sanitize"
+)
+
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+// lines returns the JSON log lines with message msg.
+func (l *lockedBuffer) lines(t *testing.T, msg string) []map[string]any {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	var out []map[string]any
+	sc := bufio.NewScanner(bytes.NewReader(l.b.Bytes()))
+	for sc.Scan() {
+		var m map[string]any
+		require.NoError(t, json.Unmarshal(sc.Bytes(), &m))
+		if m["msg"] == msg {
+			out = append(out, m)
+		}
+	}
+	return out
+}
+
+const droppedMsg = "guard: a result field is not part of the stored envelope and was dropped; " +
+	"put what callers need under data (primitive values) or return a sanitize.Envelope"
+
+// noLossBundle is a Guard whose events feed the service's Prometheus
+// metrics, with its logs in a buffer.
+func noLossBundle(t *testing.T) (*Guard, *metrics.Metrics, *lockedBuffer) {
+	t.Helper()
+	logs := &lockedBuffer{}
+	m := metrics.New()
+	g, err := New(Config{Store: NewMemoryStore(), Secret: testSecret,
+		Logger: slog.New(slog.NewJSONHandler(logs, nil)),
+		Observe: func(e Event) {
+			m.Observe(engine.Event{Kind: engine.EventKind(e.Kind), Scope: e.Scope, Reason: e.StopReason,
+				Failed: e.Failed, Duration: e.Duration, StoreOp: e.StoreOp, Field: e.Field})
+		}})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = g.Close(context.Background()) })
+	return g, m, logs
+}
+
+// counterValue is the value of the counter name{labels} as /metrics
+// exposes it; 0 when absent.
+func counterValue(t *testing.T, m *metrics.Metrics, name string, labels map[string]string) float64 {
+	t.Helper()
+	families, err := m.Registry().Gather()
+	require.NoError(t, err)
+	for _, f := range families {
+		if f.GetName() != name {
+			continue
+		}
+	metric:
+		for _, mt := range f.GetMetric() {
+			got := map[string]string{}
+			for _, lp := range mt.GetLabel() {
+				got[lp.GetName()] = lp.GetValue()
+			}
+			for k, v := range labels {
+				if got[k] != v {
+					continue metric
+				}
+			}
+			return mt.GetCounter().GetValue()
+		}
+	}
+	return 0
+}
+
+func droppedCount(t *testing.T, m *metrics.Metrics, scope, field string) float64 {
+	t.Helper()
+	return counterValue(t, m, "idemguard_dropped_fields_total", map[string]string{"scope": scope, "field": field})
+}
+
+func failureCount(t *testing.T, m *metrics.Metrics, scope, reason string) float64 {
+	t.Helper()
+	return counterValue(t, m, "idemguard_operation_failures_total", map[string]string{"scope": scope, "stop_reason": reason})
+}
+
+// DESIGN §5: nothing is lost silently.
+func TestNoSilentLoss(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+
+	t.Run("struct result: its fields are dropped, each logged once and counted", func(t *testing.T) {
+		t.Parallel()
+		g, m, logs := noLossBundle(t)
+		type proposal struct {
+			Copy  string `json:"copy"`
+			Score int    `json:"score"`
+		}
+		for i := range 3 {
+			res, err := g.WithIdempotency(ctx, Call{Tenant: "acme", Scope: "propose", Inputs: i},
+				func(ctx context.Context) (any, error) { return proposal{Copy: "secret-value", Score: 7}, nil })
+			require.NoError(t, err)
+			require.Equal(t, StatusSucceeded, res.Status)
+			require.Equal(t, `{"ok":true,"stopReason":"completed","needsHuman":false,"cached":false}`, string(res.Body))
+		}
+		lines := logs.lines(t, droppedMsg)
+		require.Len(t, lines, 2, "once per (scope, field), not per call")
+		fields := []any{lines[0]["field"], lines[1]["field"]}
+		require.ElementsMatch(t, []any{"copy", "score"}, fields)
+		require.Equal(t, "propose", lines[0]["scope"])
+		require.NotContains(t, logs.b.String(), "secret-value", "never the value")
+		require.EqualValues(t, 3, droppedCount(t, m, "propose", "copy"))
+		require.EqualValues(t, 3, droppedCount(t, m, "propose", "score"))
+	})
+
+	t.Run("string result: ErrInvalidResult, stored failed unknown, retryable", func(t *testing.T) {
+		t.Parallel()
+		g, m, logs := noLossBundle(t)
+		call := Call{Tenant: "acme", Scope: "summarize", ClientKey: "k1"}
+		res, err := g.WithIdempotency(ctx, call, func(ctx context.Context) (any, error) { return "a summary", nil })
+		require.ErrorIs(t, err, ErrInvalidResult)
+		require.Equal(t, StatusFailed, res.Status)
+		require.Equal(t, sanitize.Unknown, res.StopReason)
+		require.Equal(t, http.StatusInternalServerError, res.StatusCode)
+		require.ErrorIs(t, res.Err, ErrInvalidResult)
+		lines := logs.lines(t, "guard: the operation's result is invalid (a programming error, not an upstream failure); stored as failed with stop reason unknown")
+		require.Len(t, lines, 1)
+		require.Equal(t, "string", lines[0]["value_type"])
+		require.NotContains(t, logs.b.String(), "a summary")
+		require.EqualValues(t, 0, failureCount(t, m, "summarize", "provider_error"))
+		require.EqualValues(t, 1, failureCount(t, m, "summarize", "unknown"))
+
+		info, err := g.Lookup(ctx, "acme", "summarize", "k1")
+		require.NoError(t, err)
+		require.Equal(t, KeyFailed, info.Status)
+		require.Equal(t, http.StatusInternalServerError, info.StatusCode)
+
+		res, err = g.WithIdempotency(ctx, call, func(ctx context.Context) (any, error) {
+			return map[string]any{"ok": true, "data": map[string]any{"summary": "fixed"}}, nil
+		})
+		require.NoError(t, err, "a corrected deploy runs the key again")
+		require.Equal(t, 2, res.Attempt)
+	})
+
+	t.Run("nested objects: dropped by name at any depth", func(t *testing.T) {
+		t.Parallel()
+		g, m, logs := noLossBundle(t)
+		res, err := g.WithIdempotency(ctx, Call{Tenant: "acme", Scope: "nested"}, func(ctx context.Context) (any, error) {
+			return map[string]any{"ok": true, "debug": map[string]any{"prompt": "p"}, "data": map[string]any{
+				"title": "kept", "details": map[string]any{"x": 1}, "tags": []any{"a", map[string]any{"b": 1}}}}, nil
+		})
+		require.NoError(t, err)
+		require.Equal(t, map[string]any{"title": "kept", "tags": []any{"a"}}, res.Envelope.Data)
+		var fields []any
+		for _, l := range logs.lines(t, droppedMsg) {
+			fields = append(fields, l["field"])
+		}
+		require.ElementsMatch(t, []any{"debug", "data.details", "data.tags[]"}, fields)
+		for _, f := range []string{"debug", "data.details", "data.tags[]"} {
+			require.EqualValues(t, 1, droppedCount(t, m, "nested", f), f)
+		}
+	})
+
+	t.Run("nil result: a success without data", func(t *testing.T) {
+		t.Parallel()
+		g, _, _ := noLossBundle(t)
+		var nilMap map[string]any
+		for i, v := range []any{nil, nilMap, (*struct{})(nil)} {
+			res, err := g.WithIdempotency(ctx, Call{Tenant: "acme", Scope: "nil", Inputs: i},
+				func(ctx context.Context) (any, error) { return v, nil })
+			require.NoError(t, err)
+			require.Equal(t, StatusSucceeded, res.Status)
+			require.Equal(t, `{"ok":true,"stopReason":"completed","needsHuman":false,"cached":false}`, string(res.Body))
+		}
+		_, err := g.WithIdempotency(ctx, Call{Tenant: "acme", Scope: "nil", Inputs: "slice"},
+			func(ctx context.Context) (any, error) { return []string{"a"}, nil })
+		require.ErrorIs(t, err, ErrInvalidResult)
+	})
+}

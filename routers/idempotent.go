@@ -1,0 +1,504 @@
+package routers
+
+import (
+	"bufio"
+	"bytes"
+	"cmp"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"mime"
+	"net"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/gin-gonic/gin"
+
+	"github.com/idemguard/idemguard"
+	"github.com/idemguard/idemguard/internal/keys"
+	"github.com/idemguard/idemguard/sanitize"
+	"github.com/idemguard/idemguard/tenancy"
+)
+
+// MiddlewareOptions configure Idempotent (gin) and IdempotentHTTP
+// (net/http): the guard on a team's own routes (DESIGN §5.1).
+type MiddlewareOptions struct {
+	// Guard runs the handlers. Required.
+	Guard *idemguard.Guard
+	// Tenant returns the tenant of a request. Defaults to the tenant put in
+	// the request context by tenancy's Authenticator (tenancy.FromContext).
+	// An error, or no tenant, answers 401.
+	Tenant func(r *http.Request) (tenancy.ID, error)
+	// Scope names the guarded operation. Defaults to the route: METHOD:path
+	// of gin's FullPath or of a net/http ServeMux pattern (Request.Pattern),
+	// with "/" turned into "." and other characters outside [A-Za-z0-9._:-]
+	// into "_", e.g. POST /orders/:id is "POST:orders.:id". Without either,
+	// set it.
+	Scope string
+	// Settings are the scope's protocol settings; zero fields take the
+	// Guard's defaults.
+	Settings idemguard.Settings
+	// KeyRequired makes the Idempotency-Key header mandatory (400 without
+	// it); otherwise the key is derived from the method, path, query and
+	// body.
+	KeyRequired bool
+	// Timeout bounds one execution of the handler (0: none); its context is
+	// then cancelled and the key stored failed with stopReason timeout.
+	Timeout time.Duration
+	// MaxBodyBytes caps the request body (413 above) and the handler's
+	// buffered response (a larger one is an error). Defaults to
+	// DefaultMaxBodyBytes (1 MiB).
+	MaxBodyBytes int64
+	// MaxWait caps Prefer: wait=N. Defaults to DefaultMaxWait (30s).
+	MaxWait time.Duration
+	// RetryAfter is the Retry-After of a 409 (in progress). Defaults to
+	// DefaultRetryAfter (1s).
+	RetryAfter time.Duration
+	// UnavailableRetryAfter is the Retry-After of a 503 (store down).
+	// Defaults to DefaultUnavailableRetryAfter (5s).
+	UnavailableRetryAfter time.Duration
+	// Logger receives the middleware's error logs. Defaults to slog.Default().
+	Logger *slog.Logger
+}
+
+// Validate reports the first option that is missing or out of range.
+func (o MiddlewareOptions) Validate() error {
+	switch {
+	case o.Guard == nil:
+		return errors.New("routers: MiddlewareOptions.Guard is required")
+	case o.MaxBodyBytes < 0, o.MaxWait < 0, o.RetryAfter < 0, o.UnavailableRetryAfter < 0, o.Timeout < 0:
+		return errors.New("routers: MiddlewareOptions sizes and durations must not be negative (0 means the default)")
+	}
+	if o.Scope != "" {
+		if err := keys.ValidateScope(o.Scope); err != nil {
+			return fmt.Errorf("routers: MiddlewareOptions.Scope: %w", err)
+		}
+	}
+	if err := o.Settings.Validate(); err != nil {
+		return fmt.Errorf("routers: MiddlewareOptions.Settings: %w", err)
+	}
+	return nil
+}
+
+// Idempotent returns gin middleware that runs the rest of the handler chain
+// at most once per (tenant, scope, key) and answers every duplicate with the
+// stored response:
+//
+//   - the key is the Idempotency-Key header (parsed as by the REST API), or
+//     derived from the method, path, query and body; the body must be JSON
+//     (empty means {}); the same key with another request is a 422;
+//   - the handler's response is buffered: its status, its JSON body
+//     sanitized into the idemguard envelope (ok, stopReason, data with
+//     primitive values, …; each dropped field is logged and counted), and
+//     its Location header are what the first caller gets and what every
+//     replay gets, with Content-Type application/json. Other headers are
+//     not sent. A replay adds Idempotent-Replayed: true and
+//     Idempotent-Completed-At;
+//   - a duplicate while the handler runs gets 409 with Retry-After, or waits
+//     with Prefer: wait=N;
+//   - a handler answer of 5xx or 429 is a failure (502 problem, retried
+//     with the same key while attempts remain), not a stored response;
+//   - a handler that writes a Content-Type other than JSON, a body that is
+//     not a JSON object, more than MaxBodyBytes, or that streams (Flush,
+//     Hijack) is a programming error: 500 invalid-result at request time,
+//     never a broken replay;
+//   - errors are the REST API's application/problem+json answers.
+//
+// The handler runs with the request's context detached from the client (a
+// client that hangs up still gets the result on retry); Timeout bounds it.
+// Idempotent panics if o is invalid (see Validate), as route registration
+// does for a bad route.
+func Idempotent(o MiddlewareOptions) gin.HandlerFunc {
+	m := newMiddleware(o)
+	return func(c *gin.Context) {
+		scope := m.scope
+		if scope == "" {
+			scope = routeScope(c.Request.Method, c.FullPath())
+		}
+		orig, origReq := c.Writer, c.Request
+		m.serve(orig, c.Request, scope, func(w *bufferedWriter, r *http.Request) {
+			c.Writer, c.Request = &ginBufferedWriter{bufferedWriter: w, orig: orig}, r
+			defer func() { c.Writer, c.Request = orig, origReq }()
+			c.Next()
+		})
+		c.Abort()
+	}
+}
+
+// IdempotentHTTP is Idempotent for net/http: it wraps next. Without
+// MiddlewareOptions.Scope, the scope comes from the ServeMux pattern that
+// matched (Request.Pattern), so wrap the handler given to the mux, not the
+// mux. It panics if o is invalid (see Validate).
+func IdempotentHTTP(o MiddlewareOptions) func(next http.Handler) http.Handler {
+	m := newMiddleware(o)
+	return func(next http.Handler) http.Handler {
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			scope := m.scope
+			if scope == "" && r.Pattern != "" {
+				method, path := r.Method, r.Pattern
+				if i := strings.IndexByte(path, ' '); i >= 0 {
+					path = path[i+1:]
+				}
+				if i := strings.IndexByte(path, '/'); i > 0 {
+					path = path[i:] // a host pattern
+				}
+				scope = routeScope(method, path)
+			}
+			m.serve(w, r, scope, func(bw *bufferedWriter, r *http.Request) { next.ServeHTTP(bw, r) })
+		})
+	}
+}
+
+type middleware struct {
+	guard                 *idemguard.Guard
+	tenant                func(*http.Request) (tenancy.ID, error)
+	scope                 string
+	settings              idemguard.Settings
+	keyRequired           bool
+	timeout               time.Duration
+	maxBody               int64
+	maxWait               time.Duration
+	retryAfter            string
+	unavailableRetryAfter string
+	log                   *slog.Logger
+}
+
+func newMiddleware(o MiddlewareOptions) *middleware {
+	if err := o.Validate(); err != nil {
+		panic(err)
+	}
+	return &middleware{
+		guard:                 o.Guard,
+		tenant:                o.Tenant,
+		scope:                 o.Scope,
+		settings:              o.Settings,
+		keyRequired:           o.KeyRequired,
+		timeout:               o.Timeout,
+		maxBody:               cmp.Or(o.MaxBodyBytes, DefaultMaxBodyBytes),
+		maxWait:               cmp.Or(o.MaxWait, DefaultMaxWait),
+		retryAfter:            retryAfterSeconds(cmp.Or(o.RetryAfter, DefaultRetryAfter)),
+		unavailableRetryAfter: retryAfterSeconds(cmp.Or(o.UnavailableRetryAfter, DefaultUnavailableRetryAfter)),
+		log:                   cmp.Or(o.Logger, slog.Default()),
+	}
+}
+
+// routeScope turns a route into a scope: METHOD:path, "/" → ".", other
+// characters outside the scope alphabet → "_".
+func routeScope(method, path string) string {
+	if path == "" {
+		return ""
+	}
+	b := []byte(method + ":" + strings.TrimPrefix(path, "/"))
+	for i, c := range b {
+		switch {
+		case c == '/':
+			b[i] = '.'
+		case c >= 'a' && c <= 'z', c >= 'A' && c <= 'Z', c >= '0' && c <= '9', c == '.', c == '_', c == ':', c == '-':
+		default:
+			b[i] = '_'
+		}
+	}
+	return string(b)
+}
+
+// errNoScope is a middleware without a scope on a route without a template.
+var errNoScope = errors.New("no scope")
+
+// locationKey holds the handler's Location header inside the stored
+// envelope's data; it is taken out again before any answer is written.
+const locationKey = "$location"
+
+func (m *middleware) serve(w http.ResponseWriter, r *http.Request, scope string, next func(*bufferedWriter, *http.Request)) {
+	tenant, err := m.tenantOf(r)
+	if err != nil {
+		m.fail(w, r, err)
+		return
+	}
+	if scope == "" || keys.ValidateScope(scope) != nil {
+		m.fail(w, r, fmt.Errorf("%w: the route gives no valid scope; set MiddlewareOptions.Scope", errNoScope))
+		return
+	}
+	clientKey, err := parseIdempotencyKey(r.Header)
+	if err != nil {
+		m.fail(w, r, err)
+		return
+	}
+	if clientKey == "" && m.keyRequired {
+		m.fail(w, r, reject(errMissingKey, "this route requires an Idempotency-Key header"))
+		return
+	}
+	raw, body, err := readJSONBody(w, r, m.maxBody)
+	if err != nil {
+		m.fail(w, r, err)
+		return
+	}
+	wait, waitApplied := parsePreferWait(r.Header, m.maxWait)
+
+	res, err := m.guard.WithIdempotency(r.Context(), idemguard.Call{
+		Tenant:    tenant,
+		Scope:     scope,
+		ClientKey: clientKey,
+		Inputs:    map[string]any{"method": r.Method, "path": r.URL.Path, "query": r.URL.RawQuery, "body": body},
+		Settings:  m.settings,
+		Wait:      wait,
+		Timeout:   m.timeout,
+		Detach:    true,
+	}, func(ctx context.Context) (any, error) {
+		bw := &bufferedWriter{header: make(http.Header), max: m.maxBody}
+		r2 := r.WithContext(ctx)
+		r2.Body, r2.ContentLength = io.NopCloser(bytes.NewReader(raw)), int64(len(raw))
+		next(bw, r2)
+		return bw.result()
+	})
+	if err != nil {
+		m.fail(w, r, err)
+		return
+	}
+	h := w.Header()
+	if waitApplied {
+		h.Set(headerPreferenceApplied, preferenceApplied(wait))
+	}
+	if res.Cached {
+		h.Set(headerReplayed, "true")
+		if !res.CompletedAt.IsZero() {
+			h.Set(headerCompletedAt, formatTime(res.CompletedAt))
+		}
+	}
+	switch res.Status {
+	case idemguard.StatusSucceeded:
+		answer, location := withoutLocation(res)
+		if location != "" {
+			h.Set(headerLocation, location)
+		}
+		h.Set("Content-Type", contentJSON)
+		if res.StatusCode == http.StatusNoContent || res.StatusCode == http.StatusNotModified {
+			w.WriteHeader(res.StatusCode)
+			return
+		}
+		h.Set("Content-Length", strconv.Itoa(len(answer)))
+		w.WriteHeader(res.StatusCode)
+		_, _ = w.Write(answer)
+	case idemguard.StatusInProgress:
+		h.Set(headerRetryAfter, m.retryAfter)
+		writeProblemHTTP(w, resultProblem(res))
+	default:
+		writeProblemHTTP(w, resultProblem(res))
+	}
+}
+
+func (m *middleware) tenantOf(r *http.Request) (tenancy.ID, error) {
+	if m.tenant == nil {
+		if id, ok := tenancy.FromContext(r.Context()); ok {
+			return id, nil
+		}
+		return "", tenancy.ErrNoCredentials
+	}
+	id, err := m.tenant(r)
+	if err != nil {
+		return "", fmt.Errorf("%w: %w", tenancy.ErrInvalidCredentials, err)
+	}
+	if _, err := tenancy.ParseID(string(id)); err != nil {
+		return "", fmt.Errorf("%w: %w", tenancy.ErrInvalidCredentials, err)
+	}
+	return id, nil
+}
+
+// withoutLocation returns the body to answer and the handler's Location.
+func withoutLocation(res idemguard.Result) ([]byte, string) {
+	loc, ok := res.Envelope.Data[locationKey].(string)
+	if !ok {
+		return res.Body, ""
+	}
+	env := res.Envelope
+	env.Data = make(map[string]any, len(res.Envelope.Data)-1)
+	for k, v := range res.Envelope.Data {
+		if k != locationKey {
+			env.Data[k] = v
+		}
+	}
+	if len(env.Data) == 0 {
+		env.Data = nil
+	}
+	body, err := sanitize.Marshal(env)
+	if err != nil {
+		return res.Body, loc
+	}
+	return body, loc
+}
+
+// fail answers err as the REST API does.
+func (m *middleware) fail(w http.ResponseWriter, r *http.Request, err error) {
+	p := problemFor(err)
+	switch p.Status {
+	case http.StatusServiceUnavailable:
+		w.Header().Set(headerRetryAfter, m.unavailableRetryAfter)
+	case http.StatusInternalServerError:
+		m.log.Error("http: idempotent route failed", slog.String("method", r.Method), slog.Any("err", err))
+	}
+	writeProblemHTTP(w, p)
+}
+
+// readJSONBody reads at most max bytes of JSON: the raw bytes, and the value
+// to derive the key from ({} for an empty body).
+func readJSONBody(w http.ResponseWriter, r *http.Request, max int64) ([]byte, json.RawMessage, error) {
+	tooLarge := reject(errBodyTooLarge, "the body is over the limit of %d bytes", max)
+	if r.ContentLength > max {
+		return nil, nil, tooLarge
+	}
+	raw, err := io.ReadAll(http.MaxBytesReader(w, r.Body, max))
+	var mbe *http.MaxBytesError
+	switch {
+	case errors.As(err, &mbe):
+		return nil, nil, tooLarge
+	case err != nil:
+		return nil, nil, reject(errInvalidBody, "the body could not be read")
+	}
+	if len(bytes.TrimSpace(raw)) == 0 {
+		return raw, emptyBody, nil
+	}
+	if err := validJSON(raw); err != nil {
+		return nil, nil, err
+	}
+	return raw, raw, nil
+}
+
+// bufferedWriter holds a guarded handler's response until the guard has
+// stored it. It refuses to stream.
+type bufferedWriter struct {
+	header   http.Header
+	status   int
+	body     bytes.Buffer
+	max      int64
+	overflow bool
+	streamed string // what the handler did that streams, if it did
+}
+
+var errBufferFull = errors.New("routers: the guarded handler's response is over the body limit")
+
+func (w *bufferedWriter) Header() http.Header { return w.header }
+
+// WriteHeader sets the status until the body is first written.
+func (w *bufferedWriter) WriteHeader(code int) {
+	if w.body.Len() == 0 && !w.overflow {
+		w.status = code
+	}
+}
+
+func (w *bufferedWriter) Write(p []byte) (int, error) {
+	if w.status == 0 {
+		w.status = http.StatusOK
+	}
+	if int64(w.body.Len()+len(p)) > w.max {
+		w.overflow = true
+		return 0, errBufferFull
+	}
+	return w.body.Write(p)
+}
+
+// Flush marks the response as streamed: a guarded handler must answer one
+// body, which is stored before anything is sent.
+func (w *bufferedWriter) Flush() {
+	if w.streamed == "" {
+		w.streamed = "called Flush (streaming)"
+	}
+}
+
+// Hijack refuses: the connection is not the handler's to take.
+func (w *bufferedWriter) Hijack() (net.Conn, *bufio.ReadWriter, error) {
+	if w.streamed == "" {
+		w.streamed = "tried to hijack the connection"
+	}
+	return nil, nil, errors.New("routers: a handler behind the idempotency middleware cannot hijack the connection")
+}
+
+// result is the operation's value for what the handler wrote.
+func (w *bufferedWriter) result() (any, error) {
+	invalid := func(format string, args ...any) error {
+		return reject(idemguard.ErrInvalidResult, "the handler "+format+"; a handler behind the idempotency middleware must write one JSON object", args...)
+	}
+	switch {
+	case w.streamed != "":
+		return nil, invalid("%s", w.streamed)
+	case w.overflow:
+		return nil, invalid("wrote more than the limit of %d bytes", w.max)
+	}
+	if ct := w.header.Get("Content-Type"); ct != "" {
+		mt, _, err := mime.ParseMediaType(ct)
+		if err != nil || (mt != "application/json" && !strings.HasSuffix(mt, "+json")) {
+			return nil, invalid("wrote Content-Type %.64q", ct)
+		}
+	}
+	status := cmp.Or(w.status, http.StatusOK)
+	switch {
+	case status >= 500:
+		return nil, &idemguard.OpError{Reason: sanitize.ProviderError, Err: fmt.Errorf("the handler answered %d", status)}
+	case status == http.StatusTooManyRequests:
+		return nil, &idemguard.OpError{Reason: sanitize.RateLimited, Err: errors.New("the handler answered 429")}
+	}
+	var obj map[string]any
+	if len(bytes.TrimSpace(w.body.Bytes())) > 0 {
+		dec := json.NewDecoder(bytes.NewReader(w.body.Bytes()))
+		dec.UseNumber()
+		var v any
+		if err := dec.Decode(&v); err != nil || dec.More() {
+			return nil, invalid("wrote a body that is not valid JSON")
+		}
+		var ok bool
+		if obj, ok = v.(map[string]any); !ok && v != nil {
+			return nil, invalid("wrote a JSON %s, not an object", jsonKind(v))
+		}
+	}
+	if loc := w.header.Get(headerLocation); loc != "" {
+		if obj == nil {
+			obj = map[string]any{}
+		}
+		data, _ := obj["data"].(map[string]any)
+		if data == nil {
+			data = map[string]any{}
+			obj["data"] = data
+		}
+		data[locationKey] = loc
+	}
+	if obj == nil {
+		return idemguard.Response{StatusCode: status}, nil
+	}
+	return idemguard.Response{StatusCode: status, Value: obj}, nil
+}
+
+func jsonKind(v any) string {
+	switch v.(type) {
+	case []any:
+		return "array"
+	case string:
+		return "string"
+	case bool:
+		return "boolean"
+	}
+	return "number"
+}
+
+// ginBufferedWriter is bufferedWriter as gin's ResponseWriter.
+type ginBufferedWriter struct {
+	*bufferedWriter
+	orig gin.ResponseWriter
+}
+
+func (w *ginBufferedWriter) Status() int { return cmp.Or(w.status, http.StatusOK) }
+func (w *ginBufferedWriter) Size() int   { return w.body.Len() }
+func (w *ginBufferedWriter) WriteString(s string) (int, error) {
+	return w.Write([]byte(s))
+}
+func (w *ginBufferedWriter) Written() bool       { return w.body.Len() > 0 }
+func (w *ginBufferedWriter) WriteHeaderNow()     {}
+func (w *ginBufferedWriter) Pusher() http.Pusher { return nil }
+
+// CloseNotify is the client's connection's, though the handler is detached
+// from it.
+func (w *ginBufferedWriter) CloseNotify() <-chan bool { return w.orig.CloseNotify() }
+
+var _ gin.ResponseWriter = (*ginBufferedWriter)(nil)

@@ -1,0 +1,255 @@
+package routers
+
+import (
+	"context"
+	"encoding/json"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+
+	"github.com/gin-gonic/gin"
+	"github.com/stretchr/testify/require"
+
+	"github.com/idemguard/idemguard"
+	"github.com/idemguard/idemguard/tenancy"
+)
+
+// mwBundle is a team's own gin app and net/http app with guarded routes.
+type mwBundle struct {
+	guard   *idemguard.Guard
+	gin     http.Handler
+	mux     http.Handler
+	runs    atomic.Int32
+	logs    *syncBuffer
+	release chan struct{}
+}
+
+func mwSetup(t *testing.T) *mwBundle {
+	t.Helper()
+	b := &mwBundle{logs: &syncBuffer{}, release: make(chan struct{})}
+	logger := slog.New(slog.NewJSONHandler(b.logs, nil))
+	g, err := idemguard.New(idemguard.Config{Store: idemguard.NewMemoryStore(), Secret: testSecret, Logger: logger})
+	require.NoError(t, err)
+	t.Cleanup(func() { require.NoError(t, g.Close(context.Background())) })
+	b.guard = g
+	opts := MiddlewareOptions{Guard: g, Logger: logger, Tenant: func(r *http.Request) (tenancy.ID, error) {
+		return tenancy.ParseID(r.Header.Get("X-Tenant"))
+	}}
+
+	gin.SetMode(gin.ReleaseMode)
+	r := gin.New()
+	r.POST("/orders/:id", Idempotent(opts), func(c *gin.Context) {
+		b.runs.Add(1)
+		var in struct {
+			Qty int `json:"qty"`
+		}
+		if err := c.ShouldBindJSON(&in); err != nil {
+			c.JSON(http.StatusBadRequest, gin.H{"ok": false, "stopReason": "invalid_input"})
+			return
+		}
+		c.Header("Location", "/orders/"+c.Param("id"))
+		c.Header("X-Not-Replayed", "1")
+		c.JSON(http.StatusCreated, gin.H{"ok": true, "data": gin.H{"id": c.Param("id"), "qty": in.Qty}})
+	})
+	r.POST("/text", Idempotent(opts), func(c *gin.Context) { b.runs.Add(1); c.String(http.StatusOK, "plain text") })
+	r.POST("/stream", Idempotent(opts), func(c *gin.Context) {
+		b.runs.Add(1)
+		c.Writer.WriteHeader(http.StatusOK)
+		c.Writer.Flush()
+	})
+	r.POST("/array", Idempotent(opts), func(c *gin.Context) { b.runs.Add(1); c.JSON(http.StatusOK, []int{1}) })
+	var upstreamRuns atomic.Int32
+	r.POST("/upstream", Idempotent(opts), func(c *gin.Context) {
+		if upstreamRuns.Add(1) == 1 {
+			c.JSON(http.StatusServiceUnavailable, gin.H{"error": "down"})
+			return
+		}
+		c.JSON(http.StatusOK, gin.H{"ok": true})
+	})
+	r.POST("/slow", Idempotent(opts), func(c *gin.Context) {
+		b.runs.Add(1)
+		<-b.release
+		c.JSON(http.StatusOK, gin.H{"ok": true, "data": gin.H{"slow": true}})
+	})
+	b.gin = r
+
+	mux := http.NewServeMux()
+	mux.Handle("POST /orders/{id}", IdempotentHTTP(opts)(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		b.runs.Add(1)
+		body, _ := io.ReadAll(r.Body)
+		w.Header().Set("Content-Type", "application/json; charset=utf-8")
+		w.Header().Set("Location", "/orders/"+r.PathValue("id"))
+		w.WriteHeader(http.StatusCreated)
+		_, _ = w.Write([]byte(`{"ok":true,"data":{"id":"` + r.PathValue("id") + `","echo":` + string(body) + `,"n":1}}`))
+	})))
+	b.mux = mux
+	return b
+}
+
+func mwDo(h http.Handler, method, path, tenant, key, body string, headers ...string) *httptest.ResponseRecorder {
+	r := httptest.NewRequest(method, path, strings.NewReader(body))
+	if tenant != "" {
+		r.Header.Set("X-Tenant", tenant)
+	}
+	if key != "" {
+		r.Header.Set("Idempotency-Key", key)
+	}
+	for i := 0; i+1 < len(headers); i += 2 {
+		r.Header.Set(headers[i], headers[i+1])
+	}
+	w := httptest.NewRecorder()
+	h.ServeHTTP(w, r)
+	return w
+}
+
+func TestIdempotentGinReplays(t *testing.T) {
+	t.Parallel()
+	b := mwSetup(t)
+	first := mwDo(b.gin, http.MethodPost, "/orders/7", "acme", "k1", `{"qty":2}`)
+	require.Equal(t, http.StatusCreated, first.Code, first.Body.String())
+	require.JSONEq(t, `{"ok":true,"stopReason":"completed","needsHuman":false,"cached":false,"data":{"id":"7","qty":2}}`, first.Body.String())
+	require.Equal(t, "/orders/7", first.Header().Get("Location"))
+	require.Equal(t, "application/json", first.Header().Get("Content-Type"))
+	require.Empty(t, first.Header().Get("X-Not-Replayed"), "only status, body, Content-Type and Location are answered")
+	require.Empty(t, first.Header().Get("Idempotent-Replayed"))
+
+	again := mwDo(b.gin, http.MethodPost, "/orders/7", "acme", "k1", `{"qty":2}`)
+	require.Equal(t, http.StatusCreated, again.Code)
+	require.Equal(t, strings.Replace(first.Body.String(), `"cached":false`, `"cached":true`, 1), again.Body.String())
+	require.Equal(t, "true", again.Header().Get("Idempotent-Replayed"))
+	require.NotEmpty(t, again.Header().Get("Idempotent-Completed-At"))
+	require.Equal(t, "/orders/7", again.Header().Get("Location"))
+	require.EqualValues(t, 1, b.runs.Load())
+
+	other := mwDo(b.gin, http.MethodPost, "/orders/7", "acme", "k1", `{"qty":3}`)
+	require.Equal(t, http.StatusUnprocessableEntity, other.Code)
+	require.Equal(t, ProblemTypePrefix+"idempotency-key-reused", problemOf(t, other)["type"])
+
+	otherTenant := mwDo(b.gin, http.MethodPost, "/orders/7", "beta", "k1", `{"qty":2}`)
+	require.Equal(t, http.StatusCreated, otherTenant.Code, "keys are per tenant")
+	require.EqualValues(t, 2, b.runs.Load())
+
+	// The scope is the route; the row is there under it.
+	info, err := b.guard.Lookup(context.Background(), "acme", "POST:orders.:id", "k1")
+	require.NoError(t, err)
+	require.Equal(t, idemguard.KeySucceeded, info.Status)
+	require.Equal(t, http.StatusCreated, info.StatusCode)
+}
+
+// Without a key, the key derives from the method, path, query and body.
+func TestIdempotentDerivedKey(t *testing.T) {
+	t.Parallel()
+	b := mwSetup(t)
+	require.Equal(t, http.StatusCreated, mwDo(b.gin, http.MethodPost, "/orders/1", "acme", "", `{"qty":1}`).Code)
+	w := mwDo(b.gin, http.MethodPost, "/orders/1", "acme", "", `{ "qty": 1 }`)
+	require.Equal(t, "true", w.Header().Get("Idempotent-Replayed"), "the same JSON, written differently")
+	require.EqualValues(t, 1, b.runs.Load())
+	require.Equal(t, "", mwDo(b.gin, http.MethodPost, "/orders/2", "acme", "", `{"qty":1}`).Header().Get("Idempotent-Replayed"))
+	require.Equal(t, "", mwDo(b.gin, http.MethodPost, "/orders/1?x=1", "acme", "", `{"qty":1}`).Header().Get("Idempotent-Replayed"))
+	require.EqualValues(t, 3, b.runs.Load())
+}
+
+func TestIdempotentConcurrentRunsOnce(t *testing.T) {
+	t.Parallel()
+	b := mwSetup(t)
+	const n = 20
+	var wg sync.WaitGroup
+	codes := make([]int, n)
+	bodies := make([]string, n)
+	for i := range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			w := mwDo(b.gin, http.MethodPost, "/slow", "acme", "same", `{}`, "Prefer", "wait=10")
+			codes[i], bodies[i] = w.Code, w.Body.String()
+		}()
+	}
+	require.Eventually(t, func() bool { return b.runs.Load() == 1 }, 5e9, 1e6)
+	close(b.release)
+	wg.Wait()
+	require.EqualValues(t, 1, b.runs.Load())
+	for i := range n {
+		require.Equal(t, http.StatusOK, codes[i], bodies[i])
+		require.Contains(t, bodies[i], `"data":{"slow":true}`)
+	}
+}
+
+// A handler that writes something no replay could reproduce is a 500 at
+// request time; a failing handler is a retryable 502.
+func TestIdempotentHandlerMistakes(t *testing.T) {
+	t.Parallel()
+	b := mwSetup(t)
+	for path, want := range map[string]string{
+		"/text":   `the handler wrote Content-Type "text/plain; charset=utf-8"`,
+		"/stream": "the handler called Flush (streaming)",
+		"/array":  "the handler wrote a JSON array, not an object",
+	} {
+		w := mwDo(b.gin, http.MethodPost, path, "acme", "k", `{}`)
+		require.Equal(t, http.StatusInternalServerError, w.Code, path)
+		p := problemOf(t, w)
+		require.Equal(t, ProblemTypePrefix+"invalid-result", p["type"], path)
+		require.Contains(t, p["detail"], want, path)
+		require.NotContains(t, w.Body.String(), "plain text")
+	}
+
+	w := mwDo(b.gin, http.MethodPost, "/upstream", "acme", "u", `{}`)
+	require.Equal(t, http.StatusBadGateway, w.Code, w.Body.String())
+	require.Equal(t, "provider_error", problemOf(t, w)["stopReason"])
+	w = mwDo(b.gin, http.MethodPost, "/upstream", "acme", "u", `{}`)
+	require.Equal(t, http.StatusOK, w.Code, "a failed handler runs again with the same key")
+}
+
+func TestIdempotentRejectsBeforeRunning(t *testing.T) {
+	t.Parallel()
+	b := mwSetup(t)
+	for name, tc := range map[string]struct {
+		tenant, key, body string
+		code              int
+	}{
+		"no tenant":    {"", "k", `{}`, http.StatusUnauthorized},
+		"bad tenant":   {"a b", "k", `{}`, http.StatusUnauthorized},
+		"bad key":      {"acme", "a b", `{}`, http.StatusBadRequest},
+		"bad JSON":     {"acme", "k", `{`, http.StatusBadRequest},
+		"body too big": {"acme", "k", `{"x":"` + strings.Repeat("a", DefaultMaxBodyBytes) + `"}`, http.StatusRequestEntityTooLarge},
+	} {
+		w := mwDo(b.gin, http.MethodPost, "/orders/1", tc.tenant, tc.key, tc.body)
+		require.Equal(t, tc.code, w.Code, name)
+		require.Equal(t, contentProblem, w.Header().Get("Content-Type"), name)
+	}
+	require.Zero(t, b.runs.Load())
+}
+
+func TestIdempotentHTTPServeMux(t *testing.T) {
+	t.Parallel()
+	b := mwSetup(t)
+	first := mwDo(b.mux, http.MethodPost, "/orders/9", "acme", "k1", `{"a":1}`)
+	require.Equal(t, http.StatusCreated, first.Code, first.Body.String())
+	require.Equal(t, "/orders/9", first.Header().Get("Location"))
+	var env map[string]any
+	require.NoError(t, json.Unmarshal(first.Body.Bytes(), &env))
+	require.Equal(t, map[string]any{"id": "9", "n": float64(1)}, env["data"], "a nested object (echo) is dropped")
+	require.NotContains(t, first.Body.String(), "$location")
+
+	again := mwDo(b.mux, http.MethodPost, "/orders/9", "acme", "k1", `{"a":1}`)
+	require.Equal(t, http.StatusCreated, again.Code)
+	require.Equal(t, "true", again.Header().Get("Idempotent-Replayed"))
+	require.Equal(t, strings.Replace(first.Body.String(), `"cached":false`, `"cached":true`, 1), again.Body.String())
+	require.EqualValues(t, 1, b.runs.Load())
+	require.Contains(t, b.logs.String(), `"field":"data.echo"`, "the dropped field is logged by name")
+
+	_, err := b.guard.Lookup(context.Background(), "acme", "POST:orders._id_", "k1")
+	require.NoError(t, err, "the scope comes from the ServeMux pattern")
+}
+
+func TestIdempotentOptions(t *testing.T) {
+	t.Parallel()
+	require.PanicsWithError(t, "routers: MiddlewareOptions.Guard is required", func() { Idempotent(MiddlewareOptions{}) })
+	require.ErrorContains(t, MiddlewareOptions{Guard: &idemguard.Guard{}, Scope: "a b"}.Validate(), "MiddlewareOptions.Scope")
+	require.Equal(t, "POST:orders.:id", routeScope("POST", "/orders/:id"))
+	require.Equal(t, "GET:files._filepath", routeScope("GET", "/files/*filepath"))
+}
