@@ -32,8 +32,9 @@
 // the deleted count would be unknown. The batch in flight (milliseconds) finishes, its count is
 // added, and Run stops before the next one. A batch that fails with a lock wait timeout (1205) or
 // a deadlock (1213) was rolled back by the server and is retried a few times (see [BatchRetries]
-// and [DeadlockRetries]); any other error ends the run. The session's innodb_lock_wait_timeout is lowered to [Options.LockWaitTimeout]
-// so that a batch never holds its locks for the server default of 50 seconds.
+// and [DeadlockRetries]); any other error ends the run. The session's innodb_lock_wait_timeout is
+// lowered to [Options.LockWaitTimeout] so that a batch never holds its locks for the server
+// default of 50 seconds.
 //
 // The returned [Summary] counts only batches the server confirmed (the sum of RowsAffected). If
 // the connection is lost in the middle of a statement, that batch may have committed without a
