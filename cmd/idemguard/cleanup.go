@@ -6,6 +6,8 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/idemguard/idemguard/internal/cleanup"
@@ -17,11 +19,13 @@ import (
 const cleanupUsage = `usage: idemguard cleanup [flags]
 
 Deletes idempotency keys whose expires_at has passed (database clock), in batches, never a
-started key whose owner is still heartbeating. Meant for a daily cron at 03:00:
+started key whose owner is still heartbeating; then the idempotency_stats buckets older than
+--stats-retention. Meant for a daily cron at 03:00:
 
   0 3 * * * idemguard cleanup --max-duration 30m >> /var/log/idemguard-cleanup.log 2>&1
 
-Prints one JSON line to stdout: {"deleted":N,"batches":N,"duration_ms":N,"dry_run":false,"stopped":"done"}
+Prints one JSON line to stdout:
+  {"deleted":N,"batches":N,"stats_deleted":N,"duration_ms":N,"dry_run":false,"stopped":"done"}
 stopped is done (nothing left), max_duration (rows remain for the next run), canceled (SIGTERM)
 or error. Exit status: 0 done or max_duration, 1 database error or interrupted (only whole
 batches were deleted), 2 bad flags or a malformed DSN.
@@ -31,11 +35,13 @@ flags:
 
 // cleanupSummary is the JSON line `idemguard cleanup` prints.
 type cleanupSummary struct {
-	Deleted    int64  `json:"deleted"`
-	Batches    int    `json:"batches"`
-	DurationMS int64  `json:"duration_ms"`
-	DryRun     bool   `json:"dry_run"`
-	Stopped    string `json:"stopped"`
+	Deleted int64 `json:"deleted"`
+	Batches int   `json:"batches"`
+	// StatsDeleted counts the idempotency_stats buckets pruned.
+	StatsDeleted int64  `json:"stats_deleted"`
+	DurationMS   int64  `json:"duration_ms"`
+	DryRun       bool   `json:"dry_run"`
+	Stopped      string `json:"stopped"`
 }
 
 // runCleanup implements `idemguard cleanup`.
@@ -48,6 +54,9 @@ func runCleanup(ctx context.Context, e env, args []string) int {
 	pause := fs.Duration("pause", cleanup.DefaultPause, "pause between batches, so live claims get the server; 0 for none")
 	staleAfter := fs.Duration("stale-after", engine.DefaultStaleAfter,
 		"never delete a started key heartbeated within this; set it to the largest StaleAfter of any scope")
+	statsRetention := retention(cleanup.DefaultStatsRetention)
+	fs.Var(&statsRetention, "stats-retention", "delete idempotency_stats buckets older than this, at least 24h; "+
+		"days allowed (e.g. 90d, 36h); 0 keeps every bucket")
 	dryRun := fs.Bool("dry-run", false, "count the rows a run would delete; delete nothing")
 	metricsFile := fs.String("metrics-file", "", "also write the run's figures to this file for node_exporter's "+
 		"textfile collector (e.g. /var/lib/node_exporter/textfile/idemguard_cleanup.prom); not with --dry-run")
@@ -76,6 +85,9 @@ func runCleanup(ctx context.Context, e env, args []string) int {
 		return usageErr("--pause must not be negative (0 for none), got %s", *pause)
 	case *staleAfter < engine.MinStaleAfter:
 		return usageErr("--stale-after must be at least %s, got %s", engine.MinStaleAfter, *staleAfter)
+	case statsRetention != 0 && time.Duration(statsRetention) < cleanup.MinStatsRetention:
+		return usageErr("--stats-retention must be at least %s (or 0 to keep every bucket), got %s",
+			cleanup.MinStatsRetention, time.Duration(statsRetention))
 	case *metricsFile != "" && *dryRun:
 		return usageErr("--metrics-file records real runs only; drop it or --dry-run")
 	}
@@ -93,12 +105,15 @@ func runCleanup(ctx context.Context, e env, args []string) int {
 	defer db.Close()
 
 	opts := cleanup.Options{BatchSize: *batchSize, MaxDuration: *maxDuration, Pause: *pause,
-		DryRun: *dryRun, StaleAfter: *staleAfter, Logger: log}
+		DryRun: *dryRun, StaleAfter: *staleAfter, StatsRetention: time.Duration(statsRetention), Logger: log}
 	if *pause == 0 {
 		opts.Pause = -1 // cleanup.Options: negative means no pause; zero would mean the default
 	}
+	if statsRetention == 0 {
+		opts.StatsRetention = -1 // cleanup.Options: negative keeps every bucket
+	}
 	sum, runErr := cleanup.Run(ctx, db, opts)
-	out, err := json.Marshal(cleanupSummary{Deleted: sum.Deleted, Batches: sum.Batches,
+	out, err := json.Marshal(cleanupSummary{Deleted: sum.Deleted, Batches: sum.Batches, StatsDeleted: sum.StatsDeleted,
 		DurationMS: sum.Duration.Milliseconds(), DryRun: sum.DryRun, Stopped: string(sum.Stopped)})
 	if err != nil { // unreachable: the struct always marshals
 		log.ErrorContext(ctx, "cleanup: encode the summary", "err", err)
@@ -124,4 +139,32 @@ func runCleanup(ctx context.Context, e env, args []string) int {
 		return exitError
 	}
 	return exitOK
+}
+
+// retention is a duration flag that also takes whole days ("90d"), for retention periods.
+type retention time.Duration
+
+func (r *retention) String() string {
+	d := time.Duration(*r)
+	if d > 0 && d%(24*time.Hour) == 0 {
+		return strconv.FormatInt(int64(d/(24*time.Hour)), 10) + "d"
+	}
+	return d.String()
+}
+
+func (r *retention) Set(s string) error {
+	if days, ok := strings.CutSuffix(s, "d"); ok {
+		n, err := strconv.ParseUint(days, 10, 16)
+		if err != nil {
+			return fmt.Errorf("want whole days like 90d, or a duration like 36h")
+		}
+		*r = retention(time.Duration(n) * 24 * time.Hour)
+		return nil
+	}
+	d, err := time.ParseDuration(s)
+	if err != nil || d < 0 {
+		return fmt.Errorf("want whole days like 90d, or a duration like 36h")
+	}
+	*r = retention(d)
+	return nil
 }

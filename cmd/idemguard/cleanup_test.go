@@ -35,7 +35,7 @@ func TestCleanupCommand(t *testing.T) {
 
 	r := runCLI(t, environ, "cleanup", "--dry-run")
 	require.Equal(t, exitOK, r.code, r.stderr)
-	require.Regexp(t, `^\{"deleted":5010,"batches":0,"duration_ms":\d+,"dry_run":true,"stopped":"done"\}\n$`, r.stdout)
+	require.Regexp(t, `^\{"deleted":5010,"batches":0,"stats_deleted":0,"duration_ms":\d+,"dry_run":true,"stopped":"done"\}\n$`, r.stdout)
 	n, err := cleanuptest.Count(t.Context(), d.DB)
 	require.NoError(t, err)
 	require.Equal(t, int64(rows.Total()), n, "the dry run deleted nothing")
@@ -82,6 +82,9 @@ func TestCleanupUsageErrors(t *testing.T) {
 		{"short stale after", append([]string{"--stale-after", "1ms"}, dsn...), "--stale-after must be at least 300ms"},
 		{"unknown flag", append([]string{"--bogus"}, dsn...), "flag provided but not defined: -bogus"},
 		{"positional", append(dsn, "now"), `unexpected argument "now"`},
+		{"short stats retention", append([]string{"--stats-retention", "23h"}, dsn...), "--stats-retention must be at least 24h0m0s (or 0 to keep every bucket), got 23h0m0s"},
+		{"stats retention in weeks", append([]string{"--stats-retention", "2w"}, dsn...), `invalid value "2w" for flag -stats-retention: want whole days like 90d`},
+		{"negative stats retention", append([]string{"--stats-retention", "-1h"}, dsn...), `invalid value "-1h" for flag -stats-retention`},
 		{"metrics file on a dry run", append([]string{"--dry-run", "--metrics-file", "x.prom"}, dsn...), "--metrics-file records real runs only"},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
@@ -128,4 +131,48 @@ func TestCleanupDatabaseError(t *testing.T) {
 	r = runCLI(t, map[string]string{EnvMySQLDSN: d.DSN}, "cleanup", "--dry-run")
 	require.Equal(t, exitError, r.code, r.stderr)
 	require.Equal(t, "error", decodeSummary(t, r.stdout).Stopped)
+}
+
+// Issue 10: --stats-retention prunes idempotency_stats buckets past it (days or a duration), 0
+// keeps them all, and the summary line counts them.
+func TestCleanupStatsRetention(t *testing.T) {
+	t.Parallel()
+	d := testdb.New(t)
+	// One bucket per day, 1 to 120 days old.
+	_, err := d.DB.ExecContext(t.Context(), `INSERT INTO idempotency_stats (bucket_start, scope, requests, updated_at)
+WITH RECURSIVE h (n) AS (SELECT 1 UNION ALL SELECT n + 1 FROM h WHERE n < 120)
+SELECT CAST(DATE_FORMAT(UTC_TIMESTAMP(6), '%Y-%m-%d %H:00:00') AS DATETIME(6)) - INTERVAL n DAY, 's', 1, UTC_TIMESTAMP(6) FROM h`)
+	require.NoError(t, err)
+	environ := map[string]string{EnvMySQLDSN: d.DSN}
+	left := func() int {
+		var n int
+		require.NoError(t, d.DB.GetContext(t.Context(), &n, `SELECT COUNT(*) FROM idempotency_stats`))
+		return n
+	}
+
+	r := runCLI(t, environ, "cleanup", "--stats-retention", "0")
+	require.Equal(t, exitOK, r.code, r.stderr)
+	require.Zero(t, decodeSummary(t, r.stdout).StatsDeleted)
+	require.Equal(t, 120, left())
+
+	r = runCLI(t, environ, "cleanup", "--dry-run")
+	require.Equal(t, exitOK, r.code, r.stderr)
+	// A bucket goes when its hour started more than the retention ago: day 90's bucket started
+	// before now - 90 days (unless now is exactly on the hour).
+	require.EqualValues(t, 31, decodeSummary(t, r.stdout).StatsDeleted, "the default keeps 90 days: days 90 to 120 go")
+	require.Equal(t, 120, left())
+
+	r = runCLI(t, environ, "cleanup")
+	require.Equal(t, exitOK, r.code, r.stderr)
+	require.EqualValues(t, 31, decodeSummary(t, r.stdout).StatsDeleted)
+	require.Equal(t, 89, left())
+
+	r = runCLI(t, environ, "cleanup", "--stats-retention", "30d")
+	require.Equal(t, exitOK, r.code, r.stderr)
+	require.EqualValues(t, 60, decodeSummary(t, r.stdout).StatsDeleted)
+
+	r = runCLI(t, environ, "cleanup", "--stats-retention", "36h")
+	require.Equal(t, exitOK, r.code, r.stderr)
+	require.EqualValues(t, 28, decodeSummary(t, r.stdout).StatsDeleted, "days 2 to 29 go, day 1 stays")
+	require.Equal(t, 1, left())
 }

@@ -31,13 +31,32 @@
 // cancellation by closing the socket, after which the server may still commit the statement and
 // the deleted count would be unknown. The batch in flight (milliseconds) finishes, its count is
 // added, and Run stops before the next one. A batch that fails with a lock wait timeout (1205) or
-// a deadlock (1213) was rolled back by the server and is retried a few times; any other error
-// ends the run. The session's innodb_lock_wait_timeout is lowered to [Options.LockWaitTimeout]
-// so that a batch never holds its locks for the server default of 50 seconds.
+// a deadlock (1213) was rolled back by the server and is retried a few times (see [BatchRetries]
+// and [DeadlockRetries]); any other error ends the run. The session's innodb_lock_wait_timeout is
+// lowered to [Options.LockWaitTimeout] so that a batch never holds its locks for the server
+// default of 50 seconds.
 //
 // The returned [Summary] counts only batches the server confirmed (the sum of RowsAffected). If
 // the connection is lost in the middle of a statement, that batch may have committed without a
 // reply; the error says so.
+//
+// # Stats buckets
+//
+// After the keys, Run prunes idempotency_stats (internal/stats): the hourly counter rows whose
+// bucket_start is older than [Options.StatsRetention] (default 90 days), in batches the same way,
+// walking the primary key (bucket_start, scope) from its oldest end:
+//
+//	DELETE FROM idempotency_stats WHERE bucket_start < UTC_TIMESTAMP(6) - INTERVAL ? MICROSECOND
+//	ORDER BY bucket_start LIMIT ?
+//
+// A run stopped early (max duration, cancellation, error) leaves the buckets for the next run.
+//
+// # Multi-primary clusters
+//
+// On MariaDB Galera (or another certifying multi-primary cluster) a batch that conflicts with a
+// concurrent write on another node — a second cleanup run, a claim re-using an expired row — fails
+// certification at commit with the same 1213 as a deadlock. It was not applied, so it is retried
+// like a deadlock, after a jittered pause so that two runs do not collide again in step.
 //
 // DELETE ... LIMIT is unsafe for statement-based binary logging: run the server with
 // binlog_format ROW (MySQL 8 default) or MIXED (MariaDB default).
@@ -51,6 +70,7 @@ import (
 	"fmt"
 	"log/slog"
 	"math"
+	"math/rand/v2"
 	"time"
 
 	"github.com/go-sql-driver/mysql"
@@ -70,9 +90,19 @@ const (
 	DefaultPause = 50 * time.Millisecond
 	// DefaultLockWaitTimeout is the cleanup session's innodb_lock_wait_timeout.
 	DefaultLockWaitTimeout = 5 * time.Second
-	// BatchRetries is how many times a batch rolled back by a lock wait timeout (1205) or a
-	// deadlock (1213) is tried again before Run gives up.
+	// BatchRetries is how many times a batch rolled back by a lock wait timeout (1205) is tried
+	// again before Run gives up.
 	BatchRetries = 3
+	// DeadlockRetries is how many times a batch rolled back as a deadlock victim, or for a failed
+	// certification on a multi-primary cluster (both 1213), is tried again before Run gives up.
+	// More than BatchRetries: every 1213 means another writer committed, so the database as a
+	// whole made progress, and two cleanup runs on two nodes lose to each other in turn.
+	DeadlockRetries = 10
+	// DefaultStatsRetention is how long idempotency_stats buckets are kept: 90 days.
+	DefaultStatsRetention = 90 * 24 * time.Hour
+	// MinStatsRetention is the shortest StatsRetention accepted: `idemguard stats --since 24h`
+	// must find its buckets.
+	MinStatsRetention = 24 * time.Hour
 	// batchTimeout bounds one DELETE on the client side. It is a last resort: when it fires the
 	// driver closes the connection and the batch's outcome is unknown.
 	batchTimeout = time.Minute
@@ -100,14 +130,18 @@ type Options struct {
 	// heartbeat) is younger than this is never deleted, expired or not. Defaults to
 	// engine.DefaultStaleAfter. Set it to the largest StaleAfter any scope uses.
 	StaleAfter time.Duration
+	// StatsRetention is how long idempotency_stats buckets are kept: a bucket whose hour started
+	// longer ago than this is deleted. Defaults to [DefaultStatsRetention]; at least
+	// [MinStatsRetention]; negative keeps every bucket.
+	StatsRetention time.Duration
 	// LockWaitTimeout is the cleanup session's innodb_lock_wait_timeout, rounded up to whole
 	// seconds. Defaults to [DefaultLockWaitTimeout].
 	LockWaitTimeout time.Duration
 	// Logger receives progress and retry logs. Defaults to slog.Default().
 	Logger *slog.Logger
 
-	// OnBatch, if set, is called on Run's goroutine after each committed batch (progress,
-	// tests, benchmarks).
+	// OnBatch, if set, is called on Run's goroutine after each committed batch of
+	// idempotency_keys (progress, tests, benchmarks); stats batches are not reported.
 	OnBatch func(Batch)
 	// Sleep waits d or until ctx is done. Defaults to a timer. For tests.
 	Sleep func(ctx context.Context, d time.Duration)
@@ -142,8 +176,12 @@ type Summary struct {
 	// Deleted is the number of rows removed: the sum of the server's RowsAffected over the
 	// committed batches. In a dry run, the number of rows a run would delete now.
 	Deleted int64
-	// Batches is the number of committed DELETE statements that removed at least one row.
+	// Batches is the number of committed DELETE statements on idempotency_keys that removed at
+	// least one row.
 	Batches int
+	// StatsDeleted is the number of idempotency_stats buckets removed (past StatsRetention). In a
+	// dry run, the number a run would remove now.
+	StatsDeleted int64
 	// Duration is the run's wall time.
 	Duration time.Duration
 	// DryRun echoes Options.DryRun.
@@ -157,6 +195,7 @@ func (o Options) withDefaults() Options {
 	o.Pause = cmp.Or(o.Pause, DefaultPause)
 	o.StaleAfter = cmp.Or(o.StaleAfter, engine.DefaultStaleAfter)
 	o.LockWaitTimeout = cmp.Or(o.LockWaitTimeout, DefaultLockWaitTimeout)
+	o.StatsRetention = cmp.Or(o.StatsRetention, DefaultStatsRetention)
 	if o.Logger == nil {
 		o.Logger = slog.Default()
 	}
@@ -178,6 +217,9 @@ func (o Options) Validate() error {
 		return fmt.Errorf("cleanup: MaxDuration must not be negative (0 for no limit), got %s", o.MaxDuration)
 	case o.StaleAfter < 0 || (o.StaleAfter > 0 && o.StaleAfter < engine.MinStaleAfter):
 		return fmt.Errorf("cleanup: StaleAfter must be at least %s (0 for the default %s), got %s", engine.MinStaleAfter, engine.DefaultStaleAfter, o.StaleAfter)
+	case o.StatsRetention > 0 && o.StatsRetention < MinStatsRetention:
+		return fmt.Errorf("cleanup: StatsRetention must be at least %s (0 for the default %s, negative to keep every bucket), got %s",
+			MinStatsRetention, DefaultStatsRetention, o.StatsRetention)
 	case o.LockWaitTimeout < 0 || o.LockWaitTimeout > time.Hour:
 		return fmt.Errorf("cleanup: LockWaitTimeout must be between 1s and 1h (0 for the default %s), got %s", DefaultLockWaitTimeout, o.LockWaitTimeout)
 	}
@@ -194,12 +236,22 @@ const (
 	DeleteSQL = `DELETE FROM idempotency_keys WHERE ` + predicate + ` ORDER BY expires_at LIMIT ?`
 	// CountSQL counts what a run would delete (dry run). Parameter: StaleAfter in microseconds.
 	CountSQL = `SELECT COUNT(*) FROM idempotency_keys WHERE ` + predicate
+
+	// statsPredicate is a bucket past its retention. Its one parameter is StatsRetention in
+	// microseconds.
+	statsPredicate = `bucket_start < UTC_TIMESTAMP(6) - INTERVAL ? MICROSECOND`
+	// StatsDeleteSQL is one batch of stats buckets. Parameters: StatsRetention in microseconds,
+	// batch size.
+	StatsDeleteSQL = `DELETE FROM idempotency_stats WHERE ` + statsPredicate + ` ORDER BY bucket_start LIMIT ?`
+	// StatsCountSQL counts the buckets a run would delete (dry run). Parameter: StatsRetention in
+	// microseconds.
+	StatsCountSQL = `SELECT COUNT(*) FROM idempotency_stats WHERE ` + statsPredicate
 )
 
 // Run deletes expired rows from idempotency_keys in db, batch by batch (see the package
-// documentation), and returns what it did. On error the Summary still counts the batches that
-// were committed before it, and Stopped is StopError. Cancelling ctx is not an error: Run stops
-// between batches and reports StopCanceled.
+// documentation), then the idempotency_stats buckets past their retention, and returns what it
+// did. On error the Summary still counts the batches that were committed before it, and Stopped is
+// StopError. Cancelling ctx is not an error: Run stops between batches and reports StopCanceled.
 //
 // db should come from mysqlconn.Open. Run uses one connection of it for the whole run and
 // restores that connection's session settings before handing it back.
@@ -215,12 +267,15 @@ func Run(ctx context.Context, db *sqlx.DB, opts Options) (Summary, error) {
 		sum.Duration = o.Now().Sub(start)
 		if err == nil { // an error is logged by whoever handles it
 			o.Logger.InfoContext(ctx, "cleanup: finished", slog.Int64("deleted", sum.Deleted),
-				slog.Int("batches", sum.Batches), slog.Float64("duration_seconds", sum.Duration.Seconds()),
+				slog.Int("batches", sum.Batches), slog.Int64("stats_deleted", sum.StatsDeleted),
+				slog.Float64("duration_seconds", sum.Duration.Seconds()),
 				slog.Bool("dry_run", sum.DryRun), slog.String("stopped", string(reason)))
 		}
 		return sum, err
 	}
 	staleMicros := o.StaleAfter.Microseconds()
+	pruneStats := o.StatsRetention > 0
+	statsMicros := o.StatsRetention.Microseconds()
 
 	if ctx.Err() != nil {
 		return finish(StopCanceled, nil)
@@ -228,6 +283,11 @@ func Run(ctx context.Context, db *sqlx.DB, opts Options) (Summary, error) {
 	if o.DryRun {
 		if err := db.GetContext(ctx, &sum.Deleted, CountSQL, staleMicros); err != nil {
 			return finish(StopError, fmt.Errorf("cleanup: count expired rows: %w", err))
+		}
+		if pruneStats {
+			if err := db.GetContext(ctx, &sum.StatsDeleted, StatsCountSQL, statsMicros); err != nil {
+				return finish(StopError, fmt.Errorf("cleanup: count old stats buckets: %w", err))
+			}
 		}
 		return finish(StopDone, nil)
 	}
@@ -243,30 +303,58 @@ func Run(ctx context.Context, db *sqlx.DB, opts Options) (Summary, error) {
 	}
 	defer restore(conn)
 
+	phases := []phase{{what: "expired keys", query: DeleteSQL, param: staleMicros, deleted: &sum.Deleted,
+		batches: &sum.Batches, report: true}}
+	if pruneStats {
+		var statsBatches int
+		phases = append(phases, phase{what: "old stats buckets", label: "stats ", query: StatsDeleteSQL, param: statsMicros,
+			deleted: &sum.StatsDeleted, batches: &statsBatches})
+	}
+	for _, ph := range phases {
+		if reason, err := drain(ctx, conn, o, start, ph); reason != StopDone || err != nil {
+			return finish(reason, err)
+		}
+	}
+	return finish(StopDone, nil)
+}
+
+// phase is one table Run empties of what it may delete.
+type phase struct {
+	what    string // for logs
+	label   string // prefix of "batch N" in errors: "" for keys (what the summary line counts), "stats "
+	query   string // one batch; parameters: param, batch size
+	param   int64
+	deleted *int64
+	batches *int
+	report  bool // call Options.OnBatch
+}
+
+// drain runs ph's batches until none is left, MaxDuration, cancellation, or an error.
+func drain(ctx context.Context, conn *sqlx.Conn, o Options, start time.Time, ph phase) (StopReason, error) {
 	for {
 		if ctx.Err() != nil {
-			return finish(StopCanceled, nil)
+			return StopCanceled, nil
 		}
 		if o.MaxDuration > 0 && o.Now().Sub(start) >= o.MaxDuration {
-			return finish(StopMaxDuration, nil)
+			return StopMaxDuration, nil
 		}
-		n, err := deleteBatch(ctx, conn, o, staleMicros, sum.Batches+1)
+		n, err := deleteBatch(ctx, conn, o, ph, *ph.batches+1)
 		if err != nil {
-			return finish(StopError, err)
+			return StopError, err
 		}
 		if n == 0 {
-			return finish(StopDone, nil)
+			return StopDone, nil
 		}
-		sum.Batches++
-		sum.Deleted += n
-		o.Logger.DebugContext(ctx, "cleanup: batch committed", slog.Int("batch", sum.Batches),
-			slog.Int64("deleted", n), slog.Int64("total", sum.Deleted))
-		if o.OnBatch != nil {
-			o.OnBatch(Batch{Number: sum.Batches, Deleted: n, Total: sum.Deleted})
+		*ph.batches++
+		*ph.deleted += n
+		o.Logger.DebugContext(ctx, "cleanup: batch committed", slog.String("what", ph.what),
+			slog.Int("batch", *ph.batches), slog.Int64("deleted", n), slog.Int64("total", *ph.deleted))
+		if ph.report && o.OnBatch != nil {
+			o.OnBatch(Batch{Number: *ph.batches, Deleted: n, Total: *ph.deleted})
 		}
 		if n < int64(o.BatchSize) {
 			// The statement found fewer deletable rows than it was allowed to take: none left.
-			return finish(StopDone, nil)
+			return StopDone, nil
 		}
 		pause := o.Pause
 		if o.MaxDuration > 0 {
@@ -279,40 +367,49 @@ func Run(ctx context.Context, db *sqlx.DB, opts Options) (Summary, error) {
 }
 
 // deleteBatch runs one DELETE, retrying it when the server rolled it back for a lock wait
-// timeout or a deadlock. The statement is not interrupted by ctx (see the package
-// documentation); ctx only stops the retries.
-func deleteBatch(ctx context.Context, conn *sqlx.Conn, o Options, staleMicros int64, number int) (int64, error) {
-	var lastErr error
-	for try := range BatchRetries + 1 {
-		if try > 0 {
-			o.Logger.WarnContext(ctx, "cleanup: batch rolled back by the server; retrying",
-				slog.Int("batch", number), slog.Int("try", try+1), slog.Any("err", lastErr))
-			o.Sleep(ctx, max(o.Pause, DefaultPause)*time.Duration(try))
-			if ctx.Err() != nil {
-				return 0, fmt.Errorf("cleanup: batch %d rolled back (%w), and the run was cancelled before a retry", number, lastErr)
-			}
-		}
-		n, err := execBatch(ctx, conn, o, staleMicros)
+// timeout (up to [BatchRetries] times), or as a deadlock victim or for a failed certification on
+// a multi-primary cluster (1213, up to [DeadlockRetries] times). The statement is not interrupted
+// by ctx (see the package documentation); ctx only stops the retries.
+func deleteBatch(ctx context.Context, conn *sqlx.Conn, o Options, ph phase, number int) (int64, error) {
+	for try := 1; ; try++ {
+		n, err := execBatch(ctx, conn, o, ph)
 		if err == nil {
 			return n, nil
 		}
-		lastErr = err
 		var me *mysql.MySQLError
 		if !errors.As(err, &me) {
-			return 0, fmt.Errorf("cleanup: batch %d: no answer from the database (%w); "+
-				"the batch may or may not have committed, and the summary counts only confirmed batches", number, err)
+			return 0, fmt.Errorf("cleanup: %sbatch %d: no answer from the database (%w); "+
+				"the batch may or may not have committed, and the summary counts only confirmed batches", ph.label, number, err)
 		}
-		if me.Number != errLockWaitTimeout && me.Number != errDeadlock {
-			return 0, fmt.Errorf("cleanup: batch %d rolled back: %w", number, err)
+		retries := BatchRetries
+		switch me.Number {
+		case errLockWaitTimeout:
+		case errDeadlock:
+			retries = DeadlockRetries
+		default:
+			return 0, fmt.Errorf("cleanup: %sbatch %d rolled back: %w", ph.label, number, err)
+		}
+		if try > retries {
+			return 0, fmt.Errorf("cleanup: %sbatch %d rolled back %d times, giving up: %w", ph.label, number, try, err)
+		}
+		o.Logger.WarnContext(ctx, "cleanup: batch rolled back by the server; retrying", slog.String("what", ph.what),
+			slog.Int("batch", number), slog.Int("try", try+1), slog.Any("err", err))
+		backoff := max(o.Pause, DefaultPause) * time.Duration(try)
+		if me.Number == errDeadlock {
+			// Jittered: two runs on two nodes of a cluster that conflicted must not retry in step.
+			backoff = backoff/2 + rand.N(backoff)
+		}
+		o.Sleep(ctx, backoff)
+		if ctx.Err() != nil {
+			return 0, fmt.Errorf("cleanup: %sbatch %d rolled back (%w), and the run was cancelled before a retry", ph.label, number, err)
 		}
 	}
-	return 0, fmt.Errorf("cleanup: batch %d rolled back %d times, giving up: %w", number, BatchRetries+1, lastErr)
 }
 
-func execBatch(ctx context.Context, conn *sqlx.Conn, o Options, staleMicros int64) (int64, error) {
+func execBatch(ctx context.Context, conn *sqlx.Conn, o Options, ph phase) (int64, error) {
 	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), batchTimeout)
 	defer cancel()
-	res, err := conn.ExecContext(sctx, DeleteSQL, staleMicros, o.BatchSize)
+	res, err := conn.ExecContext(sctx, ph.query, ph.param, o.BatchSize)
 	if err != nil {
 		return 0, err
 	}

@@ -355,6 +355,7 @@ func TestBadOptionsChangeNothing(t *testing.T) {
 		{"negative max duration", cleanup.Options{MaxDuration: -time.Second}, "MaxDuration must not be negative"},
 		{"short stale after", cleanup.Options{StaleAfter: time.Millisecond}, "StaleAfter must be at least 300ms"},
 		{"negative lock wait", cleanup.Options{LockWaitTimeout: -time.Second}, "LockWaitTimeout must be between"},
+		{"short stats retention", cleanup.Options{StatsRetention: time.Hour}, "StatsRetention must be at least 24h0m0s"},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			sum, err := cleanup.Run(t.Context(), b.db, tt.opts)
@@ -379,40 +380,20 @@ func TestDeleteUsesTheExpiresIndex(t *testing.T) {
 	require.NoError(t, err)
 	stale := (5 * time.Minute).Microseconds()
 
-	plan := func(query string, args ...any) map[string]string {
-		rows, err := b.db.QueryxContext(ctx, "EXPLAIN "+query, args...)
-		require.NoError(t, err)
-		defer rows.Close()
-		var plans []map[string]string
-		for rows.Next() {
-			m := map[string]any{}
-			require.NoError(t, rows.MapScan(m))
-			p := map[string]string{}
-			for k, v := range m {
-				p[k] = string(asBytes(v))
-			}
-			plans = append(plans, p)
-		}
-		require.NoError(t, rows.Err())
-		require.Len(t, plans, 1)
-		return plans[0]
-	}
-	del := plan(cleanup.DeleteSQL, stale, 1000)
+	del := explain(t, b.db, cleanup.DeleteSQL, stale, 1000)
 	t.Logf("delete plan: %v", del)
 	require.Equal(t, "idx_idempotency_expires_at", del["key"], "delete plan %v", del)
 	require.Equal(t, "range", del["type"], "delete plan %v", del)
 	require.NotContains(t, del["Extra"], "filesort", "the index gives the order")
-	t.Logf("count plan: %v", plan(cleanup.CountSQL, stale))
+	t.Logf("count plan: %v", explain(t, b.db, cleanup.CountSQL, stale))
 }
 
-func asBytes(v any) []byte {
-	switch v := v.(type) {
-	case []byte:
-		return v
-	case string:
-		return []byte(v)
-	}
-	return nil
+// explain returns the plan of a single-table statement.
+func explain(t *testing.T, db *sqlx.DB, query string, args ...any) map[string]string {
+	t.Helper()
+	plans := testdb.Explain(t, db, query, args...)
+	require.Len(t, plans, 1)
+	return plans[0]
 }
 
 // Run lowers innodb_lock_wait_timeout on its own connection only, and puts it back before the
@@ -446,4 +427,90 @@ func TestClosedPoolIsAnError(t *testing.T) {
 		require.Equal(t, cleanup.StopError, sum.Stopped)
 		require.Zero(t, sum.Deleted)
 	}
+}
+
+// seedStats inserts one idempotency_stats bucket per hour offset (hours before the current hour),
+// each with requests = 1, in one statement (a recursive CTE: MySQL 8 and MariaDB alike).
+func seedStats(t *testing.T, db *sqlx.DB, fromHours, toHours int) {
+	t.Helper()
+	_, err := db.ExecContext(t.Context(), `INSERT INTO idempotency_stats (bucket_start, scope, requests, updated_at)
+WITH RECURSIVE h (n) AS (SELECT ? UNION ALL SELECT n + 1 FROM h WHERE n < ?)
+SELECT CAST(DATE_FORMAT(UTC_TIMESTAMP(6), '%Y-%m-%d %H:00:00') AS DATETIME(6)) - INTERVAL n HOUR, 'cleanup.stats', 1, UTC_TIMESTAMP(6)
+FROM h`, fromHours, toHours)
+	require.NoError(t, err)
+}
+
+func countStats(t *testing.T, db *sqlx.DB) int64 {
+	t.Helper()
+	var n int64
+	require.NoError(t, db.GetContext(t.Context(), &n, `SELECT COUNT(*) FROM idempotency_stats`))
+	return n
+}
+
+// Issue 10: idempotency_stats buckets older than StatsRetention (default 90 days) are pruned in
+// batches after the keys; younger ones stay; the dry run counts them and deletes nothing; a
+// negative retention keeps every bucket. The batch DELETE walks the primary key.
+func TestStatsBucketsPastRetentionArePruned(t *testing.T) {
+	t.Parallel()
+	b := setup(t, cleanuptest.Rows{Expired: 120, Live: 10})
+	ctx := t.Context()
+	const day = 24
+	seedStats(t, b.db, 1, 30)              // the last 30 hours: kept by every retention below
+	seedStats(t, b.db, 30*day, 30*day+49)  // 30 days old: kept by the default, pruned by 7 days
+	seedStats(t, b.db, 91*day, 91*day+249) // past the default 90 days
+	seedStats(t, b.db, 400*day, 400*day+9) // far past
+	require.Equal(t, int64(30+50+250+10), countStats(t, b.db))
+
+	del := explain(t, b.db, cleanup.StatsDeleteSQL, cleanup.DefaultStatsRetention.Microseconds(), 100)
+	t.Logf("stats delete plan: %v", del)
+	require.Equal(t, "PRIMARY", del["key"], "stats delete plan %v", del)
+	require.NotContains(t, del["Extra"], "filesort", "the primary key gives the order")
+
+	dry, err := cleanup.Run(ctx, b.db, cleanup.Options{DryRun: true, Logger: b.logger})
+	require.NoError(t, err)
+	require.Equal(t, int64(260), dry.StatsDeleted)
+	require.Equal(t, int64(120), dry.Deleted)
+	require.Equal(t, int64(340), countStats(t, b.db), "the dry run deleted nothing")
+
+	off, err := cleanup.Run(ctx, b.db, cleanup.Options{StatsRetention: -1, Logger: b.logger, Sleep: noSleep})
+	require.NoError(t, err)
+	require.Equal(t, int64(120), off.Deleted)
+	require.Zero(t, off.StatsDeleted)
+	require.Equal(t, int64(340), countStats(t, b.db), "a negative retention keeps every bucket")
+
+	var sleeps int
+	sum, err := cleanup.Run(ctx, b.db, cleanup.Options{BatchSize: 100, Logger: b.logger,
+		Sleep: func(context.Context, time.Duration) { sleeps++ }})
+	require.NoError(t, err)
+	require.Equal(t, cleanup.StopDone, sum.Stopped)
+	require.Equal(t, int64(260), sum.StatsDeleted)
+	require.Equal(t, 2, sleeps, "batches of 100, 100, 60: a pause after each full one")
+	require.Equal(t, int64(80), countStats(t, b.db))
+	var oldest time.Time
+	require.NoError(t, b.db.GetContext(ctx, &oldest, `SELECT MIN(bucket_start) FROM idempotency_stats`))
+	var cutoff time.Time
+	require.NoError(t, b.db.GetContext(ctx, &cutoff, `SELECT UTC_TIMESTAMP(6) - INTERVAL 90 DAY`))
+	require.True(t, oldest.After(cutoff), "oldest bucket %s kept past the cutoff %s", oldest, cutoff)
+
+	sum, err = cleanup.Run(ctx, b.db, cleanup.Options{StatsRetention: 7 * 24 * time.Hour, Logger: b.logger, Sleep: noSleep})
+	require.NoError(t, err)
+	require.Equal(t, int64(50), sum.StatsDeleted)
+	require.Equal(t, int64(30), countStats(t, b.db))
+}
+
+// A run stopped while deleting keys leaves the stats buckets for the next run.
+func TestStatsPruningWaitsForTheKeys(t *testing.T) {
+	t.Parallel()
+	b := setup(t, cleanuptest.Rows{Expired: 300})
+	seedStats(t, b.db, 100*24, 100*24+9)
+	now := time.Now()
+	sum, err := cleanup.Run(t.Context(), b.db, cleanup.Options{BatchSize: 100, MaxDuration: 15 * time.Second,
+		Logger: b.logger, Sleep: noSleep,
+		Now:     func() time.Time { return now },
+		OnBatch: func(cleanup.Batch) { now = now.Add(10 * time.Second) }})
+	require.NoError(t, err)
+	require.Equal(t, cleanup.StopMaxDuration, sum.Stopped)
+	require.Equal(t, int64(200), sum.Deleted)
+	require.Zero(t, sum.StatsDeleted)
+	require.Equal(t, int64(10), countStats(t, b.db))
 }
