@@ -2,122 +2,37 @@ package tenancy_test
 
 import (
 	"context"
-	"crypto"
-	"crypto/ecdsa"
-	"crypto/ed25519"
-	"crypto/elliptic"
-	"crypto/rand"
-	"crypto/rsa"
 	"crypto/x509"
-	"encoding/json"
 	"encoding/pem"
 	"net/http"
 	"net/http/httptest"
 	"strings"
-	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
-	"github.com/MicahParks/jwkset"
 	"github.com/golang-jwt/jwt/v5"
 	"github.com/stretchr/testify/require"
 
 	"github.com/idemguard/idemguard/tenancy"
+	"github.com/idemguard/idemguard/tenancy/tenancytest"
 )
 
 const (
-	testIssuer   = "https://idp.test/"
-	testAudience = "idemguard-test"
+	testIssuer   = tenancytest.Issuer
+	testAudience = tenancytest.Audience
 )
 
-// signer is one key of the test identity provider.
-type signer struct {
-	kid    string
-	method jwt.SigningMethod
-	priv   crypto.Signer
-}
+type signer = tenancytest.Key
 
-func newRSA(t *testing.T, kid string) signer {
-	k, err := rsa.GenerateKey(rand.Reader, 2048)
-	require.NoError(t, err)
-	return signer{kid, jwt.SigningMethodRS256, k}
-}
+var (
+	newRSA = tenancytest.RSA
+	newEC  = tenancytest.EC
+	newEd  = tenancytest.Ed
+)
 
-func newEC(t *testing.T, kid string) signer {
-	k, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	require.NoError(t, err)
-	return signer{kid, jwt.SigningMethodES256, k}
-}
-
-func newEd(t *testing.T, kid string) signer {
-	_, k, err := ed25519.GenerateKey(rand.Reader)
-	require.NoError(t, err)
-	return signer{kid, jwt.SigningMethodEdDSA, k}
-}
-
-// sign returns a token with the standard valid claims, changed by mutate.
-func (s signer) sign(t *testing.T, mutate func(jwt.MapClaims)) string {
+func newVerifier(t *testing.T, p *tenancytest.IDP, mutate func(*tenancy.JWTConfig)) *tenancy.JWTVerifier {
 	t.Helper()
-	now := time.Now()
-	claims := jwt.MapClaims{
-		"iss": testIssuer, "aud": testAudience, "sub": "user-1", "tenant_id": "acme",
-		"iat": now.Unix(), "exp": now.Add(5 * time.Minute).Unix(),
-	}
-	if mutate != nil {
-		mutate(claims)
-	}
-	tok := jwt.NewWithClaims(s.method, claims)
-	tok.Header["kid"] = s.kid
-	out, err := tok.SignedString(s.priv)
-	require.NoError(t, err)
-	return out
-}
-
-// idp serves a JWK Set that a test can replace, and counts the fetches.
-type idp struct {
-	srv     *httptest.Server
-	mu      sync.Mutex
-	jwks    []byte
-	fetches atomic.Int64
-}
-
-func newIDP(t *testing.T, keys ...signer) *idp {
-	t.Helper()
-	p := &idp{}
-	p.publish(t, keys...)
-	p.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
-		p.fetches.Add(1)
-		p.mu.Lock()
-		b := p.jwks
-		p.mu.Unlock()
-		w.Header().Set("Content-Type", "application/json")
-		_, _ = w.Write(b)
-	}))
-	t.Cleanup(p.srv.Close)
-	return p
-}
-
-func (p *idp) publish(t *testing.T, keys ...signer) {
-	t.Helper()
-	var set jwkset.JWKSMarshal
-	for _, k := range keys {
-		jwk, err := jwkset.NewJWKFromKey(k.priv.Public(), jwkset.JWKOptions{
-			Metadata: jwkset.JWKMetadataOptions{KID: k.kid, ALG: jwkset.ALG(k.method.Alg()), USE: jwkset.UseSig},
-		})
-		require.NoError(t, err)
-		set.Keys = append(set.Keys, jwk.Marshal())
-	}
-	b, err := json.Marshal(set)
-	require.NoError(t, err)
-	p.mu.Lock()
-	p.jwks = b
-	p.mu.Unlock()
-}
-
-func newVerifier(t *testing.T, p *idp, mutate func(*tenancy.JWTConfig)) *tenancy.JWTVerifier {
-	t.Helper()
-	cfg := tenancy.JWTConfig{JWKSURL: p.srv.URL + "/jwks.json", Issuer: testIssuer, Audience: testAudience}
+	cfg := tenancy.JWTConfig{JWKSURL: p.URL, Issuer: testIssuer, Audience: testAudience}
 	if mutate != nil {
 		mutate(&cfg)
 	}
@@ -130,7 +45,7 @@ func newVerifier(t *testing.T, p *idp, mutate func(*tenancy.JWTConfig)) *tenancy
 func TestJWTVerifierAcceptsValidTokens(t *testing.T) {
 	t.Parallel()
 	rsaKey, ecKey, edKey := newRSA(t, "rsa-1"), newEC(t, "ec-1"), newEd(t, "ed-1")
-	p := newIDP(t, rsaKey, ecKey, edKey)
+	p := tenancytest.NewIDP(t, rsaKey, ecKey, edKey)
 	v := newVerifier(t, p, nil)
 	ctx := context.Background()
 
@@ -138,12 +53,12 @@ func TestJWTVerifierAcceptsValidTokens(t *testing.T) {
 		key    signer
 		tenant string
 	}{{rsaKey, "acme"}, {ecKey, "beta.eu-1"}, {edKey, "Gamma_3"}} {
-		id, err := v.Verify(ctx, tc.key.sign(t, func(c jwt.MapClaims) { c["tenant_id"] = tc.tenant }))
-		require.NoError(t, err, tc.key.kid)
-		require.Equal(t, tenancy.ID(tc.tenant), id, tc.key.kid)
+		id, err := v.Verify(ctx, tc.key.Sign(t, "acme", func(c jwt.MapClaims) { c["tenant_id"] = tc.tenant }))
+		require.NoError(t, err, tc.key.KID)
+		require.Equal(t, tenancy.ID(tc.tenant), id, tc.key.KID)
 	}
 	// aud as a list holding ours; exp expired 10s ago, inside the 30s leeway.
-	id, err := v.Verify(ctx, rsaKey.sign(t, func(c jwt.MapClaims) {
+	id, err := v.Verify(ctx, rsaKey.Sign(t, "acme", func(c jwt.MapClaims) {
 		c["aud"] = []string{"other", testAudience}
 		c["exp"] = time.Now().Add(-10 * time.Second).Unix()
 	}))
@@ -152,28 +67,28 @@ func TestJWTVerifierAcceptsValidTokens(t *testing.T) {
 
 	// A configured claim name other than the default.
 	v2 := newVerifier(t, p, func(c *tenancy.JWTConfig) { c.TenantClaim = "https://example.com/tenant" })
-	id, err = v2.Verify(ctx, ecKey.sign(t, func(c jwt.MapClaims) { c["https://example.com/tenant"] = "delta" }))
+	id, err = v2.Verify(ctx, ecKey.Sign(t, "acme", func(c jwt.MapClaims) { c["https://example.com/tenant"] = "delta" }))
 	require.NoError(t, err)
 	require.Equal(t, tenancy.ID("delta"), id)
-	require.EqualValues(t, 2, p.fetches.Load(), "one fetch per verifier: the keys are cached")
+	require.EqualValues(t, 2, p.Fetches(), "one fetch per verifier: the keys are cached")
 }
 
 func TestJWTVerifierRejects(t *testing.T) {
 	t.Parallel()
 	rsaKey, ecKey := newRSA(t, "rsa-1"), newEC(t, "ec-1")
-	p := newIDP(t, rsaKey, ecKey)
+	p := tenancytest.NewIDP(t, rsaKey, ecKey)
 	v := newVerifier(t, p, func(c *tenancy.JWTConfig) { c.UnknownKIDInterval = time.Hour })
 	ctx := context.Background()
 	now := time.Now()
 
-	pubDER, err := x509.MarshalPKIXPublicKey(rsaKey.priv.Public())
+	pubDER, err := x509.MarshalPKIXPublicKey(rsaKey.Priv.Public())
 	require.NoError(t, err)
 	pubPEM := pem.EncodeToMemory(&pem.Block{Type: "PUBLIC KEY", Bytes: pubDER})
 	hmacWithPublicKey := func(secret []byte) string {
 		tok := jwt.NewWithClaims(jwt.SigningMethodHS256, jwt.MapClaims{
 			"iss": testIssuer, "aud": testAudience, "tenant_id": "acme", "exp": now.Add(time.Minute).Unix(),
 		})
-		tok.Header["kid"] = rsaKey.kid
+		tok.Header["kid"] = rsaKey.KID
 		s, err := tok.SignedString(secret)
 		require.NoError(t, err)
 		return s
@@ -182,7 +97,7 @@ func TestJWTVerifierRejects(t *testing.T) {
 		tok := jwt.NewWithClaims(jwt.SigningMethodNone, jwt.MapClaims{
 			"iss": testIssuer, "aud": testAudience, "tenant_id": "acme", "exp": now.Add(time.Minute).Unix(),
 		})
-		tok.Header["kid"] = rsaKey.kid
+		tok.Header["kid"] = rsaKey.KID
 		s, err := tok.SignedString(jwt.UnsafeAllowNoneSignatureType)
 		require.NoError(t, err)
 		return s
@@ -194,24 +109,24 @@ func TestJWTVerifierRejects(t *testing.T) {
 		token  string
 		reason string
 	}{
-		"expired":             {rsaKey.sign(t, func(c jwt.MapClaims) { c["exp"] = now.Add(-2 * time.Minute).Unix() }), "expired"},
-		"no exp":              {rsaKey.sign(t, func(c jwt.MapClaims) { delete(c, "exp") }), "required claim"},
-		"not yet valid":       {rsaKey.sign(t, func(c jwt.MapClaims) { c["nbf"] = now.Add(5 * time.Minute).Unix() }), "not valid yet"},
-		"issued later":        {rsaKey.sign(t, func(c jwt.MapClaims) { c["iat"] = now.Add(5 * time.Minute).Unix() }), "issued in the future"},
-		"wrong issuer":        {rsaKey.sign(t, func(c jwt.MapClaims) { c["iss"] = "https://evil.test/" }), "wrong issuer"},
-		"no issuer":           {rsaKey.sign(t, func(c jwt.MapClaims) { delete(c, "iss") }), "required claim"},
-		"no audience":         {rsaKey.sign(t, func(c jwt.MapClaims) { delete(c, "aud") }), "required claim"},
-		"wrong audience":      {ecKey.sign(t, func(c jwt.MapClaims) { c["aud"] = "another-api" }), "wrong audience"},
+		"expired":             {rsaKey.Sign(t, "acme", func(c jwt.MapClaims) { c["exp"] = now.Add(-2 * time.Minute).Unix() }), "expired"},
+		"no exp":              {rsaKey.Sign(t, "acme", func(c jwt.MapClaims) { delete(c, "exp") }), "required claim"},
+		"not yet valid":       {rsaKey.Sign(t, "acme", func(c jwt.MapClaims) { c["nbf"] = now.Add(5 * time.Minute).Unix() }), "not valid yet"},
+		"issued later":        {rsaKey.Sign(t, "acme", func(c jwt.MapClaims) { c["iat"] = now.Add(5 * time.Minute).Unix() }), "issued in the future"},
+		"wrong issuer":        {rsaKey.Sign(t, "acme", func(c jwt.MapClaims) { c["iss"] = "https://evil.test/" }), "wrong issuer"},
+		"no issuer":           {rsaKey.Sign(t, "acme", func(c jwt.MapClaims) { delete(c, "iss") }), "required claim"},
+		"no audience":         {rsaKey.Sign(t, "acme", func(c jwt.MapClaims) { delete(c, "aud") }), "required claim"},
+		"wrong audience":      {ecKey.Sign(t, "acme", func(c jwt.MapClaims) { c["aud"] = "another-api" }), "wrong audience"},
 		"alg none":            {none(), "signature invalid or algorithm not allowed"},
 		"HS256, public key":   {hmacWithPublicKey(pubPEM), "signature invalid or algorithm not allowed"},
 		"HS256, key DER":      {hmacWithPublicKey(pubDER), "signature invalid or algorithm not allowed"},
-		"other key, same kid": {stranger.sign(t, nil), "signature invalid"},
-		"unknown kid":         {unknown.sign(t, nil), "unknown key id"},
-		"no tenant claim":     {rsaKey.sign(t, func(c jwt.MapClaims) { delete(c, "tenant_id") }), `no "tenant_id" claim`},
-		"tenant not string":   {rsaKey.sign(t, func(c jwt.MapClaims) { c["tenant_id"] = 42 }), "not a string"},
-		"tenant invalid":      {rsaKey.sign(t, func(c jwt.MapClaims) { c["tenant_id"] = "acme/../beta" }), "invalid tenant id"},
-		"tenant too long":     {rsaKey.sign(t, func(c jwt.MapClaims) { c["tenant_id"] = strings.Repeat("a", 65) }), "invalid tenant id"},
-		"tenant empty":        {rsaKey.sign(t, func(c jwt.MapClaims) { c["tenant_id"] = "" }), "invalid tenant id"},
+		"other key, same kid": {stranger.Sign(t, "acme", nil), "signature invalid"},
+		"unknown kid":         {unknown.Sign(t, "acme", nil), "unknown key id"},
+		"no tenant claim":     {rsaKey.Sign(t, "acme", func(c jwt.MapClaims) { delete(c, "tenant_id") }), `no "tenant_id" claim`},
+		"tenant not string":   {rsaKey.Sign(t, "acme", func(c jwt.MapClaims) { c["tenant_id"] = 42 }), "not a string"},
+		"tenant invalid":      {rsaKey.Sign(t, "acme", func(c jwt.MapClaims) { c["tenant_id"] = "acme/../beta" }), "invalid tenant id"},
+		"tenant too long":     {rsaKey.Sign(t, "acme", func(c jwt.MapClaims) { c["tenant_id"] = strings.Repeat("a", 65) }), "invalid tenant id"},
+		"tenant empty":        {rsaKey.Sign(t, "acme", func(c jwt.MapClaims) { c["tenant_id"] = "" }), "invalid tenant id"},
 		"garbage":             {"a.b.c", "malformed"},
 		"too long":            {strings.Repeat("a", tenancy.MaxJWTBytes+1), "longer than"},
 	} {
@@ -226,51 +141,51 @@ func TestJWTVerifierRejects(t *testing.T) {
 func TestJWTVerifierAlgorithmAllowlist(t *testing.T) {
 	t.Parallel()
 	rsaKey, ecKey := newRSA(t, "rsa-1"), newEC(t, "ec-1")
-	p := newIDP(t, rsaKey, ecKey)
+	p := tenancytest.NewIDP(t, rsaKey, ecKey)
 	v := newVerifier(t, p, func(c *tenancy.JWTConfig) { c.Algorithms = []string{"ES256"} })
-	_, err := v.Verify(context.Background(), rsaKey.sign(t, nil))
+	_, err := v.Verify(context.Background(), rsaKey.Sign(t, "acme", nil))
 	require.ErrorIs(t, err, tenancy.ErrInvalidCredentials)
-	_, err = v.Verify(context.Background(), ecKey.sign(t, nil))
+	_, err = v.Verify(context.Background(), ecKey.Sign(t, "acme", nil))
 	require.NoError(t, err)
 }
 
 func TestJWTVerifierKeyRotation(t *testing.T) {
 	t.Parallel()
 	oldKey, newKey := newRSA(t, "2026-01"), newEC(t, "2026-02")
-	p := newIDP(t, oldKey)
+	p := tenancytest.NewIDP(t, oldKey)
 	v := newVerifier(t, p, func(c *tenancy.JWTConfig) { c.UnknownKIDInterval = time.Hour })
 	ctx := context.Background()
 
-	_, err := v.Verify(ctx, oldKey.sign(t, nil))
+	_, err := v.Verify(ctx, oldKey.Sign(t, "acme", nil))
 	require.NoError(t, err)
-	require.EqualValues(t, 1, p.fetches.Load())
+	require.EqualValues(t, 1, p.Fetches())
 
 	// The provider rotates: the new key is published, the old one withdrawn.
-	p.publish(t, newKey)
-	id, err := v.Verify(ctx, newKey.sign(t, func(c jwt.MapClaims) { c["tenant_id"] = "beta" }))
+	p.Publish(t, newKey)
+	id, err := v.Verify(ctx, newKey.Sign(t, "acme", func(c jwt.MapClaims) { c["tenant_id"] = "beta" }))
 	require.NoError(t, err, "a token signed by the new key is accepted without a restart")
 	require.Equal(t, tenancy.ID("beta"), id)
-	require.EqualValues(t, 2, p.fetches.Load(), "the unknown kid caused one fetch")
+	require.EqualValues(t, 2, p.Fetches(), "the unknown kid caused one fetch")
 
-	_, err = v.Verify(ctx, oldKey.sign(t, nil))
+	_, err = v.Verify(ctx, oldKey.Sign(t, "acme", nil))
 	require.ErrorIs(t, err, tenancy.ErrInvalidCredentials, "the withdrawn key is no longer trusted")
 
 	// Unknown kids within the rate limit are rejected without a fetch.
 	for range 5 {
-		_, err = v.Verify(ctx, newEC(t, "unknown").sign(t, nil))
+		_, err = v.Verify(ctx, newEC(t, "unknown").Sign(t, "acme", nil))
 		require.ErrorContains(t, err, "unverifiable")
 	}
-	require.EqualValues(t, 2, p.fetches.Load(), "unknown kids are rate-limited")
+	require.EqualValues(t, 2, p.Fetches(), "unknown kids are rate-limited")
 }
 
 func TestJWTVerifierPeriodicRefresh(t *testing.T) {
 	t.Parallel()
 	oldKey := newRSA(t, "a")
-	p := newIDP(t, oldKey)
+	p := tenancytest.NewIDP(t, oldKey)
 	v := newVerifier(t, p, func(c *tenancy.JWTConfig) { c.RefreshInterval = 20 * time.Millisecond })
 	_ = v
 	// The background refresh fetches again without any token asking for it.
-	require.Eventually(t, func() bool { return p.fetches.Load() >= 3 }, 10*time.Second, 10*time.Millisecond)
+	require.Eventually(t, func() bool { return p.Fetches() >= 3 }, 10*time.Second, 10*time.Millisecond)
 }
 
 func TestJWTConfigValidate(t *testing.T) {
@@ -302,11 +217,11 @@ func TestJWTConfigValidate(t *testing.T) {
 func TestCredentialsByMethod(t *testing.T) {
 	t.Parallel()
 	rsaKey := newRSA(t, "rsa-1")
-	p := newIDP(t, rsaKey)
+	p := tenancytest.NewIDP(t, rsaKey)
 	keys, err := tenancy.NewAuthenticator(map[tenancy.ID][]string{"svc": {tenancy.HashAPIKey("svc-key")}})
 	require.NoError(t, err)
 	creds := &tenancy.Credentials{APIKeys: keys, JWT: newVerifier(t, p, nil)}
-	token := rsaKey.sign(t, nil)
+	token := rsaKey.Sign(t, "acme", nil)
 	req := func(bearer string) *http.Request {
 		r := httptest.NewRequest(http.MethodPost, "/", nil)
 		r.Header.Set("Authorization", "Bearer "+bearer)
