@@ -217,7 +217,7 @@ export interface components {
         };
     };
     responses: {
-        /** @description No API key, or a key that matches no tenant (type `unauthorized`). */
+        /** @description No credentials, an API key that matches no tenant, or a JWT that fails verification or that the scope does not accept (type `unauthorized`). */
         Unauthorized: {
             headers: {
                 "WWW-Authenticate": components["headers"]["WWWAuthenticate"];
@@ -229,7 +229,7 @@ export interface components {
                  *       "type": "urn:idemguard:problem:unauthorized",
                  *       "title": "Unauthorized",
                  *       "status": 401,
-                 *       "detail": "send a valid API key as Authorization: Bearer <key>",
+                 *       "detail": "send a valid API key (or, where the scope accepts one, a JWT) as Authorization: Bearer <credential>",
                  *       "ok": false,
                  *       "stopReason": "unknown"
                  *     }
