@@ -10,7 +10,7 @@ FUZZTIME  ?= 30s
 FUZZ_PKGS ?= ./sanitize ./internal/keys ./internal/mysqlconn
 
 .DEFAULT_GOAL := help
-.PHONY: help test bench lint build run migrate fuzz
+.PHONY: help test bench lint build run migrate fuzz web
 
 help: ## Show this help
 	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z0-9_.-]+:.*## / {printf "  %-10s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -67,3 +67,6 @@ fuzz: ## Run every Fuzz target in FUZZ_PKGS for FUZZTIME each (default 30s)
 			$(GO) test -run '^$$' -fuzz "^$$target$$" -fuzztime $(FUZZTIME) $$pkg; \
 		done; \
 	done
+
+web: ## Regenerate web/'s OpenAPI types and the embedded demo bundle (needs npm ci in web/)
+	cd web && npm run gen:types && npm run build:demo && npm test

@@ -81,7 +81,7 @@ func (h *handlers) requestLog(c *gin.Context) {
 		attrs = append(attrs, slog.String("tenant", string(v.(tenancy.ID))))
 	}
 	for _, k := range [...]struct{ ctx, log string }{
-		{scopeKey, "scope"}, {keyHashKey, "key_hash"}, {stopReasonKey, "stop_reason"},
+		{scopeKey, "scope"}, {keyHashKey, "key_hash"}, {stopReasonKey, "stop_reason"}, {authMethodKey, "auth"},
 	} {
 		if v := c.GetString(k.ctx); v != "" {
 			attrs = append(attrs, slog.String(k.log, v))

@@ -32,6 +32,8 @@ var routeStatuses = map[string][]int{
 	"GET /v1/ops/{scope}/keys/{key}": {200, 400, 401, 404, 405, 500, 503},
 	"GET /healthz":                   {200, 405, 500},
 	"GET /readyz":                    {200, 405, 500, 503},
+	"HEAD /healthz":                  {200, 405, 500},
+	"HEAD /readyz":                   {200, 405, 500, 503},
 	"GET /metrics":                   {200, 404, 405, 500},
 }
 
@@ -52,6 +54,7 @@ var routeHeaders = map[string]map[int][]string{
 	},
 	"GET /v1/ops/{scope}/keys/{key}": {401: {"WWW-Authenticate"}, 503: {headerRetryAfter}},
 	"GET /readyz":                    {503: {headerRetryAfter}},
+	"HEAD /readyz":                   {503: {headerRetryAfter}},
 }
 
 // routeRequestHeaders lists the request headers each route reads.

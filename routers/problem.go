@@ -81,7 +81,7 @@ func problemFor(err error) problem {
 	switch {
 	case errors.Is(err, tenancy.ErrNoCredentials), errors.Is(err, tenancy.ErrInvalidCredentials):
 		return newProblem(http.StatusUnauthorized, "unauthorized", "Unauthorized", sanitize.Unknown,
-			"send a valid API key as Authorization: Bearer <key>")
+			"send a valid API key (or, where the scope accepts one, a JWT) as Authorization: Bearer <credential>")
 	case errors.Is(err, errUnknownScope):
 		return newProblem(http.StatusNotFound, "unknown-scope", "Unknown scope", sanitize.Unknown, detail)
 	case errors.Is(err, errUnknownRoute):

@@ -96,6 +96,19 @@ type Options struct {
 	Logger *slog.Logger
 	// HTTPMetrics, if set, counts and times every request by route template and status class.
 	HTTPMetrics HTTPMetrics
+	// JWT verifies browsers' bearer JWTs for the scopes that accept them
+	// (ScopeAuth). nil: no JWT is accepted.
+	JWT *tenancy.JWTVerifier
+	// ScopeAuth names, per scope, the credentials it accepts (API keys, JWTs
+	// or both); a scope not listed accepts tenancy.DefaultMethods (API keys).
+	ScopeAuth map[string][]tenancy.Method
+	// CORSLoopback also allows every http://localhost[:port] and
+	// http://127.0.0.1[:port] origin: development mode's default, so a
+	// frontend dev server can call the API. Never set it in production.
+	CORSLoopback bool
+	// Page, when set, serves GET / and GET /assets/* (development mode's
+	// demo page). nil: those paths are 404.
+	Page http.Handler
 }
 
 func (o Options) withDefaults() Options {
@@ -142,6 +155,9 @@ func (o Options) validate() error {
 			return fmt.Errorf("routers: Options.Scopes[%d]: scope %q is listed twice", i, s.Name)
 		}
 		seen[s.Name] = true
+	}
+	if err := o.validateBrowser(); err != nil {
+		return err
 	}
 	for i, origin := range o.CORSOrigins {
 		if err := validateOrigin(origin); err != nil {
@@ -217,10 +233,10 @@ func Register(r gin.IRouter, o Options) error {
 		h.locationPrefix = strings.TrimSuffix(bp.BasePath(), "/") + h.prefix
 	}
 	mw := []gin.HandlerFunc{h.requestLog, h.recovery}
-	if len(o.CORSOrigins) > 0 {
-		mw = append(mw, corsMiddleware(o.CORSOrigins))
+	if len(o.CORSOrigins) > 0 || o.CORSLoopback {
+		mw = append(mw, corsMiddleware(o.CORSOrigins, o.CORSLoopback))
 	}
-	h.apiRoutes(r.Group(h.prefix, mw...), o.Auth)
+	h.apiRoutes(r.Group(h.prefix, mw...), o)
 	return nil
 }
 
@@ -250,8 +266,8 @@ func newHandlers(o Options) (*handlers, error) {
 
 // apiRoutes adds the /v1 routes to r, behind authentication. In OPTIONS
 // preflights the CORS middleware answers before authentication.
-func (h *handlers) apiRoutes(r gin.IRouter, auth *tenancy.Authenticator) {
-	api := r.Group("/", h.authenticate(auth))
+func (h *handlers) apiRoutes(r gin.IRouter, o Options) {
+	api := r.Group("/", h.authenticateScope(&tenancy.Credentials{APIKeys: o.Auth, JWT: o.JWT}, o.ScopeAuth))
 	api.POST(routeOps, h.runOperation)
 	api.GET(routeKey, h.lookupKey)
 }
@@ -278,17 +294,22 @@ func newEngine(o Options) (*gin.Engine, error) {
 		r.Use(observeHTTP(o.HTTPMetrics))
 	}
 	r.Use(h.requestLog, h.recovery)
-	if len(o.CORSOrigins) > 0 {
-		r.Use(corsMiddleware(o.CORSOrigins))
+	if len(o.CORSOrigins) > 0 || o.CORSLoopback {
+		r.Use(corsMiddleware(o.CORSOrigins, o.CORSLoopback))
 	}
 	r.NoRoute(h.noRoute)
 	r.NoMethod(h.noMethod)
 
 	r.GET(routeHealthz, h.healthz)
 	r.GET(routeReadyz, h.readyz)
+	r.HEAD(routeHealthz, h.healthz)
+	r.HEAD(routeReadyz, h.readyz)
 	r.GET(routeMetrics, h.serveMetrics)
+	if o.Page != nil {
+		servePage(r, o.Page)
+	}
 
-	h.apiRoutes(r.Group(h.prefix), o.Auth)
+	h.apiRoutes(r.Group(h.prefix), o)
 	if o.HTTPMetrics != nil {
 		initHTTPMetrics(o.HTTPMetrics, r)
 	}
@@ -303,17 +324,19 @@ var ExposedHeaders = []string{
 // AllowedHeaders are the request headers a browser may send (CORS).
 var AllowedHeaders = []string{"Authorization", "Content-Type", headerIdempotencyKey, headerPrefer}
 
-// corsMiddleware answers CORS for the listed origins. Requests from other
+// corsMiddleware answers CORS for the listed origins (and, with loopback,
+// any http://localhost or http://127.0.0.1 origin). Requests from other
 // origins pass through without CORS headers (gin-contrib/cors would answer
 // them 403; the browser blocks them either way, and a server-side client
 // that sends an Origin header is not hurt).
-func corsMiddleware(origins []string) gin.HandlerFunc {
+func corsMiddleware(origins []string, loopback bool) gin.HandlerFunc {
 	allowed := make(map[string]bool, len(origins))
 	for _, o := range origins {
 		allowed[strings.ToLower(o)] = true
 	}
 	c := cors.New(cors.Config{
-		AllowOrigins:     origins,
+		// The origin has been checked below before c runs.
+		AllowOriginFunc:  func(string) bool { return true },
 		AllowMethods:     []string{http.MethodGet, http.MethodPost, http.MethodOptions},
 		AllowHeaders:     AllowedHeaders,
 		ExposeHeaders:    ExposedHeaders,
@@ -321,45 +344,12 @@ func corsMiddleware(origins []string) gin.HandlerFunc {
 		MaxAge:           CORSMaxAge,
 	})
 	return func(ctx *gin.Context) {
-		if origin := ctx.GetHeader("Origin"); origin == "" || !allowed[strings.ToLower(origin)] {
+		if origin := ctx.GetHeader("Origin"); origin == "" || !(allowed[strings.ToLower(origin)] || loopback && isLoopbackOrigin(origin)) {
 			ctx.Next()
 			return
 		}
 		c(ctx)
 	}
-}
-
-// authenticate adapts tenancy's net/http middleware to gin: the tenant goes
-// into the request context (tenancy.FromContext) and the gin context
-// (tenantKey); a failure is a 401 problem.
-func (h *handlers) authenticate(a *tenancy.Authenticator) gin.HandlerFunc {
-	mw := a.Middleware(func(w http.ResponseWriter, r *http.Request, err error) {
-		// The adapter below passes a *ginWriter as w: it carries the gin
-		// context, so the 401 is written by fail like every other error.
-		if c, ok := w.(*ginWriter); ok {
-			h.fail(c.c, err)
-		}
-	})
-	return func(c *gin.Context) {
-		passed := false
-		mw(http.HandlerFunc(func(_ http.ResponseWriter, r *http.Request) {
-			passed = true
-			c.Request = r
-			if id, ok := tenancy.FromContext(r.Context()); ok {
-				c.Set(tenantKey, id)
-			}
-			c.Next()
-		})).ServeHTTP(&ginWriter{ResponseWriter: c.Writer, c: c}, c.Request)
-		if !passed {
-			c.Abort()
-		}
-	}
-}
-
-// ginWriter carries the gin context through tenancy's net/http middleware.
-type ginWriter struct {
-	gin.ResponseWriter
-	c *gin.Context
 }
 
 // Keys of values handlers put into the gin context.

@@ -133,6 +133,23 @@ func (a *Authenticator) Authenticate(token string) (ID, bool) {
 // [ErrInvalidCredentials] when there are several, the token is empty or holds
 // white space, or it matches no key. Errors never contain the token.
 func (a *Authenticator) AuthenticateRequest(r *http.Request) (ID, error) {
+	token, err := BearerToken(r)
+	if err != nil {
+		return "", err
+	}
+	id, ok := a.Authenticate(token)
+	if !ok {
+		return "", fmt.Errorf("%w: unknown API key", ErrInvalidCredentials)
+	}
+	return id, nil
+}
+
+// BearerToken returns the token of r's `Authorization: Bearer <token>`
+// header, the scheme matched case-insensitively (RFC 9110 §11.1). It
+// returns [ErrNoCredentials] when there is no bearer Authorization header and
+// [ErrInvalidCredentials] when there are several or the token is empty or
+// holds white space. Errors never contain the token.
+func BearerToken(r *http.Request) (string, error) {
 	values := r.Header.Values("Authorization")
 	switch {
 	case len(values) == 0:
@@ -148,11 +165,7 @@ func (a *Authenticator) AuthenticateRequest(r *http.Request) (ID, error) {
 	if token == "" || strings.ContainsAny(token, " \t") {
 		return "", fmt.Errorf("%w: malformed bearer token", ErrInvalidCredentials)
 	}
-	id, ok := a.Authenticate(token)
-	if !ok {
-		return "", fmt.Errorf("%w: unknown API key", ErrInvalidCredentials)
-	}
-	return id, nil
+	return token, nil
 }
 
 // Challenge returns the WWW-Authenticate value for an authentication

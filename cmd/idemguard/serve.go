@@ -186,7 +186,7 @@ func (s *server) run(ctx context.Context) int {
 		log.Error("serve: invalid API keys", "err", err)
 		return exitError
 	}
-	handler, err := routers.New(routers.Options{
+	opts := routers.Options{
 		Guard:                 guard,
 		Scopes:                routerScopes(registry),
 		Auth:                  auth,
@@ -199,7 +199,16 @@ func (s *server) run(ctx context.Context) int {
 		CORSOrigins:           cfg.CORSOrigins,
 		Logger:                log,
 		HTTPMetrics:           m,
-	})
+	}
+	jwtVerifier, err := browserOptions(cfg, log, &opts)
+	if err != nil {
+		log.Error("serve: invalid JWT settings", "err", err)
+		return exitError
+	}
+	if jwtVerifier != nil {
+		defer jwtVerifier.Close()
+	}
+	handler, err := routers.New(opts)
 	if err != nil {
 		log.Error("serve: cannot build the HTTP API", "err", err)
 		return exitError
@@ -360,7 +369,7 @@ func devBanner(addr string, inMemory bool) string {
 	fmt.Fprintf(&b, ".\nDemo tenant %q, API key: %s (accepted only in development mode).\n", config.DemoTenant, config.DemoAPIKey)
 	fmt.Fprintf(&b, "The %q scope simulates a slow model call. Try it:\n\n", config.DemoScope)
 	b.WriteString(QuickStart(addr))
-	b.WriteString("\n")
+	b.WriteString("\n" + pageNote(addr) + "\n")
 	return b.String()
 }
 

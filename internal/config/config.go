@@ -9,6 +9,7 @@ import (
 	"net/url"
 	"os"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -35,6 +36,9 @@ const (
 	EnvOpenAIAPIKey    = "IDEMGUARD_OPENAI_API_KEY"
 	EnvOpenAIAPIKeyStd = "OPENAI_API_KEY"
 	EnvUpstreamURL     = "IDEMGUARD_UPSTREAM_URL"
+	EnvJWTJWKSURL      = "IDEMGUARD_JWT_JWKS_URL"
+	EnvJWTIssuer       = "IDEMGUARD_JWT_ISSUER"
+	EnvJWTAudience     = "IDEMGUARD_JWT_AUDIENCE"
 )
 
 // Mode is the run mode.
@@ -140,7 +144,30 @@ type Config struct {
 	// Scopes are the registered operations, in file order. In development
 	// mode the demo scope is added unless a scope of that name exists.
 	Scopes []Scope
+	// JWT configures bearer JWTs for browsers (scopes with auth: [jwt]).
+	JWT JWT
 }
+
+// JWT configures the verification of browsers' bearer JWTs (see
+// tenancy.JWTConfig). Empty JWKSURL: JWTs are off.
+type JWT struct {
+	// JWKSURL is the identity provider's JWK Set (https; http only in
+	// development mode).
+	JWKSURL string
+	// Issuer and Audience must match the token's iss and aud.
+	Issuer   string
+	Audience string
+	// TenantClaim names the claim holding the tenant ID. Defaults to
+	// tenancy.DefaultTenantClaim (tenant_id).
+	TenantClaim string
+	// Leeway is the clock skew allowed on exp/nbf/iat. Defaults to 30s.
+	Leeway time.Duration
+	// Algorithms is the allowlist. Defaults to RS256, ES256, EdDSA.
+	Algorithms []string
+}
+
+// Enabled reports whether JWTs are configured.
+func (j JWT) Enabled() bool { return j.JWKSURL != "" }
 
 // OpenAI configures the OpenAI-compatible chat-completion operation.
 type OpenAI struct {
@@ -182,6 +209,9 @@ type Scope struct {
 	Delay time.Duration
 	// URL overrides upstream.url for an http_json scope.
 	URL string
+	// Auth lists the credentials the scope accepts: api_key, jwt or both.
+	// Defaults to tenancy.DefaultMethods (api_key).
+	Auth []tenancy.Method
 }
 
 // raw* mirror the YAML file. Durations are strings so that a bad one is
@@ -206,6 +236,16 @@ type rawConfig struct {
 	OpenAI                rawOpenAI           `yaml:"openai"`
 	Upstream              rawUpstream         `yaml:"upstream"`
 	Scopes                []rawScope          `yaml:"scopes"`
+	JWT                   rawJWT              `yaml:"jwt"`
+}
+
+type rawJWT struct {
+	JWKSURL     string   `yaml:"jwks_url"`
+	Issuer      string   `yaml:"issuer"`
+	Audience    string   `yaml:"audience"`
+	TenantClaim string   `yaml:"tenant_claim"`
+	Leeway      string   `yaml:"leeway"`
+	Algorithms  []string `yaml:"algorithms"`
 }
 
 type rawPool struct {
@@ -239,10 +279,11 @@ type rawScope struct {
 	Name        string `yaml:"name"`
 	Operation   string `yaml:"operation"`
 	rawSettings `yaml:",inline"`
-	KeyRequired bool   `yaml:"key_required"`
-	Timeout     string `yaml:"timeout"`
-	Delay       string `yaml:"delay"`
-	URL         string `yaml:"url"`
+	KeyRequired bool     `yaml:"key_required"`
+	Timeout     string   `yaml:"timeout"`
+	Delay       string   `yaml:"delay"`
+	URL         string   `yaml:"url"`
+	Auth        []string `yaml:"auth"`
 }
 
 // problems collects configuration errors, each naming its setting.
@@ -298,6 +339,9 @@ func Load(path string, getenv func(string) string) (*Config, error) {
 	override(&raw.OpenAI.BaseURL, EnvOpenAIBaseURL)
 	override(&raw.OpenAI.Model, EnvOpenAIModel)
 	override(&raw.Upstream.URL, EnvUpstreamURL)
+	override(&raw.JWT.JWKSURL, EnvJWTJWKSURL)
+	override(&raw.JWT.Issuer, EnvJWTIssuer)
+	override(&raw.JWT.Audience, EnvJWTAudience)
 	if v := env(EnvCORSOrigins); v != "" {
 		raw.CORSOrigins = splitList(v)
 	}
@@ -358,11 +402,23 @@ func Load(path string, getenv func(string) string) (*Config, error) {
 			Timeout:     p.duration(at+".timeout", s.Timeout, 0),
 			Delay:       p.duration(at+".delay", s.Delay, 0),
 			URL:         s.URL,
+			Auth:        p.methods(at+".auth", s.Auth),
 		}
 		if sc.Operation == OpDemo && sc.Delay == 0 {
 			sc.Delay = DefaultDemoDelay
 		}
 		c.Scopes = append(c.Scopes, sc)
+	}
+	c.JWT = JWT{
+		JWKSURL:     strings.TrimSpace(raw.JWT.JWKSURL),
+		Issuer:      strings.TrimSpace(raw.JWT.Issuer),
+		Audience:    strings.TrimSpace(raw.JWT.Audience),
+		TenantClaim: cmpOr(raw.JWT.TenantClaim, tenancy.DefaultTenantClaim),
+		Leeway:      p.duration("jwt.leeway", raw.JWT.Leeway, tenancy.DefaultJWTLeeway),
+		Algorithms:  raw.JWT.Algorithms,
+	}
+	if len(c.JWT.Algorithms) == 0 {
+		c.JWT.Algorithms = slices.Clone(tenancy.DefaultJWTAlgorithms)
 	}
 	if c.Mode == Development && !c.hasScope(DemoScope) {
 		c.Scopes = append(c.Scopes, Scope{Name: DemoScope, Operation: OpDemo, Delay: DefaultDemoDelay})
@@ -452,10 +508,11 @@ func (c *Config) validate(apiKeysSetting string) problems {
 			total++
 		}
 	}
-	if c.Mode == Production && total == 0 {
+	if c.Mode == Production && total == 0 && !c.JWT.Enabled() {
 		p.add("api_keys", "production mode needs at least one tenant API key: set %s=tenant:<sha256 hex>[,tenant:<sha256 hex>...] "+
-			"(or api_keys in the config file)", EnvAPIKeys)
+			"(or api_keys in the config file), or configure jwt for browsers", EnvAPIKeys)
 	}
+	p = append(p, c.validateJWT()...)
 	for i, o := range c.CORSOrigins {
 		if err := checkOrigin(o); err != nil {
 			p.add(fmt.Sprintf("cors_origins[%d]", i), "%v", err)

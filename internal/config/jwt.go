@@ -1,0 +1,94 @@
+package config
+
+import (
+	"fmt"
+	"net/url"
+	"slices"
+	"strings"
+
+	"github.com/idemguard/idemguard/tenancy"
+)
+
+// methods parses a scope's auth list; empty means tenancy.DefaultMethods.
+func (p *problems) methods(setting string, raw []string) []tenancy.Method {
+	if len(raw) == 0 {
+		return nil
+	}
+	out := make([]tenancy.Method, 0, len(raw))
+	for i, s := range raw {
+		m, err := tenancy.ParseMethod(strings.TrimSpace(s))
+		if err != nil {
+			p.add(fmt.Sprintf("%s[%d]", setting, i), "%v", err)
+			continue
+		}
+		if !slices.Contains(out, m) {
+			out = append(out, m)
+		}
+	}
+	return out
+}
+
+// AcceptsJWT reports whether the scope takes browsers' JWTs.
+func (s Scope) AcceptsJWT() bool { return slices.Contains(s.Auth, tenancy.MethodJWT) }
+
+// validateJWT checks the jwt settings, and that every scope accepting JWTs
+// has them.
+func (c *Config) validateJWT() problems {
+	var p problems
+	var jwtScopes []string
+	for i, s := range c.Scopes {
+		if s.AcceptsJWT() {
+			jwtScopes = append(jwtScopes, fmt.Sprintf("scopes[%d]", i))
+		}
+		for j, m := range s.Auth {
+			if _, err := tenancy.ParseMethod(string(m)); err != nil {
+				p.add(fmt.Sprintf("scopes[%d].auth[%d]", i, j), "%v", err)
+			}
+		}
+	}
+	j := c.JWT
+	if !j.Enabled() {
+		if len(jwtScopes) > 0 {
+			p.add("jwt.jwks_url", "is required: %s accept(s) jwt; set jwt.jwks_url (or %s), jwt.issuer and jwt.audience",
+				strings.Join(jwtScopes, ", "), EnvJWTJWKSURL)
+		}
+		return p
+	}
+	if err := tenancy.CheckJWKSURL(j.JWKSURL); err != nil {
+		p.add("jwt.jwks_url", "%v (env %s)", err, EnvJWTJWKSURL)
+	} else if u, _ := url.Parse(j.JWKSURL); u.Scheme != "https" && c.Mode == Production {
+		p.add("jwt.jwks_url", "must be https in production mode: the key set decides who is which tenant")
+	}
+	if j.Issuer == "" {
+		p.add("jwt.issuer", "is required with jwt.jwks_url: the iss claim of your identity provider's tokens (env %s)", EnvJWTIssuer)
+	}
+	if j.Audience == "" {
+		p.add("jwt.audience", "is required with jwt.jwks_url: the aud value your identity provider issues for idemguard (env %s)", EnvJWTAudience)
+	}
+	if strings.TrimSpace(j.TenantClaim) == "" {
+		p.add("jwt.tenant_claim", "must name the claim holding the tenant id, e.g. %s", tenancy.DefaultTenantClaim)
+	}
+	p.between("jwt.leeway", j.Leeway, 0, tenancy.MaxJWTLeeway)
+	for i, a := range j.Algorithms {
+		if err := tenancy.CheckJWTAlgorithm(a); err != nil {
+			p.add(fmt.Sprintf("jwt.algorithms[%d]", i), "%v", err)
+		}
+	}
+	return p
+}
+
+// JWTConfig returns the tenancy settings of c.JWT.
+func (c *Config) JWTConfig() tenancy.JWTConfig {
+	leeway := c.JWT.Leeway
+	if leeway == 0 {
+		leeway = -1 // configured as none: tenancy's 0 would mean its default
+	}
+	return tenancy.JWTConfig{
+		JWKSURL:     c.JWT.JWKSURL,
+		Issuer:      c.JWT.Issuer,
+		Audience:    c.JWT.Audience,
+		TenantClaim: c.JWT.TenantClaim,
+		Leeway:      leeway,
+		Algorithms:  slices.Clone(c.JWT.Algorithms),
+	}
+}

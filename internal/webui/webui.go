@@ -1,0 +1,62 @@
+// Package webui embeds the demo page that `idemguard serve` shows at / in
+// development mode. Its files (dist/) are built from web/ (`npm run
+// build:demo`) and committed, so building the binary needs no npm; a test
+// fails when they are stale.
+package webui
+
+import (
+	"embed"
+	"io/fs"
+	"net/http"
+	"path"
+	"strings"
+)
+
+//go:embed dist
+var dist embed.FS
+
+// Files are the page's files: index.html and assets/.
+func Files() fs.FS {
+	sub, err := fs.Sub(dist, "dist")
+	if err != nil {
+		panic(err) // the embedded tree always has dist
+	}
+	return sub
+}
+
+// contentSecurityPolicy lets the page load only its own script and call only
+// its own origin.
+const contentSecurityPolicy = "default-src 'none'; script-src 'self'; style-src 'unsafe-inline'; " +
+	"connect-src 'self'; img-src data:; base-uri 'none'; form-action 'none'; frame-ancestors 'none'"
+
+// Handler serves GET / (index.html) and GET /assets/*; anything else is 404.
+func Handler() http.Handler {
+	files := http.FileServerFS(Files())
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		h := w.Header()
+		h.Set("Content-Security-Policy", contentSecurityPolicy)
+		h.Set("X-Content-Type-Options", "nosniff")
+		h.Set("Referrer-Policy", "no-referrer")
+		h.Set("Cache-Control", "no-cache")
+		p := path.Clean("/" + r.URL.Path)
+		switch {
+		case p == "/":
+			// Served directly: FileServer would redirect /index.html to /.
+			b, err := fs.ReadFile(Files(), "index.html")
+			if err != nil {
+				http.NotFound(w, r)
+				return
+			}
+			h.Set("Content-Type", "text/html; charset=utf-8")
+			if r.Method != http.MethodHead {
+				_, _ = w.Write(b)
+			}
+		case strings.HasPrefix(p, "/assets/"):
+			r2 := r.Clone(r.Context())
+			r2.URL.Path = p
+			files.ServeHTTP(w, r2)
+		default:
+			http.NotFound(w, r)
+		}
+	})
+}

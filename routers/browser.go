@@ -1,0 +1,93 @@
+package routers
+
+// What browsers need: credentials per scope (API keys for services, JWTs
+// for browsers), loopback CORS origins in development mode, the demo page.
+
+import (
+	"fmt"
+	"log/slog"
+	"net/http"
+	"net/url"
+	"strconv"
+
+	"github.com/gin-gonic/gin"
+
+	"github.com/idemguard/idemguard/tenancy"
+)
+
+// validateBrowser checks ScopeAuth against JWT.
+func (o Options) validateBrowser() error {
+	for scope, methods := range o.ScopeAuth {
+		if len(methods) == 0 {
+			return fmt.Errorf("routers: Options.ScopeAuth[%q] is empty; list %s, %s or both (or leave the scope out for API keys only)",
+				scope, tenancy.MethodAPIKey, tenancy.MethodJWT)
+		}
+		for _, m := range methods {
+			if _, err := tenancy.ParseMethod(string(m)); err != nil {
+				return fmt.Errorf("routers: Options.ScopeAuth[%q]: %w", scope, err)
+			}
+			if m == tenancy.MethodJWT && o.JWT == nil {
+				return fmt.Errorf("routers: Options.ScopeAuth[%q] accepts %s but Options.JWT is nil", scope, tenancy.MethodJWT)
+			}
+		}
+	}
+	return nil
+}
+
+// authenticateScope authenticates the request by the credentials its scope
+// accepts (tenancy.DefaultMethods when the scope is not listed, or unknown).
+// The tenant goes into the request context (tenancy.FromContext) and the gin
+// context (tenantKey). A failure is a 401 problem; its reason (never the
+// token) is logged.
+func (h *handlers) authenticateScope(creds *tenancy.Credentials, byScope map[string][]tenancy.Method) gin.HandlerFunc {
+	return func(c *gin.Context) {
+		id, method, err := creds.AuthenticateRequest(c.Request.Context(), c.Request, byScope[c.Param("scope")])
+		if err != nil {
+			h.log.Info("http: authentication failed", slog.String("route", c.FullPath()), slog.String("reason", err.Error()))
+			c.Header("WWW-Authenticate", tenancy.Challenge(err))
+			h.fail(c, err)
+			return
+		}
+		c.Request = c.Request.WithContext(tenancy.WithTenant(c.Request.Context(), id))
+		c.Set(tenantKey, id)
+		c.Set(authMethodKey, string(method))
+		c.Next()
+	}
+}
+
+// authMethodKey is the gin-context key of the credential method used.
+const authMethodKey = "idemguard.auth_method"
+
+// isLoopbackOrigin reports whether origin is http://localhost,
+// http://127.0.0.1 or http://[::1], with an optional port.
+func isLoopbackOrigin(origin string) bool {
+	u, err := url.Parse(origin)
+	if err != nil || u.Scheme != "http" || u.User != nil || u.Path != "" || u.RawQuery != "" || u.Fragment != "" || u.Opaque != "" {
+		return false
+	}
+	switch u.Hostname() {
+	case "localhost", "127.0.0.1", "::1":
+	default:
+		return false
+	}
+	if p := u.Port(); p != "" {
+		n, err := strconv.Atoi(p)
+		return err == nil && n > 0 && n <= 65535
+	}
+	return u.Host == u.Hostname() || u.Host == "[::1]"
+}
+
+// Routes of the demo page.
+const (
+	routePage   = "/"
+	routeAssets = "/assets/*file"
+)
+
+// servePage mounts page at / and /assets/*.
+func servePage(r *gin.Engine, page http.Handler) {
+	h := gin.WrapH(page)
+	for _, route := range []string{routePage, routeAssets} {
+		r.GET(route, h)
+		r.HEAD(route, h)
+	}
+}

@@ -1,0 +1,277 @@
+package tenancy_test
+
+import (
+	"context"
+	"crypto/x509"
+	"encoding/pem"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/golang-jwt/jwt/v5"
+	"github.com/stretchr/testify/require"
+
+	"github.com/idemguard/idemguard/tenancy"
+	"github.com/idemguard/idemguard/tenancy/tenancytest"
+)
+
+const (
+	testIssuer   = tenancytest.Issuer
+	testAudience = tenancytest.Audience
+)
+
+type signer = tenancytest.Key
+
+var (
+	newRSA = tenancytest.RSA
+	newEC  = tenancytest.EC
+	newEd  = tenancytest.Ed
+)
+
+func newVerifier(t *testing.T, p *tenancytest.IDP, mutate func(*tenancy.JWTConfig)) *tenancy.JWTVerifier {
+	t.Helper()
+	cfg := tenancy.JWTConfig{JWKSURL: p.URL, Issuer: testIssuer, Audience: testAudience}
+	if mutate != nil {
+		mutate(&cfg)
+	}
+	v, err := tenancy.NewJWTVerifier(cfg)
+	require.NoError(t, err)
+	t.Cleanup(v.Close)
+	return v
+}
+
+func TestJWTVerifierAcceptsValidTokens(t *testing.T) {
+	t.Parallel()
+	rsaKey, ecKey, edKey := newRSA(t, "rsa-1"), newEC(t, "ec-1"), newEd(t, "ed-1")
+	p := tenancytest.NewIDP(t, rsaKey, ecKey, edKey)
+	v := newVerifier(t, p, nil)
+	ctx := context.Background()
+
+	for _, tc := range []struct {
+		key    signer
+		tenant string
+	}{{rsaKey, "acme"}, {ecKey, "beta.eu-1"}, {edKey, "Gamma_3"}} {
+		id, err := v.Verify(ctx, tc.key.Sign(t, "acme", func(c jwt.MapClaims) { c["tenant_id"] = tc.tenant }))
+		require.NoError(t, err, tc.key.KID)
+		require.Equal(t, tenancy.ID(tc.tenant), id, tc.key.KID)
+	}
+	// aud as a list holding ours; exp expired 10s ago, inside the 30s leeway.
+	id, err := v.Verify(ctx, rsaKey.Sign(t, "acme", func(c jwt.MapClaims) {
+		c["aud"] = []string{"other", testAudience}
+		c["exp"] = time.Now().Add(-10 * time.Second).Unix()
+	}))
+	require.NoError(t, err)
+	require.Equal(t, tenancy.ID("acme"), id)
+
+	// A configured claim name other than the default.
+	v2 := newVerifier(t, p, func(c *tenancy.JWTConfig) { c.TenantClaim = "https://example.com/tenant" })
+	id, err = v2.Verify(ctx, ecKey.Sign(t, "acme", func(c jwt.MapClaims) { c["https://example.com/tenant"] = "delta" }))
+	require.NoError(t, err)
+	require.Equal(t, tenancy.ID("delta"), id)
+	require.EqualValues(t, 2, p.Fetches(), "one fetch per verifier: the keys are cached")
+}
+
+func TestJWTVerifierRejects(t *testing.T) {
+	t.Parallel()
+	rsaKey, ecKey := newRSA(t, "rsa-1"), newEC(t, "ec-1")
+	p := tenancytest.NewIDP(t, rsaKey, ecKey)
+	v := newVerifier(t, p, func(c *tenancy.JWTConfig) { c.UnknownKIDInterval = time.Hour })
+	ctx := context.Background()
+	now := time.Now()
+
+	pubDER, err := x509.MarshalPKIXPublicKey(rsaKey.Priv.Public())
+	require.NoError(t, err)
+	pubPEM := pem.EncodeToMemory(&pem.Block{Type: "PUBLIC KEY", Bytes: pubDER})
+	hmacWithPublicKey := func(secret []byte) string {
+		tok := jwt.NewWithClaims(jwt.SigningMethodHS256, jwt.MapClaims{
+			"iss": testIssuer, "aud": testAudience, "tenant_id": "acme", "exp": now.Add(time.Minute).Unix(),
+		})
+		tok.Header["kid"] = rsaKey.KID
+		s, err := tok.SignedString(secret)
+		require.NoError(t, err)
+		return s
+	}
+	none := func() string {
+		tok := jwt.NewWithClaims(jwt.SigningMethodNone, jwt.MapClaims{
+			"iss": testIssuer, "aud": testAudience, "tenant_id": "acme", "exp": now.Add(time.Minute).Unix(),
+		})
+		tok.Header["kid"] = rsaKey.KID
+		s, err := tok.SignedString(jwt.UnsafeAllowNoneSignatureType)
+		require.NoError(t, err)
+		return s
+	}
+	stranger := newRSA(t, "rsa-1") // same kid as a published key, another key
+	unknown := newEC(t, "nobody")
+	// RS256 signature relabelled as PS256 (an algorithm the verifier does not allow here).
+	for name, tc := range map[string]struct {
+		token  string
+		reason string
+	}{
+		"expired":             {rsaKey.Sign(t, "acme", func(c jwt.MapClaims) { c["exp"] = now.Add(-2 * time.Minute).Unix() }), "expired"},
+		"no exp":              {rsaKey.Sign(t, "acme", func(c jwt.MapClaims) { delete(c, "exp") }), "required claim"},
+		"not yet valid":       {rsaKey.Sign(t, "acme", func(c jwt.MapClaims) { c["nbf"] = now.Add(5 * time.Minute).Unix() }), "not valid yet"},
+		"issued later":        {rsaKey.Sign(t, "acme", func(c jwt.MapClaims) { c["iat"] = now.Add(5 * time.Minute).Unix() }), "issued in the future"},
+		"wrong issuer":        {rsaKey.Sign(t, "acme", func(c jwt.MapClaims) { c["iss"] = "https://evil.test/" }), "wrong issuer"},
+		"no issuer":           {rsaKey.Sign(t, "acme", func(c jwt.MapClaims) { delete(c, "iss") }), "required claim"},
+		"no audience":         {rsaKey.Sign(t, "acme", func(c jwt.MapClaims) { delete(c, "aud") }), "required claim"},
+		"wrong audience":      {ecKey.Sign(t, "acme", func(c jwt.MapClaims) { c["aud"] = "another-api" }), "wrong audience"},
+		"alg none":            {none(), "signature invalid or algorithm not allowed"},
+		"HS256, public key":   {hmacWithPublicKey(pubPEM), "signature invalid or algorithm not allowed"},
+		"HS256, key DER":      {hmacWithPublicKey(pubDER), "signature invalid or algorithm not allowed"},
+		"other key, same kid": {stranger.Sign(t, "acme", nil), "signature invalid"},
+		"unknown kid":         {unknown.Sign(t, "acme", nil), "unknown key id"},
+		"no tenant claim":     {rsaKey.Sign(t, "acme", func(c jwt.MapClaims) { delete(c, "tenant_id") }), `no "tenant_id" claim`},
+		"tenant not string":   {rsaKey.Sign(t, "acme", func(c jwt.MapClaims) { c["tenant_id"] = 42 }), "not a string"},
+		"tenant invalid":      {rsaKey.Sign(t, "acme", func(c jwt.MapClaims) { c["tenant_id"] = "acme/../beta" }), "invalid tenant id"},
+		"tenant too long":     {rsaKey.Sign(t, "acme", func(c jwt.MapClaims) { c["tenant_id"] = strings.Repeat("a", 65) }), "invalid tenant id"},
+		"tenant empty":        {rsaKey.Sign(t, "acme", func(c jwt.MapClaims) { c["tenant_id"] = "" }), "invalid tenant id"},
+		"garbage":             {"a.b.c", "malformed"},
+		"too long":            {strings.Repeat("a", tenancy.MaxJWTBytes+1), "longer than"},
+	} {
+		id, err := v.Verify(ctx, tc.token)
+		require.ErrorIs(t, err, tenancy.ErrInvalidCredentials, name)
+		require.ErrorContains(t, err, tc.reason, name)
+		require.Empty(t, id, name)
+		require.NotContains(t, err.Error(), tc.token, "%s: the error quotes the token", name)
+	}
+}
+
+func TestJWTVerifierAlgorithmAllowlist(t *testing.T) {
+	t.Parallel()
+	rsaKey, ecKey := newRSA(t, "rsa-1"), newEC(t, "ec-1")
+	p := tenancytest.NewIDP(t, rsaKey, ecKey)
+	v := newVerifier(t, p, func(c *tenancy.JWTConfig) { c.Algorithms = []string{"ES256"} })
+	_, err := v.Verify(context.Background(), rsaKey.Sign(t, "acme", nil))
+	require.ErrorIs(t, err, tenancy.ErrInvalidCredentials)
+	_, err = v.Verify(context.Background(), ecKey.Sign(t, "acme", nil))
+	require.NoError(t, err)
+}
+
+func TestJWTVerifierKeyRotation(t *testing.T) {
+	t.Parallel()
+	oldKey, newKey := newRSA(t, "2026-01"), newEC(t, "2026-02")
+	p := tenancytest.NewIDP(t, oldKey)
+	v := newVerifier(t, p, func(c *tenancy.JWTConfig) { c.UnknownKIDInterval = time.Hour })
+	ctx := context.Background()
+
+	_, err := v.Verify(ctx, oldKey.Sign(t, "acme", nil))
+	require.NoError(t, err)
+	require.EqualValues(t, 1, p.Fetches())
+
+	// The provider rotates: the new key is published, the old one withdrawn.
+	p.Publish(t, newKey)
+	id, err := v.Verify(ctx, newKey.Sign(t, "acme", func(c jwt.MapClaims) { c["tenant_id"] = "beta" }))
+	require.NoError(t, err, "a token signed by the new key is accepted without a restart")
+	require.Equal(t, tenancy.ID("beta"), id)
+	require.EqualValues(t, 2, p.Fetches(), "the unknown kid caused one fetch")
+
+	_, err = v.Verify(ctx, oldKey.Sign(t, "acme", nil))
+	require.ErrorIs(t, err, tenancy.ErrInvalidCredentials, "the withdrawn key is no longer trusted")
+
+	// Unknown kids within the rate limit are rejected without a fetch.
+	for range 5 {
+		_, err = v.Verify(ctx, newEC(t, "unknown").Sign(t, "acme", nil))
+		require.ErrorContains(t, err, "unverifiable")
+	}
+	require.EqualValues(t, 2, p.Fetches(), "unknown kids are rate-limited")
+}
+
+func TestJWTVerifierPeriodicRefresh(t *testing.T) {
+	t.Parallel()
+	oldKey := newRSA(t, "a")
+	p := tenancytest.NewIDP(t, oldKey)
+	v := newVerifier(t, p, func(c *tenancy.JWTConfig) { c.RefreshInterval = 20 * time.Millisecond })
+	_ = v
+	// The background refresh fetches again without any token asking for it.
+	require.Eventually(t, func() bool { return p.Fetches() >= 3 }, 10*time.Second, 10*time.Millisecond)
+}
+
+func TestJWTConfigValidate(t *testing.T) {
+	t.Parallel()
+	good := tenancy.JWTConfig{JWKSURL: "https://idp.test/jwks", Issuer: testIssuer, Audience: testAudience}
+	require.NoError(t, good.Validate())
+	for name, tc := range map[string]struct {
+		mutate func(*tenancy.JWTConfig)
+		want   string
+	}{
+		"no url":      {func(c *tenancy.JWTConfig) { c.JWKSURL = "" }, "JWKSURL: is required"},
+		"ftp url":     {func(c *tenancy.JWTConfig) { c.JWKSURL = "ftp://idp.test/jwks" }, "JWKSURL: must be an https:// URL"},
+		"user info":   {func(c *tenancy.JWTConfig) { c.JWKSURL = "https://u:p@idp.test/jwks" }, "user info"},
+		"no issuer":   {func(c *tenancy.JWTConfig) { c.Issuer = " " }, "Issuer is required"},
+		"no audience": {func(c *tenancy.JWTConfig) { c.Audience = "" }, "Audience is required"},
+		"leeway":      {func(c *tenancy.JWTConfig) { c.Leeway = time.Hour }, "Leeway must be at most"},
+		"alg none":    {func(c *tenancy.JWTConfig) { c.Algorithms = []string{"RS256", "none"} }, `"none" is not allowed`},
+		"alg HS256":   {func(c *tenancy.JWTConfig) { c.Algorithms = []string{"HS256"} }, `"HS256" is not allowed`},
+	} {
+		c := good
+		tc.mutate(&c)
+		require.ErrorContains(t, c.Validate(), tc.want, name)
+		v, err := tenancy.NewJWTVerifier(c)
+		require.Error(t, err, name)
+		require.Nil(t, v, name)
+	}
+}
+
+func TestCredentialsByMethod(t *testing.T) {
+	t.Parallel()
+	rsaKey := newRSA(t, "rsa-1")
+	p := tenancytest.NewIDP(t, rsaKey)
+	keys, err := tenancy.NewAuthenticator(map[tenancy.ID][]string{"svc": {tenancy.HashAPIKey("svc-key")}})
+	require.NoError(t, err)
+	creds := &tenancy.Credentials{APIKeys: keys, JWT: newVerifier(t, p, nil)}
+	token := rsaKey.Sign(t, "acme", nil)
+	req := func(bearer string) *http.Request {
+		r := httptest.NewRequest(http.MethodPost, "/", nil)
+		r.Header.Set("Authorization", "Bearer "+bearer)
+		return r
+	}
+	ctx := context.Background()
+	both := []tenancy.Method{tenancy.MethodAPIKey, tenancy.MethodJWT}
+
+	for name, tc := range map[string]struct {
+		bearer string
+		accept []tenancy.Method
+		tenant tenancy.ID
+		method tenancy.Method
+	}{
+		"key, default":  {"svc-key", nil, "svc", tenancy.MethodAPIKey},
+		"key, both":     {"svc-key", both, "svc", tenancy.MethodAPIKey},
+		"jwt, both":     {token, both, "acme", tenancy.MethodJWT},
+		"jwt, jwt only": {token, []tenancy.Method{tenancy.MethodJWT}, "acme", tenancy.MethodJWT},
+	} {
+		id, m, err := creds.AuthenticateRequest(ctx, req(tc.bearer), tc.accept)
+		require.NoError(t, err, name)
+		require.Equal(t, tc.tenant, id, name)
+		require.Equal(t, tc.method, m, name)
+	}
+	for name, tc := range map[string]struct {
+		bearer string
+		accept []tenancy.Method
+	}{
+		"jwt, default (api keys only)": {token, nil},
+		"key, jwt only":                {"svc-key", []tenancy.Method{tenancy.MethodJWT}},
+		"unknown key, both":            {"nope", both},
+	} {
+		_, _, err := creds.AuthenticateRequest(ctx, req(tc.bearer), tc.accept)
+		require.ErrorIs(t, err, tenancy.ErrInvalidCredentials, name)
+	}
+	_, _, err = creds.AuthenticateRequest(ctx, httptest.NewRequest(http.MethodGet, "/", nil), both)
+	require.ErrorIs(t, err, tenancy.ErrNoCredentials)
+
+	// JWT accepted but not configured: rejected, never passed through.
+	_, _, err = (&tenancy.Credentials{APIKeys: keys}).AuthenticateRequest(ctx, req(token), both)
+	require.ErrorIs(t, err, tenancy.ErrInvalidCredentials)
+}
+
+func TestParseMethod(t *testing.T) {
+	t.Parallel()
+	for _, s := range []string{"api_key", "jwt"} {
+		m, err := tenancy.ParseMethod(s)
+		require.NoError(t, err)
+		require.Equal(t, tenancy.Method(s), m)
+	}
+	_, err := tenancy.ParseMethod("cookie")
+	require.ErrorContains(t, err, `"cookie" is not a credential method`)
+}

@@ -1,0 +1,78 @@
+package tenancy
+
+// Choosing between API keys and JWTs, per scope.
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"slices"
+	"strings"
+)
+
+// Method is a kind of bearer credential a scope accepts.
+type Method string
+
+// The credential methods.
+const (
+	// MethodAPIKey: a service's API key (see [Authenticator]).
+	MethodAPIKey Method = "api_key"
+	// MethodJWT: a browser's JWT from the product's identity provider (see
+	// [JWTVerifier]).
+	MethodJWT Method = "jwt"
+)
+
+// DefaultMethods is what a scope accepts when its configuration names
+// nothing: API keys only.
+var DefaultMethods = []Method{MethodAPIKey}
+
+// ParseMethod accepts "api_key" or "jwt".
+func ParseMethod(s string) (Method, error) {
+	switch m := Method(s); m {
+	case MethodAPIKey, MethodJWT:
+		return m, nil
+	}
+	return "", fmt.Errorf("%q is not a credential method; use %s or %s", s, MethodAPIKey, MethodJWT)
+}
+
+// Credentials authenticate a request by API key, JWT or either, as the scope
+// allows. A nil field means that method is not configured: a scope that
+// accepts only it rejects every request. Safe for concurrent use.
+type Credentials struct {
+	APIKeys *Authenticator
+	JWT     *JWTVerifier
+}
+
+// AuthenticateRequest authenticates r's bearer token by the methods in
+// accept (nil: [DefaultMethods]). When API keys are accepted the token is
+// first compared with the API keys; when JWTs are accepted and the token has
+// the form of a JWT (three dot-separated parts), it is verified as one. The
+// tenant comes only from the matched key or the verified claim. Errors wrap
+// [ErrNoCredentials] or [ErrInvalidCredentials], say why (for the log) and
+// never contain the token.
+func (c *Credentials) AuthenticateRequest(ctx context.Context, r *http.Request, accept []Method) (ID, Method, error) {
+	if accept == nil {
+		accept = DefaultMethods
+	}
+	token, err := BearerToken(r)
+	if err != nil {
+		return "", "", err
+	}
+	apiKey, jwtOK := slices.Contains(accept, MethodAPIKey), slices.Contains(accept, MethodJWT)
+	if apiKey {
+		if id, ok := c.APIKeys.Authenticate(token); ok {
+			return id, MethodAPIKey, nil
+		}
+	}
+	if jwtOK && (strings.Count(token, ".") == 2 || !apiKey) {
+		if c.JWT == nil {
+			return "", "", fmt.Errorf("%w: jwt: no JWKS is configured", ErrInvalidCredentials)
+		}
+		id, err := c.JWT.Verify(ctx, token)
+		if err != nil {
+			return "", "", err
+		}
+		return id, MethodJWT, nil
+	}
+	return "", "", fmt.Errorf("%w: unknown API key", ErrInvalidCredentials)
+}

@@ -1,0 +1,311 @@
+// @idemguard/client: call idemguard from a browser so that one logical action
+// runs once, whatever happens between the click and the answer.
+//
+// run() gives each logical action one Idempotency-Key and keeps it (in
+// sessionStorage, or a store you pass) until a final answer: double clicks,
+// retries after network errors or 503s, and a page reload while the call runs
+// all reuse it, so the server runs the operation once and replays its answer.
+
+import type { components } from "./openapi.gen.js";
+
+/** The sanitized result of an operation (docs/openapi.yaml, Envelope). */
+export type Envelope = components["schemas"]["Envelope"];
+/** An RFC 9457 error answer (docs/openapi.yaml, Problem). */
+export type Problem = components["schemas"]["Problem"];
+/** The state of a key, from GET /v1/ops/{scope}/keys/{key}. */
+export type KeyRecord = components["schemas"]["KeyRecord"];
+
+/** Where keys wait for their final answer. sessionStorage fits. */
+export interface KeyStore {
+  getItem(name: string): string | null;
+  setItem(name: string, value: string): void;
+  removeItem(name: string): void;
+}
+
+export interface RunOptions {
+  /** The bearer credential: a JWT from your identity provider (a function
+   * is called before each request, so it may refresh it). Never put a
+   * tenant's API key into a browser. */
+  token: string | (() => string | Promise<string>);
+  /** The API's origin, e.g. "https://guard.example.com". Default: same origin. */
+  baseUrl?: string;
+  /** Names the logical action, e.g. "generate:form-42". Default: the scope
+   * and the input, so the same input is the same action until it has a
+   * final answer. */
+  action?: string;
+  /** Where the pending key is kept. Default: sessionStorage (in memory
+   * where there is none). */
+  store?: KeyStore;
+  /** Prefer: wait=N, in seconds: a duplicate waits this long for the running
+   * call's answer instead of getting 409. Default 10; 0 sends no Prefer. */
+  waitSeconds?: number;
+  /** Requests made at most, counting retries after network errors, 503 and
+   * 409. Default 6. */
+  maxAttempts?: number;
+  /** First backoff delay, doubled on each retry. Default 250 ms. */
+  baseDelayMs?: number;
+  /** Cap of every delay, Retry-After included. Default 10 000 ms. */
+  maxDelayMs?: number;
+  /** Aborts the call; the key is kept (the outcome is unknown). */
+  signal?: AbortSignal;
+  /** Replaceable for tests. */
+  fetch?: typeof fetch;
+  sleep?: (ms: number, signal?: AbortSignal) => Promise<void>;
+  random?: () => number;
+  newKey?: () => string;
+}
+
+/** A successful answer. */
+export interface RunResult {
+  envelope: Envelope;
+  /** true when the answer is a replay of an earlier execution. */
+  cached: boolean;
+  /** The Idempotency-Key sent. */
+  key: string;
+  /** The key reference (Idempotency-Key-Ref); GET {baseUrl}/v1/ops/{scope}/keys/{keyRef}. */
+  keyRef: string;
+  /** The HTTP status (200, or the stored status of a replay). */
+  status: number;
+  /** Idempotent-Completed-At of a replay. */
+  completedAt?: string;
+  /** Requests made. */
+  attempts: number;
+}
+
+/** A call that did not succeed. */
+export class IdemguardError extends Error {
+  /** The HTTP status; undefined after network errors. */
+  readonly status: number | undefined;
+  readonly problem: Problem | undefined;
+  readonly key: string;
+  /** false: a final answer; the key was released, a new call is a new action.
+   * true: the outcome is unknown (network errors, 503, 409 until
+   * maxAttempts); the key is kept, so calling run() again resumes it. */
+  readonly retryable: boolean;
+
+  constructor(message: string, init: { status?: number; problem?: Problem; key: string; retryable: boolean; cause?: unknown }) {
+    super(message, { cause: init.cause });
+    this.name = "IdemguardError";
+    this.status = init.status;
+    this.problem = init.problem;
+    this.key = init.key;
+    this.retryable = init.retryable;
+  }
+}
+
+const defaults = { waitSeconds: 10, maxAttempts: 6, baseDelayMs: 250, maxDelayMs: 10_000 };
+
+/**
+ * Runs the operation of `scope` on `input`, once per logical action.
+ * Resolves with the envelope on success (first execution or replay); rejects
+ * with an IdemguardError otherwise.
+ */
+export async function run(scope: string, input: unknown, options: RunOptions): Promise<RunResult> {
+  const o = { ...defaults, ...options };
+  const store = options.store ?? defaultStore();
+  const doFetch = options.fetch ?? globalThis.fetch.bind(globalThis);
+  const sleep = options.sleep ?? abortableSleep;
+  const random = options.random ?? Math.random;
+  const body = JSON.stringify(input ?? {});
+  const name = storageName(scope, options.action ?? canonicalJSON(input ?? {}));
+  const key = acquireKey(store, name, options.newKey ?? newKey);
+  const url = `${(options.baseUrl ?? "").replace(/\/+$/, "")}/v1/ops/${encodeURIComponent(scope)}`;
+  const release = () => {
+    if (readKey(store, name) === key) store.removeItem(name);
+  };
+
+  let lastError: IdemguardError | undefined;
+  let retryAfterMs: number | undefined; // of the last 409/503
+  for (let attempt = 1; attempt <= o.maxAttempts; attempt++) {
+    if (attempt > 1) {
+      await sleep(backoff(attempt - 1, retryAfterMs, o.baseDelayMs, o.maxDelayMs, random), options.signal);
+    }
+    const headers: Record<string, string> = {
+      Authorization: `Bearer ${typeof options.token === "function" ? await options.token() : options.token}`,
+      "Content-Type": "application/json",
+      "Idempotency-Key": key,
+    };
+    if (o.waitSeconds > 0) headers["Prefer"] = `wait=${Math.floor(o.waitSeconds)}`;
+
+    let resp: Response;
+    try {
+      resp = await doFetch(url, { method: "POST", headers, body, signal: options.signal ?? null });
+    } catch (err) {
+      if (options.signal?.aborted) throw err; // the caller's abort: key kept
+      lastError = new IdemguardError("network error", { key, retryable: true, cause: err });
+      retryAfterMs = undefined;
+      continue;
+    }
+
+    if (resp.ok) {
+      const envelope = (await resp.json()) as Envelope;
+      release();
+      const completedAt = resp.headers.get("Idempotent-Completed-At") ?? undefined;
+      return {
+        envelope,
+        cached: envelope.cached === true || resp.headers.get("Idempotent-Replayed") === "true",
+        key,
+        keyRef: resp.headers.get("Idempotency-Key-Ref") ?? key,
+        status: resp.status,
+        attempts: attempt,
+        ...(completedAt !== undefined ? { completedAt } : {}),
+      };
+    }
+    const problem = await readProblem(resp);
+    if (resp.status === 503 || resp.status === 409) {
+      // Store down, or the action still runs (elsewhere: another tab, the
+      // page before a reload): the same key again, after Retry-After.
+      retryAfterMs = parseRetryAfter(resp.headers.get("Retry-After"));
+      lastError = new IdemguardError(problem?.title ?? `HTTP ${resp.status}`, {
+        status: resp.status, key, retryable: true, ...(problem ? { problem } : {}),
+      });
+      continue;
+    }
+    // A final answer: 422 (the key was used for other inputs, or the
+    // upstream rejected them), 502 (the operation failed), any other 4xx.
+    release();
+    throw new IdemguardError(problem?.detail ?? problem?.title ?? `HTTP ${resp.status}`, {
+      status: resp.status, key, retryable: false, ...(problem ? { problem } : {}),
+    });
+  }
+  throw lastError ?? new IdemguardError("no attempt made", { key, retryable: true });
+}
+
+/** The key kept for a pending action, or null: lets a page tell, after a
+ * reload, that an action is still waiting for its answer. */
+export function pendingKey(scope: string, input: unknown, options: Pick<RunOptions, "action" | "store"> = {}): string | null {
+  const store = options.store ?? defaultStore();
+  return readKey(store, storageName(scope, options.action ?? canonicalJSON(input ?? {})));
+}
+
+/** Reads a key's record (status, attempts, stored envelope). */
+export async function lookup(scope: string, keyRef: string, options: Pick<RunOptions, "token" | "baseUrl" | "fetch" | "signal">): Promise<KeyRecord> {
+  const doFetch = options.fetch ?? globalThis.fetch.bind(globalThis);
+  const url = `${(options.baseUrl ?? "").replace(/\/+$/, "")}/v1/ops/${encodeURIComponent(scope)}/keys/${encodeURIComponent(keyRef)}`;
+  const token = typeof options.token === "function" ? await options.token() : options.token;
+  const resp = await doFetch(url, { headers: { Authorization: `Bearer ${token}` }, signal: options.signal ?? null });
+  if (!resp.ok) {
+    const problem = await readProblem(resp);
+    throw new IdemguardError(problem?.title ?? `HTTP ${resp.status}`, { status: resp.status, key: keyRef, retryable: false, ...(problem ? { problem } : {}) });
+  }
+  return (await resp.json()) as KeyRecord;
+}
+
+/** The delay before retry number n (1-based): Retry-After when the server
+ * sent one, else exponential with jitter; always capped by maxMs. */
+export function backoff(n: number, retryAfterMs: number | undefined, baseMs: number, maxMs: number, random: () => number = Math.random): number {
+  if (retryAfterMs !== undefined) return Math.min(retryAfterMs, maxMs);
+  const exp = Math.min(maxMs, baseMs * 2 ** (n - 1));
+  return Math.round(exp / 2 + (exp / 2) * random());
+}
+
+/** Retry-After in milliseconds: delay-seconds or an HTTP date. */
+export function parseRetryAfter(v: string | null, now: number = Date.now()): number | undefined {
+  if (v === null || v.trim() === "") return undefined;
+  if (/^\d+$/.test(v.trim())) return Number(v.trim()) * 1000;
+  const t = Date.parse(v);
+  return Number.isNaN(t) ? undefined : Math.max(0, t - now);
+}
+
+/** JSON with object keys sorted, so equal inputs name the same action. */
+export function canonicalJSON(v: unknown): string {
+  if (Array.isArray(v)) return `[${v.map((x) => canonicalJSON(x === undefined ? null : x)).join(",")}]`;
+  if (v !== null && typeof v === "object") {
+    const entries = Object.entries(v as Record<string, unknown>)
+      .filter(([, x]) => x !== undefined)
+      .sort(([a], [b]) => (a < b ? -1 : a > b ? 1 : 0));
+    return `{${entries.map(([k, x]) => `${JSON.stringify(k)}:${canonicalJSON(x)}`).join(",")}}`;
+  }
+  return JSON.stringify(v) ?? "null";
+}
+
+const prefix = "idemguard:";
+
+function storageName(scope: string, action: string): string {
+  return `${prefix}${scope}:${hash53(action)}`;
+}
+
+interface Stored {
+  key: string;
+  created: number;
+}
+
+function readKey(store: KeyStore, name: string): string | null {
+  const raw = store.getItem(name);
+  if (raw === null) return null;
+  try {
+    const v = JSON.parse(raw) as Partial<Stored>;
+    return typeof v.key === "string" && v.key !== "" ? v.key : null;
+  } catch {
+    return null;
+  }
+}
+
+function acquireKey(store: KeyStore, name: string, make: () => string): string {
+  const existing = readKey(store, name);
+  if (existing !== null) return existing;
+  const key = make();
+  store.setItem(name, JSON.stringify({ key, created: Date.now() } satisfies Stored));
+  return key;
+}
+
+/** A fresh key: "web-" and 128 random bits in hex (valid Idempotency-Key
+ * characters). crypto.getRandomValues works on plain-http origins too. */
+export function newKey(): string {
+  const b = new Uint8Array(16);
+  globalThis.crypto.getRandomValues(b);
+  return `web-${Array.from(b, (x) => x.toString(16).padStart(2, "0")).join("")}`;
+}
+
+/** cyrb53: a short, stable name for an action (not a security boundary). */
+function hash53(s: string): string {
+  let h1 = 0xdeadbeef;
+  let h2 = 0x41c6ce57;
+  for (let i = 0; i < s.length; i++) {
+    const c = s.charCodeAt(i);
+    h1 = Math.imul(h1 ^ c, 2654435761);
+    h2 = Math.imul(h2 ^ c, 1597334677);
+  }
+  h1 = Math.imul(h1 ^ (h1 >>> 16), 2246822507) ^ Math.imul(h2 ^ (h2 >>> 13), 3266489909);
+  h2 = Math.imul(h2 ^ (h2 >>> 16), 2246822507) ^ Math.imul(h1 ^ (h1 >>> 13), 3266489909);
+  return (4294967296 * (2097151 & h2) + (h1 >>> 0)).toString(36);
+}
+
+let memory: KeyStore | undefined;
+
+function defaultStore(): KeyStore {
+  try {
+    if (typeof sessionStorage !== "undefined") return sessionStorage;
+  } catch {
+    // Storage blocked (privacy settings): fall through.
+  }
+  if (memory === undefined) {
+    const m = new Map<string, string>();
+    memory = { getItem: (k) => m.get(k) ?? null, setItem: (k, v) => void m.set(k, v), removeItem: (k) => void m.delete(k) };
+  }
+  return memory;
+}
+
+async function readProblem(resp: Response): Promise<Problem | undefined> {
+  try {
+    const v = (await resp.json()) as unknown;
+    return v !== null && typeof v === "object" ? (v as Problem) : undefined;
+  } catch {
+    return undefined;
+  }
+}
+
+function abortableSleep(ms: number, signal?: AbortSignal): Promise<void> {
+  return new Promise((resolve, reject) => {
+    if (signal?.aborted) return reject(signal.reason);
+    const t = setTimeout(() => {
+      signal?.removeEventListener("abort", onAbort);
+      resolve();
+    }, ms);
+    const onAbort = () => {
+      clearTimeout(t);
+      reject(signal?.reason);
+    };
+    signal?.addEventListener("abort", onAbort, { once: true });
+  });
+}
