@@ -98,10 +98,17 @@ func TestReplayCacheRespectsTTLAndMaxAge(t *testing.T) {
 		return e.Kind == engine.EventReplayed && e.FromMemory
 	}
 
+	// A fresh commit is not cached: its completed_at on the database's
+	// clock is known only from a read. The first replay reads and caches it.
 	r, err := b.guard.WithIdempotency(context.Background(), call, okOp(&runs))
 	require.NoError(t, err)
-	require.True(t, fromMemory(), "a fresh commit is cached")
+	require.False(t, fromMemory(), "the first replay reads the row")
+	stored := r
+	r, err = b.guard.WithIdempotency(context.Background(), call, okOp(&runs))
+	require.NoError(t, err)
+	require.True(t, fromMemory(), "a replay read from the store is cached")
 	require.Equal(t, string(first.Body), strings.Replace(string(r.Body), `"cached":true`, `"cached":false`, 1))
+	require.Equal(t, stored.CompletedAt, r.CompletedAt, "a replay from memory carries the stored completion time")
 
 	b.clock.Advance(2 * time.Minute) // past ReplayCacheMaxAge: ask the store again
 	r, err = b.guard.WithIdempotency(context.Background(), call, okOp(&runs))
@@ -128,7 +135,9 @@ func TestReplayCacheEvictsLeastRecentlyUsed(t *testing.T) {
 		}
 	})
 	var runs atomic.Int32
-	for _, in := range []int{1, 2, 1, 3, 1, 2} { // 3 evicts 2 (1 was used more recently)
+	// Replays read from the store are cached; the replay of 3 evicts 2 (1
+	// was used more recently).
+	for _, in := range []int{1, 2, 1, 2, 1, 3, 3, 1, 2} {
 		_, err := b.guard.WithIdempotency(context.Background(), engine.Call{Tenant: "acme", Scope: "s", Inputs: in}, okOp(&runs))
 		require.NoError(t, err)
 	}
