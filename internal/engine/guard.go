@@ -161,10 +161,12 @@ func New(cfg Config) (*Guard, error) {
 // Close return a StoreError wrapping ErrShuttingDown (errors.Is
 // ErrStoreUnavailable: retry elsewhere) without claiming anything.
 func (g *Guard) Close(ctx context.Context) error {
+	// Cancel first, then refuse new calls: a call that sees the Guard
+	// closed knows every operation has been told to stop.
+	g.shutdown()
 	g.mu.Lock()
 	g.closed = true
 	g.mu.Unlock()
-	g.shutdown()
 	done := make(chan struct{})
 	go func() { g.inflight.Wait(); g.background.Wait(); close(done) }()
 	select {

@@ -25,6 +25,9 @@ const (
 type Fault struct {
 	// Before, if set, runs first (to block, or to cancel the caller).
 	Before func(ctx context.Context)
+	// After, if set, runs after the real statement and before its answer
+	// is returned (a slow reply).
+	After func(ctx context.Context)
 	// Apply runs the real statement (detached from the caller's context)
 	// before Err is returned: the write happened, its reply was lost.
 	// Without Apply the statement never runs (a deadlock victim's
@@ -103,7 +106,11 @@ func run[T any](ctx context.Context, f *Fault, do func(context.Context) (T, erro
 		f.Before(ctx)
 	}
 	if f.Err == nil {
-		return do(ctx)
+		v, err := do(ctx)
+		if f.After != nil {
+			f.After(ctx)
+		}
+		return v, err
 	}
 	var zero T
 	if f.Apply {
