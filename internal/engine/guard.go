@@ -246,6 +246,10 @@ func (g *Guard) prepare(c Call) (prepared, error) {
 	}, nil
 }
 
+// releaseLaterFor is how long, at least, a Guard keeps trying to give back
+// a claim whose caller was told that nothing ran (see releaseLater).
+const releaseLaterFor = time.Minute
+
 // maxRaces bounds how often one call re-reads after losing a guarded write
 // without waiting; each lost race means another caller made progress, so a
 // healthy store never comes near it.
@@ -843,13 +847,15 @@ func (g *Guard) release(p prepared, o owned) {
 // releaseLater keeps looking, in the background, for a claim with nonce that
 // this Guard told its caller did not happen (its write's outcome was unknown
 // and the row could not be read), and releases it if it turns up. It stops
-// once the row shows no such claim, once the claim's lease has run out (the
-// row is then stale anyway), or when the Guard closes (after one last try).
+// once the row shows no such claim, when the Guard closes (after one last
+// try), or after releaseLaterFor (at most the key's TTL): it outlasts the
+// claim's lease on purpose, since under policy fail a stale orphan claim
+// would otherwise be marked abandoned though nothing ran.
 func (g *Guard) releaseLater(p prepared, nonce string, prev *Record, leaseFrom time.Time) {
 	g.background.Add(1)
 	go func() {
 		defer g.background.Done()
-		deadline := leaseFrom.Add(p.settings.StaleAfter)
+		deadline := leaseFrom.Add(min(p.settings.TTL, max(10*p.settings.StaleAfter, releaseLaterFor)))
 		pause := 50 * time.Millisecond
 		for {
 			if g.releaseIfMine(p, nonce, prev) || !time.Now().Before(deadline) || g.lifetime.Err() != nil {

@@ -22,6 +22,7 @@ type Proxy struct {
 	latMin     time.Duration
 	latMax     time.Duration
 	cutOn      []byte // armed: cut the connection after forwarding a chunk containing this
+	cutThen    time.Duration
 	cuts       int
 	closed     bool
 	wg         sync.WaitGroup
@@ -106,11 +107,13 @@ func (p *Proxy) SetLatency(lo, hi time.Duration) {
 // CutAfter arms a one-shot fault: the next chunk sent to the target that
 // contains pattern (with interpolateParams, a statement's text) is
 // forwarded, and then its connection is closed before any reply comes
-// back. The statement may well apply; its client never learns.
-func (p *Proxy) CutAfter(pattern string) {
+// back. The statement may well apply; its client never learns. When
+// blackholeFor is positive, the cut also starts a blackhole that long, so
+// the client cannot read the row back at once either.
+func (p *Proxy) CutAfter(pattern string, blackholeFor time.Duration) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	p.cutOn = []byte(pattern)
+	p.cutOn, p.cutThen = []byte(pattern), blackholeFor
 }
 
 // Cuts is how many connections CutAfter has cut.
@@ -174,6 +177,10 @@ func (p *Proxy) pipe(l *link, dst, src net.Conn, toServer bool) {
 			if toServer && p.cutOn != nil && bytes.Contains(chunk, p.cutOn) {
 				p.cutOn, cut = nil, true
 				p.cuts++
+				if d := p.cutThen; d > 0 {
+					p.blackholed = true
+					time.AfterFunc(d, func() { p.SetBlackhole(false) })
+				}
 			}
 			p.mu.Unlock()
 			if delay > 0 {
