@@ -28,9 +28,9 @@ func TestDatabaseOutageUnderLoad(t *testing.T) {
 	const (
 		keys         = 400
 		clients      = 16
-		storeTO      = time.Second
+		storeTO      = 400 * time.Millisecond
 		staleAfter   = 5 * time.Second
-		callBound    = 4*storeTO + 2*time.Second // claim + settle + commit attempts, with room for the machine
+		callBound    = staleAfter + 2*storeTO // a commit retries while the lease holds; a claim and its settling take 2 store timeouts
 		blackholeFor = 2 * time.Second
 	)
 	var storeErrors atomic.Int32
