@@ -68,7 +68,8 @@ outcome is committed, the owner renews heartbeat_at every staleAfter/3 with
 UPDATE ... WHERE id = ? AND status = 'started' AND claim_nonce = mine. As a
 formula, with t_b the local time the last successful beat was *sent*:
 
-	owner cancels at     t_b + staleAfter − staleAfter/10   (its own timer)
+	owner cancels at     t_b + staleAfter − margin   (its own timer; margin =
+	                     staleAfter/10, at least 100ms, at most staleAfter/3)
 	others may take over  heartbeat_at + lease < now          (database clock)
 
 heartbeat_at is stamped while the statement executes, never before it was

@@ -19,23 +19,28 @@ import (
 func TestReplayCacheLifetimeCountsFromBeforeTheRead(t *testing.T) {
 	t.Parallel()
 	var fs *faulttest.Store
+	var cfg engine.Config
 	b := setup(t, func(c *engine.Config) {
 		fs = faulttest.NewStore(c.Store)
 		c.Store = fs
+		cfg = *c
 	})
+	replica, err := engine.New(cfg) // another process: it learns of the row by reading it
+	require.NoError(t, err)
+	t.Cleanup(func() { require.NoError(t, replica.Close(context.Background())) })
 	var runs atomic.Int32
 	call := engine.Call{Tenant: "acme", Scope: "s", Inputs: 1, Settings: engine.Settings{TTL: time.Minute}}
-	_, err := b.guard.WithIdempotency(context.Background(), call, okOp(&runs)) // the row expires at t0+60s
+	_, err = b.guard.WithIdempotency(context.Background(), call, okOp(&runs)) // the row expires at t0+60s
 	require.NoError(t, err)
 
 	b.clock.Advance(10 * time.Second)
 	fs.Inject(faulttest.OpGet, faulttest.Fault{After: func(context.Context) { b.clock.Advance(20 * time.Second) }})
-	r, err := b.guard.WithIdempotency(context.Background(), call, okOp(&runs)) // read at t0+10s: 50s left; answered at t0+30s
+	r, err := replica.WithIdempotency(context.Background(), call, okOp(&runs)) // read at t0+10s: 50s left; answered at t0+30s
 	require.NoError(t, err)
 	require.True(t, r.Cached)
 
 	b.clock.Advance(35 * time.Second) // t0+65s: the row has expired
-	r, err = b.guard.WithIdempotency(context.Background(), call, okOp(&runs))
+	r, err = replica.WithIdempotency(context.Background(), call, okOp(&runs))
 	require.NoError(t, err)
 	require.False(t, r.Cached, "a replay was served from memory after its row expired")
 	require.EqualValues(t, 2, runs.Load())
@@ -57,10 +62,11 @@ func TestReplayCompletionTimeIsTheStoresOnEveryReplay(t *testing.T) {
 	t.Cleanup(func() { require.NoError(t, g.Close(context.Background())) })
 	var runs atomic.Int32
 	call := engine.Call{Tenant: "acme", Scope: "s", Inputs: 1}
-	_, err = g.WithIdempotency(context.Background(), call, okOp(&runs))
+	first, err := g.WithIdempotency(context.Background(), call, okOp(&runs))
 	require.NoError(t, err)
 	rows := store.Rows()
 	require.Len(t, rows, 1)
+	require.Equal(t, rows[0].CompletedAt, first.CompletedAt)
 	for range 3 {
 		clock.Advance(time.Second)
 		r, err := g.WithIdempotency(context.Background(), call, okOp(&runs))

@@ -581,6 +581,7 @@ func (g *Guard) runOwned(ctx context.Context, p prepared, op Operation, o owned)
 		return res, nil
 	}
 	// The heartbeat keeps running: the commit is retried while the lease holds.
+	committing := g.now()
 	committed, completedAt, err := g.complete(ctx, p, hb, CompleteParams{ID: o.id, Nonce: o.nonce, Status: status,
 		Response: body, ResponseCode: code, TTL: p.settings.TTL})
 	switch {
@@ -593,16 +594,27 @@ func (g *Guard) runOwned(ctx context.Context, p prepared, op Operation, o owned)
 		g.emit(Event{Kind: EventLostClaim, Scope: p.scope})
 		g.log.Warn("guard: claim taken over before commit; result not stored", g.attrs(p, slog.Int("attempt", o.attempt))...)
 	default:
-		// The database's completion time is known only when the commit
-		// had to be settled by a re-read. The replay cache is filled from
-		// reads only, so a replay from memory carries the database's
-		// completed_at like any other replay.
+		// The store's completed_at, so a replay from memory says what one
+		// read from the store says. The entry's lifetime is counted from
+		// before the commit was sent: the row expires TTL after it landed.
 		res.CompletedAt = completedAt
-		if res.CompletedAt.IsZero() {
-			res.CompletedAt = g.now()
+		if status == RowSucceeded {
+			g.cache.put(p.tenant, p.scope, p.keyHash, p.fingerprint, replayOf(res),
+				committing.Add(min(g.cfg.ReplayCacheMaxAge, p.settings.TTL)))
 		}
 	}
 	return res, nil
+}
+
+// replayOf turns a fresh result into what a replay of it answers.
+func replayOf(r Result) Result {
+	r.Envelope.Cached = true
+	body, err := sanitize.Marshal(r.Envelope)
+	if err != nil {
+		return Result{}
+	}
+	r.Body, r.Cached, r.Err, r.LostClaim = body, true, nil, false
+	return r
 }
 
 // encode is g.cfg.Sanitize.EncodeReport(env) for an envelope that is already
@@ -893,18 +905,18 @@ func (g *Guard) releaseIfMine(p prepared, nonce string, prev *Record) bool {
 // changed no row or its outcome is unknown (a lost reply, a timeout, error
 // 1213), is settled by re-reading the row: our nonce with our outcome means
 // the commit landed; our nonce still started means try again; anything else
-// means the claim was lost. completedAt is the database's completion time
-// when a re-read saw it, else zero.
+// means the claim was lost. completedAt is the completion time the store
+// wrote (its clock).
 func (g *Guard) complete(ctx context.Context, p prepared, hb *heartbeat, cp CompleteParams) (committed bool, completedAt time.Time, err error) {
 	ctx = context.WithoutCancel(ctx)
 	pause := 50 * time.Millisecond
 	var lastErr error
 	for try := 0; ; try++ {
 		sctx, cancel := g.storeCtx(ctx)
-		ok, err := g.store.Complete(sctx, cp)
+		ok, at, err := g.store.Complete(sctx, cp)
 		cancel()
 		if err == nil && ok {
-			return true, time.Time{}, nil
+			return true, at, nil
 		}
 		if err != nil {
 			lastErr = err

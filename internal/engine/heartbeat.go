@@ -9,10 +9,13 @@ import (
 )
 
 // leaseMargin is how long before its lease runs out an owner cancels its
-// own operation: a tenth of the lease. It absorbs the time between the timer
-// firing and the operation noticing, and any drift between this host's
-// monotonic clock and the database's.
-func leaseMargin(lease time.Duration) time.Duration { return lease / 10 }
+// own operation: a tenth of the lease, at least 100ms (at most a third of
+// it). It absorbs the time between the timer firing and the operation
+// noticing on a busy machine, and any drift between this host's monotonic
+// clock and the database's.
+func leaseMargin(lease time.Duration) time.Duration {
+	return min(max(lease/10, 100*time.Millisecond), lease/3)
+}
 
 // heartbeat keeps a claim's lease (DESIGN §4.7) while the operation runs and
 // while its outcome is committed.

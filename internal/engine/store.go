@@ -206,9 +206,11 @@ type Store interface {
 	// nonce, and reports whether it still owns it.
 	Heartbeat(ctx context.Context, id uint64, nonce string) (bool, error)
 	// Complete moves the started row id owned by nonce to p.Status with the
-	// response, completed_at = now and expires_at = now + TTL. false means
+	// response, completed_at = now and expires_at = now + TTL, and returns
+	// the completed_at it wrote (the store's clock), so that a replay from
+	// memory carries the same time as one read from the store. false means
 	// the row is no longer ours: nothing was written.
-	Complete(ctx context.Context, p CompleteParams) (bool, error)
+	Complete(ctx context.Context, p CompleteParams) (ok bool, completedAt time.Time, err error)
 	// Release undoes a claim whose operation never ran: guarded by id,
 	// status started and claim_nonce = p.Nonce, it deletes the row when
 	// p.Prev is nil and otherwise restores p.Prev's status, nonce, attempt

@@ -3,6 +3,7 @@ package faulttest
 import (
 	"context"
 	"sync"
+	"time"
 
 	"github.com/idemguard/idemguard/internal/engine"
 )
@@ -147,8 +148,16 @@ func (s *Store) Heartbeat(ctx context.Context, id uint64, nonce string) (bool, e
 }
 
 // Complete implements engine.Store.
-func (s *Store) Complete(ctx context.Context, p engine.CompleteParams) (bool, error) {
-	return run(ctx, s.take(OpComplete), func(ctx context.Context) (bool, error) { return s.Store.Complete(ctx, p) })
+func (s *Store) Complete(ctx context.Context, p engine.CompleteParams) (bool, time.Time, error) {
+	type answer struct {
+		ok bool
+		at time.Time
+	}
+	a, err := run(ctx, s.take(OpComplete), func(ctx context.Context) (answer, error) {
+		ok, at, err := s.Store.Complete(ctx, p)
+		return answer{ok, at}, err
+	})
+	return a.ok, a.at, err
 }
 
 // Release implements engine.Store.

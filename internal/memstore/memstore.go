@@ -180,20 +180,20 @@ func (s *Store) Heartbeat(ctx context.Context, id uint64, nonce string) (bool, e
 }
 
 // Complete implements engine.Store.
-func (s *Store) Complete(ctx context.Context, p engine.CompleteParams) (bool, error) {
+func (s *Store) Complete(ctx context.Context, p engine.CompleteParams) (bool, time.Time, error) {
 	if err := s.lock(ctx); err != nil {
-		return false, err
+		return false, time.Time{}, err
 	}
 	defer s.mu.Unlock()
 	r := s.byID(p.ID)
 	if r == nil || r.Status != engine.RowStarted || r.ClaimNonce != p.Nonce {
-		return false, nil
+		return false, time.Time{}, nil
 	}
 	now := s.clock()
 	r.Status = p.Status
 	r.Response, r.ResponseCode = bytes.Clone(p.Response), p.ResponseCode
 	r.CompletedAt, r.ExpiresAt = now, now.Add(p.TTL)
-	return true, nil
+	return true, now, nil
 }
 
 // Release implements engine.Store.

@@ -199,17 +199,35 @@ func (s *Store) Heartbeat(ctx context.Context, id uint64, nonce string) (bool, e
 }
 
 // status changes from started to succeeded or failed.
+//
+// completed_at comes back without a second round trip: LAST_INSERT_ID(expr)
+// returns expr and makes the server report it in the statement's OK packet
+// (LastInsertId), here completed_at in microseconds since the Unix epoch.
+// UTC_TIMESTAMP(6) is one value for the whole statement, and 0 * x adds
+// nothing to the column.
 const completeSQL = `UPDATE idempotency_keys SET
   status = ?, response_json = ?, response_code = ?,
-  completed_at = UTC_TIMESTAMP(6), expires_at = UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND
+  completed_at = UTC_TIMESTAMP(6)
+    + INTERVAL 0 * LAST_INSERT_ID(TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', UTC_TIMESTAMP(6))) MICROSECOND,
+  expires_at = UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND
 WHERE id = ? AND status = 'started' AND claim_nonce = ?`
 
 // Complete implements engine.Store.
-func (s *Store) Complete(ctx context.Context, p engine.CompleteParams) (bool, error) {
+func (s *Store) Complete(ctx context.Context, p engine.CompleteParams) (bool, time.Time, error) {
 	if p.Status != engine.RowSucceeded && p.Status != engine.RowFailed {
-		return false, fmt.Errorf("mysqlstore: cannot complete with status %q", p.Status)
+		return false, time.Time{}, fmt.Errorf("mysqlstore: cannot complete with status %q", p.Status)
 	}
-	return s.guarded(ctx, completeSQL, string(p.Status), string(p.Response), p.ResponseCode, micros(p.TTL), p.ID, p.Nonce)
+	res, err := s.db.ExecContext(ctx, completeSQL, string(p.Status), string(p.Response), p.ResponseCode,
+		micros(p.TTL), p.ID, p.Nonce)
+	ok, err := changedOne(res, err)
+	if !ok || err != nil {
+		return false, time.Time{}, err
+	}
+	at, err := res.LastInsertId()
+	if err != nil {
+		return false, time.Time{}, err
+	}
+	return true, time.UnixMicro(at).UTC(), nil
 }
 
 // Release deletes the row (no previous row) or restores the previous one;
@@ -248,7 +266,11 @@ func (s *Store) Release(ctx context.Context, p engine.ReleaseParams) (bool, erro
 
 // guarded runs a guarded UPDATE and reports whether it changed exactly one row.
 func (s *Store) guarded(ctx context.Context, query string, args ...any) (bool, error) {
-	res, err := s.db.ExecContext(ctx, query, args...)
+	return changedOne(s.db.ExecContext(ctx, query, args...))
+}
+
+// changedOne reports whether a guarded statement changed exactly one row.
+func changedOne(res sql.Result, err error) (bool, error) {
 	if err := interpretError(err); err != nil {
 		return false, err // ErrOutcomeUnknown included: the engine re-reads
 	}

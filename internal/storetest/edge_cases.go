@@ -108,7 +108,7 @@ var edgeStoreCases = map[string]func(t *testing.T, h *Harness){
 
 		// A retry of a failed row, released: the failed row comes back as it was.
 		id, n = claimOne(t, h, "acme", "s", kh)
-		ok, err := h.Store.Complete(ctxFor(t), engine.CompleteParams{ID: id, Nonce: n, Status: engine.RowFailed,
+		ok, _, err := h.Store.Complete(ctxFor(t), engine.CompleteParams{ID: id, Nonce: n, Status: engine.RowFailed,
 			Response: []byte(`{"ok":false,"stopReason":"provider_error"}`), ResponseCode: 502, TTL: time.Hour})
 		require.NoError(t, err)
 		require.True(t, ok)
