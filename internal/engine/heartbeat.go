@@ -61,8 +61,10 @@ func (g *Guard) startHeartbeat(p prepared, o owned, cancel context.CancelCauseFu
 		hb.mu.Unlock()
 		defer hb.beating.Done()
 
+		// A slow renewal still counts from its start if it lands before the
+		// lease ends, so it may take that long (bounded by StoreTimeout).
 		began := time.Now()
-		ctx, c := context.WithTimeout(context.Background(), min(g.cfg.StoreTimeout, every))
+		ctx, c := context.WithTimeout(context.Background(), min(g.cfg.StoreTimeout, max(hb.left(), every/3)))
 		ok, err := g.store.Heartbeat(ctx, o.id, o.nonce)
 		c()
 		switch {
