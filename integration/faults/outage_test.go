@@ -68,6 +68,7 @@ func TestDatabaseOutageUnderLoad(t *testing.T) {
 	var lastFailure time.Time
 	var slow []string
 	var slowest time.Duration
+	var failures []string
 	unavailable := 0
 	var wg sync.WaitGroup
 	for w := range clients {
@@ -91,6 +92,11 @@ func TestDatabaseOutageUnderLoad(t *testing.T) {
 					ok := err == nil && res.Status == engine.StatusSucceeded && !res.LostClaim
 					if !ok {
 						lastFailure = time.Now()
+						what := fmt.Sprint(err)
+						if err == nil {
+							what = fmt.Sprintf("%s %s lostClaim=%v", res.Status, res.StopReason, res.LostClaim)
+						}
+						failures = append(failures, fmt.Sprintf("%s at +%s: %s", key, lastFailure.Sub(start).Round(time.Millisecond), what))
 						if errors.Is(err, engine.ErrStoreUnavailable) {
 							unavailable++
 						}
@@ -125,7 +131,9 @@ func TestDatabaseOutageUnderLoad(t *testing.T) {
 	require.Positive(t, storeErrors.Load())
 	require.GreaterOrEqual(t, slowest, blackholeFor/2)
 	if !lastFailure.IsZero() {
-		require.Less(t, lastFailure.Sub(returnedAt), 5*time.Second, "no full recovery within 5s of the database's return")
+		require.Less(t, lastFailure.Sub(returnedAt), 5*time.Second,
+			"no full recovery within 5s of the database's return (+%s); last failures: %v",
+			returnedAt.Sub(start).Round(time.Millisecond), failures[max(0, len(failures)-8):])
 	}
 	// And the service is whole again: a new key runs at once, without a restart.
 	for _, g := range replicas {
