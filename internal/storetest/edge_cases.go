@@ -192,6 +192,39 @@ var edgeGuardCases = map[string]func(t *testing.T, h *Harness){
 		require.Equal(t, 1, res.Attempt, "no attempt was burnt")
 		require.Equal(t, 1, cnt.n())
 	},
+	// Settling a lost claim reply took more than half the lease: the owner
+	// renews it with a heartbeat before the operation starts; if that
+	// renewal fails, the claim is given back and nothing runs.
+	"SpentLeaseIsRenewedBeforeTheOperationStarts": func(t *testing.T, h *Harness) {
+		fs := faulttest.NewStore(h.Store)
+		g, _ := newGuard(t, h, withStore(fs))
+		const staleAfter = 600 * time.Millisecond
+		slowRead := faulttest.Fault{After: func(context.Context) { time.Sleep(staleAfter/2 + 50*time.Millisecond) }}
+		for _, renewal := range []error{nil, errUnknown} {
+			c := call("s", fmt.Sprintf("renew-%v", renewal != nil))
+			c.Settings.StaleAfter = staleAfter
+			fs.Inject(faulttest.OpClaim, faulttest.Fault{Apply: true, Err: errUnknown})
+			fs.Inject(faulttest.OpGet, slowRead)
+			if renewal != nil {
+				fs.Inject(faulttest.OpHeartbeat, faulttest.Fault{Err: renewal})
+			}
+			beatsBefore := fs.Calls(faulttest.OpHeartbeat)
+			var beatsAtStart atomic.Int32
+			res, err := g.WithIdempotency(ctxFor(t), c, func(context.Context) (any, error) {
+				beatsAtStart.Store(int32(fs.Calls(faulttest.OpHeartbeat) - beatsBefore))
+				return okValue, nil
+			})
+			if renewal == nil {
+				require.NoError(t, err)
+				require.Equal(t, engine.StatusSucceeded, res.Status)
+				require.EqualValues(t, 1, beatsAtStart.Load(), "the lease was not renewed before the operation")
+				continue
+			}
+			require.ErrorIs(t, err, engine.ErrStoreUnavailable)
+			require.Zero(t, beatsAtStart.Load(), "the operation ran on a spent lease")
+			require.Len(t, h.rowsIn(t, "acme", "s"), 1, "the claim was not given back: only the first key's row may be left")
+		}
+	},
 	// The caller hangs up while its claim INSERT waits (on a lock, say); the
 	// INSERT lands anyway. Nothing runs, and no claim is left behind.
 	"CallerHangUpDuringClaimLeavesNoClaim": func(t *testing.T, h *Harness) {
