@@ -910,6 +910,10 @@ func (g *Guard) releaseIfMine(p prepared, nonce string, prev *Record) bool {
 func (g *Guard) complete(ctx context.Context, p prepared, hb *heartbeat, cp CompleteParams) (committed bool, completedAt time.Time, err error) {
 	ctx = context.WithoutCancel(ctx)
 	pause := 50 * time.Millisecond
+	// Heartbeats that land keep renewing the lease, so a statement that
+	// fails for good (while the row is readable) is also bounded by one
+	// lease length.
+	giveUp := time.Now().Add(p.settings.StaleAfter)
 	var lastErr error
 	for try := 0; ; try++ {
 		sctx, cancel := g.storeCtx(ctx)
@@ -939,7 +943,7 @@ func (g *Guard) complete(ctx context.Context, p prepared, hb *heartbeat, cp Comp
 			}
 			return false, time.Time{}, nil // abandoned by another caller
 		}
-		if hb.left() <= 0 && try > 0 {
+		if (hb.left() <= 0 || time.Now().After(giveUp)) && try > 0 {
 			if lastErr == nil {
 				lastErr = errors.New("lease ran out")
 			}
