@@ -293,6 +293,23 @@ var edgeGuardCases = map[string]func(t *testing.T, h *Harness){
 			require.Equal(t, 1, cnt.n())
 		}
 	},
+	// A commit that fails for good while the row stays readable (and the
+	// heartbeats keep landing) is bounded too: the caller gets its result,
+	// unstored, after about one lease length.
+	"CommitThatAlwaysFailsIsBoundedByTheLease": func(t *testing.T, h *Harness) {
+		fs := faulttest.NewStore(h.Store)
+		g, _ := newGuard(t, h, withStore(fs), withHeartbeat(50*time.Millisecond))
+		c := call("s", "commit-never")
+		c.Settings.StaleAfter = 600 * time.Millisecond
+		fs.Inject(faulttest.OpComplete, faulttest.Fault{Err: faulttest.ErrInjected, Times: -1})
+		began := time.Now()
+		res, err := g.WithIdempotency(ctxFor(t), c, func(context.Context) (any, error) { return okValue, nil })
+		require.NoError(t, err)
+		require.Equal(t, engine.StatusSucceeded, res.Status, "the caller still gets what it paid for")
+		require.Less(t, time.Since(began), 5*time.Second)
+		require.Greater(t, fs.Calls(faulttest.OpComplete), 1, "the commit was retried")
+		require.Equal(t, engine.RowStarted, h.find(t, "acme", "s").Status, "nothing was stored")
+	},
 	// Heartbeats that fail (a deadlock victim, a timeout) never cancel a
 	// healthy operation by themselves: the lease, renewed by the next good
 	// beat, decides.
