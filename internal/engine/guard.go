@@ -943,7 +943,9 @@ func (g *Guard) complete(ctx context.Context, p prepared, hb *heartbeat, cp Comp
 			}
 			return false, time.Time{}, nil // abandoned by another caller
 		}
-		if (hb.left() <= 0 || time.Now().After(giveUp)) && try > 0 {
+		// A closing Guard does not wait out the lease: its caller gets
+		// the answer before the process exits.
+		if (hb.left() <= 0 || time.Now().After(giveUp) || g.lifetime.Err() != nil) && try > 0 {
 			if lastErr == nil {
 				lastErr = errors.New("lease ran out")
 			}
