@@ -3,6 +3,7 @@ package faults
 import (
 	"context"
 	"log/slog"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -106,16 +107,33 @@ func pollUntil(t testing.TB, within time.Duration, what string, cond func() bool
 	}
 }
 
-// lockWaits is how many transactions wait for a row lock right now.
+// lockWaits is how many statements on this test's database wait for a row
+// lock right now. It reads SHOW ENGINE INNODB STATUS, not
+// information_schema.innodb_trx: that table is a server-wide cache that is
+// refreshed only after 100 ms without any reader, so tests polling it in
+// parallel would read a stale snapshot for ever.
 func lockWaits(t testing.TB, db *testdb.Database) int {
 	t.Helper()
-	var n int
-	require.NoError(t, db.DB.GetContext(context.Background(), &n,
-		`SELECT COUNT(*) FROM information_schema.innodb_trx t
-		 JOIN information_schema.processlist p ON p.id = t.trx_mysql_thread_id
-		 WHERE t.trx_state = 'LOCK WAIT' AND p.db = DATABASE()`))
+	var ids []string
+	require.NoError(t, db.DB.SelectContext(context.Background(), &ids,
+		`SELECT CAST(id AS CHAR) FROM information_schema.processlist WHERE db = DATABASE()`))
+	ours := map[string]bool{}
+	for _, id := range ids {
+		ours[id] = true
+	}
+	var typ, name, status string
+	require.NoError(t, db.DB.QueryRowContext(context.Background(), `SHOW ENGINE INNODB STATUS`).Scan(&typ, &name, &status))
+	n := 0
+	for _, block := range strings.Split(status, "---TRANSACTION ")[1:] {
+		m := threadID.FindStringSubmatch(block)
+		if m != nil && ours[m[1]] && strings.Contains(block, "LOCK WAIT") {
+			n++
+		}
+	}
 	return n
 }
+
+var threadID = regexp.MustCompile(`thread id (\d+)`)
 
 // asFresh turns a replay's body back into the first answer's.
 func asFresh(body []byte) []byte {
