@@ -32,7 +32,7 @@ matched. No transaction is held open across the operation.
 	┌──────────────────────► started ◄──────────────────────────┐
 	│                   │    │     │                             │
 	│   commit (nonce)  │    │     │ heartbeat older than        │ stale takeover
-	│   op succeeded    │    │     │ staleAfter                  │ (policy takeover,
+	│   op succeeded    │    │     │ its lease (staleAfter)      │ (policy takeover,
 	│                   ▼    │     ▼                             │  attempts < max):
 	│           succeeded    │   stale ──────────────────────────┘ new nonce,
 	│                 │      │     │                               attempt + 1
