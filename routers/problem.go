@@ -170,6 +170,8 @@ func failureDetail(r sanitize.StopReason) string {
 		return "the operation failed and has no attempts left; use a new Idempotency-Key to run it again"
 	case sanitize.Abandoned:
 		return "an earlier run of the operation was cut off, and this scope never runs an operation twice; use a new Idempotency-Key"
+	case sanitize.InvalidInput:
+		return "the operation's upstream rejected these inputs; it is not run again with them"
 	}
 	return "the operation failed" + retry
 }

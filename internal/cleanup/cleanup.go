@@ -4,7 +4,8 @@
 // # What is deleted
 //
 // A row goes when its expires_at has passed by the database clock (UTC_TIMESTAMP(6)), except a
-// started row whose heartbeat is younger than [Options.StaleAfter]: its owner is alive, and
+// started row whose heartbeat is younger than its owner's lease (the row's lease_micros) or
+// [Options.StaleAfter], whichever is longer: its owner is alive, and
 // deleting the row would make the owner's next heartbeat fail and cancel the operation. This is
 // the same rule the engine uses to re-claim an expired row (engine.ReclaimExpired).
 //
@@ -14,7 +15,8 @@
 //
 //	DELETE FROM idempotency_keys
 //	WHERE expires_at < UTC_TIMESTAMP(6)
-//	  AND NOT (status = 'started' AND COALESCE(heartbeat_at, started_at) >= UTC_TIMESTAMP(6) - INTERVAL ? MICROSECOND)
+//	  AND NOT (status = 'started' AND COALESCE(heartbeat_at, started_at) >=
+//	    UTC_TIMESTAMP(6) - INTERVAL GREATEST(COALESCE(lease_micros, 0), ?) MICROSECOND)
 //	ORDER BY expires_at LIMIT ?
 //
 // walks idx_idempotency_expires_at from its oldest end, locks at most one batch of rows (plus the
@@ -228,8 +230,11 @@ func (o Options) Validate() error {
 
 // predicate is what an expired, deletable row is. Its one parameter is StaleAfter in
 // microseconds.
+// A live owner is judged by the longer of its own lease (the row's
+// lease_micros, DESIGN §4.7) and StaleAfter.
 const predicate = `expires_at < UTC_TIMESTAMP(6)
-  AND NOT (status = 'started' AND COALESCE(heartbeat_at, started_at) >= UTC_TIMESTAMP(6) - INTERVAL ? MICROSECOND)`
+  AND NOT (status = 'started' AND COALESCE(heartbeat_at, started_at) >=
+    UTC_TIMESTAMP(6) - INTERVAL GREATEST(COALESCE(lease_micros, 0), ?) MICROSECOND)`
 
 const (
 	// DeleteSQL is one batch. Parameters: StaleAfter in microseconds, batch size.

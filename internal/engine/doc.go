@@ -32,7 +32,7 @@ matched. No transaction is held open across the operation.
 	┌──────────────────────► started ◄──────────────────────────┐
 	│                   │    │     │                             │
 	│   commit (nonce)  │    │     │ heartbeat older than        │ stale takeover
-	│   op succeeded    │    │     │ staleAfter                  │ (policy takeover,
+	│   op succeeded    │    │     │ its lease (staleAfter)      │ (policy takeover,
 	│                   ▼    │     ▼                             │  attempts < max):
 	│           succeeded    │   stale ──────────────────────────┘ new nonce,
 	│                 │      │     │                               attempt + 1
@@ -60,43 +60,77 @@ from "absent", "expired and not live", "stale" (policy takeover, attempt_count
 nonce"; and its result is stored iff the row is still "started with my nonce"
 when it commits.
 
-# Heartbeat
+# Lease and Heartbeat
 
-While the operation runs, the owner renews heartbeat_at every staleAfter/3 with
-UPDATE ... WHERE id = ? AND claim_nonce = mine. Zero rows changed means the
-claim was taken over: the operation's context is cancelled with cause
-ErrOwnershipLost. A heartbeat that cannot reach the store is retried; once
-the store has been unreachable for a whole staleAfter another caller may
-already own the row, so the operation is cancelled the same way.
+The lease is the owner's promise (DESIGN §4.7). The claim (or takeover, or
+retry) write is the first beat; while the operation runs, and while its
+outcome is committed, the owner renews heartbeat_at every staleAfter/3 with
+UPDATE ... WHERE id = ? AND status = 'started' AND claim_nonce = mine. As a
+formula, with t_b the local time the last successful beat was *sent*:
+
+	owner cancels at     t_b + staleAfter − margin   (its own timer; margin =
+	                     staleAfter/10, at least 100ms, at most staleAfter/3)
+	others may take over  heartbeat_at + lease < now          (database clock)
+
+heartbeat_at is stamped while the statement executes, never before it was
+sent, so the owner always stops first, whether or not the database answers.
+The row stores the owner's lease (lease_micros: its staleAfter), and
+takeover, abandon, expiry and lookup judge staleness
+with it, never with the reader's setting: a rolling change of stale_after
+cannot take over a healthy run. A renewal that changes no row means the
+claim was taken over: the operation is cancelled at once (cause
+ErrOwnershipLost). A renewal that fails is retried soon and cancels nothing
+by itself; only the lease timer does.
 
 # Failure Handling
 
+Decide by the row, never by the error (DESIGN §4.5). Every write runs
+detached from the caller's cancellation, bounded by StoreTimeout.
+
   - Store down before the operation: WithIdempotency returns a StoreError
     (errors.Is ErrStoreUnavailable) and the operation does not run. Fail closed.
+  - A claim INSERT or a retry/takeover UPDATE whose outcome is unknown (a
+    dropped connection after sending, a timeout, error 1213 or 1205, which
+    the store reports as ErrOutcomeUnknown): the row is re-read, with
+    jittered pauses, for up to StoreTimeout. Our nonce → we own it; another
+    nonce → we lost, and the row answers; no row → claim again. If the row
+    cannot be read, the caller is told nothing ran, and a background task
+    gives the claim back (Store.Release) if it turns up later.
+  - A claim won by a caller that hung up meanwhile (without Detach), or
+    racing Guard.Close: nothing runs, and the claim is given back at once.
+    Release deletes a fresh claim and restores a reclaimed row to its
+    previous failed or stale state: no attempt is burnt, nothing is marked
+    abandoned, since the operation never ran.
+  - A lease more than half spent before the operation starts (the claim
+    had to be settled by re-reading): one heartbeat renews it first, or the
+    claim is given back and the caller told nothing ran.
   - Operation error, panic or timeout: the row becomes failed with a sanitized
     {ok:false, stopReason} (provider_error, unknown, timeout, or the
     OpError's reason) and status code 502; it is retryable while attempts
-    remain. A business answer with ok:false (needs_human) is a success.
-  - Claim lost while running (heartbeat saw another nonce, or the commit
-    changed no row): the caller still gets its own result, marked LostClaim,
-    and nothing is written — a replaced owner never overwrites the new owner.
-  - Store down at commit: the commit is retried three times; then the caller
-    gets its result, the row stays started and is taken over once stale.
-    A retry that finds the row already completed with our nonce counts as
-    committed (the first reply was lost, not the write).
-  - Multi-primary clusters (Galera, TiDB): error 1213 on the claim INSERT or a
-    guarded UPDATE means "lost the race": the store reports a duplicate or
-    zero rows and the guard re-reads, with a bounded, jittered retry.
+    remain. An upstream that rejects the inputs (invalid_input) is final and
+    stored with status 422. A business answer with ok:false (needs_human) is
+    a success.
+  - Claim lost while running (a heartbeat changed no row, or the commit's
+    re-read shows another nonce): the caller still gets its own result,
+    marked LostClaim, and nothing is written — a replaced owner never
+    overwrites the new owner.
+  - Commit whose outcome is unknown, or that changed no row: the row is
+    re-read. Our nonce with our outcome → it landed; our nonce still started
+    → try again, heartbeats still renewing the lease, for as long as the
+    lease holds; then the caller gets its result unstored, and the row is
+    taken over (or abandoned) once stale.
   - Guard.Close: running operations are cancelled (cause ErrShuttingDown)
     and stored as failed — timeout (retryable) under policy takeover,
-    abandoned (final) under policy fail.
+    abandoned (final) under policy fail. An operation cut off by its own
+    lease is recorded the same way, if its row is still its own.
 
 # Replay cache
 
 A succeeded row cannot change until it expires, so a Guard keeps recent
 succeeded results in memory (Config.ReplayCacheSize) and answers replays of
-them without a round trip. An entry lives at most ReplayCacheMaxAge and never
-past the row's remaining TTL as the store's clock measured it; the fingerprint
-is still checked on every hit.
+them without a round trip. Entries come from reads only, so they carry the
+database's completed_at; an entry lives at most ReplayCacheMaxAge and never
+past the row's remaining TTL as the store's clock measured it, counted from
+before the read; the fingerprint is still checked on every hit.
 */
 package engine

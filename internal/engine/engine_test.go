@@ -201,12 +201,12 @@ type flakyStore struct {
 	failed atomic.Bool
 }
 
-func (f *flakyStore) Complete(ctx context.Context, p engine.CompleteParams) (bool, error) {
-	ok, err := f.Store.Complete(ctx, p)
+func (f *flakyStore) Complete(ctx context.Context, p engine.CompleteParams) (bool, time.Time, error) {
+	ok, at, err := f.Store.Complete(ctx, p)
 	if err == nil && ok && f.failed.CompareAndSwap(false, true) {
-		return false, errors.New("connection reset while reading the reply")
+		return false, time.Time{}, errors.New("connection reset while reading the reply")
 	}
-	return ok, err
+	return ok, at, err
 }
 
 func TestCommitWhoseReplyWasLostCountsAsCommitted(t *testing.T) {

@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"bytes"
 	"cmp"
 	"context"
 	crand "crypto/rand"
@@ -117,6 +118,9 @@ type Guard struct {
 	closed   bool
 	inflight sync.WaitGroup
 	dropped  droppedNames // field names the allowlist dropped, logged once
+	// background counts releaseLater goroutines; they are started only by
+	// calls in flight, so Close waits for them after inflight.
+	background sync.WaitGroup
 }
 
 // New validates cfg and returns a Guard.
@@ -161,12 +165,14 @@ func New(cfg Config) (*Guard, error) {
 // Close return a StoreError wrapping ErrShuttingDown (errors.Is
 // ErrStoreUnavailable: retry elsewhere) without claiming anything.
 func (g *Guard) Close(ctx context.Context) error {
+	// Cancel first, then refuse new calls: a call that sees the Guard
+	// closed knows every operation has been told to stop.
+	g.shutdown()
 	g.mu.Lock()
 	g.closed = true
 	g.mu.Unlock()
-	g.shutdown()
 	done := make(chan struct{})
-	go func() { g.inflight.Wait(); close(done) }()
+	go func() { g.inflight.Wait(); g.background.Wait(); close(done) }()
 	select {
 	case <-done:
 		return nil
@@ -244,6 +250,10 @@ func (g *Guard) prepare(c Call) (prepared, error) {
 	}, nil
 }
 
+// releaseLaterFor is how long, at least, a Guard keeps trying to give back
+// a claim whose caller was told that nothing ran (see releaseLater).
+const releaseLaterFor = time.Minute
+
 // maxRaces bounds how often one call re-reads after losing a guarded write
 // without waiting; each lost race means another caller made progress, so a
 // healthy store never comes near it.
@@ -300,41 +310,66 @@ func (g *Guard) execute(ctx context.Context, p prepared, op Operation) (Result, 
 			// Closing: claim nothing more (see Close).
 			return Result{}, &StoreError{Op: "claim", Err: ErrShuttingDown}
 		}
+		if ctx.Err() != nil && !p.detach {
+			// The caller is gone: claiming now would only be released again.
+			return Result{}, &StoreError{Op: "claim", Err: context.Cause(ctx)}
+		}
 		nonce := newNonce()
+		var rec Record
+		have := false
+		readAt := g.now()
 		if needClaim {
+			sent := time.Now()
 			id, err := g.claim(ctx, p, nonce)
-			if err == nil {
-				g.emit(Event{Kind: EventClaimed, Scope: p.scope})
-				return g.runOwned(ctx, p, op, owned{id: id, nonce: nonce, attempt: 1, firstSeen: g.now()})
-			}
-			if !errors.Is(err, ErrDuplicate) {
-				return Result{}, g.storeErr(ctx, p, "claim", err)
+			switch {
+			case err == nil:
+				return g.own(ctx, p, op, owned{id: id, nonce: nonce, attempt: 1, firstSeen: g.now(), leaseFrom: sent}, EventClaimed)
+			case !errors.Is(err, ErrDuplicate):
+				// Unknown outcome: decide by the row (DESIGN §4.5).
+				r, found, err := g.settle(ctx, p, "claim", err)
+				if err != nil {
+					g.releaseLater(p, nonce, nil, sent)
+					return Result{}, err
+				}
+				if !found {
+					needClaim = true // it did not land: claim again
+					races++
+					continue
+				}
+				if r.Status == RowStarted && r.ClaimNonce == nonce {
+					return g.own(ctx, p, op, owned{id: r.ID, nonce: nonce, attempt: 1, firstSeen: r.CreatedAt, leaseFrom: sent}, EventClaimed)
+				}
+				rec, have = r, true
 			}
 		}
-		rec, err := g.get(ctx, p)
-		if errors.Is(err, ErrNotFound) {
-			// Deleted since our insert failed (cleanup), or a multi-primary
-			// loser read before the winner's commit: claim again.
-			needClaim = true
-			races++
-			sleepCtx(ctx, jitter(time.Duration(races)*5*time.Millisecond))
-			continue
-		}
-		if err != nil {
-			return Result{}, g.storeErr(ctx, p, "read", err)
+		if !have {
+			r, err := g.get(ctx, p)
+			if errors.Is(err, ErrNotFound) {
+				// Deleted since our insert failed (cleanup, or a released
+				// claim), or a multi-primary loser read before the winner's
+				// commit: claim again.
+				needClaim = true
+				races++
+				sleepCtx(ctx, jitter(time.Duration(races)*5*time.Millisecond))
+				continue
+			}
+			if err != nil {
+				return Result{}, g.storeErr(ctx, p, "read", err)
+			}
+			rec = r
 		}
 		needClaim = false
 
 		if rec.Expired() && !(rec.Status == RowStarted && !rec.Stale(p.settings.StaleAfter)) {
-			won, err := g.reclaim(ctx, p, ReclaimParams{Kind: ReclaimExpired, ID: rec.ID, OldNonce: rec.ClaimNonce,
+			won, err := g.tryReclaim(ctx, p, ReclaimParams{Kind: ReclaimExpired, ID: rec.ID, OldNonce: rec.ClaimNonce,
 				OldAttempts: rec.Attempts, NewNonce: nonce, Fingerprint: p.fingerprint,
-				TTL: p.settings.TTL, StaleAfter: p.settings.StaleAfter})
+				TTL: p.settings.TTL, StaleAfter: p.settings.StaleAfter}, nil)
 			if err != nil {
 				return Result{}, err
 			}
-			if won {
-				g.emit(Event{Kind: EventClaimed, Scope: p.scope})
-				return g.runOwned(ctx, p, op, owned{id: rec.ID, nonce: nonce, attempt: 1, firstSeen: g.now()})
+			if won != nil {
+				won.attempt, won.firstSeen = 1, g.now()
+				return g.own(ctx, p, op, *won, EventClaimed)
 			}
 			races++
 			continue
@@ -348,7 +383,7 @@ func (g *Guard) execute(ctx context.Context, p prepared, op Operation) (Result, 
 
 		switch rec.Status {
 		case RowSucceeded:
-			res, err := g.replay(ctx, p, rec)
+			res, err := g.replay(ctx, p, rec, readAt)
 			if err != nil {
 				return Result{}, err
 			}
@@ -360,22 +395,22 @@ func (g *Guard) execute(ctx context.Context, p prepared, op Operation) (Result, 
 			if err != nil {
 				return Result{}, g.storeErr(ctx, p, "read", err)
 			}
-			final := env.StopReason == sanitize.Abandoned || env.StopReason == sanitize.RetryLimit
-			if final || rec.Attempts >= p.settings.MaxAttempts {
-				if !final {
+			if final(env.StopReason) || rec.Attempts >= p.settings.MaxAttempts {
+				if !final(env.StopReason) {
 					env.StopReason = sanitize.RetryLimit
 				}
 				g.emit(Event{Kind: EventRetryLimit, Scope: p.scope, Reason: env.StopReason})
 				return g.storedFailure(p, rec, env), nil
 			}
-			won, err := g.reclaim(ctx, p, ReclaimParams{Kind: ReclaimFailed, ID: rec.ID, OldNonce: rec.ClaimNonce,
-				OldAttempts: rec.Attempts, NewNonce: nonce, TTL: p.settings.TTL, MaxAttempts: p.settings.MaxAttempts})
+			prev := rec
+			won, err := g.tryReclaim(ctx, p, ReclaimParams{Kind: ReclaimFailed, ID: rec.ID, OldNonce: rec.ClaimNonce,
+				OldAttempts: rec.Attempts, NewNonce: nonce, TTL: p.settings.TTL, MaxAttempts: p.settings.MaxAttempts}, &prev)
 			if err != nil {
 				return Result{}, err
 			}
-			if won {
-				g.emit(Event{Kind: EventRetried, Scope: p.scope})
-				return g.runOwned(ctx, p, op, owned{id: rec.ID, nonce: nonce, attempt: rec.Attempts + 1, firstSeen: rec.CreatedAt})
+			if won != nil {
+				won.attempt, won.firstSeen = rec.Attempts+1, rec.CreatedAt
+				return g.own(ctx, p, op, *won, EventRetried)
 			}
 			races++
 
@@ -406,16 +441,17 @@ func (g *Guard) execute(ctx context.Context, p prepared, op Operation) (Result, 
 				races++
 				continue // the re-read answers with the failed row
 			}
-			won, err := g.reclaim(ctx, p, ReclaimParams{Kind: ReclaimStale, ID: rec.ID, OldNonce: rec.ClaimNonce,
-				OldAttempts: rec.Attempts, NewNonce: nonce, StaleAfter: p.settings.StaleAfter})
+			prev := rec
+			won, err := g.tryReclaim(ctx, p, ReclaimParams{Kind: ReclaimStale, ID: rec.ID, OldNonce: rec.ClaimNonce,
+				OldAttempts: rec.Attempts, NewNonce: nonce, StaleAfter: p.settings.StaleAfter}, &prev)
 			if err != nil {
 				return Result{}, err
 			}
-			if won {
-				g.emit(Event{Kind: EventTakeover, Scope: p.scope})
+			if won != nil {
 				g.log.Info("guard: took over a stale claim", g.attrs(p, slog.Int("attempt", rec.Attempts+1),
 					slog.Duration("silent_for", rec.Now.Sub(rec.lastSign())))...)
-				return g.runOwned(ctx, p, op, owned{id: rec.ID, nonce: nonce, attempt: rec.Attempts + 1, firstSeen: rec.CreatedAt})
+				won.attempt, won.firstSeen = rec.Attempts+1, rec.CreatedAt
+				return g.own(ctx, p, op, *won, EventTakeover)
 			}
 			races++
 
@@ -425,12 +461,56 @@ func (g *Guard) execute(ctx context.Context, p prepared, op Operation) (Result, 
 	}
 }
 
+// final reports whether a stored failure is never retried: the inputs were
+// rejected, the operation was abandoned, or it ran out of attempts.
+func final(r sanitize.StopReason) bool {
+	return r == sanitize.Abandoned || r == sanitize.RetryLimit || r == sanitize.InvalidInput
+}
+
 // owned is a claim this call holds.
 type owned struct {
 	id        uint64
 	nonce     string
 	attempt   int
 	firstSeen time.Time
+	// leaseFrom is when the write that took the claim was sent (local
+	// monotonic clock): the lease's first beat (DESIGN §4.7).
+	leaseFrom time.Time
+	// prev is the row before a Reclaim took it (nil after a Claim or an
+	// expired re-claim), for Release.
+	prev *Record
+}
+
+// own starts the operation on a claim this call took, unless nothing may
+// run any more: the Guard is closing, or the caller hung up (without
+// Detach). Then the claim is released, since the caller is told that
+// nothing ran. A lease already half spent (the claim's outcome had to be
+// settled by re-reading) is renewed before the operation starts.
+func (g *Guard) own(ctx context.Context, p prepared, op Operation, o owned, kind EventKind) (Result, error) {
+	switch {
+	case g.lifetime.Err() != nil:
+		g.release(p, o)
+		return Result{}, &StoreError{Op: "claim", Err: ErrShuttingDown}
+	case ctx.Err() != nil && !p.detach:
+		g.release(p, o)
+		return Result{}, &StoreError{Op: "claim", Err: context.Cause(ctx)}
+	}
+	if time.Since(o.leaseFrom) > p.settings.StaleAfter/2 {
+		began := time.Now()
+		sctx, cancel := g.storeCtx(context.WithoutCancel(ctx))
+		ok, err := g.store.Heartbeat(sctx, o.id, o.nonce)
+		cancel()
+		if err != nil || !ok {
+			if err == nil {
+				err = ErrOwnershipLost
+			}
+			g.release(p, o)
+			return Result{}, g.storeErr(ctx, p, "heartbeat", err)
+		}
+		o.leaseFrom = began
+	}
+	g.emit(Event{Kind: kind, Scope: p.scope})
+	return g.runOwned(ctx, p, op, o)
 }
 
 func (g *Guard) runOwned(ctx context.Context, p prepared, op Operation, o owned) (Result, error) {
@@ -450,9 +530,9 @@ func (g *Guard) runOwned(ctx context.Context, p prepared, op Operation, o owned)
 	}
 
 	hb := g.startHeartbeat(p, o, cancel)
+	defer hb.stop()
 	start := g.now()
 	value, opErr := callOperation(runCtx, op)
-	lost := hb.stop()
 	elapsed := g.now().Sub(start)
 
 	res := Result{Attempt: o.attempt, FirstSeen: o.firstSeen, KeyHash: p.keyHash}
@@ -485,6 +565,10 @@ func (g *Guard) runOwned(ctx context.Context, p prepared, op Operation, o owned)
 		status = RowFailed
 		reason := g.classify(p, runCtx, opErr)
 		env, code = sanitize.Failure(reason), http.StatusBadGateway
+		if reason == sanitize.InvalidInput {
+			// The upstream rejected the inputs themselves: final for them.
+			code = http.StatusUnprocessableEntity
+		}
 		res.Err = opErr
 		g.logOpError(p, o, opErr, reason)
 	}
@@ -509,14 +593,16 @@ func (g *Guard) runOwned(ctx context.Context, p prepared, op Operation, o owned)
 		res.Status = StatusFailed
 	}
 
-	if lost {
+	if hb.takenOver() {
 		// Another caller owns the row now; writing would overwrite its state.
 		res.LostClaim = true
 		g.emit(Event{Kind: EventLostClaim, Scope: p.scope})
 		g.log.Warn("guard: claim lost while running; result not stored", g.attrs(p, slog.Int("attempt", o.attempt))...)
 		return res, invalid
 	}
-	committed, err := g.complete(ctx, p, CompleteParams{ID: o.id, Nonce: o.nonce, Status: status,
+	// The heartbeat keeps running: the commit is retried while the lease holds.
+	committing := g.now()
+	committed, completedAt, err := g.complete(ctx, p, hb, CompleteParams{ID: o.id, Nonce: o.nonce, Status: status,
 		Response: body, ResponseCode: code, TTL: p.settings.TTL})
 	switch {
 	case err != nil:
@@ -528,12 +614,27 @@ func (g *Guard) runOwned(ctx context.Context, p prepared, op Operation, o owned)
 		g.emit(Event{Kind: EventLostClaim, Scope: p.scope})
 		g.log.Warn("guard: claim taken over before commit; result not stored", g.attrs(p, slog.Int("attempt", o.attempt))...)
 	default:
-		res.CompletedAt = g.now()
+		// The store's completed_at, so a replay from memory says what one
+		// read from the store says. The entry's lifetime is counted from
+		// before the commit was sent: the row expires TTL after it landed.
+		res.CompletedAt = completedAt
 		if status == RowSucceeded {
-			g.cache.put(p.tenant, p.scope, p.keyHash, p.fingerprint, replayOf(res), g.now().Add(min(g.cfg.ReplayCacheMaxAge, p.settings.TTL)))
+			g.cache.put(p.tenant, p.scope, p.keyHash, p.fingerprint, replayOf(res),
+				committing.Add(min(g.cfg.ReplayCacheMaxAge, p.settings.TTL)))
 		}
 	}
 	return res, invalid
+}
+
+// replayOf turns a fresh result into what a replay of it answers.
+func replayOf(r Result) Result {
+	r.Envelope.Cached = true
+	body, err := sanitize.Marshal(r.Envelope)
+	if err != nil {
+		return Result{}
+	}
+	r.Body, r.Cached, r.Err, r.LostClaim = body, true, nil, false
+	return r
 }
 
 // encode is g.cfg.Sanitize.EncodeReport(env) for an envelope that is already
@@ -549,17 +650,6 @@ func (g *Guard) encode(env sanitize.Envelope) ([]byte, bool, error) {
 		return body, false, nil
 	}
 	return g.cfg.Sanitize.EncodeReport(env)
-}
-
-// replayOf turns a fresh result into what a replay of it answers.
-func replayOf(r Result) Result {
-	r.Envelope.Cached = true
-	body, err := sanitize.Marshal(r.Envelope)
-	if err != nil {
-		return Result{}
-	}
-	r.Body, r.Cached, r.Err, r.LostClaim = body, true, nil, false
-	return r
 }
 
 // emptyObject is what a nil result stands for: a success without data.
@@ -603,7 +693,9 @@ func (g *Guard) classify(p prepared, ctx context.Context, err error) sanitize.St
 		return sanitize.ParseStopReason(string(sr.StopReason()))
 	case errors.As(err, &pe):
 		return sanitize.Unknown
-	case errors.Is(cause, ErrShuttingDown):
+	case errors.Is(cause, ErrShuttingDown), errors.Is(cause, ErrOwnershipLost):
+		// Cut off by Close, or by its own lease running out: the operation
+		// may have done part of its work.
 		if p.settings.StalePolicy == StaleFail {
 			return sanitize.Abandoned
 		}
@@ -635,7 +727,10 @@ func callOperation(ctx context.Context, op Operation) (v any, err error) {
 	return op(ctx)
 }
 
-func (g *Guard) replay(ctx context.Context, p prepared, rec Record) (Result, error) {
+// replay answers a succeeded row. readAt is the local time taken before the
+// read, so the cache entry's lifetime (the row's remaining TTL on the
+// database's clock) is counted from before the read, never after it.
+func (g *Guard) replay(ctx context.Context, p prepared, rec Record, readAt time.Time) (Result, error) {
 	env, err := decodeStored(rec)
 	if err != nil {
 		return Result{}, g.storeErr(ctx, p, "read", err)
@@ -649,7 +744,7 @@ func (g *Guard) replay(ctx context.Context, p prepared, rec Record) (Result, err
 		Cached: true, StopReason: env.StopReason, Attempt: rec.Attempts, FirstSeen: rec.CreatedAt,
 		CompletedAt: rec.CompletedAt, KeyHash: p.keyHash}
 	if left := rec.ExpiresAt.Sub(rec.Now); left > 0 {
-		g.cache.put(p.tenant, p.scope, p.keyHash, p.fingerprint, res, g.now().Add(min(left, g.cfg.ReplayCacheMaxAge)))
+		g.cache.put(p.tenant, p.scope, p.keyHash, p.fingerprint, res, readAt.Add(min(left, g.cfg.ReplayCacheMaxAge)))
 	}
 	return res, nil
 }
@@ -683,19 +778,21 @@ func decodeStored(rec Record) (sanitize.Envelope, error) {
 	return env, nil
 }
 
-// Store calls. Each is bounded by StoreTimeout; writes that record an
-// operation's outcome are detached from the caller's cancellation, so a
-// client that hangs up does not leave its finished work unrecorded.
+// Store calls. Each is bounded by StoreTimeout. Every write runs detached
+// from the caller's cancellation: a write whose caller hung up may still
+// land, and then only a re-read of the row can tell what happened
+// (DESIGN §4.5). Reads follow the caller's context, except those that
+// settle a write's outcome.
 
 func (g *Guard) storeCtx(ctx context.Context) (context.Context, context.CancelFunc) {
 	return context.WithTimeout(ctx, g.cfg.StoreTimeout)
 }
 
 func (g *Guard) claim(ctx context.Context, p prepared, nonce string) (uint64, error) {
-	ctx, cancel := g.storeCtx(ctx)
+	ctx, cancel := g.storeCtx(context.WithoutCancel(ctx))
 	defer cancel()
 	return g.store.Claim(ctx, ClaimParams{Tenant: p.tenant, Scope: p.scope, KeyHash: p.keyHash,
-		Fingerprint: p.fingerprint, Nonce: nonce, TTL: p.settings.TTL})
+		Fingerprint: p.fingerprint, Nonce: nonce, TTL: p.settings.TTL, Lease: p.settings.StaleAfter})
 }
 
 func (g *Guard) get(ctx context.Context, p prepared) (Record, error) {
@@ -704,14 +801,58 @@ func (g *Guard) get(ctx context.Context, p prepared) (Record, error) {
 	return g.store.Get(ctx, p.tenant, p.scope, p.keyHash)
 }
 
-func (g *Guard) reclaim(ctx context.Context, p prepared, rp ReclaimParams) (bool, error) {
-	ctx, cancel := g.storeCtx(ctx)
-	defer cancel()
-	won, err := g.store.Reclaim(ctx, rp)
-	if err != nil {
-		return false, g.storeErr(ctx, p, "reclaim "+rp.Kind.String(), err)
+// settle resolves a write whose outcome is unknown by re-reading the row,
+// detached from the caller and bounded by StoreTimeout in all, with
+// jittered pauses. found is false when there is no row. An error means the
+// row could not be read either: the caller is told nothing ran.
+func (g *Guard) settle(ctx context.Context, p prepared, op string, cause error) (rec Record, found bool, err error) {
+	ctx = context.WithoutCancel(ctx)
+	deadline := time.Now().Add(g.cfg.StoreTimeout)
+	pause := 20 * time.Millisecond
+	for {
+		sctx, cancel := context.WithDeadline(ctx, deadline)
+		rec, err = g.store.Get(sctx, p.tenant, p.scope, p.keyHash)
+		cancel()
+		switch {
+		case err == nil:
+			return rec, true, nil
+		case errors.Is(err, ErrNotFound):
+			return Record{}, false, nil
+		}
+		if time.Until(deadline) < pause {
+			return Record{}, false, g.storeErr(ctx, p, op, cause)
+		}
+		sleepCtx(ctx, jitter(pause))
+		pause = min(2*pause, time.Second)
 	}
-	return won, nil
+}
+
+// tryReclaim makes the guarded transition rp and, when it won, returns the
+// claim it holds. An unknown outcome is settled by re-reading the row: our
+// nonce there means we won. prev is the row as read, for Release.
+func (g *Guard) tryReclaim(ctx context.Context, p prepared, rp ReclaimParams, prev *Record) (*owned, error) {
+	rp.Lease = p.settings.StaleAfter
+	sent := time.Now()
+	sctx, cancel := g.storeCtx(context.WithoutCancel(ctx))
+	won, err := g.store.Reclaim(sctx, rp)
+	cancel()
+	mine := &owned{id: rp.ID, nonce: rp.NewNonce, leaseFrom: sent, prev: prev}
+	if err == nil {
+		if won {
+			return mine, nil
+		}
+		return nil, nil
+	}
+	op := "reclaim " + rp.Kind.String()
+	rec, found, err := g.settle(ctx, p, op, err)
+	if err != nil {
+		g.releaseLater(p, rp.NewNonce, prev, sent)
+		return nil, err
+	}
+	if found && rec.ID == rp.ID && rec.Status == RowStarted && rec.ClaimNonce == rp.NewNonce {
+		return mine, nil
+	}
+	return nil, nil
 }
 
 func (g *Guard) abandon(ctx context.Context, p prepared, rec Record, reason sanitize.StopReason) error {
@@ -724,7 +865,11 @@ func (g *Guard) abandon(ctx context.Context, p prepared, rec Record, reason sani
 	won, err := g.store.Abandon(ctx, AbandonParams{ID: rec.ID, OldNonce: rec.ClaimNonce, OldAttempts: rec.Attempts,
 		StaleAfter: p.settings.StaleAfter, Response: body, ResponseCode: http.StatusBadGateway, TTL: p.settings.TTL})
 	if err != nil {
-		return g.storeErr(ctx, p, "abandon", err)
+		// Unknown outcome: the caller's next read of the row decides. A
+		// store that is down fails that read.
+		g.emit(Event{Kind: EventStoreError, Scope: p.scope, StoreOp: "abandon"})
+		g.log.Warn("guard: abandoning a stale claim failed; re-reading", g.attrs(p, slog.Any("err", err))...)
+		return nil
 	}
 	if won {
 		g.emit(Event{Kind: EventAbandoned, Scope: p.scope, Reason: reason})
@@ -734,33 +879,129 @@ func (g *Guard) abandon(ctx context.Context, p prepared, rec Record, reason sani
 	return nil
 }
 
-// complete writes the outcome, retrying a store error a few times. A retry
-// that finds the row no longer started checks whether the earlier attempt did
-// commit (its reply may have been lost) before calling the claim lost.
-func (g *Guard) complete(ctx context.Context, p prepared, cp CompleteParams) (bool, error) {
-	ctx = context.WithoutCancel(ctx)
-	var lastErr error
-	for try := range 3 {
-		if try > 0 {
-			sleepCtx(ctx, jitter(time.Duration(try*try)*100*time.Millisecond))
-		}
-		sctx, cancel := g.storeCtx(ctx)
-		ok, err := g.store.Complete(sctx, cp)
-		cancel()
-		if err == nil {
-			if !ok && lastErr != nil {
-				return g.committedEarlier(ctx, p, cp), nil
-			}
-			return ok, nil
-		}
-		lastErr = err
+// release gives back a claim whose operation never ran (DESIGN §4.5): the
+// row goes back to where it was before the claim (absent, stale or failed),
+// so no attempt is burnt and nothing is marked abandoned. If the store
+// cannot be told now, it is told later.
+func (g *Guard) release(p prepared, o owned) {
+	ctx, cancel := g.storeCtx(context.Background())
+	defer cancel()
+	if _, err := g.store.Release(ctx, ReleaseParams{ID: o.id, Nonce: o.nonce, Prev: o.prev}); err != nil {
+		g.releaseLater(p, o.nonce, o.prev, o.leaseFrom)
 	}
-	return false, g.storeErr(ctx, p, "commit", lastErr)
 }
 
-func (g *Guard) committedEarlier(ctx context.Context, p prepared, cp CompleteParams) bool {
-	rec, err := g.get(ctx, p)
-	return err == nil && rec.ID == cp.ID && rec.ClaimNonce == cp.Nonce && rec.Status == cp.Status
+// releaseLater keeps looking, in the background, for a claim with nonce that
+// this Guard told its caller did not happen (its write's outcome was unknown
+// and the row could not be read), and releases it if it turns up. It stops
+// once the row shows no such claim, when the Guard closes (after one last
+// try), or after releaseLaterFor (at most the key's TTL): it outlasts the
+// claim's lease on purpose, since under policy fail a stale orphan claim
+// would otherwise be marked abandoned though nothing ran.
+func (g *Guard) releaseLater(p prepared, nonce string, prev *Record, leaseFrom time.Time) {
+	g.background.Add(1)
+	go func() {
+		defer g.background.Done()
+		deadline := leaseFrom.Add(min(p.settings.TTL, max(10*p.settings.StaleAfter, releaseLaterFor)))
+		pause := 50 * time.Millisecond
+		for {
+			if g.releaseIfMine(p, nonce, prev) || !time.Now().Before(deadline) || g.lifetime.Err() != nil {
+				return
+			}
+			sleepCtx(g.lifetime, min(jitter(pause), time.Until(deadline)))
+			pause = min(2*pause, time.Second)
+		}
+	}()
+}
+
+// releaseIfMine reads the row and releases the claim if it holds nonce; it
+// reports whether the question is settled.
+func (g *Guard) releaseIfMine(p prepared, nonce string, prev *Record) bool {
+	ctx, cancel := g.storeCtx(context.Background())
+	defer cancel()
+	rec, err := g.store.Get(ctx, p.tenant, p.scope, p.keyHash)
+	switch {
+	case errors.Is(err, ErrNotFound):
+		return true
+	case err != nil:
+		return false
+	case rec.Status != RowStarted || rec.ClaimNonce != nonce:
+		return true
+	}
+	if _, err := g.store.Release(ctx, ReleaseParams{ID: rec.ID, Nonce: nonce, Prev: prev}); err != nil {
+		return false
+	}
+	g.log.Warn("guard: released a claim whose caller was told nothing ran", g.attrs(p)...)
+	return true
+}
+
+// complete writes the outcome while the lease holds, with the heartbeat
+// still renewing it. Every attempt that does not report success, whether it
+// changed no row or its outcome is unknown (a lost reply, a timeout, error
+// 1213), is settled by re-reading the row: our nonce with our outcome means
+// the commit landed; our nonce still started means try again; anything else
+// means the claim was lost. completedAt is the completion time the store
+// wrote (its clock).
+func (g *Guard) complete(ctx context.Context, p prepared, hb *heartbeat, cp CompleteParams) (committed bool, completedAt time.Time, err error) {
+	ctx = context.WithoutCancel(ctx)
+	pause := 50 * time.Millisecond
+	// Heartbeats that land keep renewing the lease, so a statement that
+	// fails for good (while the row is readable) is also bounded by one
+	// lease length.
+	giveUp := time.Now().Add(p.settings.StaleAfter)
+	var lastErr error
+	for try := 0; ; try++ {
+		sctx, cancel := g.storeCtx(ctx)
+		ok, at, err := g.store.Complete(sctx, cp)
+		cancel()
+		if err == nil && ok {
+			return true, at, nil
+		}
+		if err != nil {
+			lastErr = err
+			g.emit(Event{Kind: EventStoreError, Scope: p.scope, StoreOp: "commit"})
+			g.log.Warn("guard: commit failed; re-reading the row", g.attrs(p, slog.Any("err", err))...)
+		}
+		sctx, cancel = g.storeCtx(ctx)
+		rec, rerr := g.store.Get(sctx, p.tenant, p.scope, p.keyHash)
+		cancel()
+		switch {
+		case errors.Is(rerr, ErrNotFound):
+			return false, time.Time{}, nil
+		case rerr != nil:
+			lastErr = rerr
+		case rec.ID != cp.ID || rec.ClaimNonce != cp.Nonce:
+			return false, time.Time{}, nil
+		case rec.Status != RowStarted:
+			if rec.Status == cp.Status && rec.ResponseCode == cp.ResponseCode && sameJSON(rec.Response, cp.Response) {
+				return true, rec.CompletedAt, nil
+			}
+			return false, time.Time{}, nil // abandoned by another caller
+		}
+		// A closing Guard does not wait out the lease: its caller gets
+		// the answer before the process exits.
+		if (hb.left() <= 0 || time.Now().After(giveUp) || g.lifetime.Err() != nil) && try > 0 {
+			if lastErr == nil {
+				lastErr = errors.New("lease ran out")
+			}
+			return false, time.Time{}, g.storeErr(ctx, p, "commit", lastErr)
+		}
+		sleepCtx(ctx, min(jitter(pause), max(hb.left(), time.Millisecond)))
+		pause = min(2*pause, time.Second)
+	}
+}
+
+// sameJSON reports whether two JSON documents are equal as values (MySQL
+// normalises a JSON column's formatting and key order).
+func sameJSON(a, b []byte) bool {
+	if bytes.Equal(a, b) {
+		return true
+	}
+	var va, vb any
+	if json.Unmarshal(a, &va) != nil || json.Unmarshal(b, &vb) != nil {
+		return false
+	}
+	return reflect.DeepEqual(va, vb)
 }
 
 func (g *Guard) storeErr(ctx context.Context, p prepared, op string, err error) error {

@@ -8,28 +8,48 @@ import (
 	"time"
 )
 
-// heartbeat renews a claim every StaleAfter/3 while the operation runs. When
-// the renewal changes no row the claim was taken over: the operation's
-// context is cancelled with ErrOwnershipLost. When the store cannot be
-// reached for a whole StaleAfter, another caller may already have taken the
-// row over, so the operation is cancelled the same way.
+// leaseMargin is how long before its lease runs out an owner cancels its
+// own operation: a tenth of the lease, at least 100ms (at most a third of
+// it). It absorbs the time between the timer firing and the operation
+// noticing on a busy machine, and any drift between this host's monotonic
+// clock and the database's.
+func leaseMargin(lease time.Duration) time.Duration {
+	return min(max(lease/10, 100*time.Millisecond), lease/3)
+}
+
+// heartbeat keeps a claim's lease (DESIGN §4.7) while the operation runs and
+// while its outcome is committed.
 //
-// It runs on a timer (time.AfterFunc), not on a goroutine of its own: most
+// The lease is counted from the *start* of the last successful renewal (the
+// claim or takeover write is the first): the database stamps heartbeat_at
+// while the statement executes, which is never before it was sent, so
+// "sent + StaleAfter" is never later than the instant another process may
+// judge the row stale. The owner cancels its operation (cause
+// ErrOwnershipLost) on its own timer at that instant minus leaseMargin,
+// whether or not the database answers. Renewals run every StaleAfter/3; a
+// renewal that changes no row means the claim was taken over, and cancels
+// the operation at once. A renewal that fails (unknown outcome) is retried
+// soon and never cancels anything by itself: only the lease timer or a
+// decisive answer from the row does.
+//
+// It runs on timers (time.AfterFunc), not on a goroutine of its own: most
 // operations finish long before the first beat is due, and then the
-// heartbeat costs one timer instead of a goroutine start, a ticker and a
+// heartbeat costs two timers instead of a goroutine start, a ticker and a
 // wake-up of another thread (measured with internal/bench).
 type heartbeat struct {
-	mu      sync.Mutex
-	timer   *time.Timer
-	stopped bool
-	lost    bool
-	beating sync.WaitGroup // a beat in progress; stop waits for it
+	mu       sync.Mutex
+	timer    *time.Timer // the next renewal
+	expiry   *time.Timer // the lease's end
+	deadline time.Time   // local monotonic time the lease ends (margin included)
+	stopped  bool
+	lost     bool // a renewal changed no row: another owner holds the row
+	beating  sync.WaitGroup
 }
 
 func (g *Guard) startHeartbeat(p prepared, o owned, cancel context.CancelCauseFunc) *heartbeat {
 	hb := &heartbeat{}
-	every := cmp.Or(g.cfg.HeartbeatEvery, p.settings.StaleAfter/3)
-	lastOK := time.Now() // only the beat, which never runs twice at once, touches it
+	lease := p.settings.StaleAfter
+	every := cmp.Or(g.cfg.HeartbeatEvery, lease/3)
 	var beat func()
 	beat = func() {
 		hb.mu.Lock()
@@ -41,32 +61,70 @@ func (g *Guard) startHeartbeat(p prepared, o owned, cancel context.CancelCauseFu
 		hb.mu.Unlock()
 		defer hb.beating.Done()
 
+		// A slow renewal still counts from its start if it lands before the
+		// lease ends, so it may take that long (bounded by StoreTimeout).
 		began := time.Now()
-		ctx, c := context.WithTimeout(context.Background(), min(g.cfg.StoreTimeout, every))
+		ctx, c := context.WithTimeout(context.Background(), min(g.cfg.StoreTimeout, max(hb.left(), every/3)))
 		ok, err := g.store.Heartbeat(ctx, o.id, o.nonce)
 		c()
 		switch {
 		case err == nil && ok:
-			lastOK = time.Now()
+			hb.renew(began.Add(lease - leaseMargin(lease)))
 			hb.next(every - time.Since(began))
-			return
-		case err != nil && time.Since(lastOK) < p.settings.StaleAfter:
+		case err != nil:
+			// Unknown: the lease stays counted from the last renewal that
+			// is known to have landed; the next try comes soon.
 			g.emit(Event{Kind: EventStoreError, Scope: p.scope, StoreOp: "heartbeat"})
 			g.log.Warn("guard: heartbeat failed; retrying", g.attrs(p, slog.Any("err", err))...)
-			hb.next(every - time.Since(began))
-			return
+			hb.next(jitter(every / 3))
+		default:
+			hb.mu.Lock()
+			hb.lost = true
+			hb.mu.Unlock()
+			cancel(ErrOwnershipLost)
+			g.log.Warn("guard: claim taken over; cancelling the operation", g.attrs(p, slog.Int("attempt", o.attempt))...)
 		}
-		hb.mu.Lock()
-		hb.lost = true
-		hb.mu.Unlock()
-		cancel(ErrOwnershipLost)
-		g.log.Warn("guard: claim lost; cancelling the operation", g.attrs(p, slog.Int("attempt", o.attempt),
-			slog.Bool("store_unreachable", err != nil))...)
 	}
 	hb.mu.Lock()
+	defer hb.mu.Unlock()
+	hb.deadline = o.leaseFrom.Add(lease - leaseMargin(lease))
+	hb.expiry = time.AfterFunc(time.Until(hb.deadline), func() {
+		hb.mu.Lock()
+		live := !hb.stopped && !time.Now().Before(hb.deadline)
+		hb.mu.Unlock()
+		if live {
+			cancel(ErrOwnershipLost)
+			g.log.Warn("guard: lease ran out before a renewal landed; cancelling the operation",
+				g.attrs(p, slog.Int("attempt", o.attempt))...)
+		}
+	})
 	hb.timer = time.AfterFunc(every, beat)
-	hb.mu.Unlock()
 	return hb
+}
+
+// renew moves the lease's end to deadline.
+func (hb *heartbeat) renew(deadline time.Time) {
+	hb.mu.Lock()
+	defer hb.mu.Unlock()
+	if hb.stopped || !deadline.After(hb.deadline) {
+		return
+	}
+	hb.deadline = deadline
+	hb.expiry.Reset(time.Until(deadline))
+}
+
+// left is how much of the lease remains (negative once spent).
+func (hb *heartbeat) left() time.Duration {
+	hb.mu.Lock()
+	defer hb.mu.Unlock()
+	return time.Until(hb.deadline)
+}
+
+// takenOver reports whether a renewal found the row owned by someone else.
+func (hb *heartbeat) takenOver() bool {
+	hb.mu.Lock()
+	defer hb.mu.Unlock()
+	return hb.lost
 }
 
 // next schedules the following beat after d (at once when d <= 0, like a
@@ -79,15 +137,13 @@ func (hb *heartbeat) next(d time.Duration) {
 	}
 }
 
-// stop ends the heartbeat, waits for a renewal in progress, and reports
-// whether the claim was lost.
-func (hb *heartbeat) stop() bool {
+// stop ends the heartbeat and the lease timer and waits for a renewal in
+// progress.
+func (hb *heartbeat) stop() {
 	hb.mu.Lock()
 	hb.stopped = true
 	hb.timer.Stop()
+	hb.expiry.Stop()
 	hb.mu.Unlock()
 	hb.beating.Wait()
-	hb.mu.Lock()
-	defer hb.mu.Unlock()
-	return hb.lost
 }

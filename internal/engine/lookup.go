@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -52,7 +53,9 @@ func (g *Guard) LookupHash(ctx context.Context, tenant tenancy.ID, scope, keyHas
 	if err != nil {
 		return KeyInfo{}, &StoreError{Op: "lookup", Err: err}
 	}
-	if rec.Expired() && !(rec.Status == RowStarted && !rec.Stale(DefaultStaleAfter)) {
+	// A started row is judged by the lease its owner promised (stored in
+	// the row), not by this reader's settings.
+	if rec.Expired() && !(rec.Status == RowStarted && !rec.Stale(cmp.Or(g.cfg.Defaults.StaleAfter, DefaultStaleAfter))) {
 		return KeyInfo{}, ErrNotFound
 	}
 	info := KeyInfo{KeyHash: keyHash, Status: rec.Status, Attempts: rec.Attempts, CreatedAt: rec.CreatedAt,

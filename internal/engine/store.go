@@ -23,12 +23,17 @@ const (
 // answer and is reported to callers as ErrStoreUnavailable.
 var (
 	// ErrDuplicate is returned by Store.Claim when a row with the same
-	// (tenant, scope, key_hash) exists, or when the insert lost a race to
-	// another writer in a way the engine must resolve by reading the row
-	// (MySQL error 1213 on multi-primary clusters).
+	// (tenant, scope, key_hash) exists.
 	ErrDuplicate = errors.New("idemguard: row already exists")
 	// ErrNotFound is returned by Store.Get when no row matches.
 	ErrNotFound = guarderr.NotFound
+	// ErrOutcomeUnknown marks a write whose effect the store cannot report:
+	// the statement may or may not have applied (MySQL error 1213, a
+	// deadlock victim or a multi-primary certification failure; 1205, a lock
+	// wait timeout). A Store wraps the driver's error with it. The engine
+	// treats it like any other store error on a write: it decides by
+	// re-reading the row, never by the error (DESIGN §4.5).
+	ErrOutcomeUnknown = errors.New("idemguard: outcome of the write unknown")
 )
 
 // Record is one row of idempotency_keys, as read by Store.Get.
@@ -50,6 +55,10 @@ type Record struct {
 	HeartbeatAt  time.Time // zero when NULL
 	CompletedAt  time.Time // zero when NULL
 	ExpiresAt    time.Time
+	// Lease is the StaleAfter the owner of a started row promised when it
+	// claimed it (lease_micros); 0 when the row does not say (rows written
+	// before the column existed). See Record.Stale.
+	Lease time.Duration
 	// Now is the store's clock when the row was read. Every expiry and
 	// staleness judgement compares the row's times with Now, never with the
 	// application server's clock.
@@ -59,9 +68,21 @@ type Record struct {
 // Expired reports whether the row's expires_at has passed at r.Now.
 func (r Record) Expired() bool { return !r.ExpiresAt.After(r.Now) }
 
-// Stale reports whether a started row's last heartbeat is older than staleAfter at r.Now.
-func (r Record) Stale(staleAfter time.Duration) bool {
-	return r.Status == RowStarted && r.lastSign().Before(r.Now.Add(-staleAfter))
+// Stale reports whether a started row's last heartbeat is older than its
+// owner's lease at r.Now. The lease is the owner's promise (DESIGN §4.7):
+// the row's own Lease is used whenever it has one, so a reader whose
+// StaleAfter differs (a rolling configuration change) judges the owner by
+// what the owner promised; fallback is used only for rows without a lease.
+func (r Record) Stale(fallback time.Duration) bool {
+	return r.Status == RowStarted && r.lastSign().Before(r.Now.Add(-r.LeaseOr(fallback)))
+}
+
+// LeaseOr is r.Lease, or fallback when the row carries none.
+func (r Record) LeaseOr(fallback time.Duration) time.Duration {
+	if r.Lease > 0 {
+		return r.Lease
+	}
+	return fallback
 }
 
 func (r Record) lastSign() time.Time {
@@ -76,6 +97,8 @@ type ClaimParams struct {
 	Tenant, Scope, KeyHash, Fingerprint string
 	Nonce                               string
 	TTL                                 time.Duration
+	// Lease is the owner's StaleAfter, stored as the row's lease.
+	Lease time.Duration
 }
 
 // ReclaimKind says which guarded transition back to started a Reclaim makes.
@@ -85,11 +108,11 @@ const (
 	// ReclaimExpired re-claims a row whose expires_at has passed, as if it
 	// were absent: attempt count 1, new fingerprint, response cleared, all
 	// times reset. Guard: expires_at < now, and not a started row whose
-	// heartbeat is younger than StaleAfter (a live owner is never displaced
+	// heartbeat is younger than its lease (a live owner is never displaced
 	// by expiry).
 	ReclaimExpired ReclaimKind = iota + 1
 	// ReclaimStale takes over a started row whose heartbeat is older than
-	// StaleAfter: attempt count + 1, started_at = heartbeat_at = now.
+	// its lease: attempt count + 1, started_at = heartbeat_at = now.
 	ReclaimStale
 	// ReclaimFailed retries a failed row while attempt_count < MaxAttempts:
 	// status started, attempt count + 1, response cleared.
@@ -111,7 +134,8 @@ func (k ReclaimKind) String() string {
 // ReclaimParams are the arguments of Store.Reclaim. The UPDATE is guarded by
 // ID, OldNonce and OldAttempts (every transition that changes attempt_count
 // also changes the nonce) and by the Kind's own condition, evaluated with the
-// store's clock.
+// store's clock. Staleness is judged with the row's stored lease; StaleAfter
+// stands in only for a row that has none.
 type ReclaimParams struct {
 	Kind        ReclaimKind
 	ID          uint64
@@ -120,8 +144,9 @@ type ReclaimParams struct {
 	NewNonce    string
 	Fingerprint string        // ReclaimExpired: the new request's fingerprint
 	TTL         time.Duration // ReclaimExpired, ReclaimFailed: expires_at >= now + TTL
-	StaleAfter  time.Duration // ReclaimExpired, ReclaimStale
+	StaleAfter  time.Duration // ReclaimExpired, ReclaimStale: fallback for a row without a lease
 	MaxAttempts int           // ReclaimFailed
+	Lease       time.Duration // the new owner's StaleAfter, stored as the row's lease
 }
 
 // AbandonParams are the arguments of Store.Abandon: a stale started row is
@@ -130,7 +155,7 @@ type AbandonParams struct {
 	ID           uint64
 	OldNonce     string
 	OldAttempts  int
-	StaleAfter   time.Duration
+	StaleAfter   time.Duration // fallback for a row without a lease
 	Response     []byte
 	ResponseCode int
 	TTL          time.Duration
@@ -144,6 +169,16 @@ type CompleteParams struct {
 	Response     []byte
 	ResponseCode int
 	TTL          time.Duration // expires_at = now + TTL
+}
+
+// ReleaseParams are the arguments of Store.Release: the claim ID/Nonce is
+// given back because the operation never ran (its caller was told so).
+// Prev is the row as it was before the claim's Reclaim changed it; nil
+// after a Claim or a ReclaimExpired, whose row counts as absent.
+type ReleaseParams struct {
+	ID    uint64
+	Nonce string
+	Prev  *Record
 }
 
 // Store is the storage seam of the engine. Implementations must be safe for
@@ -173,9 +208,17 @@ type Store interface {
 	// nonce, and reports whether it still owns it.
 	Heartbeat(ctx context.Context, id uint64, nonce string) (bool, error)
 	// Complete moves the started row id owned by nonce to p.Status with the
-	// response, completed_at = now and expires_at = now + TTL. false means
+	// response, completed_at = now and expires_at = now + TTL, and returns
+	// the completed_at it wrote (the store's clock), so that a replay from
+	// memory carries the same time as one read from the store. false means
 	// the row is no longer ours: nothing was written.
-	Complete(ctx context.Context, p CompleteParams) (bool, error)
+	Complete(ctx context.Context, p CompleteParams) (ok bool, completedAt time.Time, err error)
+	// Release undoes a claim whose operation never ran: guarded by id,
+	// status started and claim_nonce = p.Nonce, it deletes the row when
+	// p.Prev is nil and otherwise restores p.Prev's status, nonce, attempt
+	// count, response, times and lease, so no attempt is burnt and nothing
+	// is marked abandoned. It reports whether it changed the row.
+	Release(ctx context.Context, p ReleaseParams) (bool, error)
 	// Ping reports whether the store can answer.
 	Ping(ctx context.Context) error
 }

@@ -83,7 +83,7 @@ func (s *Store) Claim(ctx context.Context, p engine.ClaimParams) (uint64, error)
 	s.nextID++
 	r := &engine.Record{ID: s.nextID, Tenant: p.Tenant, Scope: p.Scope, KeyHash: p.KeyHash,
 		Fingerprint: p.Fingerprint, Status: engine.RowStarted, Attempts: 1, ClaimNonce: p.Nonce,
-		CreatedAt: now, StartedAt: now, HeartbeatAt: now, ExpiresAt: now.Add(p.TTL)}
+		CreatedAt: now, StartedAt: now, HeartbeatAt: now, ExpiresAt: now.Add(p.TTL), Lease: p.Lease}
 	s.rows[k], s.ids[r.ID] = r, r
 	return r.ID, nil
 }
@@ -117,21 +117,21 @@ func (s *Store) Reclaim(ctx context.Context, p engine.ReclaimParams) (bool, erro
 		return false, nil
 	}
 	now := s.clock()
-	live := r.Status == engine.RowStarted && !r.HeartbeatAt.Before(now.Add(-p.StaleAfter))
+	stale := stale(r, now, p.StaleAfter)
 	switch p.Kind {
 	case engine.ReclaimExpired:
-		if !r.ExpiresAt.Before(now) || live {
+		if !r.ExpiresAt.Before(now) || (r.Status == engine.RowStarted && !stale) {
 			return false, nil
 		}
 		*r = engine.Record{ID: r.ID, Tenant: r.Tenant, Scope: r.Scope, KeyHash: r.KeyHash,
 			Fingerprint: p.Fingerprint, Status: engine.RowStarted, Attempts: 1,
-			CreatedAt: now, StartedAt: now, HeartbeatAt: now, ExpiresAt: now.Add(p.TTL)}
+			CreatedAt: now, StartedAt: now, HeartbeatAt: now, ExpiresAt: now.Add(p.TTL), Lease: p.Lease}
 	case engine.ReclaimStale:
-		if r.Status != engine.RowStarted || !r.HeartbeatAt.Before(now.Add(-p.StaleAfter)) {
+		if !stale {
 			return false, nil
 		}
 		r.Attempts++
-		r.StartedAt, r.HeartbeatAt = now, now
+		r.StartedAt, r.HeartbeatAt, r.Lease = now, now, p.Lease
 	case engine.ReclaimFailed:
 		if r.Status != engine.RowFailed || r.Attempts >= p.MaxAttempts || r.ExpiresAt.Before(now) {
 			return false, nil
@@ -139,7 +139,7 @@ func (s *Store) Reclaim(ctx context.Context, p engine.ReclaimParams) (bool, erro
 		r.Status = engine.RowStarted
 		r.Attempts++
 		r.Response, r.ResponseCode, r.CompletedAt = nil, 0, time.Time{}
-		r.StartedAt, r.HeartbeatAt = now, now
+		r.StartedAt, r.HeartbeatAt, r.Lease = now, now, p.Lease
 		r.ExpiresAt = later(r.ExpiresAt, now.Add(p.TTL))
 	default:
 		return false, errors.New("memstore: unknown reclaim kind")
@@ -156,8 +156,7 @@ func (s *Store) Abandon(ctx context.Context, p engine.AbandonParams) (bool, erro
 	defer s.mu.Unlock()
 	r := s.byID(p.ID)
 	now := s.clock()
-	if r == nil || r.Status != engine.RowStarted || r.ClaimNonce != p.OldNonce || r.Attempts != p.OldAttempts ||
-		!r.HeartbeatAt.Before(now.Add(-p.StaleAfter)) {
+	if r == nil || r.ClaimNonce != p.OldNonce || r.Attempts != p.OldAttempts || !stale(r, now, p.StaleAfter) {
 		return false, nil
 	}
 	r.Status = engine.RowFailed
@@ -181,7 +180,24 @@ func (s *Store) Heartbeat(ctx context.Context, id uint64, nonce string) (bool, e
 }
 
 // Complete implements engine.Store.
-func (s *Store) Complete(ctx context.Context, p engine.CompleteParams) (bool, error) {
+func (s *Store) Complete(ctx context.Context, p engine.CompleteParams) (bool, time.Time, error) {
+	if err := s.lock(ctx); err != nil {
+		return false, time.Time{}, err
+	}
+	defer s.mu.Unlock()
+	r := s.byID(p.ID)
+	if r == nil || r.Status != engine.RowStarted || r.ClaimNonce != p.Nonce {
+		return false, time.Time{}, nil
+	}
+	now := s.clock()
+	r.Status = p.Status
+	r.Response, r.ResponseCode = bytes.Clone(p.Response), p.ResponseCode
+	r.CompletedAt, r.ExpiresAt = now, now.Add(p.TTL)
+	return true, now, nil
+}
+
+// Release implements engine.Store.
+func (s *Store) Release(ctx context.Context, p engine.ReleaseParams) (bool, error) {
 	if err := s.lock(ctx); err != nil {
 		return false, err
 	}
@@ -190,11 +206,23 @@ func (s *Store) Complete(ctx context.Context, p engine.CompleteParams) (bool, er
 	if r == nil || r.Status != engine.RowStarted || r.ClaimNonce != p.Nonce {
 		return false, nil
 	}
-	now := s.clock()
-	r.Status = p.Status
-	r.Response, r.ResponseCode = bytes.Clone(p.Response), p.ResponseCode
-	r.CompletedAt, r.ExpiresAt = now, now.Add(p.TTL)
+	if p.Prev == nil {
+		delete(s.rows, key{r.Tenant, r.Scope, r.KeyHash})
+		delete(s.ids, r.ID)
+		return true, nil
+	}
+	prev := *p.Prev
+	r.Status, r.ClaimNonce, r.Attempts = prev.Status, prev.ClaimNonce, prev.Attempts
+	r.Response, r.ResponseCode = bytes.Clone(prev.Response), prev.ResponseCode
+	r.StartedAt, r.HeartbeatAt, r.CompletedAt = prev.StartedAt, prev.HeartbeatAt, prev.CompletedAt
+	r.ExpiresAt, r.Lease = prev.ExpiresAt, prev.Lease
 	return true, nil
+}
+
+// stale reports whether r is a started row whose heartbeat is older than its
+// lease (fallback for a row without one) at now.
+func stale(r *engine.Record, now time.Time, fallback time.Duration) bool {
+	return r.Status == engine.RowStarted && r.HeartbeatAt.Before(now.Add(-r.LeaseOr(fallback)))
 }
 
 // Ping implements engine.Store.
@@ -245,7 +273,7 @@ func (s *Store) DeleteExpired(staleAfter time.Duration) int {
 	now := s.clock()
 	n := 0
 	for k, r := range s.rows {
-		live := r.Status == engine.RowStarted && !r.HeartbeatAt.Before(now.Add(-staleAfter))
+		live := r.Status == engine.RowStarted && !stale(r, now, staleAfter)
 		if r.ExpiresAt.Before(now) && !live {
 			delete(s.rows, k)
 			delete(s.ids, r.ID)

@@ -1,7 +1,4 @@
 package mysqlstore
 
-// InterpretError and ErrLostRace expose the error translation to tests.
-var (
-	InterpretError = interpretError
-	ErrLostRace    = errLostRace
-)
+// InterpretError exposes the error translation to tests.
+var InterpretError = interpretError

@@ -21,10 +21,17 @@ func TestInterpretError(t *testing.T) {
 	require.ErrorIs(t, mysqlstore.InterpretError(sql.ErrNoRows), engine.ErrNotFound)
 	require.ErrorIs(t, mysqlstore.InterpretError(fmt.Errorf("wrapped: %w", sql.ErrNoRows)), engine.ErrNotFound)
 	require.ErrorIs(t, mysqlstore.InterpretError(&mysql.MySQLError{Number: 1062, Message: "anything"}), engine.ErrDuplicate)
-	// Galera certification failure / TiDB write conflict / InnoDB deadlock.
-	require.ErrorIs(t, mysqlstore.InterpretError(&mysql.MySQLError{Number: 1213, Message: "Deadlock found"}), mysqlstore.ErrLostRace)
+	// Galera certification failure / TiDB write conflict / InnoDB deadlock,
+	// and a lock wait timeout: the outcome is unknown, never "lost the race".
+	for _, n := range []uint16{1213, 1205} {
+		me := &mysql.MySQLError{Number: n, Message: "Duplicate entry (deadlock)"}
+		got := mysqlstore.InterpretError(me)
+		require.ErrorIs(t, got, engine.ErrOutcomeUnknown, "error %d", n)
+		require.ErrorIs(t, got, me, "error %d keeps the driver's error", n)
+		require.False(t, errors.Is(got, engine.ErrDuplicate), "error %d", n)
+	}
 	// A message that merely mentions a duplicate is not one.
-	other := &mysql.MySQLError{Number: 1205, Message: "Duplicate entry (lock wait timeout)"}
+	other := &mysql.MySQLError{Number: 1146, Message: "Duplicate entry (no such table)"}
 	got := mysqlstore.InterpretError(other)
 	require.Same(t, error(other), got)
 	require.False(t, errors.Is(got, engine.ErrDuplicate))

@@ -28,12 +28,10 @@ var _ engine.Store = (*Store)(nil)
 // MySQL error numbers the store acts on. They are matched by number, never
 // by message text (MySQL and MariaDB word them differently).
 const (
-	errDupEntry = 1062 // ER_DUP_ENTRY: the unique key exists
-	errDeadlock = 1213 // ER_LOCK_DEADLOCK: also a Galera certification failure / TiDB write conflict
+	errDupEntry        = 1062 // ER_DUP_ENTRY: the unique key exists
+	errDeadlock        = 1213 // ER_LOCK_DEADLOCK: also a Galera certification failure / TiDB write conflict
+	errLockWaitTimeout = 1205 // ER_LOCK_WAIT_TIMEOUT: the statement waited too long for a row lock
 )
-
-// errLostRace is interpretError's answer for 1213: another writer won.
-var errLostRace = errors.New("mysqlstore: lost a write race (1213)")
 
 // Store is the MySQL engine.Store. It is safe for concurrent use.
 type Store struct {
@@ -60,8 +58,11 @@ func interpretError(err error) error {
 		switch me.Number {
 		case errDupEntry:
 			return engine.ErrDuplicate
-		case errDeadlock:
-			return errLostRace
+		case errDeadlock, errLockWaitTimeout:
+			// The statement was rolled back, but "lost the race" is not
+			// what it means: a deadlock victim on one server still owns
+			// its row. Only a re-read of the row can tell (DESIGN §4.5).
+			return fmt.Errorf("%w: %w", engine.ErrOutcomeUnknown, err)
 		}
 	}
 	return err
@@ -71,20 +72,16 @@ func micros(d time.Duration) int64 { return d.Microseconds() }
 
 const claimSQL = `INSERT INTO idempotency_keys
   (tenant, scope, key_hash, request_fingerprint, status, attempt_count, claim_nonce,
-   created_at, started_at, heartbeat_at, expires_at)
+   created_at, started_at, heartbeat_at, lease_micros, expires_at)
 VALUES (?, ?, ?, ?, 'started', 1, ?,
-   UTC_TIMESTAMP(6), UTC_TIMESTAMP(6), UTC_TIMESTAMP(6), UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND)`
+   UTC_TIMESTAMP(6), UTC_TIMESTAMP(6), UTC_TIMESTAMP(6), NULLIF(?, 0), UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND)`
 
 // Claim implements engine.Store. Never INSERT IGNORE: it would turn a
 // truncation or a bad value into a warning and a silently different row.
 func (s *Store) Claim(ctx context.Context, p engine.ClaimParams) (uint64, error) {
-	res, err := s.db.ExecContext(ctx, claimSQL, p.Tenant, p.Scope, p.KeyHash, p.Fingerprint, p.Nonce, micros(p.TTL))
-	switch err := interpretError(err); {
-	case errors.Is(err, errLostRace):
-		// Multi-primary: the other writer's row may not be visible yet; the
-		// engine re-reads and, if absent, claims again after a jittered pause.
-		return 0, engine.ErrDuplicate
-	case err != nil:
+	res, err := s.db.ExecContext(ctx, claimSQL, p.Tenant, p.Scope, p.KeyHash, p.Fingerprint, p.Nonce,
+		micros(p.Lease), micros(p.TTL))
+	if err := interpretError(err); err != nil {
 		return 0, err
 	}
 	id, err := res.LastInsertId()
@@ -110,11 +107,12 @@ type row struct {
 	HeartbeatAt  sql.NullTime  `db:"heartbeat_at"`
 	CompletedAt  sql.NullTime  `db:"completed_at"`
 	ExpiresAt    time.Time     `db:"expires_at"`
+	LeaseMicros  sql.NullInt64 `db:"lease_micros"`
 	Now          time.Time     `db:"db_now"`
 }
 
 const getSQL = `SELECT id, tenant, scope, key_hash, request_fingerprint, status, attempt_count, claim_nonce,
-  response_json, response_code, created_at, started_at, heartbeat_at, completed_at, expires_at,
+  response_json, response_code, created_at, started_at, heartbeat_at, completed_at, expires_at, lease_micros,
   UTC_TIMESTAMP(6) AS db_now
 FROM idempotency_keys WHERE tenant = ? AND scope = ? AND key_hash = ?`
 
@@ -127,8 +125,15 @@ func (s *Store) Get(ctx context.Context, tenant, scope, keyHash string) (engine.
 	return engine.Record{ID: r.ID, Tenant: r.Tenant, Scope: r.Scope, KeyHash: r.KeyHash, Fingerprint: r.Fingerprint,
 		Status: engine.RowStatus(r.Status), Attempts: r.Attempts, ClaimNonce: r.ClaimNonce, Response: r.Response,
 		ResponseCode: int(r.ResponseCode.Int32), CreatedAt: r.CreatedAt, StartedAt: r.StartedAt,
-		HeartbeatAt: r.HeartbeatAt.Time, CompletedAt: r.CompletedAt.Time, ExpiresAt: r.ExpiresAt, Now: r.Now}, nil
+		HeartbeatAt: r.HeartbeatAt.Time, CompletedAt: r.CompletedAt.Time, ExpiresAt: r.ExpiresAt,
+		Lease: time.Duration(r.LeaseMicros.Int64) * time.Microsecond, Now: r.Now}, nil
 }
+
+// staleSQL is true for a started row whose last sign of life is older than
+// its owner's lease; its one parameter is the reader's StaleAfter in
+// microseconds, used only for a row without a lease (DESIGN §4.7).
+const staleSQL = `(status = 'started'
+  AND COALESCE(heartbeat_at, started_at) < UTC_TIMESTAMP(6) - INTERVAL COALESCE(lease_micros, ?) MICROSECOND)`
 
 // Every reclaim changes claim_nonce, so a matched row is a changed row.
 const (
@@ -136,21 +141,20 @@ const (
   status = 'started', claim_nonce = ?, attempt_count = 1, request_fingerprint = ?,
   response_json = NULL, response_code = NULL, completed_at = NULL,
   created_at = UTC_TIMESTAMP(6), started_at = UTC_TIMESTAMP(6), heartbeat_at = UTC_TIMESTAMP(6),
-  expires_at = UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND
+  lease_micros = NULLIF(?, 0), expires_at = UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND
 WHERE id = ? AND claim_nonce = ? AND attempt_count = ?
   AND expires_at < UTC_TIMESTAMP(6)
-  AND NOT (status = 'started' AND COALESCE(heartbeat_at, started_at) >= UTC_TIMESTAMP(6) - INTERVAL ? MICROSECOND)`
+  AND (status <> 'started' OR ` + staleSQL + `)`
 
 	reclaimStaleSQL = `UPDATE idempotency_keys SET
   claim_nonce = ?, attempt_count = attempt_count + 1,
-  started_at = UTC_TIMESTAMP(6), heartbeat_at = UTC_TIMESTAMP(6)
-WHERE id = ? AND status = 'started' AND claim_nonce = ? AND attempt_count = ?
-  AND COALESCE(heartbeat_at, started_at) < UTC_TIMESTAMP(6) - INTERVAL ? MICROSECOND`
+  started_at = UTC_TIMESTAMP(6), heartbeat_at = UTC_TIMESTAMP(6), lease_micros = NULLIF(?, 0)
+WHERE id = ? AND claim_nonce = ? AND attempt_count = ? AND ` + staleSQL
 
 	reclaimFailedSQL = `UPDATE idempotency_keys SET
   status = 'started', claim_nonce = ?, attempt_count = attempt_count + 1,
   response_json = NULL, response_code = NULL, completed_at = NULL,
-  started_at = UTC_TIMESTAMP(6), heartbeat_at = UTC_TIMESTAMP(6),
+  started_at = UTC_TIMESTAMP(6), heartbeat_at = UTC_TIMESTAMP(6), lease_micros = NULLIF(?, 0),
   expires_at = GREATEST(expires_at, UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND)
 WHERE id = ? AND status = 'failed' AND claim_nonce = ? AND attempt_count = ?
   AND attempt_count < ? AND expires_at >= UTC_TIMESTAMP(6)`
@@ -160,12 +164,12 @@ WHERE id = ? AND status = 'failed' AND claim_nonce = ? AND attempt_count = ?
 func (s *Store) Reclaim(ctx context.Context, p engine.ReclaimParams) (bool, error) {
 	switch p.Kind {
 	case engine.ReclaimExpired:
-		return s.guarded(ctx, reclaimExpiredSQL, p.NewNonce, p.Fingerprint, micros(p.TTL),
+		return s.guarded(ctx, reclaimExpiredSQL, p.NewNonce, p.Fingerprint, micros(p.Lease), micros(p.TTL),
 			p.ID, p.OldNonce, p.OldAttempts, micros(p.StaleAfter))
 	case engine.ReclaimStale:
-		return s.guarded(ctx, reclaimStaleSQL, p.NewNonce, p.ID, p.OldNonce, p.OldAttempts, micros(p.StaleAfter))
+		return s.guarded(ctx, reclaimStaleSQL, p.NewNonce, micros(p.Lease), p.ID, p.OldNonce, p.OldAttempts, micros(p.StaleAfter))
 	case engine.ReclaimFailed:
-		return s.guarded(ctx, reclaimFailedSQL, p.NewNonce, micros(p.TTL), p.ID, p.OldNonce, p.OldAttempts, p.MaxAttempts)
+		return s.guarded(ctx, reclaimFailedSQL, p.NewNonce, micros(p.Lease), micros(p.TTL), p.ID, p.OldNonce, p.OldAttempts, p.MaxAttempts)
 	}
 	return false, fmt.Errorf("mysqlstore: unknown reclaim kind %d", p.Kind)
 }
@@ -174,8 +178,7 @@ func (s *Store) Reclaim(ctx context.Context, p engine.ReclaimParams) (bool, erro
 const abandonSQL = `UPDATE idempotency_keys SET
   status = 'failed', response_json = ?, response_code = ?,
   completed_at = UTC_TIMESTAMP(6), expires_at = UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND
-WHERE id = ? AND status = 'started' AND claim_nonce = ? AND attempt_count = ?
-  AND COALESCE(heartbeat_at, started_at) < UTC_TIMESTAMP(6) - INTERVAL ? MICROSECOND`
+WHERE id = ? AND claim_nonce = ? AND attempt_count = ? AND ` + staleSQL
 
 // Abandon implements engine.Store.
 func (s *Store) Abandon(ctx context.Context, p engine.AbandonParams) (bool, error) {
@@ -196,27 +199,80 @@ func (s *Store) Heartbeat(ctx context.Context, id uint64, nonce string) (bool, e
 }
 
 // status changes from started to succeeded or failed.
+//
+// completed_at comes back without a second round trip: LAST_INSERT_ID(expr)
+// returns expr and makes the server report it in the statement's OK packet
+// (LastInsertId), here completed_at in microseconds since the Unix epoch.
+// UTC_TIMESTAMP(6) is one value for the whole statement, and 0 * x adds
+// nothing to the column.
 const completeSQL = `UPDATE idempotency_keys SET
   status = ?, response_json = ?, response_code = ?,
-  completed_at = UTC_TIMESTAMP(6), expires_at = UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND
+  completed_at = UTC_TIMESTAMP(6)
+    + INTERVAL 0 * LAST_INSERT_ID(TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', UTC_TIMESTAMP(6))) MICROSECOND,
+  expires_at = UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND
 WHERE id = ? AND status = 'started' AND claim_nonce = ?`
 
 // Complete implements engine.Store.
-func (s *Store) Complete(ctx context.Context, p engine.CompleteParams) (bool, error) {
+func (s *Store) Complete(ctx context.Context, p engine.CompleteParams) (bool, time.Time, error) {
 	if p.Status != engine.RowSucceeded && p.Status != engine.RowFailed {
-		return false, fmt.Errorf("mysqlstore: cannot complete with status %q", p.Status)
+		return false, time.Time{}, fmt.Errorf("mysqlstore: cannot complete with status %q", p.Status)
 	}
-	return s.guarded(ctx, completeSQL, string(p.Status), string(p.Response), p.ResponseCode, micros(p.TTL), p.ID, p.Nonce)
+	res, err := s.db.ExecContext(ctx, completeSQL, string(p.Status), string(p.Response), p.ResponseCode,
+		micros(p.TTL), p.ID, p.Nonce)
+	ok, err := changedOne(res, err)
+	if !ok || err != nil {
+		return false, time.Time{}, err
+	}
+	at, err := res.LastInsertId()
+	if err != nil {
+		return false, time.Time{}, err
+	}
+	return true, time.UnixMicro(at).UTC(), nil
+}
+
+// Release deletes the row (no previous row) or restores the previous one;
+// either way claim_nonce changes, so a matched row is a changed row.
+const (
+	releaseDeleteSQL = `DELETE FROM idempotency_keys WHERE id = ? AND status = 'started' AND claim_nonce = ?`
+
+	releaseRestoreSQL = `UPDATE idempotency_keys SET
+  status = ?, claim_nonce = ?, attempt_count = ?, response_json = ?, response_code = ?,
+  started_at = ?, heartbeat_at = ?, completed_at = ?, expires_at = ?, lease_micros = NULLIF(?, 0)
+WHERE id = ? AND status = 'started' AND claim_nonce = ?`
+)
+
+// Release implements engine.Store.
+func (s *Store) Release(ctx context.Context, p engine.ReleaseParams) (bool, error) {
+	if p.Prev == nil {
+		return s.guarded(ctx, releaseDeleteSQL, p.ID, p.Nonce)
+	}
+	r := p.Prev
+	var response, code, heartbeat, completed any
+	if r.Response != nil {
+		response = string(r.Response)
+	}
+	if r.ResponseCode != 0 {
+		code = r.ResponseCode
+	}
+	if !r.HeartbeatAt.IsZero() {
+		heartbeat = r.HeartbeatAt
+	}
+	if !r.CompletedAt.IsZero() {
+		completed = r.CompletedAt
+	}
+	return s.guarded(ctx, releaseRestoreSQL, string(r.Status), r.ClaimNonce, r.Attempts, response, code,
+		r.StartedAt, heartbeat, completed, r.ExpiresAt, micros(r.Lease), p.ID, p.Nonce)
 }
 
 // guarded runs a guarded UPDATE and reports whether it changed exactly one row.
 func (s *Store) guarded(ctx context.Context, query string, args ...any) (bool, error) {
-	res, err := s.db.ExecContext(ctx, query, args...)
-	switch err := interpretError(err); {
-	case errors.Is(err, errLostRace):
-		return false, nil // another writer won; the engine re-reads
-	case err != nil:
-		return false, err
+	return changedOne(s.db.ExecContext(ctx, query, args...))
+}
+
+// changedOne reports whether a guarded statement changed exactly one row.
+func changedOne(res sql.Result, err error) (bool, error) {
+	if err := interpretError(err); err != nil {
+		return false, err // ErrOutcomeUnknown included: the engine re-reads
 	}
 	n, err := res.RowsAffected()
 	if err != nil {

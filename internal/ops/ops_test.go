@@ -142,6 +142,7 @@ func TestOpenAIChatStatusMapping(t *testing.T) {
 		{401, sanitize.ProviderError},
 		{403, sanitize.ProviderError},
 		{408, sanitize.Timeout},
+		{409, sanitize.ProviderError},
 	}
 	for _, tc := range cases {
 		t.Run(http.StatusText(tc.status), func(t *testing.T) {

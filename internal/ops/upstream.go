@@ -33,16 +33,17 @@ func (e *StatusError) Error() string {
 }
 
 // reasonForStatus maps an upstream's non-2xx status to a stop reason:
-// 429 rate_limited; 408 timeout; 401, 403 provider_error (our credentials,
-// not the caller's input); other 4xx invalid_input; everything else
-// provider_error.
+// 429 rate_limited; 408 timeout; 409 (a transient conflict upstream), 401,
+// 403 (our credentials, not the caller's input) provider_error; other 4xx
+// invalid_input, which the guard stores as final and answers with 422
+// (DESIGN §7); everything else provider_error.
 func reasonForStatus(code int) sanitize.StopReason {
 	switch {
 	case code == http.StatusTooManyRequests:
 		return sanitize.RateLimited
 	case code == http.StatusRequestTimeout:
 		return sanitize.Timeout
-	case code == http.StatusUnauthorized || code == http.StatusForbidden:
+	case code == http.StatusConflict, code == http.StatusUnauthorized, code == http.StatusForbidden:
 		return sanitize.ProviderError
 	case code >= 400 && code < 500:
 		return sanitize.InvalidInput

@@ -167,7 +167,7 @@ var storeCases = map[string]func(t *testing.T, h *Harness){
 		before := get(t, h, "acme", "s", kh)
 
 		for _, st := range []engine.RowStatus{engine.RowSucceeded, engine.RowFailed} {
-			ok, err := h.Store.Complete(ctxFor(t), engine.CompleteParams{ID: id, Nonce: zombie, Status: st,
+			ok, _, err := h.Store.Complete(ctxFor(t), engine.CompleteParams{ID: id, Nonce: zombie, Status: st,
 				Response: []byte(`{"ok":true,"stopReason":"completed"}`), ResponseCode: 200, TTL: time.Hour})
 			require.NoError(t, err)
 			require.False(t, ok, "a replaced owner's commit must change nothing")
@@ -180,11 +180,12 @@ var storeCases = map[string]func(t *testing.T, h *Harness){
 		require.Equal(t, before, after)
 		require.NotEqual(t, old.StartedAt, after.StartedAt)
 
-		ok, err = h.Store.Complete(ctxFor(t), engine.CompleteParams{ID: id, Nonce: owner, Status: engine.RowSucceeded,
+		ok, completedAt, err := h.Store.Complete(ctxFor(t), engine.CompleteParams{ID: id, Nonce: owner, Status: engine.RowSucceeded,
 			Response: []byte(`{"ok":true,"stopReason":"completed","needsHuman":false,"cached":false}`), ResponseCode: 201, TTL: time.Hour})
 		require.NoError(t, err)
 		require.True(t, ok)
 		done := get(t, h, "acme", "s", kh)
+		require.Equal(t, done.CompletedAt, completedAt, "Complete returns the completed_at it wrote")
 		require.Equal(t, engine.RowSucceeded, done.Status)
 		require.Equal(t, 201, done.ResponseCode)
 		require.JSONEq(t, `{"ok":true,"stopReason":"completed","needsHuman":false,"cached":false}`, string(done.Response))
@@ -210,7 +211,7 @@ var storeCases = map[string]func(t *testing.T, h *Harness){
 		require.NoError(t, err)
 		require.True(t, ok)
 		require.False(t, get(t, h, "acme", "s", kh).Stale(30*time.Second), "heartbeat must move heartbeat_at to now")
-		ok, err = h.Store.Complete(ctxFor(t), engine.CompleteParams{ID: id, Nonce: n, Status: engine.RowFailed,
+		ok, _, err = h.Store.Complete(ctxFor(t), engine.CompleteParams{ID: id, Nonce: n, Status: engine.RowFailed,
 			Response: []byte(`{"ok":false,"stopReason":"provider_error"}`), ResponseCode: 502, TTL: time.Hour})
 		require.NoError(t, err)
 		require.True(t, ok)
@@ -221,7 +222,7 @@ var storeCases = map[string]func(t *testing.T, h *Harness){
 	"ExpiredRowIsReclaimedAsNew": func(t *testing.T, h *Harness) {
 		kh := hash("expired")
 		id, n := claimOne(t, h, "acme", "s", kh)
-		ok, err := h.Store.Complete(ctxFor(t), engine.CompleteParams{ID: id, Nonce: n, Status: engine.RowSucceeded,
+		ok, _, err := h.Store.Complete(ctxFor(t), engine.CompleteParams{ID: id, Nonce: n, Status: engine.RowSucceeded,
 			Response: []byte(`{"ok":true}`), ResponseCode: 200, TTL: time.Hour})
 		require.NoError(t, err)
 		require.True(t, ok)
@@ -265,7 +266,7 @@ var storeCases = map[string]func(t *testing.T, h *Harness){
 		kh := hash("failed")
 		id, n := claimOne(t, h, "acme", "s", kh)
 		for attempt := 1; ; attempt++ {
-			ok, err := h.Store.Complete(ctxFor(t), engine.CompleteParams{ID: id, Nonce: n, Status: engine.RowFailed,
+			ok, _, err := h.Store.Complete(ctxFor(t), engine.CompleteParams{ID: id, Nonce: n, Status: engine.RowFailed,
 				Response: []byte(`{"ok":false,"stopReason":"provider_error"}`), ResponseCode: 502, TTL: time.Hour})
 			require.NoError(t, err)
 			require.True(t, ok)
@@ -300,7 +301,7 @@ var storeCases = map[string]func(t *testing.T, h *Harness){
 		require.Equal(t, engine.RowFailed, r.Status)
 		require.Equal(t, 502, r.ResponseCode)
 		require.JSONEq(t, `{"ok":false,"stopReason":"abandoned"}`, string(r.Response))
-		ok, err := h.Store.Complete(ctxFor(t), engine.CompleteParams{ID: id, Nonce: n, Status: engine.RowSucceeded,
+		ok, _, err := h.Store.Complete(ctxFor(t), engine.CompleteParams{ID: id, Nonce: n, Status: engine.RowSucceeded,
 			Response: []byte(`{"ok":true}`), ResponseCode: 200, TTL: time.Hour})
 		require.NoError(t, err)
 		require.False(t, ok, "the silent owner cannot commit over an abandoned row")

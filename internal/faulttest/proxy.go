@@ -1,0 +1,223 @@
+package faulttest
+
+import (
+	"bytes"
+	"errors"
+	"math/rand/v2"
+	"net"
+	"sync"
+	"testing"
+	"time"
+)
+
+// Proxy forwards TCP connections from a loopback port to a target (MySQL)
+// and injects network faults. It is safe for concurrent use.
+type Proxy struct {
+	ln     net.Listener
+	target string
+
+	mu         sync.Mutex
+	links      map[*link]struct{}
+	blackholed bool
+	latMin     time.Duration
+	latMax     time.Duration
+	cutOn      []byte // armed: cut the connection after forwarding a chunk containing this
+	cutThen    time.Duration
+	cuts       int
+	closed     bool
+	wg         sync.WaitGroup
+}
+
+type link struct {
+	client, server net.Conn
+	once           sync.Once
+}
+
+func (l *link) close() {
+	l.once.Do(func() {
+		_ = l.client.Close()
+		_ = l.server.Close()
+	})
+}
+
+// NewProxy starts a proxy to target on a free loopback port; it is closed
+// when the test ends.
+func NewProxy(t testing.TB, target string) *Proxy {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatalf("faulttest: listen: %v", err)
+	}
+	p := &Proxy{ln: ln, target: target, links: map[*link]struct{}{}}
+	p.wg.Add(1)
+	go p.accept()
+	t.Cleanup(p.Close)
+	return p
+}
+
+// Addr is the proxy's address (host:port).
+func (p *Proxy) Addr() string { return p.ln.Addr().String() }
+
+// Close stops the proxy and closes every connection through it.
+func (p *Proxy) Close() {
+	p.mu.Lock()
+	p.closed = true
+	p.mu.Unlock()
+	_ = p.ln.Close()
+	p.Drop()
+	p.wg.Wait()
+}
+
+// Drop closes every connection open through the proxy, as a database
+// restart or a network reset would. New connections are accepted.
+func (p *Proxy) Drop() {
+	p.mu.Lock()
+	links := make([]*link, 0, len(p.links))
+	for l := range p.links {
+		links = append(links, l)
+	}
+	p.mu.Unlock()
+	for _, l := range links {
+		l.close()
+	}
+}
+
+// SetBlackhole starts (true) or ends (false) a blackhole: no byte is
+// forwarded in either direction, connections stay open and new ones are
+// accepted, as in a network partition. Held bytes flow again when it ends.
+func (p *Proxy) SetBlackhole(on bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.blackholed = on
+}
+
+// Blackhole holds all traffic for d, then lets it flow again; it returns at once.
+func (p *Proxy) Blackhole(d time.Duration) {
+	p.SetBlackhole(true)
+	time.AfterFunc(d, func() { p.SetBlackhole(false) })
+}
+
+// SetLatency delays every forwarded chunk by a random time in [lo, hi].
+func (p *Proxy) SetLatency(lo, hi time.Duration) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.latMin, p.latMax = lo, max(lo, hi)
+}
+
+// CutAfter arms a one-shot fault: the next chunk sent to the target that
+// contains pattern (with interpolateParams, a statement's text) is
+// forwarded, and then its connection is closed before any reply comes
+// back. The statement may well apply; its client never learns. When
+// blackholeFor is positive, the cut also starts a blackhole that long, so
+// the client cannot read the row back at once either.
+func (p *Proxy) CutAfter(pattern string, blackholeFor time.Duration) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.cutOn, p.cutThen = []byte(pattern), blackholeFor
+}
+
+// Cuts is how many connections CutAfter has cut.
+func (p *Proxy) Cuts() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.cuts
+}
+
+func (p *Proxy) accept() {
+	defer p.wg.Done()
+	for {
+		c, err := p.ln.Accept()
+		if err != nil {
+			return
+		}
+		s, err := net.DialTimeout("tcp", p.target, 5*time.Second)
+		if err != nil {
+			_ = c.Close()
+			continue
+		}
+		l := &link{client: c, server: s}
+		p.mu.Lock()
+		if p.closed {
+			p.mu.Unlock()
+			l.close()
+			return
+		}
+		p.links[l] = struct{}{}
+		p.mu.Unlock()
+		p.wg.Add(2)
+		go p.pipe(l, s, c, true)
+		go p.pipe(l, c, s, false)
+	}
+}
+
+// pipe copies src to dst chunk by chunk, applying the faults. toServer is
+// the client-to-target direction.
+func (p *Proxy) pipe(l *link, dst, src net.Conn, toServer bool) {
+	defer p.wg.Done()
+	defer func() {
+		l.close()
+		p.mu.Lock()
+		delete(p.links, l)
+		p.mu.Unlock()
+	}()
+	buf := make([]byte, 64<<10)
+	for {
+		n, err := src.Read(buf)
+		if n > 0 {
+			chunk := buf[:n]
+			if !p.hold(l) {
+				return
+			}
+			cut := false
+			p.mu.Lock()
+			delay := p.latMin
+			if p.latMax > p.latMin {
+				delay += rand.N(p.latMax - p.latMin + 1)
+			}
+			if toServer && p.cutOn != nil && bytes.Contains(chunk, p.cutOn) {
+				p.cutOn, cut = nil, true
+				p.cuts++
+				if d := p.cutThen; d > 0 {
+					p.blackholed = true
+					time.AfterFunc(d, func() { p.SetBlackhole(false) })
+				}
+			}
+			p.mu.Unlock()
+			if delay > 0 {
+				time.Sleep(delay)
+			}
+			if _, werr := dst.Write(chunk); werr != nil {
+				return
+			}
+			if cut {
+				// Let the target read the statement before the cut, so it
+				// runs; the reply has nowhere to go.
+				time.Sleep(20 * time.Millisecond)
+				return
+			}
+		}
+		if err != nil {
+			return
+		}
+	}
+}
+
+// hold waits while the proxy is blackholed; false when the link closed meanwhile.
+func (p *Proxy) hold(l *link) bool {
+	for {
+		p.mu.Lock()
+		bh, closed := p.blackholed, p.closed
+		_, open := p.links[l]
+		p.mu.Unlock()
+		if closed || !open {
+			return false
+		}
+		if !bh {
+			return true
+		}
+		time.Sleep(2 * time.Millisecond)
+	}
+}
+
+// ErrInjected is the error the fault Store returns by default.
+var ErrInjected = errors.New("faulttest: injected fault")
