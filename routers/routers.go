@@ -213,6 +213,10 @@ var AllowedHeaders = []string{"Authorization", "Content-Type", headerIdempotency
 // them 403; the browser blocks them either way, and a server-side client
 // that sends an Origin header is not hurt).
 func corsMiddleware(origins []string) gin.HandlerFunc {
+	// gin-contrib/cors lower-cases its list, then compares the request's
+	// Origin exactly, answering 403 with an empty body on a mismatch. So
+	// only an exact match of a lower-cased origin (what browsers send) goes
+	// to it; any other spelling passes through like an unknown origin.
 	allowed := make(map[string]bool, len(origins))
 	for _, o := range origins {
 		allowed[strings.ToLower(o)] = true
@@ -226,7 +230,7 @@ func corsMiddleware(origins []string) gin.HandlerFunc {
 		MaxAge:           CORSMaxAge,
 	})
 	return func(ctx *gin.Context) {
-		if origin := ctx.GetHeader("Origin"); origin == "" || !allowed[strings.ToLower(origin)] {
+		if origin := ctx.GetHeader("Origin"); origin == "" || !allowed[origin] {
 			ctx.Next()
 			return
 		}
