@@ -7,10 +7,13 @@
 GO        ?= go
 BIN       ?= bin/idemguard
 FUZZTIME  ?= 30s
-FUZZ_PKGS ?= ./sanitize ./internal/keys ./internal/mysqlconn
+# Fuzz workers per target (go test -parallel); empty means GOMAXPROCS. FUZZ selects targets by
+# name (an extended regexp). See docs/TESTING.md.
+FUZZPARALLEL ?=
+FUZZ         ?= .
 
 .DEFAULT_GOAL := help
-.PHONY: help test bench lint build run migrate fuzz web
+.PHONY: help test bench lint build run migrate fuzz fuzz-long web
 
 help: ## Show this help
 	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z0-9_.-]+:.*## / {printf "  %-10s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -60,13 +63,11 @@ run: build ## Build and start the server in development mode (in-memory store, d
 migrate: build ## Build, then apply migrations to the database in IDEMGUARD_MYSQL_DSN
 	./$(BIN) migrate up
 
-fuzz: ## Run every Fuzz target in FUZZ_PKGS for FUZZTIME each (default 30s)
-	@set -e; for pkg in $(FUZZ_PKGS); do \
-		for target in $$($(GO) test -list '^Fuzz' $$pkg | grep '^Fuzz'); do \
-			echo "== $$pkg $$target ($(FUZZTIME))"; \
-			$(GO) test -run '^$$' -fuzz "^$$target$$" -fuzztime $(FUZZTIME) $$pkg; \
-		done; \
-	done
+fuzz: ## Run every Fuzz target of the module (found, not listed) for FUZZTIME each (default 30s)
+	GO='$(GO)' FUZZTIME='$(FUZZTIME)' FUZZPARALLEL='$(FUZZPARALLEL)' FUZZ='$(FUZZ)' .ci/fuzz
+
+fuzz-long: ## The pre-release run: every Fuzz target for 10 minutes each (docs/TESTING.md)
+	GO='$(GO)' FUZZTIME=10m FUZZPARALLEL='$(FUZZPARALLEL)' FUZZ='$(FUZZ)' .ci/fuzz
 
 web: ## Regenerate web/'s OpenAPI types and the embedded demo bundle (needs npm ci in web/)
 	cd web && npm run gen:types && npm run build:demo && npm test

@@ -2,8 +2,10 @@ package tenancy
 
 import (
 	"context"
+	"strconv"
 	"strings"
 	"testing"
+	"unicode/utf8"
 
 	"github.com/stretchr/testify/require"
 )
@@ -132,24 +134,54 @@ func BenchmarkParseID(b *testing.B) {
 	}
 }
 
+// FuzzParseID checks that ParseID accepts exactly the valid IDs, unchanged,
+// and that its error holds no more of the input than the documented bounded,
+// escaped prefix: the first MaxIDLen bytes, quoted by strconv.Quote. It does
+// not look for raw substrings of the input in the message: escaping can
+// recreate them (63 zeros and two backslashes quote to a string that holds
+// the raw 65 bytes; testdata/fuzz/FuzzParseID keeps that input).
 func FuzzParseID(f *testing.F) {
-	for _, s := range []string{"a", "acme corp", strings.Repeat("a", 64), strings.Repeat("a", 65), "acmé", "a\xff", ""} {
+	for _, s := range []string{"a", "acme corp", strings.Repeat("a", 64), strings.Repeat("a", 65), "acmé", "a\xff", "",
+		strings.Repeat("\xff", 70), strings.Repeat("\\", 66), "a\nb", strings.Repeat("é", 40)} {
 		f.Add(s)
 	}
+	// maxProse bounds the message around the quoted prefix.
+	const maxProse = 200
 	f.Fuzz(func(t *testing.T, s string) {
 		id, err := ParseID(s)
-		if err != nil {
-			require.ErrorIs(t, err, ErrInvalidID)
-			require.False(t, ID(s).Valid())
-			if len(s) > MaxIDLen {
-				require.NotContains(t, err.Error(), s[:MaxIDLen+1])
-			}
+		if err == nil {
+			require.Equal(t, s, id.String()) // never truncated
+			require.True(t, id.Valid())
+			again, err := ParseID(id.String())
+			require.NoError(t, err)
+			require.Equal(t, id, again)
 			return
 		}
-		require.Equal(t, s, id.String()) // never truncated
-		require.True(t, id.Valid())
-		again, err := ParseID(id.String())
-		require.NoError(t, err)
-		require.Equal(t, id, again)
+		require.ErrorIs(t, err, ErrInvalidID)
+		require.False(t, ID(s).Valid())
+		msg := err.Error()
+
+		// Escaped: no control character or invalid UTF-8 reaches a log line.
+		require.True(t, utf8.ValidString(msg), "%q", msg)
+		for _, r := range msg {
+			require.True(t, strconv.IsPrint(r), "unescaped %U in %q", r, msg)
+		}
+		// Bounded: at most the quoted first MaxIDLen bytes, plus prose.
+		if s != "" {
+			quoted := strconv.Quote(s[:min(len(s), MaxIDLen)])
+			require.Contains(t, msg, quoted)
+			require.LessOrEqual(t, len(strings.Replace(msg, quoted, "", 1)), maxProse, "%q", msg)
+		} else {
+			require.LessOrEqual(t, len(msg), maxProse)
+		}
+		// Nothing past the prefix: another tail of the same length gives
+		// the same message.
+		if len(s) > MaxIDLen {
+			for _, fill := range []string{"a", "\\"} {
+				other := s[:MaxIDLen] + strings.Repeat(fill, len(s)-MaxIDLen)
+				_, err := ParseID(other)
+				require.EqualError(t, err, msg, "the message depends on bytes past the first %d", MaxIDLen)
+			}
+		}
 	})
 }

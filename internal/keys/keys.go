@@ -5,6 +5,29 @@
 // Every value that reaches the database is an HMAC-SHA256 under the service
 // secret, so a leaked table reveals neither client keys nor inputs, and a
 // guess cannot be checked without the secret.
+//
+// # Canonical form
+//
+// [Canonicalize] decodes the inputs with encoding/json's UseNumber and writes
+// them back with object keys sorted (byte order) at every level and no
+// insignificant white space. Two inputs are the same request exactly when
+// their canonical forms are equal byte for byte. What that means for the
+// less obvious cases:
+//
+//   - Numbers are kept exactly as written, never parsed into float64: 1.0
+//     and 1, 1e2 and 100, 1E2 and 1e2, -0 and 0 are different inputs, with
+//     different key hashes and fingerprints. A client that means the same
+//     number must write it the same way.
+//   - Numbers beyond float64 (1e400, a 300-digit integer, -1e-400) are valid
+//     inputs, kept digit for digit; nothing overflows, rounds or becomes
+//     Inf or 0.
+//   - Strings are re-encoded: escapes such as \u00e9 become the character,
+//     <, > and & are not escaped, and U+2028, U+2029 and control characters
+//     are escaped the way encoding/json escapes them.
+//   - Invalid UTF-8 inside a string becomes U+FFFD, so two such inputs may
+//     collide; the HTTP API rejects bodies that are not valid UTF-8 before
+//     they get here.
+//   - Of duplicate object keys the last one wins, as in encoding/json.
 package keys
 
 import (

@@ -1,10 +1,13 @@
 package keys
 
 import (
+	"bytes"
 	"encoding/json"
 	"fmt"
+	"io"
 	"strings"
 	"testing"
+	"unicode/utf8"
 
 	"github.com/stretchr/testify/require"
 )
@@ -171,40 +174,140 @@ func TestValidateClientKeyAndScope(t *testing.T) {
 	require.ErrorContains(t, err, "position 3")
 }
 
+// TestCanonicalizeNumbers pins what the package doc promises about numbers:
+// kept exactly as written, so spellings of one value are different inputs,
+// and numbers beyond float64 are valid and kept digit for digit.
+func TestCanonicalizeNumbers(t *testing.T) {
+	t.Parallel()
+	d := newDeriver(t)
+	for _, n := range []string{
+		"1e400", "-1e-400", "1E+308", "0.000000000000000000000000000000000000000000000001",
+		strings.Repeat("9", 300), strings.Repeat("9", 300) + "e9", "-" + strings.Repeat("1", 400) + ".5",
+	} {
+		for _, in := range []string{n, `{"n":` + n + `}`, `[` + n + `,` + n + `]`} {
+			got, err := Canonicalize([]byte(in))
+			require.NoError(t, err, in)
+			require.Equal(t, in, string(got), "a number beyond float64 must be kept as written")
+		}
+	}
+
+	// Each pair is one value to float64 and two inputs to idemguard.
+	for _, pair := range [][2]string{
+		{"1.0", "1"}, {"1e2", "100"}, {"1E2", "1e2"}, {"1e+2", "1e2"}, {"-0", "0"}, {"0.10", "0.1"},
+		{strings.Repeat("9", 300), "1e300"},
+	} {
+		a, err := Canonicalize([]byte(`{"n":` + pair[0] + `}`))
+		require.NoError(t, err)
+		b, err := Canonicalize([]byte(`{"n":` + pair[1] + `}`))
+		require.NoError(t, err)
+		require.Equal(t, `{"n":`+pair[0]+`}`, string(a))
+		require.Equal(t, `{"n":`+pair[1]+`}`, string(b))
+		require.NotEqual(t, d.Fingerprint(a), d.Fingerprint(b), "%s and %s", pair[0], pair[1])
+		require.NotEqual(t, d.KeyHash("t", "s", "", a), d.KeyHash("t", "s", "", b), "%s and %s", pair[0], pair[1])
+	}
+}
+
+// FuzzCanonicalize checks what the canonical form promises, for any input:
+// it exists exactly for valid JSON, canonicalizing twice equals once, object
+// keys are sorted at every level, there is no insignificant white space, and
+// every value, numbers included, is kept as written (both sides decoded with
+// UseNumber, so a number beyond float64 is not an error: see
+// TestCanonicalizeNumbers and testdata/fuzz/FuzzCanonicalize).
 func FuzzCanonicalize(f *testing.F) {
-	for _, s := range []string{`{"b":1,"a":2}`, `[1, 2.50, "x"]`, `{"a":{"c":[{"e":1,"d":2}],"b":null}}`, `"s"`, `0`, `-1e-7`, `{"":""}`, `{"a":1,"a":2}`} {
+	for _, s := range []string{`{"b":1,"a":2}`, `[1, 2.50, "x"]`, `{"a":{"c":[{"e":1,"d":2}],"b":null}}`, `"s"`, `0`, `-1e-7`, `{"":""}`, `{"a":1,"a":2}`,
+		`{"n":1e400}`, `{"é":1,"e":2,"\u00e8":3}`, "\"\u2028<&>\t\"", "{\"a\":\"\xff\"}"} {
 		f.Add([]byte(s))
 	}
 	d, err := New(testSecret)
 	require.NoError(f, err)
 	f.Fuzz(func(t *testing.T, raw []byte) {
 		once, err := Canonicalize(raw)
+		require.Equal(t, json.Valid(raw), err == nil, "Canonicalize must accept exactly valid JSON (err: %v)", err)
 		if err != nil {
+			require.ErrorIs(t, err, ErrInvalidInputs)
 			return
 		}
 		twice, err := Canonicalize(once)
 		require.NoError(t, err)
 		require.Equal(t, string(once), string(twice), "canonicalizing twice must equal once")
 
+		require.True(t, utf8.Valid(once), "canonical form is not UTF-8: %q", once)
+		var compact bytes.Buffer
+		require.NoError(t, json.Compact(&compact, once))
+		require.Equal(t, compact.String(), string(once), "insignificant white space in the canonical form")
+		requireSortedKeys(t, once)
+		// Same values, numbers compared as the text written (json.Number).
+		require.Equal(t, decodeWithNumbers(t, raw), decodeWithNumbers(t, once), "the canonical form changed a value")
+
 		// Re-encoding the same value with other key order and white space
-		// (encoding/json's indenting and map order) never changes the key.
-		var v any
-		require.NoError(t, json.Unmarshal(once, &v))
-		indented, err := json.MarshalIndent(v, " ", "\t")
-		require.NoError(t, err)
-		var withNumbers any
-		dec := json.NewDecoder(strings.NewReader(string(once)))
-		dec.UseNumber()
-		require.NoError(t, dec.Decode(&withNumbers))
-		reordered, err := json.MarshalIndent(reverseKeys(withNumbers), "", "  ")
+		// never changes the key.
+		reordered, err := json.MarshalIndent(reverseKeys(decodeWithNumbers(t, once)), "", "  ")
 		require.NoError(t, err)
 		c2, err := Canonicalize(reordered)
 		require.NoError(t, err)
+		require.Equal(t, string(once), string(c2))
 		require.Equal(t, d.KeyHash("t", "s", "", once), d.KeyHash("t", "s", "", c2))
 		require.Equal(t, d.Fingerprint(once), d.Fingerprint(c2))
-		_, err = Canonicalize(indented) // float64 re-rendering may change numbers, but must stay valid
-		require.NoError(t, err)
 	})
+}
+
+// decodeWithNumbers decodes JSON text with UseNumber: numbers stay the text
+// written, whatever their size.
+func decodeWithNumbers(t *testing.T, b []byte) any {
+	t.Helper()
+	dec := json.NewDecoder(bytes.NewReader(b))
+	dec.UseNumber()
+	var v any
+	require.NoError(t, dec.Decode(&v))
+	return v
+}
+
+// requireSortedKeys walks the tokens of canonical JSON text and fails unless
+// the keys of every object are in strictly increasing byte order.
+func requireSortedKeys(t *testing.T, canonical []byte) {
+	t.Helper()
+	dec := json.NewDecoder(bytes.NewReader(canonical))
+	dec.UseNumber()
+	type frame struct {
+		object  bool
+		wantKey bool   // in an object: the next token is a key
+		last    string // the previous key of this object
+		n       int    // keys seen
+	}
+	var stack []frame
+	for {
+		tok, err := dec.Token()
+		if err == io.EOF {
+			break
+		}
+		require.NoError(t, err)
+		var top *frame
+		if len(stack) > 0 {
+			top = &stack[len(stack)-1]
+		}
+		if top != nil && top.object && top.wantKey {
+			if delim, ok := tok.(json.Delim); ok && delim == '}' {
+				stack = stack[:len(stack)-1]
+				continue
+			}
+			k := tok.(string)
+			require.True(t, top.n == 0 || top.last < k, "keys out of order: %q then %q in %s", top.last, k, canonical)
+			top.last, top.n, top.wantKey = k, top.n+1, false
+			continue
+		}
+		if top != nil && top.object {
+			top.wantKey = true // this token is (or opens) the member's value
+		}
+		switch tok {
+		case json.Delim('{'):
+			stack = append(stack, frame{object: true, wantKey: true})
+		case json.Delim('['):
+			stack = append(stack, frame{})
+		case json.Delim(']'):
+			stack = stack[:len(stack)-1]
+		}
+	}
+	require.Empty(t, stack)
 }
 
 // reverseKeys returns v with every object written as an ordered list of
