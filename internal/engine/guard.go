@@ -111,6 +111,8 @@ type Guard struct {
 	mu       sync.Mutex // guards closed and inflight.Add against Close's Wait
 	closed   bool
 	inflight sync.WaitGroup
+	// readFirst is the adaptive read-first state (readfirst.go).
+	readFirst hitRates
 }
 
 // New validates cfg and returns a Guard.
@@ -270,7 +272,7 @@ func (g *Guard) WithIdempotency(ctx context.Context, call Call, op Operation) (R
 		g.emit(Event{Kind: EventReplayed, Scope: p.scope, FromMemory: true})
 		return res, nil
 	}
-	return g.execute(ctx, p, op)
+	return g.readFirstOrExecute(ctx, p, op)
 }
 
 func (g *Guard) execute(ctx context.Context, p prepared, op Operation) (Result, error) {
