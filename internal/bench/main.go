@@ -45,6 +45,10 @@ const dbPrefix = "idemguard_bench_"
 const setupTimeout = time.Minute
 
 func main() {
+	if os.Getenv(envFloor) == "1" {
+		// Re-executed by the http suite as its floor server (httpfloor.go).
+		os.Exit(runHTTPFloor(os.Getenv, os.Stderr))
+	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	code := run(ctx, os.Args[1:], os.Getenv, os.Stdout, os.Stderr)
 	stop()
