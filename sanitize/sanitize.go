@@ -10,6 +10,8 @@ import (
 	"strconv"
 	"strings"
 	"unicode/utf8"
+
+	"github.com/idemguard/idemguard/internal/jsonvalue"
 )
 
 // Limits applied while sanitizing.
@@ -120,6 +122,14 @@ func FromJSON(b []byte) (Envelope, error) {
 // decodeObject decodes b, which must hold exactly one JSON object, keeping
 // numbers as written.
 func decodeObject(b []byte) (map[string]any, error) {
+	// The fast path decodes what encoding/json would, or declines.
+	if v, ok := jsonvalue.Decode(b); ok {
+		top, isObject := v.(map[string]any)
+		if !isObject {
+			return nil, ErrNotObject
+		}
+		return top, nil
+	}
 	dec := json.NewDecoder(bytes.NewReader(b))
 	dec.UseNumber()
 	var v any

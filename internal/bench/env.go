@@ -26,6 +26,8 @@ type options struct {
 	concurrency []int
 	// pool is the MaxOpenConns of every pool (mysqlconn.Open).
 	pool int
+	// httpCases selects the http suite's groups (fresh, replay, storm).
+	httpCases string
 }
 
 func (o options) roundDuration() time.Duration { return o.duration / time.Duration(o.rounds) }

@@ -101,16 +101,28 @@ func runHTTP(ctx context.Context, e *env) (rows []row, err error) {
 	serveCached := replay("serve-replay-cached", floorReplay.name, 0, "/v1/ops/"+httpScope, cached)
 	serveX3 := replay("serve-x3-replay-store", floorReplay.name, 0, "/v1/ops/"+httpScope, stores...)
 
+	groups := map[string]bool{}
+	for g := range strings.SplitSeq(e.opts.httpCases, ",") {
+		groups[strings.TrimSpace(g)] = true
+	}
 	for _, c := range e.opts.concurrency {
-		r, err := e.compare(ctx, "http", c, floorFresh, serveFresh)
-		if err != nil {
-			return nil, err
+		if groups["fresh"] {
+			r, err := e.compare(ctx, "http", c, floorFresh, serveFresh)
+			if err != nil {
+				return nil, err
+			}
+			rows = append(rows, r...)
 		}
-		rows = append(rows, r...)
-		if r, err = e.compare(ctx, "http", c, floorReplay, serveStore, serveCached, serveX3); err != nil {
-			return nil, err
+		if groups["replay"] {
+			r, err := e.compare(ctx, "http", c, floorReplay, serveStore, serveCached, serveX3)
+			if err != nil {
+				return nil, err
+			}
+			rows = append(rows, r...)
 		}
-		rows = append(rows, r...)
+		if !groups["storm"] {
+			continue
+		}
 		for _, st := range []struct {
 			name string
 			ps   []*proc
@@ -188,7 +200,7 @@ func startHTTPBench(ctx context.Context, e *env) (_ *httpBench, err error) {
 			"IDEMGUARD_API_KEYS="+string(httpTenant)+":"+digest,
 			"IDEMGUARD_OPENAI_API_KEY=bench-upstream-key",
 		)
-		p, err := startProc(ctx, fmt.Sprintf("serve%d", i), cmd)
+		p, err := startProc(ctx, e.log, dir, fmt.Sprintf("serve%d", i), cmd)
 		if err != nil {
 			return nil, err
 		}
@@ -206,7 +218,7 @@ func startHTTPBench(ctx context.Context, e *env) (_ *httpBench, err error) {
 		envFloorUpstream+"="+h.upstream.url()+"/chat/completions",
 		envFloorKeys+"="+string(httpTenant)+":"+digest,
 	)
-	if h.floor, err = startProc(ctx, "floor", cmd); err != nil {
+	if h.floor, err = startProc(ctx, e.log, dir, "floor", cmd); err != nil {
 		return nil, err
 	}
 	for _, p := range append(slices.Clone(h.serves), h.floor) {
@@ -245,55 +257,67 @@ func moduleRoot(ctx context.Context) (string, error) {
 	return filepath.Dir(mod), nil
 }
 
-// startProc starts cmd and waits for its "serve: listening" log line; the
-// rest of its stderr is read and dropped (the request log is part of what
-// serve costs).
-func startProc(ctx context.Context, name string, cmd *exec.Cmd) (*proc, error) {
-	stderr, err := cmd.StderrPipe()
+// startProc starts cmd with its stderr going to a file in dir (the request
+// log is part of what serve costs; reading it through a pipe would cost this
+// process CPU on the same cores) and waits for its "serve: listening" line.
+func startProc(ctx context.Context, log *slog.Logger, dir, name string, cmd *exec.Cmd) (*proc, error) {
+	logPath := filepath.Join(dir, name+".log")
+	f, err := os.Create(logPath)
 	if err != nil {
 		return nil, err
 	}
-	cmd.Stdout = io.Discard
+	defer f.Close() // the child has its own descriptor
+	cmd.Stdout, cmd.Stderr = io.Discard, f
 	if err := cmd.Start(); err != nil {
 		return nil, fmt.Errorf("start %s: %w", name, err)
 	}
 	p := &proc{name: name, cmd: cmd, done: make(chan error, 1)}
-	addr := make(chan string, 1)
-	var tail tailBuffer
-	go func() {
-		sc := bufio.NewScanner(stderr)
-		sc.Buffer(make([]byte, 64<<10), 1<<20)
-		found := false
-		for sc.Scan() {
-			line := sc.Bytes()
-			if !found {
-				tail.add(line)
-				var l struct{ Msg, Addr string }
-				if json.Unmarshal(line, &l) == nil && l.Msg == listeningMsg && l.Addr != "" {
-					found = true
-					addr <- l.Addr
-				}
+	go func() { p.done <- cmd.Wait() }()
+	for {
+		if a, ok := listeningAddr(logPath); ok {
+			host, _, err := net.SplitHostPort(a)
+			if err != nil || host != "127.0.0.1" {
+				_ = p.stop()
+				return nil, fmt.Errorf("%s listens on %q, want 127.0.0.1", name, a)
 			}
+			p.url = "http://" + a
+			log.Info("bench: started", slog.String("process", name), slog.Int("pid", cmd.Process.Pid), slog.String("url", p.url))
+			return p, nil
 		}
-		_, _ = io.Copy(io.Discard, stderr)
-		p.done <- cmd.Wait()
-	}()
-	select {
-	case a := <-addr:
-		host, _, err := net.SplitHostPort(a)
-		if err != nil || host != "127.0.0.1" {
-			p.stop()
-			return nil, fmt.Errorf("%s listens on %q, want 127.0.0.1", name, a)
+		select {
+		case err := <-p.done:
+			p.done <- err
+			return nil, fmt.Errorf("%s exited before listening (%v):\n%s", name, err, head(logPath))
+		case <-ctx.Done():
+			_ = p.stop()
+			return nil, fmt.Errorf("%s did not start: %w\n%s", name, ctx.Err(), head(logPath))
+		case <-time.After(20 * time.Millisecond):
 		}
-		p.url = "http://" + a
-		return p, nil
-	case err := <-p.done:
-		p.done <- err
-		return nil, fmt.Errorf("%s exited before listening (%v):\n%s", name, err, tail.String())
-	case <-ctx.Done():
-		p.stop()
-		return nil, fmt.Errorf("%s did not start: %w\n%s", name, ctx.Err(), tail.String())
 	}
+}
+
+// listeningAddr finds the address in the "serve: listening" line of the log.
+func listeningAddr(path string) (string, bool) {
+	f, err := os.Open(path)
+	if err != nil {
+		return "", false
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	sc.Buffer(make([]byte, 64<<10), 1<<20)
+	for sc.Scan() {
+		var l struct{ Msg, Addr string }
+		if json.Unmarshal(sc.Bytes(), &l) == nil && l.Msg == listeningMsg && l.Addr != "" {
+			return l.Addr, true
+		}
+	}
+	return "", false
+}
+
+// head is the start of a log file, for an error message.
+func head(path string) string {
+	b, _ := os.ReadFile(path)
+	return string(b[:min(len(b), 4096)])
 }
 
 // stop ends the process (SIGTERM, then SIGKILL after 10s) and returns its
@@ -315,26 +339,6 @@ func (p *proc) stop() error {
 		_ = p.cmd.Process.Kill()
 		return fmt.Errorf("%s did not stop within 10s of SIGTERM; killed", p.name)
 	}
-}
-
-// tailBuffer keeps the first lines a process printed, for an error message.
-type tailBuffer struct {
-	mu    sync.Mutex
-	lines []string
-}
-
-func (t *tailBuffer) add(b []byte) {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	if len(t.lines) < 20 {
-		t.lines = append(t.lines, string(b))
-	}
-}
-
-func (t *tailBuffer) String() string {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	return strings.Join(t.lines, "\n")
 }
 
 func (h *httpBench) close() error {

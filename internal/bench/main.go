@@ -88,6 +88,7 @@ func parseFlags(args []string, stderr io.Writer) (flags, error) {
 	fs.BoolVar(&f.ping, "ping", false, "only check that the server is reachable, and exit")
 	fs.StringVar(&f.cpuprofile, "cpuprofile", "", "write a CPU profile of the measured suites to this file")
 	fs.BoolVar(&f.verbose, "v", false, "log every round")
+	fs.StringVar(&f.opts.httpCases, "http-cases", "fresh,replay,storm", "the http suite's groups to run (comma-separated: fresh, replay, storm)")
 	if err := fs.Parse(args); err != nil {
 		return flags{}, errUsage
 	}
