@@ -584,7 +584,9 @@ func cpuOf(ps ...*proc) func() time.Duration {
 	return func() time.Duration {
 		var sum time.Duration
 		for _, p := range ps {
-			sum += procCPU(p.cmd.Process.Pid)
+			if p.cmd != nil && p.cmd.Process != nil {
+				sum += procCPU(p.cmd.Process.Pid)
+			}
 		}
 		return sum
 	}

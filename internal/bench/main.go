@@ -115,6 +115,11 @@ func parseFlags(args []string, stderr io.Writer) (flags, error) {
 	case f.opts.pool < 1:
 		return flags{}, fmt.Errorf("-pool must be at least 1, got %d", f.opts.pool)
 	}
+	for g := range strings.SplitSeq(f.opts.httpCases, ",") {
+		if g = strings.TrimSpace(g); g != "fresh" && g != "replay" && g != "storm" {
+			return flags{}, fmt.Errorf("-http-cases: %q is not one of fresh, replay, storm", g)
+		}
+	}
 	return f, nil
 }
 
