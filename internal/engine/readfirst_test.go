@@ -13,6 +13,8 @@ import (
 
 	"github.com/idemguard/idemguard/internal/engine"
 	"github.com/idemguard/idemguard/internal/memstore"
+	"github.com/idemguard/idemguard/internal/mysqlstore"
+	"github.com/idemguard/idemguard/internal/testdb"
 )
 
 // spyStore counts Claim and Get calls and can run a hook right after a Get
@@ -62,18 +64,44 @@ type readFirstBundle struct {
 	clock *fakeClock
 }
 
+// setupReadFirst gives two guards (cache off) on one in-memory store with a
+// fake clock; setupReadFirstOn takes the store (and the clock of the guards).
 func setupReadFirst(t *testing.T, policy engine.ReadFirst) *readFirstBundle {
 	t.Helper()
 	clock := &fakeClock{now: time.Date(2026, 11, 20, 3, 0, 0, 0, time.UTC)}
-	mem := memstore.New(memstore.WithClock(clock.Now))
-	spy := &spyStore{Store: mem}
+	return setupReadFirstOn(t, policy, memstore.New(memstore.WithClock(clock.Now)), clock)
+}
+
+func setupReadFirstOn(t *testing.T, policy engine.ReadFirst, store engine.Store, clock *fakeClock) *readFirstBundle {
+	t.Helper()
+	spy := &spyStore{Store: store}
+	var now func() time.Time
+	if clock != nil {
+		now = clock.Now
+	}
 	newGuard := func(s engine.Store) *engine.Guard {
-		g, err := engine.New(engine.Config{Store: s, Secret: secret, Now: clock.Now, ReplayCacheSize: -1, ReadFirst: policy})
+		g, err := engine.New(engine.Config{Store: s, Secret: secret, Now: now, ReplayCacheSize: -1, ReadFirst: policy})
 		require.NoError(t, err)
 		t.Cleanup(func() { require.NoError(t, g.Close(context.Background())) })
 		return g
 	}
-	return &readFirstBundle{spy: spy, guard: newGuard(spy), other: newGuard(mem), clock: clock}
+	return &readFirstBundle{spy: spy, guard: newGuard(spy), other: newGuard(store), clock: clock}
+}
+
+// onStores runs a read-first case on the in-memory store and on MariaDB
+// (committed rows, separate connections; skipped only without a server
+// outside CI, see testdb).
+func onStores(t *testing.T, policy engine.ReadFirst, run func(t *testing.T, b *readFirstBundle)) {
+	t.Helper()
+	t.Run("memstore", func(t *testing.T) {
+		t.Parallel()
+		run(t, setupReadFirst(t, policy))
+	})
+	t.Run("mysql", func(t *testing.T) {
+		t.Parallel()
+		db := testdb.New(t)
+		run(t, setupReadFirstOn(t, policy, mysqlstore.New(db.DB), nil))
+	})
 }
 
 func keyCall(key string, inputs any) engine.Call {
@@ -92,29 +120,37 @@ func TestReadFirstReplayIsOneRead(t *testing.T) {
 	} {
 		t.Run(string(tc.policy), func(t *testing.T) {
 			t.Parallel()
-			b := setupReadFirst(t, tc.policy)
-			var runs atomic.Int32
-			first, err := b.guard.WithIdempotency(context.Background(), keyCall("k1", map[string]any{"a": 1}), okOp(&runs))
-			require.NoError(t, err)
-			require.False(t, first.Cached)
-
-			b.spy.reset()
-			res, err := b.guard.WithIdempotency(context.Background(), keyCall("k1", map[string]any{"a": 1}), okOp(&runs))
-			require.NoError(t, err)
-			require.True(t, res.Cached)
-			require.Equal(t, engine.StatusSucceeded, res.Status)
-			require.Equal(t, int32(1), runs.Load())
-			require.Equal(t, tc.wantGets, b.spy.gets.Load(), "reads")
-			require.Equal(t, tc.wantClaim, b.spy.claims.Load(), "claim INSERTs")
+			onStores(t, tc.policy, func(t *testing.T, b *readFirstBundle) {
+				testReplayIsOneRead(t, b, tc.wantGets, tc.wantClaim)
+			})
 		})
 	}
+}
+
+func testReplayIsOneRead(t *testing.T, b *readFirstBundle, wantGets, wantClaim int32) {
+	var runs atomic.Int32
+	first, err := b.guard.WithIdempotency(context.Background(), keyCall("k1", map[string]any{"a": 1}), okOp(&runs))
+	require.NoError(t, err)
+	require.False(t, first.Cached)
+
+	b.spy.reset()
+	res, err := b.guard.WithIdempotency(context.Background(), keyCall("k1", map[string]any{"a": 1}), okOp(&runs))
+	require.NoError(t, err)
+	require.True(t, res.Cached)
+	require.Equal(t, engine.StatusSucceeded, res.Status)
+	require.Equal(t, int32(1), runs.Load())
+	require.Equal(t, wantGets, b.spy.gets.Load(), "reads")
+	require.Equal(t, wantClaim, b.spy.claims.Load(), "claim INSERTs")
 }
 
 // The read saw no row; another replica claimed and finished the key before
 // this call's INSERT. The INSERT decides: this call replays and never runs.
 func TestReadFirstAbsentRowDoesNotGrantOwnership(t *testing.T) {
 	t.Parallel()
-	b := setupReadFirst(t, engine.ReadFirstAlways)
+	onStores(t, engine.ReadFirstAlways, testAbsentRowDoesNotGrantOwnership)
+}
+
+func testAbsentRowDoesNotGrantOwnership(t *testing.T, b *readFirstBundle) {
 	var runs atomic.Int32
 	b.spy.onNextGet(func() {
 		_, err := b.other.WithIdempotency(context.Background(), keyCall("k1", map[string]any{"a": 1}), okOp(&runs))
@@ -131,7 +167,10 @@ func TestReadFirstAbsentRowDoesNotGrantOwnership(t *testing.T) {
 // claim path reads again for itself and replays the result.
 func TestReadFirstStartedRowFallsThroughToTheClaim(t *testing.T) {
 	t.Parallel()
-	b := setupReadFirst(t, engine.ReadFirstAlways)
+	onStores(t, engine.ReadFirstAlways, testStartedRowFallsThroughToTheClaim)
+}
+
+func testStartedRowFallsThroughToTheClaim(t *testing.T, b *readFirstBundle) {
 	var runs atomic.Int32
 	release, started := make(chan struct{}), make(chan struct{})
 	done := make(chan error, 1)
@@ -174,7 +213,10 @@ func TestReadFirstExpiredRowIsNotReplayed(t *testing.T) {
 // the first inputs' answer.
 func TestReadFirstOtherFingerprintIsAMismatch(t *testing.T) {
 	t.Parallel()
-	b := setupReadFirst(t, engine.ReadFirstAlways)
+	onStores(t, engine.ReadFirstAlways, testOtherFingerprintIsAMismatch)
+}
+
+func testOtherFingerprintIsAMismatch(t *testing.T, b *readFirstBundle) {
 	var runs atomic.Int32
 	_, err := b.guard.WithIdempotency(context.Background(), keyCall("k1", 1), okOp(&runs))
 	require.NoError(t, err)
@@ -188,7 +230,10 @@ func TestReadFirstOtherFingerprintIsAMismatch(t *testing.T) {
 // finds it running and does not run the operation.
 func TestReadFirstFailedRowRetriedByAnotherReplica(t *testing.T) {
 	t.Parallel()
-	b := setupReadFirst(t, engine.ReadFirstAlways)
+	onStores(t, engine.ReadFirstAlways, testFailedRowRetriedByAnotherReplica)
+}
+
+func testFailedRowRetriedByAnotherReplica(t *testing.T, b *readFirstBundle) {
 	var runs atomic.Int32
 	_, err := b.guard.WithIdempotency(context.Background(), keyCall("k1", 1), func(context.Context) (any, error) {
 		return nil, errors.New("upstream down")
