@@ -89,6 +89,15 @@ func (p Policy) EncodeReport(e Envelope) (b []byte, dropped bool, err error) {
 // HTML escaping, no trailing newline. It neither sanitizes nor applies a size
 // policy, and it keeps Cached as set.
 func Marshal(e Envelope) ([]byte, error) {
+	if b, ok := appendEnvelope(make([]byte, 0, 256), e); ok {
+		return b, nil
+	}
+	return marshalJSON(e)
+}
+
+// marshalJSON is Marshal by encoding/json: the reference appendEnvelope must
+// match, and the path for data values appendEnvelope does not handle.
+func marshalJSON(e Envelope) ([]byte, error) {
 	var buf bytes.Buffer
 	enc := json.NewEncoder(&buf)
 	enc.SetEscapeHTML(false)

@@ -10,6 +10,8 @@ import (
 	"strconv"
 	"strings"
 	"unicode/utf8"
+
+	"github.com/idemguard/idemguard/internal/jsonvalue"
 )
 
 // Limits applied while sanitizing.
@@ -134,6 +136,14 @@ func fromObject(top map[string]any) Envelope {
 // decodeObject decodes b, which must hold exactly one JSON object, keeping
 // numbers as written.
 func decodeObject(b []byte) (map[string]any, error) {
+	// The fast path decodes what encoding/json would, or declines.
+	if v, ok := jsonvalue.Decode(b); ok {
+		top, isObject := v.(map[string]any)
+		if !isObject {
+			return nil, ErrNotObject
+		}
+		return top, nil
+	}
 	dec := json.NewDecoder(bytes.NewReader(b))
 	dec.UseNumber()
 	var v any
@@ -178,30 +188,33 @@ func sanitizeIDs(arr []any) []int64 {
 
 // sanitizeData keeps the members of obj whose key is not blocked and whose
 // value is a primitive or an array (of which only primitives are kept). It
-// returns nil when nothing is kept.
+// returns nil when nothing is kept. obj was freshly decoded and belongs to
+// the caller alone, so it is filtered in place (no second map).
 func sanitizeData(obj map[string]any) map[string]any {
-	var data map[string]any
 	for k, v := range obj {
 		if IsBlockedKey(k) {
+			delete(obj, k)
 			continue
 		}
 		if arr, ok := v.([]any); ok {
-			kept := make([]any, 0, len(arr))
+			kept := arr[:0]
 			for _, el := range arr {
 				if p, ok := primitive(el); ok {
 					kept = append(kept, p)
 				}
 			}
-			v = kept
-		} else if v, ok = primitive(v); !ok {
-			continue
+			clear(arr[len(kept):])
+			obj[k] = kept
+		} else if p, ok := primitive(v); ok {
+			obj[k] = p
+		} else {
+			delete(obj, k)
 		}
-		if data == nil {
-			data = make(map[string]any, len(obj))
-		}
-		data[k] = v
 	}
-	return data
+	if len(obj) == 0 {
+		return nil
+	}
+	return obj
 }
 
 // primitive returns v when it is a string, bool or nil, and the canonical
@@ -225,7 +238,11 @@ func primitive(v any) (any, bool) {
 func CanonicalNumber(s string) (json.Number, bool) {
 	if !strings.ContainsAny(s, ".eE") {
 		if i, err := strconv.ParseInt(s, 10, 64); err == nil {
-			return json.Number(strconv.FormatInt(i, 10)), true
+			var buf [24]byte
+			if c := strconv.AppendInt(buf[:0], i, 10); string(c) != s {
+				return json.Number(c), true
+			}
+			return json.Number(s), true // already canonical: no copy
 		}
 	}
 	f, err := strconv.ParseFloat(s, 64)

@@ -83,11 +83,11 @@ func runCleanupSuite(ctx context.Context, e *env) ([]row, error) {
 	c := cleanupConcurrency
 
 	if e.opts.warmup > 0 {
-		if _, err := e.runFor(ctx, c, e.opts.warmup, claim); err != nil {
+		if _, err := e.runFor(ctx, c, e.opts.warmup, claim, nil); err != nil {
 			return nil, fmt.Errorf("cleanup/claim warm-up: %w", err)
 		}
 	}
-	idleBefore, err := e.runFor(ctx, c, e.opts.duration/2, claim)
+	idleBefore, err := e.runFor(ctx, c, e.opts.duration/2, claim, nil)
 	if err != nil {
 		return nil, fmt.Errorf("cleanup/claim-idle: %w", err)
 	}
@@ -125,7 +125,7 @@ func runCleanupSuite(ctx context.Context, e *env) ([]row, error) {
 	var busy []round
 	var res result
 	for finished := false; !finished; {
-		r, err := e.runFor(ctx, c, busySlice, claim)
+		r, err := e.runFor(ctx, c, busySlice, claim, nil)
 		if err != nil {
 			<-done
 			return nil, fmt.Errorf("cleanup/claim-during-cleanup: %w", err)
@@ -144,7 +144,7 @@ func runCleanupSuite(ctx context.Context, e *env) ([]row, error) {
 		return nil, fmt.Errorf("cleanup deleted %d rows, want %d", res.sum.Deleted, cleanupRows)
 	}
 
-	idleAfter, err := e.runFor(ctx, c, e.opts.duration/2, claim)
+	idleAfter, err := e.runFor(ctx, c, e.opts.duration/2, claim, nil)
 	if err != nil {
 		return nil, fmt.Errorf("cleanup/claim-idle: %w", err)
 	}

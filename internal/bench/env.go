@@ -26,6 +26,8 @@ type options struct {
 	concurrency []int
 	// pool is the MaxOpenConns of every pool (mysqlconn.Open).
 	pool int
+	// httpCases selects the http suite's groups (fresh, replay, storm).
+	httpCases string
 }
 
 func (o options) roundDuration() time.Duration { return o.duration / time.Duration(o.rounds) }
@@ -62,7 +64,7 @@ func (e *env) newGuard(mutate func(*engine.Config)) (*engine.Guard, error) {
 func (e *env) compare(ctx context.Context, suiteName string, concurrency int, cases ...benchCase) ([]row, error) {
 	for _, c := range cases {
 		if e.opts.warmup > 0 {
-			if _, err := e.runFor(ctx, concurrency, e.opts.warmup, c.op); err != nil {
+			if _, err := e.runFor(ctx, concurrency, e.opts.warmup, c.op, c.cpu); err != nil {
 				return nil, fmt.Errorf("%s/%s warm-up at concurrency %d: %w", suiteName, c.name, concurrency, err)
 			}
 		}
@@ -71,7 +73,7 @@ func (e *env) compare(ctx context.Context, suiteName string, concurrency int, ca
 	for r := range e.opts.rounds {
 		for k := range cases {
 			i := (r + k) % len(cases)
-			res, err := e.runFor(ctx, concurrency, e.opts.roundDuration(), cases[i].op)
+			res, err := e.runFor(ctx, concurrency, e.opts.roundDuration(), cases[i].op, cases[i].cpu)
 			if err != nil {
 				return nil, fmt.Errorf("%s/%s at concurrency %d: %w", suiteName, cases[i].name, concurrency, err)
 			}
@@ -96,9 +98,11 @@ func (e *env) compare(ctx context.Context, suiteName string, concurrency int, ca
 }
 
 // runFor runs op on concurrency workers until d has passed, and returns the
-// operations finished, the time from the start to the last finish, and each
+// operations finished, the time from the start to the last finish, the CPU
+// time cpu counted meanwhile (this process's when cpu is nil) and each
 // operation's latency. The first error stops every worker and is returned.
-func (e *env) runFor(ctx context.Context, concurrency int, d time.Duration, op func(context.Context) error) (round, error) {
+func (e *env) runFor(ctx context.Context, concurrency int, d time.Duration, op func(context.Context) error,
+	cpu func() time.Duration) (round, error) {
 	if concurrency < 1 {
 		return round{}, fmt.Errorf("concurrency must be at least 1, got %d", concurrency)
 	}
@@ -106,7 +110,10 @@ func (e *env) runFor(ctx context.Context, concurrency int, d time.Duration, op f
 	defer cancel(nil)
 	lat := make([][]time.Duration, concurrency)
 	var wg sync.WaitGroup
-	cpuStart, start := processCPU(), time.Now()
+	if cpu == nil {
+		cpu = processCPU
+	}
+	cpuStart, start := cpu(), time.Now()
 	deadline := start.Add(d)
 	for w := range concurrency {
 		wg.Go(func() {
@@ -126,7 +133,7 @@ func (e *env) runFor(ctx context.Context, concurrency int, d time.Duration, op f
 		})
 	}
 	wg.Wait()
-	elapsed, cpu := time.Since(start), processCPU()-cpuStart
+	elapsed, used := time.Since(start), cpu()-cpuStart
 	if err := context.Cause(ctx); err != nil {
 		return round{}, err
 	}
@@ -134,5 +141,5 @@ func (e *env) runFor(ctx context.Context, concurrency int, d time.Duration, op f
 	for _, l := range lat {
 		all = append(all, l...)
 	}
-	return round{ops: len(all), elapsed: elapsed, cpu: cpu, latencies: all}, nil
+	return round{ops: len(all), elapsed: elapsed, cpu: used, latencies: all}, nil
 }

@@ -45,6 +45,10 @@ const dbPrefix = "idemguard_bench_"
 const setupTimeout = time.Minute
 
 func main() {
+	if os.Getenv(envFloor) == "1" {
+		// Re-executed by the http suite as its floor server (httpfloor.go).
+		os.Exit(runHTTPFloor(os.Getenv, os.Stderr))
+	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	code := run(ctx, os.Args[1:], os.Getenv, os.Stdout, os.Stderr)
 	stop()
@@ -84,6 +88,7 @@ func parseFlags(args []string, stderr io.Writer) (flags, error) {
 	fs.BoolVar(&f.ping, "ping", false, "only check that the server is reachable, and exit")
 	fs.StringVar(&f.cpuprofile, "cpuprofile", "", "write a CPU profile of the measured suites to this file")
 	fs.BoolVar(&f.verbose, "v", false, "log every round")
+	fs.StringVar(&f.opts.httpCases, "http-cases", "fresh,replay,storm", "the http suite's groups to run (comma-separated: fresh, replay, storm)")
 	if err := fs.Parse(args); err != nil {
 		return flags{}, errUsage
 	}
@@ -109,6 +114,11 @@ func parseFlags(args []string, stderr io.Writer) (flags, error) {
 		return flags{}, fmt.Errorf("-duration %s split into %d rounds gives rounds shorter than 10ms", f.opts.duration, f.opts.rounds)
 	case f.opts.pool < 1:
 		return flags{}, fmt.Errorf("-pool must be at least 1, got %d", f.opts.pool)
+	}
+	for g := range strings.SplitSeq(f.opts.httpCases, ",") {
+		if g = strings.TrimSpace(g); g != "fresh" && g != "replay" && g != "storm" {
+			return flags{}, fmt.Errorf("-http-cases: %q is not one of fresh, replay, storm", g)
+		}
 	}
 	return f, nil
 }

@@ -140,6 +140,18 @@ func writeTable(w io.Writer, rows []row) bool {
 	}
 	_ = tw.Flush()
 
+	notes := false
+	for _, r := range rows {
+		if r.Note == "" {
+			continue
+		}
+		if !notes {
+			fmt.Fprintln(w, "\nnotes:")
+			notes = true
+		}
+		fmt.Fprintf(w, "  %-6s %-20s c=%-3d %s\n", r.Suite, r.Case, r.Concurrency, r.Note)
+	}
+
 	allMet, header := true, false
 	for _, r := range rows {
 		if r.Target <= 0 {

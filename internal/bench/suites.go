@@ -128,6 +128,8 @@ type row struct {
 	Paired float64
 	// Target is the minimum ratio this row should reach; 0 for none.
 	Target float64
+	// Note is free text printed after the table (e.g. a storm's statuses).
+	Note string
 }
 
 // benchCase is one measured operation. op is called concurrently by the
@@ -138,6 +140,9 @@ type benchCase struct {
 	// targetRatio applies at targetConcurrency only (the issue's target).
 	targetRatio float64
 	op          func(ctx context.Context) error
+	// cpu, when set, is the CPU clock the cpu/op column reads (e.g. a server
+	// process's); nil is this process's.
+	cpu func() time.Duration
 }
 
 // targetConcurrency is where the issue sets the guard/raw target.

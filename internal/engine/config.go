@@ -71,6 +71,10 @@ type Config struct {
 	// ReplayCacheMaxAge bounds how long a cached record is served without
 	// asking the store. Defaults to DefaultReplayCacheMaxAge.
 	ReplayCacheMaxAge time.Duration
+	// ReadFirst says when the row is read before the claim INSERT, so that a
+	// replay the cache cannot answer costs one SELECT instead of a failing
+	// INSERT and a SELECT (see readfirst.go). Defaults to ReadFirstAdaptive.
+	ReadFirst ReadFirst
 	// HeartbeatEvery overrides the heartbeat interval (StaleAfter/3). For tests.
 	HeartbeatEvery time.Duration
 	// Now is the local clock, used only for waiting and for the replay
@@ -130,6 +134,9 @@ func (c Config) validate() error {
 	}
 	if c.MaxWait < 0 || c.StoreTimeout < 0 || c.ReplayCacheMaxAge < 0 || c.HeartbeatEvery < 0 {
 		return fmt.Errorf("engine: Config durations must not be negative")
+	}
+	if err := c.ReadFirst.validate(); err != nil {
+		return err
 	}
 	if c.Sanitize.MaxBytes != 0 {
 		if err := c.Sanitize.Validate(); err != nil {

@@ -121,6 +121,8 @@ type Guard struct {
 	// background counts releaseLater goroutines; they are started only by
 	// calls in flight, so Close waits for them after inflight.
 	background sync.WaitGroup
+	// readFirst is the adaptive read-first state (readfirst.go).
+	readFirst hitRates
 }
 
 // New validates cfg and returns a Guard.
@@ -286,7 +288,7 @@ func (g *Guard) WithIdempotency(ctx context.Context, call Call, op Operation) (R
 		g.emit(Event{Kind: EventReplayed, Scope: p.scope, FromMemory: true})
 		return res, nil
 	}
-	return g.execute(ctx, p, op)
+	return g.readFirstOrExecute(ctx, p, op)
 }
 
 func (g *Guard) execute(ctx context.Context, p prepared, op Operation) (Result, error) {

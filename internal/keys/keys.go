@@ -44,6 +44,8 @@ import (
 	"sort"
 	"strings"
 	"sync"
+
+	"github.com/idemguard/idemguard/internal/jsonvalue"
 )
 
 // MinSecretBytes is the shortest secret New accepts.
@@ -193,6 +195,24 @@ func validate(s string, maxLen int, sentinel error, what string) error {
 // every level, numbers kept exactly as written, no insignificant white space,
 // no HTML escaping. Canonicalize(Canonicalize(x)) == Canonicalize(x).
 func Canonicalize(raw []byte) ([]byte, error) {
+	v, err := decodeValue(raw)
+	if err != nil {
+		return nil, err
+	}
+	var buf bytes.Buffer
+	buf.Grow(len(raw))
+	if err := writeCanonical(&buf, v); err != nil {
+		return nil, err
+	}
+	return buf.Bytes(), nil
+}
+
+// decodeValue decodes raw as encoding/json's Decoder with UseNumber does
+// (jsonvalue's fast path gives the same value, or declines).
+func decodeValue(raw []byte) (any, error) {
+	if v, ok := jsonvalue.Decode(raw); ok {
+		return v, nil
+	}
 	dec := json.NewDecoder(bytes.NewReader(raw))
 	dec.UseNumber()
 	var v any
@@ -202,12 +222,7 @@ func Canonicalize(raw []byte) ([]byte, error) {
 	if _, err := dec.Token(); err != io.EOF {
 		return nil, fmt.Errorf("%w: trailing data after the JSON value", ErrInvalidInputs)
 	}
-	var buf bytes.Buffer
-	buf.Grow(len(raw))
-	if err := writeCanonical(&buf, v); err != nil {
-		return nil, err
-	}
-	return buf.Bytes(), nil
+	return v, nil
 }
 
 // CanonicalizeValue marshals v (json.RawMessage and []byte are taken as JSON

@@ -1,0 +1,308 @@
+// Package jsonvalue decodes one JSON document into the generic values
+// encoding/json produces with Decoder.UseNumber: map[string]any, []any,
+// string, json.Number, bool and nil. It exists for speed: the request path
+// decodes small documents (operation inputs, stored envelopes) several times
+// per request, and encoding/json's Decoder allocates a reader buffer, a
+// scanner and reflection state for each.
+//
+// Decode is a fast path, not a replacement: it reports ok=false for anything
+// it does not handle exactly as encoding/json would (invalid JSON of any
+// kind, invalid UTF-8, a lone UTF-16 surrogate escape, nesting deeper than
+// MaxDepth), and the caller then decodes with encoding/json, which produces
+// the value or the error. For every input it accepts, the value equals
+// encoding/json's (FuzzDecodeMatchesEncodingJSON checks this).
+package jsonvalue
+
+import (
+	"encoding/json"
+	"strconv"
+	"unicode/utf16"
+	"unicode/utf8"
+)
+
+// MaxDepth is the deepest nesting Decode handles itself.
+const MaxDepth = 64
+
+// Decode decodes b, which must hold exactly one JSON value surrounded by
+// optional white space. ok is false when b is not handled (see the package
+// documentation): decode it with encoding/json instead.
+func Decode(b []byte) (v any, ok bool) {
+	d := decoder{b: b}
+	d.skipSpace()
+	v, ok = d.value(0)
+	if !ok {
+		return nil, false
+	}
+	d.skipSpace()
+	if d.i != len(d.b) {
+		return nil, false
+	}
+	return v, true
+}
+
+type decoder struct {
+	b []byte
+	i int
+}
+
+func (d *decoder) skipSpace() {
+	for d.i < len(d.b) {
+		switch d.b[d.i] {
+		case ' ', '\t', '\n', '\r':
+			d.i++
+		default:
+			return
+		}
+	}
+}
+
+func (d *decoder) value(depth int) (any, bool) {
+	if d.i >= len(d.b) || depth > MaxDepth {
+		return nil, false
+	}
+	switch c := d.b[d.i]; {
+	case c == '{':
+		return d.object(depth)
+	case c == '[':
+		return d.array(depth)
+	case c == '"':
+		s, ok := d.str()
+		return s, ok
+	case c == 't':
+		return true, d.literal("true")
+	case c == 'f':
+		return false, d.literal("false")
+	case c == 'n':
+		return nil, d.literal("null")
+	case c == '-' || (c >= '0' && c <= '9'):
+		return d.number()
+	}
+	return nil, false
+}
+
+func (d *decoder) literal(lit string) bool {
+	if len(d.b)-d.i < len(lit) || string(d.b[d.i:d.i+len(lit)]) != lit {
+		return false
+	}
+	d.i += len(lit)
+	return true
+}
+
+func (d *decoder) object(depth int) (any, bool) {
+	d.i++ // {
+	m := map[string]any{}
+	d.skipSpace()
+	if d.i < len(d.b) && d.b[d.i] == '}' {
+		d.i++
+		return m, true
+	}
+	for {
+		if d.i >= len(d.b) || d.b[d.i] != '"' {
+			return nil, false
+		}
+		k, ok := d.str()
+		if !ok {
+			return nil, false
+		}
+		d.skipSpace()
+		if d.i >= len(d.b) || d.b[d.i] != ':' {
+			return nil, false
+		}
+		d.i++
+		d.skipSpace()
+		v, ok := d.value(depth + 1)
+		if !ok {
+			return nil, false
+		}
+		m[k] = v // a repeated key: the last one wins, as in encoding/json
+		d.skipSpace()
+		if d.i >= len(d.b) {
+			return nil, false
+		}
+		switch d.b[d.i] {
+		case ',':
+			d.i++
+			d.skipSpace()
+		case '}':
+			d.i++
+			return m, true
+		default:
+			return nil, false
+		}
+	}
+}
+
+func (d *decoder) array(depth int) (any, bool) {
+	d.i++ // [
+	a := []any{}
+	d.skipSpace()
+	if d.i < len(d.b) && d.b[d.i] == ']' {
+		d.i++
+		return a, true
+	}
+	for {
+		v, ok := d.value(depth + 1)
+		if !ok {
+			return nil, false
+		}
+		a = append(a, v)
+		d.skipSpace()
+		if d.i >= len(d.b) {
+			return nil, false
+		}
+		switch d.b[d.i] {
+		case ',':
+			d.i++
+			d.skipSpace()
+		case ']':
+			d.i++
+			return a, true
+		default:
+			return nil, false
+		}
+	}
+}
+
+// str decodes the string starting at the opening quote.
+func (d *decoder) str() (string, bool) {
+	d.i++ // "
+	start := d.i
+	// The common case: no escapes, ASCII or valid UTF-8.
+	for d.i < len(d.b) {
+		c := d.b[d.i]
+		switch {
+		case c == '"':
+			s := d.b[start:d.i]
+			d.i++
+			if !utf8.Valid(s) {
+				return "", false // encoding/json would substitute U+FFFD
+			}
+			return string(s), true
+		case c == '\\':
+			return d.strEscaped(start)
+		case c < 0x20:
+			return "", false
+		}
+		d.i++
+	}
+	return "", false
+}
+
+func (d *decoder) strEscaped(start int) (string, bool) {
+	out := make([]byte, 0, d.i-start+16)
+	out = append(out, d.b[start:d.i]...)
+	for d.i < len(d.b) {
+		c := d.b[d.i]
+		switch {
+		case c == '"':
+			d.i++
+			if !utf8.Valid(out) {
+				return "", false
+			}
+			return string(out), true
+		case c < 0x20:
+			return "", false
+		case c != '\\':
+			out = append(out, c)
+			d.i++
+			continue
+		}
+		// An escape.
+		if d.i+1 >= len(d.b) {
+			return "", false
+		}
+		e := d.b[d.i+1]
+		d.i += 2
+		switch e {
+		case '"', '\\', '/':
+			out = append(out, e)
+		case 'b':
+			out = append(out, '\b')
+		case 'f':
+			out = append(out, '\f')
+		case 'n':
+			out = append(out, '\n')
+		case 'r':
+			out = append(out, '\r')
+		case 't':
+			out = append(out, '\t')
+		case 'u':
+			r, ok := d.hex4()
+			if !ok {
+				return "", false
+			}
+			if utf16.IsSurrogate(r) {
+				// Only a valid pair is handled; encoding/json turns a
+				// lone surrogate into U+FFFD.
+				if d.i+1 >= len(d.b) || d.b[d.i] != '\\' || d.b[d.i+1] != 'u' {
+					return "", false
+				}
+				d.i += 2
+				r2, ok := d.hex4()
+				if !ok {
+					return "", false
+				}
+				if r = utf16.DecodeRune(r, r2); r == utf8.RuneError {
+					return "", false
+				}
+			}
+			out = utf8.AppendRune(out, r)
+		default:
+			return "", false
+		}
+	}
+	return "", false
+}
+
+func (d *decoder) hex4() (rune, bool) {
+	if len(d.b)-d.i < 4 {
+		return 0, false
+	}
+	n, err := strconv.ParseUint(string(d.b[d.i:d.i+4]), 16, 32)
+	if err != nil {
+		return 0, false
+	}
+	d.i += 4
+	return rune(n), true
+}
+
+// number scans a JSON number (RFC 8259 grammar) and keeps its literal.
+func (d *decoder) number() (any, bool) {
+	start := d.i
+	if d.b[d.i] == '-' {
+		d.i++
+	}
+	switch {
+	case d.i < len(d.b) && d.b[d.i] == '0':
+		d.i++
+	case d.i < len(d.b) && d.b[d.i] >= '1' && d.b[d.i] <= '9':
+		d.digits()
+	default:
+		return nil, false
+	}
+	if d.i < len(d.b) && d.b[d.i] == '.' {
+		d.i++
+		if !d.digits() {
+			return nil, false
+		}
+	}
+	if d.i < len(d.b) && (d.b[d.i] == 'e' || d.b[d.i] == 'E') {
+		d.i++
+		if d.i < len(d.b) && (d.b[d.i] == '+' || d.b[d.i] == '-') {
+			d.i++
+		}
+		if !d.digits() {
+			return nil, false
+		}
+	}
+	return json.Number(d.b[start:d.i]), true
+}
+
+// digits consumes one or more digits and reports whether there was one.
+func (d *decoder) digits() bool {
+	start := d.i
+	for d.i < len(d.b) && d.b[d.i] >= '0' && d.b[d.i] <= '9' {
+		d.i++
+	}
+	return d.i > start
+}

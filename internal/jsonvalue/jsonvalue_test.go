@@ -1,0 +1,111 @@
+package jsonvalue
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"io"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+)
+
+// reference is what encoding/json gives: one value with UseNumber, then
+// nothing but white space.
+func reference(b []byte) (any, error) {
+	dec := json.NewDecoder(bytes.NewReader(b))
+	dec.UseNumber()
+	var v any
+	if err := dec.Decode(&v); err != nil {
+		return nil, err
+	}
+	if _, err := dec.Token(); err != io.EOF {
+		return nil, errors.New("trailing data")
+	}
+	return v, nil
+}
+
+var seeds = []string{
+	`{}`, `[]`, `null`, `true`, `false`, `0`, `-0`, `1.5e+10`, `-12.25E-3`, `"x"`,
+	`{"ok":true,"stopReason":"completed","traceId":"t","needsHuman":false,"cached":false,"data":{"a":"b","n":1,"f":0.5,"l":["x",1,null,true]}}`,
+	` {"a" : [ 1 , {"b":[]} ] } `, `{"a":1,"a":2}`, `{"k":"\"\\\/\b\f\n\r\t\u00e9\ud83d\ude00"}`,
+	`{"k":"é日本"}`, `[1,2,3,[4,[5,[6]]]]`, `{"a":"\u2028\u2029<>&"}`,
+	// Not handled or invalid: the reference decides.
+	`{"k":"\ud83d"}`, `{"k":"\udc00x"}`, "{\"k\":\"\xff\"}", `{"a":1,}`, `[1,]`, `01`, `1.`, `.5`, `-`, `1e`,
+	`{"a":1} x`, `{"a":1}{}`, `tru`, `nul`, `"unterminated`, "\"ctl\x01\"", `{"a" 1}`, `{1:2}`, `[`, ``, `  `,
+	`{"a":"\x"}`, `{"a":"\u12"}`, `{"a":"\u12g4"}`, `1E5`, `-0.0e-0`, `[-]`, `{"a":tRue}`,
+}
+
+func TestDecodeMatchesEncodingJSON(t *testing.T) {
+	t.Parallel()
+	handled := 0
+	for _, s := range seeds {
+		want, werr := reference([]byte(s))
+		got, ok := Decode([]byte(s))
+		if !ok {
+			continue
+		}
+		handled++
+		require.NoError(t, werr, "Decode accepted %q, encoding/json rejects it", s)
+		require.Equal(t, want, got, "input %q", s)
+	}
+	require.Greater(t, handled, 15, "the fast path must handle the common documents")
+}
+
+func TestDecodeHandlesEnvelopes(t *testing.T) {
+	t.Parallel()
+	for _, s := range []string{
+		`{"ok":true,"stopReason":"completed","needsHuman":false,"cached":false,"data":{"text":"Line one\nline \"two\"","total_tokens":20}}`,
+		`{"messages":[{"role":"user","content":"replay 12"}]}`,
+	} {
+		_, ok := Decode([]byte(s))
+		require.True(t, ok, s)
+	}
+}
+
+func TestDecodeDepthLimit(t *testing.T) {
+	t.Parallel()
+	deep := strings.Repeat("[", MaxDepth+2) + strings.Repeat("]", MaxDepth+2)
+	_, ok := Decode([]byte(deep))
+	require.False(t, ok)
+	_, err := reference([]byte(deep))
+	require.NoError(t, err, "encoding/json decodes it; the caller falls back")
+}
+
+func FuzzDecodeMatchesEncodingJSON(f *testing.F) {
+	for _, s := range seeds {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, b []byte) {
+		got, ok := Decode(b)
+		if !ok {
+			return
+		}
+		want, err := reference(b)
+		if err != nil {
+			t.Fatalf("Decode accepted %q, encoding/json rejects it: %v", b, err)
+		}
+		require.Equal(t, want, got)
+	})
+}
+
+func BenchmarkDecode(b *testing.B) {
+	doc := []byte(seeds[10])
+	b.Run("jsonvalue", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			if _, ok := Decode(doc); !ok {
+				b.Fatal("not handled")
+			}
+		}
+	})
+	b.Run("encoding-json", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			if _, err := reference(doc); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+}
