@@ -123,6 +123,8 @@ type Guard struct {
 	background sync.WaitGroup
 	// readFirst is the adaptive read-first state (readfirst.go).
 	readFirst hitRates
+	// observerPanics holds the event kinds whose Observe panic was logged.
+	observerPanics sync.Map
 }
 
 // New validates cfg and returns a Guard.
@@ -1020,10 +1022,23 @@ func (g *Guard) storeErr(ctx context.Context, p prepared, op string, err error) 
 	return &StoreError{Op: op, Err: err}
 }
 
+// emit reports e to Config.Observe. An observer that panics never breaks
+// the protocol (a claim left started would run the operation again after
+// staleAfter): the panic is recovered and logged once per event kind.
 func (g *Guard) emit(e Event) {
-	if g.cfg.Observe != nil {
-		g.cfg.Observe(e)
+	if g.cfg.Observe == nil {
+		return
 	}
+	defer func() {
+		if r := recover(); r != nil {
+			if _, logged := g.observerPanics.LoadOrStore(e.Kind, true); !logged {
+				g.log.Error("guard: Config.Observe panicked; the event is lost, the call goes on (logged once per event kind)",
+					slog.String("event", string(e.Kind)), slog.String("scope", e.Scope),
+					slog.String("panic_type", fmt.Sprintf("%T", r)), slog.String("stack", string(debug.Stack())))
+			}
+		}
+	}()
+	g.cfg.Observe(e)
 }
 
 // attrs are the identifying log attributes of a call: never the client key
