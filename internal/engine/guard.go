@@ -5,12 +5,15 @@ import (
 	"cmp"
 	"context"
 	crand "crypto/rand"
+	"database/sql/driver"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"math/rand/v2"
+	"net"
 	"net/http"
 	"reflect"
 	"runtime/debug"
@@ -329,10 +332,15 @@ func (g *Guard) execute(ctx context.Context, p prepared, op Operation) (Result, 
 	// unsure names the last write whose outcome was unknown: the next read
 	// settles it (detached from the caller, retried within StoreTimeout).
 	var unsure *unknownWrite
+	var lastErr error // the last claim write's error, for the caller if the races never end
 	needClaim, races := true, 0
 	for {
 		if races > maxRaces {
-			return Result{}, &StoreError{Op: "claim", Err: errors.New("too many lost races in a row")}
+			err := errors.New("too many lost races in a row")
+			if lastErr != nil {
+				err = fmt.Errorf("%w; last store error: %w", err, lastErr)
+			}
+			return Result{}, &StoreError{Op: "claim", Err: err}
 		}
 		if g.lifetime.Err() != nil {
 			// Closing: claim nothing more (see Close).
@@ -355,23 +363,39 @@ func (g *Guard) execute(ctx context.Context, p prepared, op Operation) (Result, 
 				// Unknown outcome: decide by the row (DESIGN §4.5).
 				unconfirmed = append(unconfirmed, pendingClaim{nonce: nonce, sent: sent, kind: EventClaimed})
 				unsure = &unknownWrite{op: "claim", err: err}
+				lastErr = err
 			}
 		}
 		var rec Record
 		var err error
-		if unsure != nil {
-			rec, err = g.settle(ctx, p, unsure.op, unsure.err)
-			unsure = nil
+		settled := unsure
+		unsure = nil
+		if settled != nil {
+			rec, err = g.settle(ctx, p, settled.op, settled.err)
 		} else {
 			rec, err = g.get(ctx, p)
+		}
+		if settled != nil && !outcomeUnknown(settled.err) && (err == nil || errors.Is(err, ErrNotFound)) {
+			if _, ours := pendingIn(unconfirmed, rec); !ours || err != nil {
+				// The store answered with an error (no such table or
+				// column, a value too long, ...): the write did not apply,
+				// and trying again cannot help. The row said so too.
+				return Result{}, g.storeErr(ctx, p, settled.op, settled.err)
+			}
 		}
 		if errors.Is(err, ErrNotFound) {
 			// Our write did not land (yet), or the row was deleted since
 			// (cleanup, or a released claim), or a multi-primary loser read
-			// before the winner's commit: claim again.
+			// before the winner's commit: claim again, after a pause that
+			// grows (longer after an unknown outcome: the store is in
+			// trouble).
 			needClaim = true
 			races++
-			sleepCtx(ctx, jitter(time.Duration(races)*5*time.Millisecond))
+			step := 5 * time.Millisecond
+			if settled != nil {
+				step = 50 * time.Millisecond
+			}
+			sleepCtx(ctx, jitter(min(time.Duration(races)*step, time.Second)))
 			continue
 		}
 		if err != nil {
@@ -387,7 +411,7 @@ func (g *Guard) execute(ctx context.Context, p prepared, op Operation) (Result, 
 				OldAttempts: rec.Attempts, NewNonce: nonce, Fingerprint: p.fingerprint,
 				TTL: p.settings.TTL, StaleAfter: p.settings.StaleAfter}, nil, EventClaimed)
 			if u != nil {
-				unconfirmed, unsure = append(unconfirmed, u.claim), u
+				unconfirmed, unsure, lastErr = append(unconfirmed, u.claim), u, u.err
 				races++
 				continue
 			}
@@ -431,7 +455,7 @@ func (g *Guard) execute(ctx context.Context, p prepared, op Operation) (Result, 
 			won, u := g.tryReclaim(ctx, p, ReclaimParams{Kind: ReclaimFailed, ID: rec.ID, OldNonce: rec.ClaimNonce,
 				OldAttempts: rec.Attempts, NewNonce: nonce, TTL: p.settings.TTL, MaxAttempts: p.settings.MaxAttempts}, &prev, EventRetried)
 			if u != nil {
-				unconfirmed, unsure = append(unconfirmed, u.claim), u
+				unconfirmed, unsure, lastErr = append(unconfirmed, u.claim), u, u.err
 				races++
 				continue
 			}
@@ -473,7 +497,7 @@ func (g *Guard) execute(ctx context.Context, p prepared, op Operation) (Result, 
 			won, u := g.tryReclaim(ctx, p, ReclaimParams{Kind: ReclaimStale, ID: rec.ID, OldNonce: rec.ClaimNonce,
 				OldAttempts: rec.Attempts, NewNonce: nonce, StaleAfter: p.settings.StaleAfter}, &prev, EventTakeover)
 			if u != nil {
-				unconfirmed, unsure = append(unconfirmed, u.claim), u
+				unconfirmed, unsure, lastErr = append(unconfirmed, u.claim), u, u.err
 				races++
 				continue
 			}
@@ -853,6 +877,17 @@ func (g *Guard) settle(ctx context.Context, p prepared, op string, cause error) 
 		sleepCtx(ctx, jitter(pause))
 		pause = min(2*pause, time.Second)
 	}
+}
+
+// outcomeUnknown reports whether a failed write may have applied: the store
+// says so (ErrOutcomeUnknown), or no answer came (a timeout, a broken
+// connection). Any other error is the store's answer that the statement
+// failed.
+func outcomeUnknown(err error) bool {
+	var ne net.Error
+	return errors.Is(err, ErrOutcomeUnknown) || errors.Is(err, context.DeadlineExceeded) ||
+		errors.Is(err, context.Canceled) || errors.Is(err, driver.ErrBadConn) ||
+		errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) || errors.As(err, &ne)
 }
 
 // pendingClaim is a claim write (INSERT or guarded UPDATE) whose outcome

@@ -65,6 +65,11 @@ func interpretError(err error) error {
 			return fmt.Errorf("%w: %w", engine.ErrOutcomeUnknown, err)
 		}
 	}
+	if errors.Is(err, mysql.ErrInvalidConn) {
+		// The connection broke after the statement was sent: it may
+		// have applied.
+		return fmt.Errorf("%w: %w", engine.ErrOutcomeUnknown, err)
+	}
 	return err
 }
 

@@ -10,6 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/idemguard/idemguard/internal/engine"
+	"github.com/idemguard/idemguard/internal/faulttest"
 )
 
 // A write whose outcome was unknown may land after its caller's re-read
@@ -150,5 +151,33 @@ var lateGuardCases = map[string]func(t *testing.T, h *Harness){
 		require.NoError(t, err)
 		require.Equal(t, engine.StatusSucceeded, res.Status)
 		require.Equal(t, 1, runs.n())
+	},
+	// A claim the store rejected for good (1054 unknown column, 1406 data
+	// too long, ...) is not retried: the re-read decides, finds no row, and
+	// the caller gets the store's own error.
+	"PermanentClaimErrorIsNotRetried": func(t *testing.T, h *Harness) {
+		fs := faulttest.NewStore(h.Store)
+		rejected := errors.New("Error 1054 (42S22): Unknown column 'x' in 'field list'")
+		fs.Inject(faulttest.OpClaim, faulttest.Fault{Err: rejected, Times: -1})
+		g, _ := newGuard(t, h, withStore(fs))
+		var c counter
+		_, err := g.WithIdempotency(ctxFor(t), call("perm", 1), c.op(okValue, nil))
+		require.ErrorIs(t, err, engine.ErrStoreUnavailable)
+		require.ErrorIs(t, err, rejected, "the store's error is kept")
+		require.Equal(t, 1, fs.Calls(faulttest.OpClaim))
+		require.Equal(t, 0, c.n())
+	},
+	// A claim whose outcome stays unknown is tried again, a bounded number
+	// of times, and the last error is kept.
+	"UnknownClaimOutcomeIsRetriedThenReported": func(t *testing.T, h *Harness) {
+		fs := faulttest.NewStore(h.Store)
+		fs.Inject(faulttest.OpClaim, faulttest.Fault{Err: errUnknown, Times: -1})
+		g, _ := newGuard(t, h, withStore(fs))
+		var c counter
+		_, err := g.WithIdempotency(ctxFor(t), call("unknown", 1), c.op(okValue, nil))
+		require.ErrorIs(t, err, engine.ErrStoreUnavailable)
+		require.ErrorIs(t, err, engine.ErrOutcomeUnknown, "the last error is kept")
+		require.Greater(t, fs.Calls(faulttest.OpClaim), 1)
+		require.Equal(t, 0, c.n())
 	},
 }
