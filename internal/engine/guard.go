@@ -555,10 +555,15 @@ func (g *Guard) own(ctx context.Context, p prepared, op Operation, o owned, kind
 		sctx, cancel := g.storeCtx(context.WithoutCancel(ctx))
 		ok, err := g.store.Heartbeat(sctx, o.id, o.nonce)
 		cancel()
-		if err != nil || !ok {
-			if err == nil {
-				err = ErrOwnershipLost
+		if err == nil && !ok {
+			// Taken over while this call settled its claim: nothing
+			// ran here, and the row says what the caller gets.
+			if res, answered := g.answerFromRow(ctx, p); answered {
+				return res, nil
 			}
+			err = ErrOwnershipLost
+		}
+		if err != nil {
 			g.release(p, o)
 			return Result{}, g.storeErr(ctx, p, "heartbeat", err)
 		}
@@ -566,6 +571,32 @@ func (g *Guard) own(ctx context.Context, p prepared, op Operation, o owned, kind
 	}
 	g.emit(Event{Kind: kind, Scope: p.scope})
 	return g.runOwned(ctx, p, op, o)
+}
+
+// answerFromRow answers a call whose claim another caller took: in progress
+// while that caller runs, else the stored answer. false when the row cannot
+// be read or names other inputs.
+func (g *Guard) answerFromRow(ctx context.Context, p prepared) (Result, bool) {
+	readAt := g.now()
+	rec, err := g.get(ctx, p)
+	if err != nil || rec.Fingerprint != p.fingerprint {
+		return Result{}, false
+	}
+	switch rec.Status {
+	case RowStarted:
+		g.emit(Event{Kind: EventInProgress, Scope: p.scope})
+		return g.inProgress(p, rec), true
+	case RowSucceeded:
+		if res, err := g.replay(ctx, p, rec, readAt); err == nil {
+			g.emit(Event{Kind: EventReplayed, Scope: p.scope})
+			return res, true
+		}
+	case RowFailed:
+		if env, err := decodeStored(rec); err == nil {
+			return g.storedFailure(p, rec, env), true
+		}
+	}
+	return Result{}, false
 }
 
 func (g *Guard) runOwned(ctx context.Context, p prepared, op Operation, o owned) (Result, error) {

@@ -6,6 +6,7 @@ import (
 	"maps"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
@@ -179,5 +180,31 @@ var lateGuardCases = map[string]func(t *testing.T, h *Harness){
 		require.ErrorIs(t, err, engine.ErrOutcomeUnknown, "the last error is kept")
 		require.Greater(t, fs.Calls(faulttest.OpClaim), 1)
 		require.Equal(t, 0, c.n())
+	},
+	// The renewal of a half-spent lease finds the claim taken over (the
+	// call spent long settling it): the call answers from the row, in
+	// progress, not with a store error.
+	"RenewalThatFindsTheClaimTakenOverAnswersFromTheRow": func(t *testing.T, h *Harness) {
+		fs := faulttest.NewStore(h.Store)
+		g, _ := newGuard(t, h, withStore(fs))
+		const staleAfter = 600 * time.Millisecond
+		c := call("renew.lost", 1)
+		c.Settings.StaleAfter = staleAfter
+		fs.Inject(faulttest.OpClaim, faulttest.Fault{Apply: true, Err: errUnknown})
+		fs.Inject(faulttest.OpGet, faulttest.Fault{After: func(context.Context) { time.Sleep(staleAfter/2 + 50*time.Millisecond) }})
+		fs.Inject(faulttest.OpHeartbeat, faulttest.Fault{Before: func(context.Context) {
+			// Another process takes the claim over just before the renewal.
+			r := h.find(t, "acme", "renew.lost")
+			h.Age(t, "acme", "renew.lost", r.KeyHash, time.Hour)
+			won, err := h.Store.Reclaim(context.Background(), engine.ReclaimParams{Kind: engine.ReclaimStale, ID: r.ID,
+				OldNonce: r.ClaimNonce, OldAttempts: r.Attempts, NewNonce: nonce(), StaleAfter: staleAfter, Lease: time.Hour})
+			require.NoError(t, err)
+			require.True(t, won)
+		}})
+		var runs counter
+		res, err := g.WithIdempotency(ctxFor(t), c, runs.op(okValue, nil))
+		require.NoError(t, err, "a lost renewal is not a store failure")
+		require.Equal(t, engine.StatusInProgress, res.Status)
+		require.Equal(t, 0, runs.n())
 	},
 }
