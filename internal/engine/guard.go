@@ -317,11 +317,13 @@ func (g *Guard) execute(ctx context.Context, p prepared, op Operation) (Result, 
 	var unconfirmed []pendingClaim
 	owning := false
 	defer func() {
+		var notOwned []pendingClaim
 		for _, u := range unconfirmed {
 			if !owning || u.nonce != ownedNonce {
-				g.releaseLater(p, u)
+				notOwned = append(notOwned, u)
 			}
 		}
+		g.releaseLater(p, notOwned)
 	}()
 	ownPending := func(u pendingClaim, rec Record) (Result, error) {
 		owning, ownedNonce = true, u.nonce
@@ -1008,7 +1010,7 @@ func (g *Guard) release(p prepared, o owned) {
 	ctx, cancel := g.storeCtx(context.Background())
 	defer cancel()
 	if _, err := g.store.Release(ctx, ReleaseParams{ID: o.id, Nonce: o.nonce, Prev: o.prev}); err != nil {
-		g.releaseLater(p, pendingClaim{nonce: o.nonce, prev: o.prev, sent: o.leaseFrom, landed: true})
+		g.releaseLater(p, []pendingClaim{{nonce: o.nonce, prev: o.prev, sent: o.leaseFrom, landed: true}})
 	}
 }
 
@@ -1018,22 +1020,27 @@ func (g *Guard) release(p prepared, o owned) {
 // innodb_lock_wait_timeout, 50s by default).
 const landWindow = time.Minute
 
-// releaseLater keeps looking, in the background, for the claim u that this
-// call does not own (its caller was told nothing ran, or another answer),
-// and releases it if it turns up. It stops once the row shows the claim
-// cannot be there any more (a Reclaim whose guard nonce is gone, or, past
-// landWindow, any row without it), when the Guard closes (after one last
-// try), or after releaseLaterFor (at most the key's TTL): it outlasts the
-// claim's lease on purpose, since under policy fail a stale orphan claim
-// would otherwise be marked abandoned though nothing ran.
-func (g *Guard) releaseLater(p prepared, u pendingClaim) {
+// releaseLater keeps looking, in the background, for the claims us that
+// this call does not own (its caller was told nothing ran, or got another
+// answer), and releases each one that turns up. They all name the call's
+// one row, so one read per round serves them all. It stops once the row
+// shows none of them can be there any more (see settledFor), when the
+// Guard closes (after one last try), or after releaseLaterFor (at most the
+// key's TTL) from the first: it outlasts a claim's lease on purpose, since
+// under policy fail a stale orphan claim would otherwise be marked
+// abandoned though nothing ran.
+func (g *Guard) releaseLater(p prepared, us []pendingClaim) {
+	if len(us) == 0 {
+		return
+	}
 	g.background.Add(1)
 	go func() {
 		defer g.background.Done()
-		deadline := u.sent.Add(min(p.settings.TTL, max(10*p.settings.StaleAfter, releaseLaterFor)))
+		deadline := us[0].sent.Add(min(p.settings.TTL, max(10*p.settings.StaleAfter, releaseLaterFor)))
 		pause := 50 * time.Millisecond
 		for {
-			if g.releaseIfMine(p, u) || !time.Now().Before(deadline) || g.lifetime.Err() != nil {
+			us = g.releaseIfMine(p, us)
+			if len(us) == 0 || !time.Now().Before(deadline) || g.lifetime.Err() != nil {
 				return
 			}
 			sleepCtx(g.lifetime, min(jitter(pause), time.Until(deadline)))
@@ -1042,28 +1049,44 @@ func (g *Guard) releaseLater(p prepared, u pendingClaim) {
 	}()
 }
 
-// releaseIfMine reads the row and releases the claim if it holds u's nonce;
-// it reports whether the question is settled.
-func (g *Guard) releaseIfMine(p prepared, u pendingClaim) bool {
+// releaseIfMine reads the row, releases the claim of us it holds, if any,
+// and returns the claims still unsettled.
+func (g *Guard) releaseIfMine(p prepared, us []pendingClaim) []pendingClaim {
 	ctx, cancel := g.storeCtx(context.Background())
 	defer cancel()
 	rec, err := g.store.Get(ctx, p.tenant, p.scope, p.keyHash)
-	mayLand := !u.landed && time.Since(u.sent) < landWindow
-	switch {
-	case errors.Is(err, ErrNotFound):
-		return !mayLand
-	case err != nil:
-		return false
-	case rec.ClaimNonce == u.nonce && rec.Status != RowStarted:
+	if err != nil && !errors.Is(err, ErrNotFound) {
+		return us
+	}
+	found := err == nil
+	left := us[:0]
+	for _, u := range us {
+		switch {
+		case found && rec.Status == RowStarted && rec.ClaimNonce == u.nonce:
+			if _, err := g.store.Release(ctx, ReleaseParams{ID: rec.ID, Nonce: u.nonce, Prev: u.prev}); err != nil {
+				left = append(left, u)
+				continue
+			}
+			g.log.Warn("guard: released a claim whose write landed after its call had answered without it", g.attrs(p)...)
+		case !u.settledFor(rec, found):
+			left = append(left, u)
+		}
+	}
+	return left
+}
+
+// settledFor reports whether the row as read (found false: absent) shows
+// that u is not there and can no longer land: its write is known to have
+// landed, or landWindow has passed since it was sent, or it was a Reclaim
+// whose guard nonce the row no longer holds.
+func (u pendingClaim) settledFor(rec Record, found bool) bool {
+	if found && rec.ClaimNonce == u.nonce {
+		return rec.Status != RowStarted
+	}
+	if u.landed || time.Since(u.sent) >= landWindow {
 		return true
-	case rec.ClaimNonce != u.nonce:
-		return !mayLand || (u.guard != "" && rec.ClaimNonce != u.guard)
 	}
-	if _, err := g.store.Release(ctx, ReleaseParams{ID: rec.ID, Nonce: u.nonce, Prev: u.prev}); err != nil {
-		return false
-	}
-	g.log.Warn("guard: released a claim whose write landed after its call had answered without it", g.attrs(p)...)
-	return true
+	return found && u.guard != "" && rec.ClaimNonce != u.guard
 }
 
 // complete writes the outcome while the lease holds, with the heartbeat
