@@ -101,6 +101,14 @@ detached from the caller's cancellation, bounded by StoreTimeout.
     hung up, another answer), a background task gives each unconfirmed
     claim back (Store.Release) if it turns up, for as long as the Guard
     lives.
+  - A claim write the store refused outright (an error that is neither
+    ErrOutcomeUnknown nor a timeout or broken connection: no such table or
+    column, a value too long) is re-read once like any other, and unless
+    the row shows it, the caller gets that error (a StoreError) at once;
+    only unknown outcomes are tried again, with growing jittered pauses,
+    and the last error is kept if the tries run out.
+  - A Config.Observe that panics is recovered (logged once per event kind):
+    a metrics bug never leaves a claim behind.
   - A claim won by a caller that hung up meanwhile (without Detach), or
     racing Guard.Close: nothing runs, and the claim is given back at once.
     Release deletes a fresh claim and restores a reclaimed row to its
