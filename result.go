@@ -28,7 +28,8 @@ type Result struct {
 	// got, except that "cached" is true on a replay.
 	Body []byte
 	// StatusCode is the HTTP status stored with the answer (Response), 200 by
-	// default; 502 for an operation failure, 409 for in progress, 500 for
+	// default; 502 for an operation failure, 422 when the upstream rejected
+	// the inputs (stopReason invalid_input), 409 for in progress, 500 for
 	// ErrInvalidResult.
 	StatusCode int
 	// Cached is true when the answer was stored by an earlier call.

@@ -151,7 +151,9 @@ func TestOutsideModule(t *testing.T) {
 				req, err := http.NewRequest(http.MethodPost, app.base+app.path, strings.NewReader(body))
 				require.NoError(t, err)
 				req.Header.Set("X-Tenant", "acme")
-				req.Header.Set("Idempotency-Key", key)
+				if key != "" {
+					req.Header.Set("Idempotency-Key", key)
+				}
 				req.Header.Set("Content-Type", "application/json")
 				req.Header.Set("Prefer", "wait=30")
 				resp, err := http.DefaultClient.Do(req)
@@ -161,6 +163,11 @@ func TestOutsideModule(t *testing.T) {
 				require.NoError(t, err)
 				return resp, string(b)
 			}
+
+			// README's examples create things: a key is required, never
+			// derived from the body (a second identical order is a new one).
+			noKey, noKeyBody := post("", app.body)
+			require.Equal(t, http.StatusBadRequest, noKey.StatusCode, noKeyBody)
 
 			const n = 100
 			type answer struct {

@@ -439,6 +439,13 @@ func (w *bufferedWriter) result() (any, error) {
 		return nil, &idemguard.OpError{Reason: sanitize.ProviderError, Err: fmt.Errorf("the handler answered %d", status)}
 	case status == http.StatusTooManyRequests:
 		return nil, &idemguard.OpError{Reason: sanitize.RateLimited, Err: errors.New("the handler answered 429")}
+	case status == http.StatusRequestTimeout:
+		return nil, &idemguard.OpError{Reason: sanitize.Timeout, Err: errors.New("the handler answered 408")}
+	case status == http.StatusConflict, status == http.StatusUnauthorized, status == http.StatusForbidden:
+		// Not the answer to the inputs: a 409 depends on the state of the
+		// moment (DESIGN §7: retryable), a 401 or 403 on the credentials.
+		// Stored as success they would be replayed for the TTL.
+		return nil, &idemguard.OpError{Reason: sanitize.ProviderError, Err: fmt.Errorf("the handler answered %d", status)}
 	}
 	var obj map[string]any
 	if len(bytes.TrimSpace(w.body.Bytes())) > 0 {

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -252,4 +253,35 @@ func TestIdempotentOptions(t *testing.T) {
 	require.ErrorContains(t, MiddlewareOptions{Guard: &idemguard.Guard{}, Scope: "a b"}.Validate(), "MiddlewareOptions.Scope")
 	require.Equal(t, "POST:orders.:id", routeScope("POST", "/orders/:id"))
 	require.Equal(t, "GET:files._filepath", routeScope("GET", "/files/*filepath"))
+}
+
+// A handler's 401, 403, 408 and 409 are not the answer to the inputs (they
+// depend on credentials, timing or state): each is a retryable failure, like
+// 429 and 5xx, never stored as success and replayed for the TTL.
+func TestIdempotentRetryableHandlerStatuses(t *testing.T) {
+	t.Parallel()
+	g, err := idemguard.New(idemguard.Config{Store: idemguard.NewMemoryStore(), Secret: testSecret})
+	require.NoError(t, err)
+	t.Cleanup(func() { require.NoError(t, g.Close(context.Background())) })
+	opts := MiddlewareOptions{Guard: g, Tenant: func(r *http.Request) (tenancy.ID, error) { return "acme", nil }}
+	gin.SetMode(gin.ReleaseMode)
+	r := gin.New()
+	var runs atomic.Int32
+	r.POST("/op/:code", Idempotent(opts), func(c *gin.Context) {
+		if runs.Add(1)%2 == 1 {
+			code, _ := strconv.Atoi(c.Param("code"))
+			c.JSON(code, gin.H{"ok": false})
+			return
+		}
+		c.JSON(http.StatusCreated, gin.H{"ok": true})
+	})
+	for _, code := range []int{http.StatusUnauthorized, http.StatusForbidden, http.StatusRequestTimeout, http.StatusConflict} {
+		path := "/op/" + strconv.Itoa(code)
+		first := mwDo(r, http.MethodPost, path, "acme", "k-"+strconv.Itoa(code), `{}`)
+		require.Equal(t, http.StatusBadGateway, first.Code, "%d: %s", code, first.Body.String())
+		require.Equal(t, false, problemOf(t, first)["ok"])
+		again := mwDo(r, http.MethodPost, path, "acme", "k-"+strconv.Itoa(code), `{}`)
+		require.Equal(t, http.StatusCreated, again.Code, "%d was stored and replayed: %s", code, again.Body.String())
+	}
+	require.EqualValues(t, 8, runs.Load())
 }

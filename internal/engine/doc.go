@@ -93,9 +93,22 @@ detached from the caller's cancellation, bounded by StoreTimeout.
     dropped connection after sending, a timeout, error 1213 or 1205, which
     the store reports as ErrOutcomeUnknown): the row is re-read, with
     jittered pauses, for up to StoreTimeout. Our nonce → we own it; another
-    nonce → we lost, and the row answers; no row → claim again. If the row
-    cannot be read, the caller is told nothing ran, and a background task
-    gives the claim back (Store.Release) if it turns up later.
+    nonce → we lost, and the row answers; no row → claim again. Such a
+    write may still land later (an INSERT waiting on a row lock goes on
+    after its client gave up), so the call keeps every nonce it has not
+    confirmed: any later read that shows one of them is our claim. If the
+    call ends without owning the row (the row cannot be read, the caller
+    hung up, another answer), a background task gives each unconfirmed
+    claim back (Store.Release) if it turns up, for as long as the Guard
+    lives.
+  - A claim write the store refused outright (an error that is neither
+    ErrOutcomeUnknown nor a timeout or broken connection: no such table or
+    column, a value too long) is re-read once like any other, and unless
+    the row shows it, the caller gets that error (a StoreError) at once;
+    only unknown outcomes are tried again, with growing jittered pauses,
+    and the last error is kept if the tries run out.
+  - A Config.Observe that panics is recovered (logged once per event kind):
+    a metrics bug never leaves a claim behind.
   - A claim won by a caller that hung up meanwhile (without Detach), or
     racing Guard.Close: nothing runs, and the claim is given back at once.
     Release deletes a fresh claim and restores a reclaimed row to its

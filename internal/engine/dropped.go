@@ -2,7 +2,9 @@ package engine
 
 import (
 	"log/slog"
+	"strings"
 	"sync"
+	"unicode/utf8"
 )
 
 // Field names the guard logs and counts one by one. Past maxDroppedNames
@@ -50,9 +52,7 @@ func (d *droppedNames) first(scope, name string) (bool, string, bool) {
 func (g *Guard) reportDropped(p prepared, names []string) {
 	seenHere := make(map[string]bool, len(names))
 	for _, name := range names {
-		if len(name) > maxDroppedNameLen {
-			name = name[:maxDroppedNameLen] + droppedNameCutMark
-		}
+		name = droppedLabel(name)
 		if seenHere[name] {
 			continue
 		}
@@ -69,4 +69,19 @@ func (g *Guard) reportDropped(p prepared, names []string) {
 		}
 		g.emit(Event{Kind: EventDroppedField, Scope: p.scope, Field: counted})
 	}
+}
+
+// droppedLabel is name as it is logged and counted: valid UTF-8 (a metric
+// label must be, and a Go map key need not be), cut at a rune boundary past
+// maxDroppedNameLen bytes.
+func droppedLabel(name string) string {
+	name = strings.ToValidUTF8(name, "\uFFFD")
+	if len(name) <= maxDroppedNameLen {
+		return name
+	}
+	cut := maxDroppedNameLen
+	for cut > 0 && !utf8.RuneStart(name[cut]) {
+		cut--
+	}
+	return name[:cut] + droppedNameCutMark
 }

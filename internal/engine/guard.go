@@ -5,12 +5,15 @@ import (
 	"cmp"
 	"context"
 	crand "crypto/rand"
+	"database/sql/driver"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"math/rand/v2"
+	"net"
 	"net/http"
 	"reflect"
 	"runtime/debug"
@@ -123,6 +126,8 @@ type Guard struct {
 	background sync.WaitGroup
 	// readFirst is the adaptive read-first state (readfirst.go).
 	readFirst hitRates
+	// observerPanics holds the event kinds whose Observe panic was logged.
+	observerPanics sync.Map
 }
 
 // New validates cfg and returns a Guard.
@@ -298,15 +303,46 @@ func (g *Guard) execute(ctx context.Context, p prepared, op Operation) (Result, 
 	}
 	poll := newBackoff(p.settings.StaleAfter)
 	var waited time.Duration
+	var ownedNonce string
 	defer func() {
 		if waited > 0 {
 			g.emit(Event{Kind: EventWaited, Scope: p.scope, Duration: waited})
 		}
 	}()
+	// unconfirmed are this call's claim writes whose outcome was unknown
+	// and that no read has shown yet. A row holding one is ours (DESIGN
+	// §4.5); the rest are released later if they land after the call ends
+	// without owning the row (the server's statement may still complete
+	// after the client gave up on it).
+	var unconfirmed []pendingClaim
+	owning := false
+	defer func() {
+		var notOwned []pendingClaim
+		for _, u := range unconfirmed {
+			if !owning || u.nonce != ownedNonce {
+				notOwned = append(notOwned, u)
+			}
+		}
+		g.releaseLater(p, notOwned)
+	}()
+	ownPending := func(u pendingClaim, rec Record) (Result, error) {
+		owning, ownedNonce = true, u.nonce
+		attempt, firstSeen := rec.Attempts, rec.CreatedAt
+		return g.own(ctx, p, op, owned{id: rec.ID, nonce: u.nonce, attempt: attempt, firstSeen: firstSeen,
+			leaseFrom: u.sent, prev: u.prev}, u.kind)
+	}
+	// unsure names the last write whose outcome was unknown: the next read
+	// settles it (detached from the caller, retried within StoreTimeout).
+	var unsure *unknownWrite
+	var lastErr error // the last claim write's error, for the caller if the races never end
 	needClaim, races := true, 0
 	for {
 		if races > maxRaces {
-			return Result{}, &StoreError{Op: "claim", Err: errors.New("too many lost races in a row")}
+			err := errors.New("too many lost races in a row")
+			if lastErr != nil {
+				err = fmt.Errorf("%w; last store error: %w", err, lastErr)
+			}
+			return Result{}, &StoreError{Op: "claim", Err: err}
 		}
 		if g.lifetime.Err() != nil {
 			// Closing: claim nothing more (see Close).
@@ -317,60 +353,73 @@ func (g *Guard) execute(ctx context.Context, p prepared, op Operation) (Result, 
 			return Result{}, &StoreError{Op: "claim", Err: context.Cause(ctx)}
 		}
 		nonce := newNonce()
-		var rec Record
-		have := false
 		readAt := g.now()
 		if needClaim {
 			sent := time.Now()
 			id, err := g.claim(ctx, p, nonce)
 			switch {
 			case err == nil:
+				owning, ownedNonce = true, nonce
 				return g.own(ctx, p, op, owned{id: id, nonce: nonce, attempt: 1, firstSeen: g.now(), leaseFrom: sent}, EventClaimed)
 			case !errors.Is(err, ErrDuplicate):
 				// Unknown outcome: decide by the row (DESIGN §4.5).
-				r, found, err := g.settle(ctx, p, "claim", err)
-				if err != nil {
-					g.releaseLater(p, nonce, nil, sent)
-					return Result{}, err
-				}
-				if !found {
-					needClaim = true // it did not land: claim again
-					races++
-					continue
-				}
-				if r.Status == RowStarted && r.ClaimNonce == nonce {
-					return g.own(ctx, p, op, owned{id: r.ID, nonce: nonce, attempt: 1, firstSeen: r.CreatedAt, leaseFrom: sent}, EventClaimed)
-				}
-				rec, have = r, true
+				unconfirmed = append(unconfirmed, pendingClaim{nonce: nonce, sent: sent, kind: EventClaimed})
+				unsure = &unknownWrite{op: "claim", err: err}
+				lastErr = err
 			}
 		}
-		if !have {
-			r, err := g.get(ctx, p)
-			if errors.Is(err, ErrNotFound) {
-				// Deleted since our insert failed (cleanup, or a released
-				// claim), or a multi-primary loser read before the winner's
-				// commit: claim again.
-				needClaim = true
-				races++
-				sleepCtx(ctx, jitter(time.Duration(races)*5*time.Millisecond))
-				continue
+		var rec Record
+		var err error
+		settled := unsure
+		unsure = nil
+		if settled != nil {
+			rec, err = g.settle(ctx, p, settled.op, settled.err)
+		} else {
+			rec, err = g.get(ctx, p)
+		}
+		if settled != nil && !outcomeUnknown(settled.err) && (err == nil || errors.Is(err, ErrNotFound)) {
+			if _, ours := pendingIn(unconfirmed, rec); !ours || err != nil {
+				// The store answered with an error (no such table or
+				// column, a value too long, ...): the write did not apply,
+				// and trying again cannot help. The row said so too.
+				return Result{}, g.storeErr(ctx, p, settled.op, settled.err)
 			}
-			if err != nil {
-				return Result{}, g.storeErr(ctx, p, "read", err)
+		}
+		if errors.Is(err, ErrNotFound) {
+			// Our write did not land (yet), or the row was deleted since
+			// (cleanup, or a released claim), or a multi-primary loser read
+			// before the winner's commit: claim again, after a pause that
+			// grows (longer after an unknown outcome: the store is in
+			// trouble).
+			needClaim = true
+			races++
+			step := 5 * time.Millisecond
+			if settled != nil {
+				step = 50 * time.Millisecond
 			}
-			rec = r
+			sleepCtx(ctx, jitter(min(time.Duration(races)*step, time.Second)))
+			continue
+		}
+		if err != nil {
+			return Result{}, g.storeErr(ctx, p, "read", err)
 		}
 		needClaim = false
+		if u, ok := pendingIn(unconfirmed, rec); ok {
+			return ownPending(u, rec)
+		}
 
 		if rec.Expired() && !(rec.Status == RowStarted && !rec.Stale(p.settings.StaleAfter)) {
-			won, err := g.tryReclaim(ctx, p, ReclaimParams{Kind: ReclaimExpired, ID: rec.ID, OldNonce: rec.ClaimNonce,
+			won, u := g.tryReclaim(ctx, p, ReclaimParams{Kind: ReclaimExpired, ID: rec.ID, OldNonce: rec.ClaimNonce,
 				OldAttempts: rec.Attempts, NewNonce: nonce, Fingerprint: p.fingerprint,
-				TTL: p.settings.TTL, StaleAfter: p.settings.StaleAfter}, nil)
-			if err != nil {
-				return Result{}, err
+				TTL: p.settings.TTL, StaleAfter: p.settings.StaleAfter}, nil, EventClaimed)
+			if u != nil {
+				unconfirmed, unsure, lastErr = append(unconfirmed, u.claim), u, u.err
+				races++
+				continue
 			}
 			if won != nil {
 				won.attempt, won.firstSeen = 1, g.now()
+				owning, ownedNonce = true, won.nonce
 				return g.own(ctx, p, op, *won, EventClaimed)
 			}
 			races++
@@ -405,13 +454,16 @@ func (g *Guard) execute(ctx context.Context, p prepared, op Operation) (Result, 
 				return g.storedFailure(p, rec, env), nil
 			}
 			prev := rec
-			won, err := g.tryReclaim(ctx, p, ReclaimParams{Kind: ReclaimFailed, ID: rec.ID, OldNonce: rec.ClaimNonce,
-				OldAttempts: rec.Attempts, NewNonce: nonce, TTL: p.settings.TTL, MaxAttempts: p.settings.MaxAttempts}, &prev)
-			if err != nil {
-				return Result{}, err
+			won, u := g.tryReclaim(ctx, p, ReclaimParams{Kind: ReclaimFailed, ID: rec.ID, OldNonce: rec.ClaimNonce,
+				OldAttempts: rec.Attempts, NewNonce: nonce, TTL: p.settings.TTL, MaxAttempts: p.settings.MaxAttempts}, &prev, EventRetried)
+			if u != nil {
+				unconfirmed, unsure, lastErr = append(unconfirmed, u.claim), u, u.err
+				races++
+				continue
 			}
 			if won != nil {
 				won.attempt, won.firstSeen = rec.Attempts+1, rec.CreatedAt
+				owning, ownedNonce = true, won.nonce
 				return g.own(ctx, p, op, *won, EventRetried)
 			}
 			races++
@@ -444,12 +496,15 @@ func (g *Guard) execute(ctx context.Context, p prepared, op Operation) (Result, 
 				continue // the re-read answers with the failed row
 			}
 			prev := rec
-			won, err := g.tryReclaim(ctx, p, ReclaimParams{Kind: ReclaimStale, ID: rec.ID, OldNonce: rec.ClaimNonce,
-				OldAttempts: rec.Attempts, NewNonce: nonce, StaleAfter: p.settings.StaleAfter}, &prev)
-			if err != nil {
-				return Result{}, err
+			won, u := g.tryReclaim(ctx, p, ReclaimParams{Kind: ReclaimStale, ID: rec.ID, OldNonce: rec.ClaimNonce,
+				OldAttempts: rec.Attempts, NewNonce: nonce, StaleAfter: p.settings.StaleAfter}, &prev, EventTakeover)
+			if u != nil {
+				unconfirmed, unsure, lastErr = append(unconfirmed, u.claim), u, u.err
+				races++
+				continue
 			}
 			if won != nil {
+				owning, ownedNonce = true, won.nonce
 				g.log.Info("guard: took over a stale claim", g.attrs(p, slog.Int("attempt", rec.Attempts+1),
 					slog.Duration("silent_for", rec.Now.Sub(rec.lastSign())))...)
 				won.attempt, won.firstSeen = rec.Attempts+1, rec.CreatedAt
@@ -502,10 +557,15 @@ func (g *Guard) own(ctx context.Context, p prepared, op Operation, o owned, kind
 		sctx, cancel := g.storeCtx(context.WithoutCancel(ctx))
 		ok, err := g.store.Heartbeat(sctx, o.id, o.nonce)
 		cancel()
-		if err != nil || !ok {
-			if err == nil {
-				err = ErrOwnershipLost
+		if err == nil && !ok {
+			// Taken over while this call settled its claim: nothing
+			// ran here, and the row says what the caller gets.
+			if res, answered := g.answerFromRow(ctx, p); answered {
+				return res, nil
 			}
+			err = ErrOwnershipLost
+		}
+		if err != nil {
 			g.release(p, o)
 			return Result{}, g.storeErr(ctx, p, "heartbeat", err)
 		}
@@ -513,6 +573,32 @@ func (g *Guard) own(ctx context.Context, p prepared, op Operation, o owned, kind
 	}
 	g.emit(Event{Kind: kind, Scope: p.scope})
 	return g.runOwned(ctx, p, op, o)
+}
+
+// answerFromRow answers a call whose claim another caller took: in progress
+// while that caller runs, else the stored answer. false when the row cannot
+// be read or names other inputs.
+func (g *Guard) answerFromRow(ctx context.Context, p prepared) (Result, bool) {
+	readAt := g.now()
+	rec, err := g.get(ctx, p)
+	if err != nil || rec.Fingerprint != p.fingerprint {
+		return Result{}, false
+	}
+	switch rec.Status {
+	case RowStarted:
+		g.emit(Event{Kind: EventInProgress, Scope: p.scope})
+		return g.inProgress(p, rec), true
+	case RowSucceeded:
+		if res, err := g.replay(ctx, p, rec, readAt); err == nil {
+			g.emit(Event{Kind: EventReplayed, Scope: p.scope})
+			return res, true
+		}
+	case RowFailed:
+		if env, err := decodeStored(rec); err == nil {
+			return g.storedFailure(p, rec, env), true
+		}
+	}
+	return Result{}, false
 }
 
 func (g *Guard) runOwned(ctx context.Context, p prepared, op Operation, o owned) (Result, error) {
@@ -805,54 +891,89 @@ func (g *Guard) get(ctx context.Context, p prepared) (Record, error) {
 
 // settle resolves a write whose outcome is unknown by re-reading the row,
 // detached from the caller and bounded by StoreTimeout in all, with
-// jittered pauses. found is false when there is no row. An error means the
-// row could not be read either: the caller is told nothing ran.
-func (g *Guard) settle(ctx context.Context, p prepared, op string, cause error) (rec Record, found bool, err error) {
+// jittered pauses. ErrNotFound when there is no row. Any other error means
+// the row could not be read either: the caller is told nothing ran.
+func (g *Guard) settle(ctx context.Context, p prepared, op string, cause error) (Record, error) {
 	ctx = context.WithoutCancel(ctx)
 	deadline := time.Now().Add(g.cfg.StoreTimeout)
 	pause := 20 * time.Millisecond
 	for {
 		sctx, cancel := context.WithDeadline(ctx, deadline)
-		rec, err = g.store.Get(sctx, p.tenant, p.scope, p.keyHash)
+		rec, err := g.store.Get(sctx, p.tenant, p.scope, p.keyHash)
 		cancel()
-		switch {
-		case err == nil:
-			return rec, true, nil
-		case errors.Is(err, ErrNotFound):
-			return Record{}, false, nil
+		if err == nil || errors.Is(err, ErrNotFound) {
+			return rec, err
 		}
 		if time.Until(deadline) < pause {
-			return Record{}, false, g.storeErr(ctx, p, op, cause)
+			return Record{}, g.storeErr(ctx, p, op, cause)
 		}
 		sleepCtx(ctx, jitter(pause))
 		pause = min(2*pause, time.Second)
 	}
 }
 
+// outcomeUnknown reports whether a failed write may have applied: the store
+// says so (ErrOutcomeUnknown), or no answer came (a timeout, a broken
+// connection). Any other error is the store's answer that the statement
+// failed.
+func outcomeUnknown(err error) bool {
+	var ne net.Error
+	return errors.Is(err, ErrOutcomeUnknown) || errors.Is(err, context.DeadlineExceeded) ||
+		errors.Is(err, context.Canceled) || errors.Is(err, driver.ErrBadConn) ||
+		errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) || errors.As(err, &ne)
+}
+
+// pendingClaim is a claim write (INSERT or guarded UPDATE) whose outcome
+// was unknown: it may have landed, or may land later.
+type pendingClaim struct {
+	nonce string
+	// guard is the nonce a Reclaim's UPDATE is guarded by ("" for a Claim's
+	// INSERT): once the row holds neither it nor nonce, the UPDATE can
+	// never land.
+	guard string
+	prev  *Record   // the row before a Reclaim, for Release
+	sent  time.Time // when the write was sent: the earliest its lease can count from
+	kind  EventKind // what owning it means
+	// landed: the write is known to have landed (a release that failed).
+	landed bool
+}
+
+// unknownWrite is a claim write whose outcome the next read settles.
+type unknownWrite struct {
+	op    string
+	err   error
+	claim pendingClaim
+}
+
+// pendingIn returns the unconfirmed claim rec holds, if any.
+func pendingIn(unconfirmed []pendingClaim, rec Record) (pendingClaim, bool) {
+	if rec.Status != RowStarted {
+		return pendingClaim{}, false
+	}
+	for _, u := range unconfirmed {
+		if rec.ClaimNonce == u.nonce {
+			return u, true
+		}
+	}
+	return pendingClaim{}, false
+}
+
 // tryReclaim makes the guarded transition rp and, when it won, returns the
-// claim it holds. An unknown outcome is settled by re-reading the row: our
-// nonce there means we won. prev is the row as read, for Release.
-func (g *Guard) tryReclaim(ctx context.Context, p prepared, rp ReclaimParams, prev *Record) (*owned, error) {
+// claim it holds. An unknown outcome is returned as u: the caller keeps the
+// claim among its unconfirmed ones and settles it by re-reading the row
+// (DESIGN §4.5). prev is the row as read, for Release.
+func (g *Guard) tryReclaim(ctx context.Context, p prepared, rp ReclaimParams, prev *Record, kind EventKind) (won *owned, u *unknownWrite) {
 	rp.Lease = p.settings.StaleAfter
 	sent := time.Now()
 	sctx, cancel := g.storeCtx(context.WithoutCancel(ctx))
-	won, err := g.store.Reclaim(sctx, rp)
+	ok, err := g.store.Reclaim(sctx, rp)
 	cancel()
-	mine := &owned{id: rp.ID, nonce: rp.NewNonce, leaseFrom: sent, prev: prev}
-	if err == nil {
-		if won {
-			return mine, nil
-		}
-		return nil, nil
-	}
-	op := "reclaim " + rp.Kind.String()
-	rec, found, err := g.settle(ctx, p, op, err)
-	if err != nil {
-		g.releaseLater(p, rp.NewNonce, prev, sent)
-		return nil, err
-	}
-	if found && rec.ID == rp.ID && rec.Status == RowStarted && rec.ClaimNonce == rp.NewNonce {
-		return mine, nil
+	switch {
+	case err != nil:
+		return nil, &unknownWrite{op: "reclaim " + rp.Kind.String(), err: err,
+			claim: pendingClaim{nonce: rp.NewNonce, guard: rp.OldNonce, prev: prev, sent: sent, kind: kind}}
+	case ok:
+		return &owned{id: rp.ID, nonce: rp.NewNonce, leaseFrom: sent, prev: prev}, nil
 	}
 	return nil, nil
 }
@@ -889,25 +1010,37 @@ func (g *Guard) release(p prepared, o owned) {
 	ctx, cancel := g.storeCtx(context.Background())
 	defer cancel()
 	if _, err := g.store.Release(ctx, ReleaseParams{ID: o.id, Nonce: o.nonce, Prev: o.prev}); err != nil {
-		g.releaseLater(p, o.nonce, o.prev, o.leaseFrom)
+		g.releaseLater(p, []pendingClaim{{nonce: o.nonce, prev: o.prev, sent: o.leaseFrom, landed: true}})
 	}
 }
 
-// releaseLater keeps looking, in the background, for a claim with nonce that
-// this Guard told its caller did not happen (its write's outcome was unknown
-// and the row could not be read), and releases it if it turns up. It stops
-// once the row shows no such claim, when the Guard closes (after one last
-// try), or after releaseLaterFor (at most the key's TTL): it outlasts the
-// claim's lease on purpose, since under policy fail a stale orphan claim
-// would otherwise be marked abandoned though nothing ran.
-func (g *Guard) releaseLater(p prepared, nonce string, prev *Record, leaseFrom time.Time) {
+// landWindow is how long after it was sent a claim write whose outcome was
+// unknown may still land: the server goes on with a statement whose client
+// gave up (an INSERT waiting on a row lock waits up to
+// innodb_lock_wait_timeout, 50s by default).
+const landWindow = time.Minute
+
+// releaseLater keeps looking, in the background, for the claims us that
+// this call does not own (its caller was told nothing ran, or got another
+// answer), and releases each one that turns up. They all name the call's
+// one row, so one read per round serves them all. It stops once the row
+// shows none of them can be there any more (see settledFor), when the
+// Guard closes (after one last try), or after releaseLaterFor (at most the
+// key's TTL) from the first: it outlasts a claim's lease on purpose, since
+// under policy fail a stale orphan claim would otherwise be marked
+// abandoned though nothing ran.
+func (g *Guard) releaseLater(p prepared, us []pendingClaim) {
+	if len(us) == 0 {
+		return
+	}
 	g.background.Add(1)
 	go func() {
 		defer g.background.Done()
-		deadline := leaseFrom.Add(min(p.settings.TTL, max(10*p.settings.StaleAfter, releaseLaterFor)))
+		deadline := us[0].sent.Add(min(p.settings.TTL, max(10*p.settings.StaleAfter, releaseLaterFor)))
 		pause := 50 * time.Millisecond
 		for {
-			if g.releaseIfMine(p, nonce, prev) || !time.Now().Before(deadline) || g.lifetime.Err() != nil {
+			us = g.releaseIfMine(p, us)
+			if len(us) == 0 || !time.Now().Before(deadline) || g.lifetime.Err() != nil {
 				return
 			}
 			sleepCtx(g.lifetime, min(jitter(pause), time.Until(deadline)))
@@ -916,25 +1049,44 @@ func (g *Guard) releaseLater(p prepared, nonce string, prev *Record, leaseFrom t
 	}()
 }
 
-// releaseIfMine reads the row and releases the claim if it holds nonce; it
-// reports whether the question is settled.
-func (g *Guard) releaseIfMine(p prepared, nonce string, prev *Record) bool {
+// releaseIfMine reads the row, releases the claim of us it holds, if any,
+// and returns the claims still unsettled.
+func (g *Guard) releaseIfMine(p prepared, us []pendingClaim) []pendingClaim {
 	ctx, cancel := g.storeCtx(context.Background())
 	defer cancel()
 	rec, err := g.store.Get(ctx, p.tenant, p.scope, p.keyHash)
-	switch {
-	case errors.Is(err, ErrNotFound):
-		return true
-	case err != nil:
-		return false
-	case rec.Status != RowStarted || rec.ClaimNonce != nonce:
+	if err != nil && !errors.Is(err, ErrNotFound) {
+		return us
+	}
+	found := err == nil
+	left := us[:0]
+	for _, u := range us {
+		switch {
+		case found && rec.Status == RowStarted && rec.ClaimNonce == u.nonce:
+			if _, err := g.store.Release(ctx, ReleaseParams{ID: rec.ID, Nonce: u.nonce, Prev: u.prev}); err != nil {
+				left = append(left, u)
+				continue
+			}
+			g.log.Warn("guard: released a claim whose write landed after its call had answered without it", g.attrs(p)...)
+		case !u.settledFor(rec, found):
+			left = append(left, u)
+		}
+	}
+	return left
+}
+
+// settledFor reports whether the row as read (found false: absent) shows
+// that u is not there and can no longer land: its write is known to have
+// landed, or landWindow has passed since it was sent, or it was a Reclaim
+// whose guard nonce the row no longer holds.
+func (u pendingClaim) settledFor(rec Record, found bool) bool {
+	if found && rec.ClaimNonce == u.nonce {
+		return rec.Status != RowStarted
+	}
+	if u.landed || time.Since(u.sent) >= landWindow {
 		return true
 	}
-	if _, err := g.store.Release(ctx, ReleaseParams{ID: rec.ID, Nonce: nonce, Prev: prev}); err != nil {
-		return false
-	}
-	g.log.Warn("guard: released a claim whose caller was told nothing ran", g.attrs(p)...)
-	return true
+	return found && u.guard != "" && rec.ClaimNonce != u.guard
 }
 
 // complete writes the outcome while the lease holds, with the heartbeat
@@ -1020,10 +1172,23 @@ func (g *Guard) storeErr(ctx context.Context, p prepared, op string, err error) 
 	return &StoreError{Op: op, Err: err}
 }
 
+// emit reports e to Config.Observe. An observer that panics never breaks
+// the protocol (a claim left started would run the operation again after
+// staleAfter): the panic is recovered and logged once per event kind.
 func (g *Guard) emit(e Event) {
-	if g.cfg.Observe != nil {
-		g.cfg.Observe(e)
+	if g.cfg.Observe == nil {
+		return
 	}
+	defer func() {
+		if r := recover(); r != nil {
+			if _, logged := g.observerPanics.LoadOrStore(e.Kind, true); !logged {
+				g.log.Error("guard: Config.Observe panicked; the event is lost, the call goes on (logged once per event kind)",
+					slog.String("event", string(e.Kind)), slog.String("scope", e.Scope),
+					slog.String("panic_type", fmt.Sprintf("%T", r)), slog.String("stack", string(debug.Stack())))
+			}
+		}
+	}()
+	g.cfg.Observe(e)
 }
 
 // attrs are the identifying log attributes of a call: never the client key

@@ -37,4 +37,6 @@ func TestInterpretError(t *testing.T) {
 	require.False(t, errors.Is(got, engine.ErrDuplicate))
 	conn := errors.New("dial tcp 127.0.0.1:1: connect: connection refused")
 	require.Same(t, conn, mysqlstore.InterpretError(conn))
+	// A connection that broke after the statement was sent: it may have applied.
+	require.ErrorIs(t, mysqlstore.InterpretError(mysql.ErrInvalidConn), engine.ErrOutcomeUnknown)
 }

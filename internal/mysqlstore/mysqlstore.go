@@ -36,6 +36,9 @@ const (
 // Store is the MySQL engine.Store. It is safe for concurrent use.
 type Store struct {
 	db *sqlx.DB
+	// completedAtOf reads completed_at from Complete's OK packet; tests
+	// stand in for an engine that reports 0 there.
+	completedAtOf func(sql.Result) (int64, error)
 }
 
 // New returns a Store over db, which should come from mysqlconn.Open (UTC,
@@ -64,6 +67,11 @@ func interpretError(err error) error {
 			// its row. Only a re-read of the row can tell (DESIGN §4.5).
 			return fmt.Errorf("%w: %w", engine.ErrOutcomeUnknown, err)
 		}
+	}
+	if errors.Is(err, mysql.ErrInvalidConn) {
+		// The connection broke after the statement was sent: it may
+		// have applied.
+		return fmt.Errorf("%w: %w", engine.ErrOutcomeUnknown, err)
 	}
 	return err
 }
@@ -223,9 +231,22 @@ func (s *Store) Complete(ctx context.Context, p engine.CompleteParams) (bool, ti
 	if !ok || err != nil {
 		return false, time.Time{}, err
 	}
-	at, err := res.LastInsertId()
+	at, err := s.okPacketTime(res)
 	if err != nil {
 		return false, time.Time{}, err
+	}
+	if at <= 0 {
+		// An engine that does not report LAST_INSERT_ID(expr) in the OK
+		// packet (TiDB may answer 0): read completed_at back. If that
+		// read fails, the error makes the engine re-read the row, which
+		// shows the commit landed and its time.
+		var completed time.Time
+		err := s.db.GetContext(ctx, &completed,
+			`SELECT completed_at FROM idempotency_keys WHERE id = ? AND claim_nonce = ?`, p.ID, p.Nonce)
+		if err != nil {
+			return false, time.Time{}, interpretError(err)
+		}
+		return true, completed.UTC(), nil
 	}
 	return true, time.UnixMicro(at).UTC(), nil
 }
@@ -286,3 +307,11 @@ func changedOne(res sql.Result, err error) (bool, error) {
 
 // Ping implements engine.Store.
 func (s *Store) Ping(ctx context.Context) error { return s.db.PingContext(ctx) }
+
+// okPacketTime is completed_at as Complete's OK packet reported it.
+func (s *Store) okPacketTime(res sql.Result) (int64, error) {
+	if s.completedAtOf != nil {
+		return s.completedAtOf(res)
+	}
+	return res.LastInsertId()
+}

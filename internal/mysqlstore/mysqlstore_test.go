@@ -130,3 +130,25 @@ func TestTimesAreUTCDatabaseClock(t *testing.T) {
 	require.WithinDuration(t, time.Now().UTC(), r.Now, time.Minute, "the database clock is far from this host's")
 	require.NotZero(t, r.CreatedAt.Nanosecond()%int(time.Second), "DATETIME(6) keeps microseconds")
 }
+
+// An engine that reports 0 for LAST_INSERT_ID(expr) in the OK packet (TiDB
+// may): Complete reads completed_at back instead of answering the epoch.
+func TestCompleteReadsCompletedAtBackWithoutTheOKPacket(t *testing.T) {
+	t.Parallel()
+	db := testdb.New(t)
+	s := mysqlstore.New(db.DB)
+	mysqlstore.ZeroOKPacketTime(s)
+	ctx := context.Background()
+	nonce := strings.Repeat("ab", 16)
+	id, err := s.Claim(ctx, engine.ClaimParams{Tenant: "acme", Scope: "s", KeyHash: strings.Repeat("c", 64),
+		Fingerprint: strings.Repeat("d", 64), Nonce: nonce, TTL: time.Hour, Lease: time.Minute})
+	require.NoError(t, err)
+	ok, at, err := s.Complete(ctx, engine.CompleteParams{ID: id, Nonce: nonce, Status: engine.RowSucceeded,
+		Response: []byte(`{"ok":true}`), ResponseCode: 200, TTL: time.Hour})
+	require.NoError(t, err)
+	require.True(t, ok)
+	rec, err := s.Get(ctx, "acme", "s", strings.Repeat("c", 64))
+	require.NoError(t, err)
+	require.False(t, rec.CompletedAt.IsZero())
+	require.True(t, rec.CompletedAt.Equal(at), "completed_at %v, Complete answered %v", rec.CompletedAt, at)
+}
