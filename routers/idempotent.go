@@ -346,16 +346,16 @@ func (m *middleware) fail(w http.ResponseWriter, r *http.Request, err error) {
 // readJSONBody reads at most max bytes of JSON: the raw bytes, and the value
 // to derive the key from ({} for an empty body).
 func readJSONBody(w http.ResponseWriter, r *http.Request, max int64) ([]byte, json.RawMessage, error) {
-	tooLarge := reject(errBodyTooLarge, "the body is over the limit of %d bytes", max)
+	// The rejection is built only when needed: it formats a message.
+	tooLarge := func() error { return reject(errBodyTooLarge, "the body is over the limit of %d bytes", max) }
 	if r.ContentLength > max {
-		return nil, nil, tooLarge
+		return nil, nil, tooLarge()
 	}
 	raw, err := io.ReadAll(http.MaxBytesReader(w, r.Body, max))
-	var mbe *http.MaxBytesError
-	switch {
-	case errors.As(err, &mbe):
-		return nil, nil, tooLarge
-	case err != nil:
+	if err != nil {
+		if mbe := (*http.MaxBytesError)(nil); errors.As(err, &mbe) {
+			return nil, nil, tooLarge()
+		}
 		return nil, nil, reject(errInvalidBody, "the body could not be read")
 	}
 	if len(bytes.TrimSpace(raw)) == 0 {

@@ -71,22 +71,22 @@ func (h *handlers) requestLog(c *gin.Context) {
 		route = "unmatched"
 	}
 	status := c.Writer.Status()
-	attrs := []slog.Attr{
+	// At most 10 attributes, in an array that stays on the stack; the
+	// context keys are constants, so looking them up boxes nothing.
+	var buf [10]slog.Attr
+	attrs := append(buf[:0],
 		slog.String("method", c.Request.Method),
 		slog.String("route", route),
 		slog.Int("status", status),
 		slog.Float64("duration_ms", math.Round(float64(time.Since(start).Microseconds()))/1000),
-	}
+	)
 	if v, ok := c.Get(tenantKey); ok {
 		attrs = append(attrs, slog.String("tenant", string(v.(tenancy.ID))))
 	}
-	for _, k := range [...]struct{ ctx, log string }{
-		{scopeKey, "scope"}, {keyHashKey, "key_hash"}, {stopReasonKey, "stop_reason"}, {authMethodKey, "auth"},
-	} {
-		if v := c.GetString(k.ctx); v != "" {
-			attrs = append(attrs, slog.String(k.log, v))
-		}
-	}
+	attrs = appendLogString(attrs, c, scopeKey, "scope")
+	attrs = appendLogString(attrs, c, keyHashKey, "key_hash")
+	attrs = appendLogString(attrs, c, stopReasonKey, "stop_reason")
+	attrs = appendLogString(attrs, c, authMethodKey, "auth")
 	if c.GetBool(replayedKey) {
 		attrs = append(attrs, slog.Bool("replayed", true))
 	}
@@ -101,6 +101,16 @@ func (h *handlers) requestLog(c *gin.Context) {
 		level = slog.LevelDebug
 	}
 	h.log.LogAttrs(c.Request.Context(), level, "http: request", attrs...)
+}
+
+// appendLogString appends the attribute name = the gin-context string under
+// key, if set and not empty. key is an any so that the callers' constants
+// are converted without an allocation.
+func appendLogString(attrs []slog.Attr, c *gin.Context, key any, name string) []slog.Attr {
+	if v := c.GetString(key); v != "" {
+		attrs = append(attrs, slog.String(name, v))
+	}
+	return attrs
 }
 
 // recovery turns a handler panic into a logged 500 problem. Only the panic

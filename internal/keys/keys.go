@@ -86,7 +86,19 @@ const (
 // Deriver computes key hashes and fingerprints under one secret. It is safe
 // for concurrent use.
 type Deriver struct {
-	pool sync.Pool // of hash.Hash (HMAC-SHA256 keyed with the secret)
+	pool sync.Pool // of *macState
+}
+
+// macState is one HMAC-SHA256 keyed with the secret and the scratch space
+// of a derivation. The tagged tuple is assembled in msg and written to the
+// HMAC in one Write: the HMAC sees the same bytes as field-by-field writes
+// (the vectors in keys_test.go pin them), without an allocation per field
+// (a header array or a string converted for io.Writer escapes to the heap).
+type macState struct {
+	h   hash.Hash
+	msg []byte
+	sum [sha256.Size]byte
+	hex [2 * sha256.Size]byte
 }
 
 // New returns a Deriver for secret, which must be at least MinSecretBytes long.
@@ -96,59 +108,64 @@ func New(secret []byte) (*Deriver, error) {
 	}
 	key := bytes.Clone(secret)
 	d := &Deriver{}
-	d.pool.New = func() any { return hmac.New(sha256.New, key) }
+	d.pool.New = func() any { return &macState{h: hmac.New(sha256.New, key), msg: make([]byte, 0, 256)} }
 	return d, nil
 }
+
+// maxPooledMsg bounds the scratch buffer a pooled state keeps, so that one
+// call with large inputs does not pin its buffer for the process's life.
+const maxPooledMsg = 64 << 10
 
 // KeyHash returns the hex HMAC of the tagged tuple (tenant, scope, clientKey)
 // when clientKey is not empty, else (tenant, scope, canonicalInputs).
 // canonicalInputs must come from Canonicalize.
 func (d *Deriver) KeyHash(tenant, scope, clientKey string, canonicalInputs []byte) string {
-	h := d.pool.Get().(hash.Hash)
-	defer d.pool.Put(h)
-	h.Reset()
-	io.WriteString(h, version)
-	writeField(h, tagKeyHash, nil)
-	writeString(h, tagTenant, tenant)
-	writeString(h, tagScope, scope)
+	st := d.pool.Get().(*macState)
+	defer d.put(st)
+	m := append(st.msg[:0], version...)
+	m = appendField(m, tagKeyHash, "")
+	m = appendField(m, tagTenant, tenant)
+	m = appendField(m, tagScope, scope)
 	if clientKey != "" {
-		writeString(h, tagClientKey, clientKey)
+		m = appendField(m, tagClientKey, clientKey)
 	} else {
-		writeField(h, tagInputs, canonicalInputs)
+		m = appendField(m, tagInputs, canonicalInputs)
 	}
-	return sum(h)
+	st.msg = m
+	return st.digest()
 }
 
 // Fingerprint returns the hex HMAC of the tagged canonical inputs.
 func (d *Deriver) Fingerprint(canonicalInputs []byte) string {
-	h := d.pool.Get().(hash.Hash)
-	defer d.pool.Put(h)
-	h.Reset()
-	io.WriteString(h, version)
-	writeField(h, tagFingerprint, nil)
-	writeField(h, tagInputs, canonicalInputs)
-	return sum(h)
+	st := d.pool.Get().(*macState)
+	defer d.put(st)
+	m := append(st.msg[:0], version...)
+	m = appendField(m, tagFingerprint, "")
+	st.msg = appendField(m, tagInputs, canonicalInputs)
+	return st.digest()
 }
 
-func sum(h hash.Hash) string {
-	var buf [sha256.Size]byte
-	return hex.EncodeToString(h.Sum(buf[:0]))
+func (d *Deriver) put(st *macState) {
+	if cap(st.msg) > maxPooledMsg {
+		st.msg = make([]byte, 0, 256)
+	}
+	d.pool.Put(st)
 }
 
-func writeField(w io.Writer, tag byte, b []byte) {
-	var hdr [9]byte
-	hdr[0] = tag
-	binary.BigEndian.PutUint64(hdr[1:], uint64(len(b)))
-	w.Write(hdr[:])
-	w.Write(b)
+// digest is the hex HMAC of st.msg.
+func (st *macState) digest() string {
+	st.h.Reset()
+	st.h.Write(st.msg)
+	hex.Encode(st.hex[:], st.h.Sum(st.sum[:0]))
+	return string(st.hex[:])
 }
 
-func writeString(w io.Writer, tag byte, s string) {
-	var hdr [9]byte
-	hdr[0] = tag
-	binary.BigEndian.PutUint64(hdr[1:], uint64(len(s)))
-	w.Write(hdr[:])
-	io.WriteString(w, s)
+// appendField appends one field of a tagged tuple: tag byte, 8-byte
+// big-endian length, bytes.
+func appendField[T string | []byte](m []byte, tag byte, b T) []byte {
+	m = append(m, tag)
+	m = binary.BigEndian.AppendUint64(m, uint64(len(b)))
+	return append(m, b...)
 }
 
 // HashUserText returns the hex SHA-256 of s trimmed, with every run of white
@@ -291,8 +308,28 @@ func writeCanonical(buf *bytes.Buffer, v any) error {
 }
 
 func writeJSONString(buf *bytes.Buffer, s string) {
+	if plainJSONString(s) {
+		// What the encoder writes for it: the bytes, quoted.
+		buf.WriteByte('"')
+		buf.WriteString(s)
+		buf.WriteByte('"')
+		return
+	}
 	enc := json.NewEncoder(buf)
 	enc.SetEscapeHTML(false)
 	_ = enc.Encode(s)           // a string always encodes
 	buf.Truncate(buf.Len() - 1) // Encode appends '\n'
+}
+
+// plainJSONString reports whether encoding/json (HTML escaping off) writes s
+// as its own bytes between quotes: printable ASCII other than '"' and '\\'.
+// Control characters, non-ASCII (U+2028, U+2029, invalid UTF-8) and the two
+// specials take the encoder's path.
+func plainJSONString(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; c < 0x20 || c > 0x7e || c == '"' || c == '\\' {
+			return false
+		}
+	}
+	return true
 }

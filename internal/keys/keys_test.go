@@ -368,3 +368,27 @@ func BenchmarkKeyHash(b *testing.B) {
 		_ = d.KeyHash("acme", "actionRequests.aiProposeCopy", "", c)
 	}
 }
+
+// writeJSONString's fast path for plain strings must write exactly what the
+// encoder writes (canonical inputs feed the HMACs): every single byte, and
+// strings mixing plain and special characters.
+func TestWriteJSONStringMatchesEncoder(t *testing.T) {
+	t.Parallel()
+	encode := func(s string) string {
+		var b bytes.Buffer
+		enc := json.NewEncoder(&b)
+		enc.SetEscapeHTML(false)
+		require.NoError(t, enc.Encode(s))
+		return strings.TrimSuffix(b.String(), "\n")
+	}
+	cases := []string{"", "plain text 0-9 ~!@#$%^&*()_+{}|:<>?[];',./`", "a\"b", "a\\b", "tab\there", "nl\n",
+		"\x7f", "é", "\u2028", "\u2029", "\xff", "<&>", "a\x00b"}
+	for c := range 256 {
+		cases = append(cases, string([]byte{byte(c)}), "x"+string([]byte{byte(c)})+"y")
+	}
+	for _, s := range cases {
+		var b bytes.Buffer
+		writeJSONString(&b, s)
+		require.Equal(t, encode(s), b.String(), "string %q", s)
+	}
+}

@@ -119,6 +119,13 @@ type row struct {
 	Now          time.Time     `db:"db_now"`
 }
 
+// dest is r's fields in getSQL's column order, for Scan.
+func (r *row) dest() []any {
+	return []any{&r.ID, &r.Tenant, &r.Scope, &r.KeyHash, &r.Fingerprint, &r.Status, &r.Attempts, &r.ClaimNonce,
+		&r.Response, &r.ResponseCode, &r.CreatedAt, &r.StartedAt, &r.HeartbeatAt, &r.CompletedAt, &r.ExpiresAt,
+		&r.LeaseMicros, &r.Now}
+}
+
 const getSQL = `SELECT id, tenant, scope, key_hash, request_fingerprint, status, attempt_count, claim_nonce,
   response_json, response_code, created_at, started_at, heartbeat_at, completed_at, expires_at, lease_micros,
   UTC_TIMESTAMP(6) AS db_now
@@ -126,8 +133,12 @@ FROM idempotency_keys WHERE tenant = ? AND scope = ? AND key_hash = ?`
 
 // Get implements engine.Store.
 func (s *Store) Get(ctx context.Context, tenant, scope, keyHash string) (engine.Record, error) {
+	// A plain Scan in getSQL's column order: sqlx's StructScan maps columns to
+	// fields by reflection on every call, and Get is the whole of a store
+	// replay. TestGetScansEveryColumn checks the order against the struct tags.
 	var r row
-	if err := interpretError(s.db.QueryRowxContext(ctx, getSQL, tenant, scope, keyHash).StructScan(&r)); err != nil {
+	err := s.db.QueryRowContext(ctx, getSQL, tenant, scope, keyHash).Scan(r.dest()...)
+	if err := interpretError(err); err != nil {
 		return engine.Record{}, err
 	}
 	return engine.Record{ID: r.ID, Tenant: r.Tenant, Scope: r.Scope, KeyHash: r.KeyHash, Fingerprint: r.Fingerprint,
