@@ -63,9 +63,10 @@ Idempotent and IdempotentHTTP store the wrapped handler's status and JSON
 body as its answer, except for statuses that do not answer the inputs: a
 5xx (provider_error), 429 (rate_limited), 408 (timeout), 409 (the state of
 the moment: provider_error), 401 and 403 (the credentials: provider_error).
-Those are stored as retryable failures: the first caller gets a 502
-problem and the next request with the key runs the handler again while
-attempts remain. Any other status (2xx, 400, 404, 422, ...) is stored and
+Those are stored as retryable failures: the caller whose request ran the
+handler gets the handler's own answer as written (any body, not stored),
+and the next request with the key runs the handler again while attempts
+remain (a duplicate that finds the stored failure gets a 502 problem). Any other status (2xx, 400, 404, 422, ...) is stored and
 replayed for the TTL.
 
 # Errors

@@ -259,6 +259,11 @@ func (m *middleware) serve(w http.ResponseWriter, r *http.Request, scope string,
 		m.fail(w, r, err)
 		return
 	}
+	var answer *handlerAnswer
+	if res.Status == idemguard.StatusFailed && !res.Cached && errors.As(res.Err, &answer) {
+		answer.write(w)
+		return
+	}
 	h := w.Header()
 	if waitApplied {
 		h.Set(headerPreferenceApplied, preferenceApplied(wait))
@@ -416,6 +421,44 @@ func (w *bufferedWriter) Hijack() (net.Conn, *bufio.ReadWriter, error) {
 	return nil, nil, errors.New("routers: a handler behind the idempotency middleware cannot hijack the connection")
 }
 
+// retryableStatus reports whether a handler's status is a retryable failure
+// rather than the answer to the inputs, and the stop reason it is stored with.
+func retryableStatus(status int) (sanitize.StopReason, bool) {
+	switch {
+	case status >= 500:
+		return sanitize.ProviderError, true
+	case status == http.StatusTooManyRequests:
+		return sanitize.RateLimited, true
+	case status == http.StatusRequestTimeout:
+		return sanitize.Timeout, true
+	case status == http.StatusConflict, status == http.StatusUnauthorized, status == http.StatusForbidden:
+		return sanitize.ProviderError, true
+	}
+	return "", false
+}
+
+// handlerAnswer is a guarded handler's retryable answer (see retryableStatus):
+// the row records a retryable failure, and only the caller whose call ran the
+// handler gets this answer, as the handler wrote it.
+type handlerAnswer struct {
+	status int
+	header http.Header
+	body   []byte
+}
+
+func (a *handlerAnswer) Error() string { return fmt.Sprintf("the handler answered %d", a.status) }
+
+// write sends the handler's answer as written.
+func (a *handlerAnswer) write(w http.ResponseWriter) {
+	h := w.Header()
+	for k, v := range a.header {
+		h[k] = v
+	}
+	h.Set("Content-Length", strconv.Itoa(len(a.body)))
+	w.WriteHeader(a.status)
+	_, _ = w.Write(a.body)
+}
+
 // result is the operation's value for what the handler wrote.
 func (w *bufferedWriter) result() (any, error) {
 	invalid := func(format string, args ...any) error {
@@ -427,25 +470,22 @@ func (w *bufferedWriter) result() (any, error) {
 	case w.overflow:
 		return nil, invalid("wrote more than the limit of %d bytes", w.max)
 	}
+	status := cmp.Or(w.status, http.StatusOK)
+	if reason, retryable := retryableStatus(status); retryable {
+		// Not the answer to the inputs: a 5xx, 408 or 429 is a failure of the
+		// moment, a 409 depends on the state of the moment (DESIGN §7:
+		// retryable), a 401 or 403 on the credentials. Stored as success they
+		// would be replayed for the TTL; so the row records a retryable
+		// failure, and the caller whose call ran the handler gets the
+		// handler's own answer as written (it is not stored, so its body
+		// need not be JSON).
+		return nil, &idemguard.OpError{Reason: reason, Err: &handlerAnswer{status: status, header: w.header.Clone(), body: bytes.Clone(w.body.Bytes())}}
+	}
 	if ct := w.header.Get("Content-Type"); ct != "" {
 		mt, _, err := mime.ParseMediaType(ct)
 		if err != nil || (mt != "application/json" && !strings.HasSuffix(mt, "+json")) {
 			return nil, invalid("wrote Content-Type %.64q", ct)
 		}
-	}
-	status := cmp.Or(w.status, http.StatusOK)
-	switch {
-	case status >= 500:
-		return nil, &idemguard.OpError{Reason: sanitize.ProviderError, Err: fmt.Errorf("the handler answered %d", status)}
-	case status == http.StatusTooManyRequests:
-		return nil, &idemguard.OpError{Reason: sanitize.RateLimited, Err: errors.New("the handler answered 429")}
-	case status == http.StatusRequestTimeout:
-		return nil, &idemguard.OpError{Reason: sanitize.Timeout, Err: errors.New("the handler answered 408")}
-	case status == http.StatusConflict, status == http.StatusUnauthorized, status == http.StatusForbidden:
-		// Not the answer to the inputs: a 409 depends on the state of the
-		// moment (DESIGN §7: retryable), a 401 or 403 on the credentials.
-		// Stored as success they would be replayed for the TTL.
-		return nil, &idemguard.OpError{Reason: sanitize.ProviderError, Err: fmt.Errorf("the handler answered %d", status)}
 	}
 	var obj map[string]any
 	if len(bytes.TrimSpace(w.body.Bytes())) > 0 {

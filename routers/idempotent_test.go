@@ -181,7 +181,8 @@ func TestIdempotentConcurrentRunsOnce(t *testing.T) {
 }
 
 // A handler that writes something no replay could reproduce is a 500 at
-// request time; a failing handler is a retryable 502.
+// request time; a failing handler's own answer reaches its caller, is not
+// stored, and the next call runs the handler again.
 func TestIdempotentHandlerMistakes(t *testing.T) {
 	t.Parallel()
 	b := mwSetup(t)
@@ -199,8 +200,8 @@ func TestIdempotentHandlerMistakes(t *testing.T) {
 	}
 
 	w := mwDo(b.gin, http.MethodPost, "/upstream", "acme", "u", `{}`)
-	require.Equal(t, http.StatusBadGateway, w.Code, w.Body.String())
-	require.Equal(t, "provider_error", problemOf(t, w)["stopReason"])
+	require.Equal(t, http.StatusServiceUnavailable, w.Code, w.Body.String())
+	require.JSONEq(t, `{"error":"down"}`, w.Body.String())
 	w = mwDo(b.gin, http.MethodPost, "/upstream", "acme", "u", `{}`)
 	require.Equal(t, http.StatusOK, w.Code, "a failed handler runs again with the same key")
 }
@@ -270,18 +271,32 @@ func TestIdempotentRetryableHandlerStatuses(t *testing.T) {
 	r.POST("/op/:code", Idempotent(opts), func(c *gin.Context) {
 		if runs.Add(1)%2 == 1 {
 			code, _ := strconv.Atoi(c.Param("code"))
-			c.JSON(code, gin.H{"ok": false})
+			if code >= 500 {
+				c.Header("Retry-After", "7")
+				c.String(code, "upstream down") // not JSON: not stored, so allowed
+				return
+			}
+			c.JSON(code, gin.H{"ok": false, "why": "state of the moment"})
 			return
 		}
 		c.JSON(http.StatusCreated, gin.H{"ok": true})
 	})
-	for _, code := range []int{http.StatusUnauthorized, http.StatusForbidden, http.StatusRequestTimeout, http.StatusConflict} {
+	for _, code := range []int{http.StatusUnauthorized, http.StatusForbidden, http.StatusRequestTimeout, http.StatusConflict,
+		http.StatusTooManyRequests, http.StatusInternalServerError, http.StatusServiceUnavailable} {
 		path := "/op/" + strconv.Itoa(code)
 		first := mwDo(r, http.MethodPost, path, "acme", "k-"+strconv.Itoa(code), `{}`)
-		require.Equal(t, http.StatusBadGateway, first.Code, "%d: %s", code, first.Body.String())
-		require.Equal(t, false, problemOf(t, first)["ok"])
+		// The caller whose call ran the handler gets the handler's own answer, as written.
+		require.Equal(t, code, first.Code, "%d: %s", code, first.Body.String())
+		require.Empty(t, first.Header().Get("Idempotent-Replayed"))
+		if code >= 500 {
+			require.Equal(t, "upstream down", first.Body.String())
+			require.Equal(t, "7", first.Header().Get("Retry-After"))
+		} else {
+			require.JSONEq(t, `{"ok":false,"why":"state of the moment"}`, first.Body.String())
+		}
+		// It was not stored as the answer: the next call runs the handler again.
 		again := mwDo(r, http.MethodPost, path, "acme", "k-"+strconv.Itoa(code), `{}`)
 		require.Equal(t, http.StatusCreated, again.Code, "%d was stored and replayed: %s", code, again.Body.String())
 	}
-	require.EqualValues(t, 8, runs.Load())
+	require.EqualValues(t, 14, runs.Load())
 }
