@@ -167,8 +167,9 @@ func (s *server) run(ctx context.Context) int {
 		}
 	}()
 
-	// One transport for every upstream call, closed at the end.
-	transport := http.DefaultTransport.(*http.Transport).Clone()
+	// One transport for every upstream call, keeping enough idle connections
+	// that concurrent calls reuse them; closed at the end.
+	transport := ops.NewTransport()
 	defer transport.CloseIdleConnections()
 	registry, err := ops.FromConfig(cfg, &http.Client{Transport: transport})
 	if err != nil {

@@ -9,13 +9,11 @@ import (
 )
 
 // FromConfig builds the registry of c's scopes. client sends every upstream
-// request (nil: a default client). A scope's timeout defaults to its
+// request (nil: the operations' shared default client, on a NewTransport). A scope's timeout defaults to its
 // operation's (openai.timeout, upstream.timeout; none for demo); the
 // protocol settings it leaves zero take the guard's defaults (c.Defaults).
 func FromConfig(c *config.Config, client *http.Client) (*Registry, error) {
-	if client == nil {
-		client = &http.Client{}
-	}
+	client = cmp.Or(client, defaultClient())
 	scopes := make([]*Scope, 0, len(c.Scopes))
 	for _, s := range c.Scopes {
 		sc := &Scope{Name: s.Name, Settings: s.Settings, KeyRequired: s.KeyRequired, Timeout: s.Timeout}

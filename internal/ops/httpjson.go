@@ -2,6 +2,7 @@ package ops
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -21,8 +22,8 @@ type HTTPJSONConfig struct {
 	Headers map[string]string
 	// Timeout bounds one call (0: only the guard's timeout applies).
 	Timeout time.Duration
-	// Client sends the requests. Defaults to a client without a timeout of
-	// its own.
+	// Client sends the requests. Defaults to one client, shared by every
+	// operation, on a NewTransport and without a timeout of its own.
 	Client *http.Client
 }
 
@@ -35,10 +36,7 @@ type HTTPJSONConfig struct {
 // 429 rate_limited, 5xx and transport errors provider_error, no answer in
 // time timeout, other 4xx invalid_input, a non-object answer provider_error.
 func HTTPJSON(cfg HTTPJSONConfig) Func {
-	client := cfg.Client
-	if client == nil {
-		client = &http.Client{}
-	}
+	client := cmp.Or(cfg.Client, defaultClient())
 	headers := maps.Clone(cfg.Headers)
 	return func(ctx context.Context, inputs json.RawMessage) (any, error) {
 		b, _, err := postJSON(ctx, client, "http_json upstream", cfg.URL, cfg.Timeout, headers, inputs)

@@ -1,6 +1,7 @@
 package ops
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -26,8 +27,8 @@ type OpenAIConfig struct {
 	// MaxTokens caps the max_tokens a request may ask for, and is sent when
 	// the request asks for none (0: no cap).
 	MaxTokens int
-	// Client sends the requests. Defaults to a client without a timeout of
-	// its own (Timeout and the guard bound each call).
+	// Client sends the requests. Defaults to one client, shared by every
+	// operation, on a NewTransport and without a timeout of its own (Timeout and the guard bound each call).
 	Client *http.Client
 }
 
@@ -87,10 +88,7 @@ type chatResponse struct {
 // inputs that do not fit ChatInput invalid_input. Errors never contain the
 // prompt, the upstream's body or the API key.
 func OpenAIChat(cfg OpenAIConfig) Func {
-	client := cfg.Client
-	if client == nil {
-		client = &http.Client{}
-	}
+	client := cmp.Or(cfg.Client, defaultClient())
 	url := strings.TrimRight(cfg.BaseURL, "/") + "/chat/completions"
 	headers := map[string]string{}
 	if cfg.APIKey != "" {

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -382,4 +383,56 @@ func TestFromConfig(t *testing.T) {
 	c.Scopes = append(c.Scopes, config.Scope{Name: "x", Operation: "nope"})
 	_, err = ops.FromConfig(c, nil)
 	require.ErrorContains(t, err, `unknown operation "nope"`)
+}
+
+// TestNewTransportReusesConnections: serve's upstream transport keeps the
+// connections of concurrent calls for the next calls. On a transport that
+// keeps 2 idle connections per host (http.DefaultTransport), every round of
+// 16 concurrent calls after the first dials 14 new connections.
+func TestNewTransportReusesConnections(t *testing.T) {
+	t.Parallel()
+	const inFlight, rounds = 16, 3
+	var dialed atomic.Int32
+	arrived := make(chan struct{}, inFlight)
+	release := make(chan struct{})
+	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.Copy(io.Discard, r.Body)
+		arrived <- struct{}{}
+		<-release // every call of the round is in flight at once, each on its own connection
+		reply(200, completion)(w, r)
+	}))
+	srv.Config.ConnState = func(_ net.Conn, s http.ConnState) {
+		if s == http.StateNew {
+			dialed.Add(1)
+		}
+	}
+	srv.Start()
+	defer srv.Close()
+	tr := ops.NewTransport()
+	defer tr.CloseIdleConnections()
+	run := ops.OpenAIChat(ops.OpenAIConfig{BaseURL: srv.URL, Model: "m", Client: &http.Client{Transport: tr}})
+
+	for round := range rounds {
+		errs := make(chan error, inFlight)
+		for range inFlight {
+			go func() { _, err := run(context.Background(), chatInputs); errs <- err }()
+		}
+		for range inFlight {
+			select {
+			case <-arrived:
+			case <-time.After(10 * time.Second):
+				t.Fatalf("round %d: not every call reached the upstream", round)
+			}
+		}
+		for range inFlight {
+			release <- struct{}{}
+		}
+		for range inFlight {
+			require.NoError(t, <-errs)
+		}
+	}
+	// A connection goes back to the idle pool just after its answer is read,
+	// so a call of the next round may dial before one is back: allow a few.
+	require.LessOrEqual(t, int(dialed.Load()), inFlight+4,
+		"connections dialed for %d rounds of %d concurrent calls", rounds, inFlight)
 }

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"sync"
 	"time"
 
 	"github.com/idemguard/idemguard/internal/engine"
@@ -17,6 +18,28 @@ import (
 // MaxUpstreamResponseBytes is the largest upstream answer an operation reads;
 // a larger one is a provider_error.
 const MaxUpstreamResponseBytes = 4 << 20
+
+// MaxIdleConnsPerHost is how many idle connections NewTransport keeps to
+// each upstream host. http.DefaultTransport keeps 2: with more calls than
+// that in flight, every call past the second dials a new connection and
+// closes it afterwards (a TCP, and for a real provider a TLS, handshake per
+// call, and a TIME_WAIT socket left behind). Idle connections are only
+// kept, never limited: the number in flight is bounded by the requests.
+const MaxIdleConnsPerHost = 256
+
+// NewTransport is the transport for upstream calls: http.DefaultTransport's
+// settings (proxy from the environment, dial and TLS handshake timeouts,
+// HTTP/2 where offered, 90 s idle timeout) with MaxIdleConnsPerHost idle
+// connections kept per host, so a steady load reuses its connections.
+func NewTransport() *http.Transport {
+	t := http.DefaultTransport.(*http.Transport).Clone()
+	t.MaxIdleConnsPerHost = MaxIdleConnsPerHost
+	t.MaxIdleConns = 4 * MaxIdleConnsPerHost
+	return t
+}
+
+// defaultClient sends the requests of operations configured without a client.
+var defaultClient = sync.OnceValue(func() *http.Client { return &http.Client{Transport: NewTransport()} })
 
 // errUpstreamTimeout is the cause of an operation's own timeout.
 var errUpstreamTimeout = errors.New("upstream timeout")
