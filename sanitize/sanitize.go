@@ -86,6 +86,12 @@ func valueJSON(v any) ([]byte, error) {
 		return x, nil
 	case []byte:
 		return x, nil
+	case Envelope:
+		return Marshal(x) // the same document as json.Marshal, without reflection
+	case *Envelope:
+		if x != nil {
+			return Marshal(*x)
+		}
 	}
 	b, err := json.Marshal(v)
 	if err != nil {

@@ -326,6 +326,28 @@ func TestFromValue(t *testing.T) {
 	require.ErrorIs(t, err, ErrNotObject)
 }
 
+// TestFromValueEnvelopeAsEncodingJSON: an Envelope is encoded by Marshal, not
+// json.Marshal; what FromValue makes of it is what it made before.
+func TestFromValueEnvelopeAsEncodingJSON(t *testing.T) {
+	t.Parallel()
+	var nilEnv *Envelope
+	for _, v := range []any{
+		Envelope{OK: true, StopReason: "completed", TraceID: "<a&b>", CreatedActionRequestIDs: []int64{1, -2},
+			Data: map[string]any{"html": "<script>&</script>", "bad": "\xff\u2028", "n": json.Number("1e3"), "f": 0.1,
+				"i": 7, "nil": nil, "arr": []any{"x", 1}, "obj": map[string]any{"a": 1}, "password": "p", "raw": json.RawMessage(`{"x":[1]}`)}},
+		&Envelope{OK: false, StopReason: "weird", NeedsHuman: true, Cached: true},
+		Envelope{},
+		nilEnv,
+	} {
+		b, err := json.Marshal(v)
+		require.NoError(t, err)
+		want, werr := FromJSON(b)
+		got, gerr := FromValue(v)
+		require.Equal(t, werr, gerr, "%#v", v)
+		require.Equal(t, want, got, "%#v", v)
+	}
+}
+
 func TestMarshalGolden(t *testing.T) {
 	t.Parallel()
 	e := Envelope{OK: true, StopReason: Completed, CreatedActionRequestIDs: []int64{3, 1}, TraceID: "t<1>", NeedsHuman: false, Cached: true,

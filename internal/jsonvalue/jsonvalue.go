@@ -27,7 +27,20 @@ const MaxDepth = 64
 // optional white space. ok is false when b is not handled (see the package
 // documentation): decode it with encoding/json instead.
 func Decode(b []byte) (v any, ok bool) {
-	d := decoder{b: b}
+	return decode(decoder{b: b})
+}
+
+// DecodeUniqueKeys is Decode that also declines a document in which an
+// object repeats a member name. Decoding into a struct, encoding/json merges
+// a repeated member into what the first one decoded (a repeated array of
+// objects keeps the fields the second one omits), which a map of generic
+// values cannot show; a caller that maps the generic values onto a struct
+// uses this, and leaves such documents to encoding/json.
+func DecodeUniqueKeys(b []byte) (v any, ok bool) {
+	return decode(decoder{b: b, unique: true})
+}
+
+func decode(d decoder) (v any, ok bool) {
 	d.skipSpace()
 	v, ok = d.value(0)
 	if !ok {
@@ -41,8 +54,9 @@ func Decode(b []byte) (v any, ok bool) {
 }
 
 type decoder struct {
-	b []byte
-	i int
+	b      []byte
+	i      int
+	unique bool // decline repeated member names
 }
 
 func (d *decoder) skipSpace() {
@@ -113,6 +127,11 @@ func (d *decoder) object(depth int) (any, bool) {
 		v, ok := d.value(depth + 1)
 		if !ok {
 			return nil, false
+		}
+		if d.unique {
+			if _, dup := m[k]; dup {
+				return nil, false
+			}
 		}
 		m[k] = v // a repeated key: the last one wins, as in encoding/json
 		d.skipSpace()

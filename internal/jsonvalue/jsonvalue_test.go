@@ -109,3 +109,23 @@ func BenchmarkDecode(b *testing.B) {
 		}
 	})
 }
+
+func TestDecodeUniqueKeys(t *testing.T) {
+	t.Parallel()
+	for _, s := range seeds {
+		v, ok := Decode([]byte(s))
+		u, uok := DecodeUniqueKeys([]byte(s))
+		if uok {
+			require.True(t, ok, "input %q", s)
+			require.Equal(t, v, u, "input %q", s)
+		}
+	}
+	for _, s := range []string{`{"a":1,"a":2}`, `[{"x":{"b":1,"b":1}}]`, `{"a":1,"\u0061":2}`} {
+		_, ok := Decode([]byte(s))
+		require.True(t, ok, "Decode takes %q (the last member wins)", s)
+		_, ok = DecodeUniqueKeys([]byte(s))
+		require.False(t, ok, "DecodeUniqueKeys declines the repeated member of %q", s)
+	}
+	_, ok := DecodeUniqueKeys([]byte(`{"a":{"b":1},"c":{"b":2}}`))
+	require.True(t, ok, "the same name in two objects is not a repeat")
+}

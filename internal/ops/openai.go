@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"strconv"
 	"strings"
 	"time"
 
@@ -95,8 +96,8 @@ func OpenAIChat(cfg OpenAIConfig) Func {
 		headers["Authorization"] = "Bearer " + cfg.APIKey
 	}
 	return func(ctx context.Context, inputs json.RawMessage) (any, error) {
-		var in ChatInput
-		if err := decodeStrict(inputs, &in); err != nil {
+		in, err := decodeChatInput(inputs)
+		if err != nil {
 			return nil, invalidInput("openai_chat: inputs must be {\"messages\":[{\"role\":…,\"content\":…}], …}: %s", describeJSONError(err))
 		}
 		if err := checkChatInput(&in, cfg.MaxTokens); err != nil {
@@ -119,17 +120,15 @@ func OpenAIChat(cfg OpenAIConfig) Func {
 		if c := out.Choices[0].Message.Content; c != nil {
 			text = *c
 		}
-		return map[string]any{
-			"ok":         true,
-			"stopReason": sanitize.Completed,
-			"data": map[string]any{
-				"text":              text,
-				"finish_reason":     out.Choices[0].FinishReason,
-				"prompt_tokens":     out.Usage.PromptTokens,
-				"completion_tokens": out.Usage.CompletionTokens,
-				"total_tokens":      out.Usage.TotalTokens,
-			},
-		}, nil
+		// An Envelope, which the guard encodes without reflection before
+		// sanitizing it like any other result.
+		return sanitize.Envelope{OK: true, StopReason: sanitize.Completed, Data: map[string]any{
+			"text":              text,
+			"finish_reason":     out.Choices[0].FinishReason,
+			"prompt_tokens":     json.Number(strconv.FormatInt(out.Usage.PromptTokens, 10)),
+			"completion_tokens": json.Number(strconv.FormatInt(out.Usage.CompletionTokens, 10)),
+			"total_tokens":      json.Number(strconv.FormatInt(out.Usage.TotalTokens, 10)),
+		}}, nil
 	}
 }
 
