@@ -100,7 +100,15 @@ func (h *handlers) requestLog(c *gin.Context) {
 	case probeRoutes[route]:
 		level = slog.LevelDebug
 	}
-	h.log.LogAttrs(c.Request.Context(), level, "http: request", attrs...)
+	// The handler directly, as LogAttrs would call it but without the
+	// caller's program counter: runtime.Callers on every request, for a
+	// source line that would always be this one.
+	ctx := c.Request.Context()
+	if lh := h.log.Handler(); lh.Enabled(ctx, level) {
+		r := slog.NewRecord(time.Now(), level, "http: request", 0)
+		r.AddAttrs(attrs...)
+		_ = lh.Handle(ctx, r)
+	}
 }
 
 // appendLogString appends the attribute name = the gin-context string under

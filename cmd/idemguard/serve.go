@@ -83,6 +83,11 @@ func runServe(ctx context.Context, e env, args []string) int {
 		fmt.Fprintf(e.stderr, "idemguard serve: %v\n", err)
 		return exitUsage
 	}
+	// From here on every line goes through one queue, so the request log
+	// costs a request no write(2) of its own, and lines keep their order.
+	lw := newLogWriter(e.stderr)
+	defer lw.Close()
+	e.stderr, e.logger = lw, slog.New(slog.NewJSONHandler(lw, nil))
 	s := &server{cfg: cfg, log: e.logger, env: e}
 	return s.run(ctx)
 }
