@@ -10,11 +10,7 @@ package sanitize
 // in no particular order; values are never passed. "cached" is set by the
 // guard and never reported. With dropped nil it is FromValue.
 func FromValueReport(v any, dropped func(name string)) (Envelope, error) {
-	b, err := valueJSON(v)
-	if err != nil {
-		return Envelope{}, err
-	}
-	top, err := decodeObject(b)
+	top, err := objectOf(v)
 	if err != nil {
 		return Envelope{}, err
 	}

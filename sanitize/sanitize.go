@@ -67,16 +67,35 @@ func Failure(reason StopReason) Envelope {
 	return Envelope{OK: false, StopReason: ParseStopReason(string(reason))}
 }
 
-// FromValue marshals v with encoding/json and sanitizes the result with
-// [FromJSON]. A []byte or [json.RawMessage] is taken to hold JSON already.
+// FromValue sanitizes v's encoding/json encoding as [FromJSON] does. Maps,
+// slices, strings, integers and envelopes are converted directly, without
+// the encoding round trip, to exactly what it would decode to; other values
+// are marshalled. A []byte or [json.RawMessage] is taken to hold JSON already.
 // An [Envelope] or *Envelope is sanitized too, so a hand-built envelope never
 // bypasses the allowlist.
 func FromValue(v any) (Envelope, error) {
-	b, err := valueJSON(v)
+	top, err := objectOf(v)
 	if err != nil {
 		return Envelope{}, err
 	}
-	return FromJSON(b)
+	return fromObject(top), nil
+}
+
+// objectOf is the decoded top-level object of v's JSON encoding: converted
+// directly where genericOf can, else encoded and decoded.
+func objectOf(v any) (map[string]any, error) {
+	if g, ok := genericOf(v, 0); ok {
+		top, isObject := g.(map[string]any)
+		if !isObject {
+			return nil, ErrNotObject
+		}
+		return top, nil
+	}
+	b, err := valueJSON(v)
+	if err != nil {
+		return nil, err
+	}
+	return decodeObject(b)
 }
 
 // valueJSON is the JSON FromValue sanitizes.

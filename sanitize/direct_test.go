@@ -1,0 +1,135 @@
+package sanitize
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"math"
+	"slices"
+	"strconv"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+)
+
+// viaMarshal is FromValueReport as it was before genericOf: encode v with
+// json.Marshal, decode, sanitize.
+func viaMarshal(v any) (Envelope, []string, error) {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return Envelope{}, nil, err
+	}
+	top, err := decodeObject(b)
+	if err != nil {
+		return Envelope{}, nil, err
+	}
+	var dropped []string
+	reportDropped(top, func(n string) { dropped = append(dropped, n) })
+	return fromObject(top), dropped, nil
+}
+
+// checkDirect fails when FromValueReport answers v otherwise than viaMarshal.
+func checkDirect(t *testing.T, v any) {
+	t.Helper()
+	want, wantDropped, werr := viaMarshal(v)
+	var dropped []string
+	got, err := FromValueReport(v, func(n string) { dropped = append(dropped, n) })
+	if werr != nil {
+		require.Error(t, err, "%#v", v)
+		require.Equal(t, errors.Is(werr, ErrNotObject), errors.Is(err, ErrNotObject), "%#v: %v vs %v", v, werr, err)
+		return
+	}
+	require.NoError(t, err, "%#v", v)
+	require.Equal(t, want, got, "%#v", v)
+	slices.Sort(dropped)
+	slices.Sort(wantDropped)
+	require.Equal(t, wantDropped, dropped, "%#v", v)
+}
+
+func TestGenericOfMatchesMarshal(t *testing.T) {
+	t.Parallel()
+	cyclic := map[string]any{}
+	cyclic["data"] = cyclic
+	deep := map[string]any{"ok": true}
+	for range 40 {
+		deep = map[string]any{"data": deep}
+	}
+	var nilMap map[string]any
+	var nilEnv *Envelope
+	for _, v := range []any{
+		map[string]any{"ok": true, "stopReason": "completed", "data": map[string]any{"n": 1, "label": "x"}},
+		map[string]any{"ok": false, "traceId": "<t&>", "needsHuman": true, "cached": true,
+			"createdActionRequestIds": []any{1, int64(-2), json.Number("3"), "4", 5.5, nil},
+			"data": map[string]any{"i": math.MinInt64, "u": uint64(math.MaxUint64), "i32": int32(-7), "n1": json.Number("1.50"),
+				"n2": json.Number("1e3"), "n3": json.Number("-0"), "s": "\u2028<b>&", "b": false, "z": nil,
+				"arr": []any{"a", 1, json.Number("2.0"), true, nil}, "mixed": []any{"a", map[string]any{"x": 1}},
+				"obj": map[string]any{"password": "p"}, "Password": "p", "api_key": "k", "empty": []any{}, "nilarr": []any(nil)}},
+		map[string]any{"data": "not an object", "stopReason": 5, "ok": "yes", "extra": map[string]any{"deep": []any{1}}},
+		map[string]any{"data": map[string]any{"f": 1.5}},                    // a float: the json.Marshal path
+		map[string]any{"data": map[string]any{"s": "\xff"}},                 // invalid UTF-8: the json.Marshal path
+		map[string]any{"data": map[string]any{"\xffkey": "v"}},              // invalid UTF-8 key
+		map[string]any{"data": map[string]any{"n": json.Number("")}},        // json.Marshal writes 0
+		map[string]any{"data": map[string]any{"n": json.Number("01")}},      // invalid number: an error either way
+		map[string]any{"data": map[string]any{"n": json.Number("1e999")}},   // valid JSON number text
+		map[string]any{},
+		nilMap,
+		[]any{map[string]any{"ok": true}},
+		"{}",
+		42,
+		nil,
+		nilEnv,
+		cyclic,
+		deep,
+		Envelope{OK: true, StopReason: Completed, Data: map[string]any{"text": "hi", "n": json.Number("3"), "t": 7}},
+		&Envelope{OK: false, StopReason: "weird", TraceID: "tr", NeedsHuman: true, Cached: true, CreatedActionRequestIDs: []int64{9, -1},
+			Data: map[string]any{"nested": map[string]any{"a": 1}, "token": "secret"}},
+		Envelope{StopReason: "\xff"},
+		Envelope{Data: map[string]any{}},
+		Envelope{Data: map[string]any{"f": 0.1}},
+	} {
+		checkDirect(t, v)
+	}
+}
+
+// FuzzGenericOf: any JSON document, as the generic values encoding/json
+// decodes, and again with its integers as int64, sanitizes the same
+// directly as through json.Marshal.
+func FuzzGenericOf(f *testing.F) {
+	for _, c := range fieldCases {
+		f.Add([]byte(c.in))
+	}
+	f.Add([]byte(`{"data":{"a":[1,"x",{"b":2}],"n":-0,"big":18446744073709551615}}`))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		dec := json.NewDecoder(bytes.NewReader(b))
+		dec.UseNumber()
+		var v any
+		if dec.Decode(&v) != nil {
+			return
+		}
+		checkDirect(t, v)
+		checkDirect(t, withInts(v))
+	})
+}
+
+// withInts replaces every json.Number that parses as an int64 by the int64.
+func withInts(v any) any {
+	switch x := v.(type) {
+	case json.Number:
+		if i, err := strconv.ParseInt(string(x), 10, 64); err == nil {
+			return i
+		}
+	case map[string]any:
+		m := make(map[string]any, len(x))
+		for k, e := range x {
+			m[k] = withInts(e)
+		}
+		return m
+	case []any:
+		a := make([]any, len(x))
+		for i, e := range x {
+			a[i] = withInts(e)
+		}
+		return a
+	}
+	return v
+}
