@@ -65,12 +65,12 @@ func TestGenericOfMatchesMarshal(t *testing.T) {
 				"arr": []any{"a", 1, json.Number("2.0"), true, nil}, "mixed": []any{"a", map[string]any{"x": 1}},
 				"obj": map[string]any{"password": "p"}, "Password": "p", "api_key": "k", "empty": []any{}, "nilarr": []any(nil)}},
 		map[string]any{"data": "not an object", "stopReason": 5, "ok": "yes", "extra": map[string]any{"deep": []any{1}}},
-		map[string]any{"data": map[string]any{"f": 1.5}},                    // a float: the json.Marshal path
-		map[string]any{"data": map[string]any{"s": "\xff"}},                 // invalid UTF-8: the json.Marshal path
-		map[string]any{"data": map[string]any{"\xffkey": "v"}},              // invalid UTF-8 key
-		map[string]any{"data": map[string]any{"n": json.Number("")}},        // json.Marshal writes 0
-		map[string]any{"data": map[string]any{"n": json.Number("01")}},      // invalid number: an error either way
-		map[string]any{"data": map[string]any{"n": json.Number("1e999")}},   // valid JSON number text
+		map[string]any{"data": map[string]any{"f": 1.5}},                  // a float: the json.Marshal path
+		map[string]any{"data": map[string]any{"s": "\xff"}},               // invalid UTF-8: the json.Marshal path
+		map[string]any{"data": map[string]any{"\xffkey": "v"}},            // invalid UTF-8 key
+		map[string]any{"data": map[string]any{"n": json.Number("")}},      // json.Marshal writes 0
+		map[string]any{"data": map[string]any{"n": json.Number("01")}},    // invalid number: an error either way
+		map[string]any{"data": map[string]any{"n": json.Number("1e999")}}, // valid JSON number text
 		map[string]any{},
 		nilMap,
 		[]any{map[string]any{"ok": true}},
