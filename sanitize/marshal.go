@@ -4,7 +4,8 @@ import (
 	"encoding/json"
 	"slices"
 	"strconv"
-	"unicode/utf8"
+
+	"github.com/idemguard/idemguard/internal/jsonvalue"
 )
 
 // appendEnvelope appends e's JSON exactly as marshalJSON (encoding/json with
@@ -18,7 +19,7 @@ func appendEnvelope(b []byte, e Envelope) ([]byte, bool) {
 	b = append(b, `{"ok":`...)
 	b = strconv.AppendBool(b, e.OK)
 	b = append(b, `,"stopReason":`...)
-	b = appendJSONString(b, string(e.StopReason))
+	b = jsonvalue.AppendString(b, string(e.StopReason))
 	if len(e.CreatedActionRequestIDs) > 0 {
 		b = append(b, `,"createdActionRequestIds":[`...)
 		for i, id := range e.CreatedActionRequestIDs {
@@ -31,7 +32,7 @@ func appendEnvelope(b []byte, e Envelope) ([]byte, bool) {
 	}
 	if e.TraceID != "" {
 		b = append(b, `,"traceId":`...)
-		b = appendJSONString(b, e.TraceID)
+		b = jsonvalue.AppendString(b, e.TraceID)
 	}
 	b = append(b, `,"needsHuman":`...)
 	b = strconv.AppendBool(b, e.NeedsHuman)
@@ -48,7 +49,7 @@ func appendEnvelope(b []byte, e Envelope) ([]byte, bool) {
 			if i > 0 {
 				b = append(b, ',')
 			}
-			b = appendJSONString(b, k)
+			b = jsonvalue.AppendString(b, k)
 			b = append(b, ':')
 			var ok bool
 			if arr, isArr := e.Data[k].([]any); isArr {
@@ -82,7 +83,7 @@ func appendPrimitive(b []byte, v any) ([]byte, bool) {
 	case nil:
 		return append(b, "null"...), true
 	case string:
-		return appendJSONString(b, x), true
+		return jsonvalue.AppendString(b, x), true
 	case bool:
 		return strconv.AppendBool(b, x), true
 	case json.Number:
@@ -92,62 +93,6 @@ func appendPrimitive(b []byte, v any) ([]byte, bool) {
 		return append(b, x...), true
 	}
 	return b, false
-}
-
-const hexDigits = "0123456789abcdef"
-
-// appendJSONString is encoding/json's string encoding with HTML escaping
-// off: \" \\ \b \f \n \r \t, other control bytes as \u00XX, invalid UTF-8
-// as \ufffd, U+2028 and U+2029 escaped, everything else as is.
-func appendJSONString(b []byte, s string) []byte {
-	b = append(b, '"')
-	start := 0
-	for i := 0; i < len(s); {
-		if c := s[i]; c < utf8.RuneSelf {
-			if c >= 0x20 && c != '"' && c != '\\' {
-				i++
-				continue
-			}
-			b = append(b, s[start:i]...)
-			switch c {
-			case '"', '\\':
-				b = append(b, '\\', c)
-			case '\b':
-				b = append(b, '\\', 'b')
-			case '\f':
-				b = append(b, '\\', 'f')
-			case '\n':
-				b = append(b, '\\', 'n')
-			case '\r':
-				b = append(b, '\\', 'r')
-			case '\t':
-				b = append(b, '\\', 't')
-			default:
-				b = append(b, '\\', 'u', '0', '0', hexDigits[c>>4], hexDigits[c&0xF])
-			}
-			i++
-			start = i
-			continue
-		}
-		r, size := utf8.DecodeRuneInString(s[i:])
-		if r == utf8.RuneError && size == 1 {
-			b = append(b, s[start:i]...)
-			b = append(b, `\ufffd`...)
-			i += size
-			start = i
-			continue
-		}
-		if r == '\u2028' || r == '\u2029' {
-			b = append(b, s[start:i]...)
-			b = append(b, '\\', 'u', '2', '0', '2', hexDigits[r&0xF])
-			i += size
-			start = i
-			continue
-		}
-		i += size
-	}
-	b = append(b, s[start:]...)
-	return append(b, '"')
 }
 
 // validNumber reports whether s is a JSON number literal (RFC 8259).

@@ -288,6 +288,14 @@ func (d *decoder) hex4() (rune, bool) {
 // number scans a JSON number (RFC 8259 grammar) and keeps its literal.
 func (d *decoder) number() (any, bool) {
 	start := d.i
+	if !d.scanNumber() {
+		return nil, false
+	}
+	return json.Number(d.b[start:d.i]), true
+}
+
+// scanNumber consumes a JSON number and reports whether there was one.
+func (d *decoder) scanNumber() bool {
 	if d.b[d.i] == '-' {
 		d.i++
 	}
@@ -297,12 +305,12 @@ func (d *decoder) number() (any, bool) {
 	case d.i < len(d.b) && d.b[d.i] >= '1' && d.b[d.i] <= '9':
 		d.digits()
 	default:
-		return nil, false
+		return false
 	}
 	if d.i < len(d.b) && d.b[d.i] == '.' {
 		d.i++
 		if !d.digits() {
-			return nil, false
+			return false
 		}
 	}
 	if d.i < len(d.b) && (d.b[d.i] == 'e' || d.b[d.i] == 'E') {
@@ -311,10 +319,10 @@ func (d *decoder) number() (any, bool) {
 			d.i++
 		}
 		if !d.digits() {
-			return nil, false
+			return false
 		}
 	}
-	return json.Number(d.b[start:d.i]), true
+	return true
 }
 
 // digits consumes one or more digits and reports whether there was one.

@@ -212,6 +212,17 @@ func validate(s string, maxLen int, sentinel error, what string) error {
 // every level, numbers kept exactly as written, no insignificant white space,
 // no HTML escaping. Canonicalize(Canonicalize(x)) == Canonicalize(x).
 func Canonicalize(raw []byte) ([]byte, error) {
+	// The fast path writes the same bytes without decoding into maps, or
+	// declines; TestCanonicalFastPathMatches and FuzzCanonicalize hold it
+	// to canonicalSlow, which defines the form (and so every stored key).
+	if out, ok := jsonvalue.AppendCanonical(make([]byte, 0, len(raw)), raw); ok {
+		return out, nil
+	}
+	return canonicalSlow(raw)
+}
+
+// canonicalSlow is Canonicalize through encoding/json's generic values.
+func canonicalSlow(raw []byte) ([]byte, error) {
 	v, err := decodeValue(raw)
 	if err != nil {
 		return nil, err

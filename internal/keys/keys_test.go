@@ -10,6 +10,8 @@ import (
 	"unicode/utf8"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/idemguard/idemguard/internal/jsonvalue"
 )
 
 var testSecret = []byte("0123456789abcdef0123456789abcdef")
@@ -223,6 +225,7 @@ func FuzzCanonicalize(f *testing.F) {
 	f.Fuzz(func(t *testing.T, raw []byte) {
 		once, err := Canonicalize(raw)
 		require.Equal(t, json.Valid(raw), err == nil, "Canonicalize must accept exactly valid JSON (err: %v)", err)
+		requireFastPathMatches(t, raw)
 		if err != nil {
 			require.ErrorIs(t, err, ErrInvalidInputs)
 			return
@@ -390,5 +393,37 @@ func TestWriteJSONStringMatchesEncoder(t *testing.T) {
 		var b bytes.Buffer
 		writeJSONString(&b, s)
 		require.Equal(t, encode(s), b.String(), "string %q", s)
+	}
+}
+
+// requireFastPathMatches fails when jsonvalue.AppendCanonical takes raw and
+// writes other bytes than canonicalSlow, the definition of the form: a
+// difference would change the key of inputs already stored.
+func requireFastPathMatches(t *testing.T, raw []byte) bool {
+	t.Helper()
+	fast, ok := jsonvalue.AppendCanonical(nil, raw)
+	if !ok {
+		return false
+	}
+	slow, err := canonicalSlow(raw)
+	require.NoError(t, err, "the fast path took %q; the slow path rejects it", raw)
+	require.Equal(t, string(slow), string(fast), "input %q", raw)
+	return true
+}
+
+func TestCanonicalFastPathMatches(t *testing.T) {
+	t.Parallel()
+	for _, s := range []string{
+		`{"messages":[{"role":"user","content":"hi"}]}`, ` { "b" : 1 , "a" : [ 2 , { "d" : null , "c" : true } ] } `,
+		`{"a":1,"a":2}`, `{"a":{"x":1},"b":0,"a":{"y":2}}`, `{"b":1,"a":2,"b":3,"a":4,"c":5}`,
+		`{"é":1,"e":2,"\u00e8":3,"\u0065":4}`, `{"":"","\u0000":"\u001f"}`, "\"\u2028<&>\t\"", `"\ud83d\ude00"`,
+		`[1, 2.50, -0, 1E+2, 1e-7, 0.0]`, `{"n":1e400}`, `[]`, `{}`, `[[],{},[{}]]`, `null`, `true`, `false`,
+		`{"k1":1,"k2":2,"k3":3,"k4":4,"k5":5,"k6":6,"k7":7,"k8":8,"k9":9,"k0":0}`,
+		"{\"a\":\"\xff\"}", `{"a":1}x`, `{"a" 1}`, `[1,]`, `01`, `"\ud800"`, ``,
+	} {
+		requireFastPathMatches(t, []byte(s))
+	}
+	for _, s := range []string{`{"messages":[{"role":"user","content":"hi"}]}`, `{"b":1,"a":2,"b":3}`, `[{"z":"\u00e9"}]`} {
+		require.True(t, requireFastPathMatches(t, []byte(s)), "the fast path takes %s", s)
 	}
 }

@@ -1,0 +1,161 @@
+package jsonvalue
+
+import (
+	"slices"
+	"strings"
+)
+
+// AppendCanonical appends to dst the canonical form of the JSON document b,
+// as internal/keys defines it (keys.Canonicalize): object members sorted by
+// name (byte order; of a repeated name the last one counts, as encoding/json
+// decodes it), numbers as written, strings as AppendString encodes them, no
+// white space. It builds no maps: each object's members are canonicalized
+// in place at the end of dst, then reordered. ok is false for every
+// document Decode declines; the caller then uses its general path.
+func AppendCanonical(dst, b []byte) ([]byte, bool) {
+	d := decoder{b: b}
+	d.skipSpace()
+	dst, ok := d.canonical(dst, 0)
+	if !ok {
+		return nil, false
+	}
+	d.skipSpace()
+	if d.i != len(d.b) {
+		return nil, false
+	}
+	return dst, true
+}
+
+func (d *decoder) canonical(dst []byte, depth int) ([]byte, bool) {
+	if d.i >= len(d.b) || depth > MaxDepth {
+		return dst, false
+	}
+	switch c := d.b[d.i]; {
+	case c == '{':
+		return d.canonicalObject(dst, depth)
+	case c == '[':
+		return d.canonicalArray(dst, depth)
+	case c == '"':
+		s, ok := d.str()
+		return AppendString(dst, s), ok
+	case c == 't':
+		return append(dst, "true"...), d.literal("true")
+	case c == 'f':
+		return append(dst, "false"...), d.literal("false")
+	case c == 'n':
+		return append(dst, "null"...), d.literal("null")
+	case c == '-' || (c >= '0' && c <= '9'):
+		start := d.i
+		if !d.scanNumber() {
+			return dst, false
+		}
+		return append(dst, d.b[start:d.i]...), true
+	}
+	return dst, false
+}
+
+func (d *decoder) canonicalArray(dst []byte, depth int) ([]byte, bool) {
+	d.i++ // [
+	dst = append(dst, '[')
+	d.skipSpace()
+	if d.i < len(d.b) && d.b[d.i] == ']' {
+		d.i++
+		return append(dst, ']'), true
+	}
+	for n := 0; ; n++ {
+		if n > 0 {
+			dst = append(dst, ',')
+		}
+		var ok bool
+		if dst, ok = d.canonical(dst, depth+1); !ok {
+			return dst, false
+		}
+		d.skipSpace()
+		if d.i >= len(d.b) {
+			return dst, false
+		}
+		switch d.b[d.i] {
+		case ',':
+			d.i++
+			d.skipSpace()
+		case ']':
+			d.i++
+			return append(dst, ']'), true
+		default:
+			return dst, false
+		}
+	}
+}
+
+// member is one object member: its name and where its canonical value
+// lies, relative to the object's start in dst.
+type member struct {
+	name       string
+	start, end int
+}
+
+func (d *decoder) canonicalObject(dst []byte, depth int) ([]byte, bool) {
+	d.i++ // {
+	d.skipSpace()
+	if d.i < len(d.b) && d.b[d.i] == '}' {
+		d.i++
+		return append(dst, "{}"...), true
+	}
+	base := len(dst)
+	var arr [8]member
+	members := arr[:0]
+	for {
+		if d.i >= len(d.b) || d.b[d.i] != '"' {
+			return dst, false
+		}
+		name, ok := d.str()
+		if !ok {
+			return dst, false
+		}
+		d.skipSpace()
+		if d.i >= len(d.b) || d.b[d.i] != ':' {
+			return dst, false
+		}
+		d.i++
+		d.skipSpace()
+		start := len(dst) - base
+		if dst, ok = d.canonical(dst, depth+1); !ok {
+			return dst, false
+		}
+		members = append(members, member{name: name, start: start, end: len(dst) - base})
+		d.skipSpace()
+		if d.i >= len(d.b) {
+			return dst, false
+		}
+		switch d.b[d.i] {
+		case ',':
+			d.i++
+			d.skipSpace()
+			continue
+		case '}':
+			d.i++
+		default:
+			return dst, false
+		}
+		break
+	}
+	// Sorted by name, a repeated name's members in input order: the last
+	// of each run is the one encoding/json keeps.
+	slices.SortStableFunc(members, func(a, b member) int { return strings.Compare(a.name, b.name) })
+	values := slices.Clone(dst[base:])
+	dst = append(dst[:base], '{')
+	first := true
+	for i, m := range members {
+		if i+1 < len(members) && members[i+1].name == m.name {
+			continue
+		}
+		if !first {
+			dst = append(dst, ',')
+		}
+		first = false
+		dst = AppendString(dst, m.name)
+		dst = append(dst, ':')
+		dst = append(dst, values[m.start:m.end]...)
+	}
+	return append(dst, '}'), true
+}
