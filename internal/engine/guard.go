@@ -706,7 +706,7 @@ func (g *Guard) runOwned(ctx context.Context, p prepared, op Operation, o owned)
 		// read from the store says. The entry's lifetime is counted from
 		// before the commit was sent: the row expires TTL after it landed.
 		res.CompletedAt = completedAt
-		if status == RowSucceeded {
+		if status == RowSucceeded && g.cache != nil { // replayOf encodes: not for a disabled cache
 			g.cache.put(p.tenant, p.scope, p.keyHash, p.fingerprint, replayOf(res),
 				committing.Add(min(g.cfg.ReplayCacheMaxAge, p.settings.TTL)))
 		}
