@@ -22,8 +22,10 @@ func TestInterpretError(t *testing.T) {
 	require.ErrorIs(t, mysqlstore.InterpretError(fmt.Errorf("wrapped: %w", sql.ErrNoRows)), engine.ErrNotFound)
 	require.ErrorIs(t, mysqlstore.InterpretError(&mysql.MySQLError{Number: 1062, Message: "anything"}), engine.ErrDuplicate)
 	// Galera certification failure / TiDB write conflict / InnoDB deadlock,
-	// and a lock wait timeout: the outcome is unknown, never "lost the race".
-	for _, n := range []uint16{1213, 1205} {
+	// a lock wait timeout, a Group Replication (multi-primary InnoDB
+	// Cluster) certification failure, TiDB's optimistic write conflict: the
+	// outcome is unknown, never "lost the race".
+	for _, n := range []uint16{1213, 1205, 3101, 9007} {
 		me := &mysql.MySQLError{Number: n, Message: "Duplicate entry (deadlock)"}
 		got := mysqlstore.InterpretError(me)
 		require.ErrorIs(t, got, engine.ErrOutcomeUnknown, "error %d", n)

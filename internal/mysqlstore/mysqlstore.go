@@ -31,6 +31,11 @@ const (
 	errDupEntry        = 1062 // ER_DUP_ENTRY: the unique key exists
 	errDeadlock        = 1213 // ER_LOCK_DEADLOCK: also a Galera certification failure / TiDB write conflict
 	errLockWaitTimeout = 1205 // ER_LOCK_WAIT_TIMEOUT: the statement waited too long for a row lock
+	// ER_TRANSACTION_ROLLBACK_DURING_COMMIT: a certification failure of
+	// MySQL Group Replication (InnoDB Cluster) in multi-primary mode.
+	errGRRollback = 3101
+	// TiDB's write conflict in optimistic transactions.
+	errTiDBWriteConflict = 9007
 )
 
 // Store is the MySQL engine.Store. It is safe for concurrent use.
@@ -61,10 +66,12 @@ func interpretError(err error) error {
 		switch me.Number {
 		case errDupEntry:
 			return engine.ErrDuplicate
-		case errDeadlock, errLockWaitTimeout:
+		case errDeadlock, errLockWaitTimeout, errGRRollback, errTiDBWriteConflict:
 			// The statement was rolled back, but "lost the race" is not
 			// what it means: a deadlock victim on one server still owns
 			// its row. Only a re-read of the row can tell (DESIGN §4.5).
+			// Read as unknown, an error whose statement surely did not
+			// apply costs a read, never a second execution.
 			return fmt.Errorf("%w: %w", engine.ErrOutcomeUnknown, err)
 		}
 	}
