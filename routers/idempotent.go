@@ -372,14 +372,18 @@ func readJSONBody(w http.ResponseWriter, r *http.Request, max int64) ([]byte, js
 	return raw, raw, nil
 }
 
-// readAll is io.ReadAll that, when the request declares its length (at
-// most max, checked before), reads into one buffer of that size instead of
-// growing one from 512 bytes.
+// readAllPrealloc is the most readAll allocates before the body's bytes
+// arrive: the declared length is the client's word, not bytes in hand.
+const readAllPrealloc = 64 << 10
+
+// readAll is io.ReadAll that, when the request declares its length, starts
+// with a buffer of that size (up to readAllPrealloc) instead of growing one
+// from 512 bytes.
 func readAll(r io.Reader, contentLength int64) ([]byte, error) {
 	if contentLength <= 0 {
 		return io.ReadAll(r)
 	}
-	b := make([]byte, 0, contentLength+1) // +1: EOF is seen without growing
+	b := make([]byte, 0, min(contentLength, readAllPrealloc)+1) // +1: EOF is seen without growing
 	for {
 		n, err := r.Read(b[len(b):cap(b)])
 		b = b[:len(b)+n]

@@ -3,6 +3,8 @@ package routers
 import (
 	"errors"
 	"io"
+	"math"
+	"runtime"
 	"strings"
 	"testing"
 	"testing/iotest"
@@ -23,6 +25,20 @@ func TestReadAll(t *testing.T) { //nolint:paralleltest // AllocsPerRun refuses p
 		_, _ = readAll(strings.NewReader(body), int64(len(body)))
 	})
 	require.LessOrEqual(t, allocs, 2.0, "the declared length is read into one buffer")
+
+	// A declared length is not bytes in hand: a client that declares a huge
+	// body and sends a little makes readAll allocate no more than
+	// readAllPrealloc (it allocated the whole declared length, and panicked
+	// on math.MaxInt64, before).
+	for _, declared := range []int64{1 << 30, math.MaxInt64} {
+		var before, after runtime.MemStats
+		runtime.ReadMemStats(&before)
+		got, err := readAll(strings.NewReader("small"), declared)
+		runtime.ReadMemStats(&after)
+		require.NoError(t, err)
+		require.Equal(t, "small", string(got))
+		require.Less(t, after.TotalAlloc-before.TotalAlloc, uint64(4*readAllPrealloc), "declared %d", declared)
+	}
 
 	boom := errors.New("boom")
 	_, err := readAll(io.MultiReader(strings.NewReader("ab"), iotest.ErrReader(boom)), 10)

@@ -83,8 +83,10 @@ func runServe(ctx context.Context, e env, args []string) int {
 		fmt.Fprintf(e.stderr, "idemguard serve: %v\n", err)
 		return exitUsage
 	}
-	// From here on every line goes through one queue, so the request log
-	// costs a request no write(2) of its own, and lines keep their order.
+	// From here on serve's lines go through one queue, so the request log
+	// costs a request no write(2) of its own; they keep their order. The
+	// MySQL driver's rare lines (its logger is global, set in main) are
+	// written directly, so one may land ahead of lines still queued.
 	lw := newLogWriter(e.stderr)
 	defer lw.Close()
 	e.stderr, e.logger = lw, slog.New(slog.NewJSONHandler(lw, nil))
