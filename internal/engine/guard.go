@@ -1031,8 +1031,12 @@ const landWindow = time.Minute
 // abandoned though nothing ran.
 func (g *Guard) releaseLater(p prepared, us []pendingClaim) {
 	if len(us) == 0 {
-		return
+		return // the common case, without startRelease's copy of p to the heap
 	}
+	g.startRelease(p, us)
+}
+
+func (g *Guard) startRelease(p prepared, us []pendingClaim) {
 	g.background.Add(1)
 	go func() {
 		defer g.background.Done()
