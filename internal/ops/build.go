@@ -9,7 +9,8 @@ import (
 )
 
 // FromConfig builds the registry of c's scopes. client sends every upstream
-// request (nil: the operations' shared default client, on a NewTransport). A scope's timeout defaults to its
+// request (nil: the operations' shared default client, on a NewTransport).
+// A scope's timeout defaults to its
 // operation's (openai.timeout, upstream.timeout; none for demo); the
 // protocol settings it leaves zero take the guard's defaults (c.Defaults).
 func FromConfig(c *config.Config, client *http.Client) (*Registry, error) {

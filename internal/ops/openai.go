@@ -29,7 +29,8 @@ type OpenAIConfig struct {
 	// the request asks for none (0: no cap).
 	MaxTokens int
 	// Client sends the requests. Defaults to one client, shared by every
-	// operation, on a NewTransport and without a timeout of its own (Timeout and the guard bound each call).
+	// operation, on a NewTransport and without a timeout of its own
+	// (Timeout and the guard bound each call).
 	Client *http.Client
 }
 
@@ -120,8 +121,8 @@ func OpenAIChat(cfg OpenAIConfig) Func {
 		if c := out.Choices[0].Message.Content; c != nil {
 			text = *c
 		}
-		// An Envelope, which the guard encodes without reflection before
-		// sanitizing it like any other result.
+		// An Envelope, which sanitize converts directly (no JSON round
+		// trip) before sanitizing it like any other result.
 		return sanitize.Envelope{OK: true, StopReason: sanitize.Completed, Data: map[string]any{
 			"text":              text,
 			"finish_reason":     out.Choices[0].FinishReason,
