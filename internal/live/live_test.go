@@ -1,0 +1,222 @@
+package live
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+)
+
+var k = Key{Tenant: "acme", Scope: "chat", KeyHash: "h1"}
+
+func TestAppendSSE(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name string
+		ev   Event
+		want string
+	}{
+		{"data only", Event{Data: []byte(`{"a":1}`)}, "data: {\"a\":1}\n\n"},
+		{"id and type", Event{ID: "3", Type: "state", Data: []byte("x")}, "id: 3\nevent: state\ndata: x\n\n"},
+		{"empty data", Event{Type: "ping"}, "event: ping\ndata: \n\n"},
+		{"line breaks split data", Event{Data: []byte("a\nb\r\nc\rd")}, "data: a\ndata: b\ndata: c\ndata: d\n\n"},
+		{"trailing newline", Event{Data: []byte("a\n")}, "data: a\ndata: \n\n"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			require.NoError(t, tc.ev.Valid())
+			require.Equal(t, tc.want, string(AppendSSE(nil, tc.ev)))
+		})
+	}
+	require.ErrorIs(t, Event{ID: "a\nb"}.Valid(), ErrInvalidEvent)
+	require.ErrorIs(t, Event{Type: "a\rb"}.Valid(), ErrInvalidEvent)
+	require.Equal(t, ": keep alive \n\n", string(Comment("keep alive\n")))
+}
+
+func ctx(t *testing.T) context.Context {
+	c, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	t.Cleanup(cancel)
+	return c
+}
+
+func TestCursorReadsFromTheStartThenLive(t *testing.T) {
+	t.Parallel()
+	h := NewHub(Config{})
+	l := h.Open(k)
+	l.Append(Event{Data: []byte("1")})
+	l.Append(Event{Data: []byte("2")})
+
+	c, err := h.Attach(k)
+	require.NoError(t, err)
+	defer c.Close()
+	for _, want := range []string{"1", "2"} {
+		e, err := c.Next(ctx(t))
+		require.NoError(t, err)
+		require.Equal(t, want, string(e.Data))
+	}
+
+	got := make(chan Event)
+	go func() {
+		e, err := c.Next(ctx(t))
+		if err == nil {
+			got <- e
+		}
+		close(got)
+	}()
+	l.Append(Event{Data: []byte("3")})
+	e, ok := <-got
+	require.True(t, ok, "the waiting reader is woken by Append")
+	require.Equal(t, "3", string(e.Data))
+
+	l.Close(nil)
+	_, err = c.Next(ctx(t))
+	require.ErrorIs(t, err, io.EOF)
+	_, err = h.Attach(k)
+	require.ErrorIs(t, err, ErrNoLog, "a closed log leaves the hub: later callers read the row")
+}
+
+func TestCloseWithReasonReachesReaders(t *testing.T) {
+	t.Parallel()
+	h := NewHub(Config{})
+	l := h.Open(k)
+	c, err := h.Attach(k)
+	require.NoError(t, err)
+	l.Append(Event{Data: []byte("1")})
+	boom := errors.New("upstream failed")
+	l.Close(boom)
+	l.Close(nil) // the first Close decides
+	l.Append(Event{Data: []byte("ignored")})
+	e, err := c.Next(ctx(t))
+	require.NoError(t, err, "events appended before Close are still delivered")
+	require.Equal(t, "1", string(e.Data))
+	_, err = c.Next(ctx(t))
+	require.ErrorIs(t, err, boom)
+}
+
+func TestReopenEndsTheOldLogForItsReaders(t *testing.T) {
+	t.Parallel()
+	h := NewHub(Config{})
+	old := h.Open(k)
+	c, err := h.Attach(k)
+	require.NoError(t, err)
+	fresh := h.Open(k) // a takeover in this process
+	_, err = c.Next(ctx(t))
+	require.ErrorIs(t, err, ErrLagged)
+	old.Close(nil) // must not remove the new log
+	c2, err := h.Attach(k)
+	require.NoError(t, err)
+	fresh.Append(Event{Data: []byte("new")})
+	e, err := c2.Next(ctx(t))
+	require.NoError(t, err)
+	require.Equal(t, "new", string(e.Data))
+}
+
+func TestLogKeepsMaxBytes(t *testing.T) {
+	t.Parallel()
+	h := NewHub(Config{MaxBytes: 200})
+	l := h.Open(k)
+	slow, err := h.Attach(k)
+	require.NoError(t, err)
+	for i := range 20 {
+		l.Append(Event{Data: []byte(fmt.Sprintf("event-%02d", i))})
+	}
+	l.mu.Lock()
+	require.LessOrEqual(t, l.bytes, 200)
+	require.Positive(t, l.first)
+	l.mu.Unlock()
+	_, err = slow.Next(ctx(t))
+	require.ErrorIs(t, err, ErrLagged, "a reader behind the ring's start is told, never handed a gap")
+	_, err = h.Attach(k)
+	require.ErrorIs(t, err, ErrLagged, "a new reader cannot start at the first event")
+}
+
+func TestNextStopsWithContext(t *testing.T) {
+	t.Parallel()
+	h := NewHub(Config{})
+	h.Open(k)
+	c, err := h.Attach(k)
+	require.NoError(t, err)
+	cctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	_, err = c.Next(cctx)
+	require.ErrorIs(t, err, context.Canceled)
+}
+
+func TestAdmitBoundsPerKeyAndTenant(t *testing.T) {
+	t.Parallel()
+	h := NewHub(Config{MaxPerKey: 2, MaxPerTenant: 3})
+	a, err := h.Admit(k)
+	require.NoError(t, err)
+	_, err = h.Admit(k)
+	require.NoError(t, err)
+	_, err = h.Admit(k)
+	require.ErrorIs(t, err, ErrTooManyWatchers)
+
+	other := Key{Tenant: "acme", Scope: "chat", KeyHash: "h2"}
+	_, err = h.Admit(other)
+	require.NoError(t, err)
+	_, err = h.Admit(other)
+	require.ErrorIs(t, err, ErrTooManyWatchers, "the tenant's bound counts every key")
+	_, err = h.Admit(Key{Tenant: "globex", Scope: "chat", KeyHash: "h1"})
+	require.NoError(t, err, "another tenant is not affected")
+
+	a.Release()
+	a.Release() // idempotent
+	require.Equal(t, 1, h.Watchers(k))
+	_, err = h.Admit(other)
+	require.NoError(t, err)
+
+	h.Open(k)
+	_, err = h.Attach(k)
+	require.ErrorIs(t, err, ErrTooManyWatchers, "Attach is admitted like any watcher")
+}
+
+func TestManyReadersSeeTheSameSequence(t *testing.T) {
+	t.Parallel()
+	h := NewHub(Config{MaxPerKey: 64})
+	l := h.Open(k)
+	const readers, events = 32, 200
+	var wg sync.WaitGroup
+	results := make([]string, readers)
+	cursors := make([]*Cursor, readers)
+	for i := range readers {
+		c, err := h.Attach(k)
+		require.NoError(t, err)
+		cursors[i] = c
+	}
+	for i := range readers {
+		wg.Go(func() {
+			defer cursors[i].Close()
+			var b strings.Builder
+			for {
+				e, err := cursors[i].Next(ctx(t))
+				if err != nil {
+					if !errors.Is(err, io.EOF) {
+						b.WriteString("ERR " + err.Error())
+					}
+					break
+				}
+				b.Write(e.Data)
+				b.WriteByte(',')
+			}
+			results[i] = b.String()
+		})
+	}
+	var want strings.Builder
+	for i := range events {
+		d := fmt.Sprint(i)
+		l.Append(Event{Data: []byte(d)})
+		want.WriteString(d + ",")
+	}
+	l.Close(nil)
+	wg.Wait()
+	for i := range readers {
+		require.Equal(t, want.String(), results[i], "reader %d", i)
+	}
+	require.Zero(t, h.Watchers(k))
+}

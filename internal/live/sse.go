@@ -1,0 +1,76 @@
+package live
+
+import (
+	"bytes"
+	"errors"
+	"strings"
+)
+
+// Event is one server-sent event. Data may hold several lines; each becomes
+// its own "data:" field. ID and Type must be single lines (Valid).
+type Event struct {
+	// ID is the event's id field ("" for none): what a reconnecting
+	// EventSource sends back as Last-Event-ID.
+	ID string
+	// Type is the event field ("" for the default "message").
+	Type string
+	// Data is the event's payload, usually one JSON document.
+	Data []byte
+}
+
+// ErrInvalidEvent reports an event whose ID or Type contains a line break or
+// a NUL, which would split or corrupt the event on the wire.
+var ErrInvalidEvent = errors.New("live: event id and type must be single lines without NUL")
+
+// Valid reports ErrInvalidEvent for an ID or Type that would break the
+// framing of AppendSSE.
+func (e Event) Valid() error {
+	if strings.ContainsAny(e.ID, "\r\n\x00") || strings.ContainsAny(e.Type, "\r\n") {
+		return ErrInvalidEvent
+	}
+	return nil
+}
+
+// Size is the number of bytes the event holds in memory, for the Log's bound.
+func (e Event) Size() int { return len(e.ID) + len(e.Type) + len(e.Data) + 32 }
+
+// AppendSSE appends the event's wire form to dst: "id:", "event:" and one
+// "data:" line per line of Data, then a blank line. Line breaks inside Data
+// (\n, \r\n or \r) each start a new data line, so the receiver's
+// reassembly (lines joined by \n) gives Data back with \n line ends.
+// The event must be Valid.
+func AppendSSE(dst []byte, e Event) []byte {
+	if e.ID != "" {
+		dst = append(dst, "id: "...)
+		dst = append(dst, e.ID...)
+		dst = append(dst, '\n')
+	}
+	if e.Type != "" {
+		dst = append(dst, "event: "...)
+		dst = append(dst, e.Type...)
+		dst = append(dst, '\n')
+	}
+	data := e.Data
+	for {
+		i := bytes.IndexAny(data, "\r\n")
+		if i < 0 {
+			break
+		}
+		dst = append(dst, "data: "...)
+		dst = append(dst, data[:i]...)
+		dst = append(dst, '\n')
+		if data[i] == '\r' && i+1 < len(data) && data[i+1] == '\n' {
+			i++
+		}
+		data = data[i+1:]
+	}
+	dst = append(dst, "data: "...)
+	dst = append(dst, data...)
+	return append(dst, '\n', '\n')
+}
+
+// Comment renders an SSE comment line (": text"), which clients ignore:
+// used as a keep-alive so that proxies do not close an idle stream.
+func Comment(text string) []byte {
+	return []byte(": " + strings.NewReplacer("\r", " ", "\n", " ").Replace(text) + "\n\n")
+}
