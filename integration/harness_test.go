@@ -24,7 +24,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/idemguard/idemguard/internal/testdb"
-	"github.com/idemguard/idemguard/tenancy"
+	"github.com/idemguard/idemguard/routers/auth"
 )
 
 // binary is the idemguard executable built by TestMain.
@@ -378,7 +378,7 @@ func productionEnv(dsn string) map[string]string {
 		"IDEMGUARD_LISTEN":    "127.0.0.1:0",
 		"IDEMGUARD_MYSQL_DSN": dsn,
 		"IDEMPOTENCY_SECRET":  secret,
-		"IDEMGUARD_API_KEYS":  "acme:" + tenancy.HashAPIKey(acmeKey) + ",globex:" + tenancy.HashAPIKey(globexKey),
+		"IDEMGUARD_API_KEYS":  "acme:" + auth.HashAPIKey(acmeKey) + ",globex:" + auth.HashAPIKey(globexKey),
 	}
 }
 

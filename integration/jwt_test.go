@@ -10,7 +10,7 @@ import (
 	"github.com/golang-jwt/jwt/v5"
 	"github.com/stretchr/testify/require"
 
-	"github.com/idemguard/idemguard/tenancy/tenancytest"
+	"github.com/idemguard/idemguard/routers/auth/authtest"
 )
 
 // TestJWTEndToEnd: the built binary, configured with a JWKS, accepts browser
@@ -19,13 +19,13 @@ import (
 // logged, the token not).
 func TestJWTEndToEnd(t *testing.T) {
 	t.Parallel()
-	oldKey, newKey := tenancytest.RSA(t, "2026-01"), tenancytest.EC(t, "2026-02")
-	idp := tenancytest.NewIDP(t, oldKey)
+	oldKey, newKey := authtest.RSA(t, "2026-01"), authtest.EC(t, "2026-02")
+	idp := authtest.NewIDP(t, oldKey)
 	s := startService(t, map[string]string{"IDEMGUARD_MODE": "development", "IDEMGUARD_LISTEN": "127.0.0.1:0"}, `
 jwt:
   jwks_url: `+idp.URL+`
-  issuer: `+tenancytest.Issuer+`
-  audience: `+tenancytest.Audience+`
+  issuer: `+authtest.Issuer+`
+  audience: `+authtest.Audience+`
 scopes:
   - {name: demo, operation: demo, delay: 10ms, auth: [api_key, jwt]}
   - {name: services, operation: demo, delay: 10ms}

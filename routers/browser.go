@@ -12,6 +12,7 @@ import (
 
 	"github.com/gin-gonic/gin"
 
+	"github.com/idemguard/idemguard/routers/auth"
 	"github.com/idemguard/idemguard/tenancy"
 )
 
@@ -20,14 +21,14 @@ func (o Options) validateBrowser() error {
 	for scope, methods := range o.ScopeAuth {
 		if len(methods) == 0 {
 			return fmt.Errorf("routers: Options.ScopeAuth[%q] is empty; list %s, %s or both (or leave the scope out for API keys only)",
-				scope, tenancy.MethodAPIKey, tenancy.MethodJWT)
+				scope, auth.MethodAPIKey, auth.MethodJWT)
 		}
 		for _, m := range methods {
-			if _, err := tenancy.ParseMethod(string(m)); err != nil {
+			if _, err := auth.ParseMethod(string(m)); err != nil {
 				return fmt.Errorf("routers: Options.ScopeAuth[%q]: %w", scope, err)
 			}
-			if m == tenancy.MethodJWT && o.JWT == nil {
-				return fmt.Errorf("routers: Options.ScopeAuth[%q] accepts %s but Options.JWT is nil", scope, tenancy.MethodJWT)
+			if m == auth.MethodJWT && o.JWT == nil {
+				return fmt.Errorf("routers: Options.ScopeAuth[%q] accepts %s but Options.JWT is nil", scope, auth.MethodJWT)
 			}
 		}
 	}
@@ -35,16 +36,16 @@ func (o Options) validateBrowser() error {
 }
 
 // authenticateScope authenticates the request by the credentials its scope
-// accepts (tenancy.DefaultMethods when the scope is not listed, or unknown).
+// accepts (auth.DefaultMethods when the scope is not listed, or unknown).
 // The tenant goes into the request context (tenancy.FromContext) and the gin
 // context (tenantKey). A failure is a 401 problem; its reason (never the
 // token) is logged.
-func (h *handlers) authenticateScope(creds *tenancy.Credentials, byScope map[string][]tenancy.Method) gin.HandlerFunc {
+func (h *handlers) authenticateScope(creds *auth.Credentials, byScope map[string][]auth.Method) gin.HandlerFunc {
 	return func(c *gin.Context) {
 		id, method, err := creds.AuthenticateRequest(c.Request.Context(), c.Request, byScope[c.Param("scope")])
 		if err != nil {
 			h.log.Info("http: authentication failed", slog.String("route", c.FullPath()), slog.String("reason", err.Error()))
-			c.Header("WWW-Authenticate", tenancy.Challenge(err))
+			c.Header("WWW-Authenticate", auth.Challenge(err))
 			h.fail(c, err)
 			return
 		}

@@ -9,29 +9,29 @@ import (
 	"github.com/golang-jwt/jwt/v5"
 	"github.com/stretchr/testify/require"
 
-	"github.com/idemguard/idemguard/tenancy"
-	"github.com/idemguard/idemguard/tenancy/tenancytest"
+	"github.com/idemguard/idemguard/routers/auth"
+	"github.com/idemguard/idemguard/routers/auth/authtest"
 )
 
 // jwtSetup is a test API whose "echo" scope accepts API keys and JWTs, and
 // whose "actionRequests.aiProposeCopy" scope API keys only (the default).
-func jwtSetup(t *testing.T, keys ...tenancytest.Key) *testBundle {
+func jwtSetup(t *testing.T, keys ...authtest.Key) *testBundle {
 	t.Helper()
-	idp := tenancytest.NewIDP(t, keys...)
-	v, err := tenancy.NewJWTVerifier(tenancy.JWTConfig{
-		JWKSURL: idp.URL, Issuer: tenancytest.Issuer, Audience: tenancytest.Audience, UnknownKIDInterval: time.Hour,
+	idp := authtest.NewIDP(t, keys...)
+	v, err := auth.NewJWTVerifier(auth.JWTConfig{
+		JWKSURL: idp.URL, Issuer: authtest.Issuer, Audience: authtest.Audience, UnknownKIDInterval: time.Hour,
 	})
 	require.NoError(t, err)
 	t.Cleanup(v.Close)
 	return setup(t, setupOpts{options: func(o *Options) {
 		o.JWT = v
-		o.ScopeAuth = map[string][]tenancy.Method{"echo": {tenancy.MethodAPIKey, tenancy.MethodJWT}}
+		o.ScopeAuth = map[string][]auth.Method{"echo": {auth.MethodAPIKey, auth.MethodJWT}}
 	}})
 }
 
 func TestJWTAuth(t *testing.T) {
 	t.Parallel()
-	rsaKey, ecKey := tenancytest.RSA(t, "rsa-1"), tenancytest.EC(t, "ec-1")
+	rsaKey, ecKey := authtest.RSA(t, "rsa-1"), authtest.EC(t, "ec-1")
 	b := jwtSetup(t, rsaKey, ecKey)
 
 	for _, token := range []string{rsaKey.Sign(t, "acme", nil), ecKey.Sign(t, "acme", nil)} {
@@ -43,7 +43,7 @@ func TestJWTAuth(t *testing.T) {
 	now := time.Now()
 	hs256 := func() string {
 		tok := jwt.NewWithClaims(jwt.SigningMethodHS256, jwt.MapClaims{
-			"iss": tenancytest.Issuer, "aud": tenancytest.Audience, "tenant_id": "acme", "exp": now.Add(time.Minute).Unix(),
+			"iss": authtest.Issuer, "aud": authtest.Audience, "tenant_id": "acme", "exp": now.Add(time.Minute).Unix(),
 		})
 		tok.Header["kid"] = "rsa-1"
 		s, err := tok.SignedString([]byte("public key bytes, or any secret"))
@@ -52,7 +52,7 @@ func TestJWTAuth(t *testing.T) {
 	}()
 	none := func() string {
 		tok := jwt.NewWithClaims(jwt.SigningMethodNone, jwt.MapClaims{
-			"iss": tenancytest.Issuer, "aud": tenancytest.Audience, "tenant_id": "acme", "exp": now.Add(time.Minute).Unix(),
+			"iss": authtest.Issuer, "aud": authtest.Audience, "tenant_id": "acme", "exp": now.Add(time.Minute).Unix(),
 		})
 		s, err := tok.SignedString(jwt.UnsafeAllowNoneSignatureType)
 		require.NoError(t, err)
@@ -64,7 +64,7 @@ func TestJWTAuth(t *testing.T) {
 		"wrong audience": rsaKey.Sign(t, "acme", func(c jwt.MapClaims) { c["aud"] = "other" }),
 		"alg none":       none,
 		"HS256":          hs256,
-		"unknown kid":    tenancytest.RSA(t, "rsa-2").Sign(t, "acme", nil),
+		"unknown kid":    authtest.RSA(t, "rsa-2").Sign(t, "acme", nil),
 		"no tenant":      rsaKey.Sign(t, "acme", func(c jwt.MapClaims) { delete(c, "tenant_id") }),
 		"bad tenant":     rsaKey.Sign(t, "acme beta", nil),
 		"not a jwt":      "eyJhbGciOiJSUzI1NiJ9.e30",
@@ -109,7 +109,7 @@ func TestJWTAuth(t *testing.T) {
 // a token of one tenant can neither read nor replay another tenant's key.
 func TestJWTTenantIsolation(t *testing.T) {
 	t.Parallel()
-	key := tenancytest.EC(t, "ec-1")
+	key := authtest.EC(t, "ec-1")
 	b := jwtSetup(t, key)
 	const body = `{"n":7}`
 
@@ -136,13 +136,13 @@ func TestScopeAuthValidation(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	o := b.opts
-	o.ScopeAuth = map[string][]tenancy.Method{"echo": {tenancy.MethodJWT}}
+	o.ScopeAuth = map[string][]auth.Method{"echo": {auth.MethodJWT}}
 	_, err := New(o)
 	require.ErrorContains(t, err, `Options.ScopeAuth["echo"] accepts jwt but Options.JWT is nil`)
-	o.ScopeAuth = map[string][]tenancy.Method{"echo": {}}
+	o.ScopeAuth = map[string][]auth.Method{"echo": {}}
 	_, err = New(o)
 	require.ErrorContains(t, err, `Options.ScopeAuth["echo"] is empty`)
-	o.ScopeAuth = map[string][]tenancy.Method{"echo": {"cookie"}}
+	o.ScopeAuth = map[string][]auth.Method{"echo": {"cookie"}}
 	_, err = New(o)
 	require.ErrorContains(t, err, `"cookie" is not a credential method`)
 }

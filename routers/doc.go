@@ -17,7 +17,7 @@ routes in a team's own gin engine (Options.Prefix moves them).
 	GET  /readyz                     Options.Ready: 200 {"status":"ok"} or 503 problem
 	GET  /metrics                    Options.Metrics (404 problem when nil)
 
-The /v1 routes need `Authorization: Bearer <api key>` (tenancy.Authenticator).
+The /v1 routes need `Authorization: Bearer <api key>` (auth.Authenticator).
 
 # POST /v1/ops/{scope}
 

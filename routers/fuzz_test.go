@@ -24,6 +24,7 @@ import (
 	"github.com/idemguard/idemguard/internal/memstore"
 	"github.com/idemguard/idemguard/internal/ops"
 	"github.com/idemguard/idemguard/internal/storeseam"
+	"github.com/idemguard/idemguard/routers/auth"
 	"github.com/idemguard/idemguard/sanitize"
 	"github.com/idemguard/idemguard/tenancy"
 )
@@ -80,7 +81,7 @@ func newFuzzAPI(t *testing.T, store engine.Store, logger *slog.Logger, panicked 
 			return nil, errors.New("upstream said 500")
 		}},
 	}
-	auth, err := tenancy.NewAuthenticator(map[tenancy.ID][]string{fuzzTenant: {tenancy.HashAPIKey(fuzzAPIKey)}})
+	auth, err := auth.NewAuthenticator(map[tenancy.ID][]string{fuzzTenant: {auth.HashAPIKey(fuzzAPIKey)}})
 	require.NoError(t, err)
 	metrics := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if strings.Contains(r.URL.RawQuery, fuzzPanicMarker) {

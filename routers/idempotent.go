@@ -21,6 +21,7 @@ import (
 
 	"github.com/idemguard/idemguard"
 	"github.com/idemguard/idemguard/internal/keys"
+	"github.com/idemguard/idemguard/routers/auth"
 	"github.com/idemguard/idemguard/sanitize"
 	"github.com/idemguard/idemguard/tenancy"
 )
@@ -301,14 +302,14 @@ func (m *middleware) tenantOf(r *http.Request) (tenancy.ID, error) {
 		if id, ok := tenancy.FromContext(r.Context()); ok {
 			return id, nil
 		}
-		return "", tenancy.ErrNoCredentials
+		return "", auth.ErrNoCredentials
 	}
 	id, err := m.tenant(r)
 	if err != nil {
-		return "", fmt.Errorf("%w: %w", tenancy.ErrInvalidCredentials, err)
+		return "", fmt.Errorf("%w: %w", auth.ErrInvalidCredentials, err)
 	}
 	if _, err := tenancy.ParseID(string(id)); err != nil {
-		return "", fmt.Errorf("%w: %w", tenancy.ErrInvalidCredentials, err)
+		return "", fmt.Errorf("%w: %w", auth.ErrInvalidCredentials, err)
 	}
 	return id, nil
 }

@@ -23,6 +23,7 @@ import (
 	"github.com/idemguard/idemguard/internal/engine"
 	"github.com/idemguard/idemguard/internal/memstore"
 	"github.com/idemguard/idemguard/internal/storeseam"
+	"github.com/idemguard/idemguard/routers/auth"
 	"github.com/idemguard/idemguard/tenancy"
 )
 
@@ -121,9 +122,9 @@ func setup(t *testing.T, so ...setupOpts) *testBundle {
 
 	t.Cleanup(b.releaseNow) // runs before the guard closes
 
-	auth, err := tenancy.NewAuthenticator(map[tenancy.ID][]string{
-		"acme": {tenancy.HashAPIKey(acmeKey1), tenancy.HashAPIKey(acmeKey2)},
-		"beta": {tenancy.HashAPIKey(betaKey)},
+	auth, err := auth.NewAuthenticator(map[tenancy.ID][]string{
+		"acme": {auth.HashAPIKey(acmeKey1), auth.HashAPIKey(acmeKey2)},
+		"beta": {auth.HashAPIKey(betaKey)},
 	})
 	require.NoError(t, err)
 	opts := Options{Guard: g, Scopes: b.scopes(), Auth: auth, Logger: logger}

@@ -19,7 +19,7 @@ import (
 	"go.yaml.in/yaml/v3"
 
 	"github.com/idemguard/idemguard"
-	"github.com/idemguard/idemguard/tenancy"
+	"github.com/idemguard/idemguard/routers/auth"
 )
 
 const openAPIPath = "../docs/openapi.yaml"
@@ -337,7 +337,7 @@ func TestOpenAPIProblemTypes(t *testing.T) {
 
 	seen := map[string]bool{}
 	for _, err := range []error{
-		tenancy.ErrNoCredentials, tenancy.ErrInvalidCredentials, errUnknownScope, errUnknownRoute, idemguard.ErrNotFound,
+		auth.ErrNoCredentials, auth.ErrInvalidCredentials, errUnknownScope, errUnknownRoute, idemguard.ErrNotFound,
 		errMethodNotAllowed, errMissingKey, errInvalidKey, errDuplicateKey, errInvalidRef, errBodyTooLarge,
 		&http.MaxBytesError{Limit: 1}, errInvalidBody, idemguard.ErrFingerprintMismatch, idemguard.ErrInvalidInput,
 		&idemguard.StoreError{Op: "claim", Err: errors.New("x")}, errNotReady, errNoMetrics, errPanic, idemguard.ErrInvalidResult,

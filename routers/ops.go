@@ -14,6 +14,7 @@ import (
 
 	"github.com/idemguard/idemguard"
 	"github.com/idemguard/idemguard/internal/keys"
+	"github.com/idemguard/idemguard/routers/auth"
 	"github.com/idemguard/idemguard/sanitize"
 	"github.com/idemguard/idemguard/tenancy"
 )
@@ -31,7 +32,7 @@ var emptyBody = json.RawMessage(`{}`)
 func (h *handlers) runOperation(c *gin.Context) {
 	tenant, ok := tenantOf(c)
 	if !ok {
-		h.fail(c, tenancy.ErrNoCredentials)
+		h.fail(c, auth.ErrNoCredentials)
 		return
 	}
 	scope, ok := h.scope(c)
@@ -184,7 +185,7 @@ type keyRecord struct {
 func (h *handlers) lookupKey(c *gin.Context) {
 	tenant, ok := tenantOf(c)
 	if !ok {
-		h.fail(c, tenancy.ErrNoCredentials)
+		h.fail(c, auth.ErrNoCredentials)
 		return
 	}
 	scope, ok := h.scope(c)

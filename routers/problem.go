@@ -12,8 +12,8 @@ import (
 	"github.com/gin-gonic/gin"
 
 	"github.com/idemguard/idemguard"
+	"github.com/idemguard/idemguard/routers/auth"
 	"github.com/idemguard/idemguard/sanitize"
-	"github.com/idemguard/idemguard/tenancy"
 )
 
 // ProblemTypePrefix begins every problem type URI; the rest is the slug
@@ -79,7 +79,7 @@ func problemFor(err error) problem {
 	}
 	var tooLarge *http.MaxBytesError
 	switch {
-	case errors.Is(err, tenancy.ErrNoCredentials), errors.Is(err, tenancy.ErrInvalidCredentials):
+	case errors.Is(err, auth.ErrNoCredentials), errors.Is(err, auth.ErrInvalidCredentials):
 		return newProblem(http.StatusUnauthorized, "unauthorized", "Unauthorized", sanitize.Unknown,
 			"send a valid API key (or, where the scope accepts one, a JWT) as Authorization: Bearer <credential>")
 	case errors.Is(err, errUnknownScope):

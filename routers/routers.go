@@ -17,7 +17,7 @@ import (
 
 	"github.com/idemguard/idemguard"
 	"github.com/idemguard/idemguard/internal/keys"
-	"github.com/idemguard/idemguard/tenancy"
+	"github.com/idemguard/idemguard/routers/auth"
 )
 
 // Defaults of Options.
@@ -64,7 +64,7 @@ type Options struct {
 	// scope is a 404.
 	Scopes []Scope
 	// Auth authenticates tenants by API key. Required.
-	Auth *tenancy.Authenticator
+	Auth *auth.Authenticator
 	// Prefix is prepended to the /v1/ops routes (and to the Location they
 	// answer), e.g. "/idempotency" serves POST /idempotency/v1/ops/{scope}.
 	// Empty, or a path starting with "/" and not ending with one.
@@ -98,10 +98,10 @@ type Options struct {
 	HTTPMetrics HTTPMetrics
 	// JWT verifies browsers' bearer JWTs for the scopes that accept them
 	// (ScopeAuth). nil: no JWT is accepted.
-	JWT *tenancy.JWTVerifier
+	JWT *auth.JWTVerifier
 	// ScopeAuth names, per scope, the credentials it accepts (API keys, JWTs
-	// or both); a scope not listed accepts tenancy.DefaultMethods (API keys).
-	ScopeAuth map[string][]tenancy.Method
+	// or both); a scope not listed accepts auth.DefaultMethods (API keys).
+	ScopeAuth map[string][]auth.Method
 	// CORSLoopback also allows every http://localhost[:port] and
 	// http://127.0.0.1[:port] origin: development mode's default, so a
 	// frontend dev server can call the API. Never set it in production.
@@ -267,7 +267,7 @@ func newHandlers(o Options) (*handlers, error) {
 // apiRoutes adds the /v1 routes to r, behind authentication. In OPTIONS
 // preflights the CORS middleware answers before authentication.
 func (h *handlers) apiRoutes(r gin.IRouter, o Options) {
-	api := r.Group("/", h.authenticateScope(&tenancy.Credentials{APIKeys: o.Auth, JWT: o.JWT}, o.ScopeAuth))
+	api := r.Group("/", h.authenticateScope(&auth.Credentials{APIKeys: o.Auth, JWT: o.JWT}, o.ScopeAuth))
 	api.POST(routeOps, h.runOperation)
 	api.GET(routeKey, h.lookupKey)
 }

@@ -17,14 +17,14 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/idemguard/idemguard"
+	"github.com/idemguard/idemguard/routers/auth"
 	"github.com/idemguard/idemguard/sanitize"
-	"github.com/idemguard/idemguard/tenancy"
 )
 
 func TestNewValidatesOptions(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
-	auth, err := tenancy.NewAuthenticator(nil)
+	auth, err := auth.NewAuthenticator(nil)
 	require.NoError(t, err)
 	run := func(context.Context, json.RawMessage) (any, error) { return nil, nil }
 	good := Options{Guard: b.guard, Scopes: []Scope{{Name: "a", Run: run}}, Auth: auth}
@@ -750,7 +750,7 @@ func TestClientGoneStillStoresResult(t *testing.T) {
 func TestLoggerDefault(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
-	auth, err := tenancy.NewAuthenticator(nil)
+	auth, err := auth.NewAuthenticator(nil)
 	require.NoError(t, err)
 	h, err := New(Options{Guard: b.guard, Auth: auth})
 	require.NoError(t, err)

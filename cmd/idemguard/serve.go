@@ -27,6 +27,7 @@ import (
 	"github.com/idemguard/idemguard/internal/ops"
 	"github.com/idemguard/idemguard/internal/stats"
 	"github.com/idemguard/idemguard/routers"
+	"github.com/idemguard/idemguard/routers/auth"
 	"github.com/idemguard/idemguard/tenancy"
 )
 
@@ -187,9 +188,9 @@ func (s *server) run(ctx context.Context) int {
 	apiKeys := make(map[tenancy.ID][]string, len(cfg.APIKeys)+1)
 	maps.Copy(apiKeys, cfg.APIKeys)
 	if cfg.Mode == config.Development {
-		apiKeys[config.DemoTenant] = append(slices.Clone(apiKeys[config.DemoTenant]), tenancy.HashAPIKey(config.DemoAPIKey))
+		apiKeys[config.DemoTenant] = append(slices.Clone(apiKeys[config.DemoTenant]), auth.HashAPIKey(config.DemoAPIKey))
 	}
-	auth, err := tenancy.NewAuthenticator(apiKeys)
+	auth, err := auth.NewAuthenticator(apiKeys)
 	if err != nil {
 		log.Error("serve: invalid API keys", "err", err)
 		return exitError

@@ -17,7 +17,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/idemguard/idemguard/internal/testdb"
-	"github.com/idemguard/idemguard/tenancy"
+	"github.com/idemguard/idemguard/routers/auth"
 )
 
 // syncBuffer is a bytes.Buffer safe for a writer and a concurrent reader.
@@ -56,7 +56,7 @@ func productionEnv(dsn string) map[string]string {
 		"IDEMGUARD_MODE":      "production",
 		"IDEMGUARD_MYSQL_DSN": dsn,
 		"IDEMPOTENCY_SECRET":  testSecret,
-		"IDEMGUARD_API_KEYS":  "acme:" + tenancy.HashAPIKey("acme-key"),
+		"IDEMGUARD_API_KEYS":  "acme:" + auth.HashAPIKey("acme-key"),
 		"IDEMGUARD_LISTEN":    "127.0.0.1:0",
 	}
 }

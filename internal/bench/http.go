@@ -24,6 +24,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/idemguard/idemguard/routers/auth"
 	"github.com/idemguard/idemguard/tenancy"
 )
 
@@ -183,7 +184,7 @@ func startHTTPBench(ctx context.Context, e *env) (_ *httpBench, err error) {
 		return nil, fmt.Errorf("go build ./cmd/idemguard: %w\n%s", err, out)
 	}
 
-	digest := tenancy.HashAPIKey(h.apiKey)
+	digest := auth.HashAPIKey(h.apiKey)
 	for i := range 4 {
 		cacheSize := -1
 		if i == 0 {

@@ -15,6 +15,7 @@ import (
 	"github.com/idemguard/idemguard"
 	"github.com/idemguard/idemguard/internal/ops"
 	"github.com/idemguard/idemguard/routers"
+	"github.com/idemguard/idemguard/routers/auth"
 	"github.com/idemguard/idemguard/tenancy"
 )
 
@@ -40,7 +41,7 @@ func newHTTPHandler(b *testing.B, cacheSize int) (http.Handler, *fakeUpstream) {
 	b.Cleanup(func() { require.NoError(b, g.Close(context.Background())) })
 	scopes := []routers.Scope{{Name: httpScope, Run: ops.OpenAIChat(ops.OpenAIConfig{
 		BaseURL: up.url(), Model: "bench-model", Client: &http.Client{Transport: loopbackTransport()}})}}
-	auth, err := tenancy.NewAuthenticator(map[tenancy.ID][]string{httpTenant: {tenancy.HashAPIKey(benchAPIKey)}})
+	auth, err := auth.NewAuthenticator(map[tenancy.ID][]string{httpTenant: {auth.HashAPIKey(benchAPIKey)}})
 	require.NoError(b, err)
 	h, err := routers.New(routers.Options{Guard: g, Scopes: scopes, Auth: auth, Logger: log})
 	require.NoError(b, err)

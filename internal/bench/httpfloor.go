@@ -25,6 +25,7 @@ import (
 
 	"github.com/idemguard/idemguard/internal/engine"
 	"github.com/idemguard/idemguard/internal/mysqlconn"
+	"github.com/idemguard/idemguard/routers/auth"
 	"github.com/idemguard/idemguard/tenancy"
 )
 
@@ -67,7 +68,7 @@ func runHTTPFloor(getenv func(string) string, stderr io.Writer) int {
 		return fail(fmt.Errorf("%s: %w", envFloorPool, err))
 	}
 	tenant, digest, _ := strings.Cut(getenv(envFloorKeys), ":")
-	auth, err := tenancy.NewAuthenticator(map[tenancy.ID][]string{tenancy.ID(tenant): {digest}})
+	auth, err := auth.NewAuthenticator(map[tenancy.ID][]string{tenancy.ID(tenant): {digest}})
 	if err != nil {
 		return fail(err)
 	}
@@ -100,7 +101,7 @@ type floor struct {
 	client   *http.Client
 }
 
-func (f *floor) handler(auth *tenancy.Authenticator) http.Handler {
+func (f *floor) handler(auth *auth.Authenticator) http.Handler {
 	gin.SetMode(gin.ReleaseMode)
 	r := gin.New()
 	mw := auth.Middleware(nil)

@@ -13,6 +13,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/idemguard/idemguard/internal/testdb"
+	"github.com/idemguard/idemguard/routers/auth"
 	"github.com/idemguard/idemguard/tenancy"
 )
 
@@ -31,7 +32,7 @@ func newHarness(t *testing.T) *harness {
 	up := newFakeUpstream()
 	t.Cleanup(up.close)
 	key := "harness-key-0123456789"
-	auth, err := tenancy.NewAuthenticator(map[tenancy.ID][]string{httpTenant: {tenancy.HashAPIKey(key)}})
+	auth, err := auth.NewAuthenticator(map[tenancy.ID][]string{httpTenant: {auth.HashAPIKey(key)}})
 	require.NoError(t, err)
 	f := &floor{db: db.DB, upstream: up.url() + "/chat/completions", client: &http.Client{Transport: loopbackTransport()}}
 	srv := httptest.NewServer(f.handler(auth))

@@ -19,6 +19,7 @@ import (
 	"github.com/idemguard/idemguard/internal/engine"
 	"github.com/idemguard/idemguard/internal/keys"
 	"github.com/idemguard/idemguard/internal/mysqlconn"
+	"github.com/idemguard/idemguard/routers/auth"
 	"github.com/idemguard/idemguard/tenancy"
 )
 
@@ -149,7 +150,7 @@ type Config struct {
 }
 
 // JWT configures the verification of browsers' bearer JWTs (see
-// tenancy.JWTConfig). Empty JWKSURL: JWTs are off.
+// auth.JWTConfig). Empty JWKSURL: JWTs are off.
 type JWT struct {
 	// JWKSURL is the identity provider's JWK Set (https; http only in
 	// development mode).
@@ -158,7 +159,7 @@ type JWT struct {
 	Issuer   string
 	Audience string
 	// TenantClaim names the claim holding the tenant ID. Defaults to
-	// tenancy.DefaultTenantClaim (tenant_id).
+	// auth.DefaultTenantClaim (tenant_id).
 	TenantClaim string
 	// Leeway is the clock skew allowed on exp/nbf/iat. Defaults to 30s.
 	Leeway time.Duration
@@ -210,8 +211,8 @@ type Scope struct {
 	// URL overrides upstream.url for an http_json scope.
 	URL string
 	// Auth lists the credentials the scope accepts: api_key, jwt or both.
-	// Defaults to tenancy.DefaultMethods (api_key).
-	Auth []tenancy.Method
+	// Defaults to auth.DefaultMethods (api_key).
+	Auth []auth.Method
 }
 
 // raw* mirror the YAML file. Durations are strings so that a bad one is
@@ -413,12 +414,12 @@ func Load(path string, getenv func(string) string) (*Config, error) {
 		JWKSURL:     strings.TrimSpace(raw.JWT.JWKSURL),
 		Issuer:      strings.TrimSpace(raw.JWT.Issuer),
 		Audience:    strings.TrimSpace(raw.JWT.Audience),
-		TenantClaim: cmpOr(raw.JWT.TenantClaim, tenancy.DefaultTenantClaim),
-		Leeway:      p.duration("jwt.leeway", raw.JWT.Leeway, tenancy.DefaultJWTLeeway),
+		TenantClaim: cmpOr(raw.JWT.TenantClaim, auth.DefaultTenantClaim),
+		Leeway:      p.duration("jwt.leeway", raw.JWT.Leeway, auth.DefaultJWTLeeway),
 		Algorithms:  raw.JWT.Algorithms,
 	}
 	if len(c.JWT.Algorithms) == 0 {
-		c.JWT.Algorithms = slices.Clone(tenancy.DefaultJWTAlgorithms)
+		c.JWT.Algorithms = slices.Clone(auth.DefaultJWTAlgorithms)
 	}
 	if c.Mode == Development && !c.hasScope(DemoScope) {
 		c.Scopes = append(c.Scopes, Scope{Name: DemoScope, Operation: OpDemo, Delay: DefaultDemoDelay})

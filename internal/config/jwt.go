@@ -6,17 +6,17 @@ import (
 	"slices"
 	"strings"
 
-	"github.com/idemguard/idemguard/tenancy"
+	"github.com/idemguard/idemguard/routers/auth"
 )
 
-// methods parses a scope's auth list; empty means tenancy.DefaultMethods.
-func (p *problems) methods(setting string, raw []string) []tenancy.Method {
+// methods parses a scope's auth list; empty means auth.DefaultMethods.
+func (p *problems) methods(setting string, raw []string) []auth.Method {
 	if len(raw) == 0 {
 		return nil
 	}
-	out := make([]tenancy.Method, 0, len(raw))
+	out := make([]auth.Method, 0, len(raw))
 	for i, s := range raw {
-		m, err := tenancy.ParseMethod(strings.TrimSpace(s))
+		m, err := auth.ParseMethod(strings.TrimSpace(s))
 		if err != nil {
 			p.add(fmt.Sprintf("%s[%d]", setting, i), "%v", err)
 			continue
@@ -29,7 +29,7 @@ func (p *problems) methods(setting string, raw []string) []tenancy.Method {
 }
 
 // AcceptsJWT reports whether the scope takes browsers' JWTs.
-func (s Scope) AcceptsJWT() bool { return slices.Contains(s.Auth, tenancy.MethodJWT) }
+func (s Scope) AcceptsJWT() bool { return slices.Contains(s.Auth, auth.MethodJWT) }
 
 // validateJWT checks the jwt settings, and that every scope accepting JWTs
 // has them.
@@ -41,7 +41,7 @@ func (c *Config) validateJWT() problems {
 			jwtScopes = append(jwtScopes, fmt.Sprintf("scopes[%d]", i))
 		}
 		for j, m := range s.Auth {
-			if _, err := tenancy.ParseMethod(string(m)); err != nil {
+			if _, err := auth.ParseMethod(string(m)); err != nil {
 				p.add(fmt.Sprintf("scopes[%d].auth[%d]", i, j), "%v", err)
 			}
 		}
@@ -54,7 +54,7 @@ func (c *Config) validateJWT() problems {
 		}
 		return p
 	}
-	if err := tenancy.CheckJWKSURL(j.JWKSURL); err != nil {
+	if err := auth.CheckJWKSURL(j.JWKSURL); err != nil {
 		p.add("jwt.jwks_url", "%v (env %s)", err, EnvJWTJWKSURL)
 	} else if u, _ := url.Parse(j.JWKSURL); u.Scheme != "https" && c.Mode == Production {
 		p.add("jwt.jwks_url", "must be https in production mode: the key set decides who is which tenant")
@@ -66,11 +66,11 @@ func (c *Config) validateJWT() problems {
 		p.add("jwt.audience", "is required with jwt.jwks_url: the aud value your identity provider issues for idemguard (env %s)", EnvJWTAudience)
 	}
 	if strings.TrimSpace(j.TenantClaim) == "" {
-		p.add("jwt.tenant_claim", "must name the claim holding the tenant id, e.g. %s", tenancy.DefaultTenantClaim)
+		p.add("jwt.tenant_claim", "must name the claim holding the tenant id, e.g. %s", auth.DefaultTenantClaim)
 	}
-	p.between("jwt.leeway", j.Leeway, 0, tenancy.MaxJWTLeeway)
+	p.between("jwt.leeway", j.Leeway, 0, auth.MaxJWTLeeway)
 	for i, a := range j.Algorithms {
-		if err := tenancy.CheckJWTAlgorithm(a); err != nil {
+		if err := auth.CheckJWTAlgorithm(a); err != nil {
 			p.add(fmt.Sprintf("jwt.algorithms[%d]", i), "%v", err)
 		}
 	}
@@ -78,12 +78,12 @@ func (c *Config) validateJWT() problems {
 }
 
 // JWTConfig returns the tenancy settings of c.JWT.
-func (c *Config) JWTConfig() tenancy.JWTConfig {
+func (c *Config) JWTConfig() auth.JWTConfig {
 	leeway := c.JWT.Leeway
 	if leeway == 0 {
 		leeway = -1 // configured as none: tenancy's 0 would mean its default
 	}
-	return tenancy.JWTConfig{
+	return auth.JWTConfig{
 		JWKSURL:     c.JWT.JWKSURL,
 		Issuer:      c.JWT.Issuer,
 		Audience:    c.JWT.Audience,

@@ -4,9 +4,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/idemguard/idemguard/routers/auth"
 	"github.com/stretchr/testify/require"
-
-	"github.com/idemguard/idemguard/tenancy"
 )
 
 func TestLoadJWT(t *testing.T) {
@@ -32,7 +31,7 @@ scopes:
 		JWKSURL: "https://idp.example.com/.well-known/jwks.json", Issuer: "https://idp.example.com/", Audience: "idemguard",
 		TenantClaim: "https://example.com/tenant", Leeway: 10 * time.Second, Algorithms: []string{"ES256"},
 	}, c.JWT)
-	require.Equal(t, []tenancy.Method{tenancy.MethodAPIKey, tenancy.MethodJWT}, c.Scopes[0].Auth)
+	require.Equal(t, []auth.Method{auth.MethodAPIKey, auth.MethodJWT}, c.Scopes[0].Auth)
 	require.Nil(t, c.Scopes[1].Auth, "default: API keys only")
 	require.True(t, c.Scopes[0].AcceptsJWT())
 	require.False(t, c.Scopes[1].AcceptsJWT())
@@ -46,7 +45,7 @@ scopes:
 	}))
 	require.NoError(t, err)
 	require.Equal(t, JWT{JWKSURL: "http://127.0.0.1:9999/jwks", Issuer: "iss", Audience: "aud",
-		TenantClaim: tenancy.DefaultTenantClaim, Leeway: tenancy.DefaultJWTLeeway, Algorithms: tenancy.DefaultJWTAlgorithms}, c.JWT)
+		TenantClaim: auth.DefaultTenantClaim, Leeway: auth.DefaultJWTLeeway, Algorithms: auth.DefaultJWTAlgorithms}, c.JWT)
 
 	// Without jwt settings JWTs are off.
 	c, err = Load("", envOf(nil))

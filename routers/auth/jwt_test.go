@@ -1,4 +1,4 @@
-package tenancy_test
+package auth_test
 
 import (
 	"context"
@@ -13,30 +13,31 @@ import (
 	"github.com/golang-jwt/jwt/v5"
 	"github.com/stretchr/testify/require"
 
+	"github.com/idemguard/idemguard/routers/auth"
+	"github.com/idemguard/idemguard/routers/auth/authtest"
 	"github.com/idemguard/idemguard/tenancy"
-	"github.com/idemguard/idemguard/tenancy/tenancytest"
 )
 
 const (
-	testIssuer   = tenancytest.Issuer
-	testAudience = tenancytest.Audience
+	testIssuer   = authtest.Issuer
+	testAudience = authtest.Audience
 )
 
-type signer = tenancytest.Key
+type signer = authtest.Key
 
 var (
-	newRSA = tenancytest.RSA
-	newEC  = tenancytest.EC
-	newEd  = tenancytest.Ed
+	newRSA = authtest.RSA
+	newEC  = authtest.EC
+	newEd  = authtest.Ed
 )
 
-func newVerifier(t *testing.T, p *tenancytest.IDP, mutate func(*tenancy.JWTConfig)) *tenancy.JWTVerifier {
+func newVerifier(t *testing.T, p *authtest.IDP, mutate func(*auth.JWTConfig)) *auth.JWTVerifier {
 	t.Helper()
-	cfg := tenancy.JWTConfig{JWKSURL: p.URL, Issuer: testIssuer, Audience: testAudience}
+	cfg := auth.JWTConfig{JWKSURL: p.URL, Issuer: testIssuer, Audience: testAudience}
 	if mutate != nil {
 		mutate(&cfg)
 	}
-	v, err := tenancy.NewJWTVerifier(cfg)
+	v, err := auth.NewJWTVerifier(cfg)
 	require.NoError(t, err)
 	t.Cleanup(v.Close)
 	return v
@@ -45,7 +46,7 @@ func newVerifier(t *testing.T, p *tenancytest.IDP, mutate func(*tenancy.JWTConfi
 func TestJWTVerifierAcceptsValidTokens(t *testing.T) {
 	t.Parallel()
 	rsaKey, ecKey, edKey := newRSA(t, "rsa-1"), newEC(t, "ec-1"), newEd(t, "ed-1")
-	p := tenancytest.NewIDP(t, rsaKey, ecKey, edKey)
+	p := authtest.NewIDP(t, rsaKey, ecKey, edKey)
 	v := newVerifier(t, p, nil)
 	ctx := context.Background()
 
@@ -66,7 +67,7 @@ func TestJWTVerifierAcceptsValidTokens(t *testing.T) {
 	require.Equal(t, tenancy.ID("acme"), id)
 
 	// A configured claim name other than the default.
-	v2 := newVerifier(t, p, func(c *tenancy.JWTConfig) { c.TenantClaim = "https://example.com/tenant" })
+	v2 := newVerifier(t, p, func(c *auth.JWTConfig) { c.TenantClaim = "https://example.com/tenant" })
 	id, err = v2.Verify(ctx, ecKey.Sign(t, "acme", func(c jwt.MapClaims) { c["https://example.com/tenant"] = "delta" }))
 	require.NoError(t, err)
 	require.Equal(t, tenancy.ID("delta"), id)
@@ -76,8 +77,8 @@ func TestJWTVerifierAcceptsValidTokens(t *testing.T) {
 func TestJWTVerifierRejects(t *testing.T) {
 	t.Parallel()
 	rsaKey, ecKey := newRSA(t, "rsa-1"), newEC(t, "ec-1")
-	p := tenancytest.NewIDP(t, rsaKey, ecKey)
-	v := newVerifier(t, p, func(c *tenancy.JWTConfig) { c.UnknownKIDInterval = time.Hour })
+	p := authtest.NewIDP(t, rsaKey, ecKey)
+	v := newVerifier(t, p, func(c *auth.JWTConfig) { c.UnknownKIDInterval = time.Hour })
 	ctx := context.Background()
 	now := time.Now()
 
@@ -128,10 +129,10 @@ func TestJWTVerifierRejects(t *testing.T) {
 		"tenant too long":     {rsaKey.Sign(t, "acme", func(c jwt.MapClaims) { c["tenant_id"] = strings.Repeat("a", 65) }), "invalid tenant id"},
 		"tenant empty":        {rsaKey.Sign(t, "acme", func(c jwt.MapClaims) { c["tenant_id"] = "" }), "invalid tenant id"},
 		"garbage":             {"a.b.c", "malformed"},
-		"too long":            {strings.Repeat("a", tenancy.MaxJWTBytes+1), "longer than"},
+		"too long":            {strings.Repeat("a", auth.MaxJWTBytes+1), "longer than"},
 	} {
 		id, err := v.Verify(ctx, tc.token)
-		require.ErrorIs(t, err, tenancy.ErrInvalidCredentials, name)
+		require.ErrorIs(t, err, auth.ErrInvalidCredentials, name)
 		require.ErrorContains(t, err, tc.reason, name)
 		require.Empty(t, id, name)
 		require.NotContains(t, err.Error(), tc.token, "%s: the error quotes the token", name)
@@ -141,10 +142,10 @@ func TestJWTVerifierRejects(t *testing.T) {
 func TestJWTVerifierAlgorithmAllowlist(t *testing.T) {
 	t.Parallel()
 	rsaKey, ecKey := newRSA(t, "rsa-1"), newEC(t, "ec-1")
-	p := tenancytest.NewIDP(t, rsaKey, ecKey)
-	v := newVerifier(t, p, func(c *tenancy.JWTConfig) { c.Algorithms = []string{"ES256"} })
+	p := authtest.NewIDP(t, rsaKey, ecKey)
+	v := newVerifier(t, p, func(c *auth.JWTConfig) { c.Algorithms = []string{"ES256"} })
 	_, err := v.Verify(context.Background(), rsaKey.Sign(t, "acme", nil))
-	require.ErrorIs(t, err, tenancy.ErrInvalidCredentials)
+	require.ErrorIs(t, err, auth.ErrInvalidCredentials)
 	_, err = v.Verify(context.Background(), ecKey.Sign(t, "acme", nil))
 	require.NoError(t, err)
 }
@@ -152,8 +153,8 @@ func TestJWTVerifierAlgorithmAllowlist(t *testing.T) {
 func TestJWTVerifierKeyRotation(t *testing.T) {
 	t.Parallel()
 	oldKey, newKey := newRSA(t, "2026-01"), newEC(t, "2026-02")
-	p := tenancytest.NewIDP(t, oldKey)
-	v := newVerifier(t, p, func(c *tenancy.JWTConfig) { c.UnknownKIDInterval = time.Hour })
+	p := authtest.NewIDP(t, oldKey)
+	v := newVerifier(t, p, func(c *auth.JWTConfig) { c.UnknownKIDInterval = time.Hour })
 	ctx := context.Background()
 
 	_, err := v.Verify(ctx, oldKey.Sign(t, "acme", nil))
@@ -168,7 +169,7 @@ func TestJWTVerifierKeyRotation(t *testing.T) {
 	require.EqualValues(t, 2, p.Fetches(), "the unknown kid caused one fetch")
 
 	_, err = v.Verify(ctx, oldKey.Sign(t, "acme", nil))
-	require.ErrorIs(t, err, tenancy.ErrInvalidCredentials, "the withdrawn key is no longer trusted")
+	require.ErrorIs(t, err, auth.ErrInvalidCredentials, "the withdrawn key is no longer trusted")
 
 	// Unknown kids within the rate limit are rejected without a fetch.
 	for range 5 {
@@ -181,8 +182,8 @@ func TestJWTVerifierKeyRotation(t *testing.T) {
 func TestJWTVerifierPeriodicRefresh(t *testing.T) {
 	t.Parallel()
 	oldKey := newRSA(t, "a")
-	p := tenancytest.NewIDP(t, oldKey)
-	v := newVerifier(t, p, func(c *tenancy.JWTConfig) { c.RefreshInterval = 20 * time.Millisecond })
+	p := authtest.NewIDP(t, oldKey)
+	v := newVerifier(t, p, func(c *auth.JWTConfig) { c.RefreshInterval = 20 * time.Millisecond })
 	_ = v
 	// The background refresh fetches again without any token asking for it.
 	require.Eventually(t, func() bool { return p.Fetches() >= 3 }, 10*time.Second, 10*time.Millisecond)
@@ -190,25 +191,25 @@ func TestJWTVerifierPeriodicRefresh(t *testing.T) {
 
 func TestJWTConfigValidate(t *testing.T) {
 	t.Parallel()
-	good := tenancy.JWTConfig{JWKSURL: "https://idp.test/jwks", Issuer: testIssuer, Audience: testAudience}
+	good := auth.JWTConfig{JWKSURL: "https://idp.test/jwks", Issuer: testIssuer, Audience: testAudience}
 	require.NoError(t, good.Validate())
 	for name, tc := range map[string]struct {
-		mutate func(*tenancy.JWTConfig)
+		mutate func(*auth.JWTConfig)
 		want   string
 	}{
-		"no url":      {func(c *tenancy.JWTConfig) { c.JWKSURL = "" }, "JWKSURL: is required"},
-		"ftp url":     {func(c *tenancy.JWTConfig) { c.JWKSURL = "ftp://idp.test/jwks" }, "JWKSURL: must be an https:// URL"},
-		"user info":   {func(c *tenancy.JWTConfig) { c.JWKSURL = "https://u:p@idp.test/jwks" }, "user info"},
-		"no issuer":   {func(c *tenancy.JWTConfig) { c.Issuer = " " }, "Issuer is required"},
-		"no audience": {func(c *tenancy.JWTConfig) { c.Audience = "" }, "Audience is required"},
-		"leeway":      {func(c *tenancy.JWTConfig) { c.Leeway = time.Hour }, "Leeway must be at most"},
-		"alg none":    {func(c *tenancy.JWTConfig) { c.Algorithms = []string{"RS256", "none"} }, `"none" is not allowed`},
-		"alg HS256":   {func(c *tenancy.JWTConfig) { c.Algorithms = []string{"HS256"} }, `"HS256" is not allowed`},
+		"no url":      {func(c *auth.JWTConfig) { c.JWKSURL = "" }, "JWKSURL: is required"},
+		"ftp url":     {func(c *auth.JWTConfig) { c.JWKSURL = "ftp://idp.test/jwks" }, "JWKSURL: must be an https:// URL"},
+		"user info":   {func(c *auth.JWTConfig) { c.JWKSURL = "https://u:p@idp.test/jwks" }, "user info"},
+		"no issuer":   {func(c *auth.JWTConfig) { c.Issuer = " " }, "Issuer is required"},
+		"no audience": {func(c *auth.JWTConfig) { c.Audience = "" }, "Audience is required"},
+		"leeway":      {func(c *auth.JWTConfig) { c.Leeway = time.Hour }, "Leeway must be at most"},
+		"alg none":    {func(c *auth.JWTConfig) { c.Algorithms = []string{"RS256", "none"} }, `"none" is not allowed`},
+		"alg HS256":   {func(c *auth.JWTConfig) { c.Algorithms = []string{"HS256"} }, `"HS256" is not allowed`},
 	} {
 		c := good
 		tc.mutate(&c)
 		require.ErrorContains(t, c.Validate(), tc.want, name)
-		v, err := tenancy.NewJWTVerifier(c)
+		v, err := auth.NewJWTVerifier(c)
 		require.Error(t, err, name)
 		require.Nil(t, v, name)
 	}
@@ -217,10 +218,10 @@ func TestJWTConfigValidate(t *testing.T) {
 func TestCredentialsByMethod(t *testing.T) {
 	t.Parallel()
 	rsaKey := newRSA(t, "rsa-1")
-	p := tenancytest.NewIDP(t, rsaKey)
-	keys, err := tenancy.NewAuthenticator(map[tenancy.ID][]string{"svc": {tenancy.HashAPIKey("svc-key")}})
+	p := authtest.NewIDP(t, rsaKey)
+	keys, err := auth.NewAuthenticator(map[tenancy.ID][]string{"svc": {auth.HashAPIKey("svc-key")}})
 	require.NoError(t, err)
-	creds := &tenancy.Credentials{APIKeys: keys, JWT: newVerifier(t, p, nil)}
+	creds := &auth.Credentials{APIKeys: keys, JWT: newVerifier(t, p, nil)}
 	token := rsaKey.Sign(t, "acme", nil)
 	req := func(bearer string) *http.Request {
 		r := httptest.NewRequest(http.MethodPost, "/", nil)
@@ -228,18 +229,18 @@ func TestCredentialsByMethod(t *testing.T) {
 		return r
 	}
 	ctx := context.Background()
-	both := []tenancy.Method{tenancy.MethodAPIKey, tenancy.MethodJWT}
+	both := []auth.Method{auth.MethodAPIKey, auth.MethodJWT}
 
 	for name, tc := range map[string]struct {
 		bearer string
-		accept []tenancy.Method
+		accept []auth.Method
 		tenant tenancy.ID
-		method tenancy.Method
+		method auth.Method
 	}{
-		"key, default":  {"svc-key", nil, "svc", tenancy.MethodAPIKey},
-		"key, both":     {"svc-key", both, "svc", tenancy.MethodAPIKey},
-		"jwt, both":     {token, both, "acme", tenancy.MethodJWT},
-		"jwt, jwt only": {token, []tenancy.Method{tenancy.MethodJWT}, "acme", tenancy.MethodJWT},
+		"key, default":  {"svc-key", nil, "svc", auth.MethodAPIKey},
+		"key, both":     {"svc-key", both, "svc", auth.MethodAPIKey},
+		"jwt, both":     {token, both, "acme", auth.MethodJWT},
+		"jwt, jwt only": {token, []auth.Method{auth.MethodJWT}, "acme", auth.MethodJWT},
 	} {
 		id, m, err := creds.AuthenticateRequest(ctx, req(tc.bearer), tc.accept)
 		require.NoError(t, err, name)
@@ -248,30 +249,30 @@ func TestCredentialsByMethod(t *testing.T) {
 	}
 	for name, tc := range map[string]struct {
 		bearer string
-		accept []tenancy.Method
+		accept []auth.Method
 	}{
 		"jwt, default (api keys only)": {token, nil},
-		"key, jwt only":                {"svc-key", []tenancy.Method{tenancy.MethodJWT}},
+		"key, jwt only":                {"svc-key", []auth.Method{auth.MethodJWT}},
 		"unknown key, both":            {"nope", both},
 	} {
 		_, _, err := creds.AuthenticateRequest(ctx, req(tc.bearer), tc.accept)
-		require.ErrorIs(t, err, tenancy.ErrInvalidCredentials, name)
+		require.ErrorIs(t, err, auth.ErrInvalidCredentials, name)
 	}
 	_, _, err = creds.AuthenticateRequest(ctx, httptest.NewRequest(http.MethodGet, "/", nil), both)
-	require.ErrorIs(t, err, tenancy.ErrNoCredentials)
+	require.ErrorIs(t, err, auth.ErrNoCredentials)
 
 	// JWT accepted but not configured: rejected, never passed through.
-	_, _, err = (&tenancy.Credentials{APIKeys: keys}).AuthenticateRequest(ctx, req(token), both)
-	require.ErrorIs(t, err, tenancy.ErrInvalidCredentials)
+	_, _, err = (&auth.Credentials{APIKeys: keys}).AuthenticateRequest(ctx, req(token), both)
+	require.ErrorIs(t, err, auth.ErrInvalidCredentials)
 }
 
 func TestParseMethod(t *testing.T) {
 	t.Parallel()
 	for _, s := range []string{"api_key", "jwt"} {
-		m, err := tenancy.ParseMethod(s)
+		m, err := auth.ParseMethod(s)
 		require.NoError(t, err)
-		require.Equal(t, tenancy.Method(s), m)
+		require.Equal(t, auth.Method(s), m)
 	}
-	_, err := tenancy.ParseMethod("cookie")
+	_, err := auth.ParseMethod("cookie")
 	require.ErrorContains(t, err, `"cookie" is not a credential method`)
 }

@@ -1,4 +1,4 @@
-package tenancy
+package auth
 
 // JWT bearer authentication, for browsers.
 //
@@ -8,7 +8,7 @@ package tenancy
 // refreshed periodically and, rate-limited, when a token names an unknown
 // kid), its issuer, audience, expiry (with a small leeway) and an explicit
 // algorithm allowlist, and takes the tenant from one configured claim,
-// validated like every tenant ID ([ParseID]). The JOSE work is done by
+// validated like every tenant ID ([tenancy.ParseID]). The JOSE work is done by
 // github.com/golang-jwt/jwt/v5 and github.com/MicahParks/keyfunc/v3.
 
 import (
@@ -26,6 +26,7 @@ import (
 	"github.com/MicahParks/jwkset"
 	"github.com/MicahParks/keyfunc/v3"
 	"github.com/golang-jwt/jwt/v5"
+	"github.com/idemguard/idemguard/tenancy"
 	"golang.org/x/time/rate"
 )
 
@@ -134,19 +135,19 @@ func (c JWTConfig) withDefaults() JWTConfig {
 // Validate reports the first bad field of c, by name.
 func (c JWTConfig) Validate() error {
 	if err := CheckJWKSURL(c.JWKSURL); err != nil {
-		return fmt.Errorf("tenancy: JWTConfig.JWKSURL: %w", err)
+		return fmt.Errorf("auth: JWTConfig.JWKSURL: %w", err)
 	}
 	switch {
 	case strings.TrimSpace(c.Issuer) == "":
-		return errors.New("tenancy: JWTConfig.Issuer is required: the iss claim your identity provider puts into its tokens")
+		return errors.New("auth: JWTConfig.Issuer is required: the iss claim your identity provider puts into its tokens")
 	case strings.TrimSpace(c.Audience) == "":
-		return errors.New("tenancy: JWTConfig.Audience is required: the aud value your identity provider issues for idemguard")
+		return errors.New("auth: JWTConfig.Audience is required: the aud value your identity provider issues for idemguard")
 	case c.Leeway > MaxJWTLeeway:
-		return fmt.Errorf("tenancy: JWTConfig.Leeway must be at most %s, got %s", MaxJWTLeeway, c.Leeway)
+		return fmt.Errorf("auth: JWTConfig.Leeway must be at most %s, got %s", MaxJWTLeeway, c.Leeway)
 	}
 	for _, a := range c.Algorithms {
 		if err := CheckJWTAlgorithm(a); err != nil {
-			return fmt.Errorf("tenancy: JWTConfig.Algorithms: %w", err)
+			return fmt.Errorf("auth: JWTConfig.Algorithms: %w", err)
 		}
 	}
 	return nil
@@ -211,14 +212,14 @@ func NewJWTVerifier(cfg JWTConfig) (*JWTVerifier, error) {
 		RateLimitWaitMax: cfg.FetchTimeout,
 		RefreshErrorHandlerFunc: func(u string) func(context.Context, error) {
 			return func(_ context.Context, err error) {
-				log.Warn("tenancy: cannot fetch the JWKS; tokens signed by keys not yet cached are rejected",
+				log.Warn("auth: cannot fetch the JWKS; tokens signed by keys not yet cached are rejected",
 					slog.String("jwks_url", u), slog.Any("err", err))
 			}
 		},
 	})
 	if err != nil {
 		cancel()
-		return nil, fmt.Errorf("tenancy: JWKS %s: %w", cfg.JWKSURL, err)
+		return nil, fmt.Errorf("auth: JWKS %s: %w", cfg.JWKSURL, err)
 	}
 	parser := jwt.NewParser(
 		jwt.WithValidMethods(slices.Clone(cfg.Algorithms)),
@@ -240,7 +241,7 @@ func (v *JWTVerifier) Close() { v.cancel() }
 // Verify checks token and returns the tenant named by its tenant claim.
 // Every error wraps [ErrInvalidCredentials] and says why (expired, wrong
 // issuer, unknown key, ...) without quoting the token.
-func (v *JWTVerifier) Verify(ctx context.Context, token string) (ID, error) {
+func (v *JWTVerifier) Verify(ctx context.Context, token string) (tenancy.ID, error) {
 	if len(token) > MaxJWTBytes {
 		return "", fmt.Errorf("%w: jwt: longer than %d bytes", ErrInvalidCredentials, MaxJWTBytes)
 	}
@@ -256,7 +257,7 @@ func (v *JWTVerifier) Verify(ctx context.Context, token string) (ID, error) {
 	if !ok {
 		return "", fmt.Errorf("%w: jwt: the %q claim is not a string", ErrInvalidCredentials, v.claim)
 	}
-	id, err := ParseID(s)
+	id, err := tenancy.ParseID(s)
 	if err != nil {
 		return "", fmt.Errorf("%w: jwt: the %q claim: %w", ErrInvalidCredentials, v.claim, err)
 	}

@@ -1,4 +1,4 @@
-package tenancy
+package auth
 
 import (
 	"crypto/sha256"
@@ -9,6 +9,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/idemguard/idemguard/tenancy"
 	"github.com/stretchr/testify/require"
 )
 
@@ -25,17 +26,17 @@ func TestNewAuthenticatorValidation(t *testing.T) {
 	t.Parallel()
 	good := HashAPIKey("k1")
 	for name, tc := range map[string]struct {
-		keys map[ID][]string
+		keys map[tenancy.ID][]string
 		want []string // substrings of the error
 	}{
-		"bad tenant":    {map[ID][]string{"bad tenant": {good}}, []string{`tenant "bad tenant"`, "invalid tenant id"}},
-		"empty tenant":  {map[ID][]string{"": {good}}, []string{`tenant ""`, "empty"}},
-		"no digests":    {map[ID][]string{"acme": nil}, []string{`tenant "acme"`, "no key digests"}},
-		"short digest":  {map[ID][]string{"acme": {good, "abc"}}, []string{`tenant "acme"`, "digest #2", "3 characters", "64 hex"}},
-		"raw key":       {map[ID][]string{"acme": {"sk-live-" + strings.Repeat("x", 20)}}, []string{`tenant "acme"`, "digest #1", "not the key itself"}},
-		"not hex":       {map[ID][]string{"acme": {strings.Repeat("g", 64)}}, []string{`tenant "acme"`, "digest #1", "not hexadecimal"}},
-		"shared by two": {map[ID][]string{"acme": {good}, "beta": {good}}, []string{`tenant "beta"`, `also configured for tenant "acme"`}},
-		"shared, case":  {map[ID][]string{"acme": {good}, "beta": {strings.ToUpper(good)}}, []string{`tenant "beta"`, `also configured for tenant "acme"`}},
+		"bad tenant":    {map[tenancy.ID][]string{"bad tenant": {good}}, []string{`tenant "bad tenant"`, "invalid tenant id"}},
+		"empty tenant":  {map[tenancy.ID][]string{"": {good}}, []string{`tenant ""`, "empty"}},
+		"no digests":    {map[tenancy.ID][]string{"acme": nil}, []string{`tenant "acme"`, "no key digests"}},
+		"short digest":  {map[tenancy.ID][]string{"acme": {good, "abc"}}, []string{`tenant "acme"`, "digest #2", "3 characters", "64 hex"}},
+		"raw key":       {map[tenancy.ID][]string{"acme": {"sk-live-" + strings.Repeat("x", 20)}}, []string{`tenant "acme"`, "digest #1", "not the key itself"}},
+		"not hex":       {map[tenancy.ID][]string{"acme": {strings.Repeat("g", 64)}}, []string{`tenant "acme"`, "digest #1", "not hexadecimal"}},
+		"shared by two": {map[tenancy.ID][]string{"acme": {good}, "beta": {good}}, []string{`tenant "beta"`, `also configured for tenant "acme"`}},
+		"shared, case":  {map[tenancy.ID][]string{"acme": {good}, "beta": {strings.ToUpper(good)}}, []string{`tenant "beta"`, `also configured for tenant "acme"`}},
 	} {
 		a, err := NewAuthenticator(tc.keys)
 		require.Error(t, err, name)
@@ -51,14 +52,14 @@ func TestNewAuthenticatorValidation(t *testing.T) {
 
 func TestAuthenticate(t *testing.T) {
 	t.Parallel()
-	a, err := NewAuthenticator(map[ID][]string{
+	a, err := NewAuthenticator(map[tenancy.ID][]string{
 		// acme's new key is listed twice (once upper-case): it counts once.
 		"acme": {HashAPIKey("acme-old-key"), strings.ToUpper(HashAPIKey("acme-new-key")), HashAPIKey("acme-new-key")},
 		"beta": {HashAPIKey("beta-key")},
 	})
 	require.NoError(t, err)
 
-	for key, want := range map[string]ID{"acme-old-key": "acme", "acme-new-key": "acme", "beta-key": "beta"} {
+	for key, want := range map[string]tenancy.ID{"acme-old-key": "acme", "acme-new-key": "acme", "beta-key": "beta"} {
 		id, ok := a.Authenticate(key)
 		require.True(t, ok, key)
 		require.Equal(t, want, id, key)
@@ -84,11 +85,11 @@ func TestAuthenticate(t *testing.T) {
 
 func TestAuthenticateRequest(t *testing.T) {
 	t.Parallel()
-	a, err := NewAuthenticator(map[ID][]string{"acme": {HashAPIKey("secret-key")}})
+	a, err := NewAuthenticator(map[tenancy.ID][]string{"acme": {HashAPIKey("secret-key")}})
 	require.NoError(t, err)
 	for name, tc := range map[string]struct {
 		headers []string
-		tenant  ID
+		tenant  tenancy.ID
 		err     error
 	}{
 		"bearer":         {[]string{"Bearer secret-key"}, "acme", nil},
@@ -130,12 +131,12 @@ func TestChallenge(t *testing.T) {
 
 func TestMiddleware(t *testing.T) {
 	t.Parallel()
-	a, err := NewAuthenticator(map[ID][]string{"acme": {HashAPIKey("k-acme")}, "beta": {HashAPIKey("k-beta")}})
+	a, err := NewAuthenticator(map[tenancy.ID][]string{"acme": {HashAPIKey("k-acme")}, "beta": {HashAPIKey("k-beta")}})
 	require.NoError(t, err)
 
-	var seen []ID
+	var seen []tenancy.ID
 	next := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		id, ok := FromContext(r.Context())
+		id, ok := tenancy.FromContext(r.Context())
 		require.True(t, ok)
 		seen = append(seen, id)
 		w.WriteHeader(http.StatusNoContent)
@@ -187,14 +188,14 @@ func TestMiddleware(t *testing.T) {
 			require.Equal(t, http.StatusNoContent, w.Code)
 			require.Empty(t, w.Header().Get("WWW-Authenticate"))
 		}
-		require.Equal(t, []ID{"beta", "acme"}, seen)
+		require.Equal(t, []tenancy.ID{"beta", "acme"}, seen)
 	})
 }
 
 func BenchmarkAuthenticate(b *testing.B) {
-	keys := map[ID][]string{}
+	keys := map[tenancy.ID][]string{}
 	for i := range 50 {
-		id := ID("tenant-" + strings.Repeat("x", i%5) + string(rune('a'+i%26)) + string(rune('a'+i/26)))
+		id := tenancy.ID("tenant-" + strings.Repeat("x", i%5) + string(rune('a'+i%26)) + string(rune('a'+i/26)))
 		keys[id] = []string{HashAPIKey(string(id) + "-key")}
 	}
 	a, err := NewAuthenticator(keys)

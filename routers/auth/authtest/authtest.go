@@ -1,7 +1,7 @@
-// Package tenancytest is a test identity provider: signing keys of the
+// Package authtest is a test identity provider: signing keys of the
 // algorithms browsers' tokens use, and a JWKS server whose key set a test
 // can replace (key rotation) and whose fetches it can count.
-package tenancytest
+package authtest
 
 import (
 	"crypto"

@@ -1,4 +1,4 @@
-package tenancy
+package auth
 
 // Choosing between API keys and JWTs, per scope.
 
@@ -8,6 +8,8 @@ import (
 	"net/http"
 	"slices"
 	"strings"
+
+	"github.com/idemguard/idemguard/tenancy"
 )
 
 // Method is a kind of bearer credential a scope accepts.
@@ -50,7 +52,7 @@ type Credentials struct {
 // tenant comes only from the matched key or the verified claim. Errors wrap
 // [ErrNoCredentials] or [ErrInvalidCredentials], say why (for the log) and
 // never contain the token.
-func (c *Credentials) AuthenticateRequest(ctx context.Context, r *http.Request, accept []Method) (ID, Method, error) {
+func (c *Credentials) AuthenticateRequest(ctx context.Context, r *http.Request, accept []Method) (tenancy.ID, Method, error) {
 	if accept == nil {
 		accept = DefaultMethods
 	}

@@ -1,4 +1,4 @@
-package tenancy
+package auth
 
 // API-key authentication.
 //
@@ -8,9 +8,8 @@ package tenancy
 // without downtime). A presented key is hashed and its digest compared with
 // every configured digest in constant time.
 //
-// This file depends on net/http only, not on gin: the engine imports this
-// package for [ID], and the engine must not depend on the HTTP framework.
-// routers adapts [Authenticator.Middleware] to gin.
+// This file depends on net/http only, not on gin, so a net/http service can
+// use it as it is; routers adapts [Authenticator.Middleware] to gin.
 
 import (
 	"crypto/sha256"
@@ -21,6 +20,8 @@ import (
 	"net/http"
 	"sort"
 	"strings"
+
+	"github.com/idemguard/idemguard/tenancy"
 )
 
 // Authentication errors, returned by [Authenticator.AuthenticateRequest] and
@@ -28,10 +29,10 @@ import (
 var (
 	// ErrNoCredentials: the request carries no Authorization header, or one
 	// whose scheme is not Bearer.
-	ErrNoCredentials = errors.New("tenancy: no bearer credentials")
+	ErrNoCredentials = errors.New("auth: no bearer credentials")
 	// ErrInvalidCredentials: the bearer token is malformed or matches no
 	// configured key; also more than one Authorization header.
-	ErrInvalidCredentials = errors.New("tenancy: invalid bearer credentials")
+	ErrInvalidCredentials = errors.New("auth: invalid bearer credentials")
 )
 
 // Realm is the realm named in the WWW-Authenticate challenge.
@@ -48,12 +49,12 @@ type Authenticator struct {
 
 type authEntry struct {
 	digest [sha256.Size]byte
-	tenant ID
+	tenant tenancy.ID
 }
 
 // NewAuthenticator takes, per tenant, the hex SHA-256 digests of its API keys
 // (see [HashAPIKey]); a tenant may have several (key rotation). It validates
-// every tenant ID ([ParseID]) and every digest (64 hex characters, either
+// every tenant ID ([tenancy.ParseID]) and every digest (64 hex characters, either
 // case). It rejects a tenant without keys and a digest configured for two
 // tenants (a key must name exactly one tenant); a digest listed twice for
 // one tenant counts once. Errors name the tenant and the position of the bad
@@ -61,8 +62,8 @@ type authEntry struct {
 //
 // An empty map gives an Authenticator that rejects every request; requiring
 // at least one key is the configuration's job.
-func NewAuthenticator(keys map[ID][]string) (*Authenticator, error) {
-	tenants := make([]ID, 0, len(keys))
+func NewAuthenticator(keys map[tenancy.ID][]string) (*Authenticator, error) {
+	tenants := make([]tenancy.ID, 0, len(keys))
 	for id := range keys {
 		tenants = append(tenants, id)
 	}
@@ -70,28 +71,28 @@ func NewAuthenticator(keys map[ID][]string) (*Authenticator, error) {
 	sort.Slice(tenants, func(i, j int) bool { return tenants[i] < tenants[j] })
 
 	a := &Authenticator{}
-	owner := make(map[[sha256.Size]byte]ID)
+	owner := make(map[[sha256.Size]byte]tenancy.ID)
 	for _, id := range tenants {
-		if _, err := ParseID(string(id)); err != nil {
-			return nil, fmt.Errorf("tenancy: API keys: tenant %q: %w", id, err)
+		if _, err := tenancy.ParseID(string(id)); err != nil {
+			return nil, fmt.Errorf("auth: API keys: tenant %q: %w", id, err)
 		}
 		digests := keys[id]
 		if len(digests) == 0 {
-			return nil, fmt.Errorf("tenancy: API keys: tenant %q has no key digests; list at least one hex SHA-256 digest or remove the tenant", id)
+			return nil, fmt.Errorf("auth: API keys: tenant %q has no key digests; list at least one hex SHA-256 digest or remove the tenant", id)
 		}
 		for i, d := range digests {
 			var sum [sha256.Size]byte
 			if len(d) != digestLen {
-				return nil, fmt.Errorf("tenancy: API keys: tenant %q, digest #%d: %d characters, want the %d hex characters of a SHA-256 digest (see HashAPIKey), not the key itself", id, i+1, len(d), digestLen)
+				return nil, fmt.Errorf("auth: API keys: tenant %q, digest #%d: %d characters, want the %d hex characters of a SHA-256 digest (see HashAPIKey), not the key itself", id, i+1, len(d), digestLen)
 			}
 			if _, err := hex.Decode(sum[:], []byte(d)); err != nil {
-				return nil, fmt.Errorf("tenancy: API keys: tenant %q, digest #%d: not hexadecimal; want the hex SHA-256 digest of the key", id, i+1)
+				return nil, fmt.Errorf("auth: API keys: tenant %q, digest #%d: not hexadecimal; want the hex SHA-256 digest of the key", id, i+1)
 			}
 			if prev, dup := owner[sum]; dup {
 				if prev == id {
 					continue // listed twice for one tenant (e.g. upper and lower case): harmless
 				}
-				return nil, fmt.Errorf("tenancy: API keys: tenant %q, digest #%d: the same key is also configured for tenant %q; a key must name exactly one tenant", id, i+1, prev)
+				return nil, fmt.Errorf("auth: API keys: tenant %q, digest #%d: the same key is also configured for tenant %q; a key must name exactly one tenant", id, i+1, prev)
 			}
 			owner[sum] = id
 			a.entries = append(a.entries, authEntry{digest: sum, tenant: id})
@@ -111,7 +112,7 @@ func HashAPIKey(key string) string {
 // with SHA-256 and compares the digest with every configured digest using
 // crypto/subtle, without an early exit, so the time it takes does not depend
 // on which key (if any) matched. An empty token never matches.
-func (a *Authenticator) Authenticate(token string) (ID, bool) {
+func (a *Authenticator) Authenticate(token string) (tenancy.ID, bool) {
 	if a == nil || token == "" {
 		return "", false
 	}
@@ -132,7 +133,7 @@ func (a *Authenticator) Authenticate(token string) (ID, bool) {
 // returns [ErrNoCredentials] when there is no bearer Authorization header and
 // [ErrInvalidCredentials] when there are several, the token is empty or holds
 // white space, or it matches no key. Errors never contain the token.
-func (a *Authenticator) AuthenticateRequest(r *http.Request) (ID, error) {
+func (a *Authenticator) AuthenticateRequest(r *http.Request) (tenancy.ID, error) {
 	token, err := BearerToken(r)
 	if err != nil {
 		return "", err
@@ -201,7 +202,7 @@ func (a *Authenticator) Middleware(onFail func(w http.ResponseWriter, r *http.Re
 				onFail(w, r, err)
 				return
 			}
-			next.ServeHTTP(w, r.WithContext(WithTenant(r.Context(), id)))
+			next.ServeHTTP(w, r.WithContext(tenancy.WithTenant(r.Context(), id)))
 		})
 	}
 }
