@@ -2,6 +2,7 @@ package idemguard
 
 import (
 	"context"
+	"fmt"
 	"time"
 
 	"github.com/idemguard/idemguard/tenancy"
@@ -64,7 +65,21 @@ type Settings struct {
 }
 
 // Validate reports the first setting out of range, naming it.
-func (s Settings) Validate() error { return engineSettings(s).Validate() }
+func (s Settings) Validate() error {
+	switch {
+	case s.TTL < 0 || s.TTL > MaxTTL:
+		return fmt.Errorf("TTL must be between 1s and %s, got %s", MaxTTL, s.TTL)
+	case s.TTL != 0 && s.TTL < time.Second:
+		return fmt.Errorf("TTL must be between 1s and %s, got %s", MaxTTL, s.TTL)
+	case s.StaleAfter != 0 && s.StaleAfter < MinStaleAfter:
+		return fmt.Errorf("StaleAfter must be at least %s, got %s", MinStaleAfter, s.StaleAfter)
+	case s.MaxAttempts < 0 || s.MaxAttempts > 100:
+		return fmt.Errorf("MaxAttempts must be between 1 and 100, got %d", s.MaxAttempts)
+	case s.StalePolicy != "" && s.StalePolicy != StaleTakeover && s.StalePolicy != StaleFail:
+		return fmt.Errorf("StalePolicy must be %q or %q, got %q", StaleTakeover, StaleFail, s.StalePolicy)
+	}
+	return nil
+}
 
 // Call describes one guarded execution.
 type Call struct {

@@ -8,14 +8,14 @@ across any number of processes.
 
 # A first program
 
-	db, err := idemguard.OpenMySQL(ctx, "app:secret@tcp(127.0.0.1:3306)/app", idemguard.PoolConfig{})
+	db, err := mysql.Open(ctx, "app:secret@tcp(127.0.0.1:3306)/app", mysql.PoolConfig{})
 	if err != nil { ... }
-	if err := idemguard.Migrate(ctx, db); err != nil { ... } // or apply package migrations with your goose
-	guard, err := idemguard.New(idemguard.Config{Store: idemguard.NewMySQLStore(db), Secret: secret})
+	if err := mysql.Migrate(ctx, db); err != nil { ... } // or apply package migrations with your goose
+	guard, err := idemguard.New(idemguard.Config{Store: mysql.NewStore(db), Secret: secret})
 	if err != nil { ... }
 	defer guard.Close(ctx)
 
-	res, err := guard.WithIdempotency(ctx, idemguard.Call{
+	res, err := guard.Do(ctx, idemguard.Call{
 		Tenant:    "acme",
 		Scope:     "actionRequests.aiProposeCopy",
 		ClientKey: r.Header.Get("Idempotency-Key"), // optional: else derived from Inputs
@@ -41,6 +41,10 @@ An operation's value is sanitized into the envelope of package sanitize
 primitive values); everything else is dropped, and each dropped field is
 logged by name, never by value, and counted. Inputs and keys are stored only
 as HMACs under Config.Secret.
+
+Package mysql (github.com/idemguard/idemguard/mysql) is the MySQL store;
+this package links no database driver, so tests and single-process tools can
+use NewMemoryStore alone.
 
 # Where to go next
 

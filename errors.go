@@ -1,29 +1,29 @@
 package idemguard
 
 import (
+	"errors"
 	"fmt"
 
-	"github.com/idemguard/idemguard/internal/guarderr"
 	"github.com/idemguard/idemguard/sanitize"
 )
 
-// The errors WithIdempotency and Lookup return, and the causes an operation's
+// The errors Do and Lookup return, and the causes an operation's
 // context may carry. Compare with errors.Is (or, for a context's cause, ==).
 // An operation's own failure is not among them: it is a Result with
 // Status [StatusFailed].
 var (
 	// ErrInvalidInput wraps every validation failure of a Call: tenant,
 	// scope, client key, inputs or settings. Nothing was run or stored.
-	ErrInvalidInput = errInvalidInput
+	ErrInvalidInput = errors.New("idemguard: invalid input")
 	// ErrFingerprintMismatch means the client key was used before with
 	// different inputs. Nothing was run or stored (HTTP 422).
-	ErrFingerprintMismatch = errFingerprintMismatch
+	ErrFingerprintMismatch = errors.New("idemguard: idempotency key reused with different inputs")
 	// ErrStoreUnavailable means the store could not answer: every
 	// *[StoreError] matches it. The operation was not started (fail closed).
-	ErrStoreUnavailable = errStoreUnavailable
+	ErrStoreUnavailable = errors.New("idemguard: store unavailable")
 	// ErrNotFound is returned by Lookup for a key that is absent, expired or
-	// another tenant's.
-	ErrNotFound = errNotFound
+	// another tenant's, and by Store.Get when no row matches.
+	ErrNotFound = errors.New("idemguard: key not found")
 	// ErrInvalidResult means the operation ran but returned a value that is
 	// not a JSON object (a string, a number, an array), or a Response whose
 	// status code is outside 100–599: a programming error, never an upstream
@@ -31,28 +31,16 @@ var (
 	// result it cannot produce (the routers middleware does, for a handler
 	// that streams or writes something other than JSON). The key is stored failed with stopReason
 	// unknown and HTTP status 500, so a corrected deploy may run it again
-	// (while attempts remain). WithIdempotency returns it together with the
+	// (while attempts remain). Do returns it together with the
 	// Result of that failure.
-	ErrInvalidResult = errInvalidResult
+	ErrInvalidResult = errors.New("idemguard: operation returned an invalid result")
 	// ErrOwnershipLost is the cause (context.Cause) of an operation's context
 	// cancelled because another caller took its claim over, or the claim
 	// could not be renewed.
-	ErrOwnershipLost = errOwnershipLost
+	ErrOwnershipLost = errors.New("idemguard: claim ownership lost")
 	// ErrShuttingDown is the cause of an operation's context cancelled by
 	// [Guard.Close]; calls made after Close return a *[StoreError] wrapping it.
-	ErrShuttingDown = errShuttingDown
-)
-
-// The sentinels are shared with the implementation, so that errors.Is and
-// context.Cause comparisons hold.
-var (
-	errInvalidInput        = guarderr.InvalidInput
-	errFingerprintMismatch = guarderr.FingerprintMismatch
-	errStoreUnavailable    = guarderr.StoreUnavailable
-	errNotFound            = guarderr.NotFound
-	errInvalidResult       = guarderr.InvalidResult
-	errOwnershipLost       = guarderr.OwnershipLost
-	errShuttingDown        = guarderr.ShuttingDown
+	ErrShuttingDown = errors.New("idemguard: guard shutting down")
 )
 
 // StoreError is a store failure, with the protocol step it happened in
@@ -92,7 +80,7 @@ func (e *OpError) Error() string {
 func (e *OpError) Unwrap() error { return e.Err }
 
 // StopReason returns e.Reason. The guard recognises any error in the chain
-// that has this method.
+// that has this method (see stopReasoner).
 func (e *OpError) StopReason() sanitize.StopReason { return e.Reason }
 
 // PanicError is Result.Err of an operation that panicked. The panic is
@@ -104,3 +92,11 @@ type PanicError struct {
 }
 
 func (e *PanicError) Error() string { return fmt.Sprintf("operation panicked: %T", e.Value) }
+
+// stopReasoner is what the guard looks for, with errors.As, in an
+// operation's error: an error that says why the operation failed. OpError is
+// one; an application's own error type may be another. Any other error is
+// stored as provider_error (timeout when the operation's deadline passed).
+type stopReasoner interface {
+	StopReason() sanitize.StopReason
+}

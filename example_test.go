@@ -14,7 +14,7 @@ var exampleSecret = []byte("an-example-secret-of-32-bytes!!!")
 
 // A duplicate call does not run the operation again: it gets the stored
 // answer, marked cached.
-func ExampleGuard_WithIdempotency() {
+func ExampleGuard_Do() {
 	ctx := context.Background()
 	guard, err := idemguard.New(idemguard.Config{Store: idemguard.NewMemoryStore(), Secret: exampleSecret})
 	if err != nil {
@@ -30,7 +30,7 @@ func ExampleGuard_WithIdempotency() {
 		return map[string]any{"ok": true, "data": map[string]any{"summary": "two items"}}, nil
 	}
 	for range 2 {
-		res, err := guard.WithIdempotency(ctx, call, op)
+		res, err := guard.Do(ctx, call, op)
 		if err != nil {
 			panic(err)
 		}
@@ -63,7 +63,7 @@ func ExampleOpError() {
 		return map[string]any{"ok": true}, nil
 	}
 	for range 2 {
-		res, err := guard.WithIdempotency(ctx, call, op)
+		res, err := guard.Do(ctx, call, op)
 		if err != nil {
 			panic(err)
 		}
@@ -86,7 +86,7 @@ func ExampleGuard_Lookup() {
 	_, err = guard.Lookup(ctx, "acme", "orders.create", "order-7")
 	fmt.Println(errors.Is(err, idemguard.ErrNotFound))
 
-	_, err = guard.WithIdempotency(ctx, idemguard.Call{Tenant: "acme", Scope: "orders.create", ClientKey: "order-7"},
+	_, err = guard.Do(ctx, idemguard.Call{Tenant: "acme", Scope: "orders.create", ClientKey: "order-7"},
 		func(ctx context.Context) (any, error) {
 			return idemguard.Response{StatusCode: 201, Value: map[string]any{"ok": true}}, nil
 		})

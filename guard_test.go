@@ -8,12 +8,12 @@ import (
 	"log/slog"
 	"os/exec"
 	"regexp"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/idemguard/idemguard/internal/engine"
 	"github.com/idemguard/idemguard/sanitize"
 )
 
@@ -32,35 +32,13 @@ func newTestGuard(t *testing.T, cfg Config) *Guard {
 	return g
 }
 
-// The public defaults are the engine's: they are written out (go doc shows
-// a constant's expression), so this holds them together.
-func TestDefaultsMatchEngine(t *testing.T) {
-	t.Parallel()
-	require.Equal(t, engine.DefaultTTL, DefaultTTL)
-	require.Equal(t, engine.MaxTTL, MaxTTL)
-	require.Equal(t, engine.DefaultStaleAfter, DefaultStaleAfter)
-	require.Equal(t, engine.MinStaleAfter, MinStaleAfter)
-	require.Equal(t, engine.DefaultMaxAttempts, DefaultMaxAttempts)
-	require.Equal(t, engine.DefaultStoreTimeout, DefaultStoreTimeout)
-	require.Equal(t, engine.DefaultMaxWait, DefaultMaxWait)
-	require.Equal(t, engine.DefaultReplayCacheSize, DefaultReplayCacheSize)
-	require.Equal(t, engine.DefaultReplayCacheMaxAge, DefaultReplayCacheMaxAge)
-	require.Equal(t, string(engine.StaleTakeover), string(StaleTakeover))
-	require.Equal(t, string(engine.StaleFail), string(StaleFail))
-	for _, k := range []engine.EventKind{engine.EventClaimed, engine.EventReplayed, engine.EventInProgress,
-		engine.EventWaited, engine.EventTakeover, engine.EventRetried, engine.EventAbandoned, engine.EventRetryLimit,
-		engine.EventLostClaim, engine.EventMismatch, engine.EventOperation, engine.EventStoreError, engine.EventDroppedField} {
-		require.Equal(t, string(k), string(publicEvent(engine.Event{Kind: k}).Kind))
-	}
-}
-
 // The exported API of the root package and of routers names no internal
 // package: another module could not use it. go doc prints every exported
 // declaration with its types.
 func TestPublicAPINamesNoInternalPackage(t *testing.T) {
 	t.Parallel()
-	internalName := regexp.MustCompile(`(internal/|engine\.|mysqlstore\.|memstore\.|config\.|mysqlconn\.|keys\.|ops\.|dbmigrate\.|metrics\.|guarderr\.)`)
-	for _, pkg := range []string{".", "./routers"} {
+	internalName := regexp.MustCompile(`(internal/|\b(engine|mysqlstore|memstore|config|mysqlconn|keys|ops|dbmigrate|metrics|guarderr|storeseam|live)\.[A-Z])`)
+	for _, pkg := range []string{".", "./routers", "./mysql"} {
 		out, err := exec.Command("go", "doc", "-all", pkg).CombinedOutput()
 		require.NoError(t, err, string(out))
 		require.NotEmpty(t, out)
@@ -70,26 +48,31 @@ func TestPublicAPINamesNoInternalPackage(t *testing.T) {
 	}
 	out, err := exec.Command("go", "doc", ".").CombinedOutput()
 	require.NoError(t, err, string(out))
-	for _, want := range []string{"func New(cfg Config) (*Guard, error)",
-		"func NewMySQLStore(db *sql.DB) Store", "func NewMemoryStore() Store"} {
+	for _, want := range []string{"func New(cfg Config) (*Guard, error)", "func NewMemoryStore(opts ...MemoryOption) *MemoryStore"} {
 		require.Contains(t, string(out), want)
 	}
 	out, err = exec.Command("go", "doc", ".", "Guard").CombinedOutput()
 	require.NoError(t, err, string(out))
-	require.Contains(t, string(out), "func (g *Guard) WithIdempotency(ctx context.Context, call Call, op Operation) (Result, error)")
+	require.Contains(t, string(out), "func (g *Guard) Do(ctx context.Context, call Call, op Operation) (Result, error)")
+	out, err = exec.Command("go", "doc", "./mysql").CombinedOutput()
+	require.NoError(t, err, string(out))
+	require.Contains(t, string(out), "func NewStore(db *sql.DB) idemguard.Store")
 }
 
-func TestErrorsAreTheEnginesAndConverted(t *testing.T) {
+// A program that guards with the MemoryStore links no database driver, no
+// SQL toolkit, no migration tool and no JWT library: those live in package
+// mysql and under routers.
+func TestRootPackageLinksNoDatabaseOrJWT(t *testing.T) {
 	t.Parallel()
-	require.Same(t, engine.ErrOwnershipLost, ErrOwnershipLost)
-	var se *StoreError
-	err := publicError(&engine.StoreError{Op: "claim", Err: ErrShuttingDown})
-	require.ErrorAs(t, err, &se)
-	require.Equal(t, "claim", se.Op)
-	require.ErrorIs(t, err, ErrStoreUnavailable)
-	require.ErrorIs(t, err, ErrShuttingDown)
-	var pe *PanicError
-	require.ErrorAs(t, publicError(&engine.PanicError{Value: 1}), &pe)
+	out, err := exec.Command("go", "list", "-deps", ".").CombinedOutput()
+	require.NoError(t, err, string(out))
+	deps := string(out)
+	require.Contains(t, deps, "github.com/idemguard/idemguard/sanitize", "the listing is the root package's")
+	for _, dep := range strings.Fields(deps) {
+		for _, banned := range []string{"go-sql-driver", "jmoiron/sqlx", "pressly/goose", "jwt", "jwkset", "keyfunc", "gin-gonic"} {
+			require.NotContains(t, dep, banned, "package idemguard depends on %s", dep)
+		}
+	}
 }
 
 // Close cancels a running operation with cause ErrShuttingDown, the root
@@ -102,7 +85,7 @@ func TestCloseCauseIsPublicSentinel(t *testing.T) {
 	causes := make(chan error, 1)
 	done := make(chan Result, 1)
 	go func() {
-		res, _ := g.WithIdempotency(context.Background(), Call{Tenant: "t", Scope: "s", ClientKey: "k"},
+		res, _ := g.Do(context.Background(), Call{Tenant: "t", Scope: "s", ClientKey: "k"},
 			func(ctx context.Context) (any, error) {
 				close(started)
 				<-ctx.Done()
@@ -122,7 +105,7 @@ func TestCloseCauseIsPublicSentinel(t *testing.T) {
 	require.Equal(t, StatusFailed, res.Status)
 	require.Equal(t, sanitize.Timeout, res.StopReason)
 
-	_, err = g.WithIdempotency(context.Background(), Call{Tenant: "t", Scope: "s", ClientKey: "k2"},
+	_, err = g.Do(context.Background(), Call{Tenant: "t", Scope: "s", ClientKey: "k2"},
 		func(ctx context.Context) (any, error) { return nil, nil })
 	var se *StoreError
 	require.ErrorAs(t, err, &se)
@@ -136,7 +119,7 @@ func TestOpErrorWrappedAndEvents(t *testing.T) {
 	var kinds []EventKind
 	g := newTestGuard(t, Config{Observe: func(e Event) { kinds = append(kinds, e.Kind) }})
 	opErr := &OpError{Reason: sanitize.RateLimited, Err: errors.New("429")}
-	res, err := g.WithIdempotency(context.Background(), Call{Tenant: "t", Scope: "s", Inputs: map[string]any{"a": 1}},
+	res, err := g.Do(context.Background(), Call{Tenant: "t", Scope: "s", Inputs: map[string]any{"a": 1}},
 		func(ctx context.Context) (any, error) { return nil, errors.Join(errors.New("wrapped"), opErr) })
 	require.NoError(t, err)
 	require.Equal(t, StatusFailed, res.Status)

@@ -1,4 +1,4 @@
-package idemguard
+package idemguard_test
 
 import (
 	"bufio"
@@ -12,7 +12,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/idemguard/idemguard/internal/engine"
+	"github.com/idemguard/idemguard"
 	"github.com/idemguard/idemguard/internal/metrics"
 	"github.com/idemguard/idemguard/sanitize"
 )
@@ -47,17 +47,18 @@ func (l *lockedBuffer) lines(t *testing.T, msg string) []map[string]any {
 const droppedMsg = "guard: a result field is not part of the stored envelope and was dropped; " +
 	"put what callers need under data (primitive values) or return a sanitize.Envelope"
 
+var noLossSecret = []byte("0123456789abcdef0123456789abcdef")
+
 // noLossBundle is a Guard whose events feed the service's Prometheus
 // metrics, with its logs in a buffer.
-func noLossBundle(t *testing.T) (*Guard, *metrics.Metrics, *lockedBuffer) {
+func noLossBundle(t *testing.T) (*idemguard.Guard, *metrics.Metrics, *lockedBuffer) {
 	t.Helper()
 	logs := &lockedBuffer{}
 	m := metrics.New()
-	g, err := New(Config{Store: NewMemoryStore(), Secret: testSecret,
+	g, err := idemguard.New(idemguard.Config{Store: idemguard.NewMemoryStore(), Secret: noLossSecret,
 		Logger: slog.New(slog.NewJSONHandler(logs, nil)),
-		Observe: func(e Event) {
-			m.Observe(engine.Event{Kind: engine.EventKind(e.Kind), Scope: e.Scope, Reason: e.StopReason,
-				Failed: e.Failed, Duration: e.Duration, StoreOp: e.StoreOp, Field: e.Field})
+		Observe: func(e idemguard.Event) {
+			m.Observe(e)
 		}})
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = g.Close(context.Background()) })
@@ -101,7 +102,8 @@ func failureCount(t *testing.T, m *metrics.Metrics, scope, reason string) float6
 	return counterValue(t, m, "idemguard_operation_failures_total", map[string]string{"scope": scope, "stop_reason": reason})
 }
 
-// DESIGN §5: nothing is lost silently.
+// Nothing is lost silently: every field the allowlist drops is logged (by
+// name) and counted, and a result that is not an object is stored as a failure.
 func TestNoSilentLoss(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
@@ -114,10 +116,10 @@ func TestNoSilentLoss(t *testing.T) {
 			Score int    `json:"score"`
 		}
 		for i := range 3 {
-			res, err := g.WithIdempotency(ctx, Call{Tenant: "acme", Scope: "propose", Inputs: i},
+			res, err := g.Do(ctx, idemguard.Call{Tenant: "acme", Scope: "propose", Inputs: i},
 				func(ctx context.Context) (any, error) { return proposal{Copy: "secret-value", Score: 7}, nil })
 			require.NoError(t, err)
-			require.Equal(t, StatusSucceeded, res.Status)
+			require.Equal(t, idemguard.StatusSucceeded, res.Status)
 			require.Equal(t, `{"ok":true,"stopReason":"completed","needsHuman":false,"cached":false}`, string(res.Body))
 		}
 		lines := logs.lines(t, droppedMsg)
@@ -130,16 +132,16 @@ func TestNoSilentLoss(t *testing.T) {
 		require.EqualValues(t, 3, droppedCount(t, m, "propose", "score"))
 	})
 
-	t.Run("string result: ErrInvalidResult, stored failed unknown, retryable", func(t *testing.T) {
+	t.Run("string result: idemguard.ErrInvalidResult, stored failed unknown, retryable", func(t *testing.T) {
 		t.Parallel()
 		g, m, logs := noLossBundle(t)
-		call := Call{Tenant: "acme", Scope: "summarize", ClientKey: "k1"}
-		res, err := g.WithIdempotency(ctx, call, func(ctx context.Context) (any, error) { return "a summary", nil })
-		require.ErrorIs(t, err, ErrInvalidResult)
-		require.Equal(t, StatusFailed, res.Status)
+		call := idemguard.Call{Tenant: "acme", Scope: "summarize", ClientKey: "k1"}
+		res, err := g.Do(ctx, call, func(ctx context.Context) (any, error) { return "a summary", nil })
+		require.ErrorIs(t, err, idemguard.ErrInvalidResult)
+		require.Equal(t, idemguard.StatusFailed, res.Status)
 		require.Equal(t, sanitize.Unknown, res.StopReason)
 		require.Equal(t, http.StatusInternalServerError, res.StatusCode)
-		require.ErrorIs(t, res.Err, ErrInvalidResult)
+		require.ErrorIs(t, res.Err, idemguard.ErrInvalidResult)
 		lines := logs.lines(t, "guard: the operation's result is invalid (a programming error, not an upstream failure); stored as failed with stop reason unknown")
 		require.Len(t, lines, 1)
 		require.Equal(t, "string", lines[0]["value_type"])
@@ -149,10 +151,10 @@ func TestNoSilentLoss(t *testing.T) {
 
 		info, err := g.Lookup(ctx, "acme", "summarize", "k1")
 		require.NoError(t, err)
-		require.Equal(t, KeyFailed, info.Status)
+		require.Equal(t, idemguard.KeyFailed, info.Status)
 		require.Equal(t, http.StatusInternalServerError, info.StatusCode)
 
-		res, err = g.WithIdempotency(ctx, call, func(ctx context.Context) (any, error) {
+		res, err = g.Do(ctx, call, func(ctx context.Context) (any, error) {
 			return map[string]any{"ok": true, "data": map[string]any{"summary": "fixed"}}, nil
 		})
 		require.NoError(t, err, "a corrected deploy runs the key again")
@@ -162,7 +164,7 @@ func TestNoSilentLoss(t *testing.T) {
 	t.Run("nested objects: dropped by name at any depth", func(t *testing.T) {
 		t.Parallel()
 		g, m, logs := noLossBundle(t)
-		res, err := g.WithIdempotency(ctx, Call{Tenant: "acme", Scope: "nested"}, func(ctx context.Context) (any, error) {
+		res, err := g.Do(ctx, idemguard.Call{Tenant: "acme", Scope: "nested"}, func(ctx context.Context) (any, error) {
 			return map[string]any{"ok": true, "debug": map[string]any{"prompt": "p"}, "data": map[string]any{
 				"title": "kept", "details": map[string]any{"x": 1}, "tags": []any{"a", map[string]any{"b": 1}}}}, nil
 		})
@@ -183,14 +185,14 @@ func TestNoSilentLoss(t *testing.T) {
 		g, _, _ := noLossBundle(t)
 		var nilMap map[string]any
 		for i, v := range []any{nil, nilMap, (*struct{})(nil)} {
-			res, err := g.WithIdempotency(ctx, Call{Tenant: "acme", Scope: "nil", Inputs: i},
+			res, err := g.Do(ctx, idemguard.Call{Tenant: "acme", Scope: "nil", Inputs: i},
 				func(ctx context.Context) (any, error) { return v, nil })
 			require.NoError(t, err)
-			require.Equal(t, StatusSucceeded, res.Status)
+			require.Equal(t, idemguard.StatusSucceeded, res.Status)
 			require.Equal(t, `{"ok":true,"stopReason":"completed","needsHuman":false,"cached":false}`, string(res.Body))
 		}
-		_, err := g.WithIdempotency(ctx, Call{Tenant: "acme", Scope: "nil", Inputs: "slice"},
+		_, err := g.Do(ctx, idemguard.Call{Tenant: "acme", Scope: "nil", Inputs: "slice"},
 			func(ctx context.Context) (any, error) { return []string{"a"}, nil })
-		require.ErrorIs(t, err, ErrInvalidResult)
+		require.ErrorIs(t, err, idemguard.ErrInvalidResult)
 	})
 }

@@ -6,7 +6,7 @@ import (
 	"github.com/idemguard/idemguard/sanitize"
 )
 
-// Status is the outcome of WithIdempotency.
+// Status is the outcome of Do.
 type Status string
 
 const (
@@ -18,7 +18,7 @@ const (
 	StatusFailed Status = "failed"
 )
 
-// Result is what WithIdempotency answers. Body and Envelope must not be
+// Result is what Do answers. Body and Envelope must not be
 // modified: replays may share them.
 type Result struct {
 	Status Status

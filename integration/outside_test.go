@@ -92,7 +92,7 @@ func buildOutsideModule(t *testing.T) string {
 func TestOutsideModule(t *testing.T) {
 	t.Parallel()
 	bin := buildOutsideModule(t)
-	db := testdb.NewEmpty(t) // the program migrates it (idemguard.Migrate)
+	db := testdb.NewEmpty(t) // the program migrates it (mysql.Migrate)
 
 	cmd := exec.Command(bin)
 	cmd.Env = []string{"PATH=" + os.Getenv("PATH"), "OUTSIDE_DSN=" + db.DSN, "OUTSIDE_SECRET=" + secret}

@@ -10,10 +10,11 @@ import (
 	"github.com/idemguard/idemguard"
 	"github.com/idemguard/idemguard/internal/testdb"
 	"github.com/idemguard/idemguard/migrations"
+	"github.com/idemguard/idemguard/mysql"
 )
 
 // A team's own goose setup can apply FS: a plain provider, no idemguard
-// code. idemguard.Migrate then finds nothing to do, and the store works.
+// code. mysql.Migrate then finds nothing to do, and the store works.
 func TestOwnGooseAppliesFS(t *testing.T) {
 	t.Parallel()
 	ctx := t.Context()
@@ -24,15 +25,15 @@ func TestOwnGooseAppliesFS(t *testing.T) {
 	require.NoError(t, err)
 	require.NotEmpty(t, results)
 
-	require.NoError(t, idemguard.Migrate(ctx, db), "idemguard.Migrate after goose: nothing pending, no error")
-	g, err := idemguard.New(idemguard.Config{Store: idemguard.NewMySQLStore(db), Secret: []byte("0123456789abcdef0123456789abcdef")})
+	require.NoError(t, mysql.Migrate(ctx, db), "mysql.Migrate after goose: nothing pending, no error")
+	g, err := idemguard.New(idemguard.Config{Store: mysql.NewStore(db), Secret: []byte("0123456789abcdef0123456789abcdef")})
 	require.NoError(t, err)
 	defer g.Close(ctx)
-	res, err := g.WithIdempotency(ctx, idemguard.Call{Tenant: "acme", Scope: "s", ClientKey: "k"},
+	res, err := g.Do(ctx, idemguard.Call{Tenant: "acme", Scope: "s", ClientKey: "k"},
 		func(context.Context) (any, error) { return map[string]any{"ok": true}, nil })
 	require.NoError(t, err)
 	require.Equal(t, idemguard.StatusSucceeded, res.Status)
-	res, err = g.WithIdempotency(ctx, idemguard.Call{Tenant: "acme", Scope: "s", ClientKey: "k"},
+	res, err = g.Do(ctx, idemguard.Call{Tenant: "acme", Scope: "s", ClientKey: "k"},
 		func(context.Context) (any, error) { return nil, nil })
 	require.NoError(t, err)
 	require.True(t, res.Cached)

@@ -7,7 +7,7 @@
 //   - Times are DATETIME(6) in UTC, never TIMESTAMP.
 //   - Every migration has a Down section and is tested up → down → up (see internal/dbmigrate).
 //
-// Apply them with `idemguard migrate up` or idemguard.Migrate, which serialize concurrent runs
+// Apply them with `idemguard migrate up` or mysql.Migrate, which serialize concurrent runs
 // across replicas with a MySQL named lock. A team with its own goose setup may apply FS itself,
 // e.g. goose.NewProvider(goose.DialectMySQL, db, migrations.FS); it must then serialize
 // concurrent runs (goose's session locker, or one migrating job per deploy). A test applies FS

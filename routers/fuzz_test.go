@@ -20,10 +20,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/idemguard/idemguard"
-	"github.com/idemguard/idemguard/internal/engine"
-	"github.com/idemguard/idemguard/internal/memstore"
 	"github.com/idemguard/idemguard/internal/ops"
-	"github.com/idemguard/idemguard/internal/storeseam"
 	"github.com/idemguard/idemguard/routers/auth"
 	"github.com/idemguard/idemguard/sanitize"
 	"github.com/idemguard/idemguard/tenancy"
@@ -62,8 +59,8 @@ func primeFuzzAPI(t *testing.T, api http.Handler) {
 // *panicked first), so the router's own panic recovery is on the fuzzed
 // path. It is the only place the target constructs the router: adapt it here
 // when routers.Options changes.
-func newFuzzAPI(t *testing.T, store engine.Store, logger *slog.Logger, panicked *atomic.Bool) http.Handler {
-	guard, err := idemguard.New(idemguard.Config{Store: storeseam.Wrap(store).(idemguard.Store), Secret: testSecret, Logger: logger})
+func newFuzzAPI(t *testing.T, store idemguard.Store, logger *slog.Logger, panicked *atomic.Bool) http.Handler {
+	guard, err := idemguard.New(idemguard.Config{Store: store, Secret: testSecret, Logger: logger})
 	require.NoError(t, err)
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
@@ -301,7 +298,7 @@ func TestFuzzHarness(t *testing.T) {
 		"healthz, odd method": {fuzzSeed{method: "PROPFIND", target: "/healthz"}, 405},
 	} {
 		var panicked atomic.Bool
-		api := newFuzzAPI(t, memstore.New(), slog.New(slog.DiscardHandler), &panicked)
+		api := newFuzzAPI(t, idemguard.NewMemoryStore(), slog.New(slog.DiscardHandler), &panicked)
 		primeFuzzAPI(t, api)
 		raw, ok := rawRequest(tc.s.method, tc.s.target, tc.s.header, padBody(tc.s.body, tc.s.pad), tc.s.chunked)
 		require.True(t, ok, name)
@@ -339,7 +336,7 @@ func TestFuzzHarness(t *testing.T) {
 // marker's panic leaves ServeHTTP), and with it in place that seed gets the
 // 500 problem. The panic must come from a handler in the chain (here the
 // test's Metrics handler): an operation's panic is recovered by the guard
-// (engine.PanicError, answered 502), as the seed POST /v1/ops/broken with
+// (idemguard.PanicError, answered 502), as the seed POST /v1/ops/broken with
 // "panic" in the body shows.
 func FuzzRequestPath(f *testing.F) {
 	for _, s := range fuzzSeeds() {
@@ -350,7 +347,7 @@ func FuzzRequestPath(f *testing.F) {
 		if !ok {
 			return
 		}
-		store := memstore.New()
+		store := idemguard.NewMemoryStore()
 		logs := &syncBuffer{}
 		logger := slog.New(slog.NewJSONHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
 		var panicked atomic.Bool

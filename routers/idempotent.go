@@ -240,7 +240,7 @@ func (m *middleware) serve(w http.ResponseWriter, r *http.Request, scope string,
 	}
 	wait, waitApplied := parsePreferWait(r.Header, m.maxWait)
 
-	res, err := m.guard.WithIdempotency(r.Context(), idemguard.Call{
+	res, err := m.guard.Do(r.Context(), idemguard.Call{
 		Tenant:    tenant,
 		Scope:     scope,
 		ClientKey: clientKey,

@@ -20,9 +20,6 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/idemguard/idemguard"
-	"github.com/idemguard/idemguard/internal/engine"
-	"github.com/idemguard/idemguard/internal/memstore"
-	"github.com/idemguard/idemguard/internal/storeseam"
 	"github.com/idemguard/idemguard/routers/auth"
 	"github.com/idemguard/idemguard/tenancy"
 )
@@ -76,7 +73,7 @@ func (b *syncBuffer) lines(t *testing.T, msg string) []map[string]any {
 // their calls.
 type testBundle struct {
 	t       *testing.T
-	store   *memstore.Store
+	store   *idemguard.MemoryStore
 	guard   *idemguard.Guard
 	handler http.Handler
 	opts    Options
@@ -97,14 +94,14 @@ func setup(t *testing.T, so ...setupOpts) *testBundle {
 	t.Helper()
 	b := &testBundle{
 		t:       t,
-		store:   memstore.New(),
+		store:   idemguard.NewMemoryStore(),
 		logs:    &syncBuffer{},
 		calls:   map[string]*atomic.Int32{},
 		release: make(chan struct{}),
 		started: make(chan struct{}, 16),
 	}
 	logger := slog.New(slog.NewJSONHandler(b.logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
-	cfg := idemguard.Config{Store: storeseam.Wrap(&countingStore{Store: b.store, gets: &b.gets}).(idemguard.Store),
+	cfg := idemguard.Config{Store: &countingStore{MemoryStore: b.store, gets: &b.gets},
 		Secret: testSecret, Logger: logger}
 	for _, o := range so {
 		if o.guard != nil {
@@ -141,13 +138,13 @@ func setup(t *testing.T, so ...setupOpts) *testBundle {
 
 // countingStore counts the reads of the guard, to see a waiter polling.
 type countingStore struct {
-	*memstore.Store
+	*idemguard.MemoryStore
 	gets *atomic.Int32
 }
 
-func (s *countingStore) Get(ctx context.Context, tenant, scope, keyHash string) (engine.Record, error) {
+func (s *countingStore) Get(ctx context.Context, tenant, scope, keyHash string) (idemguard.Record, error) {
 	s.gets.Add(1)
-	return s.Store.Get(ctx, tenant, scope, keyHash)
+	return s.MemoryStore.Get(ctx, tenant, scope, keyHash)
 }
 
 // releaseNow lets every "slow" operation finish; it may be called twice.

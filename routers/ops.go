@@ -56,7 +56,7 @@ func (h *handlers) runOperation(c *gin.Context) {
 	wait, waitApplied := parsePreferWait(c.Request.Header, h.maxWait)
 
 	run := scope.Run
-	res, err := h.guard.WithIdempotency(c.Request.Context(), idemguard.Call{
+	res, err := h.guard.Do(c.Request.Context(), idemguard.Call{
 		Tenant:    tenant,
 		Scope:     scope.Name,
 		ClientKey: clientKey,

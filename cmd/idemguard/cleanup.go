@@ -10,8 +10,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/idemguard/idemguard"
 	"github.com/idemguard/idemguard/internal/cleanup"
-	"github.com/idemguard/idemguard/internal/engine"
 	"github.com/idemguard/idemguard/internal/metrics"
 	"github.com/idemguard/idemguard/internal/mysqlconn"
 )
@@ -52,7 +52,7 @@ func runCleanup(ctx context.Context, e env, args []string) int {
 	batchSize := fs.Int("batch-size", cleanup.DefaultBatchSize, fmt.Sprintf("rows per DELETE, 1 to %d", cleanup.MaxBatchSize))
 	maxDuration := fs.Duration("max-duration", 0, "stop starting batches after this long; 0 for no limit (e.g. 30m)")
 	pause := fs.Duration("pause", cleanup.DefaultPause, "pause between batches, so live claims get the server; 0 for none")
-	staleAfter := fs.Duration("stale-after", engine.DefaultStaleAfter,
+	staleAfter := fs.Duration("stale-after", idemguard.DefaultStaleAfter,
 		"never delete a started key heartbeated within this; set it to the largest StaleAfter of any scope")
 	statsRetention := retention(cleanup.DefaultStatsRetention)
 	fs.Var(&statsRetention, "stats-retention", "delete idempotency_stats buckets older than this, at least 24h; "+
@@ -83,8 +83,8 @@ func runCleanup(ctx context.Context, e env, args []string) int {
 		return usageErr("--max-duration must not be negative (0 for no limit), got %s", *maxDuration)
 	case *pause < 0:
 		return usageErr("--pause must not be negative (0 for none), got %s", *pause)
-	case *staleAfter < engine.MinStaleAfter:
-		return usageErr("--stale-after must be at least %s, got %s", engine.MinStaleAfter, *staleAfter)
+	case *staleAfter < idemguard.MinStaleAfter:
+		return usageErr("--stale-after must be at least %s, got %s", idemguard.MinStaleAfter, *staleAfter)
 	case statsRetention != 0 && time.Duration(statsRetention) < cleanup.MinStatsRetention:
 		return usageErr("--stats-retention must be at least %s (or 0 to keep every bucket), got %s",
 			cleanup.MinStatsRetention, time.Duration(statsRetention))

@@ -26,6 +26,7 @@ import (
 	"github.com/idemguard/idemguard/internal/mysqlconn"
 	"github.com/idemguard/idemguard/internal/ops"
 	"github.com/idemguard/idemguard/internal/stats"
+	"github.com/idemguard/idemguard/mysql"
 	"github.com/idemguard/idemguard/routers"
 	"github.com/idemguard/idemguard/routers/auth"
 	"github.com/idemguard/idemguard/tenancy"
@@ -143,13 +144,12 @@ func (s *server) run(ctx context.Context) int {
 		// flush writes them.
 		defer func() { stopRec(); <-recDone }()
 	}
-	observe := func(pub idemguard.Event) {
-		ev := engineEvent(pub)
+	observe := func(ev idemguard.Event) {
 		m.Observe(ev)
 		if rec != nil {
 			rec.Observe(ev)
 		}
-		if pub.Kind == idemguard.EventStoreError && pub.StoreOp == "commit" {
+		if ev.Kind == idemguard.EventStoreError && ev.StoreOp == "commit" {
 			s.commitErrors.Add(1)
 		}
 	}
@@ -158,7 +158,7 @@ func (s *server) run(ctx context.Context) int {
 		Secret:            cfg.Secret,
 		Logger:            log,
 		Observe:           observe,
-		Defaults:          publicSettings(cfg.Defaults),
+		Defaults:          cfg.Defaults,
 		MaxWait:           cfg.MaxWait,
 		StoreTimeout:      cfg.StoreTimeout,
 		ReplayCacheSize:   cfg.ReplayCacheSize,
@@ -313,7 +313,7 @@ func (s *server) openStore(ctx context.Context) error {
 	if err != nil {
 		return err // mysqlconn redacts the password
 	}
-	s.db, s.store = db, idemguard.NewMySQLStore(db.DB)
+	s.db, s.store = db, mysql.NewStore(db.DB)
 	dblog := log.With("dsn", mysqlconn.Redact(cfg.MySQLDSN))
 	if cfg.Mode == config.Development {
 		// Development only: production never migrates implicitly (run

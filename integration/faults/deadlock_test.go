@@ -9,7 +9,7 @@ import (
 	"github.com/jmoiron/sqlx"
 	"github.com/stretchr/testify/require"
 
-	"github.com/idemguard/idemguard/internal/engine"
+	"github.com/idemguard/idemguard"
 	"github.com/idemguard/idemguard/internal/testdb"
 )
 
@@ -84,9 +84,9 @@ func TestDeadlockOnCommitStoresTheResult(t *testing.T) {
 	t.Parallel()
 	b := newBench(t)
 	var storeErrors atomic.Int32
-	g := guard(t, b.db.DB, noCache, func(c *engine.Config) {
-		c.Observe = func(e engine.Event) {
-			if e.Kind == engine.EventStoreError && e.StoreOp == "commit" {
+	g := guard(t, b.db.DB, noCache, func(c *idemguard.Config) {
+		c.Observe = func(e idemguard.Event) {
+			if e.Kind == idemguard.EventStoreError && e.StoreOp == "commit" {
 				storeErrors.Add(1)
 			}
 		}
@@ -99,10 +99,10 @@ func TestDeadlockOnCommitStoresTheResult(t *testing.T) {
 		<-release
 		return map[string]any{"ok": true, "data": map[string]any{"answer": 42}}, nil
 	}
-	c := engine.Call{Tenant: "acme", Scope: "s", ClientKey: "deadlock-commit", Inputs: 1}
-	done := make(chan engine.Result, 1)
+	c := idemguard.Call{Tenant: "acme", Scope: "s", ClientKey: "deadlock-commit", Inputs: 1}
+	done := make(chan idemguard.Result, 1)
 	go func() {
-		r, err := g.WithIdempotency(context.Background(), c, op)
+		r, err := g.Do(context.Background(), c, op)
 		require.NoError(t, err)
 		done <- r
 	}()
@@ -117,10 +117,10 @@ func TestDeadlockOnCommitStoresTheResult(t *testing.T) {
 	d.finish()
 
 	r := <-done
-	require.Equal(t, engine.StatusSucceeded, r.Status)
+	require.Equal(t, idemguard.StatusSucceeded, r.Status)
 	require.False(t, r.LostClaim, "error 1213 was read as a lost claim")
 	require.EqualValues(t, 1, storeErrors.Load(), "the commit met exactly one deadlock")
-	again, err := g.WithIdempotency(context.Background(), c, op)
+	again, err := g.Do(context.Background(), c, op)
 	require.NoError(t, err)
 	require.True(t, again.Cached, "the result was not stored")
 	require.Equal(t, string(r.Body), string(asFresh(again.Body)))
@@ -132,10 +132,10 @@ func TestDeadlockOnAHeartbeatDoesNotCancelTheOperation(t *testing.T) {
 	t.Parallel()
 	b := newBench(t)
 	var beatErrors atomic.Int32
-	g := guard(t, b.db.DB, noCache, func(c *engine.Config) {
-		c.HeartbeatEvery = time.Second
-		c.Observe = func(e engine.Event) {
-			if e.Kind == engine.EventStoreError && e.StoreOp == "heartbeat" {
+	g := guard(t, b.db.DB, noCache, func(c *idemguard.Config) {
+		c.Test.HeartbeatEvery = time.Second
+		c.Observe = func(e idemguard.Event) {
+			if e.Kind == idemguard.EventStoreError && e.StoreOp == "heartbeat" {
 				beatErrors.Add(1)
 			}
 		}
@@ -154,11 +154,11 @@ func TestDeadlockOnAHeartbeatDoesNotCancelTheOperation(t *testing.T) {
 			return nil, ctx.Err()
 		}
 	}
-	c := engine.Call{Tenant: "acme", Scope: "s", ClientKey: "deadlock-heartbeat", Inputs: 1,
-		Settings: engine.Settings{StaleAfter: 10 * time.Second}}
-	done := make(chan engine.Result, 1)
+	c := idemguard.Call{Tenant: "acme", Scope: "s", ClientKey: "deadlock-heartbeat", Inputs: 1,
+		Settings: idemguard.Settings{StaleAfter: 10 * time.Second}}
+	done := make(chan idemguard.Result, 1)
 	go func() {
-		r, err := g.WithIdempotency(context.Background(), c, op)
+		r, err := g.Do(context.Background(), c, op)
 		require.NoError(t, err)
 		done <- r
 	}()
@@ -179,7 +179,7 @@ func TestDeadlockOnAHeartbeatDoesNotCancelTheOperation(t *testing.T) {
 
 	r := <-done
 	require.False(t, cancelled.Load(), "a deadlocked heartbeat cancelled a healthy operation")
-	require.Equal(t, engine.StatusSucceeded, r.Status)
+	require.Equal(t, idemguard.StatusSucceeded, r.Status)
 	require.False(t, r.LostClaim)
 	require.EqualValues(t, 1, beatErrors.Load(), "the heartbeat met exactly one deadlock")
 	require.EqualValues(t, 1, runs.Load())

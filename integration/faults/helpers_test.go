@@ -13,7 +13,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
 
-	"github.com/idemguard/idemguard/internal/engine"
+	"github.com/idemguard/idemguard"
 	"github.com/idemguard/idemguard/internal/faulttest"
 	"github.com/idemguard/idemguard/internal/mysqlconn"
 	"github.com/idemguard/idemguard/internal/mysqlstore"
@@ -60,14 +60,14 @@ func (w logWriter) Write(p []byte) (int, error) {
 }
 
 // guard returns a Guard over db; it is closed when the test ends.
-func guard(t *testing.T, db *sqlx.DB, mutate ...func(*engine.Config)) *engine.Guard {
+func guard(t *testing.T, db *sqlx.DB, mutate ...func(*idemguard.Config)) *idemguard.Guard {
 	t.Helper()
-	cfg := engine.Config{Store: mysqlstore.New(db), Secret: secret,
+	cfg := idemguard.Config{Store: mysqlstore.New(db), Secret: secret,
 		Logger: slog.New(slog.NewTextHandler(logWriter{t}, &slog.HandlerOptions{Level: slog.LevelWarn}))}
 	for _, m := range mutate {
 		m(&cfg)
 	}
-	g, err := engine.New(cfg)
+	g, err := idemguard.New(cfg)
 	require.NoError(t, err)
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
@@ -77,11 +77,11 @@ func guard(t *testing.T, db *sqlx.DB, mutate ...func(*engine.Config)) *engine.Gu
 	return g
 }
 
-func storeTimeout(d time.Duration) func(*engine.Config) {
-	return func(c *engine.Config) { c.StoreTimeout = d }
+func storeTimeout(d time.Duration) func(*idemguard.Config) {
+	return func(c *idemguard.Config) { c.StoreTimeout = d }
 }
 
-func noCache(c *engine.Config) { c.ReplayCacheSize = -1 }
+func noCache(c *idemguard.Config) { c.ReplayCacheSize = -1 }
 
 // rows counts the rows of idempotency_keys with the given status ("" for all).
 func rows(t testing.TB, db *testdb.Database, status string) int {

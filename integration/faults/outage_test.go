@@ -11,7 +11,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/idemguard/idemguard/internal/engine"
+	"github.com/idemguard/idemguard"
 	"github.com/idemguard/idemguard/internal/faulttest"
 )
 
@@ -34,14 +34,14 @@ func TestDatabaseOutageUnderLoad(t *testing.T) {
 		blackholeFor = 2 * time.Second
 	)
 	var storeErrors atomic.Int32
-	observe := func(c *engine.Config) {
-		c.Observe = func(e engine.Event) {
-			if e.Kind == engine.EventStoreError {
+	observe := func(c *idemguard.Config) {
+		c.Observe = func(e idemguard.Event) {
+			if e.Kind == idemguard.EventStoreError {
 				storeErrors.Add(1)
 			}
 		}
 	}
-	replicas := []*engine.Guard{
+	replicas := []*idemguard.Guard{
 		guard(t, b.viaProxy, storeTimeout(storeTO), observe),
 		guard(t, b.viaProxy, storeTimeout(storeTO), observe),
 	}
@@ -75,21 +75,21 @@ func TestDatabaseOutageUnderLoad(t *testing.T) {
 		wg.Go(func() {
 			for k := range work {
 				key := fmt.Sprintf("load-%03d", k)
-				c := engine.Call{Tenant: "acme", Scope: "s", ClientKey: key, Inputs: k,
-					Settings: engine.Settings{StaleAfter: staleAfter}}
+				c := idemguard.Call{Tenant: "acme", Scope: "s", ClientKey: key, Inputs: k,
+					Settings: idemguard.Settings{StaleAfter: staleAfter}}
 				deadline := time.Now().Add(time.Minute)
 				for attempt := 0; ; attempt++ {
 					require.True(t, time.Now().Before(deadline), "key %s never succeeded", key)
 					g := replicas[(w+attempt)%len(replicas)]
 					began := time.Now()
-					res, err := g.WithIdempotency(context.Background(), c, rec.Op(key, 100*time.Millisecond))
+					res, err := g.Do(context.Background(), c, rec.Op(key, 100*time.Millisecond))
 					took := time.Since(began)
 					mu.Lock()
 					slowest = max(slowest, took)
 					if took > callBound {
 						slow = append(slow, fmt.Sprintf("%s took %s", key, took))
 					}
-					ok := err == nil && res.Status == engine.StatusSucceeded && !res.LostClaim
+					ok := err == nil && res.Status == idemguard.StatusSucceeded && !res.LostClaim
 					if !ok {
 						lastFailure = time.Now()
 						what := fmt.Sprint(err)
@@ -97,7 +97,7 @@ func TestDatabaseOutageUnderLoad(t *testing.T) {
 							what = fmt.Sprintf("%s %s lostClaim=%v", res.Status, res.StopReason, res.LostClaim)
 						}
 						failures = append(failures, fmt.Sprintf("%s at +%s: %s", key, lastFailure.Sub(start).Round(time.Millisecond), what))
-						if errors.Is(err, engine.ErrStoreUnavailable) {
+						if errors.Is(err, idemguard.ErrStoreUnavailable) {
 							unavailable++
 						}
 					}
@@ -106,9 +106,9 @@ func TestDatabaseOutageUnderLoad(t *testing.T) {
 						break
 					}
 					if err != nil {
-						require.ErrorIs(t, err, engine.ErrStoreUnavailable, "key %s", key)
+						require.ErrorIs(t, err, idemguard.ErrStoreUnavailable, "key %s", key)
 					} else {
-						require.Contains(t, []engine.Status{engine.StatusInProgress, engine.StatusSucceeded}, res.Status,
+						require.Contains(t, []idemguard.Status{idemguard.StatusInProgress, idemguard.StatusSucceeded}, res.Status,
 							"key %s: %s %s", key, res.Status, res.StopReason)
 					}
 					time.Sleep(50 * time.Millisecond)
@@ -137,10 +137,10 @@ func TestDatabaseOutageUnderLoad(t *testing.T) {
 	}
 	// And the service is whole again: a new key runs at once, without a restart.
 	for _, g := range replicas {
-		res, err := g.WithIdempotency(context.Background(), engine.Call{Tenant: "acme", Scope: "s", Inputs: "after"},
+		res, err := g.Do(context.Background(), idemguard.Call{Tenant: "acme", Scope: "s", Inputs: "after"},
 			rec.Op("after", 0))
 		require.NoError(t, err)
-		require.Equal(t, engine.StatusSucceeded, res.Status)
+		require.Equal(t, idemguard.StatusSucceeded, res.Status)
 	}
 	require.Empty(t, rec.Overlaps())
 	for k := range keys {

@@ -9,7 +9,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/idemguard/idemguard/internal/engine"
+	"github.com/idemguard/idemguard"
 	"github.com/idemguard/idemguard/internal/faulttest"
 )
 
@@ -28,30 +28,30 @@ func TestPartitionedOwnerNeverOverlapsTheTakeover(t *testing.T) {
 		lat := time.Duration(rand.N(6)) * time.Millisecond
 		b.proxy.SetLatency(lat, lat)
 		key := fmt.Sprintf("partition-%02d", run)
-		c := engine.Call{Tenant: "acme", Scope: "s", ClientKey: key, Inputs: run,
-			Settings: engine.Settings{StaleAfter: staleAfter}}
-		done := make(chan engine.Result, 1)
+		c := idemguard.Call{Tenant: "acme", Scope: "s", ClientKey: key, Inputs: run,
+			Settings: idemguard.Settings{StaleAfter: staleAfter}}
+		done := make(chan idemguard.Result, 1)
 		go func() {
-			r, _ := cutOff.WithIdempotency(context.Background(), c, rec.Op(key, time.Minute))
+			r, _ := cutOff.Do(context.Background(), c, rec.Op(key, time.Minute))
 			done <- r
 		}()
 		pollUntil(t, 10*time.Second, "the owner to start", func() bool { return len(rec.Runs(key)) == 1 })
 		time.Sleep(time.Duration(rand.N(int64(staleAfter / 2)))) // partition at a random point of the lease
 		b.proxy.SetBlackhole(true)
 
-		var took engine.Result
+		var took idemguard.Result
 		pollUntil(t, 20*time.Second, "the takeover", func() bool {
-			r, err := other.WithIdempotency(context.Background(), c, rec.Op(key, 30*time.Millisecond))
+			r, err := other.Do(context.Background(), c, rec.Op(key, 30*time.Millisecond))
 			require.NoError(t, err)
 			took = r
-			return r.Status != engine.StatusInProgress
+			return r.Status != idemguard.StatusInProgress
 		})
-		require.Equal(t, engine.StatusSucceeded, took.Status)
+		require.Equal(t, idemguard.StatusSucceeded, took.Status)
 		require.Equal(t, 2, took.Attempt, "run %d: the key was taken over", run)
 		b.proxy.SetBlackhole(false)
 		select {
 		case r := <-done:
-			require.NotEqual(t, engine.StatusSucceeded, r.Status, "run %d: the cut-off owner's operation finished", run)
+			require.NotEqual(t, idemguard.StatusSucceeded, r.Status, "run %d: the cut-off owner's operation finished", run)
 		case <-time.After(20 * time.Second):
 			t.Fatalf("run %d: the cut-off owner never returned", run)
 		}

@@ -9,7 +9,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/idemguard/idemguard/internal/engine"
+	"github.com/idemguard/idemguard"
 )
 
 // Acceptance 2: claims whose outcome the caller cannot know. No row is ever
@@ -19,7 +19,7 @@ import (
 const claimSQL = "INSERT INTO idempotency_keys"
 
 // counting returns an operation that counts its runs.
-func counting(runs *atomic.Int32, err error) engine.Operation {
+func counting(runs *atomic.Int32, err error) idemguard.Operation {
 	return func(context.Context) (any, error) {
 		n := runs.Add(1)
 		if err != nil {
@@ -37,12 +37,12 @@ func TestLostClaimReplyRunsOnce(t *testing.T) {
 	g := guard(t, b.viaProxy, noCache)
 	b.proxy.CutAfter(claimSQL, 0)
 	var runs atomic.Int32
-	c := engine.Call{Tenant: "acme", Scope: "s", ClientKey: "lost-claim", Inputs: 1}
-	r, err := g.WithIdempotency(context.Background(), c, counting(&runs, nil))
+	c := idemguard.Call{Tenant: "acme", Scope: "s", ClientKey: "lost-claim", Inputs: 1}
+	r, err := g.Do(context.Background(), c, counting(&runs, nil))
 	require.NoError(t, err)
 	require.Equal(t, 1, b.proxy.Cuts())
-	require.Equal(t, engine.StatusSucceeded, r.Status)
-	again, err := g.WithIdempotency(context.Background(), c, counting(&runs, nil))
+	require.Equal(t, idemguard.StatusSucceeded, r.Status)
+	again, err := g.Do(context.Background(), c, counting(&runs, nil))
 	require.NoError(t, err)
 	require.True(t, again.Cached)
 	require.Equal(t, string(r.Body), string(asFresh(again.Body)))
@@ -61,19 +61,19 @@ func TestUnsettledClaimIsGivenBackUnderPolicyFail(t *testing.T) {
 	g := guard(t, b.viaProxy, noCache, storeTimeout(500*time.Millisecond))
 	b.proxy.CutAfter(claimSQL, 1500*time.Millisecond)
 	var runs atomic.Int32
-	c := engine.Call{Tenant: "acme", Scope: "s", ClientKey: "unsettled", Inputs: 1,
-		Settings: engine.Settings{StalePolicy: engine.StaleFail, StaleAfter: time.Second}}
-	_, err := g.WithIdempotency(context.Background(), c, counting(&runs, nil))
-	require.ErrorIs(t, err, engine.ErrStoreUnavailable)
+	c := idemguard.Call{Tenant: "acme", Scope: "s", ClientKey: "unsettled", Inputs: 1,
+		Settings: idemguard.Settings{StalePolicy: idemguard.StaleFail, StaleAfter: time.Second}}
+	_, err := g.Do(context.Background(), c, counting(&runs, nil))
+	require.ErrorIs(t, err, idemguard.ErrStoreUnavailable)
 	require.Zero(t, runs.Load())
 	require.Equal(t, 1, rows(t, b.db, "started"), "the INSERT did apply")
 	pollUntil(t, 10*time.Second, "the orphan claim to be given back", func() bool { return rows(t, b.db, "") == 0 })
 
 	other := guard(t, b.db.DB)
 	time.Sleep(time.Second) // past the lease the orphan claim had: a stale row would now be abandoned
-	r, err := other.WithIdempotency(context.Background(), c, counting(&runs, nil))
+	r, err := other.Do(context.Background(), c, counting(&runs, nil))
 	require.NoError(t, err)
-	require.Equal(t, engine.StatusSucceeded, r.Status, "an operation that never ran was abandoned")
+	require.Equal(t, idemguard.StatusSucceeded, r.Status, "an operation that never ran was abandoned")
 	require.Equal(t, 1, r.Attempt)
 	require.EqualValues(t, 1, runs.Load())
 }
@@ -93,10 +93,10 @@ func TestCallerHangUpDuringTheClaimLeavesNoClaim(t *testing.T) {
 
 	ctx, hangUp := context.WithCancel(context.Background())
 	var runs atomic.Int32
-	c := engine.Call{Tenant: "acme", Scope: "s", ClientKey: "hang-up", Inputs: 1}
+	c := idemguard.Call{Tenant: "acme", Scope: "s", ClientKey: "hang-up", Inputs: 1}
 	done := make(chan error, 1)
 	go func() {
-		_, err := g.WithIdempotency(ctx, c, counting(&runs, nil))
+		_, err := g.Do(ctx, c, counting(&runs, nil))
 		done <- err
 	}()
 	pollUntil(t, 10*time.Second, "the claim to wait for the lock", func() bool { return lockWaits(t, b.db) == 1 })
@@ -104,13 +104,13 @@ func TestCallerHangUpDuringTheClaimLeavesNoClaim(t *testing.T) {
 	time.Sleep(50 * time.Millisecond) // let a claim bound to the caller's context notice
 	require.NoError(t, tx.Rollback())
 	err = <-done
-	require.ErrorIs(t, err, engine.ErrStoreUnavailable)
+	require.ErrorIs(t, err, idemguard.ErrStoreUnavailable)
 	require.ErrorIs(t, err, context.Canceled)
 	pollUntil(t, 10*time.Second, "no statement waiting", func() bool { return lockWaits(t, b.db) == 0 })
 	require.Zero(t, rows(t, b.db, ""), "a caller told nothing ran left a claim behind")
 	require.Zero(t, runs.Load())
 
-	r, err := g.WithIdempotency(context.Background(), c, counting(&runs, nil))
+	r, err := g.Do(context.Background(), c, counting(&runs, nil))
 	require.NoError(t, err)
 	require.Equal(t, 1, r.Attempt)
 	require.EqualValues(t, 1, runs.Load())
@@ -123,15 +123,15 @@ func TestLostReclaimReplyRunsOnce(t *testing.T) {
 	b := newBench(t)
 	g := guard(t, b.viaProxy, noCache)
 	var runs atomic.Int32
-	c := engine.Call{Tenant: "acme", Scope: "s", ClientKey: "lost-reclaim", Inputs: 1}
-	first, err := g.WithIdempotency(context.Background(), c, counting(&runs, errors.New("upstream 500")))
+	c := idemguard.Call{Tenant: "acme", Scope: "s", ClientKey: "lost-reclaim", Inputs: 1}
+	first, err := g.Do(context.Background(), c, counting(&runs, errors.New("upstream 500")))
 	require.NoError(t, err)
-	require.Equal(t, engine.StatusFailed, first.Status)
+	require.Equal(t, idemguard.StatusFailed, first.Status)
 	b.proxy.CutAfter("status = 'started', claim_nonce", 0)
-	r, err := g.WithIdempotency(context.Background(), c, counting(&runs, nil))
+	r, err := g.Do(context.Background(), c, counting(&runs, nil))
 	require.NoError(t, err)
 	require.Equal(t, 1, b.proxy.Cuts())
-	require.Equal(t, engine.StatusSucceeded, r.Status)
+	require.Equal(t, idemguard.StatusSucceeded, r.Status)
 	require.Equal(t, 2, r.Attempt)
 	require.EqualValues(t, 2, runs.Load())
 	require.Zero(t, rows(t, b.db, "started"))
@@ -145,18 +145,18 @@ func TestOneSecondBlackholeAtCommitKeepsTheResult(t *testing.T) {
 	b := newBench(t)
 	g := guard(t, b.viaProxy, noCache, storeTimeout(150*time.Millisecond))
 	var runs atomic.Int32
-	c := engine.Call{Tenant: "acme", Scope: "s", ClientKey: "blip", Inputs: 1,
-		Settings: engine.Settings{StaleAfter: 3 * time.Second}}
-	r, err := g.WithIdempotency(context.Background(), c, func(context.Context) (any, error) {
+	c := idemguard.Call{Tenant: "acme", Scope: "s", ClientKey: "blip", Inputs: 1,
+		Settings: idemguard.Settings{StaleAfter: 3 * time.Second}}
+	r, err := g.Do(context.Background(), c, func(context.Context) (any, error) {
 		runs.Add(1)
 		b.proxy.Blackhole(time.Second)
 		return map[string]any{"ok": true, "data": map[string]any{"text": "paid for", "tokens": 1234}}, nil
 	})
 	require.NoError(t, err)
-	require.Equal(t, engine.StatusSucceeded, r.Status)
+	require.Equal(t, idemguard.StatusSucceeded, r.Status)
 	require.False(t, r.LostClaim)
 	direct := guard(t, b.db.DB)
-	again, err := direct.WithIdempotency(context.Background(), c, counting(&runs, nil))
+	again, err := direct.Do(context.Background(), c, counting(&runs, nil))
 	require.NoError(t, err)
 	require.True(t, again.Cached, "the result was not stored")
 	require.Equal(t, string(r.Body), string(asFresh(again.Body)))

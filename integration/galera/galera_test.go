@@ -47,10 +47,10 @@ import (
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
 
+	"github.com/idemguard/idemguard"
 	"github.com/idemguard/idemguard/internal/cleanup"
 	"github.com/idemguard/idemguard/internal/cleanup/cleanuptest"
 	"github.com/idemguard/idemguard/internal/dbmigrate"
-	"github.com/idemguard/idemguard/internal/engine"
 	"github.com/idemguard/idemguard/internal/mysqlconn"
 	"github.com/idemguard/idemguard/internal/mysqlstore"
 	"github.com/idemguard/idemguard/internal/stats"
@@ -192,16 +192,16 @@ func (c *cluster) conflicts(t *testing.T) int64 {
 }
 
 // guards returns one Guard per node, each observing into obs.
-func (c *cluster) guards(t *testing.T, obs func(node int, e engine.Event), cfg func(*engine.Config)) []*engine.Guard {
+func (c *cluster) guards(t *testing.T, obs func(node int, e idemguard.Event), cfg func(*idemguard.Config)) []*idemguard.Guard {
 	t.Helper()
-	out := make([]*engine.Guard, len(c.nodes))
+	out := make([]*idemguard.Guard, len(c.nodes))
 	for i, db := range c.nodes {
-		conf := engine.Config{Store: mysqlstore.New(db), Secret: secret, ReplayCacheSize: -1,
-			Logger: slog.New(slog.DiscardHandler), Observe: func(e engine.Event) { obs(i, e) }}
+		conf := idemguard.Config{Store: mysqlstore.New(db), Secret: secret, ReplayCacheSize: -1,
+			Logger: slog.New(slog.DiscardHandler), Observe: func(e idemguard.Event) { obs(i, e) }}
 		if cfg != nil {
 			cfg(&conf)
 		}
-		g, err := engine.New(conf)
+		g, err := idemguard.New(conf)
 		require.NoError(t, err)
 		t.Cleanup(func() {
 			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
@@ -213,26 +213,26 @@ func (c *cluster) guards(t *testing.T, obs func(node int, e engine.Event), cfg f
 	return out
 }
 
-func call(key string) engine.Call {
-	return engine.Call{Tenant: "acme", Scope: "galera.storm", ClientKey: key, Inputs: map[string]any{"q": "same"}}
+func call(key string) idemguard.Call {
+	return idemguard.Call{Tenant: "acme", Scope: "galera.storm", ClientKey: key, Inputs: map[string]any{"q": "same"}}
 }
 
 // events counts engine events by kind, across nodes.
 type events struct {
 	mu sync.Mutex
-	n  map[engine.EventKind]int
+	n  map[idemguard.EventKind]int
 }
 
-func (e *events) observe(_ int, ev engine.Event) {
+func (e *events) observe(_ int, ev idemguard.Event) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	if e.n == nil {
-		e.n = map[engine.EventKind]int{}
+		e.n = map[idemguard.EventKind]int{}
 	}
 	e.n[ev.Kind]++
 }
 
-func (e *events) count(k engine.EventKind) int {
+func (e *events) count(k idemguard.EventKind) int {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	return e.n[k]
@@ -240,9 +240,9 @@ func (e *events) count(k engine.EventKind) int {
 
 // storm fires n concurrent calls with one client key, spread round-robin over the guards, all
 // released at once, and returns their results and errors.
-func storm(t *testing.T, guards []*engine.Guard, n int, c engine.Call, op engine.Operation) ([]engine.Result, []error) {
+func storm(t *testing.T, guards []*idemguard.Guard, n int, c idemguard.Call, op idemguard.Operation) ([]idemguard.Result, []error) {
 	t.Helper()
-	results := make([]engine.Result, n)
+	results := make([]idemguard.Result, n)
 	errs := make([]error, n)
 	ctx, cancel := context.WithTimeout(t.Context(), 45*time.Second)
 	defer cancel()
@@ -251,7 +251,7 @@ func storm(t *testing.T, guards []*engine.Guard, n int, c engine.Call, op engine
 	for i := range n {
 		wg.Go(func() {
 			<-start
-			results[i], errs[i] = guards[i%len(guards)].WithIdempotency(ctx, c, op)
+			results[i], errs[i] = guards[i%len(guards)].Do(ctx, c, op)
 		})
 	}
 	close(start)
@@ -293,11 +293,11 @@ func testStorm(t *testing.T, c *cluster) int64 {
 		fresh := 0
 		for i, r := range results {
 			switch r.Status {
-			case engine.StatusSucceeded:
+			case idemguard.StatusSucceeded:
 				if !r.Cached {
 					fresh++
 				}
-			case engine.StatusInProgress:
+			case idemguard.StatusInProgress:
 			default:
 				t.Fatalf("round %d caller %d got %s (%s)", round, i, r.Status, r.StopReason)
 			}
@@ -308,7 +308,7 @@ func testStorm(t *testing.T, c *cluster) int64 {
 		seen += d
 		t.Logf("round %d: %d calls, 1 execution, %d certification conflicts / brute-force aborts", round, n, d)
 	}
-	require.Zero(t, ev.count(engine.EventStoreError), "store errors")
+	require.Zero(t, ev.count(idemguard.EventStoreError), "store errors")
 	return seen
 }
 
@@ -331,24 +331,24 @@ func testTakeover(t *testing.T, c *cluster) int64 {
 	var ev events
 	guards := c.guards(t, ev.observe, nil)
 	// The crashed owner never heartbeats within the test.
-	crashedGuard := c.guards(t, func(int, engine.Event) {}, func(cfg *engine.Config) { cfg.HeartbeatEvery = time.Hour })[0]
+	crashedGuard := c.guards(t, func(int, idemguard.Event) {}, func(cfg *idemguard.Config) { cfg.Test.HeartbeatEvery = time.Hour })[0]
 	var seen int64
 	for round := 1; round <= 2 || (round <= 20 && seen == 0); round++ {
 		seen += takeoverRound(t, c, guards, crashedGuard, fmt.Sprintf("takeover-%d", round))
-		require.Equal(t, round, ev.count(engine.EventTakeover), "one takeover per round")
-		require.Zero(t, ev.count(engine.EventStoreError), "store errors")
+		require.Equal(t, round, ev.count(idemguard.EventTakeover), "one takeover per round")
+		require.Zero(t, ev.count(idemguard.EventStoreError), "store errors")
 	}
 	return seen
 }
 
 // takeoverRound leaves a stale started row for key (a crashed owner), lets 90 callers on 3 nodes
 // race to take it over, checks that exactly one did, and returns the cluster's conflicts meanwhile.
-func takeoverRound(t *testing.T, c *cluster, guards []*engine.Guard, crashedGuard *engine.Guard, key string) int64 {
+func takeoverRound(t *testing.T, c *cluster, guards []*idemguard.Guard, crashedGuard *idemguard.Guard, key string) int64 {
 	t.Helper()
 	started, release := make(chan struct{}), make(chan struct{})
-	crashedDone := make(chan engine.Result, 1)
+	crashedDone := make(chan idemguard.Result, 1)
 	go func() {
-		r, _ := crashedGuard.WithIdempotency(context.Background(), call(key), func(ctx context.Context) (any, error) {
+		r, _ := crashedGuard.Do(context.Background(), call(key), func(ctx context.Context) (any, error) {
 			close(started)
 			select {
 			case <-release:
@@ -359,8 +359,8 @@ func takeoverRound(t *testing.T, c *cluster, guards []*engine.Guard, crashedGuar
 		crashedDone <- r
 	}()
 	// finish releases the crashed owner's operation and returns its result, once.
-	var old *engine.Result
-	finish := func() engine.Result {
+	var old *idemguard.Result
+	finish := func() idemguard.Result {
 		if old == nil {
 			close(release)
 			r := <-crashedDone
@@ -393,11 +393,11 @@ func takeoverRound(t *testing.T, c *cluster, guards []*engine.Guard, crashedGuar
 	for i, err := range errs {
 		require.NoError(t, err, "%s: caller %d (node %d): a store error would be a 5xx", key, i, i%3+1)
 	}
-	var winner engine.Result
+	var winner idemguard.Result
 	winners := 0
 	for _, r := range results {
-		require.Contains(t, []engine.Status{engine.StatusSucceeded, engine.StatusInProgress}, r.Status)
-		if r.Status == engine.StatusSucceeded && !r.Cached {
+		require.Contains(t, []idemguard.Status{idemguard.StatusSucceeded, idemguard.StatusInProgress}, r.Status)
+		if r.Status == idemguard.StatusSucceeded && !r.Cached {
 			winners++
 			winner = r
 			require.Equal(t, 2, r.Attempt)
@@ -434,7 +434,7 @@ func TestStatsFlushSurvivesCertificationFailures(t *testing.T) {
 	for round := 0; round < 60 && (round < 10 || conflicts.Load() == 0); round++ {
 		for _, r := range recs {
 			for range perRound {
-				r.Observe(engine.Event{Kind: engine.EventReplayed, Scope: "galera.stats"})
+				r.Observe(idemguard.Event{Kind: idemguard.EventReplayed, Scope: "galera.stats"})
 			}
 			want += perRound
 		}

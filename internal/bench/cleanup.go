@@ -9,9 +9,9 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/idemguard/idemguard"
 	"github.com/idemguard/idemguard/internal/cleanup"
 	"github.com/idemguard/idemguard/internal/cleanup/cleanuptest"
-	"github.com/idemguard/idemguard/internal/engine"
 	"github.com/idemguard/idemguard/internal/mysqlconn"
 	"github.com/idemguard/idemguard/tenancy"
 )
@@ -19,7 +19,7 @@ import (
 // The cleanup suite answers "do live claims keep working while the daily
 // cleanup deletes 100,000 expired rows?" (issue 3, acceptance 2):
 //
-//   - claim-idle: WithIdempotency on fresh keys, cleanupConcurrency workers,
+//   - claim-idle: Do on fresh keys, cleanupConcurrency workers,
 //     no cleanup running; measured for half of -duration before the cleanup
 //     and half after it, merged into one round (so drift of machine load
 //     during the suite falls on both sides).
@@ -68,12 +68,12 @@ func runCleanupSuite(ctx context.Context, e *env) ([]row, error) {
 	var seq atomic.Int64
 	claim := func(ctx context.Context) error {
 		n := seq.Add(1)
-		res, err := g.WithIdempotency(ctx, engine.Call{Tenant: tenantCleanup, Scope: scopeCleanup,
+		res, err := g.Do(ctx, idemguard.Call{Tenant: tenantCleanup, Scope: scopeCleanup,
 			ClientKey: "cleanup-" + strconv.FormatInt(n, 10), Inputs: inputs{Doc: n, Text: textHash}}, noop)
 		if err != nil {
 			return err
 		}
-		if res.Status != engine.StatusSucceeded || res.Cached || res.LostClaim {
+		if res.Status != idemguard.StatusSucceeded || res.Cached || res.LostClaim {
 			return fmt.Errorf("fresh key answered status %s cached %t lost %t, want a fresh success", res.Status, res.Cached, res.LostClaim)
 		}
 		return nil

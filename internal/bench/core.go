@@ -14,23 +14,23 @@ import (
 
 	"github.com/go-sql-driver/mysql"
 
-	"github.com/idemguard/idemguard/internal/engine"
+	"github.com/idemguard/idemguard"
 	"github.com/idemguard/idemguard/internal/keys"
 	"github.com/idemguard/idemguard/sanitize"
 	"github.com/idemguard/idemguard/tenancy"
 )
 
-// The two core suites compare WithIdempotency with the least SQL the
+// The two core suites compare Do with the least SQL the
 // protocol needs for the same outcome (the "raw floor"):
 //
 //   - fresh (write path): a new key is one claim INSERT of a started row and
 //     one nonce-guarded UPDATE to succeeded. The raw case runs exactly those
 //     two statements (same columns, same shape as mysqlstore's Claim and
-//     Complete) with plain ExecContext; the guard case runs WithIdempotency
+//     Complete) with plain ExecContext; the guard case runs Do
 //     with a no-op operation on a fresh client key.
 //   - replay (read path): a known key is one SELECT by the unique key
 //     (tenant, scope, key_hash) with mysqlstore.Get's column list. The guard
-//     runs WithIdempotency on keys that already succeeded, once with the
+//     runs Do on keys that already succeeded, once with the
 //     replay cache (the default) and once with ReplayCacheSize -1, which
 //     answers every replay from the store.
 //
@@ -44,8 +44,8 @@ import (
 // sanitizing and encoding, result building.
 
 func init() {
-	register(suite{name: "fresh", about: "write path: raw INSERT+guarded UPDATE vs WithIdempotency on fresh keys", run: runFresh})
-	register(suite{name: "replay", about: "read path: raw SELECT by unique key vs WithIdempotency replays (cached and store-only)", run: runReplay})
+	register(suite{name: "fresh", about: "write path: raw INSERT+guarded UPDATE vs Do on fresh keys", run: runFresh})
+	register(suite{name: "replay", about: "read path: raw SELECT by unique key vs Do replays (cached and store-only)", run: runReplay})
 }
 
 // targetRatio is the target for guard/raw throughput at concurrency 16.
@@ -64,7 +64,7 @@ const (
 	tenantGuard = tenancy.ID("bench-guard")
 	scopeFresh  = "bench.fresh"
 	scopeReplay = "bench.replay"
-	benchTTL    = engine.DefaultTTL
+	benchTTL    = idemguard.DefaultTTL
 )
 
 // Raw statements: the same shape as mysqlstore's claimSQL, completeSQL and
@@ -138,7 +138,7 @@ func runFresh(ctx context.Context, e *env) ([]row, error) {
 		if err != nil {
 			return err
 		}
-		res, err = e.db.ExecContext(ctx, rawCompleteSQL, string(engine.RowSucceeded), string(body), 200, ttl, id, nonce)
+		res, err = e.db.ExecContext(ctx, rawCompleteSQL, string(idemguard.RowSucceeded), string(body), 200, ttl, id, nonce)
 		if err != nil {
 			return fmt.Errorf("complete update: %w", err)
 		}
@@ -148,24 +148,24 @@ func runFresh(ctx context.Context, e *env) ([]row, error) {
 		return nil
 	}}
 
-	// readFirst reads before every claim (engine.ReadFirstAlways; the same
+	// readFirst reads before every claim (idemguard.ReadFirstAlways; the same
 	// as ReadFirstClientKey here, where every call has a client key): what a
 	// fresh key pays when the guard reads first.
-	readFirst, err := e.newGuard(func(c *engine.Config) { c.ReadFirst = engine.ReadFirstAlways })
+	readFirst, err := e.newGuard(func(c *idemguard.Config) { c.Test.ReadFirst = idemguard.ReadFirstAlways })
 	if err != nil {
 		return nil, err
 	}
 	defer closeGuard(readFirst)
 	var seq atomic.Int64
-	fresh := func(name string, g *engine.Guard, target float64) benchCase {
+	fresh := func(name string, g *idemguard.Guard, target float64) benchCase {
 		return benchCase{name: name, baseline: raw.name, targetRatio: target, op: func(ctx context.Context) error {
 			n := seq.Add(1)
-			res, err := g.WithIdempotency(ctx, engine.Call{Tenant: tenantGuard, Scope: scopeFresh,
+			res, err := g.Do(ctx, idemguard.Call{Tenant: tenantGuard, Scope: scopeFresh,
 				ClientKey: "fresh-" + strconv.FormatInt(n, 10), Inputs: inputs{Doc: n, Text: textHash}}, noop)
 			if err != nil {
 				return err
 			}
-			if res.Status != engine.StatusSucceeded || res.Cached || res.LostClaim {
+			if res.Status != idemguard.StatusSucceeded || res.Cached || res.LostClaim {
 				return fmt.Errorf("fresh key answered status %s cached %t lost %t, want a fresh success",
 					res.Status, res.Cached, res.LostClaim)
 			}
@@ -211,14 +211,14 @@ func runReplay(ctx context.Context, e *env) ([]row, error) {
 		return nil, err
 	}
 	defer closeGuard(cached)
-	storeOnly, err := e.newGuard(func(c *engine.Config) { c.ReplayCacheSize = -1 })
+	storeOnly, err := e.newGuard(func(c *idemguard.Config) { c.ReplayCacheSize = -1 })
 	if err != nil {
 		return nil, err
 	}
 	defer closeGuard(storeOnly)
 	// claimFirst is the store path without read-first: INSERT (1062), SELECT.
-	claimFirst, err := e.newGuard(func(c *engine.Config) {
-		c.ReplayCacheSize, c.ReadFirst = -1, engine.ReadFirstNever
+	claimFirst, err := e.newGuard(func(c *idemguard.Config) {
+		c.ReplayCacheSize, c.Test.ReadFirst = -1, idemguard.ReadFirstNever
 	})
 	if err != nil {
 		return nil, err
@@ -243,15 +243,15 @@ func runReplay(ctx context.Context, e *env) ([]row, error) {
 		return selectRow(ctx, e, h)
 	}}
 
-	replay := func(name string, g *engine.Guard, target float64) benchCase {
+	replay := func(name string, g *idemguard.Guard, target float64) benchCase {
 		var seq atomic.Int64
 		return benchCase{name: name, baseline: raw.name, targetRatio: target, op: func(ctx context.Context) error {
 			n := seq.Add(1) % replayKeys
-			res, err := g.WithIdempotency(ctx, replayCall(n), noop)
+			res, err := g.Do(ctx, replayCall(n), noop)
 			if err != nil {
 				return err
 			}
-			if res.Status != engine.StatusSucceeded || !res.Cached {
+			if res.Status != idemguard.StatusSucceeded || !res.Cached {
 				return fmt.Errorf("succeeded key answered status %s cached %t, want a replay", res.Status, res.Cached)
 			}
 			return nil
@@ -284,14 +284,14 @@ func selectRow(ctx context.Context, e *env, h string) error {
 	if err != nil {
 		return fmt.Errorf("select: %w", err)
 	}
-	if r.status != string(engine.RowSucceeded) {
+	if r.status != string(idemguard.RowSucceeded) {
 		return fmt.Errorf("select found status %s, want succeeded", r.status)
 	}
 	return nil
 }
 
-func replayCall(n int64) engine.Call {
-	return engine.Call{Tenant: tenantGuard, Scope: scopeReplay, ClientKey: "replay-" + strconv.FormatInt(n, 10),
+func replayCall(n int64) idemguard.Call {
+	return idemguard.Call{Tenant: tenantGuard, Scope: scopeReplay, ClientKey: "replay-" + strconv.FormatInt(n, 10),
 		Inputs: inputs{Doc: n, Text: textHash}}
 }
 
@@ -299,7 +299,7 @@ func replayCall(n int64) engine.Call {
 // guard of its own, so no measured guard starts with a warm cache) and
 // returns the key hashes by key number.
 func populateReplays(ctx context.Context, e *env) ([]string, error) {
-	g, err := e.newGuard(func(c *engine.Config) { c.ReplayCacheSize = -1 })
+	g, err := e.newGuard(func(c *idemguard.Config) { c.ReplayCacheSize = -1 })
 	if err != nil {
 		return nil, err
 	}
@@ -318,8 +318,8 @@ func populateReplays(ctx context.Context, e *env) ([]string, error) {
 				if n >= replayKeys || ctx.Err() != nil {
 					return
 				}
-				res, err := g.WithIdempotency(ctx, replayCall(n), noop)
-				if err == nil && (res.Status != engine.StatusSucceeded || res.Cached) {
+				res, err := g.Do(ctx, replayCall(n), noop)
+				if err == nil && (res.Status != idemguard.StatusSucceeded || res.Cached) {
 					err = fmt.Errorf("status %s cached %t, want a fresh success", res.Status, res.Cached)
 				}
 				if err != nil {
@@ -344,7 +344,7 @@ func populateReplays(ctx context.Context, e *env) ([]string, error) {
 	return hashes, nil
 }
 
-func closeGuard(g *engine.Guard) {
+func closeGuard(g *idemguard.Guard) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	_ = g.Close(ctx)

@@ -9,7 +9,7 @@ import (
 
 	"github.com/jmoiron/sqlx"
 
-	"github.com/idemguard/idemguard/internal/engine"
+	"github.com/idemguard/idemguard"
 	"github.com/idemguard/idemguard/internal/mysqlstore"
 )
 
@@ -47,12 +47,12 @@ type env struct {
 
 // newGuard returns a Guard on a mysqlstore over e.db with the default
 // settings, changed by mutate if given. The caller closes it.
-func (e *env) newGuard(mutate func(*engine.Config)) (*engine.Guard, error) {
-	cfg := engine.Config{Store: mysqlstore.New(e.db), Secret: e.secret, Logger: e.log}
+func (e *env) newGuard(mutate func(*idemguard.Config)) (*idemguard.Guard, error) {
+	cfg := idemguard.Config{Store: mysqlstore.New(e.db), Secret: e.secret, Logger: e.log}
 	if mutate != nil {
 		mutate(&cfg)
 	}
-	return engine.New(cfg)
+	return idemguard.New(cfg)
 }
 
 // compare measures cases at one concurrency under the same conditions: each

@@ -72,7 +72,7 @@ func parseFlags(args []string, stderr io.Writer) (flags, error) {
 	fs.SetOutput(stderr)
 	fs.Usage = func() {
 		fmt.Fprintf(stderr, "usage: go run ./internal/bench [flags]\n\n"+
-			"Measures WithIdempotency against the raw SQL floor on the MySQL in %s (else %s).\n\n", EnvDSN, EnvTestDSN)
+			"Measures Do against the raw SQL floor on the MySQL in %s (else %s).\n\n", EnvDSN, EnvTestDSN)
 		fs.PrintDefaults()
 	}
 	var f flags

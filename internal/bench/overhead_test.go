@@ -7,8 +7,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/idemguard/idemguard/internal/engine"
-	"github.com/idemguard/idemguard/internal/memstore"
+	"github.com/idemguard/idemguard"
 	"github.com/idemguard/idemguard/sanitize"
 )
 
@@ -16,13 +15,13 @@ import (
 // the fresh and replay suites, on the in-memory store. The MySQL suites
 // show what this costs next to real round trips.
 
-func newMemGuard(b *testing.B, mutate func(*engine.Config)) *engine.Guard {
+func newMemGuard(b *testing.B, mutate func(*idemguard.Config)) *idemguard.Guard {
 	b.Helper()
-	cfg := engine.Config{Store: memstore.New(), Secret: []byte("bench-secret-0123456789abcdef-0123")}
+	cfg := idemguard.Config{Store: idemguard.NewMemoryStore(), Secret: []byte("bench-secret-0123456789abcdef-0123")}
 	if mutate != nil {
 		mutate(&cfg)
 	}
-	g, err := engine.New(cfg)
+	g, err := idemguard.New(cfg)
 	require.NoError(b, err)
 	b.Cleanup(func() { require.NoError(b, g.Close(context.Background())) })
 	return g
@@ -35,7 +34,7 @@ func BenchmarkGuardFreshMemstore(b *testing.B) {
 	n := int64(0)
 	for b.Loop() {
 		n++
-		res, err := g.WithIdempotency(ctx, engine.Call{Tenant: tenantGuard, Scope: scopeFresh,
+		res, err := g.Do(ctx, idemguard.Call{Tenant: tenantGuard, Scope: scopeFresh,
 			ClientKey: "fresh-" + strconv.FormatInt(n, 10), Inputs: inputs{Doc: n, Text: textHash}}, noop)
 		if err != nil || res.Cached {
 			b.Fatalf("fresh call: cached %t, err %v", res.Cached, err)
@@ -44,17 +43,17 @@ func BenchmarkGuardFreshMemstore(b *testing.B) {
 }
 
 func benchmarkReplay(b *testing.B, cacheSize int) {
-	g := newMemGuard(b, func(c *engine.Config) { c.ReplayCacheSize = cacheSize })
+	g := newMemGuard(b, func(c *idemguard.Config) { c.ReplayCacheSize = cacheSize })
 	ctx := context.Background()
 	for n := range int64(replayKeys) {
-		_, err := g.WithIdempotency(ctx, replayCall(n), noop)
+		_, err := g.Do(ctx, replayCall(n), noop)
 		require.NoError(b, err)
 	}
 	b.ReportAllocs()
 	n := int64(0)
 	for b.Loop() {
 		n = (n + 1) % replayKeys
-		res, err := g.WithIdempotency(ctx, replayCall(n), noop)
+		res, err := g.Do(ctx, replayCall(n), noop)
 		if err != nil || !res.Cached {
 			b.Fatalf("replay: cached %t, err %v", res.Cached, err)
 		}

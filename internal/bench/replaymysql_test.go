@@ -8,7 +8,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/idemguard/idemguard/internal/engine"
+	"github.com/idemguard/idemguard"
 	"github.com/idemguard/idemguard/internal/testdb"
 )
 
@@ -30,7 +30,7 @@ func newReplayEnv(b *testing.B) (*env, []string) {
 
 func BenchmarkReplayStoreMySQL(b *testing.B) {
 	e, _ := newReplayEnv(b)
-	g, err := e.newGuard(func(c *engine.Config) { c.ReplayCacheSize = -1 })
+	g, err := e.newGuard(func(c *idemguard.Config) { c.ReplayCacheSize = -1 })
 	require.NoError(b, err)
 	b.Cleanup(func() { closeGuard(g) })
 	ctx := context.Background()
@@ -38,7 +38,7 @@ func BenchmarkReplayStoreMySQL(b *testing.B) {
 	n := int64(0)
 	for b.Loop() {
 		n = (n + 1) % replayKeys
-		res, err := g.WithIdempotency(ctx, replayCall(n), noop)
+		res, err := g.Do(ctx, replayCall(n), noop)
 		if err != nil || !res.Cached {
 			b.Fatalf("replay: cached %t, err %v", res.Cached, err)
 		}

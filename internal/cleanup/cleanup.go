@@ -7,7 +7,7 @@
 // started row whose heartbeat is younger than its owner's lease (the row's lease_micros) or
 // [Options.StaleAfter], whichever is longer: its owner is alive, and
 // deleting the row would make the owner's next heartbeat fail and cancel the operation. This is
-// the same rule the engine uses to re-claim an expired row (engine.ReclaimExpired).
+// the same rule the engine uses to re-claim an expired row (idemguard.ReclaimExpired).
 //
 // # How
 //
@@ -78,7 +78,7 @@ import (
 	"github.com/go-sql-driver/mysql"
 	"github.com/jmoiron/sqlx"
 
-	"github.com/idemguard/idemguard/internal/engine"
+	"github.com/idemguard/idemguard"
 )
 
 // Defaults for [Options].
@@ -130,7 +130,7 @@ type Options struct {
 	DryRun bool
 	// StaleAfter protects live owners: a started row whose heartbeat (or start, before the first
 	// heartbeat) is younger than this is never deleted, expired or not. Defaults to
-	// engine.DefaultStaleAfter. Set it to the largest StaleAfter any scope uses.
+	// idemguard.DefaultStaleAfter. Set it to the largest StaleAfter any scope uses.
 	StaleAfter time.Duration
 	// StatsRetention is how long idempotency_stats buckets are kept: a bucket whose hour started
 	// longer ago than this is deleted. Defaults to [DefaultStatsRetention]; at least
@@ -195,7 +195,7 @@ type Summary struct {
 func (o Options) withDefaults() Options {
 	o.BatchSize = cmp.Or(o.BatchSize, DefaultBatchSize)
 	o.Pause = cmp.Or(o.Pause, DefaultPause)
-	o.StaleAfter = cmp.Or(o.StaleAfter, engine.DefaultStaleAfter)
+	o.StaleAfter = cmp.Or(o.StaleAfter, idemguard.DefaultStaleAfter)
 	o.LockWaitTimeout = cmp.Or(o.LockWaitTimeout, DefaultLockWaitTimeout)
 	o.StatsRetention = cmp.Or(o.StatsRetention, DefaultStatsRetention)
 	if o.Logger == nil {
@@ -217,8 +217,8 @@ func (o Options) Validate() error {
 		return fmt.Errorf("cleanup: BatchSize must be between 1 and %d (0 for the default %d), got %d", MaxBatchSize, DefaultBatchSize, o.BatchSize)
 	case o.MaxDuration < 0:
 		return fmt.Errorf("cleanup: MaxDuration must not be negative (0 for no limit), got %s", o.MaxDuration)
-	case o.StaleAfter < 0 || (o.StaleAfter > 0 && o.StaleAfter < engine.MinStaleAfter):
-		return fmt.Errorf("cleanup: StaleAfter must be at least %s (0 for the default %s), got %s", engine.MinStaleAfter, engine.DefaultStaleAfter, o.StaleAfter)
+	case o.StaleAfter < 0 || (o.StaleAfter > 0 && o.StaleAfter < idemguard.MinStaleAfter):
+		return fmt.Errorf("cleanup: StaleAfter must be at least %s (0 for the default %s), got %s", idemguard.MinStaleAfter, idemguard.DefaultStaleAfter, o.StaleAfter)
 	case o.StatsRetention > 0 && o.StatsRetention < MinStatsRetention:
 		return fmt.Errorf("cleanup: StatsRetention must be at least %s (0 for the default %s, negative to keep every bucket), got %s",
 			MinStatsRetention, DefaultStatsRetention, o.StatsRetention)

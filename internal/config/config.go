@@ -16,7 +16,7 @@ import (
 
 	"go.yaml.in/yaml/v3"
 
-	"github.com/idemguard/idemguard/internal/engine"
+	"github.com/idemguard/idemguard"
 	"github.com/idemguard/idemguard/internal/keys"
 	"github.com/idemguard/idemguard/internal/mysqlconn"
 	"github.com/idemguard/idemguard/routers/auth"
@@ -80,8 +80,8 @@ const (
 	MaxStoreTimeout                    = time.Minute
 	MaxOperationTimeout                = time.Hour
 	MaxDemoDelay                       = 10 * time.Minute
-	DefaultReplayCacheSize             = engine.DefaultReplayCacheSize
-	DefaultReplayCacheMaxAge           = engine.DefaultReplayCacheMaxAge
+	DefaultReplayCacheSize             = idemguard.DefaultReplayCacheSize
+	DefaultReplayCacheMaxAge           = idemguard.DefaultReplayCacheMaxAge
 )
 
 // Operation names a built-in operation a scope runs.
@@ -137,7 +137,7 @@ type Config struct {
 	ReplayCacheSize   int
 	ReplayCacheMaxAge time.Duration
 	// Defaults are the protocol settings of scopes that leave one unset.
-	Defaults engine.Settings
+	Defaults idemguard.Settings
 	// OpenAI configures the openai_chat operation.
 	OpenAI OpenAI
 	// Upstream configures the http_json operation.
@@ -200,7 +200,7 @@ type Scope struct {
 	Name      string
 	Operation Operation
 	// Settings are the protocol settings; zero fields take Config.Defaults.
-	Settings engine.Settings
+	Settings idemguard.Settings
 	// KeyRequired makes the Idempotency-Key header mandatory.
 	KeyRequired bool
 	// Timeout bounds one execution; 0 takes the operation's default
@@ -369,7 +369,7 @@ func Load(path string, getenv func(string) string) (*Config, error) {
 	c.RetryAfter = p.duration("retry_after", raw.RetryAfter, DefaultRetryAfter)
 	c.UnavailableRetryAfter = p.duration("unavailable_retry_after", raw.UnavailableRetryAfter, DefaultUnavailableRetryAfter)
 	c.ShutdownGrace = p.duration("shutdown_grace", raw.ShutdownGrace, DefaultShutdownGrace)
-	c.StoreTimeout = p.duration("store_timeout", raw.StoreTimeout, engine.DefaultStoreTimeout)
+	c.StoreTimeout = p.duration("store_timeout", raw.StoreTimeout, idemguard.DefaultStoreTimeout)
 	c.ReplayCacheSize = DefaultReplayCacheSize
 	if raw.ReplayCacheSize != nil {
 		c.ReplayCacheSize = *raw.ReplayCacheSize
@@ -530,7 +530,7 @@ func (c *Config) validate(apiKeysSetting string) problems {
 	if c.ReplayCacheSize < -1 {
 		p.add("replay_cache_size", "must be -1 (off), 0 (default %d) or positive, got %d", DefaultReplayCacheSize, c.ReplayCacheSize)
 	}
-	p.between("replay_cache_max_age", c.ReplayCacheMaxAge, time.Second, engine.MaxTTL)
+	p.between("replay_cache_max_age", c.ReplayCacheMaxAge, time.Second, idemguard.MaxTTL)
 	if c.Pool.MaxOpenConns < 0 {
 		p.add("pool.max_open_conns", "must not be negative (0: default %d), got %d", mysqlconn.DefaultMaxOpenConns, c.Pool.MaxOpenConns)
 	}
@@ -635,31 +635,31 @@ func (p *problems) between(setting string, d, lo, hi time.Duration) {
 	}
 }
 
-func (p *problems) settings(at string, r rawSettings) engine.Settings {
-	return engine.Settings{
+func (p *problems) settings(at string, r rawSettings) idemguard.Settings {
+	return idemguard.Settings{
 		TTL:         p.duration(at+".ttl", r.TTL, 0),
 		StaleAfter:  p.duration(at+".stale_after", r.StaleAfter, 0),
 		MaxAttempts: r.MaxAttempts,
-		StalePolicy: engine.StalePolicy(strings.TrimSpace(r.StalePolicy)),
+		StalePolicy: idemguard.StalePolicy(strings.TrimSpace(r.StalePolicy)),
 	}
 }
 
-// checkSettings mirrors engine.Settings.Validate with the config's names.
-func (p *problems) checkSettings(at string, s engine.Settings) {
+// checkSettings mirrors idemguard.Settings.Validate with the config's names.
+func (p *problems) checkSettings(at string, s idemguard.Settings) {
 	before := len(*p)
-	if s.TTL != 0 && (s.TTL < time.Second || s.TTL > engine.MaxTTL) {
-		p.add(at+".ttl", "must be between 1s and %s, got %s", engine.MaxTTL, s.TTL)
+	if s.TTL != 0 && (s.TTL < time.Second || s.TTL > idemguard.MaxTTL) {
+		p.add(at+".ttl", "must be between 1s and %s, got %s", idemguard.MaxTTL, s.TTL)
 	}
-	if s.StaleAfter < 0 || (s.StaleAfter != 0 && s.StaleAfter < engine.MinStaleAfter) {
-		p.add(at+".stale_after", "must be at least %s, got %s", engine.MinStaleAfter, s.StaleAfter)
+	if s.StaleAfter < 0 || (s.StaleAfter != 0 && s.StaleAfter < idemguard.MinStaleAfter) {
+		p.add(at+".stale_after", "must be at least %s, got %s", idemguard.MinStaleAfter, s.StaleAfter)
 	}
 	if s.MaxAttempts < 0 || s.MaxAttempts > 100 {
-		p.add(at+".max_attempts", "must be between 1 and 100 (0: default %d), got %d", engine.DefaultMaxAttempts, s.MaxAttempts)
+		p.add(at+".max_attempts", "must be between 1 and 100 (0: default %d), got %d", idemguard.DefaultMaxAttempts, s.MaxAttempts)
 	}
 	switch s.StalePolicy {
-	case "", engine.StaleTakeover, engine.StaleFail:
+	case "", idemguard.StaleTakeover, idemguard.StaleFail:
 	default:
-		p.add(at+".stale_policy", "must be %q or %q, got %q", engine.StaleTakeover, engine.StaleFail, truncate(string(s.StalePolicy), 64))
+		p.add(at+".stale_policy", "must be %q or %q, got %q", idemguard.StaleTakeover, idemguard.StaleFail, truncate(string(s.StalePolicy), 64))
 	}
 	if err := s.Validate(); err != nil && len(*p) == before {
 		p.add(at, "%v", err) // a rule above missed; never accept what the engine rejects

@@ -9,7 +9,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/idemguard/idemguard/internal/engine"
+	"github.com/idemguard/idemguard"
 	"github.com/idemguard/idemguard/tenancy"
 )
 
@@ -40,7 +40,7 @@ func TestLoadDefaultsInDevelopment(t *testing.T) {
 	require.Equal(t, DefaultMaxBodyBytes, c.MaxBodyBytes)
 	require.Equal(t, DefaultMaxWait, c.MaxWait)
 	require.Equal(t, DefaultShutdownGrace, c.ShutdownGrace)
-	require.Equal(t, engine.DefaultStoreTimeout, c.StoreTimeout)
+	require.Equal(t, idemguard.DefaultStoreTimeout, c.StoreTimeout)
 	require.Equal(t, DefaultOpenAIBaseURL, c.OpenAI.BaseURL)
 	require.Equal(t, []Scope{{Name: DemoScope, Operation: OpDemo, Delay: DefaultDemoDelay}}, c.Scopes)
 	require.Empty(t, c.APIKeys, "the demo key is added by serve, not stored here")
@@ -92,12 +92,12 @@ scopes:
 	require.Equal(t, 2*time.Second, c.StoreTimeout)
 	require.Equal(t, 8, c.Pool.MaxOpenConns)
 	require.Equal(t, time.Minute, c.Pool.ConnMaxLifetime)
-	require.Equal(t, engine.Settings{TTL: 48 * time.Hour, StaleAfter: time.Minute, MaxAttempts: 5, StalePolicy: engine.StaleFail}, c.Defaults)
+	require.Equal(t, idemguard.Settings{TTL: 48 * time.Hour, StaleAfter: time.Minute, MaxAttempts: 5, StalePolicy: idemguard.StaleFail}, c.Defaults)
 	require.Equal(t, OpenAI{BaseURL: "http://127.0.0.1:1/v1", Model: "gpt-x", APIKey: "sk-test", Timeout: 20 * time.Second, MaxTokens: 512}, c.OpenAI)
 	require.Equal(t, Upstream{URL: "http://127.0.0.1:2/op", Timeout: 3 * time.Second, Headers: map[string]string{"X-Token": "t"}}, c.Upstream)
 	require.Equal(t, []Scope{
 		{Name: "chat", Operation: OpOpenAIChat, KeyRequired: true, Timeout: 9 * time.Second,
-			Settings: engine.Settings{TTL: time.Hour, StaleAfter: 2 * time.Second, MaxAttempts: 2, StalePolicy: engine.StaleTakeover}},
+			Settings: idemguard.Settings{TTL: time.Hour, StaleAfter: 2 * time.Second, MaxAttempts: 2, StalePolicy: idemguard.StaleTakeover}},
 		{Name: "json", Operation: OpHTTPJSON, URL: "http://127.0.0.1:3/other"},
 		{Name: "slow", Operation: OpDemo, Delay: 250 * time.Millisecond},
 	}, c.Scopes, "production mode adds no demo scope")

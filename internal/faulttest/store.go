@@ -5,7 +5,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/idemguard/idemguard/internal/engine"
+	"github.com/idemguard/idemguard"
 )
 
 // Op names a Store method.
@@ -42,18 +42,18 @@ type Fault struct {
 	Times int
 }
 
-// Store wraps an engine.Store and injects faults. It is safe for concurrent use.
+// Store wraps an idemguard.Store and injects faults. It is safe for concurrent use.
 type Store struct {
-	engine.Store
+	idemguard.Store
 	mu     sync.Mutex
 	faults map[Op]*Fault
 	calls  map[Op]int
 }
 
-var _ engine.Store = (*Store)(nil)
+var _ idemguard.Store = (*Store)(nil)
 
 // NewStore wraps s.
-func NewStore(s engine.Store) *Store {
+func NewStore(s idemguard.Store) *Store {
 	return &Store{Store: s, faults: map[Op]*Fault{}, calls: map[Op]int{}}
 }
 
@@ -120,35 +120,35 @@ func run[T any](ctx context.Context, f *Fault, do func(context.Context) (T, erro
 	return zero, f.Err
 }
 
-// Claim implements engine.Store.
-func (s *Store) Claim(ctx context.Context, p engine.ClaimParams) (uint64, error) {
+// Claim implements idemguard.Store.
+func (s *Store) Claim(ctx context.Context, p idemguard.ClaimParams) (uint64, error) {
 	return run(ctx, s.take(OpClaim), func(ctx context.Context) (uint64, error) { return s.Store.Claim(ctx, p) })
 }
 
-// Get implements engine.Store.
-func (s *Store) Get(ctx context.Context, tenant, scope, keyHash string) (engine.Record, error) {
-	return run(ctx, s.take(OpGet), func(ctx context.Context) (engine.Record, error) {
+// Get implements idemguard.Store.
+func (s *Store) Get(ctx context.Context, tenant, scope, keyHash string) (idemguard.Record, error) {
+	return run(ctx, s.take(OpGet), func(ctx context.Context) (idemguard.Record, error) {
 		return s.Store.Get(ctx, tenant, scope, keyHash)
 	})
 }
 
-// Reclaim implements engine.Store.
-func (s *Store) Reclaim(ctx context.Context, p engine.ReclaimParams) (bool, error) {
+// Reclaim implements idemguard.Store.
+func (s *Store) Reclaim(ctx context.Context, p idemguard.ReclaimParams) (bool, error) {
 	return run(ctx, s.take(OpReclaim), func(ctx context.Context) (bool, error) { return s.Store.Reclaim(ctx, p) })
 }
 
-// Abandon implements engine.Store.
-func (s *Store) Abandon(ctx context.Context, p engine.AbandonParams) (bool, error) {
+// Abandon implements idemguard.Store.
+func (s *Store) Abandon(ctx context.Context, p idemguard.AbandonParams) (bool, error) {
 	return run(ctx, s.take(OpAbandon), func(ctx context.Context) (bool, error) { return s.Store.Abandon(ctx, p) })
 }
 
-// Heartbeat implements engine.Store.
+// Heartbeat implements idemguard.Store.
 func (s *Store) Heartbeat(ctx context.Context, id uint64, nonce string) (bool, error) {
 	return run(ctx, s.take(OpHeartbeat), func(ctx context.Context) (bool, error) { return s.Store.Heartbeat(ctx, id, nonce) })
 }
 
-// Complete implements engine.Store.
-func (s *Store) Complete(ctx context.Context, p engine.CompleteParams) (bool, time.Time, error) {
+// Complete implements idemguard.Store.
+func (s *Store) Complete(ctx context.Context, p idemguard.CompleteParams) (bool, time.Time, error) {
 	type answer struct {
 		ok bool
 		at time.Time
@@ -160,7 +160,7 @@ func (s *Store) Complete(ctx context.Context, p engine.CompleteParams) (bool, ti
 	return a.ok, a.at, err
 }
 
-// Release implements engine.Store.
-func (s *Store) Release(ctx context.Context, p engine.ReleaseParams) (bool, error) {
+// Release implements idemguard.Store.
+func (s *Store) Release(ctx context.Context, p idemguard.ReleaseParams) (bool, error) {
 	return run(ctx, s.take(OpRelease), func(ctx context.Context) (bool, error) { return s.Store.Release(ctx, p) })
 }

@@ -1,4 +1,4 @@
-// Package metrics turns the guard's protocol events (engine.Event) into
+// Package metrics turns the guard's protocol events (idemguard.Event) into
 // Prometheus metrics (DESIGN §8) on a registry of its own, never the global
 // default one.
 //
@@ -44,7 +44,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
-	"github.com/idemguard/idemguard/internal/engine"
+	"github.com/idemguard/idemguard"
 	"github.com/idemguard/idemguard/sanitize"
 )
 
@@ -63,7 +63,7 @@ type Metrics struct {
 }
 
 // StoreOps are the values of the op label of idemguard_store_errors_total: the guard's store
-// steps (engine.Event.StoreOp). A test checks the engine names no other.
+// steps (idemguard.Event.StoreOp). A test checks the engine names no other.
 var StoreOps = []string{"claim", "read", "reclaim expired", "reclaim stale", "reclaim failed", "abandon", "commit", "heartbeat"}
 
 // StatusClasses are the values of the status_class label.
@@ -117,40 +117,40 @@ func New() *Metrics {
 	return m
 }
 
-// Observe records one protocol event. Pass it as engine.Config.Observe.
-func (m *Metrics) Observe(e engine.Event) {
+// Observe records one protocol event. Pass it as idemguard.Config.Observe.
+func (m *Metrics) Observe(e idemguard.Event) {
 	switch e.Kind {
-	case engine.EventClaimed:
+	case idemguard.EventClaimed:
 		m.claims.WithLabelValues(e.Scope).Inc()
-	case engine.EventReplayed:
+	case idemguard.EventReplayed:
 		m.replays.WithLabelValues(e.Scope, strconv.FormatBool(e.FromMemory)).Inc()
-	case engine.EventInProgress:
+	case idemguard.EventInProgress:
 		m.inProgress.WithLabelValues(e.Scope).Inc()
-	case engine.EventWaited:
+	case idemguard.EventWaited:
 		m.wait.WithLabelValues(e.Scope).Observe(e.Duration.Seconds())
-	case engine.EventTakeover:
+	case idemguard.EventTakeover:
 		m.takeovers.WithLabelValues(e.Scope).Inc()
-	case engine.EventRetried:
+	case idemguard.EventRetried:
 		m.retries.WithLabelValues(e.Scope).Inc()
-	case engine.EventAbandoned:
-		m.abandoned.WithLabelValues(e.Scope, string(e.Reason)).Inc()
-	case engine.EventRetryLimit:
-		m.retryLimit.WithLabelValues(e.Scope, string(e.Reason)).Inc()
-	case engine.EventLostClaim:
+	case idemguard.EventAbandoned:
+		m.abandoned.WithLabelValues(e.Scope, string(e.StopReason)).Inc()
+	case idemguard.EventRetryLimit:
+		m.retryLimit.WithLabelValues(e.Scope, string(e.StopReason)).Inc()
+	case idemguard.EventLostClaim:
 		m.lostClaims.WithLabelValues(e.Scope).Inc()
-	case engine.EventMismatch:
+	case idemguard.EventMismatch:
 		m.mismatches.WithLabelValues(e.Scope).Inc()
-	case engine.EventOperation:
+	case idemguard.EventOperation:
 		m.opDuration.WithLabelValues(e.Scope).Observe(e.Duration.Seconds())
 		outcome := "succeeded"
 		if e.Failed {
 			outcome = "failed"
-			m.failures.WithLabelValues(e.Scope, string(e.Reason)).Inc()
+			m.failures.WithLabelValues(e.Scope, string(e.StopReason)).Inc()
 		}
 		m.operations.WithLabelValues(e.Scope, outcome).Inc()
-	case engine.EventStoreError:
+	case idemguard.EventStoreError:
 		m.storeErrors.WithLabelValues(e.Scope, e.StoreOp).Inc()
-	case engine.EventDroppedField:
+	case idemguard.EventDroppedField:
 		m.droppedFields.WithLabelValues(e.Scope, e.Field).Inc()
 	}
 }

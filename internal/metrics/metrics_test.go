@@ -17,8 +17,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
 
-	"github.com/idemguard/idemguard/internal/engine"
-	"github.com/idemguard/idemguard/internal/memstore"
+	"github.com/idemguard/idemguard"
 	"github.com/idemguard/idemguard/internal/metrics"
 	"github.com/idemguard/idemguard/sanitize"
 )
@@ -64,23 +63,23 @@ func TestObserveEveryEventKind(t *testing.T) {
 	t.Parallel()
 	m := metrics.New()
 	s := "chat"
-	for _, e := range []engine.Event{
-		{Kind: engine.EventClaimed, Scope: s},
-		{Kind: engine.EventClaimed, Scope: s},
-		{Kind: engine.EventReplayed, Scope: s},
-		{Kind: engine.EventReplayed, Scope: s, FromMemory: true},
-		{Kind: engine.EventReplayed, Scope: s, FromMemory: true},
-		{Kind: engine.EventInProgress, Scope: s},
-		{Kind: engine.EventWaited, Scope: s, Duration: 20 * time.Millisecond},
-		{Kind: engine.EventTakeover, Scope: s},
-		{Kind: engine.EventRetried, Scope: s},
-		{Kind: engine.EventAbandoned, Scope: s, Reason: sanitize.Abandoned},
-		{Kind: engine.EventRetryLimit, Scope: s, Reason: sanitize.RetryLimit},
-		{Kind: engine.EventLostClaim, Scope: s},
-		{Kind: engine.EventMismatch, Scope: s},
-		{Kind: engine.EventOperation, Scope: s, Duration: 2 * time.Second},
-		{Kind: engine.EventOperation, Scope: s, Duration: time.Second, Failed: true, Reason: sanitize.ProviderError},
-		{Kind: engine.EventStoreError, Scope: s, StoreOp: "claim"},
+	for _, e := range []idemguard.Event{
+		{Kind: idemguard.EventClaimed, Scope: s},
+		{Kind: idemguard.EventClaimed, Scope: s},
+		{Kind: idemguard.EventReplayed, Scope: s},
+		{Kind: idemguard.EventReplayed, Scope: s, FromMemory: true},
+		{Kind: idemguard.EventReplayed, Scope: s, FromMemory: true},
+		{Kind: idemguard.EventInProgress, Scope: s},
+		{Kind: idemguard.EventWaited, Scope: s, Duration: 20 * time.Millisecond},
+		{Kind: idemguard.EventTakeover, Scope: s},
+		{Kind: idemguard.EventRetried, Scope: s},
+		{Kind: idemguard.EventAbandoned, Scope: s, StopReason: sanitize.Abandoned},
+		{Kind: idemguard.EventRetryLimit, Scope: s, StopReason: sanitize.RetryLimit},
+		{Kind: idemguard.EventLostClaim, Scope: s},
+		{Kind: idemguard.EventMismatch, Scope: s},
+		{Kind: idemguard.EventOperation, Scope: s, Duration: 2 * time.Second},
+		{Kind: idemguard.EventOperation, Scope: s, Duration: time.Second, Failed: true, StopReason: sanitize.ProviderError},
+		{Kind: idemguard.EventStoreError, Scope: s, StoreOp: "claim"},
 	} {
 		m.Observe(e)
 	}
@@ -112,7 +111,7 @@ func TestObserveEveryEventKind(t *testing.T) {
 func TestHandlerServesTheOwnRegistry(t *testing.T) {
 	t.Parallel()
 	a, b := metrics.New(), metrics.New() // two instances never collide (no global registry)
-	a.Observe(engine.Event{Kind: engine.EventClaimed, Scope: "only-in-a"})
+	a.Observe(idemguard.Event{Kind: idemguard.EventClaimed, Scope: "only-in-a"})
 
 	srv := httptest.NewServer(a.Handler())
 	t.Cleanup(srv.Close)
@@ -134,19 +133,19 @@ func TestHandlerServesTheOwnRegistry(t *testing.T) {
 func TestObserveFromTheGuard(t *testing.T) {
 	t.Parallel()
 	m := metrics.New()
-	g, err := engine.New(engine.Config{Store: memstore.New(), Secret: []byte(strings.Repeat("s", 32)), Observe: m.Observe})
+	g, err := idemguard.New(idemguard.Config{Store: idemguard.NewMemoryStore(), Secret: []byte(strings.Repeat("s", 32)), Observe: m.Observe})
 	require.NoError(t, err)
 	t.Cleanup(func() { require.NoError(t, g.Close(context.Background())) })
-	call := engine.Call{Tenant: "t", Scope: "demo", ClientKey: "k", Inputs: map[string]any{"a": 1}}
+	call := idemguard.Call{Tenant: "t", Scope: "demo", ClientKey: "k", Inputs: map[string]any{"a": 1}}
 	op := func(context.Context) (any, error) { return map[string]any{"ok": true}, nil }
 
 	for range 2 {
-		_, err := g.WithIdempotency(context.Background(), call, op)
+		_, err := g.Do(context.Background(), call, op)
 		require.NoError(t, err)
 	}
 	call.Inputs = map[string]any{"a": 2}
-	_, err = g.WithIdempotency(context.Background(), call, op)
-	require.ErrorIs(t, err, engine.ErrFingerprintMismatch)
+	_, err = g.Do(context.Background(), call, op)
+	require.ErrorIs(t, err, idemguard.ErrFingerprintMismatch)
 
 	reg := m.Registry()
 	require.Equal(t, 1.0, value(t, reg, "idemguard_claims_total", map[string]string{"scope": "demo"}))
@@ -223,25 +222,25 @@ func TestEverySeriesExportedFromTheStart(t *testing.T) {
 	}
 
 	// Every event the guard emits, with every label value it can carry.
-	var events []engine.Event
+	var events []idemguard.Event
 	for _, sc := range []string{"chat", "demo"} {
-		for _, k := range []engine.EventKind{engine.EventClaimed, engine.EventInProgress, engine.EventWaited,
-			engine.EventTakeover, engine.EventRetried, engine.EventLostClaim, engine.EventMismatch} {
-			events = append(events, engine.Event{Kind: k, Scope: sc})
+		for _, k := range []idemguard.EventKind{idemguard.EventClaimed, idemguard.EventInProgress, idemguard.EventWaited,
+			idemguard.EventTakeover, idemguard.EventRetried, idemguard.EventLostClaim, idemguard.EventMismatch} {
+			events = append(events, idemguard.Event{Kind: k, Scope: sc})
 		}
-		events = append(events, engine.Event{Kind: engine.EventReplayed, Scope: sc},
-			engine.Event{Kind: engine.EventReplayed, Scope: sc, FromMemory: true},
-			engine.Event{Kind: engine.EventOperation, Scope: sc})
+		events = append(events, idemguard.Event{Kind: idemguard.EventReplayed, Scope: sc},
+			idemguard.Event{Kind: idemguard.EventReplayed, Scope: sc, FromMemory: true},
+			idemguard.Event{Kind: idemguard.EventOperation, Scope: sc})
 		for _, r := range sanitize.StopReasons() {
 			if r == sanitize.Completed || r == sanitize.InProgress || r == sanitize.NeedsHuman {
 				continue
 			}
-			events = append(events, engine.Event{Kind: engine.EventAbandoned, Scope: sc, Reason: r},
-				engine.Event{Kind: engine.EventRetryLimit, Scope: sc, Reason: r},
-				engine.Event{Kind: engine.EventOperation, Scope: sc, Failed: true, Reason: r})
+			events = append(events, idemguard.Event{Kind: idemguard.EventAbandoned, Scope: sc, StopReason: r},
+				idemguard.Event{Kind: idemguard.EventRetryLimit, Scope: sc, StopReason: r},
+				idemguard.Event{Kind: idemguard.EventOperation, Scope: sc, Failed: true, StopReason: r})
 		}
 		for _, op := range metrics.StoreOps {
-			events = append(events, engine.Event{Kind: engine.EventStoreError, Scope: sc, StoreOp: op})
+			events = append(events, idemguard.Event{Kind: idemguard.EventStoreError, Scope: sc, StoreOp: op})
 		}
 	}
 	for _, e := range events {
@@ -263,7 +262,7 @@ var storeOpsInEngine = regexp.MustCompile(`storeErr\([^,]+, [^,]+, "([^"]+)"|Sto
 
 func TestStoreOpsCoverTheEngine(t *testing.T) {
 	t.Parallel()
-	files, err := filepath.Glob("../engine/*.go")
+	files, err := filepath.Glob("../../*.go")
 	require.NoError(t, err)
 	found := 0
 	for _, f := range files {
@@ -282,7 +281,7 @@ func TestStoreOpsCoverTheEngine(t *testing.T) {
 		}
 		// "reclaim "+kind.String(): every reclaim kind.
 		if strings.Contains(string(b), `"reclaim "+`) {
-			for _, k := range []engine.ReclaimKind{engine.ReclaimExpired, engine.ReclaimStale, engine.ReclaimFailed} {
+			for _, k := range []idemguard.ReclaimKind{idemguard.ReclaimExpired, idemguard.ReclaimStale, idemguard.ReclaimFailed} {
 				require.Contains(t, metrics.StoreOps, "reclaim "+k.String())
 			}
 		}

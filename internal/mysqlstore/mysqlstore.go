@@ -1,4 +1,4 @@
-// Package mysqlstore is the engine.Store on MySQL 8.x / MariaDB 10.11+ (and
+// Package mysqlstore is the idemguard.Store on MySQL 8.x / MariaDB 10.11+ (and
 // TiDB), through sqlx. Every method is one autocommit statement; ownership is
 // decided only by the INSERT's unique key and by nonce-guarded UPDATEs whose
 // affected-row count is checked. Every time is the database's clock
@@ -20,10 +20,10 @@ import (
 	"github.com/go-sql-driver/mysql"
 	"github.com/jmoiron/sqlx"
 
-	"github.com/idemguard/idemguard/internal/engine"
+	"github.com/idemguard/idemguard"
 )
 
-var _ engine.Store = (*Store)(nil)
+var _ idemguard.Store = (*Store)(nil)
 
 // MySQL error numbers the store acts on. They are matched by number, never
 // by message text (MySQL and MariaDB word them differently).
@@ -38,7 +38,7 @@ const (
 	errTiDBWriteConflict = 9007
 )
 
-// Store is the MySQL engine.Store. It is safe for concurrent use.
+// Store is the MySQL idemguard.Store. It is safe for concurrent use.
 type Store struct {
 	db *sqlx.DB
 	// completedAtOf reads completed_at from Complete's OK packet; tests
@@ -59,26 +59,26 @@ func interpretError(err error) error {
 		return nil
 	}
 	if errors.Is(err, sql.ErrNoRows) {
-		return engine.ErrNotFound
+		return idemguard.ErrNotFound
 	}
 	var me *mysql.MySQLError
 	if errors.As(err, &me) {
 		switch me.Number {
 		case errDupEntry:
-			return engine.ErrDuplicate
+			return idemguard.ErrDuplicate
 		case errDeadlock, errLockWaitTimeout, errGRRollback, errTiDBWriteConflict:
 			// The statement was rolled back, but "lost the race" is not
 			// what it means: a deadlock victim on one server still owns
 			// its row. Only a re-read of the row can tell (DESIGN §4.5).
 			// Read as unknown, an error whose statement surely did not
 			// apply costs a read, never a second execution.
-			return fmt.Errorf("%w: %w", engine.ErrOutcomeUnknown, err)
+			return fmt.Errorf("%w: %w", idemguard.ErrOutcomeUnknown, err)
 		}
 	}
 	if errors.Is(err, mysql.ErrInvalidConn) {
 		// The connection broke after the statement was sent: it may
 		// have applied.
-		return fmt.Errorf("%w: %w", engine.ErrOutcomeUnknown, err)
+		return fmt.Errorf("%w: %w", idemguard.ErrOutcomeUnknown, err)
 	}
 	return err
 }
@@ -91,9 +91,9 @@ const claimSQL = `INSERT INTO idempotency_keys
 VALUES (?, ?, ?, ?, 'started', 1, ?,
    UTC_TIMESTAMP(6), UTC_TIMESTAMP(6), UTC_TIMESTAMP(6), NULLIF(?, 0), UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND)`
 
-// Claim implements engine.Store. Never INSERT IGNORE: it would turn a
+// Claim implements idemguard.Store. Never INSERT IGNORE: it would turn a
 // truncation or a bad value into a warning and a silently different row.
-func (s *Store) Claim(ctx context.Context, p engine.ClaimParams) (uint64, error) {
+func (s *Store) Claim(ctx context.Context, p idemguard.ClaimParams) (uint64, error) {
 	res, err := s.db.ExecContext(ctx, claimSQL, p.Tenant, p.Scope, p.KeyHash, p.Fingerprint, p.Nonce,
 		micros(p.Lease), micros(p.TTL))
 	if err := interpretError(err); err != nil {
@@ -138,18 +138,18 @@ const getSQL = `SELECT id, tenant, scope, key_hash, request_fingerprint, status,
   UTC_TIMESTAMP(6) AS db_now
 FROM idempotency_keys WHERE tenant = ? AND scope = ? AND key_hash = ?`
 
-// Get implements engine.Store.
-func (s *Store) Get(ctx context.Context, tenant, scope, keyHash string) (engine.Record, error) {
+// Get implements idemguard.Store.
+func (s *Store) Get(ctx context.Context, tenant, scope, keyHash string) (idemguard.Record, error) {
 	// A plain Scan in getSQL's column order: sqlx's StructScan maps columns to
 	// fields by reflection on every call, and Get is the whole of a store
 	// replay. TestGetScansEveryColumn checks the order against the struct tags.
 	var r row
 	err := s.db.QueryRowContext(ctx, getSQL, tenant, scope, keyHash).Scan(r.dest()...)
 	if err := interpretError(err); err != nil {
-		return engine.Record{}, err
+		return idemguard.Record{}, err
 	}
-	return engine.Record{ID: r.ID, Tenant: r.Tenant, Scope: r.Scope, KeyHash: r.KeyHash, Fingerprint: r.Fingerprint,
-		Status: engine.RowStatus(r.Status), Attempts: r.Attempts, ClaimNonce: r.ClaimNonce, Response: r.Response,
+	return idemguard.Record{ID: r.ID, Tenant: r.Tenant, Scope: r.Scope, KeyHash: r.KeyHash, Fingerprint: r.Fingerprint,
+		Status: idemguard.RowStatus(r.Status), Attempts: r.Attempts, ClaimNonce: r.ClaimNonce, Response: r.Response,
 		ResponseCode: int(r.ResponseCode.Int32), CreatedAt: r.CreatedAt, StartedAt: r.StartedAt,
 		HeartbeatAt: r.HeartbeatAt.Time, CompletedAt: r.CompletedAt.Time, ExpiresAt: r.ExpiresAt,
 		Lease: time.Duration(r.LeaseMicros.Int64) * time.Microsecond, Now: r.Now}, nil
@@ -186,15 +186,15 @@ WHERE id = ? AND status = 'failed' AND claim_nonce = ? AND attempt_count = ?
   AND attempt_count < ? AND expires_at >= UTC_TIMESTAMP(6)`
 )
 
-// Reclaim implements engine.Store.
-func (s *Store) Reclaim(ctx context.Context, p engine.ReclaimParams) (bool, error) {
+// Reclaim implements idemguard.Store.
+func (s *Store) Reclaim(ctx context.Context, p idemguard.ReclaimParams) (bool, error) {
 	switch p.Kind {
-	case engine.ReclaimExpired:
+	case idemguard.ReclaimExpired:
 		return s.guarded(ctx, reclaimExpiredSQL, p.NewNonce, p.Fingerprint, micros(p.Lease), micros(p.TTL),
 			p.ID, p.OldNonce, p.OldAttempts, micros(p.StaleAfter))
-	case engine.ReclaimStale:
+	case idemguard.ReclaimStale:
 		return s.guarded(ctx, reclaimStaleSQL, p.NewNonce, micros(p.Lease), p.ID, p.OldNonce, p.OldAttempts, micros(p.StaleAfter))
-	case engine.ReclaimFailed:
+	case idemguard.ReclaimFailed:
 		return s.guarded(ctx, reclaimFailedSQL, p.NewNonce, micros(p.Lease), micros(p.TTL), p.ID, p.OldNonce, p.OldAttempts, p.MaxAttempts)
 	}
 	return false, fmt.Errorf("mysqlstore: unknown reclaim kind %d", p.Kind)
@@ -206,8 +206,8 @@ const abandonSQL = `UPDATE idempotency_keys SET
   completed_at = UTC_TIMESTAMP(6), expires_at = UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND
 WHERE id = ? AND claim_nonce = ? AND attempt_count = ? AND ` + staleSQL
 
-// Abandon implements engine.Store.
-func (s *Store) Abandon(ctx context.Context, p engine.AbandonParams) (bool, error) {
+// Abandon implements idemguard.Store.
+func (s *Store) Abandon(ctx context.Context, p idemguard.AbandonParams) (bool, error) {
 	// JSON goes in as a string: MySQL 8 refuses binary-charset values in a JSON column.
 	return s.guarded(ctx, abandonSQL, string(p.Response), p.ResponseCode, micros(p.TTL),
 		p.ID, p.OldNonce, p.OldAttempts, micros(p.StaleAfter))
@@ -219,7 +219,7 @@ const heartbeatSQL = `UPDATE idempotency_keys
 SET heartbeat_at = GREATEST(UTC_TIMESTAMP(6), COALESCE(heartbeat_at, started_at) + INTERVAL 1 MICROSECOND)
 WHERE id = ? AND status = 'started' AND claim_nonce = ?`
 
-// Heartbeat implements engine.Store.
+// Heartbeat implements idemguard.Store.
 func (s *Store) Heartbeat(ctx context.Context, id uint64, nonce string) (bool, error) {
 	return s.guarded(ctx, heartbeatSQL, id, nonce)
 }
@@ -238,9 +238,9 @@ const completeSQL = `UPDATE idempotency_keys SET
   expires_at = UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND
 WHERE id = ? AND status = 'started' AND claim_nonce = ?`
 
-// Complete implements engine.Store.
-func (s *Store) Complete(ctx context.Context, p engine.CompleteParams) (bool, time.Time, error) {
-	if p.Status != engine.RowSucceeded && p.Status != engine.RowFailed {
+// Complete implements idemguard.Store.
+func (s *Store) Complete(ctx context.Context, p idemguard.CompleteParams) (bool, time.Time, error) {
+	if p.Status != idemguard.RowSucceeded && p.Status != idemguard.RowFailed {
 		return false, time.Time{}, fmt.Errorf("mysqlstore: cannot complete with status %q", p.Status)
 	}
 	res, err := s.db.ExecContext(ctx, completeSQL, string(p.Status), string(p.Response), p.ResponseCode,
@@ -280,8 +280,8 @@ const (
 WHERE id = ? AND status = 'started' AND claim_nonce = ?`
 )
 
-// Release implements engine.Store.
-func (s *Store) Release(ctx context.Context, p engine.ReleaseParams) (bool, error) {
+// Release implements idemguard.Store.
+func (s *Store) Release(ctx context.Context, p idemguard.ReleaseParams) (bool, error) {
 	if p.Prev == nil {
 		return s.guarded(ctx, releaseDeleteSQL, p.ID, p.Nonce)
 	}
@@ -323,7 +323,7 @@ func changedOne(res sql.Result, err error) (bool, error) {
 	return n == 1, nil
 }
 
-// Ping implements engine.Store.
+// Ping implements idemguard.Store.
 func (s *Store) Ping(ctx context.Context) error { return s.db.PingContext(ctx) }
 
 // okPacketTime is completed_at as Complete's OK packet reported it.

@@ -11,7 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
 
-	"github.com/idemguard/idemguard/internal/engine"
+	"github.com/idemguard/idemguard"
 	"github.com/idemguard/idemguard/internal/mysqlconn"
 	"github.com/idemguard/idemguard/internal/mysqlstore"
 	"github.com/idemguard/idemguard/internal/storetest"
@@ -81,15 +81,15 @@ func TestUnreachableDatabaseFailsClosed(t *testing.T) {
 	// A pool whose server went away after start.
 	db := testdb.New(t)
 	store := mysqlstore.New(db.DB)
-	g, err := engine.New(engine.Config{Store: store, Secret: storetest.Secret, StoreTimeout: 2 * time.Second})
+	g, err := idemguard.New(idemguard.Config{Store: store, Secret: storetest.Secret, StoreTimeout: 2 * time.Second})
 	require.NoError(t, err)
 	defer g.Close(context.Background())
 	_, err = db.DB.ExecContext(context.Background(), "DROP TABLE idempotency_keys")
 	require.NoError(t, err)
 	ran := false
-	_, err = g.WithIdempotency(context.Background(), engine.Call{Tenant: "acme", Scope: "s", Inputs: 1},
+	_, err = g.Do(context.Background(), idemguard.Call{Tenant: "acme", Scope: "s", Inputs: 1},
 		func(context.Context) (any, error) { ran = true; return map[string]any{"ok": true}, nil })
-	require.ErrorIs(t, err, engine.ErrStoreUnavailable)
+	require.ErrorIs(t, err, idemguard.ErrStoreUnavailable)
 	require.False(t, ran)
 }
 
@@ -97,18 +97,18 @@ func TestDuplicateIsMatchedByNumber(t *testing.T) {
 	t.Parallel()
 	db := testdb.New(t)
 	s := mysqlstore.New(db.DB)
-	p := engine.ClaimParams{Tenant: "acme", Scope: "s", KeyHash: strings.Repeat("a", 64),
+	p := idemguard.ClaimParams{Tenant: "acme", Scope: "s", KeyHash: strings.Repeat("a", 64),
 		Fingerprint: strings.Repeat("b", 64), Nonce: "n1", TTL: time.Hour}
 	_, err := s.Claim(context.Background(), p)
 	require.NoError(t, err)
 	_, err = s.Claim(context.Background(), p)
-	require.ErrorIs(t, err, engine.ErrDuplicate)
+	require.ErrorIs(t, err, idemguard.ErrDuplicate)
 
 	// Strict mode: a value that does not fit is an error, never a truncated row.
 	p.Tenant = strings.Repeat("t", 65)
 	_, err = s.Claim(context.Background(), p)
 	require.Error(t, err)
-	require.False(t, errors.Is(err, engine.ErrDuplicate))
+	require.False(t, errors.Is(err, idemguard.ErrDuplicate))
 	var me *mysql.MySQLError
 	require.ErrorAs(t, err, &me)
 	require.EqualValues(t, 1406, me.Number) // ER_DATA_TOO_LONG
@@ -120,7 +120,7 @@ func TestTimesAreUTCDatabaseClock(t *testing.T) {
 	t.Parallel()
 	db := testdb.New(t)
 	s := mysqlstore.New(db.DB)
-	_, err := s.Claim(context.Background(), engine.ClaimParams{Tenant: "acme", Scope: "s", KeyHash: strings.Repeat("c", 64),
+	_, err := s.Claim(context.Background(), idemguard.ClaimParams{Tenant: "acme", Scope: "s", KeyHash: strings.Repeat("c", 64),
 		Fingerprint: strings.Repeat("d", 64), Nonce: "n1", TTL: 90 * time.Second})
 	require.NoError(t, err)
 	r, err := s.Get(context.Background(), "acme", "s", strings.Repeat("c", 64))
@@ -140,10 +140,10 @@ func TestCompleteReadsCompletedAtBackWithoutTheOKPacket(t *testing.T) {
 	mysqlstore.ZeroOKPacketTime(s)
 	ctx := context.Background()
 	nonce := strings.Repeat("ab", 16)
-	id, err := s.Claim(ctx, engine.ClaimParams{Tenant: "acme", Scope: "s", KeyHash: strings.Repeat("c", 64),
+	id, err := s.Claim(ctx, idemguard.ClaimParams{Tenant: "acme", Scope: "s", KeyHash: strings.Repeat("c", 64),
 		Fingerprint: strings.Repeat("d", 64), Nonce: nonce, TTL: time.Hour, Lease: time.Minute})
 	require.NoError(t, err)
-	ok, at, err := s.Complete(ctx, engine.CompleteParams{ID: id, Nonce: nonce, Status: engine.RowSucceeded,
+	ok, at, err := s.Complete(ctx, idemguard.CompleteParams{ID: id, Nonce: nonce, Status: idemguard.RowSucceeded,
 		Response: []byte(`{"ok":true}`), ResponseCode: 200, TTL: time.Hour})
 	require.NoError(t, err)
 	require.True(t, ok)

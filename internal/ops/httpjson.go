@@ -10,7 +10,7 @@ import (
 	"net/http"
 	"time"
 
-	"github.com/idemguard/idemguard/internal/engine"
+	"github.com/idemguard/idemguard"
 	"github.com/idemguard/idemguard/sanitize"
 )
 
@@ -46,7 +46,7 @@ func HTTPJSON(cfg HTTPJSONConfig) Func {
 		var top map[string]json.RawMessage
 		dec := json.NewDecoder(bytes.NewReader(b))
 		if err := dec.Decode(&top); err != nil || top == nil || dec.More() {
-			return nil, &engine.OpError{Reason: sanitize.ProviderError,
+			return nil, &idemguard.OpError{Reason: sanitize.ProviderError,
 				Err: fmt.Errorf("http_json upstream: answer is not a JSON object")}
 		}
 		if _, isEnvelope := top["ok"]; isEnvelope {

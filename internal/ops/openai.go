@@ -10,7 +10,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/idemguard/idemguard/internal/engine"
+	"github.com/idemguard/idemguard"
 	"github.com/idemguard/idemguard/sanitize"
 )
 
@@ -84,7 +84,7 @@ type chatResponse struct {
 //	 "prompt_tokens":…,"completion_tokens":…,"total_tokens":…}}
 //
 // and nothing else: never the model, the provider, the prompt or the
-// provider's request id. Failures are *engine.OpError: upstream 429
+// provider's request id. Failures are *idemguard.OpError: upstream 429
 // rate_limited; 5xx, 401/403, a transport error or an unusable answer
 // provider_error; 408 or no answer within Timeout timeout; other 4xx and
 // inputs that do not fit ChatInput invalid_input. Errors never contain the
@@ -114,7 +114,7 @@ func OpenAIChat(cfg OpenAIConfig) Func {
 		}
 		var out chatResponse
 		if err := json.Unmarshal(b, &out); err != nil || len(out.Choices) == 0 {
-			return nil, &engine.OpError{Reason: sanitize.ProviderError,
+			return nil, &idemguard.OpError{Reason: sanitize.ProviderError,
 				Err: fmt.Errorf("openai_chat upstream: answer is not a chat completion with at least one choice")}
 		}
 		text := ""

@@ -11,12 +11,12 @@ import (
 	"sort"
 	"time"
 
-	"github.com/idemguard/idemguard/internal/engine"
+	"github.com/idemguard/idemguard"
 	"github.com/idemguard/idemguard/internal/keys"
 )
 
 // Func runs one operation on the request's JSON inputs. Its value is
-// sanitized by the guard before it is stored; return an *engine.OpError to
+// sanitized by the guard before it is stored; return an *idemguard.OpError to
 // say why it failed (rate_limited, timeout, ...).
 type Func func(ctx context.Context, inputs json.RawMessage) (any, error)
 
@@ -25,7 +25,7 @@ type Scope struct {
 	// Name is the scope, e.g. "chat" or "actionRequests.aiProposeCopy".
 	Name string
 	// Settings are the protocol settings (TTL, StaleAfter, MaxAttempts, StalePolicy).
-	Settings engine.Settings
+	Settings idemguard.Settings
 	// KeyRequired makes the Idempotency-Key header mandatory (400 without it);
 	// otherwise the key is derived from the inputs.
 	KeyRequired bool

@@ -16,9 +16,8 @@ import (
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
 
+	"github.com/idemguard/idemguard"
 	"github.com/idemguard/idemguard/internal/config"
-	"github.com/idemguard/idemguard/internal/engine"
-	"github.com/idemguard/idemguard/internal/memstore"
 	"github.com/idemguard/idemguard/internal/ops"
 	"github.com/idemguard/idemguard/sanitize"
 )
@@ -82,7 +81,7 @@ func chat(u *upstream, mutate ...func(*ops.OpenAIConfig)) ops.Func {
 
 func requireReason(t *testing.T, err error, want sanitize.StopReason) {
 	t.Helper()
-	var oe *engine.OpError
+	var oe *idemguard.OpError
 	require.ErrorAs(t, err, &oe)
 	require.Equal(t, want, oe.Reason, "err: %v", err)
 	require.NotContains(t, err.Error(), prompt)
@@ -208,11 +207,11 @@ func TestOpenAIChatTransportErrors(t *testing.T) {
 		t.Parallel()
 		u := newUpstream(t, func(w http.ResponseWriter, r *http.Request) { <-r.Context().Done() })
 		ctx, cancel := context.WithCancelCause(context.Background())
-		time.AfterFunc(50*time.Millisecond, func() { cancel(engine.ErrShuttingDown) })
+		time.AfterFunc(50*time.Millisecond, func() { cancel(idemguard.ErrShuttingDown) })
 		_, err := chat(u)(ctx, chatInputs)
-		var oe *engine.OpError
+		var oe *idemguard.OpError
 		require.False(t, errors.As(err, &oe), "the guard classifies its own cancellation: %v", err)
-		require.ErrorIs(t, err, engine.ErrShuttingDown)
+		require.ErrorIs(t, err, idemguard.ErrShuttingDown)
 	})
 }
 
@@ -246,11 +245,11 @@ func TestOpenAIChatRejectsBadInputsWithoutCalling(t *testing.T) {
 
 func TestOpenAIChatThroughTheGuard(t *testing.T) {
 	t.Parallel()
-	g, err := engine.New(engine.Config{Store: memstore.New(), Secret: []byte(strings.Repeat("k", 32))})
+	g, err := idemguard.New(idemguard.Config{Store: idemguard.NewMemoryStore(), Secret: []byte(strings.Repeat("k", 32))})
 	require.NoError(t, err)
 	t.Cleanup(func() { require.NoError(t, g.Close(context.Background())) })
-	run := func(f ops.Func, key string, timeout time.Duration) engine.Result {
-		res, err := g.WithIdempotency(context.Background(), engine.Call{Tenant: "t", Scope: "chat", ClientKey: key,
+	run := func(f ops.Func, key string, timeout time.Duration) idemguard.Result {
+		res, err := g.Do(context.Background(), idemguard.Call{Tenant: "t", Scope: "chat", ClientKey: key,
 			Inputs: chatInputs, Timeout: timeout}, func(ctx context.Context) (any, error) { return f(ctx, chatInputs) })
 		require.NoError(t, err)
 		return res
@@ -258,14 +257,14 @@ func TestOpenAIChatThroughTheGuard(t *testing.T) {
 
 	ok := newUpstream(t, reply(200, completion))
 	res := run(chat(ok), "k1", 0)
-	require.Equal(t, engine.StatusSucceeded, res.Status)
+	require.Equal(t, idemguard.StatusSucceeded, res.Status)
 	require.Equal(t, 200, res.StatusCode)
 	require.JSONEq(t, `{"ok":true,"stopReason":"completed","needsHuman":false,"cached":false,
 		"data":{"text":"Hello there.","finish_reason":"stop","prompt_tokens":12,"completion_tokens":3,"total_tokens":15}}`, string(res.Body))
 
 	limited := newUpstream(t, reply(429, `{}`))
 	res = run(chat(limited), "k2", 0)
-	require.Equal(t, engine.StatusFailed, res.Status)
+	require.Equal(t, idemguard.StatusFailed, res.Status)
 	require.Equal(t, sanitize.RateLimited, res.StopReason)
 
 	slow := newUpstream(t, func(w http.ResponseWriter, r *http.Request) { <-r.Context().Done() })
@@ -360,7 +359,7 @@ func TestFromConfig(t *testing.T) {
 		OpenAI:   config.OpenAI{BaseURL: "http://127.0.0.1:1/v1", Model: "m", Timeout: 7 * time.Second},
 		Upstream: config.Upstream{URL: "http://127.0.0.1:1/u", Timeout: 3 * time.Second},
 		Scopes: []config.Scope{
-			{Name: "chat", Operation: config.OpOpenAIChat, KeyRequired: true, Settings: engine.Settings{MaxAttempts: 2}},
+			{Name: "chat", Operation: config.OpOpenAIChat, KeyRequired: true, Settings: idemguard.Settings{MaxAttempts: 2}},
 			{Name: "json", Operation: config.OpHTTPJSON, Timeout: time.Second},
 			{Name: "demo", Operation: config.OpDemo, Delay: time.Millisecond},
 		},

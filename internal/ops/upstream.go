@@ -11,7 +11,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/idemguard/idemguard/internal/engine"
+	"github.com/idemguard/idemguard"
 	"github.com/idemguard/idemguard/sanitize"
 )
 
@@ -75,7 +75,7 @@ func reasonForStatus(code int) sanitize.StopReason {
 }
 
 // postJSON POSTs body to url and returns the answer's body when the status
-// is 2xx. Errors are *engine.OpError with the stop reason of DESIGN §7,
+// is 2xx. Errors are *idemguard.OpError with the stop reason of DESIGN §7,
 // except when ctx itself ended (the guard's timeout, a lost claim, shutdown):
 // then the plain context error is returned, so the guard classifies it.
 func postJSON(ctx context.Context, client *http.Client, upstream, url string, timeout time.Duration,
@@ -88,7 +88,7 @@ func postJSON(ctx context.Context, client *http.Client, upstream, url string, ti
 	}
 	req, err := http.NewRequestWithContext(callCtx, http.MethodPost, url, bytes.NewReader(body))
 	if err != nil {
-		return nil, 0, &engine.OpError{Reason: sanitize.ProviderError, Err: fmt.Errorf("%s: building the request: %w", upstream, err)}
+		return nil, 0, &idemguard.OpError{Reason: sanitize.ProviderError, Err: fmt.Errorf("%s: building the request: %w", upstream, err)}
 	}
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set("Accept", "application/json")
@@ -105,11 +105,11 @@ func postJSON(ctx context.Context, client *http.Client, upstream, url string, ti
 		return nil, 0, transportError(ctx, callCtx, upstream, err)
 	}
 	if resp.StatusCode < 200 || resp.StatusCode > 299 {
-		return nil, resp.StatusCode, &engine.OpError{Reason: reasonForStatus(resp.StatusCode),
+		return nil, resp.StatusCode, &idemguard.OpError{Reason: reasonForStatus(resp.StatusCode),
 			Err: &StatusError{Upstream: upstream, StatusCode: resp.StatusCode}}
 	}
 	if len(b) > MaxUpstreamResponseBytes {
-		return nil, resp.StatusCode, &engine.OpError{Reason: sanitize.ProviderError,
+		return nil, resp.StatusCode, &idemguard.OpError{Reason: sanitize.ProviderError,
 			Err: fmt.Errorf("%s: answer larger than %d bytes", upstream, MaxUpstreamResponseBytes)}
 	}
 	return b, resp.StatusCode, nil
@@ -121,18 +121,18 @@ func transportError(ctx, callCtx context.Context, upstream string, err error) er
 		// The guard stopped us: let it classify (timeout, shutdown, lost claim).
 		return fmt.Errorf("%s: %w", upstream, context.Cause(ctx))
 	case errors.Is(context.Cause(callCtx), errUpstreamTimeout):
-		return &engine.OpError{Reason: sanitize.Timeout, Err: fmt.Errorf("%s: no answer in time", upstream)}
+		return &idemguard.OpError{Reason: sanitize.Timeout, Err: fmt.Errorf("%s: no answer in time", upstream)}
 	}
 	var ne interface{ Timeout() bool }
 	if errors.As(err, &ne) && ne.Timeout() {
-		return &engine.OpError{Reason: sanitize.Timeout, Err: fmt.Errorf("%s: %w", upstream, err)}
+		return &idemguard.OpError{Reason: sanitize.Timeout, Err: fmt.Errorf("%s: %w", upstream, err)}
 	}
-	return &engine.OpError{Reason: sanitize.ProviderError, Err: fmt.Errorf("%s: %w", upstream, err)}
+	return &idemguard.OpError{Reason: sanitize.ProviderError, Err: fmt.Errorf("%s: %w", upstream, err)}
 }
 
 // invalidInput is the error of inputs an operation cannot use.
 func invalidInput(format string, args ...any) error {
-	return &engine.OpError{Reason: sanitize.InvalidInput, Err: fmt.Errorf(format, args...)}
+	return &idemguard.OpError{Reason: sanitize.InvalidInput, Err: fmt.Errorf(format, args...)}
 }
 
 // decodeStrict decodes exactly one JSON value into v, rejecting unknown fields.

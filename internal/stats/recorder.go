@@ -12,8 +12,8 @@
 // the same rows. [Collect] reads the hourly rows for the request and replay counts and reads
 // idempotency_keys for the per-key figures.
 //
-// Counting is per scope, not per tenant: engine.Event carries no tenant, and the alert
-// thresholds are service-wide. Per-tenant figures would need the tenant on engine.Event and a
+// Counting is per scope, not per tenant: idemguard.Event carries no tenant, and the alert
+// thresholds are service-wide. Per-tenant figures would need the tenant on idemguard.Event and a
 // tenant column in the key of idempotency_stats.
 //
 // # Accuracy
@@ -40,7 +40,7 @@ import (
 
 	"github.com/jmoiron/sqlx"
 
-	"github.com/idemguard/idemguard/internal/engine"
+	"github.com/idemguard/idemguard"
 )
 
 // Defaults for [RecorderOptions].
@@ -145,7 +145,7 @@ func (o RecorderOptions) validate() error {
 
 // Recorder counts engine events in memory and writes them to idempotency_stats.
 //
-// Wiring (idemguard serve): pass [Recorder.Observe] as engine.Config.Observe (composed with the
+// Wiring (idemguard serve): pass [Recorder.Observe] as idemguard.Config.Observe (composed with the
 // Prometheus observer if there is one) and run [Recorder.Run] in a goroutine with a context of
 // its own. On shutdown, cancel that context only after the Guard is closed (its in-flight
 // operations still report events while they drain), then wait for Run to return: its final
@@ -153,7 +153,7 @@ func (o RecorderOptions) validate() error {
 //
 //	rec, err := stats.NewRecorder(db, stats.RecorderOptions{Logger: logger})
 //	...
-//	cfg.Observe = func(e engine.Event) { metrics.Observe(e); rec.Observe(e) }
+//	cfg.Observe = func(e idemguard.Event) { metrics.Observe(e); rec.Observe(e) }
 //	recCtx, stopRec := context.WithCancel(context.Background())
 //	recDone := make(chan error, 1)
 //	go func() { recDone <- rec.Run(recCtx) }()
@@ -196,34 +196,34 @@ func newRecorder(s sink, opts RecorderOptions) (*Recorder, error) {
 	return &Recorder{sink: s, opts: opts.withDefaults()}, nil
 }
 
-// Observe counts one engine event. It is meant to be engine.Config.Observe: a map lookup and one
+// Observe counts one engine event. It is meant to be idemguard.Config.Observe: a map lookup and one
 // or two atomic adds, no lock on the hot path, no I/O.
-func (r *Recorder) Observe(e engine.Event) {
+func (r *Recorder) Observe(e idemguard.Event) {
 	var idx int
 	request := true
 	switch e.Kind {
-	case engine.EventClaimed:
+	case idemguard.EventClaimed:
 		idx = cClaims
-	case engine.EventRetried:
+	case idemguard.EventRetried:
 		idx = cRetries
-	case engine.EventTakeover:
+	case idemguard.EventTakeover:
 		idx = cTakeovers
-	case engine.EventReplayed:
+	case idemguard.EventReplayed:
 		idx = cReplays
-	case engine.EventInProgress:
+	case idemguard.EventInProgress:
 		idx = cInProgress
-	case engine.EventRetryLimit:
+	case idemguard.EventRetryLimit:
 		idx = cRetryLimits
-	case engine.EventMismatch:
+	case idemguard.EventMismatch:
 		idx = cMismatches
-	case engine.EventOperation:
+	case idemguard.EventOperation:
 		if !e.Failed {
 			return
 		}
 		idx, request = cFailures, false
-	case engine.EventLostClaim:
+	case idemguard.EventLostClaim:
 		idx, request = cLostClaims, false
-	case engine.EventStoreError:
+	case idemguard.EventStoreError:
 		idx, request = cStoreErrors, false
 	default: // waited, abandoned (followed by retry_limit): not counted
 		return

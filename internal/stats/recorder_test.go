@@ -13,7 +13,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
 
-	"github.com/idemguard/idemguard/internal/engine"
+	"github.com/idemguard/idemguard"
 	"github.com/idemguard/idemguard/internal/testdb"
 )
 
@@ -93,21 +93,21 @@ func (s *syncBuffer) String() string { s.mu.Lock(); defer s.mu.Unlock(); return 
 
 // observeAll feeds one of every event kind for scope.
 func observeAll(r *Recorder, scope string) {
-	for _, e := range []engine.Event{
-		{Kind: engine.EventClaimed},
-		{Kind: engine.EventOperation, Failed: false},
-		{Kind: engine.EventRetried},
-		{Kind: engine.EventOperation, Failed: true},
-		{Kind: engine.EventTakeover},
-		{Kind: engine.EventReplayed},
-		{Kind: engine.EventReplayed, FromMemory: true},
-		{Kind: engine.EventInProgress},
-		{Kind: engine.EventWaited, Duration: time.Second},
-		{Kind: engine.EventAbandoned},
-		{Kind: engine.EventRetryLimit},
-		{Kind: engine.EventMismatch},
-		{Kind: engine.EventLostClaim},
-		{Kind: engine.EventStoreError, StoreOp: "heartbeat"},
+	for _, e := range []idemguard.Event{
+		{Kind: idemguard.EventClaimed},
+		{Kind: idemguard.EventOperation, Failed: false},
+		{Kind: idemguard.EventRetried},
+		{Kind: idemguard.EventOperation, Failed: true},
+		{Kind: idemguard.EventTakeover},
+		{Kind: idemguard.EventReplayed},
+		{Kind: idemguard.EventReplayed, FromMemory: true},
+		{Kind: idemguard.EventInProgress},
+		{Kind: idemguard.EventWaited, Duration: time.Second},
+		{Kind: idemguard.EventAbandoned},
+		{Kind: idemguard.EventRetryLimit},
+		{Kind: idemguard.EventMismatch},
+		{Kind: idemguard.EventLostClaim},
+		{Kind: idemguard.EventStoreError, StoreOp: "heartbeat"},
 	} {
 		e.Scope = scope
 		r.Observe(e)
@@ -148,7 +148,7 @@ func TestFlushHandsOverAndResets(t *testing.T) {
 	require.Equal(t, 1, flushes)
 	require.Equal(t, map[string]Counts{"a": oneOfEach}, got)
 
-	b.rec.Observe(engine.Event{Kind: engine.EventReplayed, Scope: "a"})
+	b.rec.Observe(idemguard.Event{Kind: idemguard.EventReplayed, Scope: "a"})
 	require.NoError(t, b.rec.Flush(t.Context()))
 	got, _ = b.sink.snapshot()
 	want := oneOfEach
@@ -195,7 +195,7 @@ func TestMaxScopesFoldsTheRest(t *testing.T) {
 	t.Parallel()
 	b := setup(t, RecorderOptions{MaxScopes: 2})
 	for _, s := range []string{"a", "b", "c", "d", "a"} {
-		b.rec.Observe(engine.Event{Kind: engine.EventReplayed, Scope: s})
+		b.rec.Observe(idemguard.Event{Kind: idemguard.EventReplayed, Scope: s})
 	}
 	p := b.rec.Pending()
 	require.Equal(t, map[string]Counts{
@@ -234,7 +234,7 @@ func TestConcurrentObserveAndFlush(t *testing.T) {
 		wg.Go(func() {
 			scope := []string{"x", "y"}[w%2]
 			for range perWorker {
-				b.rec.Observe(engine.Event{Kind: engine.EventReplayed, Scope: scope})
+				b.rec.Observe(idemguard.Event{Kind: idemguard.EventReplayed, Scope: scope})
 			}
 		})
 	}
@@ -257,13 +257,13 @@ func TestRunFlushesPeriodicallyAndOnStop(t *testing.T) {
 	done := make(chan error, 1)
 	go func() { done <- b.rec.Run(ctx) }()
 
-	b.rec.Observe(engine.Event{Kind: engine.EventClaimed, Scope: "a"})
+	b.rec.Observe(idemguard.Event{Kind: idemguard.EventClaimed, Scope: "a"})
 	require.Eventually(t, func() bool {
 		got, _ := b.sink.snapshot()
 		return got["a"].Claims == 1
 	}, 10*time.Second, 5*time.Millisecond, "a periodic flush writes the claim")
 
-	b.rec.Observe(engine.Event{Kind: engine.EventReplayed, Scope: "a"})
+	b.rec.Observe(idemguard.Event{Kind: idemguard.EventReplayed, Scope: "a"})
 	cancel()
 	require.NoError(t, <-done)
 	got, _ := b.sink.snapshot()
@@ -352,7 +352,7 @@ func TestSQLFlush(t *testing.T) {
 func BenchmarkObserve(b *testing.B) {
 	rec, err := newRecorder(&fakeSink{}, RecorderOptions{})
 	require.NoError(b, err)
-	e := engine.Event{Kind: engine.EventReplayed, Scope: "actionRequests.aiProposeCopy"}
+	e := idemguard.Event{Kind: idemguard.EventReplayed, Scope: "actionRequests.aiProposeCopy"}
 	b.RunParallel(func(pb *testing.PB) {
 		for pb.Next() {
 			rec.Observe(e)

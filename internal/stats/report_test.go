@@ -11,7 +11,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/idemguard/idemguard/internal/engine"
+	"github.com/idemguard/idemguard"
 	"github.com/idemguard/idemguard/internal/mysqlstore"
 	"github.com/idemguard/idemguard/internal/stats"
 	"github.com/idemguard/idemguard/internal/stats/statstest"
@@ -165,23 +165,23 @@ func TestRetryAfterFailureIsNotATakeover(t *testing.T) {
 	ctx := t.Context()
 	rec, err := stats.NewRecorder(d.DB, stats.RecorderOptions{})
 	require.NoError(t, err)
-	guard, err := engine.New(engine.Config{Store: mysqlstore.New(d.DB), Secret: []byte(strings.Repeat("s", 32)),
+	guard, err := idemguard.New(idemguard.Config{Store: mysqlstore.New(d.DB), Secret: []byte(strings.Repeat("s", 32)),
 		Observe: rec.Observe, ReplayCacheSize: -1})
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = guard.Close(context.Background()) })
 
 	outage := func(context.Context) (any, error) {
-		return nil, &engine.OpError{Reason: sanitize.ProviderError, Err: errors.New("upstream 503")}
+		return nil, &idemguard.OpError{Reason: sanitize.ProviderError, Err: errors.New("upstream 503")}
 	}
 	ok := func(context.Context) (any, error) { return map[string]any{"ok": true}, nil }
 	for i := range 4 {
-		call := engine.Call{Tenant: "t", Scope: "s", ClientKey: fmt.Sprint("k-", i), Inputs: map[string]int{"i": i}}
-		res, err := guard.WithIdempotency(ctx, call, outage)
+		call := idemguard.Call{Tenant: "t", Scope: "s", ClientKey: fmt.Sprint("k-", i), Inputs: map[string]int{"i": i}}
+		res, err := guard.Do(ctx, call, outage)
 		require.NoError(t, err)
-		require.Equal(t, engine.StatusFailed, res.Status)
-		res, err = guard.WithIdempotency(ctx, call, ok)
+		require.Equal(t, idemguard.StatusFailed, res.Status)
+		res, err = guard.Do(ctx, call, ok)
 		require.NoError(t, err)
-		require.Equal(t, engine.StatusSucceeded, res.Status)
+		require.Equal(t, idemguard.StatusSucceeded, res.Status)
 		require.Equal(t, 2, res.Attempt)
 	}
 	require.NoError(t, rec.Flush(ctx))

@@ -12,7 +12,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/idemguard/idemguard/internal/engine"
+	"github.com/idemguard/idemguard"
 	"github.com/idemguard/idemguard/internal/faulttest"
 	"github.com/idemguard/idemguard/sanitize"
 )
@@ -27,14 +27,14 @@ func init() {
 	maps.Copy(guardCases, edgeGuardCases)
 }
 
-func withStore(s engine.Store) guardOpt { return func(c *engine.Config) { c.Store = s } }
+func withStore(s idemguard.Store) guardOpt { return func(c *idemguard.Config) { c.Store = s } }
 func withStoreTimeout(d time.Duration) guardOpt {
-	return func(c *engine.Config) { c.StoreTimeout = d }
+	return func(c *idemguard.Config) { c.StoreTimeout = d }
 }
 
 // errUnknown stands for a write whose reply never came (a dropped
 // connection, a timeout, a deadlock victim).
-var errUnknown = fmt.Errorf("%w: %w", engine.ErrOutcomeUnknown, faulttest.ErrInjected)
+var errUnknown = fmt.Errorf("%w: %w", idemguard.ErrOutcomeUnknown, faulttest.ErrInjected)
 
 // rowsIn returns the dump lines of (tenant, scope).
 func (h *Harness) rowsIn(t testing.TB, tenant, scope string) []string {
@@ -54,18 +54,18 @@ var edgeStoreCases = map[string]func(t *testing.T, h *Harness){
 	"StalenessIsJudgedByTheOwnersLease": func(t *testing.T, h *Harness) {
 		kh := hash("lease")
 		n := nonce()
-		id, err := h.Store.Claim(ctxFor(t), engine.ClaimParams{Tenant: "acme", Scope: "s", KeyHash: kh,
+		id, err := h.Store.Claim(ctxFor(t), idemguard.ClaimParams{Tenant: "acme", Scope: "s", KeyHash: kh,
 			Fingerprint: hash("fp"), Nonce: n, TTL: time.Hour, Lease: 10 * time.Minute})
 		require.NoError(t, err)
 		h.Age(t, "acme", "s", kh, 6*time.Minute)
 		r := get(t, h, "acme", "s", kh)
 		require.Equal(t, 10*time.Minute, r.Lease)
 		require.False(t, r.Stale(5*time.Minute), "the owner promised 10m")
-		won, err := h.Store.Reclaim(ctxFor(t), engine.ReclaimParams{Kind: engine.ReclaimStale, ID: id, OldNonce: n,
+		won, err := h.Store.Reclaim(ctxFor(t), idemguard.ReclaimParams{Kind: idemguard.ReclaimStale, ID: id, OldNonce: n,
 			OldAttempts: 1, NewNonce: nonce(), StaleAfter: 5 * time.Minute, Lease: 5 * time.Minute})
 		require.NoError(t, err)
 		require.False(t, won, "a reader with a shorter StaleAfter took over a healthy run")
-		won, err = h.Store.Abandon(ctxFor(t), engine.AbandonParams{ID: id, OldNonce: n, OldAttempts: 1,
+		won, err = h.Store.Abandon(ctxFor(t), idemguard.AbandonParams{ID: id, OldNonce: n, OldAttempts: 1,
 			StaleAfter: 5 * time.Minute, Response: []byte(`{"ok":false,"stopReason":"abandoned"}`), ResponseCode: 502, TTL: time.Hour})
 		require.NoError(t, err)
 		require.False(t, won, "a reader with a shorter StaleAfter abandoned a healthy run")
@@ -74,7 +74,7 @@ var edgeStoreCases = map[string]func(t *testing.T, h *Harness){
 		r = get(t, h, "acme", "s", kh)
 		require.True(t, r.Stale(time.Hour), "a reader with a longer StaleAfter still honours the shorter lease")
 		next := nonce()
-		won, err = h.Store.Reclaim(ctxFor(t), engine.ReclaimParams{Kind: engine.ReclaimStale, ID: id, OldNonce: n,
+		won, err = h.Store.Reclaim(ctxFor(t), idemguard.ReclaimParams{Kind: idemguard.ReclaimStale, ID: id, OldNonce: n,
 			OldAttempts: 1, NewNonce: next, StaleAfter: time.Hour, Lease: 2 * time.Minute})
 		require.NoError(t, err)
 		require.True(t, won)
@@ -97,28 +97,28 @@ var edgeStoreCases = map[string]func(t *testing.T, h *Harness){
 	"ReleaseGivesBackAClaimThatNeverRan": func(t *testing.T, h *Harness) {
 		kh := hash("release")
 		id, n := claimOne(t, h, "acme", "s", kh)
-		won, err := h.Store.Release(ctxFor(t), engine.ReleaseParams{ID: id, Nonce: nonce()})
+		won, err := h.Store.Release(ctxFor(t), idemguard.ReleaseParams{ID: id, Nonce: nonce()})
 		require.NoError(t, err)
 		require.False(t, won, "another nonce releases nothing")
-		won, err = h.Store.Release(ctxFor(t), engine.ReleaseParams{ID: id, Nonce: n})
+		won, err = h.Store.Release(ctxFor(t), idemguard.ReleaseParams{ID: id, Nonce: n})
 		require.NoError(t, err)
 		require.True(t, won)
 		_, err = h.Store.Get(ctxFor(t), "acme", "s", kh)
-		require.ErrorIs(t, err, engine.ErrNotFound, "a released fresh claim is absent")
+		require.ErrorIs(t, err, idemguard.ErrNotFound, "a released fresh claim is absent")
 
 		// A retry of a failed row, released: the failed row comes back as it was.
 		id, n = claimOne(t, h, "acme", "s", kh)
-		ok, _, err := h.Store.Complete(ctxFor(t), engine.CompleteParams{ID: id, Nonce: n, Status: engine.RowFailed,
+		ok, _, err := h.Store.Complete(ctxFor(t), idemguard.CompleteParams{ID: id, Nonce: n, Status: idemguard.RowFailed,
 			Response: []byte(`{"ok":false,"stopReason":"provider_error"}`), ResponseCode: 502, TTL: time.Hour})
 		require.NoError(t, err)
 		require.True(t, ok)
 		failed := get(t, h, "acme", "s", kh)
 		retry := nonce()
-		won, err = h.Store.Reclaim(ctxFor(t), engine.ReclaimParams{Kind: engine.ReclaimFailed, ID: id, OldNonce: n,
+		won, err = h.Store.Reclaim(ctxFor(t), idemguard.ReclaimParams{Kind: idemguard.ReclaimFailed, ID: id, OldNonce: n,
 			OldAttempts: 1, NewNonce: retry, TTL: time.Hour, MaxAttempts: 3, Lease: time.Minute})
 		require.NoError(t, err)
 		require.True(t, won)
-		won, err = h.Store.Release(ctxFor(t), engine.ReleaseParams{ID: id, Nonce: retry, Prev: &failed})
+		won, err = h.Store.Release(ctxFor(t), idemguard.ReleaseParams{ID: id, Nonce: retry, Prev: &failed})
 		require.NoError(t, err)
 		require.True(t, won)
 		back := get(t, h, "acme", "s", kh)
@@ -131,18 +131,18 @@ var edgeStoreCases = map[string]func(t *testing.T, h *Harness){
 		h.Age(t, "acme", "s", kh, 10*time.Minute)
 		stale := get(t, h, "acme", "s", kh)
 		took := nonce()
-		won, err = h.Store.Reclaim(ctxFor(t), engine.ReclaimParams{Kind: engine.ReclaimStale, ID: id, OldNonce: n,
+		won, err = h.Store.Reclaim(ctxFor(t), idemguard.ReclaimParams{Kind: idemguard.ReclaimStale, ID: id, OldNonce: n,
 			OldAttempts: 1, NewNonce: took, StaleAfter: 5 * time.Minute, Lease: 5 * time.Minute})
 		require.NoError(t, err)
 		require.True(t, won)
-		won, err = h.Store.Release(ctxFor(t), engine.ReleaseParams{ID: id, Nonce: took, Prev: &stale})
+		won, err = h.Store.Release(ctxFor(t), idemguard.ReleaseParams{ID: id, Nonce: took, Prev: &stale})
 		require.NoError(t, err)
 		require.True(t, won)
 		back = get(t, h, "acme", "s", kh)
 		require.Equal(t, stale.ClaimNonce, back.ClaimNonce)
 		require.Equal(t, 1, back.Attempts)
 		require.True(t, back.Stale(5*time.Minute))
-		won, err = h.Store.Release(ctxFor(t), engine.ReleaseParams{ID: id, Nonce: took, Prev: &stale})
+		won, err = h.Store.Release(ctxFor(t), idemguard.ReleaseParams{ID: id, Nonce: took, Prev: &stale})
 		require.NoError(t, err)
 		require.False(t, won, "a release is guarded by the nonce: twice changes nothing")
 	},
@@ -155,12 +155,12 @@ var edgeGuardCases = map[string]func(t *testing.T, h *Harness){
 		g, _ := newGuard(t, h, withStore(fs))
 		fs.Inject(faulttest.OpClaim, faulttest.Fault{Apply: true, Err: errUnknown})
 		var c counter
-		res, err := g.WithIdempotency(ctxFor(t), call("s", "lost-claim"), c.op(okValue, nil))
+		res, err := g.Do(ctxFor(t), call("s", "lost-claim"), c.op(okValue, nil))
 		require.NoError(t, err)
-		require.Equal(t, engine.StatusSucceeded, res.Status)
+		require.Equal(t, idemguard.StatusSucceeded, res.Status)
 		require.False(t, res.LostClaim)
 		require.Equal(t, 1, c.n())
-		again, err := g.WithIdempotency(ctxFor(t), call("s", "lost-claim"), c.op(okValue, nil))
+		again, err := g.Do(ctxFor(t), call("s", "lost-claim"), c.op(okValue, nil))
 		require.NoError(t, err)
 		require.True(t, again.Cached)
 		sameExceptCached(t, res.Body, again.Body)
@@ -174,21 +174,21 @@ var edgeGuardCases = map[string]func(t *testing.T, h *Harness){
 		fs := faulttest.NewStore(h.Store)
 		g, _ := newGuard(t, h, withStore(fs), withStoreTimeout(300*time.Millisecond))
 		c := call("billed", "unsettled")
-		c.Settings.StalePolicy = engine.StaleFail
-		c.Settings.StaleAfter = engine.MinStaleAfter
+		c.Settings.StalePolicy = idemguard.StaleFail
+		c.Settings.StaleAfter = idemguard.MinStaleAfter
 		fs.Inject(faulttest.OpClaim, faulttest.Fault{Apply: true, Err: errUnknown})
 		fs.Inject(faulttest.OpGet, faulttest.Fault{Err: faulttest.ErrInjected, Times: -1})
 		var cnt counter
-		_, err := g.WithIdempotency(ctxFor(t), c, cnt.op(okValue, nil))
-		require.ErrorIs(t, err, engine.ErrStoreUnavailable)
+		_, err := g.Do(ctxFor(t), c, cnt.op(okValue, nil))
+		require.ErrorIs(t, err, idemguard.ErrStoreUnavailable)
 		require.Zero(t, cnt.n())
 		require.Len(t, h.rowsIn(t, "acme", "billed"), 1, "the claim did land")
 		fs.Clear(faulttest.OpGet) // the database answers again
 		pollUntil(t, "the orphan claim to be released", func() bool { return len(h.rowsIn(t, "acme", "billed")) == 0 })
-		time.Sleep(engine.MinStaleAfter) // past any lease the orphan could have had
-		res, err := g.WithIdempotency(ctxFor(t), c, cnt.op(okValue, nil))
+		time.Sleep(idemguard.MinStaleAfter) // past any lease the orphan could have had
+		res, err := g.Do(ctxFor(t), c, cnt.op(okValue, nil))
 		require.NoError(t, err)
-		require.Equal(t, engine.StatusSucceeded, res.Status, "never abandoned: it never ran")
+		require.Equal(t, idemguard.StatusSucceeded, res.Status, "never abandoned: it never ran")
 		require.Equal(t, 1, res.Attempt, "no attempt was burnt")
 		require.Equal(t, 1, cnt.n())
 	},
@@ -210,17 +210,17 @@ var edgeGuardCases = map[string]func(t *testing.T, h *Harness){
 			}
 			beatsBefore := fs.Calls(faulttest.OpHeartbeat)
 			var beatsAtStart atomic.Int32
-			res, err := g.WithIdempotency(ctxFor(t), c, func(context.Context) (any, error) {
+			res, err := g.Do(ctxFor(t), c, func(context.Context) (any, error) {
 				beatsAtStart.Store(int32(fs.Calls(faulttest.OpHeartbeat) - beatsBefore))
 				return okValue, nil
 			})
 			if renewal == nil {
 				require.NoError(t, err)
-				require.Equal(t, engine.StatusSucceeded, res.Status)
+				require.Equal(t, idemguard.StatusSucceeded, res.Status)
 				require.EqualValues(t, 1, beatsAtStart.Load(), "the lease was not renewed before the operation")
 				continue
 			}
-			require.ErrorIs(t, err, engine.ErrStoreUnavailable)
+			require.ErrorIs(t, err, idemguard.ErrStoreUnavailable)
 			require.Zero(t, beatsAtStart.Load(), "the operation ran on a spent lease")
 			require.Len(t, h.rowsIn(t, "acme", "s"), 1, "the claim was not given back: only the first key's row may be left")
 		}
@@ -233,12 +233,12 @@ var edgeGuardCases = map[string]func(t *testing.T, h *Harness){
 		ctx, cancel := context.WithCancel(ctxFor(t))
 		fs.Inject(faulttest.OpClaim, faulttest.Fault{Before: func(context.Context) { cancel() }})
 		var cnt counter
-		_, err := g.WithIdempotency(ctx, call("s", "hang-up"), cnt.op(okValue, nil))
-		require.ErrorIs(t, err, engine.ErrStoreUnavailable)
+		_, err := g.Do(ctx, call("s", "hang-up"), cnt.op(okValue, nil))
+		require.ErrorIs(t, err, idemguard.ErrStoreUnavailable)
 		require.ErrorIs(t, err, context.Canceled)
 		require.Zero(t, cnt.n())
 		require.Empty(t, h.rowsIn(t, "acme", "s"), "a caller told nothing ran leaves no claim")
-		res, err := g.WithIdempotency(ctxFor(t), call("s", "hang-up"), cnt.op(okValue, nil))
+		res, err := g.Do(ctxFor(t), call("s", "hang-up"), cnt.op(okValue, nil))
 		require.NoError(t, err)
 		require.Equal(t, 1, res.Attempt)
 		require.Equal(t, 1, cnt.n())
@@ -248,28 +248,28 @@ var edgeGuardCases = map[string]func(t *testing.T, h *Harness){
 		fs := faulttest.NewStore(h.Store)
 		g, _ := newGuard(t, h, withStore(fs))
 		var cnt counter
-		first, err := g.WithIdempotency(ctxFor(t), call("s", "lost-reclaim"), cnt.op(nil, errors.New("upstream 500")))
+		first, err := g.Do(ctxFor(t), call("s", "lost-reclaim"), cnt.op(nil, errors.New("upstream 500")))
 		require.NoError(t, err)
-		require.Equal(t, engine.StatusFailed, first.Status)
+		require.Equal(t, idemguard.StatusFailed, first.Status)
 		fs.Inject(faulttest.OpReclaim, faulttest.Fault{Apply: true, Err: errUnknown})
-		res, err := g.WithIdempotency(ctxFor(t), call("s", "lost-reclaim"), cnt.op(okValue, nil))
+		res, err := g.Do(ctxFor(t), call("s", "lost-reclaim"), cnt.op(okValue, nil))
 		require.NoError(t, err)
-		require.Equal(t, engine.StatusSucceeded, res.Status)
+		require.Equal(t, idemguard.StatusSucceeded, res.Status)
 		require.Equal(t, 2, res.Attempt)
 		require.Equal(t, 2, cnt.n())
 		row := h.find(t, "acme", "s")
-		require.Equal(t, engine.RowSucceeded, row.Status)
+		require.Equal(t, idemguard.RowSucceeded, row.Status)
 		require.Equal(t, 2, row.Attempts)
 
 		// And a reclaim that did not land (the reply says nothing either):
 		// the row is still failed, the next call retries it.
-		second, err := g.WithIdempotency(ctxFor(t), call("s", "lost-reclaim-2"), cnt.op(nil, errors.New("upstream 500")))
+		second, err := g.Do(ctxFor(t), call("s", "lost-reclaim-2"), cnt.op(nil, errors.New("upstream 500")))
 		require.NoError(t, err)
-		require.Equal(t, engine.StatusFailed, second.Status)
+		require.Equal(t, idemguard.StatusFailed, second.Status)
 		fs.Inject(faulttest.OpReclaim, faulttest.Fault{Err: errUnknown})
-		res, err = g.WithIdempotency(ctxFor(t), call("s", "lost-reclaim-2"), cnt.op(okValue, nil))
+		res, err = g.Do(ctxFor(t), call("s", "lost-reclaim-2"), cnt.op(okValue, nil))
 		require.NoError(t, err)
-		require.Equal(t, engine.StatusSucceeded, res.Status)
+		require.Equal(t, idemguard.StatusSucceeded, res.Status)
 		require.Equal(t, 2, res.Attempt)
 	},
 	// The commit's outcome is unknown twice over: once rolled back (a
@@ -282,11 +282,11 @@ var edgeGuardCases = map[string]func(t *testing.T, h *Harness){
 			c := call("s", fmt.Sprintf("commit-%v", apply))
 			fs.Inject(faulttest.OpComplete, faulttest.Fault{Apply: apply, Err: errUnknown})
 			var cnt counter
-			res, err := g.WithIdempotency(ctxFor(t), c, cnt.op(okValue, nil))
+			res, err := g.Do(ctxFor(t), c, cnt.op(okValue, nil))
 			require.NoError(t, err)
-			require.Equal(t, engine.StatusSucceeded, res.Status)
+			require.Equal(t, idemguard.StatusSucceeded, res.Status)
 			require.False(t, res.LostClaim, "an unknown outcome is not a lost claim")
-			again, err := g.WithIdempotency(ctxFor(t), c, cnt.op(okValue, nil))
+			again, err := g.Do(ctxFor(t), c, cnt.op(okValue, nil))
 			require.NoError(t, err)
 			require.True(t, again.Cached, "the result was stored")
 			sameExceptCached(t, res.Body, again.Body)
@@ -303,12 +303,12 @@ var edgeGuardCases = map[string]func(t *testing.T, h *Harness){
 		c.Settings.StaleAfter = 600 * time.Millisecond
 		fs.Inject(faulttest.OpComplete, faulttest.Fault{Err: faulttest.ErrInjected, Times: -1})
 		began := time.Now()
-		res, err := g.WithIdempotency(ctxFor(t), c, func(context.Context) (any, error) { return okValue, nil })
+		res, err := g.Do(ctxFor(t), c, func(context.Context) (any, error) { return okValue, nil })
 		require.NoError(t, err)
-		require.Equal(t, engine.StatusSucceeded, res.Status, "the caller still gets what it paid for")
+		require.Equal(t, idemguard.StatusSucceeded, res.Status, "the caller still gets what it paid for")
 		require.Less(t, time.Since(began), 5*time.Second)
 		require.Greater(t, fs.Calls(faulttest.OpComplete), 1, "the commit was retried")
-		require.Equal(t, engine.RowStarted, h.find(t, "acme", "s").Status, "nothing was stored")
+		require.Equal(t, idemguard.RowStarted, h.find(t, "acme", "s").Status, "nothing was stored")
 	},
 	// Heartbeats that fail (a deadlock victim, a timeout) never cancel a
 	// healthy operation by themselves: the lease, renewed by the next good
@@ -320,7 +320,7 @@ var edgeGuardCases = map[string]func(t *testing.T, h *Harness){
 		c.Settings.StaleAfter = 900 * time.Millisecond
 		fs.Inject(faulttest.OpHeartbeat, faulttest.Fault{Err: errUnknown, Times: 2})
 		var cancelled atomic.Bool
-		res, err := g.WithIdempotency(ctxFor(t), c, func(ctx context.Context) (any, error) {
+		res, err := g.Do(ctxFor(t), c, func(ctx context.Context) (any, error) {
 			select {
 			case <-time.After(1500 * time.Millisecond):
 				return okValue, nil
@@ -331,9 +331,9 @@ var edgeGuardCases = map[string]func(t *testing.T, h *Harness){
 		})
 		require.NoError(t, err)
 		require.False(t, cancelled.Load(), "a healthy operation was cancelled")
-		require.Equal(t, engine.StatusSucceeded, res.Status)
+		require.Equal(t, idemguard.StatusSucceeded, res.Status)
 		require.GreaterOrEqual(t, fs.Calls(faulttest.OpHeartbeat), 3, "the failed beats were retried")
-		require.Equal(t, engine.RowSucceeded, h.find(t, "acme", "s").Status)
+		require.Equal(t, idemguard.RowSucceeded, h.find(t, "acme", "s").Status)
 	},
 	// The store goes silent while the operation runs: the owner cancels it
 	// on its own timer, counted from the start of the claim, before anyone
@@ -357,7 +357,7 @@ var edgeGuardCases = map[string]func(t *testing.T, h *Harness){
 		var endedAfter atomic.Int64
 		var cause atomic.Value
 		began := time.Now()
-		_, err := g.WithIdempotency(ctxFor(t), c, func(ctx context.Context) (any, error) {
+		_, err := g.Do(ctxFor(t), c, func(ctx context.Context) (any, error) {
 			select {
 			case <-ctx.Done():
 				endedAfter.Store(int64(time.Since(began)))
@@ -369,7 +369,7 @@ var edgeGuardCases = map[string]func(t *testing.T, h *Harness){
 		})
 		require.NoError(t, err)
 		require.NotNil(t, cause.Load(), "the operation was never cancelled")
-		require.ErrorIs(t, cause.Load().(error), engine.ErrOwnershipLost)
+		require.ErrorIs(t, cause.Load().(error), idemguard.ErrOwnershipLost)
 		require.Less(t, time.Duration(endedAfter.Load()), staleAfter,
 			"the operation outlived its lease: another process could have taken the key over")
 	},
@@ -385,15 +385,15 @@ var edgeGuardCases = map[string]func(t *testing.T, h *Harness){
 			<-closing
 		}})
 		c := call("billed", "close-race")
-		c.Settings.StalePolicy = engine.StaleFail
+		c.Settings.StalePolicy = idemguard.StaleFail
 		var ran atomic.Int32
 		type answer struct {
-			res engine.Result
+			res idemguard.Result
 			err error
 		}
 		done := make(chan answer, 1)
 		go func() {
-			r, err := g.WithIdempotency(context.Background(), c, func(ctx context.Context) (any, error) {
+			r, err := g.Do(context.Background(), c, func(ctx context.Context) (any, error) {
 				ran.Add(1)
 				<-ctx.Done()
 				return nil, ctx.Err()
@@ -404,19 +404,19 @@ var edgeGuardCases = map[string]func(t *testing.T, h *Harness){
 		closed := make(chan error, 1)
 		go func() { closed <- g.Close(ctxFor(t)) }()
 		pollUntil(t, "the guard to close", func() bool {
-			_, err := g.WithIdempotency(ctxFor(t), call("s", "after-close"), func(context.Context) (any, error) { return okValue, nil })
-			return errors.Is(err, engine.ErrShuttingDown)
+			_, err := g.Do(ctxFor(t), call("s", "after-close"), func(context.Context) (any, error) { return okValue, nil })
+			return errors.Is(err, idemguard.ErrShuttingDown)
 		})
 		close(closing)
 		a := <-done
 		require.NoError(t, <-closed)
-		require.ErrorIs(t, a.err, engine.ErrShuttingDown)
+		require.ErrorIs(t, a.err, idemguard.ErrShuttingDown)
 		require.Zero(t, ran.Load(), "an operation started after Close")
 		require.Empty(t, h.rowsIn(t, "acme", "billed"), "the claim was not given back")
 		var cnt counter
-		res, err := probe.WithIdempotency(ctxFor(t), c, cnt.op(okValue, nil))
+		res, err := probe.Do(ctxFor(t), c, cnt.op(okValue, nil))
 		require.NoError(t, err)
-		require.Equal(t, engine.StatusSucceeded, res.Status, "never abandoned: it never ran")
+		require.Equal(t, idemguard.StatusSucceeded, res.Status, "never abandoned: it never ran")
 		require.Equal(t, 1, cnt.n())
 	},
 	// A rolling change shortens stale_after: the replica with the new,
@@ -428,14 +428,14 @@ var edgeGuardCases = map[string]func(t *testing.T, h *Harness){
 		defer close(b.release)
 		c := call("s", "rolling")
 		c.Settings.StaleAfter = time.Minute
-		go func() { _, _ = old.WithIdempotency(context.Background(), c, b.op) }()
+		go func() { _, _ = old.Do(context.Background(), c, b.op) }()
 		waitStarted(t, b)
 		h.Age(t, "acme", "s", h.find(t, "acme", "s").KeyHash, 10*time.Second) // 10s since the last beat
-		c.Settings.StaleAfter = engine.MinStaleAfter
+		c.Settings.StaleAfter = idemguard.MinStaleAfter
 		var cnt counter
-		res, err := rolled.WithIdempotency(ctxFor(t), c, cnt.op(okValue, nil))
+		res, err := rolled.Do(ctxFor(t), c, cnt.op(okValue, nil))
 		require.NoError(t, err)
-		require.Equal(t, engine.StatusInProgress, res.Status, "a healthy run was taken over")
+		require.Equal(t, idemguard.StatusInProgress, res.Status, "a healthy run was taken over")
 		require.Zero(t, cnt.n())
 		require.EqualValues(t, 1, b.runs.Load())
 	},
@@ -443,34 +443,34 @@ var edgeGuardCases = map[string]func(t *testing.T, h *Harness){
 	// row whose owner's lease ran out is gone, whatever the reader's default.
 	"LookupJudgesStalenessByTheRowsLease": func(t *testing.T, h *Harness) {
 		g, _ := newGuard(t, h)
-		probe, err := g.WithIdempotency(ctxFor(t), call("s", "lookup"), func(context.Context) (any, error) { return okValue, nil })
+		probe, err := g.Do(ctxFor(t), call("s", "lookup"), func(context.Context) (any, error) { return okValue, nil })
 		require.NoError(t, err)
 		kh := hash("lookup-lease")
-		_, err = h.Store.Claim(ctxFor(t), engine.ClaimParams{Tenant: "acme", Scope: "s2", KeyHash: kh,
+		_, err = h.Store.Claim(ctxFor(t), idemguard.ClaimParams{Tenant: "acme", Scope: "s2", KeyHash: kh,
 			Fingerprint: hash("fp"), Nonce: nonce(), TTL: time.Second, Lease: time.Second})
 		require.NoError(t, err)
 		h.Age(t, "acme", "s2", kh, 10*time.Second) // expired, silent for 10 × its lease
 		_, err = g.LookupHash(ctxFor(t), "acme", "s2", kh)
-		require.ErrorIs(t, err, engine.ErrNotFound, "a dead, expired claim was reported as running")
+		require.ErrorIs(t, err, idemguard.ErrNotFound, "a dead, expired claim was reported as running")
 		info, err := g.LookupHash(ctxFor(t), "acme", "s", probe.KeyHash)
 		require.NoError(t, err)
-		require.Equal(t, engine.RowSucceeded, info.Status)
+		require.Equal(t, idemguard.KeySucceeded, info.Status)
 	},
 	// An upstream that rejects the inputs themselves: final for those
 	// inputs, 422, never retried.
 	"UpstreamRejectionOfTheInputsIsFinal": func(t *testing.T, h *Harness) {
 		g, _ := newGuard(t, h)
 		var cnt counter
-		op := cnt.op(nil, &engine.OpError{Reason: sanitize.InvalidInput, Err: errors.New("upstream answered 400")})
-		first, err := g.WithIdempotency(ctxFor(t), call("s", "rejected"), op)
+		op := cnt.op(nil, &idemguard.OpError{Reason: sanitize.InvalidInput, Err: errors.New("upstream answered 400")})
+		first, err := g.Do(ctxFor(t), call("s", "rejected"), op)
 		require.NoError(t, err)
-		require.Equal(t, engine.StatusFailed, first.Status)
+		require.Equal(t, idemguard.StatusFailed, first.Status)
 		require.Equal(t, sanitize.InvalidInput, first.StopReason)
 		require.Equal(t, 422, first.StatusCode)
 		for range 3 {
-			again, err := g.WithIdempotency(ctxFor(t), call("s", "rejected"), op)
+			again, err := g.Do(ctxFor(t), call("s", "rejected"), op)
 			require.NoError(t, err)
-			require.Equal(t, engine.StatusFailed, again.Status)
+			require.Equal(t, idemguard.StatusFailed, again.Status)
 			require.Equal(t, sanitize.InvalidInput, again.StopReason)
 			require.Equal(t, 422, again.StatusCode)
 			require.True(t, again.Cached)

@@ -10,7 +10,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/idemguard/idemguard/internal/engine"
+	"github.com/idemguard/idemguard"
 	"github.com/idemguard/idemguard/internal/faulttest"
 )
 
@@ -26,7 +26,7 @@ func init() { maps.Copy(guardCases, lateGuardCases) }
 // it, and applies it later: right after the next Get has answered (the
 // caller's re-read saw the row without it), or when the test calls land.
 type lateStore struct {
-	engine.Store
+	idemguard.Store
 	mu        sync.Mutex
 	claim     bool // arm Claim
 	reclaim   bool // arm Reclaim
@@ -57,7 +57,7 @@ func (s *lateStore) land() {
 	}
 }
 
-func (s *lateStore) Claim(ctx context.Context, p engine.ClaimParams) (uint64, error) {
+func (s *lateStore) Claim(ctx context.Context, p idemguard.ClaimParams) (uint64, error) {
 	if s.take(&s.claim, func() { _, s.landedErr = s.Store.Claim(context.Background(), p) }) {
 		if s.onWrite != nil {
 			s.onWrite()
@@ -67,7 +67,7 @@ func (s *lateStore) Claim(ctx context.Context, p engine.ClaimParams) (uint64, er
 	return s.Store.Claim(ctx, p)
 }
 
-func (s *lateStore) Reclaim(ctx context.Context, p engine.ReclaimParams) (bool, error) {
+func (s *lateStore) Reclaim(ctx context.Context, p idemguard.ReclaimParams) (bool, error) {
 	if s.take(&s.reclaim, func() { _, s.landedErr = s.Store.Reclaim(context.Background(), p) }) {
 		if s.onWrite != nil {
 			s.onWrite()
@@ -77,7 +77,7 @@ func (s *lateStore) Reclaim(ctx context.Context, p engine.ReclaimParams) (bool, 
 	return s.Store.Reclaim(ctx, p)
 }
 
-func (s *lateStore) Get(ctx context.Context, tenant, scope, keyHash string) (engine.Record, error) {
+func (s *lateStore) Get(ctx context.Context, tenant, scope, keyHash string) (idemguard.Record, error) {
 	r, err := s.Store.Get(ctx, tenant, scope, keyHash)
 	s.mu.Lock()
 	now := s.afterGet && s.deferred != nil
@@ -98,13 +98,13 @@ var lateGuardCases = map[string]func(t *testing.T, h *Harness){
 		ls := &lateStore{Store: h.Store, claim: true, afterGet: true}
 		g, _ := newGuard(t, h, withStore(ls))
 		var c counter
-		res, err := g.WithIdempotency(ctxFor(t), call("late.claim", 1), c.op(okValue, nil))
+		res, err := g.Do(ctxFor(t), call("late.claim", 1), c.op(okValue, nil))
 		require.NoError(t, err)
 		require.NoError(t, ls.landedErr, "the late INSERT landed")
-		require.Equal(t, engine.StatusSucceeded, res.Status, "answered %s for its own claim", res.Status)
+		require.Equal(t, idemguard.StatusSucceeded, res.Status, "answered %s for its own claim", res.Status)
 		require.False(t, res.Cached)
 		require.Equal(t, 1, c.n())
-		again, err := g.WithIdempotency(ctxFor(t), call("late.claim", 1), c.op(okValue, nil))
+		again, err := g.Do(ctxFor(t), call("late.claim", 1), c.op(okValue, nil))
 		require.NoError(t, err)
 		require.True(t, again.Cached)
 		require.Equal(t, 1, c.n())
@@ -116,16 +116,16 @@ var lateGuardCases = map[string]func(t *testing.T, h *Harness){
 		ls := &lateStore{Store: h.Store}
 		g, _ := newGuard(t, h, withStore(ls), withoutCache())
 		var c counter
-		res, err := g.WithIdempotency(ctxFor(t), call("late.reclaim", 1), c.op(nil, errors.New("upstream down")))
+		res, err := g.Do(ctxFor(t), call("late.reclaim", 1), c.op(nil, errors.New("upstream down")))
 		require.NoError(t, err)
-		require.Equal(t, engine.StatusFailed, res.Status)
+		require.Equal(t, idemguard.StatusFailed, res.Status)
 		ls.mu.Lock()
 		ls.reclaim, ls.afterGet = true, true
 		ls.mu.Unlock()
-		res, err = g.WithIdempotency(ctxFor(t), call("late.reclaim", 1), c.op(okValue, nil))
+		res, err = g.Do(ctxFor(t), call("late.reclaim", 1), c.op(okValue, nil))
 		require.NoError(t, err)
 		require.NoError(t, ls.landedErr)
-		require.Equal(t, engine.StatusSucceeded, res.Status, "answered %s for its own claim", res.Status)
+		require.Equal(t, idemguard.StatusSucceeded, res.Status, "answered %s for its own claim", res.Status)
 		require.Equal(t, 2, res.Attempt)
 		require.Equal(t, 2, c.n())
 	},
@@ -137,10 +137,10 @@ var lateGuardCases = map[string]func(t *testing.T, h *Harness){
 		ls := &lateStore{Store: h.Store, claim: true, onWrite: hangUp}
 		g, _ := newGuard(t, h, withStore(ls))
 		c := call("late.orphan", 1)
-		c.Settings.StalePolicy = engine.StaleFail
+		c.Settings.StalePolicy = idemguard.StaleFail
 		var runs counter
-		_, err := g.WithIdempotency(ctx, c, runs.op(okValue, nil))
-		require.ErrorIs(t, err, engine.ErrStoreUnavailable)
+		_, err := g.Do(ctx, c, runs.op(okValue, nil))
+		require.ErrorIs(t, err, idemguard.ErrStoreUnavailable)
 		require.Equal(t, 0, runs.n())
 		ls.land()
 		require.NoError(t, ls.landedErr, "the late INSERT landed")
@@ -148,9 +148,9 @@ var lateGuardCases = map[string]func(t *testing.T, h *Harness){
 		pollUntil(t, "the late claim to be released", func() bool {
 			return len(h.rowsIn(t, "acme", "late.orphan")) == 0
 		})
-		res, err := g.WithIdempotency(ctxFor(t), c, runs.op(okValue, nil))
+		res, err := g.Do(ctxFor(t), c, runs.op(okValue, nil))
 		require.NoError(t, err)
-		require.Equal(t, engine.StatusSucceeded, res.Status)
+		require.Equal(t, idemguard.StatusSucceeded, res.Status)
 		require.Equal(t, 1, runs.n())
 	},
 	// A claim the store rejected for good (1054 unknown column, 1406 data
@@ -162,8 +162,8 @@ var lateGuardCases = map[string]func(t *testing.T, h *Harness){
 		fs.Inject(faulttest.OpClaim, faulttest.Fault{Err: rejected, Times: -1})
 		g, _ := newGuard(t, h, withStore(fs))
 		var c counter
-		_, err := g.WithIdempotency(ctxFor(t), call("perm", 1), c.op(okValue, nil))
-		require.ErrorIs(t, err, engine.ErrStoreUnavailable)
+		_, err := g.Do(ctxFor(t), call("perm", 1), c.op(okValue, nil))
+		require.ErrorIs(t, err, idemguard.ErrStoreUnavailable)
 		require.ErrorIs(t, err, rejected, "the store's error is kept")
 		require.Equal(t, 1, fs.Calls(faulttest.OpClaim))
 		require.Equal(t, 0, c.n())
@@ -175,9 +175,9 @@ var lateGuardCases = map[string]func(t *testing.T, h *Harness){
 		fs.Inject(faulttest.OpClaim, faulttest.Fault{Err: errUnknown, Times: -1})
 		g, _ := newGuard(t, h, withStore(fs))
 		var c counter
-		_, err := g.WithIdempotency(ctxFor(t), call("unknown", 1), c.op(okValue, nil))
-		require.ErrorIs(t, err, engine.ErrStoreUnavailable)
-		require.ErrorIs(t, err, engine.ErrOutcomeUnknown, "the last error is kept")
+		_, err := g.Do(ctxFor(t), call("unknown", 1), c.op(okValue, nil))
+		require.ErrorIs(t, err, idemguard.ErrStoreUnavailable)
+		require.ErrorIs(t, err, idemguard.ErrOutcomeUnknown, "the last error is kept")
 		require.Greater(t, fs.Calls(faulttest.OpClaim), 1)
 		require.Equal(t, 0, c.n())
 	},
@@ -196,15 +196,15 @@ var lateGuardCases = map[string]func(t *testing.T, h *Harness){
 			// Another process takes the claim over just before the renewal.
 			r := h.find(t, "acme", "renew.lost")
 			h.Age(t, "acme", "renew.lost", r.KeyHash, time.Hour)
-			won, err := h.Store.Reclaim(context.Background(), engine.ReclaimParams{Kind: engine.ReclaimStale, ID: r.ID,
+			won, err := h.Store.Reclaim(context.Background(), idemguard.ReclaimParams{Kind: idemguard.ReclaimStale, ID: r.ID,
 				OldNonce: r.ClaimNonce, OldAttempts: r.Attempts, NewNonce: nonce(), StaleAfter: staleAfter, Lease: time.Hour})
 			require.NoError(t, err)
 			require.True(t, won)
 		}})
 		var runs counter
-		res, err := g.WithIdempotency(ctxFor(t), c, runs.op(okValue, nil))
+		res, err := g.Do(ctxFor(t), c, runs.op(okValue, nil))
 		require.NoError(t, err, "a lost renewal is not a store failure")
-		require.Equal(t, engine.StatusInProgress, res.Status)
+		require.Equal(t, idemguard.StatusInProgress, res.Status)
 		require.Equal(t, 0, runs.n())
 	},
 }

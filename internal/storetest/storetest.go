@@ -1,8 +1,8 @@
-// Package storetest is the conformance suite every engine.Store must pass.
+// Package storetest is the conformance suite every idemguard.Store must pass.
 // Each store's tests call Exercise once; every case gets a fresh store from
 // the harness (for MySQL, a freshly migrated database), so cases run in
 // parallel. Store-level cases prove the guarded statements on their own;
-// guard-level cases drive WithIdempotency over the store.
+// guard-level cases drive Do over the store.
 package storetest
 
 import (
@@ -16,13 +16,13 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/idemguard/idemguard/internal/engine"
+	"github.com/idemguard/idemguard"
 )
 
 // Harness gives the suite a fresh store and the few test-only powers it
 // needs to stand in for time passing and for a broken database.
 type Harness struct {
-	Store engine.Store
+	Store idemguard.Store
 	// Age moves every time of one row back by d, as if d had passed for it.
 	Age func(t testing.TB, tenant, scope, keyHash string, d time.Duration)
 	// Dump renders every row as one line of space-separated column values,
@@ -73,11 +73,11 @@ func (l *logBuffer) String() string {
 	return l.b.String()
 }
 
-type guardOpt func(*engine.Config)
+type guardOpt func(*idemguard.Config)
 
-func newGuard(t testing.TB, h *Harness, opts ...guardOpt) (*engine.Guard, *logBuffer) {
+func newGuard(t testing.TB, h *Harness, opts ...guardOpt) (*idemguard.Guard, *logBuffer) {
 	logs := &logBuffer{t: t}
-	cfg := engine.Config{
+	cfg := idemguard.Config{
 		Store:  h.Store,
 		Secret: Secret,
 		Logger: slog.New(slog.NewJSONHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug})),
@@ -85,7 +85,7 @@ func newGuard(t testing.TB, h *Harness, opts ...guardOpt) (*engine.Guard, *logBu
 	for _, o := range opts {
 		o(&cfg)
 	}
-	g, err := engine.New(cfg)
+	g, err := idemguard.New(cfg)
 	require.NoError(t, err)
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
@@ -95,12 +95,14 @@ func newGuard(t testing.TB, h *Harness, opts ...guardOpt) (*engine.Guard, *logBu
 	return g, logs
 }
 
-func withSecret(s []byte) guardOpt { return func(c *engine.Config) { c.Secret = s } }
-func withoutCache() guardOpt       { return func(c *engine.Config) { c.ReplayCacheSize = -1 } }
+func withSecret(s []byte) guardOpt { return func(c *idemguard.Config) { c.Secret = s } }
+func withoutCache() guardOpt       { return func(c *idemguard.Config) { c.ReplayCacheSize = -1 } }
 func withHeartbeat(d time.Duration) guardOpt {
-	return func(c *engine.Config) { c.HeartbeatEvery = d }
+	return func(c *idemguard.Config) { c.Test.HeartbeatEvery = d }
 }
-func withObserver(f func(engine.Event)) guardOpt { return func(c *engine.Config) { c.Observe = f } }
+func withObserver(f func(idemguard.Event)) guardOpt {
+	return func(c *idemguard.Config) { c.Observe = f }
+}
 
 func ctxFor(t testing.TB) context.Context {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
@@ -120,7 +122,7 @@ func (c *counter) n() int {
 	return c.runs
 }
 
-func (c *counter) op(value any, err error) engine.Operation {
+func (c *counter) op(value any, err error) idemguard.Operation {
 	return func(context.Context) (any, error) {
 		c.mu.Lock()
 		c.runs++

@@ -1,31 +1,14 @@
-package engine
+package idemguard
 
 import (
 	"cmp"
 	"context"
 	"errors"
 	"fmt"
-	"time"
 
 	"github.com/idemguard/idemguard/internal/keys"
-	"github.com/idemguard/idemguard/sanitize"
 	"github.com/idemguard/idemguard/tenancy"
 )
-
-// KeyInfo is what Lookup tells about a key.
-type KeyInfo struct {
-	KeyHash     string
-	Status      RowStatus
-	Attempts    int
-	CreatedAt   time.Time
-	StartedAt   time.Time
-	HeartbeatAt time.Time
-	CompletedAt time.Time
-	ExpiresAt   time.Time
-	// Envelope and StatusCode are set once the row is completed.
-	Envelope   *sanitize.Envelope
-	StatusCode int
-}
 
 // Lookup returns the record of a client key in tenant's scope. An absent or
 // expired key is ErrNotFound; so is another tenant's key.
@@ -58,7 +41,7 @@ func (g *Guard) LookupHash(ctx context.Context, tenant tenancy.ID, scope, keyHas
 	if rec.Expired() && !(rec.Status == RowStarted && !rec.Stale(cmp.Or(g.cfg.Defaults.StaleAfter, DefaultStaleAfter))) {
 		return KeyInfo{}, ErrNotFound
 	}
-	info := KeyInfo{KeyHash: keyHash, Status: rec.Status, Attempts: rec.Attempts, CreatedAt: rec.CreatedAt,
+	info := KeyInfo{KeyHash: keyHash, Status: KeyStatus(rec.Status), Attempts: rec.Attempts, CreatedAt: rec.CreatedAt,
 		StartedAt: rec.StartedAt, HeartbeatAt: rec.HeartbeatAt, CompletedAt: rec.CompletedAt, ExpiresAt: rec.ExpiresAt}
 	if rec.Status != RowStarted {
 		env, err := decodeStored(rec)

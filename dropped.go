@@ -1,4 +1,4 @@
-package engine
+package idemguard
 
 import (
 	"log/slog"

@@ -1,4 +1,4 @@
-package memstore_test
+package idemguard_test
 
 import (
 	"fmt"
@@ -6,18 +6,14 @@ import (
 	"testing"
 	"time"
 
-	"go.uber.org/goleak"
-
-	"github.com/idemguard/idemguard/internal/memstore"
+	"github.com/idemguard/idemguard"
 	"github.com/idemguard/idemguard/internal/storetest"
 )
-
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
 func TestConformance(t *testing.T) {
 	t.Parallel()
 	storetest.Exercise(t, func(t *testing.T) *storetest.Harness {
-		s := memstore.New()
+		s := idemguard.NewMemoryStore()
 		return &storetest.Harness{
 			Store: s,
 			Age: func(t testing.TB, tenant, scope, keyHash string, d time.Duration) {

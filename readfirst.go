@@ -1,4 +1,4 @@
-package engine
+package idemguard
 
 import (
 	"context"
@@ -25,7 +25,7 @@ import (
 // which claims with the INSERT or a guarded UPDATE and reads the row again
 // for itself: what the first read saw may have changed since.
 //
-// When to read first is Config.ReadFirst. The default, ReadFirstAdaptive,
+// When to read first is Config.Test.ReadFirst. The default, ReadFirstAdaptive,
 // keeps per scope an exponentially weighted share of recent store calls that
 // found a replayable row ("the claim INSERT would hit 1062 and replay") and
 // reads first while that share is at least readFirstThreshold. Fresh keys
@@ -56,7 +56,7 @@ func (r ReadFirst) validate() error {
 	case "", ReadFirstAdaptive, ReadFirstAlways, ReadFirstClientKey, ReadFirstNever:
 		return nil
 	}
-	return fmt.Errorf("engine: Config.ReadFirst must be %q, %q, %q or %q, got %q",
+	return fmt.Errorf("engine: Config.Test.ReadFirst must be %q, %q, %q or %q, got %q",
 		ReadFirstAdaptive, ReadFirstAlways, ReadFirstClientKey, ReadFirstNever, r)
 }
 
@@ -122,7 +122,7 @@ func (r *hitRate) high() bool { return r.v.Load() >= readFirstThreshold }
 func (g *Guard) readFirstOrExecute(ctx context.Context, p prepared, op Operation) (Result, error) {
 	var rate *hitRate
 	read := false
-	switch g.cfg.ReadFirst {
+	switch g.cfg.Test.ReadFirst {
 	case ReadFirstAlways:
 		read = true
 	case ReadFirstClientKey:

@@ -1,4 +1,4 @@
-package engine
+package idemguard
 
 import (
 	"cmp"
@@ -49,7 +49,7 @@ type heartbeat struct {
 func (g *Guard) startHeartbeat(p prepared, o owned, cancel context.CancelCauseFunc) *heartbeat {
 	hb := &heartbeat{}
 	lease := p.settings.StaleAfter
-	every := cmp.Or(g.cfg.HeartbeatEvery, lease/3)
+	every := cmp.Or(g.cfg.Test.HeartbeatEvery, lease/3)
 	var beat func()
 	beat = func() {
 		hb.mu.Lock()

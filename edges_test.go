@@ -1,4 +1,4 @@
-package engine_test
+package idemguard_test
 
 import (
 	"context"
@@ -8,9 +8,8 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/idemguard/idemguard/internal/engine"
+	"github.com/idemguard/idemguard"
 	"github.com/idemguard/idemguard/internal/faulttest"
-	"github.com/idemguard/idemguard/internal/memstore"
 )
 
 // A replay cache entry lives no longer than its row: its lifetime (the
@@ -19,28 +18,28 @@ import (
 func TestReplayCacheLifetimeCountsFromBeforeTheRead(t *testing.T) {
 	t.Parallel()
 	var fs *faulttest.Store
-	var cfg engine.Config
-	b := setup(t, func(c *engine.Config) {
+	var cfg idemguard.Config
+	b := setup(t, func(c *idemguard.Config) {
 		fs = faulttest.NewStore(c.Store)
 		c.Store = fs
 		cfg = *c
 	})
-	replica, err := engine.New(cfg) // another process: it learns of the row by reading it
+	replica, err := idemguard.New(cfg) // another process: it learns of the row by reading it
 	require.NoError(t, err)
 	t.Cleanup(func() { require.NoError(t, replica.Close(context.Background())) })
 	var runs atomic.Int32
-	call := engine.Call{Tenant: "acme", Scope: "s", Inputs: 1, Settings: engine.Settings{TTL: time.Minute}}
-	_, err = b.guard.WithIdempotency(context.Background(), call, okOp(&runs)) // the row expires at t0+60s
+	call := idemguard.Call{Tenant: "acme", Scope: "s", Inputs: 1, Settings: idemguard.Settings{TTL: time.Minute}}
+	_, err = b.guard.Do(context.Background(), call, okOp(&runs)) // the row expires at t0+60s
 	require.NoError(t, err)
 
 	b.clock.Advance(10 * time.Second)
 	fs.Inject(faulttest.OpGet, faulttest.Fault{After: func(context.Context) { b.clock.Advance(20 * time.Second) }})
-	r, err := replica.WithIdempotency(context.Background(), call, okOp(&runs)) // read at t0+10s: 50s left; answered at t0+30s
+	r, err := replica.Do(context.Background(), call, okOp(&runs)) // read at t0+10s: 50s left; answered at t0+30s
 	require.NoError(t, err)
 	require.True(t, r.Cached)
 
 	b.clock.Advance(35 * time.Second) // t0+65s: the row has expired
-	r, err = replica.WithIdempotency(context.Background(), call, okOp(&runs))
+	r, err = replica.Do(context.Background(), call, okOp(&runs))
 	require.NoError(t, err)
 	require.False(t, r.Cached, "a replay was served from memory after its row expired")
 	require.EqualValues(t, 2, runs.Load())
@@ -51,9 +50,9 @@ func TestReplayCacheLifetimeCountsFromBeforeTheRead(t *testing.T) {
 func TestReplayCompletionTimeIsTheStoresOnEveryReplay(t *testing.T) {
 	t.Parallel()
 	clock := &fakeClock{now: time.Date(2026, 11, 20, 3, 0, 0, 0, time.UTC)}
-	store := memstore.New(memstore.WithClock(func() time.Time { return clock.Now().Add(time.Hour) }))
+	store := idemguard.NewMemoryStore(idemguard.MemoryClock(func() time.Time { return clock.Now().Add(time.Hour) }))
 	var fromMemory atomic.Int32
-	g, err := engine.New(engine.Config{Store: store, Secret: secret, Now: clock.Now, Observe: func(e engine.Event) {
+	g, err := idemguard.New(idemguard.Config{Store: store, Secret: secret, Test: idemguard.TestConfig{Now: clock.Now}, Observe: func(e idemguard.Event) {
 		if e.FromMemory {
 			fromMemory.Add(1)
 		}
@@ -61,15 +60,15 @@ func TestReplayCompletionTimeIsTheStoresOnEveryReplay(t *testing.T) {
 	require.NoError(t, err)
 	t.Cleanup(func() { require.NoError(t, g.Close(context.Background())) })
 	var runs atomic.Int32
-	call := engine.Call{Tenant: "acme", Scope: "s", Inputs: 1}
-	first, err := g.WithIdempotency(context.Background(), call, okOp(&runs))
+	call := idemguard.Call{Tenant: "acme", Scope: "s", Inputs: 1}
+	first, err := g.Do(context.Background(), call, okOp(&runs))
 	require.NoError(t, err)
 	rows := store.Rows()
 	require.Len(t, rows, 1)
 	require.Equal(t, rows[0].CompletedAt, first.CompletedAt)
 	for range 3 {
 		clock.Advance(time.Second)
-		r, err := g.WithIdempotency(context.Background(), call, okOp(&runs))
+		r, err := g.Do(context.Background(), call, okOp(&runs))
 		require.NoError(t, err)
 		require.True(t, r.Cached)
 		require.Equal(t, rows[0].CompletedAt, r.CompletedAt)

@@ -1,4 +1,4 @@
-package idemguard
+package mysql
 
 import (
 	"context"

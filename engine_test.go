@@ -1,4 +1,4 @@
-package engine_test
+package idemguard_test
 
 import (
 	"context"
@@ -13,8 +13,8 @@ import (
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
 
-	"github.com/idemguard/idemguard/internal/engine"
-	"github.com/idemguard/idemguard/internal/memstore"
+	"github.com/idemguard/idemguard"
+
 	"github.com/idemguard/idemguard/sanitize"
 )
 
@@ -23,8 +23,8 @@ func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 var secret = []byte("engine-test-secret-0123456789abcdef")
 
 type testBundle struct {
-	store *memstore.Store
-	guard *engine.Guard
+	store *idemguard.MemoryStore
+	guard *idemguard.Guard
 	clock *fakeClock
 }
 
@@ -40,21 +40,21 @@ func (c *fakeClock) Advance(d time.Duration) {
 	c.now = c.now.Add(d)
 }
 
-func setup(t *testing.T, mutate ...func(*engine.Config)) *testBundle {
+func setup(t *testing.T, mutate ...func(*idemguard.Config)) *testBundle {
 	t.Helper()
 	clock := &fakeClock{now: time.Date(2026, 11, 20, 3, 0, 0, 0, time.UTC)}
-	store := memstore.New(memstore.WithClock(clock.Now))
-	cfg := engine.Config{Store: store, Secret: secret, Now: clock.Now}
+	store := idemguard.NewMemoryStore(idemguard.MemoryClock(clock.Now))
+	cfg := idemguard.Config{Store: store, Secret: secret, Test: idemguard.TestConfig{Now: clock.Now}}
 	for _, m := range mutate {
 		m(&cfg)
 	}
-	g, err := engine.New(cfg)
+	g, err := idemguard.New(cfg)
 	require.NoError(t, err)
 	t.Cleanup(func() { require.NoError(t, g.Close(context.Background())) })
 	return &testBundle{store: store, guard: g, clock: clock}
 }
 
-func okOp(runs *atomic.Int32) engine.Operation {
+func okOp(runs *atomic.Int32) idemguard.Operation {
 	return func(context.Context) (any, error) {
 		runs.Add(1)
 		return map[string]any{"ok": true, "data": map[string]any{"n": 1}}, nil
@@ -63,55 +63,55 @@ func okOp(runs *atomic.Int32) engine.Operation {
 
 func TestConfigValidation(t *testing.T) {
 	t.Parallel()
-	store := memstore.New()
+	store := idemguard.NewMemoryStore()
 	for name, tc := range map[string]struct {
-		cfg  engine.Config
+		cfg  idemguard.Config
 		want string
 	}{
-		"no store":     {engine.Config{Secret: secret}, "Config.Store"},
-		"short secret": {engine.Config{Store: store, Secret: []byte("short")}, "Config.Secret"},
-		"bad default":  {engine.Config{Store: store, Secret: secret, Defaults: engine.Settings{StaleAfter: time.Millisecond}}, "StaleAfter"},
-		"bad policy":   {engine.Config{Store: store, Secret: secret, Defaults: engine.Settings{StalePolicy: "never"}}, "StalePolicy"},
-		"bad size":     {engine.Config{Store: store, Secret: secret, Sanitize: sanitize.Policy{MaxBytes: 10}}, "MaxBytes"},
-		"negative":     {engine.Config{Store: store, Secret: secret, MaxWait: -1}, "negative"},
+		"no store":     {idemguard.Config{Secret: secret}, "Config.Store"},
+		"short secret": {idemguard.Config{Store: store, Secret: []byte("short")}, "Config.Secret"},
+		"bad default":  {idemguard.Config{Store: store, Secret: secret, Defaults: idemguard.Settings{StaleAfter: time.Millisecond}}, "StaleAfter"},
+		"bad policy":   {idemguard.Config{Store: store, Secret: secret, Defaults: idemguard.Settings{StalePolicy: "never"}}, "StalePolicy"},
+		"bad size":     {idemguard.Config{Store: store, Secret: secret, MaxResponseBytes: 10}, "MaxResponseBytes"},
+		"negative":     {idemguard.Config{Store: store, Secret: secret, MaxWait: -1}, "negative"},
 	} {
-		_, err := engine.New(tc.cfg)
+		_, err := idemguard.New(tc.cfg)
 		require.ErrorContains(t, err, tc.want, name)
 	}
 }
 
 func TestReplayCacheRespectsTTLAndMaxAge(t *testing.T) {
 	t.Parallel()
-	var events []engine.Event
+	var events []idemguard.Event
 	var mu sync.Mutex
-	b := setup(t, func(c *engine.Config) {
+	b := setup(t, func(c *idemguard.Config) {
 		c.ReplayCacheMaxAge = time.Minute
-		c.Observe = func(e engine.Event) { mu.Lock(); events = append(events, e); mu.Unlock() }
+		c.Observe = func(e idemguard.Event) { mu.Lock(); events = append(events, e); mu.Unlock() }
 	})
 	var runs atomic.Int32
-	call := engine.Call{Tenant: "acme", Scope: "s", Inputs: 1, Settings: engine.Settings{TTL: 10 * time.Minute}}
-	first, err := b.guard.WithIdempotency(context.Background(), call, okOp(&runs))
+	call := idemguard.Call{Tenant: "acme", Scope: "s", Inputs: 1, Settings: idemguard.Settings{TTL: 10 * time.Minute}}
+	first, err := b.guard.Do(context.Background(), call, okOp(&runs))
 	require.NoError(t, err)
 	fromMemory := func() bool {
 		mu.Lock()
 		defer mu.Unlock()
 		e := events[len(events)-1]
-		return e.Kind == engine.EventReplayed && e.FromMemory
+		return e.Kind == idemguard.EventReplayed && e.FromMemory
 	}
 
-	r, err := b.guard.WithIdempotency(context.Background(), call, okOp(&runs))
+	r, err := b.guard.Do(context.Background(), call, okOp(&runs))
 	require.NoError(t, err)
 	require.True(t, fromMemory(), "a fresh commit is cached")
 	require.Equal(t, string(first.Body), strings.Replace(string(r.Body), `"cached":true`, `"cached":false`, 1))
 
 	b.clock.Advance(2 * time.Minute) // past ReplayCacheMaxAge: ask the store again
-	r, err = b.guard.WithIdempotency(context.Background(), call, okOp(&runs))
+	r, err = b.guard.Do(context.Background(), call, okOp(&runs))
 	require.NoError(t, err)
 	require.True(t, r.Cached)
 	require.False(t, fromMemory())
 
 	b.clock.Advance(9 * time.Minute) // past the row's TTL: never served from memory
-	r, err = b.guard.WithIdempotency(context.Background(), call, okOp(&runs))
+	r, err = b.guard.Do(context.Background(), call, okOp(&runs))
 	require.NoError(t, err)
 	require.False(t, r.Cached, "an expired key runs again")
 	require.EqualValues(t, 2, runs.Load())
@@ -120,9 +120,9 @@ func TestReplayCacheRespectsTTLAndMaxAge(t *testing.T) {
 func TestReplayCacheEvictsLeastRecentlyUsed(t *testing.T) {
 	t.Parallel()
 	var fromMemory atomic.Int32
-	b := setup(t, func(c *engine.Config) {
+	b := setup(t, func(c *idemguard.Config) {
 		c.ReplayCacheSize = 2
-		c.Observe = func(e engine.Event) {
+		c.Observe = func(e idemguard.Event) {
 			if e.FromMemory {
 				fromMemory.Add(1)
 			}
@@ -130,7 +130,7 @@ func TestReplayCacheEvictsLeastRecentlyUsed(t *testing.T) {
 	})
 	var runs atomic.Int32
 	for _, in := range []int{1, 2, 1, 3, 1, 2} { // 3 evicts 2 (1 was used more recently)
-		_, err := b.guard.WithIdempotency(context.Background(), engine.Call{Tenant: "acme", Scope: "s", Inputs: in}, okOp(&runs))
+		_, err := b.guard.Do(context.Background(), idemguard.Call{Tenant: "acme", Scope: "s", Inputs: in}, okOp(&runs))
 		require.NoError(t, err)
 	}
 	require.EqualValues(t, 3, runs.Load())
@@ -139,22 +139,22 @@ func TestReplayCacheEvictsLeastRecentlyUsed(t *testing.T) {
 
 func TestCloseRecordsCutOffOperations(t *testing.T) {
 	t.Parallel()
-	for policy, want := range map[engine.StalePolicy]sanitize.StopReason{
-		engine.StaleTakeover: sanitize.Timeout,
-		engine.StaleFail:     sanitize.Abandoned,
+	for policy, want := range map[idemguard.StalePolicy]sanitize.StopReason{
+		idemguard.StaleTakeover: sanitize.Timeout,
+		idemguard.StaleFail:     sanitize.Abandoned,
 	} {
 		t.Run(string(policy), func(t *testing.T) {
 			t.Parallel()
 			clock := time.Now
-			store := memstore.New(memstore.WithClock(clock))
-			g, err := engine.New(engine.Config{Store: store, Secret: secret})
+			store := idemguard.NewMemoryStore(idemguard.MemoryClock(clock))
+			g, err := idemguard.New(idemguard.Config{Store: store, Secret: secret})
 			require.NoError(t, err)
 			started := make(chan struct{})
 			var cause atomic.Value
-			done := make(chan engine.Result, 1)
-			call := engine.Call{Tenant: "acme", Scope: "s", Inputs: 1, Settings: engine.Settings{StalePolicy: policy}}
+			done := make(chan idemguard.Result, 1)
+			call := idemguard.Call{Tenant: "acme", Scope: "s", Inputs: 1, Settings: idemguard.Settings{StalePolicy: policy}}
 			go func() {
-				r, _ := g.WithIdempotency(context.Background(), call, func(ctx context.Context) (any, error) {
+				r, _ := g.Do(context.Background(), call, func(ctx context.Context) (any, error) {
 					close(started)
 					<-ctx.Done()
 					cause.Store(context.Cause(ctx))
@@ -165,11 +165,11 @@ func TestCloseRecordsCutOffOperations(t *testing.T) {
 			<-started
 			require.NoError(t, g.Close(context.Background()))
 			r := <-done
-			require.ErrorIs(t, cause.Load().(error), engine.ErrShuttingDown)
+			require.ErrorIs(t, cause.Load().(error), idemguard.ErrShuttingDown)
 			require.Equal(t, want, r.StopReason)
 			rows := store.Rows()
 			require.Len(t, rows, 1)
-			require.Equal(t, engine.RowFailed, rows[0].Status)
+			require.Equal(t, idemguard.RowFailed, rows[0].Status)
 			require.Contains(t, string(rows[0].Response), string(want))
 		})
 	}
@@ -180,9 +180,9 @@ func TestDetachedOperationOutlivesItsCaller(t *testing.T) {
 	b := setup(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	release := make(chan struct{})
-	done := make(chan engine.Result, 1)
+	done := make(chan idemguard.Result, 1)
 	go func() {
-		r, _ := b.guard.WithIdempotency(ctx, engine.Call{Tenant: "acme", Scope: "s", Inputs: 1, Detach: true},
+		r, _ := b.guard.Do(ctx, idemguard.Call{Tenant: "acme", Scope: "s", Inputs: 1, Detach: true},
 			func(opCtx context.Context) (any, error) {
 				cancel() // the client hangs up
 				<-release
@@ -192,17 +192,17 @@ func TestDetachedOperationOutlivesItsCaller(t *testing.T) {
 	}()
 	close(release)
 	r := <-done
-	require.Equal(t, engine.StatusSucceeded, r.Status, "a detached operation is not cancelled with its caller")
+	require.Equal(t, idemguard.StatusSucceeded, r.Status, "a detached operation is not cancelled with its caller")
 }
 
 // flakyStore loses the reply of the first Complete after applying it.
 type flakyStore struct {
-	*memstore.Store
+	*idemguard.MemoryStore
 	failed atomic.Bool
 }
 
-func (f *flakyStore) Complete(ctx context.Context, p engine.CompleteParams) (bool, time.Time, error) {
-	ok, at, err := f.Store.Complete(ctx, p)
+func (f *flakyStore) Complete(ctx context.Context, p idemguard.CompleteParams) (bool, time.Time, error) {
+	ok, at, err := f.MemoryStore.Complete(ctx, p)
 	if err == nil && ok && f.failed.CompareAndSwap(false, true) {
 		return false, time.Time{}, errors.New("connection reset while reading the reply")
 	}
@@ -211,12 +211,12 @@ func (f *flakyStore) Complete(ctx context.Context, p engine.CompleteParams) (boo
 
 func TestCommitWhoseReplyWasLostCountsAsCommitted(t *testing.T) {
 	t.Parallel()
-	store := &flakyStore{Store: memstore.New()}
-	g, err := engine.New(engine.Config{Store: store, Secret: secret})
+	store := &flakyStore{MemoryStore: idemguard.NewMemoryStore()}
+	g, err := idemguard.New(idemguard.Config{Store: store, Secret: secret})
 	require.NoError(t, err)
 	defer g.Close(context.Background())
 	var runs atomic.Int32
-	r, err := g.WithIdempotency(context.Background(), engine.Call{Tenant: "acme", Scope: "s", Inputs: 1}, okOp(&runs))
+	r, err := g.Do(context.Background(), idemguard.Call{Tenant: "acme", Scope: "s", Inputs: 1}, okOp(&runs))
 	require.NoError(t, err)
 	require.True(t, store.failed.Load())
 	require.False(t, r.LostClaim, "the retry found our own commit")
@@ -225,11 +225,11 @@ func TestCommitWhoseReplyWasLostCountsAsCommitted(t *testing.T) {
 
 func TestWaitStopsWhenTheCallerGivesUp(t *testing.T) {
 	t.Parallel()
-	b := setup(t, func(c *engine.Config) { c.Now = time.Now })
+	b := setup(t, func(c *idemguard.Config) { c.Test.Now = time.Now })
 	release := make(chan struct{})
 	started := make(chan struct{})
 	go func() {
-		_, _ = b.guard.WithIdempotency(context.Background(), engine.Call{Tenant: "acme", Scope: "s", Inputs: 1},
+		_, _ = b.guard.Do(context.Background(), idemguard.Call{Tenant: "acme", Scope: "s", Inputs: 1},
 			func(context.Context) (any, error) { close(started); <-release; return map[string]any{"ok": true}, nil })
 	}()
 	defer close(release)
@@ -237,53 +237,53 @@ func TestWaitStopsWhenTheCallerGivesUp(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
 	defer cancel()
 	start := time.Now()
-	r, err := b.guard.WithIdempotency(ctx, engine.Call{Tenant: "acme", Scope: "s", Inputs: 1, Wait: time.Minute},
+	r, err := b.guard.Do(ctx, idemguard.Call{Tenant: "acme", Scope: "s", Inputs: 1, Wait: time.Minute},
 		func(context.Context) (any, error) { return nil, nil })
 	require.NoError(t, err)
-	require.Equal(t, engine.StatusInProgress, r.Status)
+	require.Equal(t, idemguard.StatusInProgress, r.Status)
 	require.Less(t, time.Since(start), 10*time.Second, "the wait ended with the caller's context")
 }
 
 func TestMaxWaitCapsTheWait(t *testing.T) {
 	t.Parallel()
-	b := setup(t, func(c *engine.Config) { c.Now = time.Now; c.MaxWait = 100 * time.Millisecond })
+	b := setup(t, func(c *idemguard.Config) { c.Test.Now = time.Now; c.MaxWait = 100 * time.Millisecond })
 	release := make(chan struct{})
 	started := make(chan struct{})
 	go func() {
-		_, _ = b.guard.WithIdempotency(context.Background(), engine.Call{Tenant: "acme", Scope: "s", Inputs: 1},
+		_, _ = b.guard.Do(context.Background(), idemguard.Call{Tenant: "acme", Scope: "s", Inputs: 1},
 			func(context.Context) (any, error) { close(started); <-release; return map[string]any{"ok": true}, nil })
 	}()
 	defer close(release)
 	<-started
 	start := time.Now()
-	r, err := b.guard.WithIdempotency(context.Background(), engine.Call{Tenant: "acme", Scope: "s", Inputs: 1, Wait: time.Hour},
+	r, err := b.guard.Do(context.Background(), idemguard.Call{Tenant: "acme", Scope: "s", Inputs: 1, Wait: time.Hour},
 		func(context.Context) (any, error) { return nil, nil })
 	require.NoError(t, err)
-	require.Equal(t, engine.StatusInProgress, r.Status)
+	require.Equal(t, idemguard.StatusInProgress, r.Status)
 	require.Less(t, time.Since(start), 10*time.Second)
 }
 
 func TestResponseStatusCodeValidation(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
-	r, err := b.guard.WithIdempotency(context.Background(), engine.Call{Tenant: "acme", Scope: "s", Inputs: 1},
+	r, err := b.guard.Do(context.Background(), idemguard.Call{Tenant: "acme", Scope: "s", Inputs: 1},
 		func(context.Context) (any, error) {
-			return engine.Response{StatusCode: 999, Value: map[string]any{"ok": true}}, nil
+			return idemguard.Response{StatusCode: 999, Value: map[string]any{"ok": true}}, nil
 		})
-	require.ErrorIs(t, err, engine.ErrInvalidResult)
-	require.Equal(t, engine.StatusFailed, r.Status)
+	require.ErrorIs(t, err, idemguard.ErrInvalidResult)
+	require.Equal(t, idemguard.StatusFailed, r.Status)
 	require.ErrorContains(t, r.Err, "999")
-	r, err = b.guard.WithIdempotency(context.Background(), engine.Call{Tenant: "acme", Scope: "s", Inputs: 2},
+	r, err = b.guard.Do(context.Background(), idemguard.Call{Tenant: "acme", Scope: "s", Inputs: 2},
 		func(context.Context) (any, error) { return "not an object", nil })
-	require.ErrorIs(t, err, engine.ErrInvalidResult)
-	require.Equal(t, engine.StatusFailed, r.Status)
+	require.ErrorIs(t, err, idemguard.ErrInvalidResult)
+	require.Equal(t, idemguard.StatusFailed, r.Status)
 	require.Equal(t, sanitize.Unknown, r.StopReason, "a programming error is never provider_error")
 	require.Equal(t, http.StatusInternalServerError, r.StatusCode)
 	// Stored failed and retryable: a corrected deploy runs the key again.
-	r, err = b.guard.WithIdempotency(context.Background(), engine.Call{Tenant: "acme", Scope: "s", Inputs: 2},
+	r, err = b.guard.Do(context.Background(), idemguard.Call{Tenant: "acme", Scope: "s", Inputs: 2},
 		func(context.Context) (any, error) { return map[string]any{"ok": true}, nil })
 	require.NoError(t, err)
-	require.Equal(t, engine.StatusSucceeded, r.Status)
+	require.Equal(t, idemguard.StatusSucceeded, r.Status)
 	require.Equal(t, 2, r.Attempt)
 }
 
@@ -291,10 +291,10 @@ func TestWaitIsReportedOncePerCall(t *testing.T) {
 	t.Parallel()
 	var mu sync.Mutex
 	var waits []time.Duration
-	b := setup(t, func(c *engine.Config) {
-		c.Now = time.Now
-		c.Observe = func(e engine.Event) {
-			if e.Kind == engine.EventWaited {
+	b := setup(t, func(c *idemguard.Config) {
+		c.Test.Now = time.Now
+		c.Observe = func(e idemguard.Event) {
+			if e.Kind == idemguard.EventWaited {
 				mu.Lock()
 				waits = append(waits, e.Duration)
 				mu.Unlock()
@@ -306,16 +306,16 @@ func TestWaitIsReportedOncePerCall(t *testing.T) {
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		_, _ = b.guard.WithIdempotency(context.Background(), engine.Call{Tenant: "acme", Scope: "s", Inputs: 1},
+		_, _ = b.guard.Do(context.Background(), idemguard.Call{Tenant: "acme", Scope: "s", Inputs: 1},
 			func(context.Context) (any, error) { close(started); <-release; return map[string]any{"ok": true}, nil })
 	}()
 	<-started
 	time.AfterFunc(300*time.Millisecond, func() { close(release) })
-	r, err := b.guard.WithIdempotency(context.Background(), engine.Call{Tenant: "acme", Scope: "s", Inputs: 1, Wait: 10 * time.Second},
+	r, err := b.guard.Do(context.Background(), idemguard.Call{Tenant: "acme", Scope: "s", Inputs: 1, Wait: 10 * time.Second},
 		func(context.Context) (any, error) { return nil, errors.New("must not run") })
 	require.NoError(t, err)
 	<-done
-	require.Equal(t, engine.StatusSucceeded, r.Status)
+	require.Equal(t, idemguard.StatusSucceeded, r.Status)
 	require.True(t, r.Cached)
 	mu.Lock()
 	defer mu.Unlock()
@@ -325,21 +325,21 @@ func TestWaitIsReportedOncePerCall(t *testing.T) {
 
 func TestClosedGuardRefusesNewCallsAndReleasesWaiters(t *testing.T) {
 	t.Parallel()
-	store := memstore.New()
-	g, err := engine.New(engine.Config{Store: store, Secret: secret})
+	store := idemguard.NewMemoryStore()
+	g, err := idemguard.New(idemguard.Config{Store: store, Secret: secret})
 	require.NoError(t, err)
 	started := make(chan struct{})
 	runDone := make(chan struct{})
 	go func() {
 		defer close(runDone)
-		_, _ = g.WithIdempotency(context.Background(), engine.Call{Tenant: "acme", Scope: "s", Inputs: 1},
+		_, _ = g.Do(context.Background(), idemguard.Call{Tenant: "acme", Scope: "s", Inputs: 1},
 			func(ctx context.Context) (any, error) { close(started); <-ctx.Done(); return nil, ctx.Err() })
 	}()
 	<-started
-	waiter := make(chan engine.Result, 1)
+	waiter := make(chan idemguard.Result, 1)
 	var waiterRan atomic.Bool
 	go func() {
-		r, _ := g.WithIdempotency(context.Background(), engine.Call{Tenant: "acme", Scope: "s", Inputs: 1, Wait: time.Hour},
+		r, _ := g.Do(context.Background(), idemguard.Call{Tenant: "acme", Scope: "s", Inputs: 1, Wait: time.Hour},
 			func(context.Context) (any, error) { waiterRan.Store(true); return nil, errors.New("must not run") })
 		waiter <- r
 	}()
@@ -355,17 +355,17 @@ func TestClosedGuardRefusesNewCallsAndReleasesWaiters(t *testing.T) {
 	}
 	<-runDone
 	r := <-waiter
-	require.Equal(t, engine.StatusInProgress, r.Status, "a waiter answers in_progress when the guard closes")
+	require.Equal(t, idemguard.StatusInProgress, r.Status, "a waiter answers in_progress when the guard closes")
 	require.False(t, waiterRan.Load(), "a closing guard starts no new execution")
 	rows := store.Rows()
 	require.Len(t, rows, 1)
 	require.Equal(t, 1, rows[0].Attempts, "the cut-off row was not retried during shutdown")
 
 	ran := false
-	_, err = g.WithIdempotency(context.Background(), engine.Call{Tenant: "acme", Scope: "s", Inputs: 2},
+	_, err = g.Do(context.Background(), idemguard.Call{Tenant: "acme", Scope: "s", Inputs: 2},
 		func(context.Context) (any, error) { ran = true; return map[string]any{"ok": true}, nil })
-	require.ErrorIs(t, err, engine.ErrStoreUnavailable)
-	require.ErrorIs(t, err, engine.ErrShuttingDown)
+	require.ErrorIs(t, err, idemguard.ErrStoreUnavailable)
+	require.ErrorIs(t, err, idemguard.ErrShuttingDown)
 	require.False(t, ran)
 	require.Len(t, store.Rows(), 1, "nothing claimed after Close")
 }

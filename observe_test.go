@@ -1,4 +1,4 @@
-package engine_test
+package idemguard_test
 
 import (
 	"context"
@@ -9,7 +9,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/idemguard/idemguard/internal/engine"
+	"github.com/idemguard/idemguard"
 	"github.com/idemguard/idemguard/internal/metrics"
 )
 
@@ -19,9 +19,9 @@ import (
 func TestLongNonASCIIDroppedFieldNameIsCountedAndStored(t *testing.T) {
 	m := metrics.New()
 	var fields []string
-	b := setup(t, func(c *engine.Config) {
-		c.Observe = func(e engine.Event) {
-			if e.Kind == engine.EventDroppedField {
+	b := setup(t, func(c *idemguard.Config) {
+		c.Observe = func(e idemguard.Event) {
+			if e.Kind == idemguard.EventDroppedField {
 				fields = append(fields, e.Field)
 			}
 			m.Observe(e)
@@ -34,10 +34,10 @@ func TestLongNonASCIIDroppedFieldNameIsCountedAndStored(t *testing.T) {
 		runs.Add(1)
 		return map[string]any{"ok": true, name: 1, bad: 2}, nil
 	}
-	call := engine.Call{Tenant: "t1", Scope: "s.drop", Inputs: map[string]any{"q": 1}}
-	res, err := b.guard.WithIdempotency(context.Background(), call, op)
+	call := idemguard.Call{Tenant: "t1", Scope: "s.drop", Inputs: map[string]any{"q": 1}}
+	res, err := b.guard.Do(context.Background(), call, op)
 	require.NoError(t, err)
-	require.Equal(t, engine.StatusSucceeded, res.Status)
+	require.Equal(t, idemguard.StatusSucceeded, res.Status)
 	require.Len(t, fields, 2)
 	for _, f := range fields {
 		require.True(t, utf8.ValidString(f), "%q", f)
@@ -52,7 +52,7 @@ func TestLongNonASCIIDroppedFieldNameIsCountedAndStored(t *testing.T) {
 	}
 	require.Equal(t, 2, series)
 
-	again, err := b.guard.WithIdempotency(context.Background(), call, op)
+	again, err := b.guard.Do(context.Background(), call, op)
 	require.NoError(t, err)
 	require.True(t, again.Cached, "the result was committed")
 	require.EqualValues(t, 1, runs.Load())
@@ -62,15 +62,15 @@ func TestLongNonASCIIDroppedFieldNameIsCountedAndStored(t *testing.T) {
 // committed and replayed, and the operation runs once.
 func TestPanickingObserverStillCommits(t *testing.T) {
 	var calls atomic.Int32
-	b := setup(t, func(c *engine.Config) {
-		c.Observe = func(engine.Event) { calls.Add(1); panic("observer bug") }
+	b := setup(t, func(c *idemguard.Config) {
+		c.Observe = func(idemguard.Event) { calls.Add(1); panic("observer bug") }
 	})
 	var runs atomic.Int32
-	call := engine.Call{Tenant: "t1", Scope: "s.panic", Inputs: map[string]any{"q": 1}}
-	res, err := b.guard.WithIdempotency(context.Background(), call, okOp(&runs))
+	call := idemguard.Call{Tenant: "t1", Scope: "s.panic", Inputs: map[string]any{"q": 1}}
+	res, err := b.guard.Do(context.Background(), call, okOp(&runs))
 	require.NoError(t, err)
-	require.Equal(t, engine.StatusSucceeded, res.Status)
-	again, err := b.guard.WithIdempotency(context.Background(), call, okOp(&runs))
+	require.Equal(t, idemguard.StatusSucceeded, res.Status)
+	again, err := b.guard.Do(context.Background(), call, okOp(&runs))
 	require.NoError(t, err)
 	require.True(t, again.Cached)
 	require.EqualValues(t, 1, runs.Load())

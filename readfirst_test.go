@@ -1,4 +1,4 @@
-package engine_test
+package idemguard_test
 
 import (
 	"context"
@@ -11,8 +11,8 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/idemguard/idemguard/internal/engine"
-	"github.com/idemguard/idemguard/internal/memstore"
+	"github.com/idemguard/idemguard"
+
 	"github.com/idemguard/idemguard/internal/mysqlstore"
 	"github.com/idemguard/idemguard/internal/testdb"
 )
@@ -20,26 +20,26 @@ import (
 // spyStore counts Claim and Get calls and can run a hook right after a Get
 // returns (between the read-first SELECT and the claim INSERT).
 type spyStore struct {
-	engine.Store
+	idemguard.Store
 	claims, gets atomic.Int32
 	mu           sync.Mutex
 	afterGet     func() // runs once, after the next Get
 	getErr       error  // when set, Get fails with it
 }
 
-func (s *spyStore) Claim(ctx context.Context, p engine.ClaimParams) (uint64, error) {
+func (s *spyStore) Claim(ctx context.Context, p idemguard.ClaimParams) (uint64, error) {
 	s.claims.Add(1)
 	return s.Store.Claim(ctx, p)
 }
 
-func (s *spyStore) Get(ctx context.Context, tenant, scope, keyHash string) (engine.Record, error) {
+func (s *spyStore) Get(ctx context.Context, tenant, scope, keyHash string) (idemguard.Record, error) {
 	s.gets.Add(1)
 	s.mu.Lock()
 	hook, getErr := s.afterGet, s.getErr
 	s.afterGet = nil
 	s.mu.Unlock()
 	if getErr != nil {
-		return engine.Record{}, getErr
+		return idemguard.Record{}, getErr
 	}
 	rec, err := s.Store.Get(ctx, tenant, scope, keyHash)
 	if hook != nil {
@@ -58,29 +58,29 @@ func (s *spyStore) reset() { s.claims.Store(0); s.gets.Store(0) }
 
 type readFirstBundle struct {
 	spy   *spyStore
-	guard *engine.Guard
+	guard *idemguard.Guard
 	// other is a second guard on the same rows (another replica).
-	other *engine.Guard
+	other *idemguard.Guard
 	clock *fakeClock
 }
 
 // setupReadFirst gives two guards (cache off) on one in-memory store with a
 // fake clock; setupReadFirstOn takes the store (and the clock of the guards).
-func setupReadFirst(t *testing.T, policy engine.ReadFirst) *readFirstBundle {
+func setupReadFirst(t *testing.T, policy idemguard.ReadFirst) *readFirstBundle {
 	t.Helper()
 	clock := &fakeClock{now: time.Date(2026, 11, 20, 3, 0, 0, 0, time.UTC)}
-	return setupReadFirstOn(t, policy, memstore.New(memstore.WithClock(clock.Now)), clock)
+	return setupReadFirstOn(t, policy, idemguard.NewMemoryStore(idemguard.MemoryClock(clock.Now)), clock)
 }
 
-func setupReadFirstOn(t *testing.T, policy engine.ReadFirst, store engine.Store, clock *fakeClock) *readFirstBundle {
+func setupReadFirstOn(t *testing.T, policy idemguard.ReadFirst, store idemguard.Store, clock *fakeClock) *readFirstBundle {
 	t.Helper()
 	spy := &spyStore{Store: store}
 	var now func() time.Time
 	if clock != nil {
 		now = clock.Now
 	}
-	newGuard := func(s engine.Store) *engine.Guard {
-		g, err := engine.New(engine.Config{Store: s, Secret: secret, Now: now, ReplayCacheSize: -1, ReadFirst: policy})
+	newGuard := func(s idemguard.Store) *idemguard.Guard {
+		g, err := idemguard.New(idemguard.Config{Store: s, Secret: secret, ReplayCacheSize: -1, Test: idemguard.TestConfig{Now: now, ReadFirst: policy}})
 		require.NoError(t, err)
 		t.Cleanup(func() { require.NoError(t, g.Close(context.Background())) })
 		return g
@@ -91,7 +91,7 @@ func setupReadFirstOn(t *testing.T, policy engine.ReadFirst, store engine.Store,
 // onStores runs a read-first case on the in-memory store and on MariaDB
 // (committed rows, separate connections; skipped only without a server
 // outside CI, see testdb).
-func onStores(t *testing.T, policy engine.ReadFirst, run func(t *testing.T, b *readFirstBundle)) {
+func onStores(t *testing.T, policy idemguard.ReadFirst, run func(t *testing.T, b *readFirstBundle)) {
 	t.Helper()
 	t.Run("memstore", func(t *testing.T) {
 		t.Parallel()
@@ -104,19 +104,19 @@ func onStores(t *testing.T, policy engine.ReadFirst, run func(t *testing.T, b *r
 	})
 }
 
-func keyCall(key string, inputs any) engine.Call {
-	return engine.Call{Tenant: "t1", Scope: "s.readfirst", ClientKey: key, Inputs: inputs}
+func keyCall(key string, inputs any) idemguard.Call {
+	return idemguard.Call{Tenant: "t1", Scope: "s.readfirst", ClientKey: key, Inputs: inputs}
 }
 
 func TestReadFirstReplayIsOneRead(t *testing.T) {
 	t.Parallel()
 	for _, tc := range []struct {
-		policy              engine.ReadFirst
+		policy              idemguard.ReadFirst
 		wantGets, wantClaim int32
 	}{
-		{engine.ReadFirstAlways, 1, 0},
-		{engine.ReadFirstClientKey, 1, 0},
-		{engine.ReadFirstNever, 1, 1}, // the INSERT hits 1062, then the read
+		{idemguard.ReadFirstAlways, 1, 0},
+		{idemguard.ReadFirstClientKey, 1, 0},
+		{idemguard.ReadFirstNever, 1, 1}, // the INSERT hits 1062, then the read
 	} {
 		t.Run(string(tc.policy), func(t *testing.T) {
 			t.Parallel()
@@ -129,15 +129,15 @@ func TestReadFirstReplayIsOneRead(t *testing.T) {
 
 func testReplayIsOneRead(t *testing.T, b *readFirstBundle, wantGets, wantClaim int32) {
 	var runs atomic.Int32
-	first, err := b.guard.WithIdempotency(context.Background(), keyCall("k1", map[string]any{"a": 1}), okOp(&runs))
+	first, err := b.guard.Do(context.Background(), keyCall("k1", map[string]any{"a": 1}), okOp(&runs))
 	require.NoError(t, err)
 	require.False(t, first.Cached)
 
 	b.spy.reset()
-	res, err := b.guard.WithIdempotency(context.Background(), keyCall("k1", map[string]any{"a": 1}), okOp(&runs))
+	res, err := b.guard.Do(context.Background(), keyCall("k1", map[string]any{"a": 1}), okOp(&runs))
 	require.NoError(t, err)
 	require.True(t, res.Cached)
-	require.Equal(t, engine.StatusSucceeded, res.Status)
+	require.Equal(t, idemguard.StatusSucceeded, res.Status)
 	require.Equal(t, int32(1), runs.Load())
 	require.Equal(t, wantGets, b.spy.gets.Load(), "reads")
 	require.Equal(t, wantClaim, b.spy.claims.Load(), "claim INSERTs")
@@ -147,16 +147,16 @@ func testReplayIsOneRead(t *testing.T, b *readFirstBundle, wantGets, wantClaim i
 // this call's INSERT. The INSERT decides: this call replays and never runs.
 func TestReadFirstAbsentRowDoesNotGrantOwnership(t *testing.T) {
 	t.Parallel()
-	onStores(t, engine.ReadFirstAlways, testAbsentRowDoesNotGrantOwnership)
+	onStores(t, idemguard.ReadFirstAlways, testAbsentRowDoesNotGrantOwnership)
 }
 
 func testAbsentRowDoesNotGrantOwnership(t *testing.T, b *readFirstBundle) {
 	var runs atomic.Int32
 	b.spy.onNextGet(func() {
-		_, err := b.other.WithIdempotency(context.Background(), keyCall("k1", map[string]any{"a": 1}), okOp(&runs))
+		_, err := b.other.Do(context.Background(), keyCall("k1", map[string]any{"a": 1}), okOp(&runs))
 		require.NoError(t, err)
 	})
-	res, err := b.guard.WithIdempotency(context.Background(), keyCall("k1", map[string]any{"a": 1}), okOp(&runs))
+	res, err := b.guard.Do(context.Background(), keyCall("k1", map[string]any{"a": 1}), okOp(&runs))
 	require.NoError(t, err)
 	require.True(t, res.Cached, "the row appeared after the read: a replay, not a second run")
 	require.Equal(t, int32(1), runs.Load())
@@ -167,7 +167,7 @@ func testAbsentRowDoesNotGrantOwnership(t *testing.T, b *readFirstBundle) {
 // claim path reads again for itself and replays the result.
 func TestReadFirstStartedRowFallsThroughToTheClaim(t *testing.T) {
 	t.Parallel()
-	onStores(t, engine.ReadFirstAlways, testStartedRowFallsThroughToTheClaim)
+	onStores(t, idemguard.ReadFirstAlways, testStartedRowFallsThroughToTheClaim)
 }
 
 func testStartedRowFallsThroughToTheClaim(t *testing.T, b *readFirstBundle) {
@@ -175,7 +175,7 @@ func testStartedRowFallsThroughToTheClaim(t *testing.T, b *readFirstBundle) {
 	release, started := make(chan struct{}), make(chan struct{})
 	done := make(chan error, 1)
 	go func() {
-		_, err := b.other.WithIdempotency(context.Background(), keyCall("k1", 1), func(context.Context) (any, error) {
+		_, err := b.other.Do(context.Background(), keyCall("k1", 1), func(context.Context) (any, error) {
 			runs.Add(1)
 			close(started)
 			<-release
@@ -185,10 +185,10 @@ func testStartedRowFallsThroughToTheClaim(t *testing.T, b *readFirstBundle) {
 	}()
 	<-started
 	b.spy.onNextGet(func() { close(release); require.NoError(t, <-done) })
-	res, err := b.guard.WithIdempotency(context.Background(), keyCall("k1", 1), okOp(&runs))
+	res, err := b.guard.Do(context.Background(), keyCall("k1", 1), okOp(&runs))
 	require.NoError(t, err)
 	require.True(t, res.Cached)
-	require.Equal(t, engine.StatusSucceeded, res.Status)
+	require.Equal(t, idemguard.StatusSucceeded, res.Status)
 	require.Equal(t, int32(1), runs.Load())
 }
 
@@ -196,14 +196,14 @@ func testStartedRowFallsThroughToTheClaim(t *testing.T, b *readFirstBundle) {
 // with a guarded UPDATE and runs the operation again.
 func TestReadFirstExpiredRowIsNotReplayed(t *testing.T) {
 	t.Parallel()
-	b := setupReadFirst(t, engine.ReadFirstAlways)
+	b := setupReadFirst(t, idemguard.ReadFirstAlways)
 	var runs atomic.Int32
 	c := keyCall("k1", 1)
 	c.Settings.TTL = time.Minute
-	_, err := b.guard.WithIdempotency(context.Background(), c, okOp(&runs))
+	_, err := b.guard.Do(context.Background(), c, okOp(&runs))
 	require.NoError(t, err)
 	b.clock.Advance(2 * time.Minute)
-	res, err := b.guard.WithIdempotency(context.Background(), c, okOp(&runs))
+	res, err := b.guard.Do(context.Background(), c, okOp(&runs))
 	require.NoError(t, err)
 	require.False(t, res.Cached)
 	require.Equal(t, int32(2), runs.Load())
@@ -213,15 +213,15 @@ func TestReadFirstExpiredRowIsNotReplayed(t *testing.T) {
 // the first inputs' answer.
 func TestReadFirstOtherFingerprintIsAMismatch(t *testing.T) {
 	t.Parallel()
-	onStores(t, engine.ReadFirstAlways, testOtherFingerprintIsAMismatch)
+	onStores(t, idemguard.ReadFirstAlways, testOtherFingerprintIsAMismatch)
 }
 
 func testOtherFingerprintIsAMismatch(t *testing.T, b *readFirstBundle) {
 	var runs atomic.Int32
-	_, err := b.guard.WithIdempotency(context.Background(), keyCall("k1", 1), okOp(&runs))
+	_, err := b.guard.Do(context.Background(), keyCall("k1", 1), okOp(&runs))
 	require.NoError(t, err)
-	_, err = b.guard.WithIdempotency(context.Background(), keyCall("k1", 2), okOp(&runs))
-	require.ErrorIs(t, err, engine.ErrFingerprintMismatch)
+	_, err = b.guard.Do(context.Background(), keyCall("k1", 2), okOp(&runs))
+	require.ErrorIs(t, err, idemguard.ErrFingerprintMismatch)
 	require.Equal(t, int32(1), runs.Load())
 }
 
@@ -230,12 +230,12 @@ func testOtherFingerprintIsAMismatch(t *testing.T, b *readFirstBundle) {
 // finds it running and does not run the operation.
 func TestReadFirstFailedRowRetriedByAnotherReplica(t *testing.T) {
 	t.Parallel()
-	onStores(t, engine.ReadFirstAlways, testFailedRowRetriedByAnotherReplica)
+	onStores(t, idemguard.ReadFirstAlways, testFailedRowRetriedByAnotherReplica)
 }
 
 func testFailedRowRetriedByAnotherReplica(t *testing.T, b *readFirstBundle) {
 	var runs atomic.Int32
-	_, err := b.guard.WithIdempotency(context.Background(), keyCall("k1", 1), func(context.Context) (any, error) {
+	_, err := b.guard.Do(context.Background(), keyCall("k1", 1), func(context.Context) (any, error) {
 		return nil, errors.New("upstream down")
 	})
 	require.NoError(t, err)
@@ -244,7 +244,7 @@ func testFailedRowRetriedByAnotherReplica(t *testing.T, b *readFirstBundle) {
 	done := make(chan error, 1)
 	b.spy.onNextGet(func() {
 		go func() {
-			_, err := b.other.WithIdempotency(context.Background(), keyCall("k1", 1), func(context.Context) (any, error) {
+			_, err := b.other.Do(context.Background(), keyCall("k1", 1), func(context.Context) (any, error) {
 				runs.Add(1)
 				close(started)
 				<-release
@@ -254,21 +254,21 @@ func testFailedRowRetriedByAnotherReplica(t *testing.T, b *readFirstBundle) {
 		}()
 		<-started
 	})
-	res, err := b.guard.WithIdempotency(context.Background(), keyCall("k1", 1), okOp(&runs))
+	res, err := b.guard.Do(context.Background(), keyCall("k1", 1), okOp(&runs))
 	close(release)
 	require.NoError(t, <-done)
 	require.NoError(t, err)
-	require.Equal(t, engine.StatusInProgress, res.Status)
+	require.Equal(t, idemguard.StatusInProgress, res.Status)
 	require.Equal(t, int32(1), runs.Load(), "only the replica that won the guarded UPDATE ran")
 }
 
 func TestReadFirstStoreDownFailsClosed(t *testing.T) {
 	t.Parallel()
-	b := setupReadFirst(t, engine.ReadFirstAlways)
+	b := setupReadFirst(t, idemguard.ReadFirstAlways)
 	b.spy.getErr = errors.New("connection refused")
 	var runs atomic.Int32
-	_, err := b.guard.WithIdempotency(context.Background(), keyCall("k1", 1), okOp(&runs))
-	require.ErrorIs(t, err, engine.ErrStoreUnavailable)
+	_, err := b.guard.Do(context.Background(), keyCall("k1", 1), okOp(&runs))
+	require.ErrorIs(t, err, idemguard.ErrStoreUnavailable)
 	require.Zero(t, runs.Load())
 	require.Zero(t, b.spy.claims.Load(), "nothing claimed after a failed read")
 }
@@ -277,11 +277,11 @@ func TestReadFirstStoreDownFailsClosed(t *testing.T) {
 // switches to reading first; when the mix turns fresh again it switches back.
 func TestReadFirstAdaptiveFollowsTheMix(t *testing.T) {
 	t.Parallel()
-	b := setupReadFirst(t, engine.ReadFirstAdaptive)
+	b := setupReadFirst(t, idemguard.ReadFirstAdaptive)
 	ctx := context.Background()
 	var runs atomic.Int32
 	for i := range 50 {
-		_, err := b.guard.WithIdempotency(ctx, keyCall(fmt.Sprint("fresh-", i), i), okOp(&runs))
+		_, err := b.guard.Do(ctx, keyCall(fmt.Sprint("fresh-", i), i), okOp(&runs))
 		require.NoError(t, err)
 	}
 	require.Zero(t, b.spy.gets.Load(), "fresh keys: no read before the claim")
@@ -291,7 +291,7 @@ func TestReadFirstAdaptiveFollowsTheMix(t *testing.T) {
 	// the scope reads first.
 	b.spy.reset()
 	for i := range 50 {
-		res, err := b.guard.WithIdempotency(ctx, keyCall(fmt.Sprint("fresh-", i), i), okOp(&runs))
+		res, err := b.guard.Do(ctx, keyCall(fmt.Sprint("fresh-", i), i), okOp(&runs))
 		require.NoError(t, err)
 		require.True(t, res.Cached)
 	}
@@ -300,7 +300,7 @@ func TestReadFirstAdaptiveFollowsTheMix(t *testing.T) {
 	require.Less(t, claims, int32(10), "and switches to read-first after a few replays")
 	b.spy.reset()
 	for i := range 20 {
-		_, err := b.guard.WithIdempotency(ctx, keyCall(fmt.Sprint("fresh-", i), i), okOp(&runs))
+		_, err := b.guard.Do(ctx, keyCall(fmt.Sprint("fresh-", i), i), okOp(&runs))
 		require.NoError(t, err)
 	}
 	require.Zero(t, b.spy.claims.Load(), "replays are one read each")
@@ -308,7 +308,7 @@ func TestReadFirstAdaptiveFollowsTheMix(t *testing.T) {
 	// Fresh keys again: the share falls and claims come first again.
 	b.spy.reset()
 	for i := range 50 {
-		_, err := b.guard.WithIdempotency(ctx, keyCall(fmt.Sprint("new-", i), i), okOp(&runs))
+		_, err := b.guard.Do(ctx, keyCall(fmt.Sprint("new-", i), i), okOp(&runs))
 		require.NoError(t, err)
 	}
 	require.Less(t, b.spy.gets.Load(), int32(10), "a fresh mix stops reading first")
@@ -317,6 +317,6 @@ func TestReadFirstAdaptiveFollowsTheMix(t *testing.T) {
 
 func TestReadFirstConfigValidation(t *testing.T) {
 	t.Parallel()
-	_, err := engine.New(engine.Config{Store: memstore.New(), Secret: secret, ReadFirst: "sometimes"})
+	_, err := idemguard.New(idemguard.Config{Store: idemguard.NewMemoryStore(), Secret: secret, Test: idemguard.TestConfig{ReadFirst: "sometimes"}})
 	require.ErrorContains(t, err, "ReadFirst")
 }

@@ -1,11 +1,13 @@
+package idemguard
+
 /*
-Package engine is idemguard's guard: it runs an expensive operation at most
-once per (tenant, scope, key), however many callers and processes race, and
-answers every duplicate with the stored, sanitized result.
+How the guard works, for those who change it: it runs an expensive operation
+at most once per (tenant, scope, key), however many callers and processes
+race, and answers every duplicate with the stored, sanitized result.
 
 # Overview
 
-A caller hands WithIdempotency a Call (tenant, scope, optional client key,
+A caller hands Do a Call (tenant, scope, optional client key,
 inputs, settings) and an Operation. The guard derives
 
 	key_hash    = HMAC(secret, tagged(tenant, scope, client key | canonical inputs))
@@ -87,7 +89,7 @@ by itself; only the lease timer does.
 Decide by the row, never by the error (DESIGN §4.5). Every write runs
 detached from the caller's cancellation, bounded by StoreTimeout.
 
-  - Store down before the operation: WithIdempotency returns a StoreError
+  - Store down before the operation: Do returns a StoreError
     (errors.Is ErrStoreUnavailable) and the operation does not run. Fail closed.
   - A claim INSERT or a retry/takeover UPDATE whose outcome is unknown (a
     dropped connection after sending, a timeout, error 1213 or 1205, which
@@ -146,4 +148,3 @@ database's completed_at; an entry lives at most ReplayCacheMaxAge and never
 past the row's remaining TTL as the store's clock measured it, counted from
 before the read; the fingerprint is still checked on every hit.
 */
-package engine

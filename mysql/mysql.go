@@ -1,14 +1,17 @@
-package idemguard
+package mysql
 
 import (
 	"context"
 	"database/sql"
 	"time"
 
+	"github.com/idemguard/idemguard"
 	"github.com/idemguard/idemguard/internal/mysqlconn"
+	"github.com/idemguard/idemguard/internal/mysqlstore"
+	"github.com/jmoiron/sqlx"
 )
 
-// PoolConfig sizes the connection pool OpenMySQL creates. The zero value is
+// PoolConfig sizes the connection pool Open creates. The zero value is
 // valid: zero fields take their defaults.
 type PoolConfig struct {
 	// MaxOpenConns caps open connections. Defaults to 32.
@@ -21,18 +24,26 @@ type PoolConfig struct {
 	ConnMaxLifetime time.Duration
 }
 
-// OpenMySQL opens a pool for NewMySQLStore and pings the server within ctx.
+// Open opens a pool for NewStore and pings the server within ctx.
 // dsn is a go-sql-driver/mysql DSN (user:pass@tcp(host:3306)/db); it is
 // normalized exactly as `idemguard serve` does: parseTime=true, loc=UTC,
 // interpolateParams=true, time_zone='+00:00' and sql_mode='TRADITIONAL'
 // override the DSN's own values, and a DSN the driver would read differently
 // is rejected. Errors never carry the password. On error nothing is left
 // open.
-func OpenMySQL(ctx context.Context, dsn string, pool PoolConfig) (*sql.DB, error) {
+func Open(ctx context.Context, dsn string, pool PoolConfig) (*sql.DB, error) {
 	db, err := mysqlconn.Open(ctx, dsn, mysqlconn.PoolConfig{MaxOpenConns: pool.MaxOpenConns,
 		MaxIdleConns: pool.MaxIdleConns, ConnMaxLifetime: pool.ConnMaxLifetime})
 	if err != nil {
 		return nil, err
 	}
 	return db.DB, nil
+}
+
+// NewStore returns the idemguard.Store on db, a MySQL 8 / MariaDB 10.11+ pool
+// with the idemguard migrations applied (Migrate). db must have been opened
+// with the DSN parameters parseTime=true, loc=UTC and time_zone='+00:00';
+// Open sets them. The Store does not close db.
+func NewStore(db *sql.DB) idemguard.Store {
+	return mysqlstore.New(sqlx.NewDb(db, "mysql"))
 }

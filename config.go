@@ -1,0 +1,92 @@
+package idemguard
+
+import (
+	"cmp"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/idemguard/idemguard/internal/keys"
+	"github.com/idemguard/idemguard/sanitize"
+)
+
+// Config configures a Guard.
+type Config struct {
+	// Store holds the idempotency records: a MySQL store (package
+	// github.com/idemguard/idemguard/mysql) or a MemoryStore. Required.
+	Store Store
+	// Secret keys every HMAC of keys and fingerprints; at least 32 bytes.
+	// Required. Every process sharing a store must use the same secret.
+	Secret []byte
+	// Logger receives the guard's logs (never keys, inputs or values).
+	// Defaults to slog.Default().
+	Logger *slog.Logger
+	// Observe, if set, is called for every protocol event (metrics).
+	Observe func(Event)
+	// Defaults apply to calls that leave a setting zero.
+	Defaults Settings
+	// MaxWait caps Call.Wait. Defaults to DefaultMaxWait (30s).
+	MaxWait time.Duration
+	// StoreTimeout bounds each store call. Defaults to DefaultStoreTimeout (5s).
+	StoreTimeout time.Duration
+	// MaxResponseBytes is the largest stored envelope, in bytes of JSON; a
+	// larger one keeps everything but data. Defaults to
+	// sanitize.DefaultMaxBytes (64 KiB); at least sanitize.MinMaxBytes.
+	MaxResponseBytes int
+	// ReplayCacheSize is the number of succeeded keys kept in memory to
+	// answer replays without a store round trip; negative disables the
+	// cache. Defaults to DefaultReplayCacheSize.
+	ReplayCacheSize int
+	// ReplayCacheMaxAge bounds how long a cached key is served without
+	// asking the store. Defaults to DefaultReplayCacheMaxAge (5m).
+	ReplayCacheMaxAge time.Duration
+	// Test holds knobs for tests and benchmarks; production code leaves it
+	// zero.
+	Test TestConfig
+}
+
+// TestConfig is Config.Test: settings that only tests and benchmarks change.
+type TestConfig struct {
+	// Now is the local clock, used only for waiting and for the replay
+	// cache's own bookkeeping, never to judge a row (rows are judged by the
+	// store's clock). Defaults to time.Now.
+	Now func() time.Time
+	// HeartbeatEvery overrides the heartbeat interval (StaleAfter/3).
+	HeartbeatEvery time.Duration
+	// ReadFirst says when the row is read before the claim INSERT. Defaults
+	// to ReadFirstAdaptive, which no workload needs to change.
+	ReadFirst ReadFirst
+}
+
+func (s Settings) withDefaults(d Settings) Settings {
+	return Settings{
+		TTL:         cmp.Or(s.TTL, d.TTL, DefaultTTL),
+		StaleAfter:  cmp.Or(s.StaleAfter, d.StaleAfter, DefaultStaleAfter),
+		MaxAttempts: cmp.Or(s.MaxAttempts, d.MaxAttempts, DefaultMaxAttempts),
+		StalePolicy: cmp.Or(s.StalePolicy, d.StalePolicy, StaleTakeover),
+	}
+}
+
+func (c Config) validate() error {
+	if c.Store == nil {
+		return fmt.Errorf("idemguard: Config.Store is required (a MySQL store from package mysql, or NewMemoryStore)")
+	}
+	if len(c.Secret) < keys.MinSecretBytes {
+		return fmt.Errorf("idemguard: Config.Secret must be at least %d bytes, got %d", keys.MinSecretBytes, len(c.Secret))
+	}
+	if err := c.Defaults.Validate(); err != nil {
+		return fmt.Errorf("idemguard: Config.Defaults: %w", err)
+	}
+	if c.MaxWait < 0 || c.StoreTimeout < 0 || c.ReplayCacheMaxAge < 0 || c.Test.HeartbeatEvery < 0 {
+		return fmt.Errorf("idemguard: Config durations must not be negative")
+	}
+	if err := c.Test.ReadFirst.validate(); err != nil {
+		return err
+	}
+	if c.MaxResponseBytes != 0 {
+		if err := (sanitize.Policy{MaxBytes: c.MaxResponseBytes}).Validate(); err != nil {
+			return fmt.Errorf("idemguard: Config.MaxResponseBytes: %w", err)
+		}
+	}
+	return nil
+}

@@ -1,0 +1,14 @@
+// Package mysql is idemguard's MySQL store: MySQL 8, MariaDB 10.11+ and TiDB.
+// It keeps the database driver, sqlx and goose out of package idemguard, so a
+// program that guards with the MemoryStore links none of them.
+//
+//	db, err := mysql.Open(ctx, dsn, mysql.PoolConfig{})
+//	if err != nil { ... }
+//	if err := mysql.Migrate(ctx, db); err != nil { ... }
+//	guard, err := idemguard.New(idemguard.Config{Store: mysql.NewStore(db), Secret: secret})
+//
+// The store holds every key in one table, idempotency_keys; ownership of a
+// row is decided only by the claim INSERT (the unique key lets one caller
+// win) and by UPDATEs guarded by the claim nonce, whose affected-row count
+// says who won.
+package mysql
