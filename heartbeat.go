@@ -17,7 +17,8 @@ func leaseMargin(lease time.Duration) time.Duration {
 	return min(max(lease/10, 100*time.Millisecond), lease/3)
 }
 
-// heartbeat keeps a claim's lease (DESIGN §4.7) while the operation runs and
+// heartbeat keeps a claim's lease (the owner's promise, StaleAfter, of
+// how long it may go silent) while the operation runs and
 // while its outcome is committed.
 //
 // The lease is counted from the *start* of the last successful renewal (the
@@ -37,6 +38,13 @@ func leaseMargin(lease time.Duration) time.Duration {
 // heartbeat costs two timers instead of a goroutine start, a ticker and a
 // wake-up of another thread (measured with internal/bench).
 type heartbeat struct {
+	g      *Guard
+	p      prepared
+	o      owned
+	cancel context.CancelCauseFunc // the operation's
+	lease  time.Duration
+	every  time.Duration
+
 	mu       sync.Mutex
 	timer    *time.Timer // the next renewal
 	expiry   *time.Timer // the lease's end
@@ -46,60 +54,67 @@ type heartbeat struct {
 	beating  sync.WaitGroup
 }
 
+// startHeartbeat starts the lease timer and schedules the first renewal for
+// the claim o; cancel cancels the operation.
 func (g *Guard) startHeartbeat(p prepared, o owned, cancel context.CancelCauseFunc) *heartbeat {
-	hb := &heartbeat{}
 	lease := p.settings.StaleAfter
-	every := cmp.Or(g.cfg.Test.HeartbeatEvery, lease/3)
-	var beat func()
-	beat = func() {
-		hb.mu.Lock()
-		if hb.stopped {
-			hb.mu.Unlock()
-			return
-		}
-		hb.beating.Add(1) // under mu, before stop can Wait
-		hb.mu.Unlock()
-		defer hb.beating.Done()
-
-		// A slow renewal still counts from its start if it lands before the
-		// lease ends, so it may take that long (bounded by StoreTimeout).
-		began := time.Now()
-		ctx, c := context.WithTimeout(context.Background(), min(g.cfg.StoreTimeout, max(hb.left(), every/3)))
-		ok, err := g.store.Heartbeat(ctx, o.id, o.nonce)
-		c()
-		switch {
-		case err == nil && ok:
-			hb.renew(began.Add(lease - leaseMargin(lease)))
-			hb.next(every - time.Since(began))
-		case err != nil:
-			// Unknown: the lease stays counted from the last renewal that
-			// is known to have landed; the next try comes soon.
-			g.emit(Event{Kind: EventStoreError, Scope: p.scope, StoreOp: "heartbeat"})
-			g.log.Warn("guard: heartbeat failed; retrying", g.attrs(p, slog.Any("err", err))...)
-			hb.next(jitter(every / 3))
-		default:
-			hb.mu.Lock()
-			hb.lost = true
-			hb.mu.Unlock()
-			cancel(ErrOwnershipLost)
-			g.log.Warn("guard: claim taken over; cancelling the operation", g.attrs(p, slog.Int("attempt", o.attempt))...)
-		}
-	}
+	hb := &heartbeat{g: g, p: p, o: o, cancel: cancel, lease: lease, every: cmp.Or(g.cfg.Test.HeartbeatEvery, lease/3)}
 	hb.mu.Lock()
 	defer hb.mu.Unlock()
 	hb.deadline = o.leaseFrom.Add(lease - leaseMargin(lease))
-	hb.expiry = time.AfterFunc(time.Until(hb.deadline), func() {
-		hb.mu.Lock()
-		live := !hb.stopped && !time.Now().Before(hb.deadline)
-		hb.mu.Unlock()
-		if live {
-			cancel(ErrOwnershipLost)
-			g.log.Warn("guard: lease ran out before a renewal landed; cancelling the operation",
-				g.attrs(p, slog.Int("attempt", o.attempt))...)
-		}
-	})
-	hb.timer = time.AfterFunc(every, beat)
+	hb.expiry = time.AfterFunc(time.Until(hb.deadline), hb.expire)
+	hb.timer = time.AfterFunc(hb.every, hb.beat)
 	return hb
+}
+
+// beat renews the lease once and schedules the next renewal.
+func (hb *heartbeat) beat() {
+	hb.mu.Lock()
+	if hb.stopped {
+		hb.mu.Unlock()
+		return
+	}
+	hb.beating.Add(1) // under mu, before stop can Wait
+	hb.mu.Unlock()
+	defer hb.beating.Done()
+
+	g, p := hb.g, hb.p
+	// A slow renewal still counts from its start if it lands before the
+	// lease ends, so it may take that long (bounded by StoreTimeout).
+	began := time.Now()
+	ctx, cancel := context.WithTimeout(context.Background(), min(g.cfg.StoreTimeout, max(hb.left(), hb.every/3)))
+	ok, err := g.store.Heartbeat(ctx, hb.o.id, hb.o.nonce)
+	cancel()
+	switch {
+	case err == nil && ok:
+		hb.renew(began.Add(hb.lease - leaseMargin(hb.lease)))
+		hb.next(hb.every - time.Since(began))
+	case err != nil:
+		// Unknown: the lease stays counted from the last renewal that
+		// is known to have landed; the next try comes soon.
+		g.emit(Event{Kind: EventStoreError, Scope: p.scope, StoreOp: "heartbeat"})
+		g.log.Warn("guard: heartbeat failed; retrying", g.attrs(p, slog.Any("err", err))...)
+		hb.next(jitter(hb.every / 3))
+	default:
+		hb.mu.Lock()
+		hb.lost = true
+		hb.mu.Unlock()
+		hb.cancel(ErrOwnershipLost)
+		g.log.Warn("guard: claim taken over; cancelling the operation", g.attrs(p, slog.Int("attempt", hb.o.attempt))...)
+	}
+}
+
+// expire cancels the operation when the lease ran out before a renewal
+// landed.
+func (hb *heartbeat) expire() {
+	hb.mu.Lock()
+	live := !hb.stopped && !time.Now().Before(hb.deadline)
+	hb.mu.Unlock()
+	if live {
+		hb.cancel(ErrOwnershipLost)
+		hb.g.log.Warn("guard: lease ran out before a renewal landed; cancelling the operation",
+			hb.g.attrs(hb.p, slog.Int("attempt", hb.o.attempt))...)
+	}
 }
 
 // renew moves the lease's end to deadline.

@@ -38,7 +38,7 @@ func (g *Guard) LookupHash(ctx context.Context, tenant tenancy.ID, scope, keyHas
 	}
 	// A started row is judged by the lease its owner promised (stored in
 	// the row), not by this reader's settings.
-	if rec.Expired() && !(rec.Status == RowStarted && !rec.Stale(cmp.Or(g.cfg.Defaults.StaleAfter, DefaultStaleAfter))) {
+	if rec.Reclaimable(cmp.Or(g.cfg.Defaults.StaleAfter, DefaultStaleAfter)) {
 		return KeyInfo{}, ErrNotFound
 	}
 	info := KeyInfo{KeyHash: keyHash, Status: KeyStatus(rec.Status), Attempts: rec.Attempts, CreatedAt: rec.CreatedAt,

@@ -64,7 +64,7 @@ when it commits.
 
 # Lease and Heartbeat
 
-The lease is the owner's promise (DESIGN §4.7). The claim (or takeover, or
+The lease is the owner's promise of how long it may go silent. The claim (or takeover, or
 retry) write is the first beat; while the operation runs, and while its
 outcome is committed, the owner renews heartbeat_at every staleAfter/3 with
 UPDATE ... WHERE id = ? AND status = 'started' AND claim_nonce = mine. As a
@@ -86,7 +86,7 @@ by itself; only the lease timer does.
 
 # Failure Handling
 
-Decide by the row, never by the error (DESIGN §4.5). Every write runs
+Decide by the row, never by the error. Every write runs
 detached from the caller's cancellation, bounded by StoreTimeout.
 
   - Store down before the operation: Do returns a StoreError

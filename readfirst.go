@@ -10,8 +10,8 @@ import (
 
 // Read-first replay
 //
-// The claim INSERT comes first because it alone decides ownership (DESIGN
-// §4.1): for a fresh key it is already the claim. A replay the in-process
+// The claim INSERT comes first because it alone decides ownership (the
+// unique key lets one caller win): for a fresh key it is already the claim. A replay the in-process
 // cache cannot answer therefore pays an INSERT that fails with 1062, then
 // the SELECT: two round trips where a plain read needs one. Reading the row
 // first turns a replay into one SELECT, at the price of one extra SELECT for
@@ -56,7 +56,7 @@ func (r ReadFirst) validate() error {
 	case "", ReadFirstAdaptive, ReadFirstAlways, ReadFirstClientKey, ReadFirstNever:
 		return nil
 	}
-	return fmt.Errorf("engine: Config.Test.ReadFirst must be %q, %q, %q or %q, got %q",
+	return fmt.Errorf("idemguard: Config.Test.ReadFirst must be %q, %q, %q or %q, got %q",
 		ReadFirstAdaptive, ReadFirstAlways, ReadFirstClientKey, ReadFirstNever, r)
 }
 

@@ -26,9 +26,9 @@ var (
 	// ErrOutcomeUnknown marks a write whose effect the store cannot report:
 	// the statement may or may not have applied (MySQL error 1213, a
 	// deadlock victim or a multi-primary certification failure; 1205, a lock
-	// wait timeout). A Store wraps the driver's error with it. The engine
+	// wait timeout). A Store wraps the driver's error with it. The guard
 	// treats it like any other store error on a write: it decides by
-	// re-reading the row, never by the error (DESIGN §4.5).
+	// re-reading the row, never by the error.
 	ErrOutcomeUnknown = errors.New("idemguard: outcome of the write unknown")
 )
 
@@ -65,12 +65,20 @@ type Record struct {
 func (r Record) Expired() bool { return !r.ExpiresAt.After(r.Now) }
 
 // Stale reports whether a started row's last heartbeat is older than its
-// owner's lease at r.Now. The lease is the owner's promise (DESIGN §4.7):
+// owner's lease at r.Now. The lease is the owner's promise:
 // the row's own Lease is used whenever it has one, so a reader whose
 // StaleAfter differs (a rolling configuration change) judges the owner by
 // what the owner promised; fallback is used only for rows without a lease.
 func (r Record) Stale(fallback time.Duration) bool {
 	return r.Status == RowStarted && r.lastSign().Before(r.Now.Add(-r.LeaseOr(fallback)))
+}
+
+// Reclaimable reports whether the row may be claimed afresh, as if it were
+// absent: it expired at r.Now, and it is not a started row whose owner is
+// still within its lease (a live owner is never displaced by expiry, however
+// long it runs). fallback is the lease of a row that carries none.
+func (r Record) Reclaimable(fallback time.Duration) bool {
+	return r.Expired() && !(r.Status == RowStarted && !r.Stale(fallback))
 }
 
 // LeaseOr is r.Lease, or fallback when the row carries none.

@@ -1,0 +1,457 @@
+package idemguard
+
+import (
+	"context"
+	"database/sql/driver"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"time"
+
+	"github.com/idemguard/idemguard/sanitize"
+)
+
+// maxRaces bounds how often one call re-reads after losing a guarded write
+// without waiting; each lost race means another caller made progress, so a
+// healthy store never comes near it.
+const maxRaces = 16
+
+// claimLoop is one call's way through the claim protocol after the replay
+// cache missed: claim the row or read it, then answer from the row or make
+// the one transition its state allows, and read again after every race it
+// lost, until the call owns the row (and runs the operation) or has an
+// answer. Each row state has its own method; reclaim is the one way to win
+// an existing row.
+type claimLoop struct {
+	g   *Guard
+	ctx context.Context
+	p   prepared
+	op  Operation
+
+	// waitUntil ends a Call.Wait (zero: answer in progress at once); poll
+	// paces the re-reads while waiting, waited adds them up.
+	waitUntil time.Time
+	poll      backoff
+	waited    time.Duration
+
+	// unconfirmed are this call's claim writes whose outcome was unknown
+	// and that no read has shown yet. A row holding one is ours: decide by
+	// the row, never by the error. Those the call ends up not owning are
+	// released later if they land after the call has answered without them
+	// (the server may complete a statement after the client gave up on it).
+	unconfirmed []pendingClaim
+	ownedNonce  string // the nonce of the claim the call runs under, once it owns one
+	// unsure names the last write whose outcome was unknown: the next read
+	// settles it (detached from the caller, retried within StoreTimeout).
+	unsure  *unknownWrite
+	lastErr error // the last claim write's error, for the caller if the races never end
+
+	needClaim bool // the row was absent at the last read: INSERT first
+	races     int  // lost races (and absent reads) in a row
+	nonce     string
+	readAt    time.Time // local time before this round's read, for the replay cache
+}
+
+// errAgain is what a state method returns when the call must read the row
+// again: it lost a race, its write's outcome is unknown, or it waited.
+var errAgain = errors.New("idemguard: read the row again")
+
+func (g *Guard) execute(ctx context.Context, p prepared, op Operation) (Result, error) {
+	l := claimLoop{g: g, ctx: ctx, p: p, op: op, needClaim: true, poll: newBackoff(p.settings.StaleAfter)}
+	if p.wait > 0 {
+		l.waitUntil = g.now().Add(p.wait)
+	}
+	defer l.finish()
+	for {
+		if err := l.mayGoOn(); err != nil {
+			return Result{}, err
+		}
+		l.nonce, l.readAt = newNonce(), g.now()
+		if l.needClaim {
+			if res, err := l.insert(); err != errAgain {
+				return res, err
+			}
+		}
+		rec, err := l.read()
+		if err == errAgain {
+			continue
+		}
+		if err != nil {
+			return Result{}, err
+		}
+		if res, err := l.onRow(rec); err != errAgain {
+			return res, err
+		}
+	}
+}
+
+// finish releases, later and in the background, the unconfirmed claims the
+// call does not run under, and reports the time it waited.
+func (l *claimLoop) finish() {
+	var notOwned []pendingClaim
+	for _, u := range l.unconfirmed {
+		if u.nonce != l.ownedNonce {
+			notOwned = append(notOwned, u)
+		}
+	}
+	l.g.releaseLater(l.p, notOwned)
+	if l.waited > 0 {
+		l.g.emit(Event{Kind: EventWaited, Scope: l.p.scope, Duration: l.waited})
+	}
+}
+
+// mayGoOn says why the call must stop claiming, if it must: the races never
+// end, the Guard is closing, or the caller hung up (claiming then would
+// only be released again).
+func (l *claimLoop) mayGoOn() error {
+	switch {
+	case l.races > maxRaces:
+		err := errors.New("too many lost races in a row")
+		if l.lastErr != nil {
+			err = fmt.Errorf("%w; last store error: %w", err, l.lastErr)
+		}
+		return &StoreError{Op: "claim", Err: err}
+	case l.g.lifetime.Err() != nil:
+		return &StoreError{Op: "claim", Err: ErrShuttingDown}
+	case l.ctx.Err() != nil && !l.p.detach:
+		return &StoreError{Op: "claim", Err: context.Cause(l.ctx)}
+	}
+	return nil
+}
+
+// insert tries the claim INSERT. A duplicate, or a write whose outcome is
+// unknown (kept among the unconfirmed claims), sends the call to the read.
+func (l *claimLoop) insert() (Result, error) {
+	sent := time.Now()
+	id, err := l.g.claim(l.ctx, l.p, l.nonce)
+	switch {
+	case err == nil:
+		return l.own(owned{id: id, nonce: l.nonce, attempt: 1, firstSeen: l.g.now(), leaseFrom: sent}, EventClaimed)
+	case !errors.Is(err, ErrDuplicate):
+		l.unconfirmed = append(l.unconfirmed, pendingClaim{nonce: l.nonce, sent: sent, kind: EventClaimed})
+		l.unsure, l.lastErr = &unknownWrite{op: "claim", err: err}, err
+	}
+	return Result{}, errAgain
+}
+
+// read reads the row, settling the last unknown write if there is one;
+// errAgain when there is none (see absent).
+func (l *claimLoop) read() (Record, error) {
+	g, p := l.g, l.p
+	settled := l.unsure
+	l.unsure = nil
+	var rec Record
+	var err error
+	if settled != nil {
+		rec, err = g.settle(l.ctx, p, settled.op, settled.err)
+	} else {
+		rec, err = g.get(l.ctx, p)
+	}
+	if settled != nil && !outcomeUnknown(settled.err) && (err == nil || errors.Is(err, ErrNotFound)) {
+		if _, ours := pendingIn(l.unconfirmed, rec); !ours || err != nil {
+			// The store answered with an error (no such table or column, a
+			// value too long, ...): the write did not apply, and trying
+			// again cannot help. The row said so too.
+			return Record{}, g.storeErr(l.ctx, p, settled.op, settled.err)
+		}
+	}
+	if errors.Is(err, ErrNotFound) {
+		return Record{}, l.absent(settled != nil)
+	}
+	if err != nil {
+		return Record{}, g.storeErr(l.ctx, p, "read", err)
+	}
+	l.needClaim = false
+	return rec, nil
+}
+
+// absent is the state without a row: the call's write did not land (yet),
+// the row was deleted since (cleanup, a released claim), or a multi-primary
+// loser read before the winner's commit. The call claims again after a
+// pause that grows, longer after an unknown outcome (the store is in
+// trouble).
+func (l *claimLoop) absent(afterUnknown bool) error {
+	l.needClaim = true
+	l.races++
+	step := 5 * time.Millisecond
+	if afterUnknown {
+		step = 50 * time.Millisecond
+	}
+	sleepCtx(l.ctx, jitter(min(time.Duration(l.races)*step, time.Second)))
+	return errAgain
+}
+
+// onRow answers from the row, or acts on it, by its state.
+func (l *claimLoop) onRow(rec Record) (Result, error) {
+	if u, ok := pendingIn(l.unconfirmed, rec); ok {
+		// One of this call's own writes landed after all.
+		return l.own(owned{id: rec.ID, nonce: u.nonce, attempt: rec.Attempts, firstSeen: rec.CreatedAt,
+			leaseFrom: u.sent, prev: u.prev}, u.kind)
+	}
+	if rec.Reclaimable(l.p.settings.StaleAfter) {
+		return l.expired(rec)
+	}
+	if rec.Fingerprint != l.p.fingerprint {
+		// Only a client key can name a row with other inputs: a derived
+		// key hashes the inputs themselves.
+		l.g.emit(Event{Kind: EventMismatch, Scope: l.p.scope})
+		return Result{}, ErrFingerprintMismatch
+	}
+	switch rec.Status {
+	case RowSucceeded:
+		return l.succeeded(rec)
+	case RowFailed:
+		return l.failed(rec)
+	case RowStarted:
+		return l.started(rec)
+	}
+	return Result{}, l.g.storeErr(l.ctx, l.p, "read", fmt.Errorf("unknown row status %q", rec.Status))
+}
+
+// expired claims a row past its expiry as if it were absent: a new first
+// attempt, whatever inputs it held.
+func (l *claimLoop) expired(rec Record) (Result, error) {
+	p := l.p
+	return l.reclaim(ReclaimParams{Kind: ReclaimExpired, ID: rec.ID, OldNonce: rec.ClaimNonce,
+		OldAttempts: rec.Attempts, NewNonce: l.nonce, Fingerprint: p.fingerprint,
+		TTL: p.settings.TTL, StaleAfter: p.settings.StaleAfter}, nil, EventClaimed, 1, time.Time{})
+}
+
+// succeeded replays the stored answer.
+func (l *claimLoop) succeeded(rec Record) (Result, error) {
+	res, err := l.g.replay(l.ctx, l.p, rec, l.readAt)
+	if err != nil {
+		return Result{}, err
+	}
+	l.g.emit(Event{Kind: EventReplayed, Scope: l.p.scope})
+	return res, nil
+}
+
+// failed answers a final failure as stored, and retries any other while
+// attempts remain.
+func (l *claimLoop) failed(rec Record) (Result, error) {
+	g, p := l.g, l.p
+	env, err := decodeStored(rec)
+	if err != nil {
+		return Result{}, g.storeErr(l.ctx, p, "read", err)
+	}
+	if final(env.StopReason) || rec.Attempts >= p.settings.MaxAttempts {
+		if !final(env.StopReason) {
+			env.StopReason = sanitize.RetryLimit
+		}
+		g.emit(Event{Kind: EventRetryLimit, Scope: p.scope, StopReason: env.StopReason})
+		return g.storedFailure(p, rec, env), nil
+	}
+	prev := rec
+	return l.reclaim(ReclaimParams{Kind: ReclaimFailed, ID: rec.ID, OldNonce: rec.ClaimNonce,
+		OldAttempts: rec.Attempts, NewNonce: l.nonce, TTL: p.settings.TTL, MaxAttempts: p.settings.MaxAttempts},
+		&prev, EventRetried, rec.Attempts+1, rec.CreatedAt)
+}
+
+// started waits for (or reports) a live owner; a stale one is taken over,
+// or, under policy fail or without attempts left, marked failed.
+func (l *claimLoop) started(rec Record) (Result, error) {
+	g, p := l.g, l.p
+	if !rec.Stale(p.settings.StaleAfter) {
+		return l.running(rec)
+	}
+	if p.settings.StalePolicy == StaleFail || rec.Attempts >= p.settings.MaxAttempts {
+		reason := sanitize.Abandoned
+		if p.settings.StalePolicy != StaleFail {
+			reason = sanitize.RetryLimit
+		}
+		if err := g.abandon(l.ctx, p, rec, reason); err != nil {
+			return Result{}, err
+		}
+		l.races++
+		return Result{}, errAgain // the re-read answers with the failed row
+	}
+	prev := rec
+	return l.reclaim(ReclaimParams{Kind: ReclaimStale, ID: rec.ID, OldNonce: rec.ClaimNonce,
+		OldAttempts: rec.Attempts, NewNonce: l.nonce, StaleAfter: p.settings.StaleAfter},
+		&prev, EventTakeover, rec.Attempts+1, rec.CreatedAt)
+}
+
+// running answers in progress, or, within Call.Wait, pauses before the
+// next read.
+func (l *claimLoop) running(rec Record) (Result, error) {
+	g := l.g
+	if l.waitUntil.IsZero() || !g.now().Before(l.waitUntil) || l.ctx.Err() != nil {
+		g.emit(Event{Kind: EventInProgress, Scope: l.p.scope})
+		return g.inProgress(l.p, rec), nil
+	}
+	l.races = 0
+	start := g.now()
+	sleepCtx(l.ctx, min(l.poll.next(), l.waitUntil.Sub(start)))
+	l.waited += g.now().Sub(start)
+	if l.ctx.Err() != nil || g.lifetime.Err() != nil { // the caller, or the Guard, stopped waiting
+		g.emit(Event{Kind: EventInProgress, Scope: l.p.scope})
+		return g.inProgress(l.p, rec), nil
+	}
+	return Result{}, errAgain
+}
+
+// reclaim makes the guarded transition rp. Won, the call runs the
+// operation as attempt (firstSeen zero: now); lost or unknown, it reads the
+// row again (an unknown outcome joins the unconfirmed claims).
+func (l *claimLoop) reclaim(rp ReclaimParams, prev *Record, kind EventKind, attempt int, firstSeen time.Time) (Result, error) {
+	won, u := l.g.tryReclaim(l.ctx, l.p, rp, prev, kind)
+	if won == nil {
+		if u != nil {
+			l.unconfirmed = append(l.unconfirmed, u.claim)
+			l.unsure, l.lastErr = u, u.err
+		}
+		l.races++
+		return Result{}, errAgain
+	}
+	if firstSeen.IsZero() {
+		firstSeen = l.g.now()
+	}
+	won.attempt, won.firstSeen = attempt, firstSeen
+	if kind == EventTakeover {
+		l.g.log.Info("guard: took over a stale claim", l.g.attrs(l.p, slog.Int("attempt", attempt),
+			slog.Duration("silent_for", prev.Now.Sub(prev.lastSign())))...)
+	}
+	return l.own(*won, kind)
+}
+
+// own runs the operation under the claim o.
+func (l *claimLoop) own(o owned, kind EventKind) (Result, error) {
+	l.ownedNonce = o.nonce
+	return l.g.own(l.ctx, l.p, l.op, o, kind)
+}
+
+// final reports whether a stored failure is never retried: the inputs were
+// rejected, the operation was abandoned, or it ran out of attempts.
+func final(r sanitize.StopReason) bool {
+	return r == sanitize.Abandoned || r == sanitize.RetryLimit || r == sanitize.InvalidInput
+}
+
+func (g *Guard) claim(ctx context.Context, p prepared, nonce string) (uint64, error) {
+	ctx, cancel := g.storeCtx(context.WithoutCancel(ctx))
+	defer cancel()
+	return g.store.Claim(ctx, ClaimParams{Tenant: p.tenant, Scope: p.scope, KeyHash: p.keyHash,
+		Fingerprint: p.fingerprint, Nonce: nonce, TTL: p.settings.TTL, Lease: p.settings.StaleAfter})
+}
+
+func (g *Guard) get(ctx context.Context, p prepared) (Record, error) {
+	ctx, cancel := g.storeCtx(ctx)
+	defer cancel()
+	return g.store.Get(ctx, p.tenant, p.scope, p.keyHash)
+}
+
+// settle resolves a write whose outcome is unknown by re-reading the row,
+// detached from the caller and bounded by StoreTimeout in all, with
+// jittered pauses. ErrNotFound when there is no row. Any other error means
+// the row could not be read either: the caller is told nothing ran.
+func (g *Guard) settle(ctx context.Context, p prepared, op string, cause error) (Record, error) {
+	ctx = context.WithoutCancel(ctx)
+	deadline := time.Now().Add(g.cfg.StoreTimeout)
+	pause := 20 * time.Millisecond
+	for {
+		sctx, cancel := context.WithDeadline(ctx, deadline)
+		rec, err := g.store.Get(sctx, p.tenant, p.scope, p.keyHash)
+		cancel()
+		if err == nil || errors.Is(err, ErrNotFound) {
+			return rec, err
+		}
+		if time.Until(deadline) < pause {
+			return Record{}, g.storeErr(ctx, p, op, cause)
+		}
+		sleepCtx(ctx, jitter(pause))
+		pause = min(2*pause, time.Second)
+	}
+}
+
+// outcomeUnknown reports whether a failed write may have applied: the store
+// says so (ErrOutcomeUnknown), or no answer came (a timeout, a broken
+// connection). Any other error is the store's answer that the statement
+// failed.
+func outcomeUnknown(err error) bool {
+	var ne net.Error
+	return errors.Is(err, ErrOutcomeUnknown) || errors.Is(err, context.DeadlineExceeded) ||
+		errors.Is(err, context.Canceled) || errors.Is(err, driver.ErrBadConn) ||
+		errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) || errors.As(err, &ne)
+}
+
+// pendingClaim is a claim write (INSERT or guarded UPDATE) whose outcome
+// was unknown: it may have landed, or may land later.
+type pendingClaim struct {
+	nonce string
+	// guard is the nonce a Reclaim's UPDATE is guarded by ("" for a Claim's
+	// INSERT): once the row holds neither it nor nonce, the UPDATE can
+	// never land.
+	guard string
+	prev  *Record   // the row before a Reclaim, for Release
+	sent  time.Time // when the write was sent: the earliest its lease can count from
+	kind  EventKind // what owning it means
+	// landed: the write is known to have landed (a release that failed).
+	landed bool
+}
+
+// unknownWrite is a claim write whose outcome the next read settles.
+type unknownWrite struct {
+	op    string
+	err   error
+	claim pendingClaim
+}
+
+// pendingIn returns the unconfirmed claim rec holds, if any.
+func pendingIn(unconfirmed []pendingClaim, rec Record) (pendingClaim, bool) {
+	if rec.Status != RowStarted {
+		return pendingClaim{}, false
+	}
+	for _, u := range unconfirmed {
+		if rec.ClaimNonce == u.nonce {
+			return u, true
+		}
+	}
+	return pendingClaim{}, false
+}
+
+// tryReclaim makes the guarded transition rp and, when it won, returns the
+// claim it holds. An unknown outcome is returned as u: the caller keeps the
+// claim among its unconfirmed ones and settles it by re-reading the row
+// (decide by the row, never by the error). prev is the row as read, for Release.
+func (g *Guard) tryReclaim(ctx context.Context, p prepared, rp ReclaimParams, prev *Record, kind EventKind) (won *owned, u *unknownWrite) {
+	rp.Lease = p.settings.StaleAfter
+	sent := time.Now()
+	sctx, cancel := g.storeCtx(context.WithoutCancel(ctx))
+	ok, err := g.store.Reclaim(sctx, rp)
+	cancel()
+	switch {
+	case err != nil:
+		return nil, &unknownWrite{op: "reclaim " + rp.Kind.String(), err: err,
+			claim: pendingClaim{nonce: rp.NewNonce, guard: rp.OldNonce, prev: prev, sent: sent, kind: kind}}
+	case ok:
+		return &owned{id: rp.ID, nonce: rp.NewNonce, leaseFrom: sent, prev: prev}, nil
+	}
+	return nil, nil
+}
+
+func (g *Guard) abandon(ctx context.Context, p prepared, rec Record, reason sanitize.StopReason) error {
+	body, err := sanitize.Marshal(sanitize.Failure(reason))
+	if err != nil {
+		return g.storeErr(ctx, p, "abandon", err)
+	}
+	ctx, cancel := g.storeCtx(context.WithoutCancel(ctx))
+	defer cancel()
+	won, err := g.store.Abandon(ctx, AbandonParams{ID: rec.ID, OldNonce: rec.ClaimNonce, OldAttempts: rec.Attempts,
+		StaleAfter: p.settings.StaleAfter, Response: body, ResponseCode: http.StatusBadGateway, TTL: p.settings.TTL})
+	if err != nil {
+		// Unknown outcome: the caller's next read of the row decides. A
+		// store that is down fails that read.
+		g.emit(Event{Kind: EventStoreError, Scope: p.scope, StoreOp: "abandon"})
+		g.log.Warn("guard: abandoning a stale claim failed; re-reading", g.attrs(p, slog.Any("err", err))...)
+		return nil
+	}
+	if won {
+		g.emit(Event{Kind: EventAbandoned, Scope: p.scope, StopReason: reason})
+		g.log.Warn("guard: stale claim marked failed instead of taken over", g.attrs(p,
+			slog.String("stop_reason", string(reason)), slog.Int("attempt", rec.Attempts))...)
+	}
+	return nil
+}

@@ -1,0 +1,266 @@
+package idemguard
+
+import (
+	"cmp"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"reflect"
+	"runtime/debug"
+	"time"
+
+	"github.com/idemguard/idemguard/sanitize"
+)
+
+// owned is a claim this call holds.
+type owned struct {
+	id        uint64
+	nonce     string
+	attempt   int
+	firstSeen time.Time
+	// leaseFrom is when the write that took the claim was sent (local
+	// monotonic clock): the lease's first beat.
+	leaseFrom time.Time
+	// prev is the row before a Reclaim took it (nil after a Claim or an
+	// expired re-claim), for Release.
+	prev *Record
+}
+
+// own starts the operation on a claim this call took, unless nothing may
+// run any more: the Guard is closing, or the caller hung up (without
+// Detach). Then the claim is released, since the caller is told that
+// nothing ran. A lease already half spent (the claim's outcome had to be
+// settled by re-reading) is renewed before the operation starts.
+func (g *Guard) own(ctx context.Context, p prepared, op Operation, o owned, kind EventKind) (Result, error) {
+	switch {
+	case g.lifetime.Err() != nil:
+		g.release(p, o)
+		return Result{}, &StoreError{Op: "claim", Err: ErrShuttingDown}
+	case ctx.Err() != nil && !p.detach:
+		g.release(p, o)
+		return Result{}, &StoreError{Op: "claim", Err: context.Cause(ctx)}
+	}
+	if time.Since(o.leaseFrom) > p.settings.StaleAfter/2 {
+		began := time.Now()
+		sctx, cancel := g.storeCtx(context.WithoutCancel(ctx))
+		ok, err := g.store.Heartbeat(sctx, o.id, o.nonce)
+		cancel()
+		if err == nil && !ok {
+			// Taken over while this call settled its claim: nothing
+			// ran here, and the row says what the caller gets.
+			if res, answered := g.answerFromRow(ctx, p); answered {
+				return res, nil
+			}
+			err = ErrOwnershipLost
+		}
+		if err != nil {
+			g.release(p, o)
+			return Result{}, g.storeErr(ctx, p, "heartbeat", err)
+		}
+		o.leaseFrom = began
+	}
+	g.emit(Event{Kind: kind, Scope: p.scope})
+	return g.runOwned(ctx, p, op, o)
+}
+
+// runOwned runs the operation under the claim o, with the heartbeat keeping
+// its lease, and records the outcome.
+func (g *Guard) runOwned(ctx context.Context, p prepared, op Operation, o owned) (Result, error) {
+	parent := ctx
+	if p.detach {
+		parent = context.WithoutCancel(ctx)
+	}
+	opCtx, cancel := context.WithCancelCause(parent)
+	defer cancel(nil)
+	stopOnClose := context.AfterFunc(g.lifetime, func() { cancel(ErrShuttingDown) })
+	defer stopOnClose()
+	runCtx := opCtx
+	if p.timeout > 0 {
+		var cancelTimeout context.CancelFunc
+		runCtx, cancelTimeout = context.WithTimeout(opCtx, p.timeout)
+		defer cancelTimeout()
+	}
+
+	hb := g.startHeartbeat(p, o, cancel)
+	defer hb.stop()
+	start := g.now()
+	value, opErr := callOperation(runCtx, op)
+	elapsed := g.now().Sub(start)
+
+	out := g.outcomeOf(p, o, runCtx, value, opErr)
+	g.emit(Event{Kind: EventOperation, Scope: p.scope, Duration: elapsed, StopReason: out.env.StopReason, Failed: out.status == RowFailed})
+	res := g.encodeOutcome(p, o, &out)
+	if hb.takenOver() {
+		// Another caller owns the row now; writing would overwrite its state.
+		res.LostClaim = true
+		g.emit(Event{Kind: EventLostClaim, Scope: p.scope})
+		g.log.Warn("guard: claim lost while running; result not stored", g.attrs(p, slog.Int("attempt", o.attempt))...)
+		return res, out.invalid
+	}
+	// The heartbeat keeps running: the commit is retried while the lease holds.
+	return g.commit(ctx, p, o, hb, res, out.status), out.invalid
+}
+
+// outcome is what an operation's return became: the envelope and status
+// to store, and the errors to report.
+type outcome struct {
+	env    sanitize.Envelope
+	code   int
+	status RowStatus
+	// opErr is the operation's own error (Result.Err); invalid is a
+	// programming error of the operation, never an upstream failure: a
+	// result that is not a JSON object, or an error the operation itself
+	// marked ErrInvalidResult.
+	opErr, invalid error
+}
+
+// outcomeOf sanitizes the operation's value, or classifies its error.
+func (g *Guard) outcomeOf(p prepared, o owned, runCtx context.Context, value any, opErr error) outcome {
+	out := outcome{status: RowSucceeded}
+	switch {
+	case opErr == nil:
+		var dropped []string
+		var err error
+		out.env, out.code, err = toEnvelope(value, func(name string) { dropped = append(dropped, name) })
+		if err != nil {
+			out.invalid = fmt.Errorf("%w: %w", ErrInvalidResult, err)
+		}
+		g.reportDropped(p, dropped)
+	case errors.Is(opErr, ErrInvalidResult):
+		out.invalid, opErr = opErr, nil
+	}
+	switch {
+	case out.invalid != nil:
+		out.status, out.opErr = RowFailed, out.invalid
+		out.env, out.code = sanitize.Failure(sanitize.Unknown), http.StatusInternalServerError
+		g.log.Error("guard: the operation's result is invalid (a programming error, not an upstream failure); stored as failed with stop reason unknown",
+			g.attrs(p, slog.Int("attempt", o.attempt), slog.String("value_type", fmt.Sprintf("%T", value)), slog.Any("err", out.invalid))...)
+	case opErr != nil:
+		out.status, out.opErr = RowFailed, opErr
+		reason := g.classify(p, runCtx, opErr)
+		out.env, out.code = sanitize.Failure(reason), http.StatusBadGateway
+		if reason == sanitize.InvalidInput {
+			// The upstream rejected the inputs themselves: final for them.
+			out.code = http.StatusUnprocessableEntity
+		}
+		g.logOpError(p, o, opErr, reason)
+	}
+	return out
+}
+
+// encodeOutcome encodes the envelope within the size limit and returns the
+// Result the caller gets, before it is stored.
+func (g *Guard) encodeOutcome(p prepared, o owned, out *outcome) Result {
+	body, dropped, err := g.encode(out.env)
+	if err != nil {
+		// Unreachable for a sanitized envelope; store a bare failure rather than nothing.
+		g.log.Error("guard: encoding the envelope failed", g.attrs(p, slog.Any("err", err))...)
+		out.env, out.code, out.status = sanitize.Failure(sanitize.Unknown), http.StatusBadGateway, RowFailed
+		body, _ = sanitize.Marshal(out.env)
+	}
+	if dropped {
+		g.log.Warn("guard: envelope over the size limit; data dropped", g.attrs(p, slog.Int("limit_bytes", g.policy.MaxBytes))...)
+		if out.env, err = sanitize.FromJSON(body); err != nil {
+			out.env = sanitize.Failure(sanitize.Unknown)
+		}
+	}
+	res := Result{Status: StatusSucceeded, Envelope: out.env, Body: body, StatusCode: out.code, StopReason: out.env.StopReason,
+		Attempt: o.attempt, FirstSeen: o.firstSeen, KeyHash: p.keyHash, Err: out.opErr}
+	if out.status == RowFailed {
+		res.Status = StatusFailed
+	}
+	return res
+}
+
+func callOperation(ctx context.Context, op Operation) (v any, err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			v, err = nil, &PanicError{Value: r, Stack: debug.Stack()}
+		}
+	}()
+	return op(ctx)
+}
+
+// toEnvelope sanitizes an operation's value, calling dropped with the name
+// of each field the allowlist drops. nil, a nil pointer and a nil map mean a
+// success without data; any other value that is not a JSON object is an
+// error (ErrInvalidResult for the caller).
+func toEnvelope(v any, dropped func(string)) (sanitize.Envelope, int, error) {
+	code := http.StatusOK
+	switch r := v.(type) {
+	case Response:
+		code, v = cmp.Or(r.StatusCode, http.StatusOK), r.Value
+	case *Response:
+		if r != nil {
+			code, v = cmp.Or(r.StatusCode, http.StatusOK), r.Value
+		}
+	}
+	if code < 100 || code > 599 {
+		return sanitize.Envelope{}, 0, fmt.Errorf("status code %d out of range", code)
+	}
+	if v == nil {
+		v = emptyObject
+	} else if rv := reflect.ValueOf(v); (rv.Kind() == reflect.Pointer || rv.Kind() == reflect.Map) && rv.IsNil() {
+		v = emptyObject
+	}
+	env, err := sanitize.FromValueReport(v, dropped)
+	if errors.Is(err, sanitize.ErrNotObject) {
+		err = fmt.Errorf("a %T is not a JSON object; return a struct, a map or a sanitize.Envelope", v)
+	}
+	return env, code, err
+}
+
+// emptyObject is what a nil result stands for: a success without data.
+var emptyObject = json.RawMessage(`{}`)
+
+// encode is g.policy.EncodeReport(env) for an envelope that is already
+// sanitized, as every envelope here is (it comes from sanitize.FromValue or
+// sanitize.Failure): EncodeReport marshals, sanitizes the encoding again and
+// marshals once more, and for a sanitized envelope that gives exactly
+// Marshal(env) (sanitize's fuzz test holds FromJSON(Marshal(e)) == e). So one
+// Marshal is enough while the envelope fits the size limit; over it,
+// EncodeReport applies the size policy as before.
+func (g *Guard) encode(env sanitize.Envelope) ([]byte, bool, error) {
+	env.Cached = false
+	if body, err := sanitize.Marshal(env); err == nil && len(body) <= g.policy.MaxBytes {
+		return body, false, nil
+	}
+	return g.policy.EncodeReport(env)
+}
+
+func (g *Guard) classify(p prepared, ctx context.Context, err error) sanitize.StopReason {
+	var sr stopReasoner
+	var pe *PanicError
+	cause := context.Cause(ctx)
+	switch {
+	case errors.As(err, &sr):
+		return sanitize.ParseStopReason(string(sr.StopReason()))
+	case errors.As(err, &pe):
+		return sanitize.Unknown
+	case errors.Is(cause, ErrShuttingDown), errors.Is(cause, ErrOwnershipLost):
+		// Cut off by Close, or by its own lease running out: the operation
+		// may have done part of its work.
+		if p.settings.StalePolicy == StaleFail {
+			return sanitize.Abandoned
+		}
+		return sanitize.Timeout
+	case errors.Is(err, context.DeadlineExceeded), errors.Is(cause, context.DeadlineExceeded):
+		return sanitize.Timeout
+	}
+	return sanitize.ProviderError
+}
+
+func (g *Guard) logOpError(p prepared, o owned, err error, reason sanitize.StopReason) {
+	var pe *PanicError
+	if errors.As(err, &pe) {
+		// The panic value may hold user data: log its type and the stack only.
+		g.log.Error("guard: operation panicked", g.attrs(p, slog.Int("attempt", o.attempt),
+			slog.String("panic_type", fmt.Sprintf("%T", pe.Value)), slog.String("stack", string(pe.Stack)))...)
+		return
+	}
+	g.log.Warn("guard: operation failed", g.attrs(p, slog.Int("attempt", o.attempt),
+		slog.String("stop_reason", string(reason)), slog.String("err_type", fmt.Sprintf("%T", err)))...)
+}
