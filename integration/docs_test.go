@@ -86,3 +86,37 @@ func TestStaleReferencePatterns(t *testing.T) {
 		}
 	}
 }
+
+// TestDocumentedMetricsExist checks that every metric name README.md and docs/ mention is one
+// that internal/metrics registers (serve's /metrics, or cleanup's textfile), so a renamed metric
+// cannot leave a dashboard recipe behind.
+func TestDocumentedMetricsExist(t *testing.T) {
+	t.Parallel()
+	src, err := os.ReadFile("../internal/metrics/metrics.go")
+	require.NoError(t, err)
+	registered := map[string]bool{}
+	for _, m := range regexp.MustCompile(`(?:counter|gauge)\("([a-z_]+)"|Name: +"([a-z_]+)"`).FindAllStringSubmatch(string(src), -1) {
+		registered["idemguard_"+m[1]+m[2]] = true
+	}
+	require.Contains(t, registered, "idemguard_claims_total", "the metric names were not found in internal/metrics")
+
+	// Names that are not metrics: database users, test and bench database prefixes, a file name.
+	notMetric := regexp.MustCompile(`^idemguard_(?:app|ops|t_|bench_.*)$`)
+	mentioned := regexp.MustCompile(`\bidemguard_[a-z_]+(?:\.prom)?`)
+	files, err := filepath.Glob("../docs/*.md")
+	require.NoError(t, err)
+	files = append(files, "../README.md", "../docs/kubernetes-cronjob.yaml")
+	checked := 0
+	for _, f := range files {
+		b, err := os.ReadFile(f)
+		require.NoError(t, err)
+		for _, name := range mentioned.FindAllString(string(b), -1) {
+			if notMetric.MatchString(name) || strings.HasSuffix(name, ".prom") {
+				continue
+			}
+			checked++
+			require.True(t, registered[name], "%s mentions %s, which internal/metrics does not register", strings.TrimPrefix(f, "../"), name)
+		}
+	}
+	require.NotZero(t, checked, "no metric names found in the docs")
+}
