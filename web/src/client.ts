@@ -2,9 +2,12 @@
 // runs once, whatever happens between the click and the answer.
 //
 // run() gives each logical action one Idempotency-Key and keeps it (in
-// sessionStorage, or a store you pass) until a final answer: double clicks,
-// retries after network errors or 503s, and a page reload while the call runs
-// all reuse it, so the server runs the operation once and replays its answer.
+// sessionStorage, or a store you pass) until the action's outcome is known:
+// double clicks, retries after network errors, 5xx, 409 or 401, and a page
+// reload while the call runs all reuse it, so the server runs the operation
+// once and replays its answer. The key is released only by a success, a
+// failure the server stored for good, or an answer the server gives before it
+// claims a key (so nothing ran under it).
 
 import type { components } from "./openapi.gen.js";
 
@@ -79,8 +82,10 @@ export class IdemguardError extends Error {
   readonly problem: Problem | undefined;
   readonly key: string;
   /** false: a final answer; the key was released, a new call is a new action.
-   * true: the outcome is unknown (network errors, 503, 409 until
-   * maxAttempts); the key is kept, so calling run() again resumes it. */
+   * true: the outcome is unknown (network errors, 5xx, 409 after
+   * maxAttempts) or the request was refused before it reached the operation
+   * (401, 403, 429: an earlier request with this key may still have run); the
+   * key is kept, so calling run() again, e.g. with a fresh token, resumes it. */
   readonly retryable: boolean;
 
   constructor(message: string, init: { status?: number; problem?: Problem; key: string; retryable: boolean; cause?: unknown }) {
@@ -152,7 +157,8 @@ export async function run(scope: string, input: unknown, options: RunOptions): P
       };
     }
     const problem = await readProblem(resp);
-    if (resp.status === 503 || resp.status === 409) {
+    const known = outcomeKnown(resp.status, problem);
+    if (!known && (resp.status === 503 || resp.status === 409)) {
       // Store down, or the action still runs (elsewhere: another tab, the
       // page before a reload): the same key again, after Retry-After.
       retryAfterMs = parseRetryAfter(resp.headers.get("Retry-After"));
@@ -161,15 +167,40 @@ export async function run(scope: string, input: unknown, options: RunOptions): P
       });
       continue;
     }
-    // A final answer: 422 (the key was used for other inputs, or the
-    // upstream rejected them), 502 (the operation failed), any other 4xx.
-    release();
+    // Known: released, a new call is a new action. Unknown (a 401 after a
+    // network error, a 502 the same key may retry, a 500): kept.
+    if (known) release();
     throw new IdemguardError(problem?.detail ?? problem?.title ?? `HTTP ${resp.status}`, {
-      status: resp.status, key, retryable: false, ...(problem ? { problem } : {}),
+      status: resp.status, key, retryable: !known, ...(problem ? { problem } : {}),
     });
   }
   throw lastError ?? new IdemguardError("no attempt made", { key, retryable: true });
 }
+
+/** Statuses the server answers before it claims a key, for reasons that are
+ * the same for every request of the action (its scope, key and body): 400
+ * (a malformed key or body, a missing key, input that fails the operation's
+ * schema), 404 (unknown scope), 405, 413 (body too large), 415. An earlier
+ * request with the same key got the same answer, so nothing ran under it. */
+const beforeClaim = new Set([400, 404, 405, 413, 415]);
+
+/** Stop reasons of a failure the server stored for good: every later request
+ * with the key gets its replay ("use a new Idempotency-Key"). */
+const finalStopReasons = new Set(["retry_limit", "abandoned", "invalid_input"]);
+
+/** Whether an answer other than 2xx settles the action, so that its key may
+ * be released: a failure stored for good, a 422 (the key was used with other
+ * inputs: it can never run these), or an answer given before any claim.
+ * Everything else leaves the outcome unknown and the key kept: 401 and 403
+ * (refused before the claim, but an earlier request with this key, say one
+ * whose answer was lost to a network error, may have run), 408, 409, 429, 5xx
+ * other than a final failure, and any status not listed. */
+export function outcomeKnown(status: number, problem?: Problem): boolean {
+  if (problem?.type === `${problemPrefix}operation-failed`) return finalStopReasons.has(problem.stopReason);
+  return status === 422 || beforeClaim.has(status);
+}
+
+const problemPrefix = "urn:idemguard:problem:";
 
 /** The key kept for a pending action, or null: lets a page tell, after a
  * reload, that an action is still waiting for its answer. */

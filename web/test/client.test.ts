@@ -1,5 +1,5 @@
 import { describe, expect, it } from "vitest";
-import { backoff, canonicalJSON, IdemguardError, parseRetryAfter, pendingKey, run, type KeyStore, type RunOptions } from "../src/index.js";
+import { backoff, canonicalJSON, IdemguardError, outcomeKnown, parseRetryAfter, pendingKey, run, type KeyStore, type RunOptions } from "../src/index.js";
 
 /** A scripted server: each entry answers one request (a Response, or an
  * Error for a network failure); every request is recorded. */
@@ -43,9 +43,9 @@ function ok(cached = false, headers: Record<string, string> = {}) {
   });
 }
 
-function problem(status: number, extra: Record<string, string> = {}, type = "in-progress") {
+function problem(status: number, extra: Record<string, string> = {}, type = "in-progress", stopReason = "unknown") {
   return new Response(
-    JSON.stringify({ type: `urn:idemguard:problem:${type}`, title: type, status, detail: `${type} detail`, ok: false, stopReason: "unknown" }),
+    JSON.stringify({ type: `urn:idemguard:problem:${type}`, title: type, status, detail: `${type} detail`, ok: false, stopReason }),
     { status, headers: { "Content-Type": "application/problem+json", ...extra } },
   );
 }
@@ -173,21 +173,119 @@ describe("run", () => {
     expect(store.size()).toBe(0);
   });
 
-  it("releases the key on a final failure (502)", async () => {
-    const { server, store, opts } = setup([problem(502, {}, "operation-failed")]);
+  it.each([
+    [502, "retry_limit"],
+    [502, "abandoned"],
+    [422, "invalid_input"],
+  ])("releases the key on a failure stored for good (%i %s)", async (status, stopReason) => {
+    const { server, store, opts } = setup([problem(status, {}, "operation-failed", stopReason)]);
     const err = (await run("demo", {}, opts).catch((e: unknown) => e)) as IdemguardError;
-    expect(err.status).toBe(502);
+    expect(err.status).toBe(status);
+    expect(err.retryable).toBe(false);
     expect(server.requests).toHaveLength(1);
     expect(store.size()).toBe(0);
   });
 
-  it.each([400, 401, 404, 413])("does not retry a %i", async (status) => {
-    const { server, sleeps, opts } = setup([problem(status, {}, "x")]);
+  it.each([
+    [400, "invalid-body"],
+    [400, "invalid-idempotency-key"],
+    [400, "missing-idempotency-key"],
+    [400, "invalid-input"],
+    [404, "unknown-scope"],
+    [405, "method-not-allowed"],
+    [413, "body-too-large"],
+    [415, "unsupported-media-type"],
+  ])("releases the key on a %i %s, answered before any claim, and does not retry", async (status, type) => {
+    const { server, store, sleeps, opts } = setup([problem(status, {}, type)]);
     const err = (await run("demo", {}, opts).catch((e: unknown) => e)) as IdemguardError;
     expect(err.status).toBe(status);
     expect(err.retryable).toBe(false);
     expect(server.requests).toHaveLength(1);
     expect(sleeps).toEqual([]);
+    expect(store.size()).toBe(0);
+  });
+
+  it.each([
+    [401, "unauthorized", "unknown"],
+    [403, "forbidden", "unknown"],
+    [408, "timeout", "unknown"],
+    [429, "rate-limited", "unknown"],
+    [500, "internal", "unknown"],
+    [502, "operation-failed", "provider_error"],
+    [502, "operation-failed", "timeout"],
+    [502, "operation-failed", "rate_limited"],
+    [502, "operation-failed", "unknown"],
+    [504, "gateway-timeout", "unknown"],
+  ])("keeps the key on a %i %s (%s): the outcome is unknown", async (status, type, stopReason) => {
+    const { server, store, opts } = setup([problem(status, {}, type, stopReason)]);
+    const err = (await run("demo", { a: 1 }, opts).catch((e: unknown) => e)) as IdemguardError;
+    expect(err).toBeInstanceOf(IdemguardError);
+    expect(err.status).toBe(status);
+    expect(err.retryable).toBe(true);
+    expect(server.requests).toHaveLength(1);
+    expect(pendingKey("demo", { a: 1 }, { store })).toBe("key-1");
+  });
+
+  it("keeps the key on an answer that is not a problem (a proxy's 502 page)", async () => {
+    const { store, opts } = setup([new Response("<html>Bad Gateway</html>", { status: 502, headers: { "Content-Type": "text/html" } })]);
+    const err = (await run("demo", {}, opts).catch((e: unknown) => e)) as IdemguardError;
+    expect(err.status).toBe(502);
+    expect(err.problem).toBeUndefined();
+    expect(err.retryable).toBe(true);
+    expect(store.size()).toBe(1);
+  });
+
+  it("network error, then 401, then a retry: one execution, the same key every time", async () => {
+    // A server with the guard's semantics: the first request with a key runs
+    // the operation, later ones replay it; a bad token is refused before the
+    // key is looked at.
+    const executed = new Map<string, number>();
+    let executions = 0;
+    let answerLost = true;
+    const keys: Array<string | null> = [];
+    const fetch = (async (_url: string | URL | Request, init?: RequestInit) => {
+      const headers = new Headers(init?.headers);
+      const key = headers.get("Idempotency-Key");
+      keys.push(key);
+      if (headers.get("Authorization") !== "Bearer fresh") return problem(401, {}, "unauthorized");
+      if (key === null) throw new Error("no key sent");
+      const replay = executed.has(key);
+      if (!replay) executed.set(key, ++executions);
+      if (answerLost) {
+        answerLost = false;
+        throw new TypeError("Failed to fetch"); // it ran; the answer never arrived
+      }
+      return ok(replay, replay ? { "Idempotent-Replayed": "true" } : {});
+    }) as typeof globalThis.fetch;
+
+    // The token expires between the lost answer and the retry.
+    const tokens = ["fresh", "expired"];
+    const { store, opts } = setup([], { fetch, token: () => tokens.shift() ?? "fresh" });
+    const err = (await run("demo", { prompt: "once" }, opts).catch((e: unknown) => e)) as IdemguardError;
+    expect(err).toBeInstanceOf(IdemguardError);
+    expect(err.status).toBe(401);
+    expect(err.retryable).toBe(true);
+    expect(pendingKey("demo", { prompt: "once" }, { store })).toBe("key-1");
+
+    // The user signs in again and clicks again (or the page reloads): the same key.
+    const res = await run("demo", { prompt: "once" }, { ...opts, token: "fresh" });
+    expect(res.cached).toBe(true);
+    expect(res.key).toBe("key-1");
+    expect(keys).toEqual(["key-1", "key-1", "key-1"]);
+    expect(executions).toBe(1);
+    expect(store.size()).toBe(0);
+  });
+
+  it("outcomeKnown: only an answer that settles the action releases its key", () => {
+    const p = (type: string, stopReason: string) => ({ type: `urn:idemguard:problem:${type}`, title: "t", status: 0, ok: false, stopReason }) as Parameters<typeof outcomeKnown>[1];
+    expect(outcomeKnown(400)).toBe(true);
+    expect(outcomeKnown(422, p("idempotency-key-reused", "invalid_input"))).toBe(true);
+    expect(outcomeKnown(401, p("unauthorized", "unknown"))).toBe(false);
+    expect(outcomeKnown(409, p("in-progress", "in_progress"))).toBe(false);
+    expect(outcomeKnown(503, p("store-unavailable", "unknown"))).toBe(false);
+    expect(outcomeKnown(502, p("operation-failed", "retry_limit"))).toBe(true);
+    expect(outcomeKnown(502, p("operation-failed", "provider_error"))).toBe(false);
+    expect(outcomeKnown(400, p("operation-failed", "provider_error"))).toBe(false);
   });
 
   it("asks a token function before each request", async () => {
