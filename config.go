@@ -40,6 +40,12 @@ type Config struct {
 	// ReplayCacheMaxAge bounds how long a cached key is served without
 	// asking the store. Defaults to DefaultReplayCacheMaxAge (5m).
 	ReplayCacheMaxAge time.Duration
+	// MaxWatchersPerKey bounds the watchers (Guard.Watch) of one key in
+	// this process. Defaults to 100.
+	MaxWatchersPerKey int
+	// MaxWatchersPerTenant bounds the watchers of one tenant's keys in this
+	// process. Defaults to 1000.
+	MaxWatchersPerTenant int
 	// Test holds knobs for tests and benchmarks; production code leaves it
 	// zero.
 	Test TestConfig

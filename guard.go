@@ -41,6 +41,8 @@ type Guard struct {
 	readFirst hitRates
 	// observerPanics holds the event kinds whose Observe panic was logged.
 	observerPanics sync.Map
+	// jobs are the operations Start runs in the background (async.go).
+	jobs *jobState
 }
 
 // New validates cfg and returns a Guard.
@@ -73,6 +75,7 @@ func New(cfg Config) (*Guard, error) {
 		policy:   sanitize.Policy{MaxBytes: cmp.Or(cfg.MaxResponseBytes, sanitize.DefaultMaxBytes)},
 		lifetime: lifetime,
 		shutdown: shutdown,
+		jobs:     newJobState(cfg),
 	}, nil
 }
 
@@ -92,7 +95,7 @@ func (g *Guard) Close(ctx context.Context) error {
 	g.closed = true
 	g.mu.Unlock()
 	done := make(chan struct{})
-	go func() { g.inflight.Wait(); g.background.Wait(); close(done) }()
+	go func() { g.inflight.Wait(); g.jobs.wg.Wait(); g.background.Wait(); close(done) }()
 	select {
 	case <-done:
 		return nil
@@ -133,6 +136,7 @@ type prepared struct {
 	wait        time.Duration
 	timeout     time.Duration
 	detach      bool
+	async       bool // Start: the operation runs in the background
 }
 
 func (g *Guard) prepare(c Call) (prepared, error) {

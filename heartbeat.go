@@ -83,7 +83,7 @@ func (hb *heartbeat) beat() {
 	// lease ends, so it may take that long (bounded by StoreTimeout).
 	began := time.Now()
 	ctx, cancel := context.WithTimeout(context.Background(), min(g.cfg.StoreTimeout, max(hb.left(), hb.every/3)))
-	ok, err := g.store.Heartbeat(ctx, hb.o.id, hb.o.nonce)
+	ok, err := hb.renewOnce(ctx)
 	cancel()
 	switch {
 	case err == nil && ok:

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/idemguard/idemguard/internal/keys"
 	"github.com/idemguard/idemguard/tenancy"
@@ -41,12 +42,23 @@ func (g *Guard) LookupHash(ctx context.Context, tenant tenancy.ID, scope, keyHas
 	if rec.Reclaimable(cmp.Or(g.cfg.Defaults.StaleAfter, DefaultStaleAfter)) {
 		return KeyInfo{}, ErrNotFound
 	}
+	info, err := keyInfoOf(keyHash, rec, cmp.Or(g.cfg.Defaults.StaleAfter, DefaultStaleAfter))
+	if err != nil {
+		return KeyInfo{}, &StoreError{Op: "lookup", Err: err}
+	}
+	return info, nil
+}
+
+// keyInfoOf is what a row tells about its key; fallback is the lease of a
+// row that carries none.
+func keyInfoOf(keyHash string, rec Record, fallback time.Duration) (KeyInfo, error) {
 	info := KeyInfo{KeyHash: keyHash, Status: KeyStatus(rec.Status), Attempts: rec.Attempts, CreatedAt: rec.CreatedAt,
-		StartedAt: rec.StartedAt, HeartbeatAt: rec.HeartbeatAt, CompletedAt: rec.CompletedAt, ExpiresAt: rec.ExpiresAt}
+		StartedAt: rec.StartedAt, HeartbeatAt: rec.HeartbeatAt, CompletedAt: rec.CompletedAt, ExpiresAt: rec.ExpiresAt,
+		Stale: rec.Stale(fallback), CancelRequested: rec.Status == RowStarted && !rec.CancelRequestedAt.IsZero()}
 	if rec.Status != RowStarted {
 		env, err := decodeStored(rec)
 		if err != nil {
-			return KeyInfo{}, &StoreError{Op: "lookup", Err: err}
+			return KeyInfo{}, err
 		}
 		info.Envelope, info.StatusCode = &env, rec.ResponseCode
 	}

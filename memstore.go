@@ -142,7 +142,7 @@ func (s *MemoryStore) Reclaim(ctx context.Context, p ReclaimParams) (bool, error
 	default:
 		return false, errors.New("memstore: unknown reclaim kind")
 	}
-	r.ClaimNonce = p.NewNonce
+	r.ClaimNonce, r.CancelRequestedAt = p.NewNonce, time.Time{}
 	return true, nil
 }
 
@@ -191,6 +191,9 @@ func (s *MemoryStore) Complete(ctx context.Context, p CompleteParams) (bool, tim
 	r.Status = p.Status
 	r.Response, r.ResponseCode = bytes.Clone(p.Response), p.ResponseCode
 	r.CompletedAt, r.ExpiresAt = now, now.Add(p.TTL)
+	if p.Canceled && r.Attempts > 0 {
+		r.Attempts--
+	}
 	return true, now, nil
 }
 

@@ -52,6 +52,9 @@ type Result struct {
 	// LostClaim is true when this call ran the operation but its claim had
 	// been taken over meanwhile, so its answer was not stored.
 	LostClaim bool
+	// Accepted is true when Start won the claim and the operation now runs
+	// in the background (Status is StatusInProgress).
+	Accepted bool
 }
 
 // KeyStatus is the state of a stored key.
@@ -79,4 +82,12 @@ type KeyInfo struct {
 	// Envelope and StatusCode are set once the key is completed.
 	Envelope   *sanitize.Envelope
 	StatusCode int
+	// Stale is true for a started key whose owner went silent for longer
+	// than its lease: resubmitting the same call takes it over (policy
+	// takeover) or marks it abandoned (policy fail). Nothing re-runs it by
+	// itself: the guard never stores the inputs.
+	Stale bool
+	// CancelRequested is true for a started key whose cancel was requested
+	// (Guard.Cancel) and that has not stopped yet.
+	CancelRequested bool
 }

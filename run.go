@@ -63,6 +63,9 @@ func (g *Guard) own(ctx context.Context, p prepared, op Operation, o owned, kind
 		o.leaseFrom = began
 	}
 	g.emit(Event{Kind: kind, Scope: p.scope})
+	if p.async {
+		return g.runInBackground(ctx, p, op, o)
+	}
 	return g.runOwned(ctx, p, op, o)
 }
 
@@ -142,9 +145,12 @@ func (g *Guard) outcomeOf(p prepared, o owned, runCtx context.Context, value any
 		out.status, out.opErr = RowFailed, opErr
 		reason := g.classify(p, runCtx, opErr)
 		out.env, out.code = sanitize.Failure(reason), http.StatusBadGateway
-		if reason == sanitize.InvalidInput {
+		switch reason {
+		case sanitize.InvalidInput:
 			// The upstream rejected the inputs themselves: final for them.
 			out.code = http.StatusUnprocessableEntity
+		case sanitize.Canceled:
+			out.code = http.StatusConflict
 		}
 		g.logOpError(p, o, opErr, reason)
 	}
@@ -240,6 +246,8 @@ func (g *Guard) classify(p prepared, ctx context.Context, err error) sanitize.St
 		return sanitize.ParseStopReason(string(sr.StopReason()))
 	case errors.As(err, &pe):
 		return sanitize.Unknown
+	case errors.Is(cause, ErrCanceled):
+		return sanitize.Canceled
 	case errors.Is(cause, ErrShuttingDown), errors.Is(cause, ErrOwnershipLost):
 		// Cut off by Close, or by its own lease running out: the operation
 		// may have done part of its work.

@@ -55,6 +55,9 @@ type Record struct {
 	// claimed it (lease_micros); 0 when the row does not say (rows written
 	// before the column existed). See Record.Stale.
 	Lease time.Duration
+	// CancelRequestedAt is when a cancel of the running execution was
+	// requested (Store.RequestCancel); zero when none was.
+	CancelRequestedAt time.Time
 	// Now is the store's clock when the row was read. Every expiry and
 	// staleness judgement compares the row's times with Now, never with the
 	// application server's clock.
@@ -173,6 +176,10 @@ type CompleteParams struct {
 	Response     []byte
 	ResponseCode int
 	TTL          time.Duration // expires_at = now + TTL
+	// Canceled gives the attempt back (attempt_count - 1): the execution
+	// stopped because a caller asked it to, so the key may run again
+	// without counting it.
+	Canceled bool
 }
 
 // ReleaseParams are the arguments of Store.Release: the claim ID/Nonce is
@@ -234,4 +241,13 @@ type Store interface {
 	Release(ctx context.Context, p ReleaseParams) (bool, error)
 	// Ping reports whether the store can answer.
 	Ping(ctx context.Context) error
+	// Renew is the heartbeat of a running execution (see RenewParams): it
+	// sets heartbeat_at = now and expires_at = at least now + p.Extend on
+	// the started row p.ID owned by p.Nonce, and reports whether it still
+	// owns it and whether a cancel was requested.
+	Renew(ctx context.Context, p RenewParams) (RenewResult, error)
+	// RequestCancel records a cancel request (cancel_requested_at = now) on
+	// the started row p.ID owned by p.Nonce, and reports whether it changed
+	// the row; false means the row is no longer that execution: re-read.
+	RequestCancel(ctx context.Context, p CancelParams) (bool, error)
 }

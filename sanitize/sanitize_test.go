@@ -181,7 +181,7 @@ func TestParseStopReason(t *testing.T) {
 		require.True(t, r.Valid())
 		require.Equal(t, string(r), r.String())
 	}
-	require.Len(t, StopReasons(), 10)
+	require.Len(t, StopReasons(), 11)
 	for _, s := range []string{"", "Completed", "COMPLETED", " completed", "completed ", "done", "in-progress", "null"} {
 		require.Equal(t, Unknown, ParseStopReason(s), "%q", s)
 		require.False(t, StopReason(s).Valid(), "%q", s)

@@ -15,6 +15,7 @@ const (
 	Timeout       StopReason = "timeout"
 	RetryLimit    StopReason = "retry_limit"
 	Abandoned     StopReason = "abandoned"
+	Canceled      StopReason = "canceled"
 	Unknown       StopReason = "unknown"
 )
 
@@ -22,7 +23,7 @@ const (
 func StopReasons() []StopReason {
 	return []StopReason{
 		Completed, InProgress, NeedsHuman, InvalidInput, ProviderError,
-		RateLimited, Timeout, RetryLimit, Abandoned, Unknown,
+		RateLimited, Timeout, RetryLimit, Abandoned, Canceled, Unknown,
 	}
 }
 
@@ -31,7 +32,7 @@ func StopReasons() []StopReason {
 func ParseStopReason(s string) StopReason {
 	switch r := StopReason(s); r {
 	case Completed, InProgress, NeedsHuman, InvalidInput, ProviderError,
-		RateLimited, Timeout, RetryLimit, Abandoned, Unknown:
+		RateLimited, Timeout, RetryLimit, Abandoned, Canceled, Unknown:
 		return r
 	default:
 		return Unknown

@@ -164,3 +164,9 @@ func (s *Store) Complete(ctx context.Context, p idemguard.CompleteParams) (bool,
 func (s *Store) Release(ctx context.Context, p idemguard.ReleaseParams) (bool, error) {
 	return run(ctx, s.take(OpRelease), func(ctx context.Context) (bool, error) { return s.Store.Release(ctx, p) })
 }
+
+// Renew implements idemguard.Store. It is the running execution's
+// heartbeat, so faults injected for OpHeartbeat apply to it.
+func (s *Store) Renew(ctx context.Context, p idemguard.RenewParams) (idemguard.RenewResult, error) {
+	return run(ctx, s.take(OpHeartbeat), func(ctx context.Context) (idemguard.RenewResult, error) { return s.Store.Renew(ctx, p) })
+}

@@ -123,6 +123,7 @@ type row struct {
 	CompletedAt  sql.NullTime  `db:"completed_at"`
 	ExpiresAt    time.Time     `db:"expires_at"`
 	LeaseMicros  sql.NullInt64 `db:"lease_micros"`
+	CancelAt     sql.NullTime  `db:"cancel_requested_at"`
 	Now          time.Time     `db:"db_now"`
 }
 
@@ -130,12 +131,12 @@ type row struct {
 func (r *row) dest() []any {
 	return []any{&r.ID, &r.Tenant, &r.Scope, &r.KeyHash, &r.Fingerprint, &r.Status, &r.Attempts, &r.ClaimNonce,
 		&r.Response, &r.ResponseCode, &r.CreatedAt, &r.StartedAt, &r.HeartbeatAt, &r.CompletedAt, &r.ExpiresAt,
-		&r.LeaseMicros, &r.Now}
+		&r.LeaseMicros, &r.CancelAt, &r.Now}
 }
 
 const getSQL = `SELECT id, tenant, scope, key_hash, request_fingerprint, status, attempt_count, claim_nonce,
   response_json, response_code, created_at, started_at, heartbeat_at, completed_at, expires_at, lease_micros,
-  UTC_TIMESTAMP(6) AS db_now
+  cancel_requested_at, UTC_TIMESTAMP(6) AS db_now
 FROM idempotency_keys WHERE tenant = ? AND scope = ? AND key_hash = ?`
 
 // Get implements idemguard.Store.
@@ -152,7 +153,7 @@ func (s *Store) Get(ctx context.Context, tenant, scope, keyHash string) (idemgua
 		Status: idemguard.RowStatus(r.Status), Attempts: r.Attempts, ClaimNonce: r.ClaimNonce, Response: r.Response,
 		ResponseCode: int(r.ResponseCode.Int32), CreatedAt: r.CreatedAt, StartedAt: r.StartedAt,
 		HeartbeatAt: r.HeartbeatAt.Time, CompletedAt: r.CompletedAt.Time, ExpiresAt: r.ExpiresAt,
-		Lease: time.Duration(r.LeaseMicros.Int64) * time.Microsecond, Now: r.Now}, nil
+		Lease: time.Duration(r.LeaseMicros.Int64) * time.Microsecond, CancelRequestedAt: r.CancelAt.Time, Now: r.Now}, nil
 }
 
 // staleSQL is true for a started row whose last sign of life is older than
@@ -165,7 +166,7 @@ const staleSQL = `(status = 'started'
 const (
 	reclaimExpiredSQL = `UPDATE idempotency_keys SET
   status = 'started', claim_nonce = ?, attempt_count = 1, request_fingerprint = ?,
-  response_json = NULL, response_code = NULL, completed_at = NULL,
+  response_json = NULL, response_code = NULL, completed_at = NULL, cancel_requested_at = NULL,
   created_at = UTC_TIMESTAMP(6), started_at = UTC_TIMESTAMP(6), heartbeat_at = UTC_TIMESTAMP(6),
   lease_micros = NULLIF(?, 0), expires_at = UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND
 WHERE id = ? AND claim_nonce = ? AND attempt_count = ?
@@ -173,13 +174,13 @@ WHERE id = ? AND claim_nonce = ? AND attempt_count = ?
   AND (status <> 'started' OR ` + staleSQL + `)`
 
 	reclaimStaleSQL = `UPDATE idempotency_keys SET
-  claim_nonce = ?, attempt_count = attempt_count + 1,
+  claim_nonce = ?, attempt_count = attempt_count + 1, cancel_requested_at = NULL,
   started_at = UTC_TIMESTAMP(6), heartbeat_at = UTC_TIMESTAMP(6), lease_micros = NULLIF(?, 0)
 WHERE id = ? AND claim_nonce = ? AND attempt_count = ? AND ` + staleSQL
 
 	reclaimFailedSQL = `UPDATE idempotency_keys SET
   status = 'started', claim_nonce = ?, attempt_count = attempt_count + 1,
-  response_json = NULL, response_code = NULL, completed_at = NULL,
+  response_json = NULL, response_code = NULL, completed_at = NULL, cancel_requested_at = NULL,
   started_at = UTC_TIMESTAMP(6), heartbeat_at = UTC_TIMESTAMP(6), lease_micros = NULLIF(?, 0),
   expires_at = GREATEST(expires_at, UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND)
 WHERE id = ? AND status = 'failed' AND claim_nonce = ? AND attempt_count = ?
@@ -232,7 +233,7 @@ func (s *Store) Heartbeat(ctx context.Context, id uint64, nonce string) (bool, e
 // UTC_TIMESTAMP(6) is one value for the whole statement, and 0 * x adds
 // nothing to the column.
 const completeSQL = `UPDATE idempotency_keys SET
-  status = ?, response_json = ?, response_code = ?,
+  status = ?, response_json = ?, response_code = ?, attempt_count = attempt_count - ?,
   completed_at = UTC_TIMESTAMP(6)
     + INTERVAL 0 * LAST_INSERT_ID(TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', UTC_TIMESTAMP(6))) MICROSECOND,
   expires_at = UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND
@@ -243,7 +244,11 @@ func (s *Store) Complete(ctx context.Context, p idemguard.CompleteParams) (bool,
 	if p.Status != idemguard.RowSucceeded && p.Status != idemguard.RowFailed {
 		return false, time.Time{}, fmt.Errorf("mysqlstore: cannot complete with status %q", p.Status)
 	}
-	res, err := s.db.ExecContext(ctx, completeSQL, string(p.Status), string(p.Response), p.ResponseCode,
+	giveBack := 0
+	if p.Canceled {
+		giveBack = 1 // a started row's attempt_count is at least 1
+	}
+	res, err := s.db.ExecContext(ctx, completeSQL, string(p.Status), string(p.Response), p.ResponseCode, giveBack,
 		micros(p.TTL), p.ID, p.Nonce)
 	ok, err := changedOne(res, err)
 	if !ok || err != nil {

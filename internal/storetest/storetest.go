@@ -48,6 +48,7 @@ func Exercise(t *testing.T, newHarness func(t *testing.T) *Harness) {
 			tc(t, newHarness(t))
 		})
 	}
+	exerciseJobs(t, newHarness)
 }
 
 // Secret is the HMAC secret the suite's guards use.

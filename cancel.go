@@ -1,0 +1,76 @@
+package idemguard
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/idemguard/idemguard/internal/keys"
+	"github.com/idemguard/idemguard/tenancy"
+)
+
+// ErrKeyFinished is returned by Guard.Cancel for a key that is not running:
+// its answer is stored (succeeded or failed), so there is nothing to cancel.
+var ErrKeyFinished = errors.New("idemguard: the key has finished; there is nothing to cancel")
+
+// Cancel asks the execution running under a key (by its hash, as
+// Result.KeyHash or Guard.KeyHash give it) to stop. The request is recorded
+// on the row, so it works from any process: the owner's next heartbeat
+// (every StaleAfter/3) reads it back and cancels the operation's context
+// with cause ErrCanceled; the key then ends failed with stopReason canceled,
+// the attempt is not counted, and the same call runs it again.
+//
+// It returns ErrNotFound for an absent or expired key (or another tenant's),
+// ErrKeyFinished for a key whose answer is stored, and a *StoreError when
+// the store cannot be reached. A key whose owner went silent (stale) is
+// still cancelled: its row records the request, and the key runs again
+// when resubmitted.
+func (g *Guard) Cancel(ctx context.Context, tenant tenancy.ID, scope, keyHash string) error {
+	if _, err := tenancy.ParseID(string(tenant)); err != nil {
+		return fmt.Errorf("%w: %w", ErrInvalidInput, err)
+	}
+	if err := keys.ValidateScope(scope); err != nil {
+		return fmt.Errorf("%w: %w", ErrInvalidInput, err)
+	}
+	fallback := cmp.Or(g.cfg.Defaults.StaleAfter, DefaultStaleAfter)
+	for range maxRaces {
+		sctx, cancel := g.storeCtx(ctx)
+		rec, err := g.store.Get(sctx, string(tenant), scope, keyHash)
+		cancel()
+		switch {
+		case errors.Is(err, ErrNotFound):
+			return ErrNotFound
+		case err != nil:
+			return &StoreError{Op: "cancel", Err: err}
+		case rec.Reclaimable(fallback):
+			return ErrNotFound
+		case rec.Status != RowStarted:
+			return ErrKeyFinished
+		case !rec.CancelRequestedAt.IsZero():
+			return nil // asked for already; the owner has it or will
+		}
+		sctx, cancel = g.storeCtx(context.WithoutCancel(ctx))
+		ok, err := g.store.RequestCancel(sctx, CancelParams{ID: rec.ID, Nonce: rec.ClaimNonce})
+		cancel()
+		if err == nil && ok {
+			g.jobs.notify(keyOfHash(tenant, scope, keyHash), string(KeyEventCancelRequested))
+			return nil
+		}
+		if err != nil && !outcomeUnknown(err) {
+			return &StoreError{Op: "cancel", Err: err}
+		}
+		// Another execution took the row meanwhile, or the outcome is
+		// unknown: the row says which.
+	}
+	return &StoreError{Op: "cancel", Err: errors.New("too many lost races in a row")}
+}
+
+// KeyHash returns the hash that names a client key of tenant's scope, as
+// Result.KeyHash does for the calls made with it.
+func (g *Guard) KeyHash(tenant tenancy.ID, scope, clientKey string) (string, error) {
+	if err := keys.ValidateClientKey(clientKey); err != nil {
+		return "", fmt.Errorf("%w: %w", ErrInvalidInput, err)
+	}
+	return g.deriver.KeyHash(string(tenant), scope, clientKey, nil), nil
+}

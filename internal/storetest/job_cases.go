@@ -1,0 +1,332 @@
+package storetest
+
+import (
+	"context"
+	"errors"
+	"io"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/idemguard/idemguard"
+	"github.com/idemguard/idemguard/sanitize"
+)
+
+// namedCase is one conformance case.
+type namedCase struct {
+	name string
+	run  func(t *testing.T, h *Harness)
+}
+
+// jobCases are the cases of background operations: cancel requests, the
+// renewal that reads them back and keeps a running row alive, Start,
+// Cancel and Watch.
+func jobCases() []namedCase {
+	return []namedCase{
+		{"Store/RequestCancelIsGuardedByTheExecution", jobRequestCancelIsGuardedByTheExecution},
+		{"Store/RenewReportsCancelAndKeepsTheRowAlive", jobRenewReportsCancelAndKeepsTheRowAlive},
+		{"Store/ReclaimClearsTheCancelAndCanceledGivesTheAttemptBack", jobReclaimClearsTheCancel},
+		{"Guard/StartAnswersAtOnceAndRunsOnce", jobStartAnswersAtOnceAndRunsOnce},
+		{"Guard/CancelFromAnotherProcessStopsTheOwnerAndTheKeyRunsAgain", jobCancelFromAnotherProcess},
+		{"Guard/WatchFromAnotherProcessReportsEveryTransitionInOrder", jobWatchReportsEveryTransition},
+		{"Guard/WatchersAreBounded", jobWatchersAreBounded},
+		{"Guard/WaitJobsRefusesNewJobsAndWaitsForRunningOnes", jobWaitJobs},
+	}
+}
+
+// exerciseJobs runs jobCases, each on a fresh store.
+func exerciseJobs(t *testing.T, newHarness func(t *testing.T) *Harness) {
+	t.Helper()
+	for _, c := range jobCases() {
+		t.Run("Jobs/"+c.name, func(t *testing.T) {
+			t.Parallel()
+			c.run(t, newHarness(t))
+		})
+	}
+}
+
+// Removing "claim_nonce = ?" (or the status) from the request's guard
+// makes this fail: a stale reader would cancel another execution, or a
+// finished key.
+func jobRequestCancelIsGuardedByTheExecution(t *testing.T, h *Harness) {
+	kh := hash("cancel-guard")
+	id, n := claimOne(t, h, "acme", "s", kh)
+	ok, err := h.Store.RequestCancel(ctxFor(t), idemguard.CancelParams{ID: id, Nonce: nonce()})
+	require.NoError(t, err)
+	require.False(t, ok, "another execution's nonce")
+	require.True(t, get(t, h, "acme", "s", kh).CancelRequestedAt.IsZero())
+	for range 2 { // changed = matched: a repeated request still changes the row
+		ok, err = h.Store.RequestCancel(ctxFor(t), idemguard.CancelParams{ID: id, Nonce: n})
+		require.NoError(t, err)
+		require.True(t, ok)
+	}
+	r := get(t, h, "acme", "s", kh)
+	require.False(t, r.CancelRequestedAt.IsZero())
+	require.WithinDuration(t, r.Now, r.CancelRequestedAt, time.Minute)
+	ok, _, err = h.Store.Complete(ctxFor(t), idemguard.CompleteParams{ID: id, Nonce: n, Status: idemguard.RowSucceeded,
+		Response: []byte(`{"ok":true}`), ResponseCode: 200, TTL: time.Hour})
+	require.NoError(t, err)
+	require.True(t, ok)
+	ok, err = h.Store.RequestCancel(ctxFor(t), idemguard.CancelParams{ID: id, Nonce: n})
+	require.NoError(t, err)
+	require.False(t, ok, "a finished row has nothing to cancel")
+}
+
+// Without the expires_at extension in Renew, the row stays expired after
+// the renewal and this fails; without the cancel read-back, the second
+// renewal reports no cancel.
+func jobRenewReportsCancelAndKeepsTheRowAlive(t *testing.T, h *Harness) {
+	kh := hash("renew")
+	id, n := claimOne(t, h, "acme", "s", kh) // TTL 1h
+	h.Age(t, "acme", "s", kh, 2*time.Hour)   // a run longer than its TTL
+	require.True(t, get(t, h, "acme", "s", kh).Expired())
+	for range 3 {
+		r, err := h.Store.Renew(ctxFor(t), idemguard.RenewParams{ID: id, Nonce: n, Extend: time.Hour})
+		require.NoError(t, err)
+		require.Equal(t, idemguard.RenewResult{Renewed: true}, r)
+	}
+	row := get(t, h, "acme", "s", kh)
+	require.False(t, row.Expired())
+	require.False(t, row.Stale(time.Minute))
+	require.False(t, row.ExpiresAt.Before(row.HeartbeatAt.Add(time.Hour)), "expires_at >= now + Extend")
+	before := row.ExpiresAt
+	r, err := h.Store.Renew(ctxFor(t), idemguard.RenewParams{ID: id, Nonce: n, Extend: time.Minute})
+	require.NoError(t, err)
+	require.True(t, r.Renewed)
+	require.Equal(t, before, get(t, h, "acme", "s", kh).ExpiresAt, "expires_at never moves back")
+
+	ok, err := h.Store.RequestCancel(ctxFor(t), idemguard.CancelParams{ID: id, Nonce: n})
+	require.NoError(t, err)
+	require.True(t, ok)
+	r, err = h.Store.Renew(ctxFor(t), idemguard.RenewParams{ID: id, Nonce: n, Extend: time.Hour})
+	require.NoError(t, err)
+	require.Equal(t, idemguard.RenewResult{Renewed: true, CancelRequested: true}, r)
+	r, err = h.Store.Renew(ctxFor(t), idemguard.RenewParams{ID: id, Nonce: nonce(), Extend: time.Hour})
+	require.NoError(t, err)
+	require.Equal(t, idemguard.RenewResult{}, r, "another execution's nonce renews nothing")
+}
+
+// Without "cancel_requested_at = NULL" in the reclaims, the new execution
+// would be cancelled at its first heartbeat; without the attempt given
+// back, three cancels would exhaust the key.
+func jobReclaimClearsTheCancel(t *testing.T, h *Harness) {
+	kh := hash("reclaim-cancel")
+	id, n := claimOne(t, h, "acme", "s", kh)
+	ok, err := h.Store.RequestCancel(ctxFor(t), idemguard.CancelParams{ID: id, Nonce: n})
+	require.NoError(t, err)
+	require.True(t, ok)
+	h.Age(t, "acme", "s", kh, 10*time.Minute)
+	owner := nonce()
+	won, err := h.Store.Reclaim(ctxFor(t), idemguard.ReclaimParams{Kind: idemguard.ReclaimStale, ID: id,
+		OldNonce: n, OldAttempts: 1, NewNonce: owner, StaleAfter: time.Minute})
+	require.NoError(t, err)
+	require.True(t, won)
+	r := get(t, h, "acme", "s", kh)
+	require.True(t, r.CancelRequestedAt.IsZero(), "a takeover starts without the old cancel request")
+	require.Equal(t, 2, r.Attempts)
+
+	ok, err = h.Store.RequestCancel(ctxFor(t), idemguard.CancelParams{ID: id, Nonce: owner})
+	require.NoError(t, err)
+	require.True(t, ok)
+	ok, _, err = h.Store.Complete(ctxFor(t), idemguard.CompleteParams{ID: id, Nonce: owner, Status: idemguard.RowFailed,
+		Response: []byte(`{"ok":false,"stopReason":"canceled"}`), ResponseCode: 409, TTL: time.Hour, Canceled: true})
+	require.NoError(t, err)
+	require.True(t, ok)
+	r = get(t, h, "acme", "s", kh)
+	require.Equal(t, idemguard.RowFailed, r.Status)
+	require.Equal(t, 1, r.Attempts, "a canceled execution gives its attempt back")
+
+	won, err = h.Store.Reclaim(ctxFor(t), idemguard.ReclaimParams{Kind: idemguard.ReclaimFailed, ID: id,
+		OldNonce: owner, OldAttempts: 1, NewNonce: nonce(), TTL: time.Hour, MaxAttempts: 2})
+	require.NoError(t, err)
+	require.True(t, won)
+	r = get(t, h, "acme", "s", kh)
+	require.Equal(t, idemguard.RowStarted, r.Status)
+	require.Equal(t, 2, r.Attempts)
+	require.True(t, r.CancelRequestedAt.IsZero(), "a retry starts without the old cancel request")
+}
+
+func jobCall(key string) idemguard.Call {
+	return idemguard.Call{Tenant: "acme", Scope: "jobs", ClientKey: key, Inputs: map[string]any{"q": key}}
+}
+
+func waitForStatus(t *testing.T, h *Harness, keyHash string, st idemguard.RowStatus) idemguard.Record {
+	t.Helper()
+	var r idemguard.Record
+	pollUntil(t, "row "+string(st), func() bool {
+		var err error
+		r, err = h.Store.Get(ctxFor(t), "acme", "jobs", keyHash)
+		return err == nil && r.Status == st
+	})
+	return r
+}
+
+func jobStartAnswersAtOnceAndRunsOnce(t *testing.T, h *Harness) {
+	g, _ := newGuard(t, h)
+	other, _ := newGuard(t, h)
+	b := newBlocker()
+	res, err := g.Start(ctxFor(t), jobCall("start-1"), b.op)
+	require.NoError(t, err)
+	require.True(t, res.Accepted)
+	require.Equal(t, idemguard.StatusInProgress, res.Status)
+	waitStarted(t, b)
+	for _, gg := range []*idemguard.Guard{g, other} {
+		dup, err := gg.Start(ctxFor(t), jobCall("start-1"), b.op)
+		require.NoError(t, err)
+		require.False(t, dup.Accepted, "a duplicate while it runs is the existing job")
+		require.Equal(t, idemguard.StatusInProgress, dup.Status)
+		require.Equal(t, res.KeyHash, dup.KeyHash)
+	}
+	close(b.release)
+	waitForStatus(t, h, res.KeyHash, idemguard.RowSucceeded)
+	replay, err := other.Start(ctxFor(t), jobCall("start-1"), b.op)
+	require.NoError(t, err)
+	require.True(t, replay.Cached)
+	require.Equal(t, idemguard.StatusSucceeded, replay.Status)
+	require.EqualValues(t, 1, b.runs.Load())
+}
+
+// Without the cancel read-back in the heartbeat, the operation never sees
+// ErrCanceled and this times out.
+func jobCancelFromAnotherProcess(t *testing.T, h *Harness) {
+	g, _ := newGuard(t, h, withHeartbeat(50*time.Millisecond))
+	other, _ := newGuard(t, h)
+	b := newBlocker()
+	res, err := g.Start(ctxFor(t), jobCall("cancel-1"), b.op)
+	require.NoError(t, err)
+	waitStarted(t, b)
+
+	unknown, err := other.KeyHash("acme", "jobs", "no-such-key")
+	require.NoError(t, err)
+	require.ErrorIs(t, other.Cancel(ctxFor(t), "acme", "jobs", unknown), idemguard.ErrNotFound)
+	require.ErrorIs(t, other.Cancel(ctxFor(t), "globex", "jobs", res.KeyHash), idemguard.ErrNotFound)
+	require.NoError(t, other.Cancel(ctxFor(t), "acme", "jobs", res.KeyHash))
+	require.True(t, other.Jobs() == 0 && g.Jobs() <= 1)
+
+	r := waitForStatus(t, h, res.KeyHash, idemguard.RowFailed)
+	require.ErrorIs(t, b.cause.Load().(error), idemguard.ErrCanceled)
+	env, err := sanitize.FromJSON(r.Response)
+	require.NoError(t, err)
+	require.Equal(t, sanitize.Canceled, env.StopReason)
+	require.ErrorIs(t, other.Cancel(ctxFor(t), "acme", "jobs", res.KeyHash), idemguard.ErrKeyFinished)
+	info, err := other.LookupHash(ctxFor(t), "acme", "jobs", res.KeyHash)
+	require.NoError(t, err)
+	require.Equal(t, idemguard.KeyFailed, info.Status)
+	require.False(t, info.CancelRequested)
+
+	// The same call runs the key again, and nothing cancels it.
+	b2 := newBlocker()
+	again, err := other.Start(ctxFor(t), jobCall("cancel-1"), b2.op)
+	require.NoError(t, err)
+	require.True(t, again.Accepted)
+	require.Equal(t, 1, again.Attempt, "the canceled attempt was not counted")
+	waitStarted(t, b2)
+	close(b2.release)
+	waitForStatus(t, h, res.KeyHash, idemguard.RowSucceeded)
+	require.EqualValues(t, 1, b2.runs.Load())
+}
+
+func collect(t *testing.T, w *idemguard.Watcher) []idemguard.KeyEvent {
+	t.Helper()
+	var evs []idemguard.KeyEvent
+	for {
+		e, err := w.Next(ctxFor(t))
+		if errors.Is(err, io.EOF) {
+			return evs
+		}
+		require.NoError(t, err)
+		evs = append(evs, e)
+	}
+}
+
+func jobWatchReportsEveryTransition(t *testing.T, h *Harness) {
+	stale := idemguard.Settings{StaleAfter: 600 * time.Millisecond}
+	owner, _ := newGuard(t, h, func(c *idemguard.Config) { c.Defaults = stale })
+	other, _ := newGuard(t, h, func(c *idemguard.Config) { c.Defaults = stale })
+	b := newBlocker()
+	res, err := owner.Start(ctxFor(t), jobCall("watch-1"), b.op)
+	require.NoError(t, err)
+	waitStarted(t, b)
+
+	remote, err := other.Watch(ctxFor(t), "acme", "jobs", res.KeyHash, "")
+	require.NoError(t, err)
+	defer remote.Close()
+	local, err := owner.Watch(ctxFor(t), "acme", "jobs", res.KeyHash, "")
+	require.NoError(t, err)
+	defer local.Close()
+	first, err := remote.Next(ctxFor(t))
+	require.NoError(t, err)
+	require.Equal(t, idemguard.KeyEventStarted, first.Kind)
+	require.Equal(t, 1, first.Attempt)
+	alive, err := remote.Next(ctxFor(t))
+	require.NoError(t, err)
+	require.Equal(t, idemguard.KeyEventAlive, alive.Kind, "a heartbeat (every 200ms) is reported")
+	close(b.release)
+
+	for _, w := range []*idemguard.Watcher{remote, local} {
+		evs := collect(t, w)
+		require.NotEmpty(t, evs)
+		last := evs[len(evs)-1]
+		require.Equal(t, idemguard.KeyEventSucceeded, last.Kind)
+		require.NotNil(t, last.Info.Envelope)
+		require.True(t, last.Info.Envelope.OK)
+		for _, e := range evs[:len(evs)-1] {
+			require.Contains(t, []idemguard.KeyEventKind{idemguard.KeyEventStarted, idemguard.KeyEventAlive}, e.Kind)
+		}
+		for i := 1; i < len(evs); i++ {
+			require.False(t, evs[i].At.Before(evs[i-1].At), "in order: %v then %v", evs[i-1].ID, evs[i].ID)
+		}
+	}
+
+	// A reconnect after the started event resumes after it; after the
+	// final one, there is nothing more.
+	resumed, err := other.Watch(ctxFor(t), "acme", "jobs", res.KeyHash, first.ID)
+	require.NoError(t, err)
+	evs := collect(t, resumed)
+	resumed.Close()
+	require.Len(t, evs, 1)
+	require.Equal(t, idemguard.KeyEventSucceeded, evs[0].Kind)
+	done, err := other.Watch(ctxFor(t), "acme", "jobs", res.KeyHash, evs[0].ID)
+	require.NoError(t, err)
+	require.Empty(t, collect(t, done))
+	done.Close()
+}
+
+// Without the Admit of a polling watcher, the third Watch is let in.
+func jobWatchersAreBounded(t *testing.T, h *Harness) {
+	g, _ := newGuard(t, h, func(c *idemguard.Config) { c.MaxWatchersPerKey = 2 })
+	b := newBlocker()
+	res, err := g.Start(ctxFor(t), jobCall("bounded-1"), b.op)
+	require.NoError(t, err)
+	defer close(b.release)
+	w1, err := g.Watch(ctxFor(t), "acme", "jobs", res.KeyHash, "")
+	require.NoError(t, err)
+	w2, err := g.Watch(ctxFor(t), "acme", "jobs", res.KeyHash, "")
+	require.NoError(t, err)
+	defer w2.Close()
+	_, err = g.Watch(ctxFor(t), "acme", "jobs", res.KeyHash, "")
+	require.ErrorIs(t, err, idemguard.ErrTooManyWatchers)
+	w1.Close()
+	w3, err := g.Watch(ctxFor(t), "acme", "jobs", res.KeyHash, "")
+	require.NoError(t, err)
+	w3.Close()
+}
+
+func jobWaitJobs(t *testing.T, h *Harness) {
+	g, _ := newGuard(t, h)
+	b := newBlocker()
+	res, err := g.Start(ctxFor(t), jobCall("drain-1"), b.op)
+	require.NoError(t, err)
+	waitStarted(t, b)
+	short, cancel := context.WithTimeout(ctxFor(t), 100*time.Millisecond)
+	defer cancel()
+	require.ErrorIs(t, g.WaitJobs(short), context.DeadlineExceeded)
+	_, err = g.Start(ctxFor(t), jobCall("drain-2"), b.op)
+	require.ErrorIs(t, err, idemguard.ErrShuttingDown, "no new jobs once draining")
+	close(b.release)
+	require.NoError(t, g.WaitJobs(ctxFor(t)))
+	r, err := h.Store.Get(ctxFor(t), "acme", "jobs", res.KeyHash)
+	require.NoError(t, err)
+	require.Equal(t, idemguard.RowSucceeded, r.Status, "WaitJobs returns once the outcome is stored")
+}

@@ -1,0 +1,340 @@
+package idemguard
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/idemguard/idemguard/internal/keys"
+	"github.com/idemguard/idemguard/internal/live"
+	"github.com/idemguard/idemguard/sanitize"
+	"github.com/idemguard/idemguard/tenancy"
+)
+
+// ErrTooManyWatchers is returned by Guard.Watch when the key, or its
+// tenant, already has as many watchers in this process as
+// Config.MaxWatchersPerKey (MaxWatchersPerTenant) allow.
+var ErrTooManyWatchers = errors.New("idemguard: too many watchers of this key or tenant")
+
+// KeyEventKind names a transition of a key.
+type KeyEventKind string
+
+// The transitions Watch reports.
+const (
+	// KeyEventStarted: an execution (Attempt) holds the key.
+	KeyEventStarted KeyEventKind = "started"
+	// KeyEventAlive: the running execution renewed its lease (a heartbeat).
+	KeyEventAlive KeyEventKind = "alive"
+	// KeyEventCancelRequested: a cancel was requested; the owner stops at
+	// its next heartbeat.
+	KeyEventCancelRequested KeyEventKind = "cancel_requested"
+	// KeyEventStale: the owner went silent for longer than its lease (its
+	// process died). Resubmitting the same call takes the key over (policy
+	// takeover) or marks it abandoned (policy fail); nothing re-runs it by
+	// itself.
+	KeyEventStale KeyEventKind = "stale"
+	// KeyEventSucceeded: the answer is stored (Info.Envelope). Final.
+	KeyEventSucceeded KeyEventKind = "succeeded"
+	// KeyEventFailed: the execution failed; Info.Envelope says why. Final.
+	KeyEventFailed KeyEventKind = "failed"
+	// KeyEventCanceled: the execution stopped on request; the same call
+	// runs the key again. Final.
+	KeyEventCanceled KeyEventKind = "canceled"
+)
+
+// rank orders the events of one attempt that carry the same time.
+func (k KeyEventKind) rank() int {
+	switch k {
+	case KeyEventStarted:
+		return 0
+	case KeyEventAlive:
+		return 1
+	case KeyEventCancelRequested:
+		return 2
+	case KeyEventStale:
+		return 3
+	case KeyEventSucceeded, KeyEventFailed, KeyEventCanceled:
+		return 4
+	}
+	return -1
+}
+
+// KeyEvent is one transition of a key as the store shows it.
+type KeyEvent struct {
+	// ID is "<attempt>.<kind>.<unix-micros>": the same transition has the
+	// same ID whichever process reports it, and Watch resumes after it.
+	ID      string
+	Kind    KeyEventKind
+	Attempt int
+	// At is when the transition happened, on the store's clock (for
+	// stale: when the owner's lease ran out).
+	At time.Time
+	// Info is the key's record as read with the event.
+	Info KeyInfo
+}
+
+// Final reports whether the event ends the key's run: its answer is stored.
+func (e KeyEvent) Final() bool { return e.Kind.rank() == 4 }
+
+type eventPos struct {
+	attempt int
+	micros  int64
+	rank    int
+}
+
+func (a eventPos) after(b eventPos) bool {
+	if a.attempt != b.attempt {
+		return a.attempt > b.attempt
+	}
+	if a.micros != b.micros {
+		return a.micros > b.micros
+	}
+	return a.rank > b.rank
+}
+
+func (e KeyEvent) pos() eventPos {
+	return eventPos{attempt: e.Attempt, micros: e.At.UnixMicro(), rank: e.Kind.rank()}
+}
+
+// parseEventID reads an ID that Watch gave out; false for anything else.
+func parseEventID(id string) (eventPos, bool) {
+	parts := strings.Split(id, ".")
+	if len(parts) != 3 {
+		return eventPos{}, false
+	}
+	attempt, err1 := strconv.Atoi(parts[0])
+	micros, err2 := strconv.ParseInt(parts[2], 10, 64)
+	rank := KeyEventKind(parts[1]).rank()
+	if err1 != nil || err2 != nil || rank < 0 || attempt < 0 {
+		return eventPos{}, false
+	}
+	return eventPos{attempt: attempt, micros: micros, rank: rank}, true
+}
+
+// Watcher reports the transitions of one key (Guard.Watch). It is used by
+// one goroutine at a time; Close it when done.
+type Watcher struct {
+	g        *Guard
+	k        live.Key
+	fallback time.Duration
+
+	last    eventPos
+	hasLast bool
+	pending []KeyEvent
+	done    bool
+
+	cur     *live.Cursor // the key's live log in this process, if it runs here
+	curDone bool
+	ticket  *live.Ticket
+	poll    backoff
+}
+
+// Watch follows a key (by its hash) of tenant's scope: Next reports each
+// transition in order — started (with the attempt), alive (each heartbeat),
+// cancel_requested, stale — and finally succeeded, failed or canceled with
+// the stored answer, then io.EOF. The store is the authority, so a Watch in
+// any process follows a key running in any other: it reads the row, again
+// and again with a bounded backoff (at most a quarter of the lease, at most
+// a second), and, when the key runs in this process, wakes at once on each
+// of its heartbeats. after is the ID of the last event the caller has seen
+// (a reconnecting EventSource's Last-Event-ID): only later ones are
+// reported; "" or an ID Watch did not give out reports from the key's
+// current state.
+//
+// It returns ErrNotFound for an absent or expired key (or another
+// tenant's), ErrTooManyWatchers over the bounds of this process, and a
+// *StoreError when the store cannot be read.
+func (g *Guard) Watch(ctx context.Context, tenant tenancy.ID, scope, keyHash, after string) (*Watcher, error) {
+	if _, err := tenancy.ParseID(string(tenant)); err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrInvalidInput, err)
+	}
+	if err := keys.ValidateScope(scope); err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrInvalidInput, err)
+	}
+	w := &Watcher{g: g, k: keyOfHash(tenant, scope, keyHash), fallback: cmp.Or(g.cfg.Defaults.StaleAfter, DefaultStaleAfter)}
+	w.last, w.hasLast = parseEventID(after)
+	rec, err := w.read(ctx)
+	if err != nil {
+		return nil, err
+	}
+	switch cur, err := g.jobs.hub.Attach(w.k); {
+	case err == nil:
+		w.cur = cur
+	case errors.Is(err, live.ErrTooManyWatchers):
+		return nil, ErrTooManyWatchers
+	default: // no execution of the key here: poll the row
+		t, err := g.jobs.hub.Admit(w.k)
+		if err != nil {
+			return nil, ErrTooManyWatchers
+		}
+		w.ticket = t
+	}
+	w.poll = newBackoff(rec.LeaseOr(w.fallback))
+	w.take(rec)
+	return w, nil
+}
+
+func keyOfHash(tenant tenancy.ID, scope, keyHash string) live.Key {
+	return live.Key{Tenant: string(tenant), Scope: scope, KeyHash: keyHash}
+}
+
+// read reads the key's row; an expired one is absent.
+func (w *Watcher) read(ctx context.Context) (Record, error) {
+	sctx, cancel := w.g.storeCtx(ctx)
+	defer cancel()
+	rec, err := w.g.store.Get(sctx, w.k.Tenant, w.k.Scope, w.k.KeyHash)
+	switch {
+	case errors.Is(err, ErrNotFound):
+		return Record{}, ErrNotFound
+	case err != nil:
+		return Record{}, &StoreError{Op: "watch", Err: err}
+	case rec.Reclaimable(w.fallback):
+		return Record{}, ErrNotFound
+	}
+	return rec, nil
+}
+
+// take queues the events of rec that come after the last one reported, and
+// reports whether there were any.
+func (w *Watcher) take(rec Record) bool {
+	evs := eventsOf(w.k.KeyHash, rec, w.fallback)
+	n := len(w.pending)
+	for _, e := range evs {
+		if p := e.pos(); !w.hasLast || p.after(w.last) {
+			w.pending = append(w.pending, e)
+			w.last, w.hasLast = p, true
+		}
+	}
+	if len(evs) > 0 && evs[len(evs)-1].Final() && len(w.pending) == 0 {
+		w.done = true // the caller has seen the end already
+	}
+	return len(w.pending) > n
+}
+
+// eventsOf is the transitions a row shows, in order: the current attempt's
+// start, its latest heartbeat, cancel request and staleness, or its end.
+func eventsOf(keyHash string, rec Record, fallback time.Duration) []KeyEvent {
+	info, err := keyInfoOf(keyHash, rec, fallback)
+	if err != nil {
+		return nil
+	}
+	attempt := rec.Attempts
+	var end KeyEventKind
+	switch rec.Status {
+	case RowSucceeded:
+		end = KeyEventSucceeded
+	case RowFailed:
+		end = KeyEventFailed
+		if info.Envelope != nil && info.Envelope.StopReason == sanitize.Canceled {
+			// A canceled execution gave its attempt back.
+			end, attempt = KeyEventCanceled, attempt+1
+		}
+	}
+	ev := func(kind KeyEventKind, at time.Time) KeyEvent {
+		at = at.UTC().Truncate(time.Microsecond)
+		return KeyEvent{ID: fmt.Sprintf("%d.%s.%d", attempt, kind, at.UnixMicro()), Kind: kind, Attempt: attempt, At: at, Info: info}
+	}
+	evs := []KeyEvent{ev(KeyEventStarted, rec.StartedAt)}
+	if end != "" {
+		return append(evs, ev(end, rec.CompletedAt))
+	}
+	if rec.HeartbeatAt.After(rec.StartedAt) {
+		evs = append(evs, ev(KeyEventAlive, rec.HeartbeatAt))
+	}
+	if !rec.CancelRequestedAt.IsZero() {
+		evs = append(evs, ev(KeyEventCancelRequested, rec.CancelRequestedAt))
+	}
+	if info.Stale {
+		evs = append(evs, ev(KeyEventStale, rec.lastSign().Add(rec.LeaseOr(fallback))))
+	}
+	slices.SortStableFunc(evs, func(a, b KeyEvent) int {
+		switch {
+		case a.pos().after(b.pos()):
+			return 1
+		case b.pos().after(a.pos()):
+			return -1
+		}
+		return 0
+	})
+	return evs
+}
+
+// Next returns the key's next transition, waiting for it. After the final
+// event (KeyEvent.Final) it returns io.EOF; ErrNotFound when the row went
+// away meanwhile (it expired, or a claim was given back); ctx's error when
+// ctx ends first. A store that cannot be read is read again, with the same
+// backoff, until ctx ends.
+func (w *Watcher) Next(ctx context.Context) (KeyEvent, error) {
+	for {
+		if len(w.pending) > 0 {
+			e := w.pending[0]
+			w.pending = w.pending[1:]
+			if e.Final() {
+				w.done = true
+			}
+			return e, nil
+		}
+		if w.done {
+			return KeyEvent{}, io.EOF
+		}
+		w.wait(ctx)
+		if err := ctx.Err(); err != nil {
+			return KeyEvent{}, err
+		}
+		rec, err := w.read(ctx)
+		switch {
+		case errors.Is(err, ErrNotFound):
+			w.done = true
+			return KeyEvent{}, ErrNotFound
+		case err != nil:
+			continue
+		}
+		if w.take(rec) {
+			w.poll = newBackoff(rec.LeaseOr(w.fallback))
+		}
+	}
+}
+
+// wait pauses until the next read is due, or an event of the key's live
+// log in this process says there is news.
+func (w *Watcher) wait(ctx context.Context) {
+	d := w.poll.next()
+	if w.cur == nil || w.curDone {
+		sleepCtx(ctx, d)
+		return
+	}
+	wctx, cancel := context.WithTimeout(ctx, d)
+	_, err := w.cur.Next(wctx)
+	cancel()
+	if err != nil && wctx.Err() == nil {
+		w.curDone = true // the execution here ended: its row has the outcome
+		return
+	}
+	// Skip the events already logged: one read of the row covers them.
+	done, stop := context.WithCancel(ctx)
+	stop()
+	for {
+		if _, err := w.cur.Next(done); err != nil {
+			if !errors.Is(err, context.Canceled) {
+				w.curDone = true
+			}
+			return
+		}
+	}
+}
+
+// Close gives the watcher's place back.
+func (w *Watcher) Close() {
+	if w.cur != nil {
+		w.cur.Close()
+	}
+	if w.ticket != nil {
+		w.ticket.Release()
+	}
+}
