@@ -147,7 +147,9 @@ func (j *jobState) notify(k live.Key, kind string) {
 	}
 }
 
-func keyOf(p prepared) live.Key { return live.Key{Tenant: p.tenant, Scope: p.scope, KeyHash: p.keyHash} }
+func keyOf(p prepared) live.Key {
+	return live.Key{Tenant: p.tenant, Scope: p.scope, KeyHash: p.keyHash}
+}
 
 // runInBackground runs the operation under the claim o after its caller
 // has been answered: Accepted, in progress.
