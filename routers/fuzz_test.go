@@ -495,6 +495,15 @@ func checkAnswer(t *testing.T, r *http.Request, w *httptest.ResponseRecorder, pa
 
 	path := r.URL.Path
 	switch {
+	case isOpsRoute(r) && code == http.StatusAccepted, r.Method == http.MethodPost && strings.HasSuffix(path, "/cancel") && code == http.StatusAccepted:
+		require.Equal(t, contentJSON, ctype)
+		var rec keyRecord
+		strictDecode(t, body, &rec)
+		require.True(t, strings.HasPrefix(w.Header().Get(headerLocation), "/v1/ops/"), w.Header().Get(headerLocation))
+	case r.Method == http.MethodGet && strings.HasSuffix(path, "/events") && (code == http.StatusOK || code == http.StatusNoContent):
+		if code == http.StatusOK {
+			require.Equal(t, "text/event-stream", ctype)
+		}
 	case isOpsRoute(r):
 		require.Equal(t, contentJSON, ctype)
 		var env sanitize.Envelope

@@ -28,13 +28,15 @@ const openAPIPath = "../docs/openapi.yaml"
 // (routers_test.go proves each). The document must list exactly these: a new
 // route needs a row here and a path in docs/openapi.yaml.
 var routeStatuses = map[string][]int{
-	"POST /v1/ops/{scope}":           {200, 400, 401, 404, 405, 409, 413, 422, 500, 502, 503},
-	"GET /v1/ops/{scope}/keys/{key}": {200, 400, 401, 404, 405, 500, 503},
-	"GET /healthz":                   {200, 405, 500},
-	"GET /readyz":                    {200, 405, 500, 503},
-	"HEAD /healthz":                  {200, 405, 500},
-	"HEAD /readyz":                   {200, 405, 500, 503},
-	"GET /metrics":                   {200, 404, 405, 500},
+	"POST /v1/ops/{scope}":                   {200, 202, 400, 401, 404, 405, 409, 413, 422, 500, 502, 503},
+	"GET /v1/ops/{scope}/keys/{key}/events":  {200, 204, 400, 401, 404, 405, 429, 500, 503},
+	"POST /v1/ops/{scope}/keys/{key}/cancel": {202, 400, 401, 404, 405, 409, 500, 503},
+	"GET /v1/ops/{scope}/keys/{key}":         {200, 400, 401, 404, 405, 500, 503},
+	"GET /healthz":                           {200, 405, 500},
+	"GET /readyz":                            {200, 405, 500, 503},
+	"HEAD /healthz":                          {200, 405, 500},
+	"HEAD /readyz":                           {200, 405, 500, 503},
+	"GET /metrics":                           {200, 404, 405, 500},
 }
 
 // Every route answers 405 with Allow to the methods its path does not accept
@@ -46,6 +48,7 @@ const notAllowedStatus = http.StatusMethodNotAllowed
 var routeHeaders = map[string]map[int][]string{
 	"POST /v1/ops/{scope}": {
 		200: {headerLocation, headerKeyRef, headerReplayed, headerCompletedAt, headerPreferenceApplied},
+		202: {headerLocation, headerKeyRef, headerPreferenceApplied},
 		401: {"WWW-Authenticate"},
 		409: {headerRetryAfter, headerLocation, headerKeyRef, headerPreferenceApplied},
 		422: {headerLocation, headerKeyRef},
@@ -59,7 +62,8 @@ var routeHeaders = map[string]map[int][]string{
 
 // routeRequestHeaders lists the request headers each route reads.
 var routeRequestHeaders = map[string][]string{
-	"POST /v1/ops/{scope}": {headerIdempotencyKey, headerPrefer},
+	"POST /v1/ops/{scope}":                  {headerIdempotencyKey, headerPrefer},
+	"GET /v1/ops/{scope}/keys/{key}/events": {headerLastEventID},
 }
 
 type yamlMap = map[string]any
@@ -286,7 +290,7 @@ func TestOpenAPIDriftIsCaught(t *testing.T) {
 	for _, want := range []string{
 		"route GET /healthz is registered but not documented",
 		"GET /v2/ghost is documented but not registered",
-		"POST /v1/ops/{scope} documents statuses [200 400 401 404 405 409 422 500 502 503]",
+		"POST /v1/ops/{scope} documents statuses [200 202 400 401 404 405 409 422 500 502 503]",
 		"POST /v1/ops/{scope} 409 does not document the response header Retry-After",
 		"POST /v1/ops/{scope}: request header Idempotency-Key is not documented",
 		"POST /v1/ops/{scope} 405 does not document the response header Allow",
@@ -341,6 +345,7 @@ func TestOpenAPIProblemTypes(t *testing.T) {
 		errMethodNotAllowed, errMissingKey, errInvalidKey, errDuplicateKey, errInvalidRef, errBodyTooLarge,
 		&http.MaxBytesError{Limit: 1}, errInvalidBody, idemguard.ErrFingerprintMismatch, idemguard.ErrInvalidInput,
 		&idemguard.StoreError{Op: "claim", Err: errors.New("x")}, errNotReady, errNoMetrics, errPanic, idemguard.ErrInvalidResult,
+		idemguard.ErrKeyFinished, idemguard.ErrTooManyWatchers,
 	} {
 		seen[problemFor(err).Type] = true
 	}

@@ -15,7 +15,6 @@ import (
 	"github.com/idemguard/idemguard"
 	"github.com/idemguard/idemguard/internal/keys"
 	"github.com/idemguard/idemguard/routers/auth"
-	"github.com/idemguard/idemguard/sanitize"
 	"github.com/idemguard/idemguard/tenancy"
 )
 
@@ -51,6 +50,10 @@ func (h *handlers) runOperation(c *gin.Context) {
 	body, err := h.readBody(c)
 	if err != nil {
 		h.fail(c, err)
+		return
+	}
+	if prefersAsync(c.Request.Header) {
+		h.runAsync(c, tenant, scope, clientKey, body)
 		return
 	}
 	wait, waitApplied := parsePreferWait(c.Request.Header, h.maxWait)
@@ -178,6 +181,10 @@ type keyRecord struct {
 	ExpiresAt    string          `json:"expiresAt,omitempty"`
 	Response     json.RawMessage `json:"response,omitempty"`
 	ResponseCode int             `json:"responseCode,omitempty"`
+	// Stale, CancelRequested and Next describe a running key (jobs.go).
+	Stale           bool   `json:"stale,omitempty"`
+	CancelRequested bool   `json:"cancelRequested,omitempty"`
+	Next            string `json:"next,omitempty"`
 }
 
 // lookupKey serves GET /v1/ops/:scope/keys/:key. The key is a client key or
@@ -217,18 +224,10 @@ func (h *handlers) lookupKey(c *gin.Context) {
 	}
 	c.Set(keyHashKey, shortHash(info.KeyHash))
 
-	rec := keyRecord{
-		Ref: ref, Scope: scope.Name, Status: string(info.Status), AttemptCount: info.Attempts,
-		CreatedAt: optTime(info.CreatedAt), StartedAt: optTime(info.StartedAt), HeartbeatAt: optTime(info.HeartbeatAt),
-		CompletedAt: optTime(info.CompletedAt), ExpiresAt: optTime(info.ExpiresAt),
-	}
-	if info.Envelope != nil {
-		body, err := sanitize.Marshal(*info.Envelope)
-		if err != nil {
-			h.fail(c, err)
-			return
-		}
-		rec.Response, rec.ResponseCode = body, info.StatusCode
+	rec, err := keyRecordOf(ref, scope.Name, info)
+	if err != nil {
+		h.fail(c, err)
+		return
 	}
 	c.Data(http.StatusOK, contentJSON, encodeJSON(rec))
 }

@@ -101,6 +101,12 @@ func problemFor(err error) problem {
 		return newProblem(http.StatusRequestEntityTooLarge, "body-too-large", "Body too large", sanitize.InvalidInput, detail)
 	case errors.Is(err, errInvalidBody):
 		return newProblem(http.StatusBadRequest, "invalid-body", "Invalid body", sanitize.InvalidInput, detail)
+	case errors.Is(err, idemguard.ErrKeyFinished):
+		return newProblem(http.StatusConflict, "key-finished", "Key finished", sanitize.Unknown,
+			"this key's answer is stored; there is nothing running to cancel")
+	case errors.Is(err, idemguard.ErrTooManyWatchers):
+		return newProblem(http.StatusTooManyRequests, "too-many-waiters", "Too many watchers", sanitize.RateLimited,
+			"this key, or your tenant, has as many open event streams on this server as it allows; close one, or poll the key record")
 	case errors.Is(err, idemguard.ErrFingerprintMismatch):
 		return newProblem(http.StatusUnprocessableEntity, "idempotency-key-reused", "Idempotency-Key reused with other inputs", sanitize.InvalidInput,
 			"this Idempotency-Key was already used with a different request body; use a new key for a new request")

@@ -270,6 +270,7 @@ func (h *handlers) apiRoutes(r gin.IRouter, o Options) {
 	api := r.Group("/", h.authenticateScope(&auth.Credentials{APIKeys: o.Auth, JWT: o.JWT}, o.ScopeAuth))
 	api.POST(routeOps, h.runOperation)
 	api.GET(routeKey, h.lookupKey)
+	h.jobRoutes(api)
 }
 
 func newEngine(o Options) (*gin.Engine, error) {
@@ -322,7 +323,7 @@ var ExposedHeaders = []string{
 }
 
 // AllowedHeaders are the request headers a browser may send (CORS).
-var AllowedHeaders = []string{"Authorization", "Content-Type", headerIdempotencyKey, headerPrefer}
+var AllowedHeaders = []string{"Authorization", "Content-Type", headerIdempotencyKey, headerPrefer, headerLastEventID}
 
 // corsMiddleware answers CORS for the listed origins (and, with loopback,
 // any http://localhost or http://127.0.0.1 origin). Requests from other

@@ -1,0 +1,173 @@
+package routers
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/idemguard/idemguard"
+)
+
+// sseEvent is one event of a stream as a client reads it.
+type sseEvent struct{ id, kind, data string }
+
+// openEvents opens GET …/keys/{key}/events on srv and returns the status and
+// a channel of its events (closed when the stream ends).
+func openEvents(t *testing.T, srv *httptest.Server, path, lastEventID string) (int, <-chan sseEvent) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	r, err := http.NewRequestWithContext(ctx, http.MethodGet, srv.URL+path, nil)
+	require.NoError(t, err)
+	r.Header.Set("Authorization", "Bearer "+acmeKey1)
+	if lastEventID != "" {
+		r.Header.Set("Last-Event-ID", lastEventID)
+	}
+	resp, err := srv.Client().Do(r)
+	require.NoError(t, err)
+	out := make(chan sseEvent, 64)
+	if resp.StatusCode != http.StatusOK {
+		resp.Body.Close()
+		close(out)
+		return resp.StatusCode, out
+	}
+	require.Equal(t, "text/event-stream", resp.Header.Get("Content-Type"))
+	go func() {
+		defer close(out)
+		defer resp.Body.Close()
+		sc := bufio.NewScanner(resp.Body)
+		var e sseEvent
+		for sc.Scan() {
+			line := sc.Text()
+			switch {
+			case line == "":
+				if e.kind != "" {
+					out <- e
+				}
+				e = sseEvent{}
+			case strings.HasPrefix(line, "id: "):
+				e.id = line[4:]
+			case strings.HasPrefix(line, "event: "):
+				e.kind = line[7:]
+			case strings.HasPrefix(line, "data: "):
+				e.data += line[6:]
+			}
+		}
+	}()
+	return resp.StatusCode, out
+}
+
+func nextEvent(t *testing.T, ch <-chan sseEvent) (sseEvent, bool) {
+	t.Helper()
+	select {
+	case e, ok := <-ch:
+		return e, ok
+	case <-time.After(10 * time.Second):
+		t.Fatal("no event within 10s")
+		return sseEvent{}, false
+	}
+}
+
+func TestRespondAsyncWatchAndCancel(t *testing.T) {
+	t.Parallel()
+	b := setup(t, setupOpts{guard: func(c *idemguard.Config) {
+		c.Test.HeartbeatEvery = 20 * time.Millisecond
+		c.MaxWatchersPerKey = 1
+	}})
+	srv := httptest.NewServer(b.handler)
+	t.Cleanup(srv.Close)
+	async := []string{"Prefer", "respond-async"}
+
+	first := b.post("slow", "job-1", `{"n":1}`, async...)
+	require.Equal(t, http.StatusAccepted, first.Code, first.Body.String())
+	require.Equal(t, "/v1/ops/slow/keys/job-1", first.Header().Get("Location"))
+	require.Equal(t, "respond-async", first.Header().Get("Preference-Applied"))
+	var rec keyRecord
+	require.NoError(t, json.Unmarshal(first.Body.Bytes(), &rec))
+	require.Equal(t, "started", rec.Status)
+	<-b.started
+
+	dup := b.post("slow", "job-1", `{"n":1}`, async...)
+	require.Equal(t, http.StatusAccepted, dup.Code, "a duplicate while it runs is the same job: %s", dup.Body.String())
+	require.Equal(t, first.Header().Get("Location"), dup.Header().Get("Location"))
+	require.EqualValues(t, 1, b.calls["slow"].Load())
+
+	code, events := openEvents(t, srv, "/v1/ops/slow/keys/job-1/events", "")
+	require.Equal(t, http.StatusOK, code)
+	started, _ := nextEvent(t, events)
+	require.Equal(t, "started", started.kind)
+	require.True(t, strings.HasPrefix(started.id, "1.started."), started.id)
+	// One watcher of this key at a time here: the second is refused.
+	second := b.do(req{method: http.MethodGet, path: "/v1/ops/slow/keys/job-1/events", apiKey: acmeKey1})
+	require.Equal(t, http.StatusTooManyRequests, second.Code)
+	require.Equal(t, "urn:idemguard:problem:too-many-waiters", problemOf(t, second)["type"])
+
+	require.Equal(t, http.StatusNotFound, b.do(req{method: http.MethodPost, path: "/v1/ops/slow/keys/job-1/cancel", apiKey: betaKey}).Code,
+		"another tenant's key is unknown")
+	require.Equal(t, http.StatusNotFound, b.do(req{method: http.MethodPost, path: "/v1/ops/slow/keys/nope/cancel", apiKey: acmeKey1}).Code)
+	cancel := b.do(req{method: http.MethodPost, path: "/v1/ops/slow/keys/job-1/cancel", apiKey: acmeKey1})
+	require.Equal(t, http.StatusAccepted, cancel.Code, cancel.Body.String())
+
+	var last sseEvent
+	for e, ok := nextEvent(t, events); ok; e, ok = nextEvent(t, events) {
+		require.Contains(t, []string{"alive", "cancel_requested", "canceled"}, e.kind)
+		last = e
+	}
+	require.Equal(t, "canceled", last.kind)
+	var data struct {
+		Record keyRecord `json:"record"`
+	}
+	require.NoError(t, json.Unmarshal([]byte(last.data), &data))
+	require.Equal(t, "failed", data.Record.Status)
+	require.JSONEq(t, `{"ok":false,"stopReason":"canceled","needsHuman":false,"cached":false}`, string(data.Record.Response))
+
+	finished := b.do(req{method: http.MethodPost, path: "/v1/ops/slow/keys/job-1/cancel", apiKey: acmeKey1})
+	require.Equal(t, http.StatusConflict, finished.Code)
+	require.Equal(t, "urn:idemguard:problem:key-finished", problemOf(t, finished)["type"])
+	code, _ = openEvents(t, srv, "/v1/ops/slow/keys/job-1/events", last.id)
+	require.Equal(t, http.StatusNoContent, code, "nothing after the final event: an EventSource stops reconnecting")
+
+	again := b.post("slow", "job-1", `{"n":1}`, async...)
+	require.Equal(t, http.StatusAccepted, again.Code, again.Body.String())
+	<-b.started
+	require.EqualValues(t, 2, b.calls["slow"].Load(), "a canceled key runs again")
+	b.releaseNow()
+	require.Eventually(t, func() bool {
+		w := b.do(req{method: http.MethodGet, path: "/v1/ops/slow/keys/job-1", apiKey: acmeKey1})
+		return strings.Contains(w.Body.String(), `"status":"succeeded"`)
+	}, 10*time.Second, 10*time.Millisecond)
+	replay := b.post("slow", "job-1", `{"n":1}`, async...)
+	require.Equal(t, http.StatusOK, replay.Code)
+	require.Equal(t, "true", replay.Header().Get("Idempotent-Replayed"))
+}
+
+func TestRespondAsyncWithWaitAnswersTheOutcome(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	w := b.post("echo", "quick-1", `{"n":2}`, "Prefer", "respond-async, wait=5")
+	require.Equal(t, http.StatusOK, w.Code, w.Body.String())
+	require.Equal(t, "wait=5", w.Header().Get("Preference-Applied"))
+	require.Empty(t, w.Header().Get("Idempotent-Replayed"), "the first caller's own answer")
+	require.Contains(t, w.Body.String(), `"cached":false`)
+	replay := b.post("echo", "quick-1", `{"n":2}`)
+	require.Equal(t, w.Body.String(), string(asFresh(replay.Body.Bytes())))
+}
+
+func TestPreferRespondAsyncParsing(t *testing.T) {
+	t.Parallel()
+	for v, want := range map[string]bool{
+		"respond-async": true, "Respond-Async": true, "wait=5, respond-async": true, "respond-async; x=1": true,
+		"": false, "respond-asyncx": false, `a="respond-async"`: false, "wait=5": false,
+	} {
+		h := http.Header{}
+		h.Set("Prefer", v)
+		require.Equal(t, want, prefersAsync(h), "%q", v)
+	}
+}
