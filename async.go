@@ -59,7 +59,8 @@ func (g *Guard) Start(ctx context.Context, call Call, op Operation) (Result, err
 }
 
 // WaitJobs stops Start from accepting new operations (it then answers
-// ErrShuttingDown) and waits until every background operation has
+// ErrShuttingDown), ends every Watch in this process (Next answers
+// ErrShuttingDown: its client reconnects to another replica), and waits until every background operation has
 // recorded its outcome, or ctx ends. Calls to Do are not affected; Close
 // still has to be called.
 func (g *Guard) WaitJobs(ctx context.Context) error {
@@ -67,6 +68,7 @@ func (g *Guard) WaitJobs(ctx context.Context) error {
 	j.mu.Lock()
 	j.draining = true
 	j.mu.Unlock()
+	j.stop() // open watches end, so they do not hold the shutdown
 	done := make(chan struct{})
 	go func() { j.wg.Wait(); close(done) }()
 	select {
@@ -88,6 +90,9 @@ func (g *Guard) Jobs() int {
 // jobState is what a Guard keeps of its background operations.
 type jobState struct {
 	hub *live.Hub
+	// stopping ends when WaitJobs begins: every Watch then ends.
+	stopping context.Context
+	stop     context.CancelFunc
 
 	mu       sync.Mutex // guards draining, running, logs and wg.Add against WaitJobs' Wait
 	draining bool
@@ -99,9 +104,12 @@ type jobState struct {
 }
 
 func newJobState(cfg Config) *jobState {
+	stopping, stop := context.WithCancel(context.Background())
 	return &jobState{
-		hub:  live.NewHub(live.Config{MaxPerKey: cfg.MaxWatchersPerKey, MaxPerTenant: cfg.MaxWatchersPerTenant}),
-		logs: map[live.Key]*live.Log{},
+		hub:      live.NewHub(live.Config{MaxPerKey: cfg.MaxWatchersPerKey, MaxPerTenant: cfg.MaxWatchersPerTenant}),
+		stopping: stopping,
+		stop:     stop,
+		logs:     map[live.Key]*live.Log{},
 	}
 }
 

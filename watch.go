@@ -268,9 +268,16 @@ func eventsOf(keyHash string, rec Record, fallback time.Duration) []KeyEvent {
 // Next returns the key's next transition, waiting for it. After the final
 // event (KeyEvent.Final) it returns io.EOF; ErrNotFound when the row went
 // away meanwhile (it expired, or a claim was given back); ctx's error when
-// ctx ends first. A store that cannot be read is read again, with the same
-// backoff, until ctx ends.
+// ctx ends first; ErrShuttingDown once the Guard is shutting down
+// (WaitJobs or Close). A store that cannot be read is read again, with the
+// same backoff, until ctx ends.
 func (w *Watcher) Next(ctx context.Context) (KeyEvent, error) {
+	ctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	for _, end := range []context.Context{w.g.jobs.stopping, w.g.lifetime} {
+		stop := context.AfterFunc(end, func() { cancel(ErrShuttingDown) })
+		defer stop()
+	}
 	for {
 		if len(w.pending) > 0 {
 			e := w.pending[0]
@@ -285,6 +292,9 @@ func (w *Watcher) Next(ctx context.Context) (KeyEvent, error) {
 		}
 		w.wait(ctx)
 		if err := ctx.Err(); err != nil {
+			if cause := context.Cause(ctx); errors.Is(cause, ErrShuttingDown) {
+				return KeyEvent{}, cause
+			}
 			return KeyEvent{}, err
 		}
 		rec, err := w.read(ctx)

@@ -261,7 +261,15 @@ func (s *server) run(ctx context.Context) int {
 	log.Info("serve: shutting down; in-flight requests may finish", "grace_seconds", cfg.ShutdownGrace.Seconds())
 	lostBefore := s.commitErrors.Load()
 	graceCtx, cancel := context.WithTimeout(context.Background(), cfg.ShutdownGrace)
+	// Background jobs (Prefer: respond-async) get the same grace; no new
+	// ones are accepted, and open event streams end (their clients resume
+	// on another replica).
+	jobsDone := make(chan error, 1)
+	go func() { jobsDone <- guard.WaitJobs(graceCtx) }()
 	err = srv.Shutdown(graceCtx)
+	if jobsErr := <-jobsDone; err == nil {
+		err = jobsErr
+	}
 	cancel()
 	code := exitOK
 	if err != nil {

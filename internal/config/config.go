@@ -61,6 +61,9 @@ const (
 	DemoTenant    tenancy.ID = "demo"
 	DemoAPIKey               = "dev-demo-key"
 	DemoScope                = "demo"
+	// DemoJobScope is development mode's long-running demo: a 30-second
+	// job, for Prefer: respond-async, its event stream and cancel.
+	DemoJobScope = "demo-job"
 	DefaultListen            = "127.0.0.1:8080"
 )
 
@@ -424,6 +427,9 @@ func Load(path string, getenv func(string) string) (*Config, error) {
 	if c.Mode == Development && !c.hasScope(DemoScope) {
 		c.Scopes = append(c.Scopes, Scope{Name: DemoScope, Operation: OpDemo, Delay: DefaultDemoDelay})
 	}
+	if c.Mode == Development && !c.hasScope(DemoJobScope) {
+		c.Scopes = append(c.Scopes, demoJobScope())
+	}
 
 	c.APIKeys = make(map[tenancy.ID][]string, len(raw.APIKeys))
 	for tenant, digests := range raw.APIKeys {
@@ -774,4 +780,16 @@ func cmpOr(a, b string) string {
 		return strings.TrimSpace(a)
 	}
 	return b
+}
+
+// Development mode's long-running demo job: 30 seconds, with a heartbeat
+// (and so a cancel check and an "alive" event) every 2 seconds.
+const (
+	DefaultDemoJobDelay      = 30 * time.Second
+	DefaultDemoJobStaleAfter = 6 * time.Second
+)
+
+func demoJobScope() Scope {
+	return Scope{Name: DemoJobScope, Operation: OpDemo, Delay: DefaultDemoJobDelay,
+		Settings: idemguard.Settings{StaleAfter: DefaultDemoJobStaleAfter}}
 }

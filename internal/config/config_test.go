@@ -42,7 +42,7 @@ func TestLoadDefaultsInDevelopment(t *testing.T) {
 	require.Equal(t, DefaultShutdownGrace, c.ShutdownGrace)
 	require.Equal(t, idemguard.DefaultStoreTimeout, c.StoreTimeout)
 	require.Equal(t, DefaultOpenAIBaseURL, c.OpenAI.BaseURL)
-	require.Equal(t, []Scope{{Name: DemoScope, Operation: OpDemo, Delay: DefaultDemoDelay}}, c.Scopes)
+	require.Equal(t, []Scope{{Name: DemoScope, Operation: OpDemo, Delay: DefaultDemoDelay}, demoJobScope()}, c.Scopes)
 	require.Empty(t, c.APIKeys, "the demo key is added by serve, not stored here")
 	require.NoError(t, c.Validate())
 }
@@ -152,7 +152,7 @@ func TestLoadDevelopmentKeepsConfiguredDemoScope(t *testing.T) {
 	path := writeFile(t, "scopes: [{name: demo, operation: demo, delay: 1s, key_required: true}]\n")
 	c, err := Load(path, envOf(nil))
 	require.NoError(t, err)
-	require.Equal(t, []Scope{{Name: "demo", Operation: OpDemo, Delay: time.Second, KeyRequired: true}}, c.Scopes)
+	require.Equal(t, []Scope{{Name: "demo", Operation: OpDemo, Delay: time.Second, KeyRequired: true}, demoJobScope()}, c.Scopes)
 }
 
 func TestLoadProductionNamesWhatIsMissing(t *testing.T) {
