@@ -58,13 +58,13 @@ const (
 // Development-mode demo identity. The key is public (it is in the README): it
 // is accepted only in development mode.
 const (
-	DemoTenant    tenancy.ID = "demo"
-	DemoAPIKey               = "dev-demo-key"
-	DemoScope                = "demo"
+	DemoTenant tenancy.ID = "demo"
+	DemoAPIKey            = "dev-demo-key"
+	DemoScope             = "demo"
 	// DemoJobScope is development mode's long-running demo: a 30-second
 	// job, for Prefer: respond-async, its event stream and cancel.
-	DemoJobScope = "demo-job"
-	DefaultListen            = "127.0.0.1:8080"
+	DemoJobScope  = "demo-job"
+	DefaultListen = "127.0.0.1:8080"
 )
 
 // Defaults of the service settings.
