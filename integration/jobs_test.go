@@ -1,0 +1,471 @@
+package integration
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+)
+
+// Long-running jobs: Prefer: respond-async, the key's event stream, cancel, a dead owner, a
+// TTL shorter than the run, a storm of submissions over three replicas, and SIGTERM.
+
+var async = [2]string{"Prefer", "respond-async"}
+
+// jobUpstream is the fake model for jobs: every call blocks until release (then completes) or
+// until serve cancels it (the request's context ends), which it records with the time.
+type jobUpstream struct {
+	*fakeLLM
+	mu       sync.Mutex
+	released chan struct{}
+	once     sync.Once
+	canceled []time.Time
+}
+
+func newJobUpstream(t *testing.T) *jobUpstream {
+	t.Helper()
+	u := &jobUpstream{fakeLLM: newFakeLLM(t), released: make(chan struct{})}
+	u.set(func(n int32, w http.ResponseWriter, r *http.Request) {
+		select {
+		case <-u.released:
+			complete(w, n)
+		case <-r.Context().Done():
+			u.mu.Lock()
+			u.canceled = append(u.canceled, time.Now())
+			u.mu.Unlock()
+		}
+	})
+	t.Cleanup(u.release) // before the fake server closes: it waits for its handlers
+	return u
+}
+
+// release lets every running call, and every later one, complete.
+func (u *jobUpstream) release() { u.once.Do(func() { close(u.released) }) }
+
+func (u *jobUpstream) cancellations() []time.Time {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	return append([]time.Time(nil), u.canceled...)
+}
+
+// jobsConfig is a jobs scope (openai_chat) on u with a 1.5 s lease: a heartbeat, and so a
+// cancel check, every 500 ms. settings are more flow-map entries for the scope.
+func jobsConfig(u *jobUpstream, settings, extra string) string {
+	return chatConfig(u.fakeLLM, "  - {name: jobs, operation: openai_chat, stale_after: 1500ms"+settings+"}\n", extra)
+}
+
+func submit(t *testing.T, c *http.Client, s *service, key string) answer {
+	t.Helper()
+	return post(t, c, s, "jobs", acmeKey, key, chatBody, async)
+}
+
+// requireAccepted checks a 202 of respond-async and returns its Location.
+func requireAccepted(t *testing.T, a answer) string {
+	t.Helper()
+	require.Equal(t, http.StatusAccepted, a.status, "answer: %s", a)
+	require.Equal(t, "respond-async", a.header.Get("Preference-Applied"))
+	loc := a.header.Get("Location")
+	require.NotEmpty(t, loc)
+	var rec keyRecord
+	require.NoError(t, json.Unmarshal(a.body, &rec), "answer: %s", a)
+	require.NotEmpty(t, rec.Status)
+	return loc
+}
+
+// sseEvent is one server-sent event as a client reads it.
+type sseEvent struct {
+	id, kind string
+	data     struct {
+		Event   string `json:"event"`
+		Attempt int    `json:"attempt"`
+		Record  struct {
+			Status          string          `json:"status"`
+			Stale           bool            `json:"stale"`
+			Next            string          `json:"next"`
+			CancelRequested bool            `json:"cancelRequested"`
+			Response        json.RawMessage `json:"response"`
+		} `json:"record"`
+	}
+}
+
+// watch opens GET {path}/events on s and returns the answer's status and its events; the
+// channel closes when the stream ends.
+func watch(t *testing.T, s *service, path, lastEventID string) (int, <-chan sseEvent) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	tr := &http.Transport{}
+	t.Cleanup(func() { cancel(); tr.CloseIdleConnections() })
+	r, err := http.NewRequestWithContext(ctx, http.MethodGet, s.url(path+"/events"), nil)
+	require.NoError(t, err)
+	r.Header.Set("Authorization", "Bearer "+acmeKey)
+	if lastEventID != "" {
+		r.Header.Set("Last-Event-ID", lastEventID)
+	}
+	resp, err := (&http.Client{Transport: tr}).Do(r)
+	require.NoError(t, err)
+	out := make(chan sseEvent, 256)
+	if resp.StatusCode != http.StatusOK {
+		resp.Body.Close()
+		close(out)
+		return resp.StatusCode, out
+	}
+	require.Equal(t, "text/event-stream", resp.Header.Get("Content-Type"))
+	go func() {
+		defer close(out)
+		defer resp.Body.Close()
+		sc := bufio.NewScanner(resp.Body)
+		var e sseEvent
+		for sc.Scan() {
+			line := sc.Text()
+			switch {
+			case line == "":
+				if e.kind != "" {
+					out <- e
+				}
+				e = sseEvent{}
+			case strings.HasPrefix(line, "id: "):
+				e.id = line[4:]
+			case strings.HasPrefix(line, "event: "):
+				e.kind = line[7:]
+			case strings.HasPrefix(line, "data: "):
+				if err := json.Unmarshal([]byte(line[6:]), &e.data); err != nil {
+					panic(fmt.Sprintf("event data %q: %v", line, err))
+				}
+			}
+		}
+	}()
+	return resp.StatusCode, out
+}
+
+// next waits for the stream's next event; false when it ended.
+func next(t *testing.T, events <-chan sseEvent) (sseEvent, bool) {
+	t.Helper()
+	select {
+	case e, ok := <-events:
+		return e, ok
+	case <-time.After(20 * time.Second):
+		t.Fatal("no event within 20s")
+		return sseEvent{}, false
+	}
+}
+
+// all reads the stream to its end.
+func all(t *testing.T, events <-chan sseEvent) []sseEvent {
+	t.Helper()
+	var evs []sseEvent
+	for e, ok := next(t, events); ok; e, ok = next(t, events) {
+		evs = append(evs, e)
+	}
+	return evs
+}
+
+type jobRow struct {
+	Status     string  `db:"status"`
+	Attempts   int     `db:"attempt_count"`
+	StopReason *string `db:"stop_reason"`
+}
+
+func readJob(t *testing.T, db interface {
+	Get(dest any, query string, args ...any) error
+}) jobRow {
+	t.Helper()
+	var r jobRow
+	require.NoError(t, db.Get(&r, `SELECT status, attempt_count,
+  JSON_UNQUOTE(JSON_EXTRACT(response_json, '$.stopReason')) AS stop_reason FROM idempotency_keys`))
+	return r
+}
+
+// 1. 202 with Location; a duplicate while it runs, on another replica, gets 202 with the same
+// Location; after completion the stored answer; exactly one upstream call. A derived key (no
+// Idempotency-Key) works the same through the record's ref.
+func TestJobAcceptedDuplicateThenStoredAnswer(t *testing.T) {
+	t.Parallel()
+	db, u, c := database(t), newJobUpstream(t), newClient(t)
+	cfg := jobsConfig(u, "", "")
+	a := startService(t, productionEnv(db.DSN), cfg)
+	b := startService(t, productionEnv(db.DSN), cfg)
+
+	loc := requireAccepted(t, submit(t, c, a, "job-1"))
+	require.Equal(t, "/v1/ops/jobs/keys/job-1", loc)
+	eventually(t, 10*time.Second, "the upstream call", func() bool { return u.calls.Load() == 1 })
+	dup := submit(t, c, b, "job-1")
+	require.Equal(t, loc, requireAccepted(t, dup), "the existing job, not a 409")
+	require.Equal(t, "started", readJob(t, db.DB).Status)
+
+	derived := post(t, c, a, "jobs", acmeKey, "", `{"messages":[{"role":"user","content":"derived"}]}`, async)
+	dloc := requireAccepted(t, derived)
+	require.Regexp(t, `^/v1/ops/jobs/keys/~[0-9a-f]{64}$`, dloc)
+	require.Equal(t, dloc, requireAccepted(t, post(t, c, b, "jobs", acmeKey, "", `{"messages":[{"role":"user","content":"derived"}]}`, async)))
+
+	u.release()
+	var done answer
+	eventually(t, 10*time.Second, "the stored answer", func() bool {
+		done = submit(t, c, b, "job-1")
+		return done.status == http.StatusOK
+	})
+	require.Equal(t, "true", done.header.Get("Idempotent-Replayed"))
+	require.True(t, requireEnvelope(t, done).Cached)
+	require.Equal(t, loc, done.header.Get("Location"))
+	resp, rec := lookup(t, c, a, "jobs", acmeKey, "job-1")
+	require.Equal(t, http.StatusOK, resp.status)
+	require.Equal(t, "succeeded", rec.Status)
+	require.EqualValues(t, 2, u.calls.Load(), "one upstream call per key")
+}
+
+// 2. A watcher connected to replica B sees every transition of a job running on replica A, and
+// the final answer, in order; so does one on A, with the same event ids.
+func TestJobWatchedFromAnotherReplica(t *testing.T) {
+	t.Parallel()
+	db, u, c := database(t), newJobUpstream(t), newClient(t)
+	cfg := jobsConfig(u, "", "")
+	a := startService(t, productionEnv(db.DSN), cfg)
+	b := startService(t, productionEnv(db.DSN), cfg)
+
+	loc := requireAccepted(t, submit(t, c, a, "watched"))
+	code, onB := watch(t, b, loc, "")
+	require.Equal(t, http.StatusOK, code)
+	code, onA := watch(t, a, loc, "")
+	require.Equal(t, http.StatusOK, code)
+	first, _ := next(t, onB)
+	require.Equal(t, "started", first.kind)
+	require.Equal(t, 1, first.data.Attempt)
+	alive, _ := next(t, onB)
+	require.Equal(t, "alive", alive.kind, "a heartbeat on A (every 500ms) reaches B")
+	u.release()
+
+	var finals []string
+	for _, evs := range [][]sseEvent{append([]sseEvent{first, alive}, all(t, onB)...), all(t, onA)} {
+		require.Equal(t, "started", evs[0].kind)
+		require.Equal(t, first.id, evs[0].id, "the same transition has the same id on every replica")
+		last := evs[len(evs)-1]
+		require.Equal(t, "succeeded", last.kind)
+		require.Equal(t, "succeeded", last.data.Record.Status)
+		var env envelope
+		require.NoError(t, json.Unmarshal(last.data.Record.Response, &env))
+		require.True(t, env.OK)
+		for _, e := range evs[1 : len(evs)-1] {
+			require.Equal(t, "alive", e.kind)
+		}
+		finals = append(finals, last.id)
+	}
+	require.Equal(t, finals[0], finals[1])
+
+	// A reconnect after the started event resumes after it; after the final one there is
+	// nothing more (204: an EventSource stops reconnecting).
+	_, resumed := watch(t, b, loc, first.id)
+	evs := all(t, resumed)
+	require.NotEmpty(t, evs)
+	require.NotEqual(t, "started", evs[0].kind)
+	require.Equal(t, finals[0], evs[len(evs)-1].id)
+	code, _ = watch(t, b, loc, finals[0])
+	require.Equal(t, http.StatusNoContent, code)
+	require.EqualValues(t, 1, u.calls.Load())
+}
+
+// 3. Cancel through replica B stops the upstream call on replica A within one heartbeat
+// interval plus a margin; the row is failed / canceled, the attempt not counted; resubmitting
+// the same key runs once more. Without the cancel read-back in the heartbeat the upstream call
+// is never cancelled and this fails.
+func TestJobCanceledThroughAnotherReplica(t *testing.T) {
+	t.Parallel()
+	db, u, c := database(t), newJobUpstream(t), newClient(t)
+	cfg := jobsConfig(u, "", "")
+	a := startService(t, productionEnv(db.DSN), cfg)
+	b := startService(t, productionEnv(db.DSN), cfg)
+
+	loc := requireAccepted(t, submit(t, c, a, "cancel-me"))
+	eventually(t, 10*time.Second, "the upstream call", func() bool { return u.calls.Load() == 1 })
+	_, events := watch(t, b, loc, "")
+	asked := time.Now()
+	cancel := do(t, c, b, request{path: loc + "/cancel", apiKey: acmeKey})
+	require.Equal(t, http.StatusAccepted, cancel.status, "cancel: %s", cancel)
+	eventually(t, 5*time.Second, "the upstream call cancelled", func() bool { return len(u.cancellations()) == 1 })
+	const heartbeat, margin = 500 * time.Millisecond, time.Second
+	took := u.cancellations()[0].Sub(asked)
+	require.Less(t, took, heartbeat+margin, "cancelled %s after the request", took)
+
+	evs := all(t, events)
+	last := evs[len(evs)-1]
+	require.Equal(t, "canceled", last.kind)
+	require.Contains(t, string(last.data.Record.Response), `"stopReason":"canceled"`)
+	row := readJob(t, db.DB)
+	require.Equal(t, "failed", row.Status)
+	require.Equal(t, "canceled", *row.StopReason)
+	require.Equal(t, 0, row.Attempts, "a canceled attempt is not counted")
+
+	again := do(t, c, a, request{path: loc + "/cancel", apiKey: acmeKey})
+	requireProblem(t, again, http.StatusConflict, "")
+	require.Equal(t, http.StatusNotFound, do(t, c, b, request{path: "/v1/ops/jobs/keys/no-such/cancel", apiKey: acmeKey}).status)
+	require.Equal(t, http.StatusNotFound, do(t, c, b, request{path: loc + "/cancel", apiKey: globexKey}).status, "another tenant's key")
+
+	require.Equal(t, loc, requireAccepted(t, submit(t, c, b, "cancel-me")))
+	eventually(t, 10*time.Second, "the second run", func() bool { return u.calls.Load() == 2 })
+	u.release()
+	eventually(t, 10*time.Second, "the second run stored", func() bool { return readJob(t, db.DB).Status == "succeeded" })
+	require.Equal(t, 1, readJob(t, db.DB).Attempts)
+	require.EqualValues(t, 2, u.calls.Load())
+}
+
+// 4. kill -9 of the owner: the record and the stream show stale after staleAfter, with what to
+// do; a resubmission takes over and completes.
+func TestJobOfAKilledOwnerShowsStaleThenIsTakenOver(t *testing.T) {
+	t.Parallel()
+	db, u, c := database(t), newJobUpstream(t), newClient(t)
+	cfg := jobsConfig(u, "", "")
+	a := startService(t, productionEnv(db.DSN), cfg)
+	b := startService(t, productionEnv(db.DSN), cfg)
+
+	loc := requireAccepted(t, submit(t, c, a, "orphan"))
+	eventually(t, 10*time.Second, "the upstream call", func() bool { return u.calls.Load() == 1 })
+	_, events := watch(t, b, loc, "")
+	a.kill()
+	var stale sseEvent
+	for e, ok := next(t, events); ok; e, ok = next(t, events) {
+		if e.kind == "stale" {
+			stale = e
+			break
+		}
+		require.Contains(t, []string{"started", "alive"}, e.kind)
+	}
+	require.Equal(t, "stale", stale.kind)
+	require.True(t, stale.data.Record.Stale)
+	require.Contains(t, stale.data.Record.Next, "same Idempotency-Key")
+	resp := do(t, c, b, request{method: http.MethodGet, path: loc, apiKey: acmeKey})
+	require.Contains(t, string(resp.body), `"stale":true`)
+
+	require.Equal(t, loc, requireAccepted(t, submit(t, c, b, "orphan")))
+	taken, _ := next(t, events)
+	require.Equal(t, "started", taken.kind)
+	require.Equal(t, 2, taken.data.Attempt)
+	u.release()
+	evs := all(t, events)
+	require.Equal(t, "succeeded", evs[len(evs)-1].kind)
+	row := readJob(t, db.DB)
+	require.Equal(t, "succeeded", row.Status)
+	require.Equal(t, 2, row.Attempts)
+}
+
+// 5. A job with a TTL shorter than its run time is neither deleted by cleanup nor re-claimed
+// while it runs: its heartbeats keep expires_at at least the TTL ahead. Without the extension
+// in the heartbeat (Store.Renew), expires_at passes during the run and this fails.
+func TestJobOutlivesItsTTLOnlyWhileItRuns(t *testing.T) {
+	t.Parallel()
+	db, u, c := database(t), newJobUpstream(t), newClient(t)
+	cfg := jobsConfig(u, ", ttl: 1s", "")
+	a := startService(t, productionEnv(db.DSN), cfg)
+	b := startService(t, productionEnv(db.DSN), cfg)
+
+	requireAccepted(t, submit(t, c, a, "long"))
+	eventually(t, 10*time.Second, "the upstream call", func() bool { return u.calls.Load() == 1 })
+	for range 3 { // 3 s: three TTLs
+		time.Sleep(time.Second)
+		var ahead float64
+		require.NoError(t, db.DB.Get(&ahead, `SELECT TIMESTAMPDIFF(MICROSECOND, UTC_TIMESTAMP(6), expires_at) / 1e6 FROM idempotency_keys`))
+		require.Greater(t, ahead, 1.0-0.5-0.2, "expires_at is kept about a TTL ahead (less one heartbeat and a margin)")
+		runAs(t, db.DSN, 0, "cleanup")
+		require.Equal(t, 1, countRows(t, db), "cleanup left the running job")
+		requireAccepted(t, submit(t, c, b, "long"))
+	}
+	require.EqualValues(t, 1, u.calls.Load(), "never re-claimed while it ran")
+	u.release()
+	eventually(t, 10*time.Second, "the job stored", func() bool { return readJob(t, db.DB).Status == "succeeded" })
+	time.Sleep(1200 * time.Millisecond) // the TTL, counted from completion
+	runAs(t, db.DSN, 0, "cleanup")
+	require.Equal(t, 0, countRows(t, db), "once done, the TTL counts from completion")
+}
+
+// 6. 300 concurrent async submissions of one key over 3 replicas: 1 execution, every answer 202
+// with the same Location (or the replay once done).
+func TestJobThreeHundredSubmissionsOverThreeReplicas(t *testing.T) {
+	t.Parallel()
+	db, u, c := database(t), newJobUpstream(t), newClient(t)
+	cfg := jobsConfig(u, "", "")
+	replicas := []*service{startService(t, productionEnv(db.DSN), cfg), startService(t, productionEnv(db.DSN), cfg),
+		startService(t, productionEnv(db.DSN), cfg)}
+
+	answers := make([]answer, 300)
+	errs := make([]error, 300)
+	var wg sync.WaitGroup
+	start := make(chan struct{})
+	for i := range answers {
+		wg.Go(func() {
+			<-start
+			answers[i], errs[i] = tryDo(c, replicas[i%3], request{path: "/v1/ops/jobs", apiKey: acmeKey, key: "storm",
+				body: chatBody, headers: [][2]string{async}})
+		})
+	}
+	close(start)
+	wg.Wait()
+	u.release()
+	accepted := 0
+	for i, a := range answers {
+		require.NoError(t, errs[i])
+		switch a.status {
+		case http.StatusAccepted:
+			accepted++
+			require.Equal(t, "/v1/ops/jobs/keys/storm", a.header.Get("Location"))
+		case http.StatusOK:
+			require.Equal(t, "true", a.header.Get("Idempotent-Replayed"), "answer %d: %s", i, a)
+		default:
+			t.Fatalf("answer %d: %s", i, a)
+		}
+	}
+	require.Equal(t, 300, accepted, "the job was still running: every answer is the 202")
+	eventually(t, 10*time.Second, "the job stored", func() bool { return readJob(t, db.DB).Status == "succeeded" })
+	require.EqualValues(t, 1, u.calls.Load(), "one execution")
+	require.Equal(t, 1, readJob(t, db.DB).Attempts)
+}
+
+// Shutdown: SIGTERM stops accepting, waits up to the grace period for a running job, which
+// completes and is stored; the process exits 0. Without WaitJobs in serve's shutdown the job is
+// cut off at once (failed / timeout) and this fails.
+func TestJobSIGTERMWaitsForARunningJob(t *testing.T) {
+	t.Parallel()
+	db, u, c := database(t), newJobUpstream(t), newClient(t)
+	s := startService(t, productionEnv(db.DSN), jobsConfig(u, "", "shutdown_grace: 20s"))
+	requireAccepted(t, submit(t, c, s, "drained"))
+	eventually(t, 10*time.Second, "the upstream call", func() bool { return u.calls.Load() == 1 })
+	require.NoError(t, s.cmd.Process.Signal(syscall.SIGTERM))
+	eventually(t, 10*time.Second, "serve stops accepting", func() bool {
+		_, err := tryDo(c, s, request{method: http.MethodGet, path: "/healthz"})
+		return err != nil
+	})
+	select {
+	case <-s.exited:
+		t.Fatal("serve exited while its job was running")
+	case <-time.After(time.Second):
+	}
+	u.release()
+	require.Equal(t, 0, s.waitExit(20*time.Second))
+	row := readJob(t, db.DB)
+	require.Equal(t, "succeeded", row.Status)
+	require.Empty(t, u.cancellations())
+}
+
+// Shutdown past the grace period: the job is cut off and stored as a retryable failure.
+func TestJobSIGTERMCutsOffAJobPastTheGrace(t *testing.T) {
+	t.Parallel()
+	db, u, c := database(t), newJobUpstream(t), newClient(t)
+	cfg := jobsConfig(u, "", "shutdown_grace: 500ms")
+	s := startService(t, productionEnv(db.DSN), cfg)
+	requireAccepted(t, submit(t, c, s, "cut-job"))
+	eventually(t, 10*time.Second, "the upstream call", func() bool { return u.calls.Load() == 1 })
+	require.NoError(t, s.cmd.Process.Signal(syscall.SIGTERM))
+	require.Equal(t, 0, s.waitExit(20*time.Second))
+	row := readJob(t, db.DB)
+	require.Equal(t, "failed", row.Status)
+	require.Equal(t, "timeout", *row.StopReason)
+	require.Len(t, u.cancellations(), 1)
+
+	next := startService(t, productionEnv(db.DSN), cfg)
+	requireAccepted(t, submit(t, c, next, "cut-job"))
+	eventually(t, 10*time.Second, "the retry", func() bool { return u.calls.Load() == 2 })
+}
