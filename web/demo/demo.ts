@@ -2,7 +2,7 @@
 // Generate button wired to @idemguard/client, and the answers with whether
 // each was a replay and its key.
 
-import { IdemguardError, pendingKey, run, type RunResult } from "../src/index.js";
+import { IdemguardError, cancelJob, forgetJob, isFinal, pendingKey, run, submitJob, watchJob, type RunResult } from "../src/index.js";
 
 const SCOPE = "demo";
 // The public development key: accepted only in development mode. Production
@@ -89,4 +89,98 @@ const pending = sessionStorage.getItem(PENDING);
 if (pending !== null && pendingKey(SCOPE, inputOf(pending)) !== null) {
   prompt.value = pending;
   void generate(pending, true);
+}
+
+// A long job: submitted with Prefer: respond-async, followed on the key's
+// event stream, reattached after a reload, and cancellable.
+
+const JOB_SCOPE = "demo-job";
+// The running job's key reference and prompt, to reattach after a reload.
+const JOB = "idemguard-demo:job";
+
+const jobForm = document.querySelector<HTMLFormElement>("#job-form")!;
+const jobPrompt = document.querySelector<HTMLTextAreaElement>("#job-prompt")!;
+const jobCancel = document.querySelector<HTMLButtonElement>("#job-cancel")!;
+const jobStatus = document.querySelector<HTMLElement>("#job-status")!;
+const jobAnswer = document.querySelector<HTMLElement>("#job-answer")!;
+const jobEvents = document.querySelector<HTMLOListElement>("#job-events")!;
+
+interface RunningJob {
+  keyRef: string;
+  prompt: string;
+}
+
+const jobInput = (text: string) => ({ messages: [{ role: "user", content: text }] });
+let current: RunningJob | undefined;
+
+function setJobStatus(state: string, text: string, keyRef?: string, reattached = false): void {
+  jobStatus.dataset["state"] = state;
+  jobStatus.textContent = text;
+  if (keyRef !== undefined) jobStatus.dataset["key"] = keyRef;
+  jobStatus.dataset["reattached"] = String(reattached);
+  jobCancel.disabled = state !== "running";
+}
+
+async function follow(job: RunningJob, reattached: boolean): Promise<void> {
+  current = job;
+  sessionStorage.setItem(JOB, JSON.stringify(job));
+  jobEvents.replaceChildren();
+  jobAnswer.textContent = "";
+  setJobStatus("running", reattached ? "Reattached after reload: running…" : "Running…", job.keyRef, reattached);
+  try {
+    for await (const e of watchJob(JOB_SCOPE, job.keyRef, { token: TOKEN })) {
+      const li = document.createElement("li");
+      li.dataset["kind"] = e.event;
+      li.textContent = `${e.event} · attempt ${e.attempt} · ${e.at}`;
+      jobEvents.append(li);
+      if (e.event === "stale") setJobStatus("stale", "The server running this job stopped; start it again to resume.", job.keyRef, reattached);
+      if (!isFinal(e)) continue;
+      const response = e.record.response;
+      if (e.event === "succeeded") {
+        const text = response?.data?.["text"];
+        jobAnswer.textContent = typeof text === "string" ? text : JSON.stringify(response);
+        setJobStatus("succeeded", "Done.", job.keyRef, reattached);
+        forgetJob(JOB_SCOPE, jobInput(job.prompt), { action: `demo-job:${job.prompt}` });
+      } else if (e.event === "canceled") {
+        setJobStatus("canceled", "Canceled. Start it again to re-run it under the same key.", job.keyRef, reattached);
+      } else {
+        setJobStatus("failed", `Failed: ${response?.stopReason ?? "unknown"}. Start it again to retry.`, job.keyRef, reattached);
+      }
+      sessionStorage.removeItem(JOB);
+    }
+  } catch (err) {
+    setJobStatus("error", err instanceof Error ? err.message : String(err), job.keyRef, reattached);
+  }
+}
+
+async function startJob(text: string): Promise<void> {
+  setJobStatus("submitting", "Submitting…");
+  try {
+    const r = await submitJob(JOB_SCOPE, jobInput(text), { token: TOKEN, action: `demo-job:${text}` });
+    await follow({ keyRef: r.keyRef, prompt: text }, false);
+  } catch (err) {
+    setJobStatus("error", err instanceof Error ? err.message : String(err));
+  }
+}
+
+jobForm.addEventListener("submit", (ev) => {
+  ev.preventDefault();
+  void startJob(jobPrompt.value);
+});
+
+jobCancel.addEventListener("click", () => {
+  if (current === undefined) return;
+  jobCancel.disabled = true;
+  jobStatus.textContent = "Canceling…";
+  cancelJob(JOB_SCOPE, current.keyRef, { token: TOKEN }).catch((err: unknown) => {
+    jobStatus.textContent = err instanceof Error ? err.message : String(err);
+  });
+});
+
+// A reload while the job ran: it runs on, on the server; follow it again.
+const saved = sessionStorage.getItem(JOB);
+if (saved !== null) {
+  const job = JSON.parse(saved) as RunningJob;
+  jobPrompt.value = job.prompt;
+  void follow(job, true);
 }

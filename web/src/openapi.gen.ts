@@ -32,8 +32,17 @@ export interface paths {
          *       `rate_limited`); after that the stored failure is replayed with
          *       `retry_limit` (or `abandoned`), byte for byte except `cached`.
          *
-         *     Every answer of the guard (200, 409, 502, and 422/503 when a client
-         *     key was sent) carries `Location` and `Idempotency-Key-Ref`.
+         *     Every answer of the guard (200, 202, 409, 502, and 422/503 when a
+         *     client key was sent) carries `Location` and `Idempotency-Key-Ref`.
+         *
+         *     With `Prefer: respond-async` a long-running operation does not hold
+         *     the connection: once the claim is won the operation runs in the
+         *     background on the server and the answer is **202** with the key
+         *     record and its `Location`; a duplicate while it runs gets the same
+         *     202 and `Location` (not a 409); a completed key answers as any
+         *     replay. Follow the key with `GET {Location}/events` (server-sent
+         *     events) or `GET {Location}`, and stop it with
+         *     `POST {Location}/cancel`.
          */
         post: operations["runOperation"];
         delete?: never;
@@ -67,6 +76,76 @@ export interface paths {
         get: operations["lookupKey"];
         put?: never;
         post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/ops/{scope}/keys/{key}/events": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description The registered operation, e.g. `chat`, `demo` or `actionRequests.aiProposeCopy`. */
+                scope: components["parameters"]["Scope"];
+                /**
+                 * @description A client key (the `Idempotency-Key` that was sent), or `~` followed by
+                 *     the key hash of a derived key: the value of `Idempotency-Key-Ref`.
+                 */
+                key: components["parameters"]["KeyRef"];
+            };
+            cookie?: never;
+        };
+        /**
+         * Live transitions of a key (server-sent events).
+         * @description A `text/event-stream` of the key's transitions, in order: `started`
+         *     (with the attempt), `alive` (each heartbeat of the running
+         *     execution), `cancel_requested`, `stale` (the running process went
+         *     silent for longer than its lease: resubmit the same request with the
+         *     same key to take it over), and finally `succeeded`, `failed` or
+         *     `canceled`, whose record holds the stored answer; then the stream
+         *     closes. Any replica serves it, whichever replica runs the key: the
+         *     database is the authority. Each event's `id` is
+         *     `<attempt>.<event>.<unix-micros>`, the same on every replica; send it
+         *     back as `Last-Event-ID` (an `EventSource` does) to resume after it.
+         *     An idle stream gets a comment every 15 s.
+         */
+        get: operations["watchKey"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/ops/{scope}/keys/{key}/cancel": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description The registered operation, e.g. `chat`, `demo` or `actionRequests.aiProposeCopy`. */
+                scope: components["parameters"]["Scope"];
+                /**
+                 * @description A client key (the `Idempotency-Key` that was sent), or `~` followed by
+                 *     the key hash of a derived key: the value of `Idempotency-Key-Ref`.
+                 */
+                key: components["parameters"]["KeyRef"];
+            };
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Ask the running execution of a key to stop.
+         * @description Records a cancel request on the key's row, so any replica may take
+         *     it: the replica running the key sees it at its next heartbeat (a
+         *     third of the scope's `stale_after`) and cancels the operation. The
+         *     key then ends `failed` with stopReason `canceled`; the attempt is
+         *     not counted, and the same request with the same key runs it again.
+         */
+        post: operations["cancelKey"];
         delete?: never;
         options?: never;
         head?: never;
@@ -134,7 +213,7 @@ export type webhooks = Record<string, never>;
 export interface components {
     schemas: {
         /** @enum {string} */
-        StopReason: "completed" | "in_progress" | "needs_human" | "invalid_input" | "provider_error" | "rate_limited" | "timeout" | "retry_limit" | "abandoned" | "unknown";
+        StopReason: "completed" | "in_progress" | "needs_human" | "invalid_input" | "provider_error" | "rate_limited" | "timeout" | "retry_limit" | "abandoned" | "canceled" | "unknown";
         /**
          * @description The sanitized answer of an operation: the only shape ever stored and
          *     replayed. Field order is fixed; `prompt`, `model`, `provider`,
@@ -159,7 +238,7 @@ export interface components {
              * Format: uri
              * @enum {string}
              */
-            type: "urn:idemguard:problem:unauthorized" | "urn:idemguard:problem:unknown-scope" | "urn:idemguard:problem:unknown-route" | "urn:idemguard:problem:key-not-found" | "urn:idemguard:problem:method-not-allowed" | "urn:idemguard:problem:missing-idempotency-key" | "urn:idemguard:problem:invalid-idempotency-key" | "urn:idemguard:problem:invalid-key-reference" | "urn:idemguard:problem:invalid-body" | "urn:idemguard:problem:invalid-input" | "urn:idemguard:problem:body-too-large" | "urn:idemguard:problem:idempotency-key-reused" | "urn:idemguard:problem:in-progress" | "urn:idemguard:problem:operation-failed" | "urn:idemguard:problem:store-unavailable" | "urn:idemguard:problem:not-ready" | "urn:idemguard:problem:internal" | "urn:idemguard:problem:invalid-result";
+            type: "urn:idemguard:problem:unauthorized" | "urn:idemguard:problem:unknown-scope" | "urn:idemguard:problem:unknown-route" | "urn:idemguard:problem:key-not-found" | "urn:idemguard:problem:method-not-allowed" | "urn:idemguard:problem:missing-idempotency-key" | "urn:idemguard:problem:invalid-idempotency-key" | "urn:idemguard:problem:invalid-key-reference" | "urn:idemguard:problem:invalid-body" | "urn:idemguard:problem:invalid-input" | "urn:idemguard:problem:body-too-large" | "urn:idemguard:problem:idempotency-key-reused" | "urn:idemguard:problem:in-progress" | "urn:idemguard:problem:operation-failed" | "urn:idemguard:problem:store-unavailable" | "urn:idemguard:problem:not-ready" | "urn:idemguard:problem:internal" | "urn:idemguard:problem:invalid-result" | "urn:idemguard:problem:key-finished" | "urn:idemguard:problem:too-many-waiters";
             title: string;
             status: number;
             /** @description Never holds the client key, the body or credentials. */
@@ -179,7 +258,7 @@ export interface components {
              * @enum {string}
              */
             status: "started" | "succeeded" | "failed";
-            /** @description Executions so far (2 after a stale takeover or a retry). */
+            /** @description Executions so far (2 after a stale takeover or a retry); a canceled execution is not counted. */
             attemptCount: number;
             /**
              * Format: date-time
@@ -210,6 +289,24 @@ export interface components {
             response?: components["schemas"]["Envelope"];
             /** @description The stored HTTP status; absent while started. */
             responseCode?: number;
+            /** @description true for a started key whose process went silent for longer than its lease (it died); see `next`. */
+            stale?: boolean;
+            /** @description true for a started key whose cancel was requested and that has not stopped yet. */
+            cancelRequested?: boolean;
+            /** @description What the caller can do about a stale key (resubmit the same request with the same key). */
+            next?: string;
+        };
+        /** @description The data of one event of `GET …/keys/{key}/events`. */
+        KeyEvent: {
+            /** @enum {string} */
+            event: "started" | "alive" | "cancel_requested" | "stale" | "succeeded" | "failed" | "canceled";
+            attempt: number;
+            /**
+             * Format: date-time
+             * @description When it happened, on the database clock (for `stale`: when the lease ran out).
+             */
+            at: string;
+            record: components["schemas"]["KeyRecord"];
         };
         Status: {
             /** @constant */
@@ -289,11 +386,18 @@ export interface components {
         /**
          * @description RFC 7240. `wait=N` (whole seconds): if the key's operation is
          *     running, wait up to N seconds (capped by the server, 30 s by default)
-         *     for its result instead of answering 409. Other preferences are
-         *     ignored, and so is an invalid wait.
+         *     for its result instead of answering 409. `respond-async`: answer 202
+         *     at once and run the operation in the background (it takes precedence
+         *     over `wait`). Other preferences are ignored, and so is an invalid
+         *     wait.
          * @example wait=5
          */
         Prefer: string;
+        /**
+         * @description The `id` of the last event received; the stream resumes after it.
+         * @example 1.started.1764080000123456
+         */
+        LastEventID: string;
     };
     requestBodies: never;
     headers: {
@@ -313,7 +417,7 @@ export interface components {
         /** @description On a replay, when the stored answer was written (RFC 3339, UTC). */
         IdempotentCompletedAt: string;
         /**
-         * @description `wait=N` when a `Prefer: wait` was honoured; N is the (capped) wait in seconds, rounded up.
+         * @description `wait=N` when a `Prefer: wait` was honoured (N is the (capped) wait in seconds, rounded up); `respond-async` on a 202.
          * @example wait=5
          */
         PreferenceApplied: string;
@@ -343,8 +447,10 @@ export interface operations {
                 /**
                  * @description RFC 7240. `wait=N` (whole seconds): if the key's operation is
                  *     running, wait up to N seconds (capped by the server, 30 s by default)
-                 *     for its result instead of answering 409. Other preferences are
-                 *     ignored, and so is an invalid wait.
+                 *     for its result instead of answering 409. `respond-async`: answer 202
+                 *     at once and run the operation in the background (it takes precedence
+                 *     over `wait`). Other preferences are ignored, and so is an invalid
+                 *     wait.
                  * @example wait=5
                  */
                 Prefer?: components["parameters"]["Prefer"];
@@ -394,6 +500,23 @@ export interface operations {
                 };
                 content: {
                     "application/json": components["schemas"]["Envelope"];
+                };
+            };
+            /**
+             * @description `Prefer: respond-async`: the operation runs in the background
+             *     (this request won the claim), or already runs for an earlier
+             *     request with this key. The body is the key record; `Location`
+             *     names it, and `{Location}/events` streams its transitions.
+             */
+            202: {
+                headers: {
+                    Location: components["headers"]["Location"];
+                    "Idempotency-Key-Ref": components["headers"]["IdempotencyKeyRef"];
+                    "Preference-Applied": components["headers"]["PreferenceApplied"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["KeyRecord"];
                 };
             };
             /**
@@ -582,6 +705,156 @@ export interface operations {
                 };
             };
             405: components["responses"]["MethodNotAllowed"];
+            500: components["responses"]["Internal"];
+            /** @description The idempotency store cannot be reached (type `store-unavailable`). */
+            503: {
+                headers: {
+                    "Retry-After": components["headers"]["RetryAfter"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+        };
+    };
+    watchKey: {
+        parameters: {
+            query?: never;
+            header?: {
+                /**
+                 * @description The `id` of the last event received; the stream resumes after it.
+                 * @example 1.started.1764080000123456
+                 */
+                "Last-Event-ID"?: components["parameters"]["LastEventID"];
+            };
+            path: {
+                /** @description The registered operation, e.g. `chat`, `demo` or `actionRequests.aiProposeCopy`. */
+                scope: components["parameters"]["Scope"];
+                /**
+                 * @description A client key (the `Idempotency-Key` that was sent), or `~` followed by
+                 *     the key hash of a derived key: the value of `Idempotency-Key-Ref`.
+                 */
+                key: components["parameters"]["KeyRef"];
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The event stream. Each event: `id`, `event` (the transition) and `data` (a KeyEvent). */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "text/event-stream": components["schemas"]["KeyEvent"];
+                };
+            };
+            /** @description Nothing left to report (the `Last-Event-ID` was the final event); an `EventSource` stops reconnecting. */
+            204: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description The key reference is invalid (type `invalid-key-reference`). */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            401: components["responses"]["Unauthorized"];
+            /** @description Unknown scope (type `unknown-scope`), or no record of this key for the caller's tenant (type `key-not-found`). */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            405: components["responses"]["MethodNotAllowed"];
+            /** @description This key, or the caller's tenant, has as many open streams on this replica as it allows (type `too-many-waiters`). */
+            429: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            500: components["responses"]["Internal"];
+            /** @description The idempotency store cannot be reached (type `store-unavailable`). */
+            503: {
+                headers: {
+                    "Retry-After": components["headers"]["RetryAfter"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+        };
+    };
+    cancelKey: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description The registered operation, e.g. `chat`, `demo` or `actionRequests.aiProposeCopy`. */
+                scope: components["parameters"]["Scope"];
+                /**
+                 * @description A client key (the `Idempotency-Key` that was sent), or `~` followed by
+                 *     the key hash of a derived key: the value of `Idempotency-Key-Ref`.
+                 */
+                key: components["parameters"]["KeyRef"];
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The cancel is recorded; the body is the key record (`cancelRequested` true until it stops). */
+            202: {
+                headers: {
+                    Location: components["headers"]["Location"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["KeyRecord"];
+                };
+            };
+            /** @description The key reference is invalid (type `invalid-key-reference`). */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            401: components["responses"]["Unauthorized"];
+            /** @description Unknown scope (type `unknown-scope`), or no record of this key for the caller's tenant (type `key-not-found`). */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            405: components["responses"]["MethodNotAllowed"];
+            /** @description The key has finished (type `key-finished`); its answer is stored and nothing runs to cancel. */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
             500: components["responses"]["Internal"];
             /** @description The idempotency store cannot be reached (type `store-unavailable`). */
             503: {
