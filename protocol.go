@@ -139,6 +139,32 @@ detached from the caller's cancellation, bounded by StoreTimeout.
     abandoned (final) under policy fail. An operation cut off by its own
     lease is recorded the same way, if its row is still its own.
 
+# Background operations, cancel and watch
+
+Start claims exactly like Do; the call that owns the claim hands the
+operation to a goroutine (runInBackground) and answers Accepted, so the
+claim, lease, heartbeat and commit rules are the same code. The heartbeat of
+every owner is Store.Renew:
+
+	UPDATE ... SET heartbeat_at = now (forced forward),
+	               expires_at = GREATEST(expires_at, now + TTL + lease)
+	 WHERE id = ? AND status = 'started' AND claim_nonce = mine
+
+which also reports whether cancel_requested_at is set (in the OK packet, one
+round trip). A running key therefore never expires under its owner, and a
+cancel recorded by any process (Store.RequestCancel, guarded by the
+execution's id and nonce) reaches the owner within one heartbeat: it
+cancels the operation with cause ErrCanceled, which is stored as failed /
+canceled with the attempt given back (attempt_count - 1), so the same call
+runs the key again. Every transition back to started clears the request.
+
+Watch derives a key's transitions from its row, the authority, so every
+process reports the same events with the same IDs
+(<attempt>.<kind>.<unix-micros of the row's own time>): started_at,
+heartbeat_at, cancel_requested_at, heartbeat_at + lease (stale) and
+completed_at. It polls the row with a backoff capped below the heartbeat
+interval; in the owner's process the job's live log wakes it at once.
+
 # Replay cache
 
 A succeeded row cannot change until it expires, so a Guard keeps recent
