@@ -171,3 +171,32 @@ func TestPreferRespondAsyncParsing(t *testing.T) {
 		require.Equal(t, want, prefersAsync(h), "%q", v)
 	}
 }
+
+// An event stream lasts as long as its job, past the server's ReadTimeout
+// (serve sets one): net/http clears the read deadline once a request is
+// read. A read deadline left on the connection (a wrapper that sets one, a
+// change of net/http) would cancel the request after 200ms and fail this.
+func TestEventStreamOutlivesReadTimeout(t *testing.T) {
+	t.Parallel()
+	b := setup(t, setupOpts{guard: func(c *idemguard.Config) { c.Test.HeartbeatEvery = 20 * time.Millisecond }})
+	srv := httptest.NewUnstartedServer(b.handler)
+	srv.Config.ReadTimeout = 200 * time.Millisecond
+	srv.Start()
+	t.Cleanup(srv.Close)
+	require.Equal(t, http.StatusAccepted, b.post("slow", "long-stream", `{"n":1}`, "Prefer", "respond-async").Code)
+	<-b.started
+	code, events := openEvents(t, srv, "/v1/ops/slow/keys/long-stream/events", "")
+	require.Equal(t, http.StatusOK, code)
+	deadline := time.Now().Add(600 * time.Millisecond)
+	for time.Now().Before(deadline) {
+		e, ok := nextEvent(t, events)
+		require.True(t, ok, "the stream ended after %s", 600*time.Millisecond-time.Until(deadline))
+		require.Contains(t, []string{"started", "alive"}, e.kind)
+	}
+	b.releaseNow()
+	var last sseEvent
+	for e, ok := nextEvent(t, events); ok; e, ok = nextEvent(t, events) {
+		last = e
+	}
+	require.Equal(t, "succeeded", last.kind)
+}
