@@ -46,6 +46,14 @@ Package mysql (github.com/idemguard/idemguard/mysql) is the MySQL store;
 this package links no database driver, so tests and single-process tools can
 use NewMemoryStore alone.
 
+# Long-running operations
+
+Guard.Start claims like Do and returns once the claim is won, while the
+operation runs in the background under the same rules; Guard.Watch follows a
+key's transitions from any process sharing the store, Guard.Cancel asks its
+running execution to stop (it ends canceled and may run again), and
+Guard.WaitJobs waits for the background operations in a shutdown's grace.
+
 # Where to go next
 
   - Package routers: the same guard as gin and net/http middleware for your

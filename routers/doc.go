@@ -13,6 +13,8 @@ routes in a team's own gin engine (Options.Prefix moves them).
 
 	POST /v1/ops/{scope}             run the scope's operation under an idempotency key
 	GET  /v1/ops/{scope}/keys/{key}  the record of a key (client key, or ~<key hash>)
+	GET  /v1/ops/{scope}/keys/{key}/events  the key's transitions (server-sent events)
+	POST /v1/ops/{scope}/keys/{key}/cancel  ask the key's running execution to stop
 	GET  /healthz                    the process is up: 200 {"status":"ok"}
 	GET  /readyz                     Options.Ready: 200 {"status":"ok"} or 503 problem
 	GET  /metrics                    Options.Metrics (404 problem when nil)
@@ -36,6 +38,11 @@ or run:
     counts, invalid ones are ignored) is capped at Options.MaxWait and
     answered with Preference-Applied: wait=N (N the capped wait, rounded up
     to whole seconds). Set the Guard's Config.MaxWait at least as high.
+ 6. Prefer: respond-async: the operation runs in the background (Guard.Start)
+    and the answer is 202 with the key record, Location and
+    Preference-Applied: respond-async, for the request that started it and
+    for every duplicate while it runs; with wait=N as well, a key that
+    completes within N seconds is answered with its outcome instead.
 
 Then the guard runs the scope's operation (detached from the request: a
 client that hangs up still gets the result on retry). Answers:
