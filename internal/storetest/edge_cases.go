@@ -16,10 +16,11 @@ import (
 	"github.com/idemguard/idemguard/sanitize"
 )
 
-// The guarantee at its edges (issue 8, DESIGN §4.5 and §4.7): the lease is
-// the owner's promise, and every write whose outcome is unknown is decided
-// by re-reading the row. The guard-level cases inject faults with a
-// faulttest.Store around the harness's store, so both stores prove them.
+// The guarantee at its edges: the lease is the owner's promise (the owner
+// stops its operation before its lease runs out; others may take over only
+// after), and every write whose outcome is unknown is decided by re-reading
+// the row. The guard-level cases inject faults with a faulttest.Store around
+// the harness's store, so both stores prove them.
 
 func withStore(s idemguard.Store) guardOpt { return func(c *idemguard.Config) { c.Store = s } }
 func withStoreTimeout(d time.Duration) guardOpt {

@@ -14,7 +14,7 @@ import (
 )
 
 // A write whose outcome was unknown may land after its caller's re-read
-// (issue 8: an INSERT still waiting on a row lock when the store timeout
+// (an INSERT still waiting on a row lock when the store timeout
 // fired; cancelling closes the connection, the server's statement goes on).
 // The caller keeps its unconfirmed nonces: a row holding one is its own, and
 // one it never confirmed is released once it lands, so nothing is orphaned.
