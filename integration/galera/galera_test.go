@@ -5,8 +5,8 @@
 // concurrent writes only when it commits; the loser of a write-write conflict gets error 1213
 // (ER_LOCK_DEADLOCK) from COMMIT (or from an autocommit statement), and a local transaction that
 // waits on a row a replicated write needs is aborted ("brute-force abort") with the same 1213.
-// The guard must treat that 1213 as "outcome decided elsewhere: re-read the row" (DESIGN.md §4.5),
-// never as a store error.
+// The guard must treat that 1213 as "outcome unknown: re-read the row", never as a store error:
+// ownership is decided by the row, never by the error.
 //
 // Run it with
 //

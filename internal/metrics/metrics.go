@@ -1,6 +1,5 @@
 // Package metrics turns the guard's protocol events (idemguard.Event) into
-// Prometheus metrics (DESIGN §8) on a registry of its own, never the global
-// default one.
+// Prometheus metrics on a registry of its own, never the global default one.
 //
 // Every metric is labelled by scope; scopes come from the configuration, and
 // the HTTP layer answers 404 for any other, so the label's cardinality is
