@@ -141,8 +141,9 @@ func guardUnconfirmedClaimThatLandsLaterIsReleased(t *testing.T, h *Harness) {
 	require.ErrorIs(t, err, idemguard.ErrStoreUnavailable)
 	require.Equal(t, 0, runs.n())
 	ls.land()
+	// The INSERT committed a row (no error); the row itself is not asserted
+	// here, since the call's background release may already have taken it.
 	require.NoError(t, ls.landedErr, "the late INSERT landed")
-	require.Len(t, h.rowsIn(t, "acme", "late.orphan"), 1)
 	pollUntil(t, "the late claim to be released", func() bool {
 		return len(h.rowsIn(t, "acme", "late.orphan")) == 0
 	})
