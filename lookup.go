@@ -44,11 +44,16 @@ func (g *Guard) LookupHash(ctx context.Context, tenant tenancy.ID, scope, keyHas
 	info := KeyInfo{KeyHash: keyHash, Status: KeyStatus(rec.Status), Attempts: rec.Attempts, CreatedAt: rec.CreatedAt,
 		StartedAt: rec.StartedAt, HeartbeatAt: rec.HeartbeatAt, CompletedAt: rec.CompletedAt, ExpiresAt: rec.ExpiresAt}
 	if rec.Status != RowStarted {
-		env, err := decodeStored(rec)
+		st, err := decodeStored(rec)
 		if err != nil {
 			return KeyInfo{}, &StoreError{Op: "lookup", Err: err}
 		}
-		info.Envelope, info.StatusCode = &env, rec.ResponseCode
+		info.StatusCode, info.Header, info.DroppedFields = rec.ResponseCode, st.header, st.dropped
+		if st.document != nil {
+			info.Document = st.document
+		} else {
+			info.Envelope = &st.env
+		}
 	}
 	return info, nil
 }

@@ -116,18 +116,26 @@ func guardBusinessFailureIsASuccessAndReplayed(t *testing.T, h *Harness) {
 func guardBlockedFieldsAreNeverStoredOrReplayed(t *testing.T, h *Harness) {
 	g, _ := newGuard(t, h, withoutCache())
 	var c counter
-	op := c.op(map[string]any{"ok": true, "debug": "d", "model": "m", "prompt": "p",
-		"data": map[string]any{"Prompt": "p", "text": "t", "nested": map[string]any{"a": 1}, "requestId": "r"}}, nil)
+	op := c.op(map[string]any{"ok": true, "debug": "canary-debug", "model": "canary-model", "prompt": "canary-prompt",
+		"data": map[string]any{"Prompt": "canary-Prompt", "text": "t", "nested": map[string]any{"a": "canary-nested"}, "requestId": "canary-rid"}}, nil)
 	first, err := g.Do(ctxFor(t), call("s", 1), op)
 	require.NoError(t, err)
 	again, err := g.Do(ctxFor(t), call("s", 1), op)
 	require.NoError(t, err)
-	for _, b := range [][]byte{first.Body, again.Body, []byte(h.Dump(t))} {
-		for _, bad := range []string{`"debug"`, `"model"`, `"prompt"`, `"Prompt"`, `"nested"`, `"requestId"`} {
+	for _, b := range [][]byte{first.Body, again.Body} {
+		for _, bad := range []string{`"debug"`, `"model"`, `"prompt"`, `"Prompt"`, `"nested"`, `"requestId"`, "canary"} {
 			require.NotContains(t, string(b), bad)
 		}
 	}
+	require.NotContains(t, h.Dump(t), "canary", "no dropped value reaches the table")
 	require.Contains(t, string(again.Body), `"text":"t"`)
+	// The row names what was dropped (names only), so the loss is visible.
+	dropped := []string{"debug", "model", "prompt", "data.Prompt", "data.nested", "data.requestId"}
+	require.ElementsMatch(t, dropped, first.DroppedFields)
+	require.ElementsMatch(t, dropped, again.DroppedFields)
+	info, err := g.LookupHash(ctxFor(t), "acme", "s", first.KeyHash)
+	require.NoError(t, err)
+	require.ElementsMatch(t, dropped, info.DroppedFields)
 }
 
 func guardOversizeDataIsDroppedAndReplayedTheSame(t *testing.T, h *Harness) {

@@ -210,6 +210,8 @@ export interface components {
             response?: components["schemas"]["Envelope"];
             /** @description The stored HTTP status; absent while started. */
             responseCode?: number;
+            /** @description The names (never the values) of the fields removed from the answer before it was stored: blocked keys, fields outside the envelope or outside a route's allowlist. Absent when nothing was removed. */
+            droppedFields?: string[];
         };
         Status: {
             /** @constant */

@@ -19,16 +19,31 @@ import (
 )
 
 // The application's own work, counted so the test sees how often it ran.
-var modelCalls, orders, invoices atomic.Int64
+var modelCalls, widgets, invoices atomic.Int64
+
+// widget is the gin route's answer: the team's own JSON, with fields the
+// route's allowlist keeps (id, name, tags, details) and one it does not.
+type widget struct {
+	ID      string         `json:"id"`
+	Name    string         `json:"name"`
+	Tags    []string       `json:"tags"`
+	Details map[string]any `json:"details"`
+	Secret  string         `json:"internalCost"`
+}
 
 func callTheModel(ctx context.Context, text string) (string, error) {
 	modelCalls.Add(1)
 	return "a fine copy of " + strconv.Itoa(len(text)) + " characters", nil
 }
 
-func createOrder(ctx context.Context, item string) string {
-	return "ord-" + strconv.FormatInt(orders.Add(1), 10)
+func createWidget(ctx context.Context, name string, tags []string) widget {
+	id := "w-" + strconv.FormatInt(widgets.Add(1), 10)
+	// details nests a blocked key four levels down: kept as a whole, less it.
+	details := map[string]any{"size": map[string]any{"unit": "cm", "dims": map[string]any{"w": 2, "h": map[string]any{"value": 3, "stack": "canary-stack"}}}}
+	return widget{ID: id, Name: name, Tags: tags, Details: details, Secret: "canary-cost"}
 }
+
+func requestID(r *http.Request) string { return "req-" + r.Header.Get("Idempotency-Key") }
 
 func createInvoice(ctx context.Context) string {
 	return "inv-" + strconv.FormatInt(invoices.Add(1), 10)
@@ -61,7 +76,15 @@ func main() {
 
 	gin.SetMode(gin.ReleaseMode)
 	g := ginApp(guard, tenantOf)
-	g.GET("/runs", func(c *gin.Context) { c.String(http.StatusOK, strconv.FormatInt(orders.Load(), 10)) })
+	g.GET("/runs", func(c *gin.Context) { c.String(http.StatusOK, strconv.FormatInt(widgets.Load(), 10)) })
+	g.GET("/dropped/:key", func(c *gin.Context) {
+		info, err := guard.Lookup(c.Request.Context(), "acme", "POST:widgets", c.Param("key"))
+		if err != nil {
+			c.String(http.StatusNotFound, err.Error())
+			return
+		}
+		c.JSON(http.StatusOK, info.DroppedFields)
+	})
 	h := http.NewServeMux()
 	h.Handle("/", httpApp(guard, tenantOf))
 	h.HandleFunc("GET /runs", func(w http.ResponseWriter, r *http.Request) { fmt.Fprint(w, invoices.Load()) })
