@@ -109,6 +109,10 @@ type Options struct {
 	// Page, when set, serves GET / and GET /assets/* (development mode's
 	// demo page). nil: those paths are 404.
 	Page http.Handler
+	// Stats answers GET {Prefix}/v1/stats, the figures of the operator page
+	// at {Prefix}/ops. nil: an empty answer that says the store keeps no
+	// history (the in-memory store's case).
+	Stats StatsSource
 }
 
 func (o Options) withDefaults() Options {
@@ -310,6 +314,7 @@ func newEngine(o Options) (*gin.Engine, error) {
 	}
 
 	h.apiRoutes(r.Group(h.prefix), o)
+	h.opsRoutes(r.Group(h.prefix), o)
 	if o.HTTPMetrics != nil {
 		initHTTPMetrics(o.HTTPMetrics, r)
 	}
