@@ -62,9 +62,9 @@ func TestMySQLWindowScopesAndTenant(t *testing.T) {
 		return "DATE_FORMAT(UTC_TIMESTAMP() - INTERVAL " + ago + ", '%Y-%m-%d %H:00:00')"
 	}
 	exec(`INSERT INTO idempotency_stats (bucket_start, scope, requests, replays, in_progress, updated_at) VALUES
-		(`+bucket("1 HOUR")+`, 'chat', 10, 4, 2, UTC_TIMESTAMP(6)),
-		(`+bucket("1 HOUR")+`, 'gone', 7, 7, 0, UTC_TIMESTAMP(6)),
-		(`+bucket("5 HOUR")+`, 'chat', 3, 0, 0, UTC_TIMESTAMP(6))`)
+		(` + bucket("1 HOUR") + `, 'chat', 10, 4, 2, UTC_TIMESTAMP(6)),
+		(` + bucket("1 HOUR") + `, 'gone', 7, 7, 0, UTC_TIMESTAMP(6)),
+		(` + bucket("5 HOUR") + `, 'chat', 3, 0, 0, UTC_TIMESTAMP(6))`)
 	key := func(tenant, hash, status string, ago string) {
 		exec(`INSERT INTO idempotency_keys (tenant, scope, key_hash, request_fingerprint, status, claim_nonce,
 			created_at, started_at, expires_at) VALUES (?, 'chat', ?, REPEAT('f', 64), ?, 'n',
