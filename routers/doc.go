@@ -17,7 +17,7 @@ routes in a team's own gin engine (Options.Prefix moves them).
 	GET  /readyz                     Options.Ready: 200 {"status":"ok"} or 503 problem
 	GET  /metrics                    Options.Metrics (404 problem when nil)
 	GET  /v1/stats?since=24h         the operator page's figures, for the caller's tenant (Options.Stats)
-	GET  /ops                        the operator page (HTML; holds no data, reads /v1/stats)
+	GET  /ops                        Options.OpsPage, the operator page (404 problem when nil)
 
 The /v1 routes need `Authorization: Bearer <api key>` (tenancy.Authenticator).
 

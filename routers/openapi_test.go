@@ -36,8 +36,8 @@ var routeStatuses = map[string][]int{
 	"HEAD /readyz":                   {200, 405, 500, 503},
 	"GET /metrics":                   {200, 404, 405, 500},
 	"GET /v1/stats":                  {200, 400, 401, 405, 500, 503},
-	"GET /ops":                       {200, 405, 500},
-	"HEAD /ops":                      {200, 405, 500},
+	"GET /ops":                       {200, 404, 405, 500},
+	"HEAD /ops":                      {200, 404, 405, 500},
 }
 
 // Every route answers 405 with Allow to the methods its path does not accept

@@ -109,10 +109,13 @@ type Options struct {
 	// Page, when set, serves GET / and GET /assets/* (development mode's
 	// demo page). nil: those paths are 404.
 	Page http.Handler
-	// Stats answers GET {Prefix}/v1/stats, the figures of the operator page
-	// at {Prefix}/ops. nil: an empty answer that says the store keeps no
-	// history (the in-memory store's case).
+	// Stats answers GET {Prefix}/v1/stats, the figures the operator page
+	// draws. nil: an empty answer with NoteNoHistory (the in-memory store
+	// keeps no history).
 	Stats StatsSource
+	// OpsPage, when set, serves GET {Prefix}/ops, the operator page. nil:
+	// that path is a 404 problem.
+	OpsPage http.Handler
 }
 
 func (o Options) withDefaults() Options {

@@ -17,6 +17,7 @@ import (
 
 	"github.com/idemguard/idemguard/internal/opsui"
 	"github.com/idemguard/idemguard/internal/testdb"
+	"github.com/idemguard/idemguard/routers"
 	"github.com/idemguard/idemguard/tenancy"
 )
 
@@ -57,7 +58,7 @@ func TestOpsStatsFromMySQL(t *testing.T) {
 
 	resp, body := s.get(t, "/v1/stats?since=24h", "acme-key")
 	require.Equal(t, http.StatusOK, resp.StatusCode, string(body))
-	var st opsui.Stats
+	var st routers.Stats
 	require.NoError(t, json.Unmarshal(body, &st))
 	require.Equal(t, "acme", st.Tenant)
 	require.Equal(t, "mysql", st.Store)
@@ -107,10 +108,10 @@ func TestOpsStatsOnTheMemoryStore(t *testing.T) {
 	s := startServe(t, map[string]string{"IDEMGUARD_LISTEN": "127.0.0.1:0"}, "scopes: [{name: demo, operation: demo, delay: 1ms}]\n")
 	resp, body := s.get(t, "/v1/stats", "dev-demo-key")
 	require.Equal(t, http.StatusOK, resp.StatusCode, string(body))
-	var st opsui.Stats
+	var st routers.Stats
 	require.NoError(t, json.Unmarshal(body, &st))
 	require.Equal(t, "memory", st.Store)
-	require.Equal(t, opsui.NoteMemory, st.Note)
+	require.Equal(t, routers.NoteNoHistory, st.Note)
 	require.Empty(t, st.Scopes)
 }
 

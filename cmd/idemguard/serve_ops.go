@@ -36,9 +36,10 @@ func creditAvoided(m *metrics.Metrics, e idemguard.Event) {
 	}
 }
 
-// opsOptions sets the source of GET /v1/stats (the operator page's figures): the database when
-// there is one, else the in-memory store's empty answer.
+// opsOptions sets the operator page and the source of its figures (GET /v1/stats): the database
+// when there is one; without, routers answers an empty series that says why.
 func (s *server) opsOptions(o *routers.Options, scopes []string) {
+	o.OpsPage = opsui.Handler()
 	if s.db != nil {
 		o.Stats = opsui.NewMySQL(s.db, scopes)
 	}

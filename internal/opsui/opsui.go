@@ -1,5 +1,6 @@
-// Package opsui is the operator page that `idemguard serve` shows at /ops, and the figures
-// behind it (GET /v1/stats): the last day of the guard's work, hour by hour.
+// Package opsui is the operator page that `idemguard serve` shows at /ops (routers.Options.OpsPage),
+// and the MySQL source of the figures behind it, GET /v1/stats (routers.Options.Stats): the last
+// day of the guard's work, hour by hour.
 //
 // The page is a static shell (HTML, an inline script drawing SVG, no third-party code): it holds
 // no figures and no tenant's data, so it is served without credentials. The browser asks for an
@@ -15,7 +16,7 @@
 //   - Keys: the caller's own keys of idempotency_keys created per hour and scope, by status.
 //     These are the tenant's alone.
 //
-// With the in-memory store there is no table to read: the answer is empty, with a note.
+// With the in-memory store there is no table to read: routers answers an empty series with a note.
 package opsui
 
 import (
@@ -31,86 +32,17 @@ import (
 	"github.com/jmoiron/sqlx"
 
 	"github.com/idemguard/idemguard"
+	"github.com/idemguard/idemguard/routers"
 	"github.com/idemguard/idemguard/tenancy"
 )
 
-// Limits of the since parameter.
-const (
-	// DefaultSince is the window the page shows: the last day.
-	DefaultSince = 24 * time.Hour
-	// MaxSince is the longest window answered; idempotency_stats keeps hourly rows, and a week
-	// of them is what a chart can still show hour by hour.
-	MaxSince = 7 * 24 * time.Hour
-)
+// NoteMySQL is the note of an answer read from MySQL.
+const NoteMySQL = "scopes: counted per scope for every tenant of this service (idempotency_stats has no tenant); keys: your tenant's keys only, by status now"
 
-// Stats is the answer of GET /v1/stats. Its JSON names are camelCase, like the rest of the API.
-type Stats struct {
-	// Tenant is the caller's tenant: Keys are its own.
-	Tenant string `json:"tenant"`
-	// Store is "mysql" or "memory".
-	Store string `json:"store"`
-	// From and To bound the window, in the database clock (RFC 3339, UTC); empty without a
-	// database.
-	From string `json:"from,omitempty"`
-	To   string `json:"to,omitempty"`
-	// SinceSeconds is the window's length.
-	SinceSeconds int64 `json:"sinceSeconds"`
-	// Note says what the figures cover, or why there are none.
-	Note string `json:"note"`
-	// Scopes are the service-wide protocol counters per hour and scope, oldest first.
-	Scopes []ScopeHour `json:"scopes"`
-	// Keys are the tenant's keys created per hour and scope, oldest first.
-	Keys []KeyHour `json:"keys"`
-}
+var _ routers.StatsSource = (*MySQL)(nil)
 
-// ScopeHour is one row of idempotency_stats: one scope's counters in one hour, all tenants.
-type ScopeHour struct {
-	Hour        string `json:"hour"`
-	Scope       string `json:"scope"`
-	Requests    int64  `json:"requests"`
-	Claims      int64  `json:"claims"`
-	Retries     int64  `json:"retries"`
-	Takeovers   int64  `json:"takeovers"`
-	Replays     int64  `json:"replays"`
-	InProgress  int64  `json:"inProgress"`
-	RetryLimits int64  `json:"retryLimits"`
-	Mismatches  int64  `json:"mismatches"`
-	Failures    int64  `json:"failures"`
-	LostClaims  int64  `json:"lostClaims"`
-	StoreErrors int64  `json:"storeErrors"`
-}
-
-// KeyHour counts the tenant's keys of one scope created in one hour, by their status now.
-type KeyHour struct {
-	Hour      string `json:"hour"`
-	Scope     string `json:"scope"`
-	Created   int64  `json:"created"`
-	Succeeded int64  `json:"succeeded"`
-	Failed    int64  `json:"failed"`
-	Started   int64  `json:"started"`
-}
-
-// Notes of the answer.
-const (
-	NoteMySQL  = "scopes: counted per scope for every tenant of this service (idempotency_stats has no tenant); keys: your tenant's keys only, by status now"
-	NoteMemory = "the in-memory store keeps no history: run serve with a MySQL database (mysql_dsn) for these figures"
-)
-
-// Source answers GET /v1/stats.
-type Source interface {
-	Stats(ctx context.Context, tenant tenancy.ID, since time.Duration) (Stats, error)
-}
-
-// Memory is the Source of a server on the in-memory store: no history, an empty answer that says why.
-type Memory struct{}
-
-// Stats returns empty series and NoteMemory.
-func (Memory) Stats(_ context.Context, tenant tenancy.ID, since time.Duration) (Stats, error) {
-	return Stats{Tenant: string(tenant), Store: "memory", SinceSeconds: int64(since / time.Second), Note: NoteMemory,
-		Scopes: []ScopeHour{}, Keys: []KeyHour{}}, nil
-}
-
-// MySQL reads idempotency_stats and idempotency_keys.
+// MySQL is the routers.StatsSource of a server on MySQL: it reads idempotency_stats and
+// idempotency_keys.
 type MySQL struct {
 	db *sqlx.DB
 	// scopes are the scopes this server serves; rows of others (removed scopes, the recorder's
@@ -118,7 +50,7 @@ type MySQL struct {
 	scopes map[string]bool
 }
 
-// NewMySQL returns a Source on db (from mysqlconn.Open, migrated) for the given scopes.
+// NewMySQL returns a MySQL source on db (from mysqlconn.Open, migrated) for the given scopes.
 func NewMySQL(db *sqlx.DB, scopes []string) *MySQL {
 	m := &MySQL{db: db, scopes: make(map[string]bool, len(scopes))}
 	for _, s := range scopes {
@@ -132,11 +64,11 @@ func hourString(t time.Time) string { return t.UTC().Format(time.RFC3339) }
 
 // Stats reads the window [now - since, now] of the database clock. A database error is returned
 // wrapped in idemguard.ErrStoreUnavailable (the API answers 503).
-func (m *MySQL) Stats(ctx context.Context, tenant tenancy.ID, since time.Duration) (Stats, error) {
-	out := Stats{Tenant: string(tenant), Store: "mysql", SinceSeconds: int64(since / time.Second), Note: NoteMySQL,
-		Scopes: []ScopeHour{}, Keys: []KeyHour{}}
-	fail := func(what string, err error) (Stats, error) {
-		return Stats{}, fmt.Errorf("opsui: reading %s: %w: %w", what, idemguard.ErrStoreUnavailable, err)
+func (m *MySQL) Stats(ctx context.Context, tenant tenancy.ID, since time.Duration) (routers.Stats, error) {
+	out := routers.Stats{Tenant: string(tenant), Store: "mysql", SinceSeconds: int64(since / time.Second), Note: NoteMySQL,
+		Scopes: []routers.ScopeHour{}, Keys: []routers.KeyHour{}}
+	fail := func(what string, err error) (routers.Stats, error) {
+		return routers.Stats{}, fmt.Errorf("opsui: reading %s: %w: %w", what, idemguard.ErrStoreUnavailable, err)
 	}
 	var window struct {
 		Now  time.Time `db:"now"`
@@ -160,7 +92,7 @@ func (m *MySQL) Stats(ctx context.Context, tenant tenancy.ID, since time.Duratio
 	}
 	defer rows.Close()
 	for rows.Next() {
-		var r ScopeHour
+		var r routers.ScopeHour
 		var bucket time.Time
 		if err := rows.Scan(&bucket, &r.Scope, &r.Requests, &r.Claims, &r.Retries, &r.Takeovers, &r.Replays,
 			&r.InProgress, &r.RetryLimits, &r.Mismatches, &r.Failures, &r.LostClaims, &r.StoreErrors); err != nil {
@@ -192,7 +124,7 @@ func (m *MySQL) Stats(ctx context.Context, tenant tenancy.ID, since time.Duratio
 	}
 	defer keyRows.Close()
 	for keyRows.Next() {
-		var k KeyHour
+		var k routers.KeyHour
 		var hour string
 		if err := keyRows.Scan(&hour, &k.Scope, &k.Created, &k.Succeeded, &k.Failed, &k.Started); err != nil {
 			return fail("idempotency_keys", err)

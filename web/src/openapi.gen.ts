@@ -903,6 +903,15 @@ export interface operations {
                     "text/html": string;
                 };
             };
+            /** @description The operator page is not enabled on this server (type `unknown-route`). */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
             405: components["responses"]["MethodNotAllowed"];
             500: components["responses"]["Internal"];
         };
@@ -918,6 +927,13 @@ export interface operations {
         responses: {
             /** @description The page's headers. */
             200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description The operator page is not enabled on this server. */
+            404: {
                 headers: {
                     [name: string]: unknown;
                 };
