@@ -16,6 +16,8 @@ routes in a team's own gin engine (Options.Prefix moves them).
 	GET  /healthz                    the process is up: 200 {"status":"ok"}
 	GET  /readyz                     Options.Ready: 200 {"status":"ok"} or 503 problem
 	GET  /metrics                    Options.Metrics (404 problem when nil)
+	GET  /v1/stats?since=24h         the operator page's figures, for the caller's tenant (Options.Stats)
+	GET  /ops                        Options.OpsPage, the operator page (404 problem when nil)
 
 The /v1 routes need `Authorization: Bearer <api key>` (auth.Authenticator).
 

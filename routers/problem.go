@@ -67,6 +67,7 @@ var (
 	errBodyTooLarge     = errors.New("body too large")
 	errNotReady         = errors.New("not ready")
 	errNoMetrics        = errors.New("metrics not configured")
+	errInvalidQuery     = errors.New("invalid query parameter")
 )
 
 // problemFor maps an error to the problem answered for it. It is the only
@@ -101,6 +102,8 @@ func problemFor(err error) problem {
 		return newProblem(http.StatusRequestEntityTooLarge, "body-too-large", "Body too large", sanitize.InvalidInput, detail)
 	case errors.Is(err, errInvalidBody):
 		return newProblem(http.StatusBadRequest, "invalid-body", "Invalid body", sanitize.InvalidInput, detail)
+	case errors.Is(err, errInvalidQuery):
+		return newProblem(http.StatusBadRequest, "invalid-query", "Invalid query parameter", sanitize.InvalidInput, detail)
 	case errors.Is(err, idemguard.ErrFingerprintMismatch):
 		return newProblem(http.StatusUnprocessableEntity, "idempotency-key-reused", "Idempotency-Key reused with other inputs", sanitize.InvalidInput,
 			"this Idempotency-Key was already used with a different request body; use a new key for a new request")

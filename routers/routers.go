@@ -109,6 +109,13 @@ type Options struct {
 	// Page, when set, serves GET / and GET /assets/* (development mode's
 	// demo page). nil: those paths are 404.
 	Page http.Handler
+	// Stats answers GET {Prefix}/v1/stats, the figures the operator page
+	// draws. nil: an empty answer with NoteNoHistory (the in-memory store
+	// keeps no history).
+	Stats StatsSource
+	// OpsPage, when set, serves GET {Prefix}/ops, the operator page. nil:
+	// that path is a 404 problem.
+	OpsPage http.Handler
 }
 
 func (o Options) withDefaults() Options {
@@ -310,6 +317,7 @@ func newEngine(o Options) (*gin.Engine, error) {
 	}
 
 	h.apiRoutes(r.Group(h.prefix), o)
+	h.opsRoutes(r.Group(h.prefix), o)
 	if o.HTTPMetrics != nil {
 		initHTTPMetrics(o.HTTPMetrics, r)
 	}

@@ -129,6 +129,57 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/v1/stats": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * The caller's figures of the last day, hour by hour (the operator page's data).
+         * @description `scopes` are the protocol counters of `idempotency_stats` per hour and
+         *     scope (requests, replays, conflicts, takeovers, failures, store
+         *     errors). That table is counted per scope for every tenant of the
+         *     service, so these are service-wide figures for the scopes this server
+         *     serves. `keys` are the caller's own tenant's keys created per hour and
+         *     scope, by their status now. Authenticated by API key, like a scope
+         *     that lists no credentials. With the in-memory store both lists are
+         *     empty and `note` says why.
+         */
+        get: operations["stats"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/ops": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * The operator page (HTML) that charts `GET /v1/stats`.
+         * @description A static page with an inline script (no third-party code); it holds no
+         *     figures, so it needs no credentials. It asks for an API key, keeps it
+         *     in the browser tab's sessionStorage, and fetches `/v1/stats` with it.
+         *     Served under the same prefix as the `/v1` routes.
+         */
+        get: operations["opsPage"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        /** The operator page's headers, without a body. */
+        head: operations["opsPageHead"];
+        patch?: never;
+        trace?: never;
+    };
 }
 export type webhooks = Record<string, never>;
 export interface components {
@@ -159,7 +210,7 @@ export interface components {
              * Format: uri
              * @enum {string}
              */
-            type: "urn:idemguard:problem:unauthorized" | "urn:idemguard:problem:unknown-scope" | "urn:idemguard:problem:unknown-route" | "urn:idemguard:problem:key-not-found" | "urn:idemguard:problem:method-not-allowed" | "urn:idemguard:problem:missing-idempotency-key" | "urn:idemguard:problem:invalid-idempotency-key" | "urn:idemguard:problem:invalid-key-reference" | "urn:idemguard:problem:invalid-body" | "urn:idemguard:problem:invalid-input" | "urn:idemguard:problem:body-too-large" | "urn:idemguard:problem:idempotency-key-reused" | "urn:idemguard:problem:in-progress" | "urn:idemguard:problem:operation-failed" | "urn:idemguard:problem:store-unavailable" | "urn:idemguard:problem:not-ready" | "urn:idemguard:problem:internal" | "urn:idemguard:problem:invalid-result";
+            type: "urn:idemguard:problem:unauthorized" | "urn:idemguard:problem:unknown-scope" | "urn:idemguard:problem:unknown-route" | "urn:idemguard:problem:key-not-found" | "urn:idemguard:problem:method-not-allowed" | "urn:idemguard:problem:missing-idempotency-key" | "urn:idemguard:problem:invalid-idempotency-key" | "urn:idemguard:problem:invalid-key-reference" | "urn:idemguard:problem:invalid-body" | "urn:idemguard:problem:invalid-query" | "urn:idemguard:problem:invalid-input" | "urn:idemguard:problem:body-too-large" | "urn:idemguard:problem:idempotency-key-reused" | "urn:idemguard:problem:in-progress" | "urn:idemguard:problem:operation-failed" | "urn:idemguard:problem:store-unavailable" | "urn:idemguard:problem:not-ready" | "urn:idemguard:problem:internal" | "urn:idemguard:problem:invalid-result";
             title: string;
             status: number;
             /** @description Never holds the client key, the body or credentials. */
@@ -169,6 +220,65 @@ export interface components {
             stopReason: components["schemas"]["StopReason"];
             /** @description On answers of the guard (409, 502) only; true for a replayed failure. */
             cached?: boolean;
+        };
+        Stats: {
+            /** @description The caller's tenant. */
+            tenant: string;
+            /** @enum {string} */
+            store: "mysql" | "memory";
+            /**
+             * Format: date-time
+             * @description Start of the window, database clock (absent with the in-memory store).
+             */
+            from?: string;
+            /**
+             * Format: date-time
+             * @description End of the window, database clock (absent with the in-memory store).
+             */
+            to?: string;
+            /** @description The window's length in seconds. */
+            sinceSeconds: number;
+            /** @description What the figures cover */
+            note: string;
+            /** @description Service-wide counters per hour and scope, oldest first. */
+            scopes: components["schemas"]["ScopeHour"][];
+            /** @description The caller's tenant's keys per hour and scope, oldest first. */
+            keys: components["schemas"]["KeyHour"][];
+        };
+        ScopeHour: {
+            /**
+             * Format: date-time
+             * @description Start of the hour (UTC).
+             */
+            hour: string;
+            scope: string;
+            /** @description Calls the guard answered: claims + retries + takeovers + replays + inProgress + retryLimits + mismatches. */
+            requests: number;
+            claims: number;
+            retries: number;
+            takeovers: number;
+            /** @description Calls answered from a stored result instead of running again. */
+            replays: number;
+            /** @description Duplicates answered 409 (or waiting) while the first call ran. */
+            inProgress: number;
+            retryLimits: number;
+            mismatches: number;
+            failures: number;
+            lostClaims: number;
+            storeErrors: number;
+        };
+        KeyHour: {
+            /**
+             * Format: date-time
+             * @description Start of the hour (UTC) the keys were created in.
+             */
+            hour: string;
+            scope: string;
+            created: number;
+            succeeded: number;
+            failed: number;
+            /** @description Still running */
+            started: number;
         };
         KeyRecord: {
             /** @description The key reference as requested. */
@@ -725,6 +835,111 @@ export interface operations {
                 content: {
                     "application/problem+json": components["schemas"]["Problem"];
                 };
+            };
+            405: components["responses"]["MethodNotAllowed"];
+            500: components["responses"]["Internal"];
+        };
+    };
+    stats: {
+        parameters: {
+            query?: {
+                /** @description The window, a duration from `1m` to `168h` (Go syntax, e.g. `24h`, `90m`). Defaults to `24h`. */
+                since?: string;
+            };
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The figures of the window. */
+            200: {
+                headers: {
+                    /** @description `no-store`. */
+                    "Cache-Control"?: string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Stats"];
+                };
+            };
+            /** @description `since` is not a duration from 1m to 168h (type `invalid-query`). */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            401: components["responses"]["Unauthorized"];
+            405: components["responses"]["MethodNotAllowed"];
+            500: components["responses"]["Internal"];
+            /** @description The database cannot be read (type `store-unavailable`). */
+            503: {
+                headers: {
+                    "Retry-After": components["headers"]["RetryAfter"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+        };
+    };
+    opsPage: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The page. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "text/html": string;
+                };
+            };
+            /** @description The operator page is not enabled on this server (type `unknown-route`). */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            405: components["responses"]["MethodNotAllowed"];
+            500: components["responses"]["Internal"];
+        };
+    };
+    opsPageHead: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The page's headers. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description The operator page is not enabled on this server. */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
             };
             405: components["responses"]["MethodNotAllowed"];
             500: components["responses"]["Internal"];
