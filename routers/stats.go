@@ -12,6 +12,7 @@ import (
 
 	"github.com/gin-gonic/gin"
 
+	"github.com/idemguard/idemguard/routers/auth"
 	"github.com/idemguard/idemguard/tenancy"
 )
 
@@ -93,7 +94,7 @@ type StatsSource interface {
 // ScopeAuth) and the page to r, the prefix group.
 func (h *handlers) opsRoutes(r gin.IRouter, o Options) {
 	src := o.Stats
-	creds := &tenancy.Credentials{APIKeys: o.Auth}
+	creds := &auth.Credentials{APIKeys: o.Auth}
 	r.GET(routeStats, h.authenticateScope(creds, nil), func(c *gin.Context) { h.serveStats(c, src) })
 	page := func(c *gin.Context) {
 		if o.OpsPage == nil {
@@ -110,7 +111,7 @@ func (h *handlers) opsRoutes(r gin.IRouter, o Options) {
 func (h *handlers) serveStats(c *gin.Context, src StatsSource) {
 	tenant, ok := tenantOf(c)
 	if !ok {
-		h.fail(c, tenancy.ErrNoCredentials)
+		h.fail(c, auth.ErrNoCredentials)
 		return
 	}
 	since := DefaultStatsSince

@@ -18,7 +18,7 @@ import (
 	"github.com/idemguard/idemguard/internal/opsui"
 	"github.com/idemguard/idemguard/internal/testdb"
 	"github.com/idemguard/idemguard/routers"
-	"github.com/idemguard/idemguard/tenancy"
+	"github.com/idemguard/idemguard/routers/auth"
 )
 
 // opsServer is a production serve on a fresh database holding a known past: hourly counters of
@@ -43,7 +43,7 @@ func opsServer(t *testing.T) *served {
 		require.NoError(t, err)
 	}
 	env := productionEnv(db.DSN)
-	env["IDEMGUARD_API_KEYS"] = "acme:" + tenancy.HashAPIKey("acme-key") + ",beta:" + tenancy.HashAPIKey("beta-key")
+	env["IDEMGUARD_API_KEYS"] = "acme:" + auth.HashAPIKey("acme-key") + ",beta:" + auth.HashAPIKey("beta-key")
 	s := startServe(t, env, "scopes: [{name: demo, operation: demo, delay: 1ms}]\n")
 	for i, tenantKey := range []string{"acme-key", "acme-key", "beta-key", "beta-key", "beta-key"} {
 		resp, body := s.post(t, "/v1/ops/demo", tenantKey, fmt.Sprintf("ops-%d", i), `{}`)

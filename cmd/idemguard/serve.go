@@ -146,7 +146,7 @@ func (s *server) run(ctx context.Context) int {
 	}
 	observe := func(ev idemguard.Event) {
 		m.Observe(ev)
-		creditAvoided(m, pub)
+		creditAvoided(m, ev)
 		if rec != nil {
 			rec.Observe(ev)
 		}
