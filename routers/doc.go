@@ -24,7 +24,12 @@ The /v1 routes need `Authorization: Bearer <api key>` (auth.Authenticator).
 Checks run in this order, and each failure answers before anything is stored
 or run:
 
- 1. credentials → 401 (WWW-Authenticate: Bearer realm="idemguard")
+ 1. credentials → 401, whose detail and WWW-Authenticate (RFC 6750:
+    Bearer realm="idemguard", plus error="invalid_token" and an
+    error_description when a credential was sent) say which check failed:
+    missing, malformed, unknown API key, expired, not yet valid, wrong
+    issuer or audience, unknown key id, bad signature, missing claim,
+    invalid tenant claim. They never name what the service expects.
  2. the scope is registered → 404
  3. Idempotency-Key: at most one header (400); a bare token or an RFC 8941
     sf-string ("abc") holding 1–255 characters of [A-Za-z0-9_.:-] (400);
@@ -76,7 +81,7 @@ title, status, detail, plus ok:false and stopReason. The detail never holds
 the client key, the body or the credentials.
 
 	400 invalid_input  malformed/missing/duplicate Idempotency-Key, invalid JSON, bad key reference
-	401 unknown        no or bad API key
+	401 unknown        no or bad credentials; the detail says which check failed
 	404 unknown        unknown scope or route; key absent, expired or another tenant's (never 403)
 	405 unknown        method not allowed (Allow lists the methods)
 	409 in_progress    the key's operation is running (Retry-After)

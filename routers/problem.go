@@ -80,8 +80,7 @@ func problemFor(err error) problem {
 	var tooLarge *http.MaxBytesError
 	switch {
 	case errors.Is(err, auth.ErrNoCredentials), errors.Is(err, auth.ErrInvalidCredentials):
-		return newProblem(http.StatusUnauthorized, "unauthorized", "Unauthorized", sanitize.Unknown,
-			"send a valid API key (or, where the scope accepts one, a JWT) as Authorization: Bearer <credential>")
+		return newProblem(http.StatusUnauthorized, "unauthorized", "Unauthorized", sanitize.Unknown, unauthorizedDetail(err))
 	case errors.Is(err, errUnknownScope):
 		return newProblem(http.StatusNotFound, "unknown-scope", "Unknown scope", sanitize.Unknown, detail)
 	case errors.Is(err, errUnknownRoute):
