@@ -53,6 +53,9 @@ func (h *handlers) runOperation(c *gin.Context) {
 		h.fail(c, err)
 		return
 	}
+	if !h.validateInputs(c, scope, body) {
+		return
+	}
 	wait, waitApplied := parsePreferWait(c.Request.Header, h.maxWait)
 
 	run := scope.Run
