@@ -136,3 +136,26 @@ func TestValidateOtherErrorNamesNoValue(t *testing.T) {
 	require.NotContains(t, w.Body.String(), "PRIVATE")
 	require.Empty(t, b.store.Rows())
 }
+
+// The invalid-input problem's names, down to each entry of errors, are the
+// document's.
+func TestInputProblemMatchesDocument(t *testing.T) {
+	t.Parallel()
+	props := loadOpenAPI(t)["components"].(yamlMap)["schemas"].(yamlMap)["Problem"].(yamlMap)["properties"].(yamlMap)
+	itemProps := props["errors"].(yamlMap)["items"].(yamlMap)["properties"].(yamlMap)
+	b, _ := chatSetup(t, http.StatusOK)
+	w := b.post("chat", "doc-1", `{"model":"x"}`)
+	require.Equal(t, http.StatusBadRequest, w.Code)
+	var p map[string]any
+	require.NoError(t, json.Unmarshal(w.Body.Bytes(), &p))
+	for name := range p {
+		require.Contains(t, props, name, "the answer's %q is not in the document's Problem", name)
+	}
+	entries := p["errors"].([]any)
+	require.Len(t, entries, 2)
+	for _, e := range entries {
+		for name := range e.(map[string]any) {
+			require.Contains(t, itemProps, name)
+		}
+	}
+}
