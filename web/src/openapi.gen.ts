@@ -20,7 +20,8 @@ export interface paths {
          * Run the scope's operation under an idempotency key.
          * @description Checks run in this order, and a failing check answers before anything
          *     is stored or run: credentials (401), scope (404), `Idempotency-Key`
-         *     (400), body size (413), body JSON (400). Then the guard answers:
+         *     (400), body size (413), body JSON (400), the operation's input
+         *     schema (400 `invalid-input`). Then the guard answers:
          *
          *     - **succeeded**: the result's status and body verbatim. A replay is
          *       the first answer with `"cached": true`, plus `Idempotent-Replayed`
