@@ -318,6 +318,13 @@ func (g *Guard) logOpError(p prepared, o owned, err error, reason sanitize.StopR
 			slog.String("panic_type", fmt.Sprintf("%T", pe.Value)), slog.String("stack", string(pe.Stack)))...)
 		return
 	}
-	g.log.Warn("guard: operation failed", g.attrs(p, slog.Int("attempt", o.attempt),
-		slog.String("stop_reason", string(reason)), slog.String("err_type", fmt.Sprintf("%T", err)))...)
+	attrs := g.attrs(p, slog.Int("attempt", o.attempt),
+		slog.String("stop_reason", string(reason)), slog.String("err_type", fmt.Sprintf("%T", err)))
+	// An upstream's answer is logged by its status code only: its body may
+	// echo the inputs.
+	var us interface{ UpstreamStatus() int }
+	if errors.As(err, &us) {
+		attrs = append(attrs, slog.Int("upstream_status", us.UpstreamStatus()))
+	}
+	g.log.Warn("guard: operation failed", attrs...)
 }

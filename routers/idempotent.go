@@ -305,6 +305,7 @@ func (m *middleware) tenantOf(r *http.Request) (tenancy.ID, error) {
 // fail answers err as the REST API does.
 func (m *middleware) fail(w http.ResponseWriter, r *http.Request, err error) {
 	p := problemFor(err)
+	setChallenge(w.Header(), err)
 	switch p.Status {
 	case http.StatusServiceUnavailable:
 		w.Header().Set(headerRetryAfter, m.unavailableRetryAfter)

@@ -44,6 +44,9 @@ func (h *handlers) runOperation(c *gin.Context) {
 		h.fail(c, err)
 		return
 	}
+	if !h.validateInputs(c, scope, req.body) {
+		return
+	}
 
 	run, body := scope.Run, req.body
 	res, err := h.guard.Do(c.Request.Context(), idemguard.Call{

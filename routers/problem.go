@@ -37,6 +37,9 @@ type problem struct {
 	StopReason sanitize.StopReason `json:"stopReason"`
 	// Cached is set on answers of the guard (409, operation failures) only.
 	Cached *bool `json:"cached,omitempty"`
+	// Errors lists the fields of inputs that fail their operation's schema
+	// (400 invalid-input only).
+	Errors []idemguard.FieldError `json:"errors,omitempty"`
 }
 
 // requestError is a request the handlers reject before the guard sees it.
@@ -79,10 +82,10 @@ func problemFor(err error) problem {
 		detail = re.detail
 	}
 	var tooLarge *http.MaxBytesError
+	var inputErr *idemguard.InputError
 	switch {
 	case errors.Is(err, auth.ErrNoCredentials), errors.Is(err, auth.ErrInvalidCredentials):
-		return newProblem(http.StatusUnauthorized, "unauthorized", "Unauthorized", sanitize.Unknown,
-			"send a valid API key (or, where the scope accepts one, a JWT) as Authorization: Bearer <credential>")
+		return newProblem(http.StatusUnauthorized, "unauthorized", "Unauthorized", sanitize.Unknown, unauthorizedDetail(err))
 	case errors.Is(err, errUnknownScope):
 		return newProblem(http.StatusNotFound, "unknown-scope", "Unknown scope", sanitize.Unknown, detail)
 	case errors.Is(err, errUnknownRoute):
@@ -107,6 +110,8 @@ func problemFor(err error) problem {
 	case errors.Is(err, idemguard.ErrFingerprintMismatch):
 		return newProblem(http.StatusUnprocessableEntity, "idempotency-key-reused", "Idempotency-Key reused with other inputs", sanitize.InvalidInput,
 			"this Idempotency-Key was already used with a different request body; use a new key for a new request")
+	case errors.As(err, &inputErr) && len(inputErr.Fields) > 0:
+		return inputProblem(inputErr)
 	case errors.Is(err, idemguard.ErrInvalidInput):
 		// The router validates everything the guard does, so this is rare;
 		// the engine's message may quote the input, so it is not shown.

@@ -54,6 +54,13 @@ type Scope struct {
 	// Its value is sanitized like any idemguard.Operation's; return an
 	// *idemguard.OpError to say why it failed. Required.
 	Run func(ctx context.Context, inputs json.RawMessage) (any, error)
+	// Validate, when set, checks the body before the guard claims the key.
+	// Return an *idemguard.InputError to name the fields that do not fit
+	// the operation's schema: the answer is a 400 problem listing them
+	// (errors: [{pointer, detail}]), nothing is stored or run, and the key
+	// stays free for a corrected request. Any other error is a 400 that
+	// names no field (its text is not shown: it may quote the body).
+	Validate func(inputs json.RawMessage) error
 }
 
 // Options configure the API.

@@ -51,6 +51,10 @@ type StatusError struct {
 	StatusCode int
 }
 
+// UpstreamStatus is the upstream's status code, which the guard logs with a
+// failed attempt.
+func (e *StatusError) UpstreamStatus() int { return e.StatusCode }
+
 func (e *StatusError) Error() string {
 	return fmt.Sprintf("%s answered HTTP %d", e.Upstream, e.StatusCode)
 }

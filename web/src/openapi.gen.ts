@@ -20,7 +20,8 @@ export interface paths {
          * Run the scope's operation under an idempotency key.
          * @description Checks run in this order, and a failing check answers before anything
          *     is stored or run: credentials (401), scope (404), `Idempotency-Key`
-         *     (400), body size (413), body JSON (400). Then the guard answers:
+         *     (400), body size (413), body JSON (400), the operation's input
+         *     schema (400 `invalid-input`). Then the guard answers:
          *
          *     - **succeeded**: the result's status and body verbatim. A replay is
          *       the first answer with `"cached": true`, plus `Idempotent-Replayed`
@@ -220,6 +221,16 @@ export interface components {
             stopReason: components["schemas"]["StopReason"];
             /** @description On answers of the guard (409, 502) only; true for a replayed failure. */
             cached?: boolean;
+            /**
+             * @description On `invalid-input` only: each field of the inputs that does not
+             *     fit the operation's schema (at most 20). Never quotes a value.
+             */
+            errors?: {
+                /** @description JSON Pointer (RFC 6901) of the field in the body, e.g. `/messages/0/role`; empty for the body as a whole. */
+                pointer: string;
+                /** @description What is wrong with the field. */
+                detail: string;
+            }[];
         };
         Stats: {
             /** @description The caller's tenant. */
@@ -329,7 +340,13 @@ export interface components {
         };
     };
     responses: {
-        /** @description No credentials, an API key that matches no tenant, or a JWT that fails verification or that the scope does not accept (type `unauthorized`). */
+        /**
+         * @description No credentials, an API key that matches no tenant, or a JWT that
+         *     fails verification or that the scope does not accept (type
+         *     `unauthorized`). The `detail` and `WWW-Authenticate` say which check
+         *     failed, so a browser can tell "get a new token" (expired) from a
+         *     misconfiguration (wrong audience).
+         */
         Unauthorized: {
             headers: {
                 "WWW-Authenticate": components["headers"]["WWWAuthenticate"];
@@ -341,7 +358,7 @@ export interface components {
                  *       "type": "urn:idemguard:problem:unauthorized",
                  *       "title": "Unauthorized",
                  *       "status": 401,
-                 *       "detail": "send a valid API key (or, where the scope accepts one, a JWT) as Authorization: Bearer <credential>",
+                 *       "detail": "the token has expired; get a new one from your identity provider and retry",
                  *       "ok": false,
                  *       "stopReason": "unknown"
                  *     }
@@ -431,7 +448,15 @@ export interface components {
         PreferenceApplied: string;
         /** @description Seconds to wait before retrying (409 default 1, 503 default 5). */
         RetryAfter: number;
-        /** @description `Bearer realm="idemguard"`, with `error="invalid_token"` when a key was sent but rejected (RFC 6750). */
+        /**
+         * @description RFC 6750: `Bearer realm="idemguard"` when no credentials were sent;
+         *     otherwise `Bearer realm="idemguard", error="invalid_token",
+         *     error_description="…"` where the description says which check
+         *     failed (malformed token, unknown API key, expired, not yet valid,
+         *     untrusted issuer, wrong audience, unknown signing key id, invalid
+         *     signature, missing claim, no valid tenant). It never names the
+         *     expected issuer, audience, keys or tenants.
+         */
         WWWAuthenticate: string;
         /** @description The methods the route accepts (on 405). */
         Allow: string;
@@ -511,25 +536,20 @@ export interface operations {
             /**
              * @description Malformed `Idempotency-Key` (type `invalid-idempotency-key`), more
              *     than one `Idempotency-Key` header (same type), a missing key on a
-             *     scope that requires one (`missing-idempotency-key`), or a body
-             *     that is not valid UTF-8 JSON (`invalid-body`). Nothing was stored
-             *     or run.
+             *     scope that requires one (`missing-idempotency-key`), a body
+             *     that is not valid UTF-8 JSON (`invalid-body`), or inputs that do
+             *     not fit the operation's schema (`invalid-input`: the `errors`
+             *     member names each field by its JSON Pointer, e.g. a missing
+             *     `messages`, a message role that is not system, developer, user
+             *     or assistant, an unknown field such as `model`, a wrong type).
+             *     Nothing was stored or run, and the key stays free: the corrected
+             *     request with the same `Idempotency-Key` runs.
              */
             400: {
                 headers: {
                     [name: string]: unknown;
                 };
                 content: {
-                    /**
-                     * @example {
-                     *       "type": "urn:idemguard:problem:invalid-idempotency-key",
-                     *       "title": "Invalid Idempotency-Key",
-                     *       "status": 400,
-                     *       "detail": "idempotency key has a character outside [A-Za-z0-9._:-] at position 4; an Idempotency-Key is 1 to 255 characters of [A-Za-z0-9_.:-], as a bare token or a quoted string",
-                     *       "ok": false,
-                     *       "stopReason": "invalid_input"
-                     *     }
-                     */
                     "application/problem+json": components["schemas"]["Problem"];
                 };
             };
