@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -142,43 +143,13 @@ func TestOutsideModule(t *testing.T) {
 	_, err = fmt.Sscanf(listening, "listening gin=%s http=%s", &ginAddr, &httpAddr)
 	require.NoError(t, err, "%q", listening)
 
+	// The same widget route on gin (README's example) and on net/http: the
+	// team's own JSON kept by an allowlist, with its headers.
 	t.Run("gin, the team's own JSON", func(t *testing.T) {
-		c := outsideClient{t: t, base: "http://" + ginAddr, path: "/widgets"}
-		noKey := c.post("", `{"name":"widget"}`)
-		require.Equal(t, http.StatusBadRequest, noKey.code, noKey.body)
-
-		answers := c.storm("same-key", `{"name":"widget","tags":["a","b"]}`)
-		require.Equal(t, "1", c.get("/runs"), "the handler body ran once for 100 concurrent requests")
-		first := onlyFresh(t, answers)
-		require.Equal(t, http.StatusCreated, first.code)
-		require.Equal(t, `{"details":{"size":{"dims":{"h":{"value":3},"w":2},"unit":"cm"}},"id":"w-1","name":"widget","tags":["a","b"]}`,
-			first.body, "the route's own JSON, less what the allowlist leaves out and the blocked key four levels down")
-		require.Equal(t, "/widgets/w-1", first.header.Get("Location"))
-		require.Equal(t, "req-same-key", first.header.Get("X-Request-Id"))
-		for i, a := range answers {
-			require.Equal(t, first.code, a.code, "answer %d", i)
-			require.Equal(t, first.body, a.body, "answer %d: byte for byte", i)
-			for _, h := range []string{"Location", "X-Request-Id", "Content-Type", "Content-Length"} {
-				require.Equal(t, first.header.Values(h), a.header.Values(h), "answer %d, header %s", i, h)
-			}
-		}
-		var dropped []string
-		require.NoError(t, json.Unmarshal([]byte(c.get("/dropped/same-key")), &dropped))
-		require.ElementsMatch(t, []string{"details.size.dims.h.stack", "internalCost"}, dropped, "the key record names what was dropped")
-
-		// A handler's 400 is its answer to those inputs: stored and replayed
-		// as written (less the blocked "error"), never turned into a success.
-		bad := c.post("bad-1", `{"tags":[]}`)
-		require.Equal(t, http.StatusBadRequest, bad.code)
-		require.Equal(t, `{"code":"item_required","field":"name"}`, bad.body)
-		again := c.post("bad-1", `{"tags":[]}`)
-		require.Equal(t, http.StatusBadRequest, again.code)
-		require.Equal(t, bad.body, again.body)
-		require.Equal(t, "true", again.header.Get("Idempotent-Replayed"))
-		require.Equal(t, "1", c.get("/runs"))
-
-		reused := c.post("same-key", `{"name":"other"}`)
-		requireOutsideProblem(t, reused, http.StatusUnprocessableEntity, "idempotency-key-reused")
+		widgetChecks(t, outsideClient{t: t, base: "http://" + ginAddr, path: "/widgets"}, "http://"+ginAddr, "gin-")
+	})
+	t.Run("net/http, the team's own JSON", func(t *testing.T) {
+		widgetChecks(t, outsideClient{t: t, base: "http://" + httpAddr, path: "/widgets"}, "http://"+ginAddr, "http-")
 	})
 
 	t.Run("net/http, the envelope", func(t *testing.T) {
@@ -209,6 +180,59 @@ func TestOutsideModule(t *testing.T) {
 		reused := c.post("same-key", `{"different":true}`)
 		requireOutsideProblem(t, reused, http.StatusUnprocessableEntity, "idempotency-key-reused")
 	})
+}
+
+// widgetChecks drives a widget route guarded with an allowlist (id, name,
+// tags, details, code, field) and X-Request-Id: 100 concurrent duplicates
+// run the handler once and all get the same status, body and headers; what
+// the allowlist leaves out, and a blocked key deep inside a kept value, are
+// removed and named on the key record; a handler's 400 is replayed as
+// written. gin serves the counters and the key record for both apps.
+func widgetChecks(t *testing.T, c outsideClient, ginBase, keyPrefix string) {
+	ginApp := outsideClient{t: t, base: ginBase}
+	runs := func() int {
+		n, err := strconv.Atoi(ginApp.get("/runs"))
+		require.NoError(t, err)
+		return n
+	}
+	before := runs()
+	noKey := c.post("", `{"item":"widget"}`)
+	require.Equal(t, http.StatusBadRequest, noKey.code, noKey.body)
+
+	key := keyPrefix + "same-key"
+	answers := c.storm(key, `{"item":"widget","tags":["a","b"]}`)
+	require.Equal(t, before+1, runs(), "the handler body ran once for 100 concurrent requests")
+	id := "w-" + strconv.Itoa(before+1)
+	first := onlyFresh(t, answers)
+	require.Equal(t, http.StatusCreated, first.code)
+	require.Equal(t, `{"details":{"size":{"dims":{"h":{"value":3},"w":2},"unit":"cm"}},"id":"`+id+`","name":"widget","tags":["a","b"]}`,
+		first.body, "the route's own JSON, less what the allowlist leaves out and the blocked key deep inside details")
+	require.Equal(t, "/widgets/"+id, first.header.Get("Location"))
+	require.Equal(t, "req-"+key, first.header.Get("X-Request-Id"))
+	for i, a := range answers {
+		require.Equal(t, first.code, a.code, "answer %d", i)
+		require.Equal(t, first.body, a.body, "answer %d: byte for byte", i)
+		for _, h := range []string{"Location", "X-Request-Id", "Content-Type", "Content-Length"} {
+			require.Equal(t, first.header.Values(h), a.header.Values(h), "answer %d, header %s", i, h)
+		}
+	}
+	var dropped []string
+	require.NoError(t, json.Unmarshal([]byte(ginApp.get("/dropped/"+key+"?scope=POST:widgets")), &dropped))
+	require.ElementsMatch(t, []string{"details.size.dims.h.stack", "internalCost"}, dropped, "the key record names what was dropped")
+
+	// A handler's 400 is its answer to those inputs: stored and replayed
+	// as written (less the blocked "error"), never turned into a success.
+	bad := c.post(keyPrefix+"bad-1", `{"tags":[]}`)
+	require.Equal(t, http.StatusBadRequest, bad.code)
+	require.Equal(t, `{"code":"item_required","field":"item"}`, bad.body)
+	again := c.post(keyPrefix+"bad-1", `{"tags":[]}`)
+	require.Equal(t, http.StatusBadRequest, again.code)
+	require.Equal(t, bad.body, again.body)
+	require.Equal(t, "true", again.header.Get("Idempotent-Replayed"))
+	require.Equal(t, before+1, runs())
+
+	reused := c.post(key, `{"item":"other"}`)
+	requireOutsideProblem(t, reused, http.StatusUnprocessableEntity, "idempotency-key-reused")
 }
 
 // outsideClient drives one of the outside program's apps.

@@ -5,6 +5,7 @@ package main
 
 import (
 	"bufio"
+	"encoding/json"
 	"context"
 	"fmt"
 	"net"
@@ -14,6 +15,9 @@ import (
 	"sync/atomic"
 
 	"github.com/gin-gonic/gin"
+
+	"github.com/idemguard/idemguard/routers"
+	"github.com/idemguard/idemguard/sanitize"
 
 	"github.com/idemguard/idemguard/tenancy"
 )
@@ -78,7 +82,7 @@ func main() {
 	g := ginApp(guard, tenantOf)
 	g.GET("/runs", func(c *gin.Context) { c.String(http.StatusOK, strconv.FormatInt(widgets.Load(), 10)) })
 	g.GET("/dropped/:key", func(c *gin.Context) {
-		info, err := guard.Lookup(c.Request.Context(), "acme", "POST:widgets", c.Param("key"))
+		info, err := guard.Lookup(c.Request.Context(), "acme", c.Query("scope"), c.Param("key"))
 		if err != nil {
 			c.String(http.StatusNotFound, err.Error())
 			return
@@ -87,6 +91,29 @@ func main() {
 	})
 	h := http.NewServeMux()
 	h.Handle("/", httpApp(guard, tenantOf))
+	// The gin route's twin on net/http: the team's own JSON, kept by an allowlist.
+	h.Handle("POST /widgets", routers.IdempotentHTTP(routers.MiddlewareOptions{
+		Guard: guard, Tenant: tenantOf, KeyRequired: true,
+		Keep:    sanitize.MustAllowlist("id", "name", "tags", "details", "code", "field"),
+		Headers: []string{"X-Request-Id"},
+	})(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		var in struct {
+			Item string   `json:"item"`
+			Tags []string `json:"tags"`
+		}
+		w.Header().Set("Content-Type", "application/json; charset=utf-8")
+		if err := json.NewDecoder(r.Body).Decode(&in); err != nil || in.Item == "" {
+			w.WriteHeader(http.StatusBadRequest)
+			_ = json.NewEncoder(w).Encode(map[string]any{"code": "item_required", "field": "item", "error": "item is empty"})
+			return
+		}
+		wd := createWidget(r.Context(), in.Item, in.Tags)
+		w.Header().Set("Location", "/widgets/"+wd.ID)
+		w.Header().Set("X-Request-Id", requestID(r))
+		w.WriteHeader(http.StatusCreated)
+		_ = json.NewEncoder(w).Encode(wd)
+	})))
+
 	h.HandleFunc("GET /runs", func(w http.ResponseWriter, r *http.Request) { fmt.Fprint(w, invoices.Load()) })
 
 	ginLn, err := net.Listen("tcp", "127.0.0.1:0")
