@@ -5,8 +5,8 @@ package main
 
 import (
 	"bufio"
-	"encoding/json"
 	"context"
+	"encoding/json"
 	"fmt"
 	"net"
 	"net/http"
