@@ -1,8 +1,10 @@
 package idemguard
 
 import (
+	"bytes"
 	"cmp"
 	"context"
+	"encoding/json"
 	"fmt"
 	"net/http"
 	"time"
@@ -14,18 +16,20 @@ import (
 // read, so the cache entry's lifetime (the row's remaining TTL on the
 // database's clock) is counted from before the read, never after it.
 func (g *Guard) replay(ctx context.Context, p prepared, rec Record, readAt time.Time) (Result, error) {
-	env, err := decodeStored(rec)
+	st, err := decodeStored(rec)
 	if err != nil {
 		return Result{}, g.storeErr(ctx, p, "read", err)
 	}
-	env.Cached = true
-	body, err := sanitize.Marshal(env)
-	if err != nil {
-		return Result{}, g.storeErr(ctx, p, "read", err)
+	body := st.document
+	if body == nil {
+		st.env.Cached = true
+		if body, err = sanitize.Marshal(st.env); err != nil {
+			return Result{}, g.storeErr(ctx, p, "read", err)
+		}
 	}
-	res := Result{Status: StatusSucceeded, Envelope: env, Body: body, StatusCode: cmp.Or(rec.ResponseCode, http.StatusOK),
-		Cached: true, StopReason: env.StopReason, Attempt: rec.Attempts, FirstSeen: rec.CreatedAt,
-		CompletedAt: rec.CompletedAt, KeyHash: p.keyHash}
+	res := Result{Status: StatusSucceeded, Envelope: st.env, Body: body, StatusCode: cmp.Or(rec.ResponseCode, http.StatusOK),
+		Cached: true, StopReason: cmp.Or(st.env.StopReason, sanitize.Completed), Attempt: rec.Attempts, FirstSeen: rec.CreatedAt,
+		CompletedAt: rec.CompletedAt, KeyHash: p.keyHash, Header: st.header, DroppedFields: st.dropped}
 	if left := rec.ExpiresAt.Sub(rec.Now); left > 0 {
 		g.cache.put(p.tenant, p.scope, p.keyHash, p.fingerprint, res, readAt.Add(min(left, g.cfg.ReplayCacheMaxAge)))
 	}
@@ -69,20 +73,86 @@ func (g *Guard) answerFromRow(ctx context.Context, p prepared) (Result, bool) {
 			return res, true
 		}
 	case RowFailed:
-		if env, err := decodeStored(rec); err == nil {
-			return g.storedFailure(p, rec, env), true
+		if st, err := decodeStored(rec); err == nil {
+			return g.storedFailure(p, rec, st.env), true
 		}
 	}
 	return Result{}, false
 }
 
-func decodeStored(rec Record) (sanitize.Envelope, error) {
+// stored is a row's answer as decoded: an envelope, or a document's exact
+// bytes (Call.Keep), with the headers replayed with it and the names of the
+// fields dropped from it.
+type stored struct {
+	env      sanitize.Envelope
+	document []byte // nil for an envelope
+	header   http.Header
+	dropped  []string
+}
+
+// storedWrapper is the stored form of an answer that carries more than an
+// envelope: {"body": <envelope object, or a JSON string holding the
+// document's bytes>, "headers": {...}, "dropped": [...]}. A plain envelope is
+// stored as itself (as every row did before documents and headers), and an
+// envelope never has a top-level "body". A document goes in as a string
+// because a JSON column normalizes objects (key order, number forms), and a
+// replay must send the first caller's bytes.
+type storedWrapper struct {
+	Body    json.RawMessage `json:"body"`
+	Headers http.Header     `json:"headers,omitempty"`
+	Dropped []string        `json:"dropped,omitempty"`
+}
+
+// maxStoredDropped bounds the dropped names a row keeps.
+const maxStoredDropped = 64
+
+// encodeStored is the response column for body (envelope JSON, or a
+// document when document is true), its headers and dropped names.
+func encodeStored(body []byte, document bool, header http.Header, dropped []string) ([]byte, error) {
+	if !document && len(header) == 0 && len(dropped) == 0 {
+		return body, nil
+	}
+	w := storedWrapper{Body: body, Headers: header}
+	for _, n := range dropped[:min(len(dropped), maxStoredDropped)] {
+		w.Dropped = append(w.Dropped, droppedLabel(n))
+	}
+	if document {
+		s, err := json.Marshal(string(body))
+		if err != nil {
+			return nil, err
+		}
+		w.Body = s
+	}
+	return json.Marshal(w)
+}
+
+func decodeStored(rec Record) (stored, error) {
 	if len(rec.Response) == 0 {
-		return sanitize.Envelope{}, fmt.Errorf("%s row %d has no stored response", rec.Status, rec.ID)
+		return stored{}, fmt.Errorf("%s row %d has no stored response", rec.Status, rec.ID)
 	}
-	env, err := sanitize.FromJSON(rec.Response)
+	b := rec.Response
+	var st stored
+	if bytes.Contains(b, []byte(`"body"`)) {
+		var w storedWrapper
+		if err := json.Unmarshal(b, &w); err != nil {
+			return stored{}, fmt.Errorf("stored response of row %d: %w", rec.ID, err)
+		}
+		if len(w.Body) > 0 { // else an envelope whose data holds a "body"
+			st.header, st.dropped, b = w.Headers, w.Dropped, w.Body
+			if b[0] == '"' {
+				var doc string
+				if err := json.Unmarshal(b, &doc); err != nil {
+					return stored{}, fmt.Errorf("stored document of row %d: %w", rec.ID, err)
+				}
+				st.document = []byte(doc)
+				return st, nil
+			}
+		}
+	}
+	env, err := sanitize.FromJSON(b)
 	if err != nil {
-		return sanitize.Envelope{}, fmt.Errorf("stored response of row %d: %w", rec.ID, err)
+		return stored{}, fmt.Errorf("stored response of row %d: %w", rec.ID, err)
 	}
-	return env, nil
+	st.env = env
+	return st, nil
 }

@@ -3,8 +3,10 @@ package idemguard
 import (
 	"context"
 	"fmt"
+	"net/http"
 	"time"
 
+	"github.com/idemguard/idemguard/sanitize"
 	"github.com/idemguard/idemguard/tenancy"
 )
 
@@ -109,6 +111,12 @@ type Call struct {
 	// hung up still gets its result on retry); only Timeout, a lost claim or
 	// Guard.Close stop it then.
 	Detach bool
+	// Keep, when set, stores the operation's value as the JSON document it
+	// is, reduced to these fields, instead of the envelope: for answers that
+	// are a team's own API (the routers middleware sets it from its
+	// options). The blocked keys are removed at any depth either way. The
+	// first caller gets exactly the bytes every replay gets.
+	Keep *sanitize.Allowlist
 }
 
 // Operation is the guarded work. Its value must be a JSON object (a struct,
@@ -126,8 +134,14 @@ type Call struct {
 type Operation func(ctx context.Context) (any, error)
 
 // Response is an operation value with an explicit HTTP status (default 200),
-// stored and replayed with it.
+// stored and replayed with it. A status of 400 or more is an answer that
+// says no: its envelope is stored with ok false (stop reason invalid_input
+// unless it names another), never as a success.
 type Response struct {
 	StatusCode int
 	Value      any
+	// Header holds response headers stored and replayed with the answer.
+	// Put there only what may be stored: the routers middleware keeps
+	// Content-Type, Location and the headers a team names.
+	Header http.Header
 }

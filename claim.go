@@ -234,10 +234,11 @@ func (l *claimLoop) succeeded(rec Record) (Result, error) {
 // attempts remain.
 func (l *claimLoop) failed(rec Record) (Result, error) {
 	g, p := l.g, l.p
-	env, err := decodeStored(rec)
+	st, err := decodeStored(rec)
 	if err != nil {
 		return Result{}, g.storeErr(l.ctx, p, "read", err)
 	}
+	env := st.env
 	if final(env.StopReason) || rec.Attempts >= p.settings.MaxAttempts {
 		if !final(env.StopReason) {
 			env.StopReason = sanitize.RetryLimit

@@ -12,13 +12,14 @@ import (
 	"github.com/idemguard/idemguard/sanitize"
 )
 
-// commit stores res as the row's outcome (status) while the claim holds,
+// commit stores the answer (stored: res.Body with its headers and dropped
+// names, as the row keeps them) as the row's outcome (status) while the claim holds,
 // and fills in what the store says of it: the completion time, or that the
 // claim was lost. The caller gets res either way: it paid for it.
-func (g *Guard) commit(ctx context.Context, p prepared, o owned, hb *heartbeat, res Result, status RowStatus) Result {
+func (g *Guard) commit(ctx context.Context, p prepared, o owned, hb *heartbeat, res Result, stored []byte, status RowStatus, document bool) Result {
 	committing := g.now()
 	committed, completedAt, err := g.complete(ctx, p, hb, CompleteParams{ID: o.id, Nonce: o.nonce, Status: status,
-		Response: res.Body, ResponseCode: res.StatusCode, TTL: p.settings.TTL,
+		Response: stored, ResponseCode: res.StatusCode, TTL: p.settings.TTL,
 		Canceled: status == RowFailed && res.StopReason == sanitize.Canceled})
 	switch {
 	case err != nil:
@@ -34,7 +35,7 @@ func (g *Guard) commit(ctx context.Context, p prepared, o owned, hb *heartbeat, 
 		// before the commit was sent: the row expires TTL after it landed.
 		res.CompletedAt = completedAt
 		if status == RowSucceeded && g.cache != nil { // replayOf encodes: not for a disabled cache
-			g.cache.put(p.tenant, p.scope, p.keyHash, p.fingerprint, replayOf(res),
+			g.cache.put(p.tenant, p.scope, p.keyHash, p.fingerprint, replayOf(res, document),
 				committing.Add(min(g.cfg.ReplayCacheMaxAge, p.settings.TTL)))
 		}
 	}
@@ -110,13 +111,18 @@ func sameJSON(a, b []byte) bool {
 	return reflect.DeepEqual(va, vb)
 }
 
-// replayOf turns a fresh result into what a replay of it answers.
-func replayOf(r Result) Result {
+// replayOf turns a fresh result into what a replay of it answers: a
+// document as it was, an envelope with cached true.
+func replayOf(r Result, document bool) Result {
+	r.Cached, r.Err, r.LostClaim = true, nil, false
+	if document {
+		return r
+	}
 	r.Envelope.Cached = true
 	body, err := sanitize.Marshal(r.Envelope)
 	if err != nil {
 		return Result{}
 	}
-	r.Body, r.Cached, r.Err, r.LostClaim = body, true, nil, false
+	r.Body = body
 	return r
 }

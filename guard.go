@@ -132,6 +132,7 @@ type prepared struct {
 	keyHash     string
 	fingerprint string
 	hasKey      bool
+	keep        *sanitize.Allowlist
 	settings    Settings
 	wait        time.Duration
 	timeout     time.Duration
@@ -167,6 +168,7 @@ func (g *Guard) prepare(c Call) (prepared, error) {
 		keyHash:     g.deriver.KeyHash(string(c.Tenant), c.Scope, c.ClientKey, canonical),
 		fingerprint: g.deriver.Fingerprint(canonical),
 		hasKey:      c.ClientKey != "",
+		keep:        c.Keep,
 		settings:    c.Settings.withDefaults(g.cfg.Defaults),
 		wait:        min(c.Wait, g.cfg.MaxWait),
 		timeout:     c.Timeout,

@@ -56,11 +56,16 @@ func keyInfoOf(keyHash string, rec Record, fallback time.Duration) (KeyInfo, err
 		StartedAt: rec.StartedAt, HeartbeatAt: rec.HeartbeatAt, CompletedAt: rec.CompletedAt, ExpiresAt: rec.ExpiresAt,
 		Stale: rec.Stale(fallback), CancelRequested: rec.Status == RowStarted && !rec.CancelRequestedAt.IsZero()}
 	if rec.Status != RowStarted {
-		env, err := decodeStored(rec)
+		st, err := decodeStored(rec)
 		if err != nil {
 			return KeyInfo{}, err
 		}
-		info.Envelope, info.StatusCode = &env, rec.ResponseCode
+		info.StatusCode, info.Header, info.DroppedFields = rec.ResponseCode, st.header, st.dropped
+		if st.document != nil {
+			info.Document = st.document
+		} else {
+			info.Envelope = &st.env
+		}
 	}
 	return info, nil
 }

@@ -1,6 +1,7 @@
 package idemguard
 
 import (
+	"net/http"
 	"time"
 
 	"github.com/idemguard/idemguard/sanitize"
@@ -22,10 +23,11 @@ const (
 // modified: replays may share them.
 type Result struct {
 	Status Status
-	// Envelope is the sanitized answer.
+	// Envelope is the sanitized answer (zero for an answer kept as a
+	// document, Call.Keep).
 	Envelope sanitize.Envelope
-	// Body is the Envelope's exact JSON: byte for byte what the first caller
-	// got, except that "cached" is true on a replay.
+	// Body is the answer's exact JSON: byte for byte what the first caller
+	// got, except that an envelope's "cached" is true on a replay.
 	Body []byte
 	// StatusCode is the HTTP status stored with the answer (Response), 200 by
 	// default; 502 for an operation failure, 422 when the upstream rejected
@@ -52,6 +54,12 @@ type Result struct {
 	// LostClaim is true when this call ran the operation but its claim had
 	// been taken over meanwhile, so its answer was not stored.
 	LostClaim bool
+	// Header holds the response headers stored with the answer
+	// (Response.Header).
+	Header http.Header
+	// DroppedFields names the fields removed from the operation's value
+	// before it was stored (names only, never values), at most 64.
+	DroppedFields []string
 	// Accepted is true when Start won the claim and the operation now runs
 	// in the background (Status is StatusInProgress).
 	Accepted bool
@@ -79,9 +87,16 @@ type KeyInfo struct {
 	HeartbeatAt time.Time
 	CompletedAt time.Time
 	ExpiresAt   time.Time
-	// Envelope and StatusCode are set once the key is completed.
+	// Envelope (or, for an answer kept as a document with Call.Keep,
+	// Document) and StatusCode are set once the key is completed.
 	Envelope   *sanitize.Envelope
+	Document   []byte
 	StatusCode int
+	// Header holds the headers stored with the answer.
+	Header http.Header
+	// DroppedFields names the fields removed from the stored answer (names
+	// only, never values), so the loss is visible to whoever looks.
+	DroppedFields []string
 	// Stale is true for a started key whose owner went silent for longer
 	// than its lease: resubmitting the same call takes it over (policy
 	// takeover) or marks it abandoned (policy fail). Nothing re-runs it by

@@ -95,7 +95,7 @@ func (g *Guard) runOwned(ctx context.Context, p prepared, op Operation, o owned)
 
 	out := g.outcomeOf(p, o, runCtx, value, opErr)
 	g.emit(Event{Kind: EventOperation, Scope: p.scope, Duration: elapsed, StopReason: out.env.StopReason, Failed: out.status == RowFailed})
-	res := g.encodeOutcome(p, o, &out)
+	res, stored := g.encodeOutcome(p, o, &out)
 	if hb.takenOver() {
 		// Another caller owns the row now; writing would overwrite its state.
 		res.LostClaim = true
@@ -104,15 +104,18 @@ func (g *Guard) runOwned(ctx context.Context, p prepared, op Operation, o owned)
 		return res, out.invalid
 	}
 	// The heartbeat keeps running: the commit is retried while the lease holds.
-	return g.commit(ctx, p, o, hb, res, out.status), out.invalid
+	return g.commit(ctx, p, o, hb, res, stored, out.status, out.document != nil), out.invalid
 }
 
-// outcome is what an operation's return became: the envelope and status
-// to store, and the errors to report.
+// outcome is what an operation's return became: the answer and status to
+// store, and the errors to report.
 type outcome struct {
-	env    sanitize.Envelope
-	code   int
-	status RowStatus
+	env      sanitize.Envelope
+	document []byte // the kept document (Call.Keep); nil for an envelope
+	header   http.Header
+	dropped  []string
+	code     int
+	status   RowStatus
 	// opErr is the operation's own error (Result.Err); invalid is a
 	// programming error of the operation, never an upstream failure: a
 	// result that is not a JSON object, or an error the operation itself
@@ -125,20 +128,24 @@ func (g *Guard) outcomeOf(p prepared, o owned, runCtx context.Context, value any
 	out := outcome{status: RowSucceeded}
 	switch {
 	case opErr == nil:
-		var dropped []string
+		report := func(name string) { out.dropped = append(out.dropped, name) }
 		var err error
-		out.env, out.code, err = toEnvelope(value, func(name string) { dropped = append(dropped, name) })
+		if p.keep != nil {
+			out.document, out.code, out.header, err = toDocument(value, p.keep, g.policy.MaxBytes, report)
+		} else {
+			out.env, out.code, out.header, err = toEnvelope(value, report)
+		}
 		if err != nil {
 			out.invalid = fmt.Errorf("%w: %w", ErrInvalidResult, err)
 		}
-		g.reportDropped(p, dropped)
+		g.reportDropped(p, out.dropped)
 	case errors.Is(opErr, ErrInvalidResult):
 		out.invalid, opErr = opErr, nil
 	}
 	switch {
 	case out.invalid != nil:
-		out.status, out.opErr = RowFailed, out.invalid
-		out.env, out.code = sanitize.Failure(sanitize.Unknown), http.StatusInternalServerError
+		out = outcome{status: RowFailed, opErr: out.invalid, invalid: out.invalid,
+			env: sanitize.Failure(sanitize.Unknown), code: http.StatusInternalServerError}
 		g.log.Error("guard: the operation's result is invalid (a programming error, not an upstream failure); stored as failed with stop reason unknown",
 			g.attrs(p, slog.Int("attempt", o.attempt), slog.String("value_type", fmt.Sprintf("%T", value)), slog.Any("err", out.invalid))...)
 	case opErr != nil:
@@ -157,28 +164,39 @@ func (g *Guard) outcomeOf(p prepared, o owned, runCtx context.Context, value any
 	return out
 }
 
-// encodeOutcome encodes the envelope within the size limit and returns the
-// Result the caller gets, before it is stored.
-func (g *Guard) encodeOutcome(p prepared, o owned, out *outcome) Result {
-	body, dropped, err := g.encode(out.env)
-	if err != nil {
-		// Unreachable for a sanitized envelope; store a bare failure rather than nothing.
-		g.log.Error("guard: encoding the envelope failed", g.attrs(p, slog.Any("err", err))...)
-		out.env, out.code, out.status = sanitize.Failure(sanitize.Unknown), http.StatusBadGateway, RowFailed
-		body, _ = sanitize.Marshal(out.env)
-	}
-	if dropped {
-		g.log.Warn("guard: envelope over the size limit; data dropped", g.attrs(p, slog.Int("limit_bytes", g.policy.MaxBytes))...)
-		if out.env, err = sanitize.FromJSON(body); err != nil {
-			out.env = sanitize.Failure(sanitize.Unknown)
+// encodeOutcome encodes the answer within the size limit and returns the
+// Result the caller gets, before it is stored, and the bytes to store.
+func (g *Guard) encodeOutcome(p prepared, o owned, out *outcome) (Result, []byte) {
+	body := out.document
+	if body == nil {
+		var dropped bool
+		var err error
+		body, dropped, err = g.encode(out.env)
+		if err != nil {
+			// Unreachable for a sanitized envelope; store a bare failure rather than nothing.
+			g.log.Error("guard: encoding the envelope failed", g.attrs(p, slog.Any("err", err))...)
+			out.env, out.code, out.status = sanitize.Failure(sanitize.Unknown), http.StatusBadGateway, RowFailed
+			body, _ = sanitize.Marshal(out.env)
+		}
+		if dropped {
+			g.log.Warn("guard: envelope over the size limit; data dropped", g.attrs(p, slog.Int("limit_bytes", g.policy.MaxBytes))...)
+			if out.env, err = sanitize.FromJSON(body); err != nil {
+				out.env = sanitize.Failure(sanitize.Unknown)
+			}
 		}
 	}
-	res := Result{Status: StatusSucceeded, Envelope: out.env, Body: body, StatusCode: out.code, StopReason: out.env.StopReason,
-		Attempt: o.attempt, FirstSeen: o.firstSeen, KeyHash: p.keyHash, Err: out.opErr}
+	res := Result{Status: StatusSucceeded, Envelope: out.env, Body: body, StatusCode: out.code,
+		StopReason: cmp.Or(out.env.StopReason, sanitize.Completed), Attempt: o.attempt, FirstSeen: o.firstSeen,
+		KeyHash: p.keyHash, Err: out.opErr, Header: out.header, DroppedFields: out.dropped}
 	if out.status == RowFailed {
 		res.Status = StatusFailed
 	}
-	return res
+	stored, err := encodeStored(body, out.document != nil, out.header, out.dropped)
+	if err != nil { // a header or name that does not encode: keep the answer itself
+		g.log.Error("guard: encoding the stored answer failed; stored without its headers", g.attrs(p, slog.Any("err", err))...)
+		stored, res.Header, res.DroppedFields = body, nil, nil
+	}
+	return res, stored
 }
 
 func callOperation(ctx context.Context, op Operation) (v any, err error) {
@@ -190,33 +208,72 @@ func callOperation(ctx context.Context, op Operation) (v any, err error) {
 	return op(ctx)
 }
 
-// toEnvelope sanitizes an operation's value, calling dropped with the name
-// of each field the allowlist drops. nil, a nil pointer and a nil map mean a
-// success without data; any other value that is not a JSON object is an
-// error (ErrInvalidResult for the caller).
-func toEnvelope(v any, dropped func(string)) (sanitize.Envelope, int, error) {
+// unwrap takes a Response apart: its status (200 by default), value and
+// headers. nil, a nil pointer and a nil map mean a success without data.
+func unwrap(v any) (int, any, http.Header, error) {
 	code := http.StatusOK
+	var header http.Header
 	switch r := v.(type) {
 	case Response:
-		code, v = cmp.Or(r.StatusCode, http.StatusOK), r.Value
+		code, v, header = cmp.Or(r.StatusCode, http.StatusOK), r.Value, r.Header
 	case *Response:
 		if r != nil {
-			code, v = cmp.Or(r.StatusCode, http.StatusOK), r.Value
+			code, v, header = cmp.Or(r.StatusCode, http.StatusOK), r.Value, r.Header
 		}
 	}
 	if code < 100 || code > 599 {
-		return sanitize.Envelope{}, 0, fmt.Errorf("status code %d out of range", code)
+		return 0, nil, nil, fmt.Errorf("status code %d out of range", code)
 	}
 	if v == nil {
 		v = emptyObject
 	} else if rv := reflect.ValueOf(v); (rv.Kind() == reflect.Pointer || rv.Kind() == reflect.Map) && rv.IsNil() {
 		v = emptyObject
 	}
+	if len(header) == 0 {
+		header = nil
+	}
+	return code, v, header, nil
+}
+
+// toEnvelope sanitizes an operation's value, calling dropped with the name
+// of each field the allowlist drops; any value that is not a JSON object is
+// an error (ErrInvalidResult for the caller). An answer with a status of 400
+// or more says no, so it is never stored as ok.
+func toEnvelope(v any, dropped func(string)) (sanitize.Envelope, int, http.Header, error) {
+	code, v, header, err := unwrap(v)
+	if err != nil {
+		return sanitize.Envelope{}, 0, nil, err
+	}
 	env, err := sanitize.FromValueReport(v, dropped)
 	if errors.Is(err, sanitize.ErrNotObject) {
 		err = fmt.Errorf("a %T is not a JSON object; return a struct, a map or a sanitize.Envelope", v)
 	}
-	return env, code, err
+	if code >= http.StatusBadRequest {
+		env.OK = false
+		if env.StopReason == sanitize.Completed {
+			env.StopReason = sanitize.InvalidInput
+		}
+	}
+	return env, code, header, err
+}
+
+// toDocument keeps the fields of an operation's value that keep names, as
+// the exact bytes every caller gets; a document over maxBytes is an error.
+func toDocument(v any, keep *sanitize.Allowlist, maxBytes int, dropped func(string)) ([]byte, int, http.Header, error) {
+	code, v, header, err := unwrap(v)
+	if err != nil {
+		return nil, 0, nil, err
+	}
+	doc, err := keep.Document(v, dropped)
+	switch {
+	case errors.Is(err, sanitize.ErrNotObject):
+		return nil, 0, nil, fmt.Errorf("a %T is not a JSON object; return a struct, a map or JSON object bytes", v)
+	case err != nil:
+		return nil, 0, nil, err
+	case len(doc) > maxBytes:
+		return nil, 0, nil, fmt.Errorf("the kept document is %d bytes, over the stored limit of %d (Config.MaxResponseBytes)", len(doc), maxBytes)
+	}
+	return doc, code, header, nil
 }
 
 // emptyObject is what a nil result stands for: a success without data.
@@ -269,6 +326,13 @@ func (g *Guard) logOpError(p prepared, o owned, err error, reason sanitize.StopR
 			slog.String("panic_type", fmt.Sprintf("%T", pe.Value)), slog.String("stack", string(pe.Stack)))...)
 		return
 	}
-	g.log.Warn("guard: operation failed", g.attrs(p, slog.Int("attempt", o.attempt),
-		slog.String("stop_reason", string(reason)), slog.String("err_type", fmt.Sprintf("%T", err)))...)
+	attrs := g.attrs(p, slog.Int("attempt", o.attempt),
+		slog.String("stop_reason", string(reason)), slog.String("err_type", fmt.Sprintf("%T", err)))
+	// An upstream's answer is logged by its status code only: its body may
+	// echo the inputs.
+	var us interface{ UpstreamStatus() int }
+	if errors.As(err, &us) {
+		attrs = append(attrs, slog.Int("upstream_status", us.UpstreamStatus()))
+	}
+	g.log.Warn("guard: operation failed", attrs...)
 }

@@ -481,7 +481,7 @@ func TestSIGTERMWithDatabaseDownExitsOne(t *testing.T) {
 	require.Equal(t, "started", status)
 }
 
-// Issue 3: the replay counts that `idemguard stats` reports come from the
+// The replay counts that `idemguard stats` reports come from the
 // running service. One fresh call and three replays, a clean shutdown (the
 // final flush), then stats: 3 replays of 4 requests is a 75% hit rate.
 func TestStatsSeeTheServiceReplays(t *testing.T) {

@@ -1,4 +1,4 @@
-// Package integration holds idemguard's end-to-end tests (issue 4's acceptance): they build the
+// Package integration holds idemguard's end-to-end tests: they build the
 // idemguard binary once, start `idemguard serve` processes against a fresh MySQL database each
 // (internal/testdb), with a loopback fake OpenAI-compatible upstream that counts its calls, and
 // drive them over HTTP. Run them with

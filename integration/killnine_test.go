@@ -15,7 +15,7 @@ import (
 	"github.com/idemguard/idemguard/internal/faulttest"
 )
 
-// Issue 8, acceptance 6: `kill -9` of a serve process while 20 operations
+// `kill -9` of a serve process while 20 operations
 // are at random points of their lives (claiming, calling the upstream,
 // committing). After a restart every key ends succeeded; the upstream
 // calls of one key never overlap in time; no key ran more than twice.

@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -142,81 +143,168 @@ func TestOutsideModule(t *testing.T) {
 	_, err = fmt.Sscanf(listening, "listening gin=%s http=%s", &ginAddr, &httpAddr)
 	require.NoError(t, err, "%q", listening)
 
-	for _, app := range []struct{ name, base, path, body, idField, idPrefix string }{
-		{"gin", "http://" + ginAddr, "/orders", `{"item":"tea"}`, "orderId", "/orders/"},
-		{"net/http", "http://" + httpAddr, "/invoices", `{"amount":12}`, "invoiceId", "/invoices/"},
-	} {
-		t.Run(app.name, func(t *testing.T) {
-			post := func(key, body string) (*http.Response, string) {
-				req, err := http.NewRequest(http.MethodPost, app.base+app.path, strings.NewReader(body))
-				require.NoError(t, err)
-				req.Header.Set("X-Tenant", "acme")
-				if key != "" {
-					req.Header.Set("Idempotency-Key", key)
-				}
-				req.Header.Set("Content-Type", "application/json")
-				req.Header.Set("Prefer", "wait=30")
-				resp, err := http.DefaultClient.Do(req)
-				require.NoError(t, err)
-				defer resp.Body.Close()
-				b, err := io.ReadAll(resp.Body)
-				require.NoError(t, err)
-				return resp, string(b)
-			}
+	// The same widget route on gin (README's example) and on net/http: the
+	// team's own JSON kept by an allowlist, with its headers.
+	t.Run("gin, the team's own JSON", func(t *testing.T) {
+		widgetChecks(t, outsideClient{t: t, base: "http://" + ginAddr, path: "/widgets"}, "http://"+ginAddr, "gin-")
+	})
+	t.Run("net/http, the team's own JSON", func(t *testing.T) {
+		widgetChecks(t, outsideClient{t: t, base: "http://" + httpAddr, path: "/widgets"}, "http://"+ginAddr, "http-")
+	})
 
-			// README's examples create things: a key is required, never
-			// derived from the body (a second identical order is a new one).
-			noKey, noKeyBody := post("", app.body)
-			require.Equal(t, http.StatusBadRequest, noKey.StatusCode, noKeyBody)
+	t.Run("net/http, the envelope", func(t *testing.T) {
+		c := outsideClient{t: t, base: "http://" + httpAddr, path: "/invoices"}
+		noKey := c.post("", `{"amount":12}`)
+		require.Equal(t, http.StatusBadRequest, noKey.code, noKey.body)
 
-			const n = 100
-			type answer struct {
-				code                  int
-				body, replayed, where string
-			}
-			answers := make([]answer, n)
-			var wg sync.WaitGroup
-			for i := range n {
-				wg.Add(1)
-				go func() {
-					defer wg.Done()
-					resp, body := post("same-key", app.body)
-					answers[i] = answer{resp.StatusCode, body, resp.Header.Get("Idempotent-Replayed"), resp.Header.Get("Location")}
-				}()
-			}
-			wg.Wait()
-
-			resp, err := http.Get(app.base + "/runs")
-			require.NoError(t, err)
-			runs, err := io.ReadAll(resp.Body)
-			require.NoError(t, err)
-			_ = resp.Body.Close()
-			require.Equal(t, "1", string(runs), "the handler body ran once for 100 concurrent requests")
-
-			want := `{"ok":true,"stopReason":"completed","needsHuman":false,"cached":false,"data":{"` + app.idField + `":"` +
-				strings.TrimPrefix(app.idPrefix, "/")[:3] + "-1" + `"}}`
-			fresh := 0
-			for i, a := range answers {
-				require.Equal(t, http.StatusCreated, a.code, "answer %d: %s", i, a.body)
-				require.Equal(t, app.idPrefix+strings.TrimPrefix(app.idPrefix, "/")[:3]+"-1", a.where, "answer %d", i)
-				if a.replayed == "" {
-					fresh++
-					require.Equal(t, want, a.body, "answer %d", i)
-					continue
-				}
-				require.Equal(t, "true", a.replayed)
+		answers := c.storm("same-key", `{"amount":12}`)
+		require.Equal(t, "1", c.get("/runs"), "the handler body ran once for 100 concurrent requests")
+		want := `{"ok":true,"stopReason":"completed","needsHuman":false,"cached":false,"data":{"invoiceId":"inv-1"}}`
+		require.Equal(t, want, onlyFresh(t, answers).body)
+		for i, a := range answers {
+			require.Equal(t, http.StatusCreated, a.code, "answer %d: %s", i, a.body)
+			require.Equal(t, "/invoices/inv-1", a.header.Get("Location"), "answer %d", i)
+			if a.header.Get("Idempotent-Replayed") == "true" {
 				require.Equal(t, strings.Replace(want, `"cached":false`, `"cached":true`, 1), a.body, "answer %d", i)
 			}
-			require.Equal(t, 1, fresh, "exactly one caller ran the handler; the others got replays")
+		}
 
-			resp, body := post("same-key", `{"different":true}`)
-			require.Equal(t, http.StatusUnprocessableEntity, resp.StatusCode, body)
-			require.Equal(t, "application/problem+json", resp.Header.Get("Content-Type"))
-			var p map[string]any
-			require.NoError(t, json.Unmarshal([]byte(body), &p))
-			require.Equal(t, "urn:idemguard:problem:idempotency-key-reused", p["type"])
-		})
+		// In the envelope, a handler's 4xx says ok false, first and on replay.
+		bad := c.post("bad-1", `{"amount":0}`)
+		require.Equal(t, http.StatusBadRequest, bad.code)
+		require.Equal(t, `{"ok":false,"stopReason":"invalid_input","needsHuman":false,"cached":false,"data":{"field":"amount"}}`, bad.body)
+		again := c.post("bad-1", `{"amount":0}`)
+		require.Equal(t, http.StatusBadRequest, again.code)
+		require.Equal(t, strings.Replace(bad.body, `"cached":false`, `"cached":true`, 1), again.body)
+
+		reused := c.post("same-key", `{"different":true}`)
+		requireOutsideProblem(t, reused, http.StatusUnprocessableEntity, "idempotency-key-reused")
+	})
+}
+
+// widgetChecks drives a widget route guarded with an allowlist (id, name,
+// tags, details, code, field) and X-Request-Id: 100 concurrent duplicates
+// run the handler once and all get the same status, body and headers; what
+// the allowlist leaves out, and a blocked key deep inside a kept value, are
+// removed and named on the key record; a handler's 400 is replayed as
+// written. gin serves the counters and the key record for both apps.
+func widgetChecks(t *testing.T, c outsideClient, ginBase, keyPrefix string) {
+	ginApp := outsideClient{t: t, base: ginBase}
+	runs := func() int {
+		n, err := strconv.Atoi(ginApp.get("/runs"))
+		require.NoError(t, err)
+		return n
 	}
+	before := runs()
+	noKey := c.post("", `{"item":"widget"}`)
+	require.Equal(t, http.StatusBadRequest, noKey.code, noKey.body)
+
+	key := keyPrefix + "same-key"
+	answers := c.storm(key, `{"item":"widget","tags":["a","b"]}`)
+	require.Equal(t, before+1, runs(), "the handler body ran once for 100 concurrent requests")
+	id := "w-" + strconv.Itoa(before+1)
+	first := onlyFresh(t, answers)
+	require.Equal(t, http.StatusCreated, first.code)
+	require.Equal(t, `{"details":{"size":{"dims":{"h":{"value":3},"w":2},"unit":"cm"}},"id":"`+id+`","name":"widget","tags":["a","b"]}`,
+		first.body, "the route's own JSON, less what the allowlist leaves out and the blocked key deep inside details")
+	require.Equal(t, "/widgets/"+id, first.header.Get("Location"))
+	require.Equal(t, "req-"+key, first.header.Get("X-Request-Id"))
+	for i, a := range answers {
+		require.Equal(t, first.code, a.code, "answer %d", i)
+		require.Equal(t, first.body, a.body, "answer %d: byte for byte", i)
+		for _, h := range []string{"Location", "X-Request-Id", "Content-Type", "Content-Length"} {
+			require.Equal(t, first.header.Values(h), a.header.Values(h), "answer %d, header %s", i, h)
+		}
+	}
+	var dropped []string
+	require.NoError(t, json.Unmarshal([]byte(ginApp.get("/dropped/"+key+"?scope=POST:widgets")), &dropped))
+	require.ElementsMatch(t, []string{"details.size.dims.h.stack", "internalCost"}, dropped, "the key record names what was dropped")
+
+	// A handler's 400 is its answer to those inputs: stored and replayed
+	// as written (less the blocked "error"), never turned into a success.
+	bad := c.post(keyPrefix+"bad-1", `{"tags":[]}`)
+	require.Equal(t, http.StatusBadRequest, bad.code)
+	require.Equal(t, `{"code":"item_required","field":"item"}`, bad.body)
+	again := c.post(keyPrefix+"bad-1", `{"tags":[]}`)
+	require.Equal(t, http.StatusBadRequest, again.code)
+	require.Equal(t, bad.body, again.body)
+	require.Equal(t, "true", again.header.Get("Idempotent-Replayed"))
+	require.Equal(t, before+1, runs())
+
+	reused := c.post(key, `{"item":"other"}`)
+	requireOutsideProblem(t, reused, http.StatusUnprocessableEntity, "idempotency-key-reused")
+}
+
+// outsideClient drives one of the outside program's apps.
+type outsideClient struct {
+	t          *testing.T
+	base, path string
+}
+
+type outsideAnswer struct {
+	code   int
+	body   string
+	header http.Header
+}
+
+func (c outsideClient) post(key, body string) outsideAnswer {
+	req, err := http.NewRequest(http.MethodPost, c.base+c.path, strings.NewReader(body))
+	require.NoError(c.t, err)
+	req.Header.Set("X-Tenant", "acme")
+	if key != "" {
+		req.Header.Set("Idempotency-Key", key)
+	}
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Prefer", "wait=30")
+	resp, err := http.DefaultClient.Do(req)
+	require.NoError(c.t, err)
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	require.NoError(c.t, err)
+	return outsideAnswer{resp.StatusCode, string(b), resp.Header}
+}
+
+func (c outsideClient) get(path string) string {
+	resp, err := http.Get(c.base + path)
+	require.NoError(c.t, err)
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	require.NoError(c.t, err)
+	return string(b)
+}
+
+// storm sends 100 concurrent requests with one key.
+func (c outsideClient) storm(key, body string) []outsideAnswer {
+	const n = 100
+	answers := make([]outsideAnswer, n)
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Go(func() { answers[i] = c.post(key, body) })
+	}
+	wg.Wait()
+	return answers
+}
+
+// onlyFresh returns the one answer that is not a replay.
+func onlyFresh(t *testing.T, answers []outsideAnswer) outsideAnswer {
+	t.Helper()
+	var fresh []outsideAnswer
+	for _, a := range answers {
+		if a.header.Get("Idempotent-Replayed") == "" {
+			fresh = append(fresh, a)
+		}
+	}
+	require.Len(t, fresh, 1, "exactly one caller ran the handler; the others got replays")
+	return fresh[0]
+}
+
+func requireOutsideProblem(t *testing.T, a outsideAnswer, code int, slug string) {
+	t.Helper()
+	require.Equal(t, code, a.code, a.body)
+	require.Equal(t, "application/problem+json", a.header.Get("Content-Type"))
+	var p map[string]any
+	require.NoError(t, json.Unmarshal([]byte(a.body), &p))
+	require.Equal(t, "urn:idemguard:problem:"+slug, p["type"])
 }
 
 // lockedWriter collects a process's output for failure messages.

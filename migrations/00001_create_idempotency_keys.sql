@@ -1,5 +1,5 @@
 -- idempotency_keys holds one row per (tenant, scope, key_hash): the claim, its owner nonce, and the
--- sanitized response to replay. See DESIGN.md §3 and §4.
+-- sanitized response to replay.
 --
 -- Deliberate choices:
 --   * Every time is DATETIME(6) in UTC, written from the database clock (UTC_TIMESTAMP(6)). Never

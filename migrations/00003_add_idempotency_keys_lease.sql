@@ -1,4 +1,4 @@
--- lease_micros is the owner's promise (DESIGN §4.7): the StaleAfter, in microseconds, of the
+-- lease_micros is the owner's promise: the StaleAfter, in microseconds, of the
 -- caller that claimed (or took over, or retried) a started row. Staleness is judged with it, never
 -- with the reader's own setting: a started row is stale once
 --   COALESCE(heartbeat_at, started_at) < UTC_TIMESTAMP(6) - INTERVAL lease_micros MICROSECOND,

@@ -1,6 +1,6 @@
 -- idx_idempotency_stats_window serves `idemguard stats --since`, which reads the keys created in
 -- its window (created_at >= now - since) and, of each, status, attempt_count, expires_at and
--- completed_at. Without it every run reads the whole table (issue 10).
+-- completed_at. Without it every run reads the whole table.
 --
 -- Deliberate choices:
 --   * Covering: the index holds every column the stats query reads, so the query is a range read

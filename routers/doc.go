@@ -18,6 +18,8 @@ routes in a team's own gin engine (Options.Prefix moves them).
 	GET  /healthz                    the process is up: 200 {"status":"ok"}
 	GET  /readyz                     Options.Ready: 200 {"status":"ok"} or 503 problem
 	GET  /metrics                    Options.Metrics (404 problem when nil)
+	GET  /v1/stats?since=24h         the operator page's figures, for the caller's tenant (Options.Stats)
+	GET  /ops                        Options.OpsPage, the operator page (404 problem when nil)
 
 The /v1 routes need `Authorization: Bearer <api key>` (auth.Authenticator).
 
@@ -26,7 +28,12 @@ The /v1 routes need `Authorization: Bearer <api key>` (auth.Authenticator).
 Checks run in this order, and each failure answers before anything is stored
 or run:
 
- 1. credentials → 401 (WWW-Authenticate: Bearer realm="idemguard")
+ 1. credentials → 401, whose detail and WWW-Authenticate (RFC 6750:
+    Bearer realm="idemguard", plus error="invalid_token" and an
+    error_description when a credential was sent) say which check failed:
+    missing, malformed, unknown API key, expired, not yet valid, wrong
+    issuer or audience, unknown key id, bad signature, missing claim,
+    invalid tenant claim. They never name what the service expects.
  2. the scope is registered → 404
  3. Idempotency-Key: at most one header (400); a bare token or an RFC 8941
     sf-string ("abc") holding 1–255 characters of [A-Za-z0-9_.:-] (400);
@@ -34,7 +41,11 @@ or run:
  4. the body: at most Options.MaxBodyBytes (413); valid JSON, any JSON value
     (400). An empty (or all-white-space) body is taken as {}, so a plain
     `curl -X POST` works; the Content-Type is not checked.
- 5. Prefer: wait=N (RFC 7240, integer seconds; the first wait preference
+ 5. the scope's Validate, when set: inputs that do not fit the operation's
+    schema are a 400 invalid-input whose errors member lists each field as
+    {pointer, detail} (RFC 6901 pointer into the body). The key is not
+    claimed, so the corrected body runs under it.
+ 6. Prefer: wait=N (RFC 7240, integer seconds; the first wait preference
     counts, invalid ones are ignored) is capped at Options.MaxWait and
     answered with Preference-Applied: wait=N (N the capped wait, rounded up
     to whole seconds). Set the Guard's Config.MaxWait at least as high.
@@ -76,14 +87,22 @@ and the next request with the key runs the handler again while attempts
 remain (a duplicate that finds the stored failure gets a 502 problem). Any other status (2xx, 400, 404, 422, ...) is stored and
 replayed for the TTL.
 
+A request without a tenant is a 401 whose detail names no credential
+scheme (the team's authentication is its own) and which carries no
+WWW-Authenticate, unless MiddlewareOptions.Tenant failed with idemguard's
+own bearer authentication (an *auth.Error, e.g. from
+Authenticator.AuthenticateRequest): then the detail and the challenge say
+which check failed, as on the REST API.
+
 # Errors
 
 Errors are application/problem+json (RFC 9457): type (urn:idemguard:problem:…),
 title, status, detail, plus ok:false and stopReason. The detail never holds
 the client key, the body or the credentials.
 
-	400 invalid_input  malformed/missing/duplicate Idempotency-Key, invalid JSON, bad key reference
-	401 unknown        no or bad API key
+	400 invalid_input  malformed/missing/duplicate Idempotency-Key, invalid JSON, bad key reference,
+	                   inputs that fail the scope's Validate (errors: [{pointer, detail}])
+	401 unknown        no or bad credentials; the detail says which check failed
 	404 unknown        unknown scope or route; key absent, expired or another tenant's (never 403)
 	405 unknown        method not allowed (Allow lists the methods)
 	409 in_progress    the key's operation is running (Retry-After)

@@ -27,7 +27,7 @@ import (
 )
 
 // MiddlewareOptions configure Idempotent (gin) and IdempotentHTTP
-// (net/http): the guard on a team's own routes (DESIGN §5.1).
+// (net/http): the guard on a team's own routes.
 type MiddlewareOptions struct {
 	// Guard runs the handlers. Required.
 	Guard *idemguard.Guard
@@ -63,6 +63,23 @@ type MiddlewareOptions struct {
 	// UnavailableRetryAfter is the Retry-After of a 503 (store down).
 	// Defaults to DefaultUnavailableRetryAfter (5s).
 	UnavailableRetryAfter time.Duration
+	// Keep is what of the handler's JSON answer is stored and replayed. nil
+	// keeps the idemguard envelope (ok, stopReason, traceId, data with
+	// primitive values): right for AI results. sanitize.NewAllowlist keeps
+	// the handler's own JSON reduced to the fields the team names (nested
+	// paths allowed, e.g. "owner.name", "items[].id"): the route answers as
+	// it always did. sanitize.KeepAllBut keeps everything but the blocked
+	// keys; it is never the default, a team that wants it says so. The
+	// blocked keys (sanitize.BlockedKeys, plus those an allowlist adds) are
+	// removed at any depth in every mode, and every removal is logged,
+	// counted and named on the key's record.
+	Keep *sanitize.Allowlist
+	// Headers names the response headers stored and replayed besides
+	// Content-Type (with Keep) and Location, compared case-insensitively.
+	// Other headers the handler sets reach no caller: the first caller gets
+	// exactly what every replay gets. Name Set-Cookie only if a replay may
+	// hand the same cookie to whoever sends the key.
+	Headers []string
 	// Logger receives the middleware's error logs. Defaults to slog.Default().
 	Logger *slog.Logger
 }
@@ -93,17 +110,20 @@ func (o MiddlewareOptions) Validate() error {
 //   - the key is the Idempotency-Key header (parsed as by the REST API), or
 //     derived from the method, path, query and body; the body must be JSON
 //     (empty means {}); the same key with another request is a 422;
-//   - the handler's response is buffered: its status, its JSON body
-//     sanitized into the idemguard envelope (ok, stopReason, data with
-//     primitive values, …; each dropped field is logged and counted), and
-//     its Location header are what the first caller gets and what every
-//     replay gets, with Content-Type application/json. Other headers are
-//     not sent. A replay adds Idempotent-Replayed: true and
-//     Idempotent-Completed-At;
+//   - the handler's response is buffered, and what is stored of it is what
+//     the first caller gets and what every replay gets: its status (2xx, and
+//     4xx other than the retryable ones below), its JSON body as Keep says
+//     (the idemguard envelope by default, or the handler's own JSON reduced
+//     to an allowlist; blocked keys removed at any depth, each removal
+//     logged, counted and named on the key record), and its Location and
+//     the Headers named. Other headers are not sent. A replay adds
+//     Idempotent-Replayed: true and Idempotent-Completed-At. An envelope of
+//     a 4xx answer always says ok false;
 //   - a duplicate while the handler runs gets 409 with Retry-After, or waits
 //     with Prefer: wait=N;
-//   - a handler answer of 5xx or 429 is a failure (502 problem, retried
-//     with the same key while attempts remain), not a stored response;
+//   - a handler answer of 5xx, 408, 409, 429, 401 or 403 is a retryable
+//     failure, not a stored response: the caller whose request ran the
+//     handler gets the handler's answer as written, the key may run again;
 //   - a handler that writes a Content-Type other than JSON, a body that is
 //     not a JSON object, more than MaxBodyBytes, or that streams (Flush,
 //     Hijack) is a programming error: 500 invalid-result at request time,
@@ -157,6 +177,8 @@ func IdempotentHTTP(o MiddlewareOptions) func(next http.Handler) http.Handler {
 
 type middleware struct {
 	guard                 *idemguard.Guard
+	keep                  *sanitize.Allowlist
+	headers               []string // canonical names of the headers kept
 	tenant                func(*http.Request) (tenancy.ID, error)
 	scope                 string
 	settings              idemguard.Settings
@@ -173,8 +195,17 @@ func newMiddleware(o MiddlewareOptions) *middleware {
 	if err := o.Validate(); err != nil {
 		panic(err)
 	}
+	kept := []string{headerLocation}
+	if o.Keep != nil {
+		kept = append(kept, "Content-Type")
+	}
+	for _, name := range o.Headers {
+		kept = append(kept, http.CanonicalHeaderKey(name))
+	}
 	return &middleware{
 		guard:                 o.Guard,
+		keep:                  o.Keep,
+		headers:               kept,
 		tenant:                o.Tenant,
 		scope:                 o.Scope,
 		settings:              o.Settings,
@@ -210,10 +241,6 @@ func routeScope(method, path string) string {
 // errNoScope is a middleware without a scope on a route without a template.
 var errNoScope = errors.New("no scope")
 
-// locationKey holds the handler's Location header inside the stored
-// envelope's data; it is taken out again before any answer is written.
-const locationKey = "$location"
-
 func (m *middleware) serve(w http.ResponseWriter, r *http.Request, scope string, next func(*bufferedWriter, *http.Request)) {
 	tenant, err := m.tenantOf(r)
 	if err != nil {
@@ -224,37 +251,27 @@ func (m *middleware) serve(w http.ResponseWriter, r *http.Request, scope string,
 		m.fail(w, r, fmt.Errorf("%w: the route gives no valid scope; set MiddlewareOptions.Scope", errNoScope))
 		return
 	}
-	clientKey, err := parseIdempotencyKey(r.Header)
+	req, err := readGuarded(w, r, scope, m.keyRequired, m.maxBody, m.maxWait)
 	if err != nil {
 		m.fail(w, r, err)
 		return
 	}
-	if clientKey == "" && m.keyRequired {
-		m.fail(w, r, reject(errMissingKey, "this route requires an Idempotency-Key header"))
-		return
-	}
-	raw, body, err := readJSONBody(w, r, m.maxBody)
-	if err != nil {
-		m.fail(w, r, err)
-		return
-	}
-	wait, waitApplied := parsePreferWait(r.Header, m.maxWait)
-
 	res, err := m.guard.Do(r.Context(), idemguard.Call{
 		Tenant:    tenant,
 		Scope:     scope,
-		ClientKey: clientKey,
-		Inputs:    map[string]any{"method": r.Method, "path": r.URL.Path, "query": r.URL.RawQuery, "body": body},
+		ClientKey: req.clientKey,
+		Inputs:    map[string]any{"method": r.Method, "path": r.URL.Path, "query": r.URL.RawQuery, "body": req.body},
 		Settings:  m.settings,
-		Wait:      wait,
+		Wait:      req.wait,
 		Timeout:   m.timeout,
 		Detach:    true,
+		Keep:      m.keep,
 	}, func(ctx context.Context) (any, error) {
 		bw := &bufferedWriter{header: make(http.Header), max: m.maxBody}
 		r2 := r.WithContext(ctx)
-		r2.Body, r2.ContentLength = io.NopCloser(bytes.NewReader(raw)), int64(len(raw))
+		r2.Body, r2.ContentLength = io.NopCloser(bytes.NewReader(req.raw)), int64(len(req.raw))
 		next(bw, r2)
-		return bw.result()
+		return bw.result(m.keep != nil, m.headers)
 	})
 	if err != nil {
 		m.fail(w, r, err)
@@ -265,36 +282,7 @@ func (m *middleware) serve(w http.ResponseWriter, r *http.Request, scope string,
 		answer.write(w)
 		return
 	}
-	h := w.Header()
-	if waitApplied {
-		h.Set(headerPreferenceApplied, preferenceApplied(wait))
-	}
-	if res.Cached {
-		h.Set(headerReplayed, "true")
-		if !res.CompletedAt.IsZero() {
-			h.Set(headerCompletedAt, formatTime(res.CompletedAt))
-		}
-	}
-	switch res.Status {
-	case idemguard.StatusSucceeded:
-		answer, location := withoutLocation(res)
-		if location != "" {
-			h.Set(headerLocation, location)
-		}
-		h.Set("Content-Type", contentJSON)
-		if res.StatusCode == http.StatusNoContent || res.StatusCode == http.StatusNotModified {
-			w.WriteHeader(res.StatusCode)
-			return
-		}
-		h.Set("Content-Length", strconv.Itoa(len(answer)))
-		w.WriteHeader(res.StatusCode)
-		_, _ = w.Write(answer)
-	case idemguard.StatusInProgress:
-		h.Set(headerRetryAfter, m.retryAfter)
-		writeProblemHTTP(w, resultProblem(res))
-	default:
-		writeProblemHTTP(w, resultProblem(res))
-	}
+	writeResult(w, req, res, m.retryAfter)
 }
 
 func (m *middleware) tenantOf(r *http.Request) (tenancy.ID, error) {
@@ -314,32 +302,10 @@ func (m *middleware) tenantOf(r *http.Request) (tenancy.ID, error) {
 	return id, nil
 }
 
-// withoutLocation returns the body to answer and the handler's Location.
-func withoutLocation(res idemguard.Result) ([]byte, string) {
-	loc, ok := res.Envelope.Data[locationKey].(string)
-	if !ok {
-		return res.Body, ""
-	}
-	env := res.Envelope
-	env.Data = make(map[string]any, len(res.Envelope.Data)-1)
-	for k, v := range res.Envelope.Data {
-		if k != locationKey {
-			env.Data[k] = v
-		}
-	}
-	if len(env.Data) == 0 {
-		env.Data = nil
-	}
-	body, err := sanitize.Marshal(env)
-	if err != nil {
-		return res.Body, loc
-	}
-	return body, loc
-}
-
 // fail answers err as the REST API does.
 func (m *middleware) fail(w http.ResponseWriter, r *http.Request, err error) {
 	p := problemFor(err)
+	setChallenge(w.Header(), err)
 	switch p.Status {
 	case http.StatusServiceUnavailable:
 		w.Header().Set(headerRetryAfter, m.unavailableRetryAfter)
@@ -487,8 +453,10 @@ func (a *handlerAnswer) write(w http.ResponseWriter) {
 	_, _ = w.Write(a.body)
 }
 
-// result is the operation's value for what the handler wrote.
-func (w *bufferedWriter) result() (any, error) {
+// result is the operation's value for what the handler wrote: its status,
+// its JSON body (as the raw document to keep when document is true, else
+// decoded for the envelope) and the headers named in kept.
+func (w *bufferedWriter) result(document bool, kept []string) (any, error) {
 	invalid := func(format string, args ...any) error {
 		return reject(idemguard.ErrInvalidResult, "the handler "+format+"; a handler behind the idempotency middleware must write one JSON object", args...)
 	}
@@ -501,12 +469,11 @@ func (w *bufferedWriter) result() (any, error) {
 	status := cmp.Or(w.status, http.StatusOK)
 	if reason, retryable := retryableStatus(status); retryable {
 		// Not the answer to the inputs: a 5xx, 408 or 429 is a failure of the
-		// moment, a 409 depends on the state of the moment (DESIGN §7:
-		// retryable), a 401 or 403 on the credentials. Stored as success they
-		// would be replayed for the TTL; so the row records a retryable
-		// failure, and the caller whose call ran the handler gets the
-		// handler's own answer as written (it is not stored, so its body
-		// need not be JSON).
+		// moment, a 409 depends on the state of the moment, a 401 or 403 on
+		// the credentials. Stored as success they would be replayed for the
+		// TTL; so the row records a retryable failure, and the caller whose
+		// call ran the handler gets the handler's own answer as written (it
+		// is not stored, so its body need not be JSON).
 		return nil, &idemguard.OpError{Reason: reason, Err: &handlerAnswer{status: status, header: w.header.Clone(), body: bytes.Clone(w.body.Bytes())}}
 	}
 	if ct := w.header.Get("Content-Type"); ct != "" {
@@ -515,34 +482,35 @@ func (w *bufferedWriter) result() (any, error) {
 			return nil, invalid("wrote Content-Type %.64q", ct)
 		}
 	}
-	var obj map[string]any
-	if len(bytes.TrimSpace(w.body.Bytes())) > 0 {
-		dec := json.NewDecoder(bytes.NewReader(w.body.Bytes()))
-		dec.UseNumber()
-		var v any
-		if err := dec.Decode(&v); err != nil || dec.More() {
-			return nil, invalid("wrote a body that is not valid JSON")
-		}
-		var ok bool
-		if obj, ok = v.(map[string]any); !ok && v != nil {
-			return nil, invalid("wrote a JSON %s, not an object", jsonKind(v))
+	var header http.Header
+	for _, name := range kept {
+		if v := w.header.Values(name); len(v) > 0 {
+			if header == nil {
+				header = make(http.Header, len(kept))
+			}
+			header[name] = append([]string(nil), v...)
 		}
 	}
-	if loc := w.header.Get(headerLocation); loc != "" {
-		if obj == nil {
-			obj = map[string]any{}
-		}
-		data, _ := obj["data"].(map[string]any)
-		if data == nil {
-			data = map[string]any{}
-			obj["data"] = data
-		}
-		data[locationKey] = loc
+	body := bytes.TrimSpace(w.body.Bytes())
+	if len(body) == 0 {
+		return idemguard.Response{StatusCode: status, Header: header}, nil
 	}
-	if obj == nil {
-		return idemguard.Response{StatusCode: status}, nil
+	dec := json.NewDecoder(bytes.NewReader(body))
+	dec.UseNumber()
+	var v any
+	if err := dec.Decode(&v); err != nil || dec.More() {
+		return nil, invalid("wrote a body that is not valid JSON")
 	}
-	return idemguard.Response{StatusCode: status, Value: obj}, nil
+	if _, ok := v.(map[string]any); !ok && v != nil {
+		return nil, invalid("wrote a JSON %s, not an object", jsonKind(v))
+	}
+	if v == nil {
+		return idemguard.Response{StatusCode: status, Header: header}, nil
+	}
+	if document {
+		return idemguard.Response{StatusCode: status, Value: json.RawMessage(body), Header: header}, nil
+	}
+	return idemguard.Response{StatusCode: status, Value: v, Header: header}, nil
 }
 
 func jsonKind(v any) string {

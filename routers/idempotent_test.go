@@ -72,6 +72,11 @@ func mwSetup(t *testing.T) *mwBundle {
 		}
 		c.JSON(http.StatusOK, gin.H{"ok": true})
 	})
+	r.POST("/dollar", Idempotent(opts), func(c *gin.Context) {
+		b.runs.Add(1)
+		c.Header("Set-Cookie", "session=canary")
+		c.JSON(http.StatusOK, gin.H{"ok": true, "data": gin.H{"$location": "/elsewhere"}})
+	})
 	r.POST("/slow", Idempotent(opts), func(c *gin.Context) {
 		b.runs.Add(1)
 		<-b.release
@@ -299,4 +304,19 @@ func TestIdempotentRetryableHandlerStatuses(t *testing.T) {
 		require.Equal(t, http.StatusCreated, again.Code, "%d was stored and replayed: %s", code, again.Body.String())
 	}
 	require.EqualValues(t, 14, runs.Load())
+}
+
+// Only the headers a handler set, and only those kept, are sent: a body
+// naming data.$location sets no Location, and Set-Cookie (not named) never
+// reaches a caller, first or replayed.
+func TestIdempotentSendsOnlyTheHeadersItKeeps(t *testing.T) {
+	t.Parallel()
+	b := mwSetup(t)
+	for range 2 {
+		w := mwDo(b.gin, http.MethodPost, "/dollar", "acme", "k1", `{}`)
+		require.Equal(t, http.StatusOK, w.Code, w.Body.String())
+		require.Empty(t, w.Header().Get("Location"))
+		require.Empty(t, w.Header().Get("Set-Cookie"))
+	}
+	require.EqualValues(t, 1, b.runs.Load())
 }

@@ -2,7 +2,6 @@ package routers
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"io"
 	"net/http"
@@ -61,8 +60,8 @@ func prefersAsync(hd http.Header) bool {
 // duplicate while it runs. A completed key answers as any replay. With
 // Prefer: wait=N as well (RFC 7240), a key that completes within N seconds
 // is answered with its outcome instead of 202.
-func (h *handlers) runAsync(c *gin.Context, tenant tenancy.ID, scope *Scope, clientKey string, body json.RawMessage) {
-	run := scope.Run
+func (h *handlers) runAsync(c *gin.Context, tenant tenancy.ID, scope *Scope, req guardedRequest) {
+	run, body, clientKey := scope.Run, req.body, req.clientKey
 	res, err := h.guard.Start(c.Request.Context(), idemguard.Call{
 		Tenant:    tenant,
 		Scope:     scope.Name,
@@ -84,14 +83,12 @@ func (h *handlers) runAsync(c *gin.Context, tenant tenancy.ID, scope *Scope, cli
 	}
 	h.setRef(c, scope.Name, ref)
 	c.Set(keyHashKey, shortHash(res.KeyHash))
-	if wait, ok := parsePreferWait(c.Request.Header, h.maxWait); ok && res.Status == idemguard.StatusInProgress {
-		if done, ok := h.awaitOutcome(c.Request.Context(), tenant, scope.Name, res, wait); ok {
+	if req.waitApplied && res.Status == idemguard.StatusInProgress {
+		if done, ok := h.awaitOutcome(c.Request.Context(), tenant, scope.Name, res, req.wait); ok {
 			res = done
-			c.Header(headerPreferenceApplied, preferenceApplied(wait))
 		}
 	}
-	switch res.Status {
-	case idemguard.StatusInProgress:
+	if res.Status == idemguard.StatusInProgress {
 		c.Header(headerPreferenceApplied, preferAsync)
 		rec := keyRecord{Ref: ref, Scope: scope.Name, Status: string(idemguard.KeyStarted), AttemptCount: res.Attempt}
 		if info, err := h.guard.LookupHash(c.Request.Context(), tenant, scope.Name, res.KeyHash); err == nil {
@@ -101,14 +98,15 @@ func (h *handlers) runAsync(c *gin.Context, tenant tenancy.ID, scope *Scope, cli
 		}
 		c.Set(stopReasonKey, string(sanitize.InProgress))
 		c.Data(http.StatusAccepted, contentJSON, encodeJSON(rec))
-	case idemguard.StatusSucceeded:
-		h.replayHeaders(c, res)
-		c.Set(stopReasonKey, string(res.StopReason))
-		c.Data(res.StatusCode, contentJSON, res.Body)
-	default:
-		h.replayHeaders(c, res)
-		writeProblem(c, resultProblem(res))
+		return
 	}
+	// Completed: answered as the synchronous path answers it.
+	c.Set(stopReasonKey, string(res.StopReason))
+	if res.Cached {
+		c.Set(replayedKey, true)
+	}
+	res.Header = nil
+	writeResult(c.Writer, req, res, h.retryAfter)
 }
 
 // awaitOutcome follows the key of res for up to wait and returns its stored
@@ -128,31 +126,24 @@ func (h *handlers) awaitOutcome(ctx context.Context, tenant tenancy.ID, scope st
 		if err != nil {
 			return idemguard.Result{}, false
 		}
-		if !e.Final() || e.Info.Envelope == nil {
+		if !e.Final() {
 			continue
 		}
-		env := *e.Info.Envelope
-		env.Cached = !res.Accepted
-		body, err := sanitize.Marshal(env)
-		if err != nil {
-			return idemguard.Result{}, false
+		out := idemguard.Result{Status: idemguard.StatusSucceeded, Body: e.Info.Document, StatusCode: e.Info.StatusCode,
+			Cached: !res.Accepted, Attempt: e.Attempt, CompletedAt: e.Info.CompletedAt, KeyHash: res.KeyHash}
+		if e.Info.Envelope != nil {
+			env := *e.Info.Envelope
+			env.Cached = out.Cached
+			body, err := sanitize.Marshal(env)
+			if err != nil {
+				return idemguard.Result{}, false
+			}
+			out.Envelope, out.Body, out.StopReason = env, body, env.StopReason
 		}
-		out := idemguard.Result{Status: idemguard.StatusSucceeded, Envelope: env, Body: body, StatusCode: e.Info.StatusCode,
-			Cached: env.Cached, StopReason: env.StopReason, Attempt: e.Attempt, CompletedAt: e.Info.CompletedAt, KeyHash: res.KeyHash}
 		if e.Kind != idemguard.KeyEventSucceeded {
 			out.Status = idemguard.StatusFailed
 		}
 		return out, true
-	}
-}
-
-func (h *handlers) replayHeaders(c *gin.Context, res idemguard.Result) {
-	if res.Cached {
-		c.Set(replayedKey, true)
-		c.Header(headerReplayed, "true")
-		if !res.CompletedAt.IsZero() {
-			c.Header(headerCompletedAt, formatTime(res.CompletedAt))
-		}
 	}
 }
 
@@ -173,7 +164,10 @@ func keyRecordOf(ref, scope string, info idemguard.KeyInfo) (keyRecord, error) {
 			return keyRecord{}, err
 		}
 		rec.Response, rec.ResponseCode = body, info.StatusCode
+	} else if info.Document != nil {
+		rec.Response, rec.ResponseCode = info.Document, info.StatusCode
 	}
+	rec.DroppedFields = info.DroppedFields
 	return rec, nil
 }
 

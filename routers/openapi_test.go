@@ -37,6 +37,9 @@ var routeStatuses = map[string][]int{
 	"HEAD /healthz":                          {200, 405, 500},
 	"HEAD /readyz":                           {200, 405, 500, 503},
 	"GET /metrics":                           {200, 404, 405, 500},
+	"GET /v1/stats":                          {200, 400, 401, 405, 500, 503},
+	"GET /ops":                               {200, 404, 405, 500},
+	"HEAD /ops":                              {200, 404, 405, 500},
 }
 
 // Every route answers 405 with Allow to the methods its path does not accept
@@ -56,6 +59,7 @@ var routeHeaders = map[string]map[int][]string{
 		503: {headerRetryAfter, headerLocation, headerKeyRef},
 	},
 	"GET /v1/ops/{scope}/keys/{key}": {401: {"WWW-Authenticate"}, 503: {headerRetryAfter}},
+	"GET /v1/stats":                  {401: {"WWW-Authenticate"}, 503: {headerRetryAfter}},
 	"GET /readyz":                    {503: {headerRetryAfter}},
 	"HEAD /readyz":                   {503: {headerRetryAfter}},
 }
@@ -344,7 +348,7 @@ func TestOpenAPIProblemTypes(t *testing.T) {
 		auth.ErrNoCredentials, auth.ErrInvalidCredentials, errUnknownScope, errUnknownRoute, idemguard.ErrNotFound,
 		errMethodNotAllowed, errMissingKey, errInvalidKey, errDuplicateKey, errInvalidRef, errBodyTooLarge,
 		&http.MaxBytesError{Limit: 1}, errInvalidBody, idemguard.ErrFingerprintMismatch, idemguard.ErrInvalidInput,
-		&idemguard.StoreError{Op: "claim", Err: errors.New("x")}, errNotReady, errNoMetrics, errPanic, idemguard.ErrInvalidResult,
+		&idemguard.StoreError{Op: "claim", Err: errors.New("x")}, errNotReady, errNoMetrics, errPanic, idemguard.ErrInvalidResult, errInvalidQuery,
 		idemguard.ErrKeyFinished, idemguard.ErrTooManyWatchers,
 	} {
 		seen[problemFor(err).Type] = true

@@ -38,72 +38,52 @@ func (h *handlers) runOperation(c *gin.Context) {
 	if !ok {
 		return
 	}
-	clientKey, err := parseIdempotencyKey(c.Request.Header)
+	req, err := readGuarded(c.Writer, c.Request, scope.Name, scope.KeyRequired, h.maxBody, h.maxWait)
 	if err != nil {
 		h.fail(c, err)
 		return
 	}
-	if clientKey == "" && scope.KeyRequired {
-		h.fail(c, reject(errMissingKey, "scope %q requires an Idempotency-Key header", scope.Name))
-		return
-	}
-	body, err := h.readBody(c)
-	if err != nil {
-		h.fail(c, err)
+	if !h.validateInputs(c, scope, req.body) {
 		return
 	}
 	if prefersAsync(c.Request.Header) {
-		h.runAsync(c, tenant, scope, clientKey, body)
+		h.runAsync(c, tenant, scope, req)
 		return
 	}
-	wait, waitApplied := parsePreferWait(c.Request.Header, h.maxWait)
 
-	run := scope.Run
+	run, body := scope.Run, req.body
 	res, err := h.guard.Do(c.Request.Context(), idemguard.Call{
 		Tenant:    tenant,
 		Scope:     scope.Name,
-		ClientKey: clientKey,
+		ClientKey: req.clientKey,
 		Inputs:    body,
 		Settings:  scope.Settings,
-		Wait:      wait,
+		Wait:      req.wait,
 		Timeout:   scope.Timeout,
 		Detach:    true,
 	}, func(ctx context.Context) (any, error) { return run(ctx, body) })
 	if err != nil {
-		if clientKey != "" {
-			h.setRef(c, scope.Name, clientKey)
+		if req.clientKey != "" {
+			h.setRef(c, scope.Name, req.clientKey)
 		}
 		h.fail(c, err)
 		return
 	}
 
-	ref := clientKey
+	ref := req.clientKey
 	if ref == "" {
 		ref = derivedRefPrefix + res.KeyHash
 	}
 	h.setRef(c, scope.Name, ref)
 	c.Set(keyHashKey, shortHash(res.KeyHash))
-	if waitApplied {
-		c.Header(headerPreferenceApplied, preferenceApplied(wait))
-	}
+	c.Set(stopReasonKey, string(res.StopReason))
 	if res.Cached {
 		c.Set(replayedKey, true)
-		c.Header(headerReplayed, "true")
-		if !res.CompletedAt.IsZero() {
-			c.Header(headerCompletedAt, formatTime(res.CompletedAt))
-		}
 	}
-
-	switch res.Status {
-	case idemguard.StatusSucceeded:
-		c.Set(stopReasonKey, string(res.StopReason))
-		c.Data(res.StatusCode, contentJSON, res.Body)
-	case idemguard.StatusInProgress:
-		c.Header(headerRetryAfter, h.retryAfter)
-		writeProblem(c, resultProblem(res))
-	default:
-		writeProblem(c, resultProblem(res))
-	}
+	// The operations of the REST API return no headers: the Location set
+	// above, the key's record, is the one a client follows.
+	res.Header = nil
+	writeResult(c.Writer, req, res, h.retryAfter)
 }
 
 // scope returns the scope named in the path, or answers 404.
@@ -116,12 +96,6 @@ func (h *handlers) scope(c *gin.Context) (*Scope, bool) {
 	}
 	c.Set(scopeKey, s.Name)
 	return s, true
-}
-
-// readBody reads at most maxBody bytes of JSON. An empty body is {}.
-func (h *handlers) readBody(c *gin.Context) (json.RawMessage, error) {
-	_, body, err := readJSONBody(c.Writer, c.Request, h.maxBody)
-	return body, err
 }
 
 // validJSON checks that raw holds exactly one JSON value. The error gives the
@@ -185,6 +159,8 @@ type keyRecord struct {
 	Stale           bool   `json:"stale,omitempty"`
 	CancelRequested bool   `json:"cancelRequested,omitempty"`
 	Next            string `json:"next,omitempty"`
+	// DroppedFields names the fields removed from the stored answer.
+	DroppedFields []string `json:"droppedFields,omitempty"`
 }
 
 // lookupKey serves GET /v1/ops/:scope/keys/:key. The key is a client key or
@@ -229,6 +205,7 @@ func (h *handlers) lookupKey(c *gin.Context) {
 		h.fail(c, err)
 		return
 	}
+	rec.DroppedFields = info.DroppedFields
 	c.Data(http.StatusOK, contentJSON, encodeJSON(rec))
 }
 

@@ -37,6 +37,9 @@ type problem struct {
 	StopReason sanitize.StopReason `json:"stopReason"`
 	// Cached is set on answers of the guard (409, operation failures) only.
 	Cached *bool `json:"cached,omitempty"`
+	// Errors lists the fields of inputs that fail their operation's schema
+	// (400 invalid-input only).
+	Errors []idemguard.FieldError `json:"errors,omitempty"`
 }
 
 // requestError is a request the handlers reject before the guard sees it.
@@ -67,6 +70,7 @@ var (
 	errBodyTooLarge     = errors.New("body too large")
 	errNotReady         = errors.New("not ready")
 	errNoMetrics        = errors.New("metrics not configured")
+	errInvalidQuery     = errors.New("invalid query parameter")
 )
 
 // problemFor maps an error to the problem answered for it. It is the only
@@ -78,10 +82,10 @@ func problemFor(err error) problem {
 		detail = re.detail
 	}
 	var tooLarge *http.MaxBytesError
+	var inputErr *idemguard.InputError
 	switch {
 	case errors.Is(err, auth.ErrNoCredentials), errors.Is(err, auth.ErrInvalidCredentials):
-		return newProblem(http.StatusUnauthorized, "unauthorized", "Unauthorized", sanitize.Unknown,
-			"send a valid API key (or, where the scope accepts one, a JWT) as Authorization: Bearer <credential>")
+		return newProblem(http.StatusUnauthorized, "unauthorized", "Unauthorized", sanitize.Unknown, unauthorizedDetail(err))
 	case errors.Is(err, errUnknownScope):
 		return newProblem(http.StatusNotFound, "unknown-scope", "Unknown scope", sanitize.Unknown, detail)
 	case errors.Is(err, errUnknownRoute):
@@ -107,9 +111,13 @@ func problemFor(err error) problem {
 	case errors.Is(err, idemguard.ErrTooManyWatchers):
 		return newProblem(http.StatusTooManyRequests, "too-many-waiters", "Too many watchers", sanitize.RateLimited,
 			"this key, or your tenant, has as many open event streams on this server as it allows; close one, or poll the key record")
+	case errors.Is(err, errInvalidQuery):
+		return newProblem(http.StatusBadRequest, "invalid-query", "Invalid query parameter", sanitize.InvalidInput, detail)
 	case errors.Is(err, idemguard.ErrFingerprintMismatch):
 		return newProblem(http.StatusUnprocessableEntity, "idempotency-key-reused", "Idempotency-Key reused with other inputs", sanitize.InvalidInput,
 			"this Idempotency-Key was already used with a different request body; use a new key for a new request")
+	case errors.As(err, &inputErr) && len(inputErr.Fields) > 0:
+		return inputProblem(inputErr)
 	case errors.Is(err, idemguard.ErrInvalidInput):
 		// The router validates everything the guard does, so this is rare;
 		// the engine's message may quote the input, so it is not shown.

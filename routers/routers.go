@@ -54,6 +54,13 @@ type Scope struct {
 	// Its value is sanitized like any idemguard.Operation's; return an
 	// *idemguard.OpError to say why it failed. Required.
 	Run func(ctx context.Context, inputs json.RawMessage) (any, error)
+	// Validate, when set, checks the body before the guard claims the key.
+	// Return an *idemguard.InputError to name the fields that do not fit
+	// the operation's schema: the answer is a 400 problem listing them
+	// (errors: [{pointer, detail}]), nothing is stored or run, and the key
+	// stays free for a corrected request. Any other error is a 400 that
+	// names no field (its text is not shown: it may quote the body).
+	Validate func(inputs json.RawMessage) error
 }
 
 // Options configure the API.
@@ -109,6 +116,13 @@ type Options struct {
 	// Page, when set, serves GET / and GET /assets/* (development mode's
 	// demo page). nil: those paths are 404.
 	Page http.Handler
+	// Stats answers GET {Prefix}/v1/stats, the figures the operator page
+	// draws. nil: an empty answer with NoteNoHistory (the in-memory store
+	// keeps no history).
+	Stats StatsSource
+	// OpsPage, when set, serves GET {Prefix}/ops, the operator page. nil:
+	// that path is a 404 problem.
+	OpsPage http.Handler
 }
 
 func (o Options) withDefaults() Options {
@@ -311,6 +325,7 @@ func newEngine(o Options) (*gin.Engine, error) {
 	}
 
 	h.apiRoutes(r.Group(h.prefix), o)
+	h.opsRoutes(r.Group(h.prefix), o)
 	if o.HTTPMetrics != nil {
 		initHTTPMetrics(o.HTTPMetrics, r)
 	}

@@ -4,7 +4,14 @@ package sanitize
 // value becomes [Unknown].
 type StopReason string
 
-// The stop reasons of DESIGN §6.
+// The stop reasons. completed and needs_human (a business answer with
+// ok:false) end a successful run; in_progress answers a duplicate while the
+// key runs elsewhere. A failed run stops with provider_error, rate_limited,
+// timeout or unknown, which a later call may retry while attempts remain, or
+// with invalid_input (the inputs were rejected), which is final.
+// retry_limit and abandoned are final too: the key ran out of attempts, or
+// its run was given up under stale policy fail. unknown also stands for any
+// value outside the enum.
 const (
 	Completed     StopReason = "completed"
 	InProgress    StopReason = "in_progress"

@@ -24,7 +24,7 @@ func decodeSummary(t *testing.T, stdout string) cleanupSummary {
 	return s
 }
 
-// Acceptance 1 and 5 through the binary's entry point: the dry run reports what the run then
+// Through the binary's entry point: the dry run reports what the run then
 // deletes; the run prints one JSON line whose count is what left the table.
 func TestCleanupCommand(t *testing.T) {
 	t.Parallel()
@@ -133,8 +133,8 @@ func TestCleanupDatabaseError(t *testing.T) {
 	require.Equal(t, "error", decodeSummary(t, r.stdout).Stopped)
 }
 
-// Issue 10: --stats-retention prunes idempotency_stats buckets past it (days or a duration), 0
-// keeps them all, and the summary line counts them.
+// --stats-retention prunes idempotency_stats buckets past it (days or a duration), 0 keeps them
+// all, and the summary line counts them.
 func TestCleanupStatsRetention(t *testing.T) {
 	t.Parallel()
 	d := testdb.New(t)

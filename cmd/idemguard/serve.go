@@ -146,6 +146,7 @@ func (s *server) run(ctx context.Context) int {
 	}
 	observe := func(ev idemguard.Event) {
 		m.Observe(ev)
+		creditAvoided(m, ev)
 		if rec != nil {
 			rec.Observe(ev)
 		}
@@ -185,6 +186,7 @@ func (s *server) run(ctx context.Context) int {
 		return exitError
 	}
 	m.InitScopes(registry.Names()...) // every series exported from the start, at zero
+	defer s.probeStore(m, guard)()
 	apiKeys := make(map[tenancy.ID][]string, len(cfg.APIKeys)+1)
 	maps.Copy(apiKeys, cfg.APIKeys)
 	if cfg.Mode == config.Development {
@@ -209,6 +211,7 @@ func (s *server) run(ctx context.Context) int {
 		Logger:                log,
 		HTTPMetrics:           m,
 	}
+	s.opsOptions(&opts, registry.Names())
 	jwtVerifier, err := browserOptions(cfg, log, &opts)
 	if err != nil {
 		log.Error("serve: invalid JWT settings", "err", err)

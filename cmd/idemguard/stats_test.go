@@ -23,7 +23,7 @@ func seededStatsDB(t *testing.T) map[string]string {
 	return map[string]string{EnvMySQLDSN: d.DSN}
 }
 
-// Acceptance 4: the figures of a seeded table, every threshold breached with the defaults, exit 1
+// The figures of a seeded table, every threshold breached with the defaults, exit 1
 // (exitBreach). The 27 keys retried after a failure are not takeovers.
 func TestStatsTableAndBreaches(t *testing.T) {
 	t.Parallel()

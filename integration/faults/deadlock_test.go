@@ -13,7 +13,7 @@ import (
 	"github.com/idemguard/idemguard/internal/testdb"
 )
 
-// Acceptance 3: a real error 1213 from the server on the commit and on a
+// A real error 1213 from the server on the commit and on a
 // heartbeat. A test transaction makes a true deadlock with the guard's
 // statement: it gap-locks the index entry the statement must insert (after
 // the statement has locked the row itself), then asks for the row. InnoDB

@@ -15,7 +15,7 @@ import (
 	"github.com/idemguard/idemguard/internal/faulttest"
 )
 
-// Acceptance 7: a database outage under load. Two replicas (guards) share
+// A database outage under load. Two replicas (guards) share
 // one database through a fault proxy; 16 clients work through 400 distinct
 // keys, retrying 503s and 409s, while the proxy drops every connection
 // twice and then blackholes the database for two seconds. Every call is

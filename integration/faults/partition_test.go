@@ -13,7 +13,7 @@ import (
 	"github.com/idemguard/idemguard/internal/faulttest"
 )
 
-// Acceptance 1: an owner cut off from the database (its operation still
+// An owner cut off from the database (its operation still
 // running) and another guard that takes the key over after staleAfter.
 // The owner cancels on its own lease timer, so the two executions never
 // overlap — 20 runs, each with 0–5 ms of latency on the owner's path.

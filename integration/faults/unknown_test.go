@@ -12,7 +12,7 @@ import (
 	"github.com/idemguard/idemguard"
 )
 
-// Acceptance 2: claims whose outcome the caller cannot know. No row is ever
+// Claims whose outcome the caller cannot know. No row is ever
 // left with a nonce nobody holds; a retry runs the operation once or
 // replays it; policy fail never abandons an operation that did not run.
 
@@ -137,7 +137,7 @@ func TestLostReclaimReplyRunsOnce(t *testing.T) {
 	require.Zero(t, rows(t, b.db, "started"))
 }
 
-// Acceptance 4: the database is blackholed for a second just as the
+// The database is blackholed for a second just as the
 // operation returns. The commit keeps trying, heartbeats on, while the
 // lease holds: the paid-for result is stored and replayed byte for byte.
 func TestOneSecondBlackholeAtCommitKeepsTheResult(t *testing.T) {

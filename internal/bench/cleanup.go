@@ -17,7 +17,7 @@ import (
 )
 
 // The cleanup suite answers "do live claims keep working while the daily
-// cleanup deletes 100,000 expired rows?" (issue 3, acceptance 2):
+// cleanup deletes 100,000 expired rows?":
 //
 //   - claim-idle: Do on fresh keys, cleanupConcurrency workers,
 //     no cleanup running; measured for half of -duration before the cleanup

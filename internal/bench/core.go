@@ -48,13 +48,15 @@ func init() {
 	register(suite{name: "replay", about: "read path: raw SELECT by unique key vs Do replays (cached and store-only)", run: runReplay})
 }
 
-// targetRatio is the issue's target for guard/raw throughput at concurrency 16.
+// targetRatio is the least guard/raw throughput ratio at concurrency 16 for
+// cached replays against the raw SELECT.
 const targetRatio = 0.85
 
-// issue10Target is issue 10's target at concurrency 16 for fresh keys
-// against their floor and for store-only replays (replay cache off,
-// read-first by default) against the raw SELECT.
-const issue10Target = 0.9
+// uncachedTarget is the least guard/raw throughput ratio at concurrency 16
+// for the paths no replay cache helps: fresh keys against their floor, and
+// store-only replays (replay cache off, read-first by default) against the
+// raw SELECT.
+const uncachedTarget = 0.9
 
 // replayKeys is how many succeeded keys the replay suite cycles through.
 const replayKeys = 1000
@@ -173,7 +175,7 @@ func runFresh(ctx context.Context, e *env) ([]row, error) {
 		}}
 	}
 	// The default configuration (adaptive read-first) must meet the target.
-	guard := fresh("guard-fresh", g, issue10Target)
+	guard := fresh("guard-fresh", g, uncachedTarget)
 	guardRF := fresh("guard-fresh-read-first", readFirst, 0)
 
 	var rows []row
@@ -230,8 +232,8 @@ func runReplay(ctx context.Context, e *env) ([]row, error) {
 		return selectRow(ctx, e, hashes[int(rawSeq.Add(1)%replayKeys)])
 	}}
 	// What a replay the cache cannot answer costs in SQL: the claim INSERT
-	// runs first (ownership is decided only by it, DESIGN §4.1), fails with
-	// 1062, and the row is read.
+	// runs first (a fresh key is owned only by winning it, never by what a
+	// read saw), fails with 1062, and the row is read.
 	var dupSeq atomic.Int64
 	rawDup := benchCase{name: "raw-dup-insert-select", baseline: raw.name, op: func(ctx context.Context) error {
 		h := hashes[int(dupSeq.Add(1)%replayKeys)]
@@ -260,7 +262,7 @@ func runReplay(ctx context.Context, e *env) ([]row, error) {
 	// The default configuration must meet the target; store-only shows what
 	// the cache buys.
 	withCache := replay("guard-replay-cached", cached, targetRatio)
-	noCache := replay("guard-replay-store", storeOnly, issue10Target)
+	noCache := replay("guard-replay-store", storeOnly, uncachedTarget)
 	noCacheClaimFirst := replay("guard-replay-store-claim-first", claimFirst, 0)
 
 	var rows []row

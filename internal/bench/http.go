@@ -58,7 +58,8 @@ const (
 	// stormDelay is the upstream's latency for the storm key, so that
 	// duplicates arrive while the one execution runs.
 	stormDelay = 50 * time.Millisecond
-	// Issue 10's HTTP targets at concurrency 16, against the HTTP floor.
+	// The HTTP targets: the least serve/floor throughput ratios at
+	// concurrency 16, for fresh keys and for store-only replays.
 	httpFreshTarget  = 0.8
 	httpReplayTarget = 0.85
 	// serveStartTimeout bounds building and starting the server processes.

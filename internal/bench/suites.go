@@ -137,7 +137,8 @@ type row struct {
 type benchCase struct {
 	name     string
 	baseline string
-	// targetRatio applies at targetConcurrency only (the issue's target).
+	// targetRatio is the least ratio to baseline this case must reach; it
+	// applies at targetConcurrency only.
 	targetRatio float64
 	op          func(ctx context.Context) error
 	// cpu, when set, is the CPU clock the cpu/op column reads (e.g. a server
@@ -145,7 +146,8 @@ type benchCase struct {
 	cpu func() time.Duration
 }
 
-// targetConcurrency is where the issue sets the guard/raw target.
+// targetConcurrency is the concurrency at which a case's targetRatio is
+// checked.
 const targetConcurrency = 16
 
 func (c benchCase) target(concurrency int) float64 {

@@ -1,5 +1,5 @@
 // Package cleanup deletes expired idempotency keys in small batches, so that a daily job can
-// empty millions of rows without stalling live claims (DESIGN.md §8).
+// empty millions of rows without stalling live claims.
 //
 // # What is deleted
 //
@@ -229,9 +229,9 @@ func (o Options) Validate() error {
 }
 
 // predicate is what an expired, deletable row is. Its one parameter is StaleAfter in
-// microseconds.
-// A live owner is judged by the longer of its own lease (the row's
-// lease_micros, DESIGN §4.7) and StaleAfter.
+// microseconds. A live owner is judged by the longer of its own lease (the row's lease_micros:
+// the StaleAfter of the caller that claimed the row, which it renews the heartbeat within) and
+// StaleAfter.
 const predicate = `expires_at < UTC_TIMESTAMP(6)
   AND NOT (status = 'started' AND COALESCE(heartbeat_at, started_at) >=
     UTC_TIMESTAMP(6) - INTERVAL GREATEST(COALESCE(lease_micros, 0), ?) MICROSECOND)`

@@ -79,7 +79,7 @@ func lockRow(t *testing.T, db *sqlx.DB, tx *sqlx.Tx, offset int) {
 	require.NoError(t, err)
 }
 
-// Acceptance 1: 100,000 expired rows, 1,000 live, 50 started with fresh heartbeats (expired), 50
+// 100,000 expired rows, 1,000 live, 50 started with fresh heartbeats (expired), 50
 // stale expired started rows. The dry run reports what the run then deletes, and deletes nothing;
 // the run deletes exactly the expired rows, and its count is what left the table.
 func TestRunDeletesExactlyTheExpiredRows(t *testing.T) {
@@ -132,7 +132,7 @@ func TestRunDeletesExactlyTheExpiredRows(t *testing.T) {
 	require.Equal(t, cleanup.StopDone, sum.Stopped)
 }
 
-// Acceptance 3: cancelling the run leaves whole batches only, and a rerun finishes the job.
+// Cancelling the run leaves whole batches only, and a rerun finishes the job.
 func TestCancelLeavesWholeBatches(t *testing.T) {
 	t.Parallel()
 	rows := cleanuptest.Rows{Expired: 20_000, Live: 100}
@@ -447,7 +447,7 @@ func countStats(t *testing.T, db *sqlx.DB) int64 {
 	return n
 }
 
-// Issue 10: idempotency_stats buckets older than StatsRetention (default 90 days) are pruned in
+// idempotency_stats buckets older than StatsRetention (default 90 days) are pruned in
 // batches after the keys; younger ones stay; the dry run counts them and deletes nothing; a
 // negative retention keeps every bucket. The batch DELETE walks the primary key.
 func TestStatsBucketsPastRetentionArePruned(t *testing.T) {

@@ -1,5 +1,5 @@
-// Package faulttest is idemguard's fault-injection kit (issue 8): the
-// failures at the edges of the protocol, made deterministic for tests.
+// Package faulttest is idemguard's fault-injection kit: the failures at the
+// edges of the protocol, made deterministic for tests.
 //
 //   - Proxy is a TCP proxy between a guard and MySQL that drops
 //     connections, blackholes traffic for a time, adds latency, and cuts a

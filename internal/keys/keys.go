@@ -1,6 +1,6 @@
 // Package keys derives idemguard's stored identifiers: the canonical form of
 // an operation's inputs, the key_hash that names a (tenant, scope, key) row and
-// the request fingerprint that detects a reused client key (DESIGN §2).
+// the request fingerprint that detects a reused client key.
 //
 // Every value that reaches the database is an HMAC-SHA256 under the service
 // secret, so a leaked table reveals neither client keys nor inputs, and a

@@ -1,6 +1,5 @@
 // Package metrics turns the guard's protocol events (idemguard.Event) into
-// Prometheus metrics (DESIGN §8) on a registry of its own, never the global
-// default one.
+// Prometheus metrics on a registry of its own, never the global default one.
 //
 // Every metric is labelled by scope; scopes come from the configuration, and
 // the HTTP layer answers 404 for any other, so the label's cardinality is
@@ -23,6 +22,11 @@
 //	idemguard_wait_seconds{scope}                       histogram: how long requests waited (Prefer: wait)
 //	idemguard_http_requests_total{route,status_class}   HTTP requests answered, by gin route template and 2xx..5xx
 //	idemguard_http_request_duration_seconds{route,status_class} histogram: time to answer
+//	idemguard_avoided_calls_total{scope}                operations not run again because a stored result answered
+//	idemguard_avoided_tokens_total{scope,kind}          model tokens those calls would have used, kind prompt|completion
+//	idemguard_avoided_cost_total{scope}                 what those calls would have cost, in the scope's price currency
+//	idemguard_store_up                                  gauge: 1 if the last store probe answered, else 0
+//	idemguard_store_probe_duration_seconds              histogram: round trip of the periodic store probe
 //
 // Every counter series exists from the start, at zero, for every known label
 // value (InitScopes, InitRoutes): a dashboard shows 0 rather than "no data",
@@ -36,6 +40,7 @@
 package metrics
 
 import (
+	"context"
 	"net/http"
 	"strconv"
 	"time"
@@ -59,8 +64,19 @@ type Metrics struct {
 	claims, inProgress, takeovers, retries, lostClaims, mismatches *prometheus.CounterVec
 	replays, abandoned, retryLimit, operations, failures           *prometheus.CounterVec
 	storeErrors, httpRequests, droppedFields                       *prometheus.CounterVec
+	avoidedCalls, avoidedTokens, avoidedCost                       *prometheus.CounterVec
 	opDuration, wait, httpDuration                                 *prometheus.HistogramVec
+	storeUp                                                        prometheus.Gauge
+	storeProbe                                                     prometheus.Histogram
 }
+
+// TokenKinds are the values of the kind label of idemguard_avoided_tokens_total.
+var TokenKinds = []string{"prompt", "completion"}
+
+// ProbeBuckets are the store probe's buckets, in seconds: a round trip to a
+// healthy database on the same network takes about a millisecond; past the
+// store timeout (5s by default) the probe has failed.
+var ProbeBuckets = []float64{0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10}
 
 // StoreOps are the values of the op label of idemguard_store_errors_total: the guard's store
 // steps (idemguard.Event.StoreOp). A test checks the engine names no other.
@@ -102,6 +118,14 @@ func New() *Metrics {
 	m.operations = counter("operations_total", "Operations run, by outcome (succeeded or failed).", "scope", "outcome")
 	m.failures = counter("operation_failures_total", "Operations that failed, by stop reason.", "scope", "stop_reason")
 	m.storeErrors = counter("store_errors_total", "Store calls that failed, by protocol step.", "scope", "op")
+	m.avoidedCalls = counter("avoided_calls_total", "Operations not run again because a stored result (a replay, or an attached waiter) answered.", "scope")
+	m.avoidedTokens = counter("avoided_tokens_total", "Model tokens the avoided calls would have used, by kind (prompt or completion).", "scope", "kind")
+	m.avoidedCost = counter("avoided_cost_total", "What the avoided calls would have cost, in the currency of the scope's configured prices per million tokens (0 without prices).", "scope")
+	m.storeUp = prometheus.NewGauge(prometheus.GaugeOpts{Namespace: Namespace, Name: "store_up",
+		Help: "1 if the last periodic store probe answered within the store timeout, else 0."})
+	m.storeProbe = prometheus.NewHistogram(prometheus.HistogramOpts{Namespace: Namespace, Name: "store_probe_duration_seconds",
+		Help: "Round trip of the periodic store probe (a ping of the database), failed probes included.", Buckets: ProbeBuckets})
+	m.reg.MustRegister(m.storeUp, m.storeProbe)
 	m.droppedFields = counter("dropped_fields_total", "Fields of operation results that the response allowlist dropped, by field name (never the value); (other) past 1000 names.", "scope", "field")
 	m.opDuration = prometheus.NewHistogramVec(prometheus.HistogramOpts{Namespace: Namespace, Name: "operation_duration_seconds",
 		Help: "How long guarded operations ran, successful or not.", Buckets: OperationBuckets}, []string{"scope"})
@@ -192,6 +216,58 @@ func (m *Metrics) InitScopes(scopes ...string) {
 		}
 		m.opDuration.WithLabelValues(sc)
 		m.wait.WithLabelValues(sc)
+		m.avoidedCalls.WithLabelValues(sc)
+		m.avoidedCost.WithLabelValues(sc)
+		for _, k := range TokenKinds {
+			m.avoidedTokens.WithLabelValues(sc, k)
+		}
+	}
+}
+
+// AvoidedCall credits one call that a stored result answered instead of running the operation
+// again: a replay, or a waiter that attached to the running execution. promptTokens and
+// completionTokens are the original execution's usage, cost what it would have cost (0 when the
+// scope has no prices). Negative figures are counted as 0: a counter never goes down.
+func (m *Metrics) AvoidedCall(scope string, promptTokens, completionTokens int64, cost float64) {
+	m.avoidedCalls.WithLabelValues(scope).Inc()
+	m.avoidedTokens.WithLabelValues(scope, "prompt").Add(float64(max(promptTokens, 0)))
+	m.avoidedTokens.WithLabelValues(scope, "completion").Add(float64(max(completionTokens, 0)))
+	if cost > 0 { // also false for NaN
+		m.avoidedCost.WithLabelValues(scope).Add(cost)
+	}
+}
+
+// ObserveStoreProbe records one store probe: its round trip, and whether the store answered.
+func (m *Metrics) ObserveStoreProbe(elapsed time.Duration, err error) {
+	m.storeProbe.Observe(elapsed.Seconds())
+	if err != nil {
+		m.storeUp.Set(0)
+		return
+	}
+	m.storeUp.Set(1)
+}
+
+// ProbeStore calls ping at once and then every interval until ctx ends, recording each call with
+// ObserveStoreProbe. Each call is bounded by timeout. Requests alone would say nothing about the
+// store while traffic is quiet, and a store that is down makes every request fail at once; the
+// probe gives idemguard_store_up and a latency that do not depend on traffic.
+func (m *Metrics) ProbeStore(ctx context.Context, ping func(context.Context) error, interval, timeout time.Duration) {
+	t := time.NewTicker(interval)
+	defer t.Stop()
+	for {
+		pctx, cancel := context.WithTimeout(ctx, timeout)
+		start := time.Now()
+		err := ping(pctx)
+		cancel()
+		if ctx.Err() != nil {
+			return // shutting down: a cancelled probe says nothing about the store
+		}
+		m.ObserveStoreProbe(time.Since(start), err)
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
 	}
 }
 

@@ -12,7 +12,8 @@
 //     Safe because the connection charset stays utf8mb4 (the driver refuses it for the unsafe
 //     multi-byte collations big5, gbk, sjis, ...).
 //   - clientFoundRows=false: RowsAffected reports rows *changed*, not rows matched. The claim
-//     protocol relies on this (DESIGN.md §4.6), so an operator cannot switch it.
+//     protocol relies on this: a guarded UPDATE won iff it changed the row, and the store reads
+//     that from RowsAffected, so an operator cannot switch it.
 //   - timeout=5s unless the DSN sets one: a dead server fails fast instead of hanging a request.
 //
 // Passwords never appear in errors or logs: use [Redact] for any DSN that is printed.

@@ -43,7 +43,7 @@ func TestNormalizeDSN(t *testing.T) {
 			require.False(t, cfg.ClientFoundRows)
 			require.Equal(t, "'+00:00'", cfg.Params["time_zone"])
 			require.Equal(t, "'TRADITIONAL'", cfg.Params["sql_mode"])
-			require.Contains(t, out, "time_zone=%27%2B00%3A00%27", "DESIGN.md §3 DSN form")
+			require.Contains(t, out, "time_zone=%27%2B00%3A00%27", "time_zone is URL-escaped in the DSN: a bare + would read back as a space")
 			if strings.Contains(dsn, "timeout=2s") {
 				require.Equal(t, 2*time.Second, cfg.Timeout, "an explicit timeout is kept")
 			} else {

@@ -69,7 +69,8 @@ func interpretError(err error) error {
 		case errDeadlock, errLockWaitTimeout, errGRRollback, errTiDBWriteConflict:
 			// The statement was rolled back, but "lost the race" is not
 			// what it means: a deadlock victim on one server still owns
-			// its row. Only a re-read of the row can tell (DESIGN §4.5).
+			// its row. Only a re-read of the row can tell: ownership is
+			// decided by the row, never by the error.
 			// Read as unknown, an error whose statement surely did not
 			// apply costs a read, never a second execution.
 			return fmt.Errorf("%w: %w", idemguard.ErrOutcomeUnknown, err)
@@ -158,7 +159,8 @@ func (s *Store) Get(ctx context.Context, tenant, scope, keyHash string) (idemgua
 
 // staleSQL is true for a started row whose last sign of life is older than
 // its owner's lease; its one parameter is the reader's StaleAfter in
-// microseconds, used only for a row without a lease (DESIGN §4.7).
+// microseconds, used only for a row without a lease (lease_micros NULL:
+// written before the column existed, or by a version that does not set it).
 const staleSQL = `(status = 'started'
   AND COALESCE(heartbeat_at, started_at) < UTC_TIMESTAMP(6) - INTERVAL COALESCE(lease_micros, ?) MICROSECOND)`
 

@@ -23,6 +23,7 @@ func FromConfig(c *config.Config, client *http.Client) (*Registry, error) {
 			sc.Timeout = cmp.Or(sc.Timeout, c.OpenAI.Timeout)
 			sc.Run = OpenAIChat(OpenAIConfig{BaseURL: c.OpenAI.BaseURL, Model: c.OpenAI.Model, APIKey: c.OpenAI.APIKey,
 				Timeout: sc.Timeout, MaxTokens: c.OpenAI.MaxTokens, Client: client})
+			sc.Validate = ValidateChatInput(c.OpenAI.MaxTokens)
 		case config.OpHTTPJSON:
 			sc.Timeout = cmp.Or(sc.Timeout, c.Upstream.Timeout)
 			sc.Run = HTTPJSON(HTTPJSONConfig{URL: cmp.Or(s.URL, c.Upstream.URL), Headers: c.Upstream.Headers,

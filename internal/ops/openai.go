@@ -86,9 +86,11 @@ type chatResponse struct {
 // and nothing else: never the model, the provider, the prompt or the
 // provider's request id. Failures are *idemguard.OpError: upstream 429
 // rate_limited; 5xx, 401/403, a transport error or an unusable answer
-// provider_error; 408 or no answer within Timeout timeout; other 4xx and
-// inputs that do not fit ChatInput invalid_input. Errors never contain the
-// prompt, the upstream's body or the API key.
+// provider_error; 408 or no answer within Timeout timeout; other 4xx
+// invalid_input; inputs that do not fit ChatInput invalid_input wrapping the
+// *idemguard.InputError that ValidateChatInput returns for them before the
+// claim. Errors never contain the prompt, the upstream's body or the API
+// key.
 func OpenAIChat(cfg OpenAIConfig) Func {
 	client := cmp.Or(cfg.Client, defaultClient())
 	url := strings.TrimRight(cfg.BaseURL, "/") + "/chat/completions"
@@ -97,12 +99,9 @@ func OpenAIChat(cfg OpenAIConfig) Func {
 		headers["Authorization"] = "Bearer " + cfg.APIKey
 	}
 	return func(ctx context.Context, inputs json.RawMessage) (any, error) {
-		in, err := decodeChatInput(inputs)
+		in, err := chatInput(inputs, cfg.MaxTokens)
 		if err != nil {
-			return nil, invalidInput("openai_chat: inputs must be {\"messages\":[{\"role\":…,\"content\":…}], …}: %s", describeJSONError(err))
-		}
-		if err := checkChatInput(&in, cfg.MaxTokens); err != nil {
-			return nil, err
+			return nil, inputError(err)
 		}
 		body, err := json.Marshal(chatRequest{Model: cfg.Model, ChatInput: in})
 		if err != nil {
@@ -133,24 +132,34 @@ func OpenAIChat(cfg OpenAIConfig) Func {
 	}
 }
 
+// checkChatInput checks what decoding cannot: the number of messages, their
+// roles and max_tokens; it sets max_tokens to the cap when none is asked.
+// Its error is an *idemguard.InputError naming every such field.
 func checkChatInput(in *ChatInput, maxTokens int) error {
+	var fields []idemguard.FieldError
 	if len(in.Messages) == 0 || len(in.Messages) > MaxChatMessages {
-		return invalidInput("openai_chat: messages must hold 1 to %d messages, got %d", MaxChatMessages, len(in.Messages))
+		fields = append(fields, idemguard.FieldError{Pointer: "/messages",
+			Detail: fmt.Sprintf("must hold 1 to %d messages, got %d", MaxChatMessages, len(in.Messages))})
 	}
 	for i, m := range in.Messages {
 		if !chatRoles[m.Role] {
-			return invalidInput("openai_chat: messages[%d].role must be system, developer, user or assistant", i)
+			fields = append(fields, idemguard.FieldError{Pointer: fmt.Sprintf("/messages/%d/role", i),
+				Detail: "must be one of " + chatRoleList})
 		}
 	}
 	if in.MaxTokens != nil {
 		switch {
 		case *in.MaxTokens < 1:
-			return invalidInput("openai_chat: max_tokens must be positive")
+			fields = append(fields, idemguard.FieldError{Pointer: "/max_tokens", Detail: "must be positive"})
 		case maxTokens > 0 && *in.MaxTokens > maxTokens:
-			return invalidInput("openai_chat: max_tokens must be at most %d (the configured cap)", maxTokens)
+			fields = append(fields, idemguard.FieldError{Pointer: "/max_tokens",
+				Detail: fmt.Sprintf("must be at most %d (the configured cap)", maxTokens)})
 		}
 	} else if maxTokens > 0 {
 		in.MaxTokens = &maxTokens
+	}
+	if len(fields) > 0 {
+		return &idemguard.InputError{Fields: fields}
 	}
 	return nil
 }

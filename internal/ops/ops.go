@@ -33,6 +33,10 @@ type Scope struct {
 	Timeout time.Duration
 	// Run is the operation.
 	Run Func
+	// Validate, when set, checks the inputs before the guard claims the key:
+	// an *idemguard.InputError is answered 400 naming the fields, and nothing
+	// is stored or run. nil accepts any JSON.
+	Validate func(inputs json.RawMessage) error
 }
 
 // Registry maps scope names to scopes. It is immutable once built and safe

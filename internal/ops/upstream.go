@@ -51,6 +51,10 @@ type StatusError struct {
 	StatusCode int
 }
 
+// UpstreamStatus is the upstream's status code, which the guard logs with a
+// failed attempt.
+func (e *StatusError) UpstreamStatus() int { return e.StatusCode }
+
 func (e *StatusError) Error() string {
 	return fmt.Sprintf("%s answered HTTP %d", e.Upstream, e.StatusCode)
 }
@@ -58,8 +62,8 @@ func (e *StatusError) Error() string {
 // reasonForStatus maps an upstream's non-2xx status to a stop reason:
 // 429 rate_limited; 408 timeout; 409 (a transient conflict upstream), 401,
 // 403 (our credentials, not the caller's input) provider_error; other 4xx
-// invalid_input, which the guard stores as final and answers with 422
-// (DESIGN §7); everything else provider_error.
+// invalid_input, which the guard stores as final and answers with 422 (the
+// same inputs would only be rejected again); everything else provider_error.
 func reasonForStatus(code int) sanitize.StopReason {
 	switch {
 	case code == http.StatusTooManyRequests:
@@ -75,9 +79,11 @@ func reasonForStatus(code int) sanitize.StopReason {
 }
 
 // postJSON POSTs body to url and returns the answer's body when the status
-// is 2xx. Errors are *idemguard.OpError with the stop reason of DESIGN §7,
-// except when ctx itself ended (the guard's timeout, a lost claim, shutdown):
-// then the plain context error is returned, so the guard classifies it.
+// is 2xx. Errors are *idemguard.OpError: for a non-2xx answer with the stop
+// reason reasonForStatus gives its status, timeout when no answer came in
+// time, provider_error for any other failure. The exception is ctx itself
+// ending (the guard's timeout, a lost claim, shutdown): then the plain
+// context error is returned, so the guard classifies it.
 func postJSON(ctx context.Context, client *http.Client, upstream, url string, timeout time.Duration,
 	headers map[string]string, body []byte) ([]byte, int, error) {
 	callCtx := ctx

@@ -1,5 +1,5 @@
-// Package stats counts what the guard does and reports the health figures operators alert on
-// (DESIGN.md §8): cache hit rate, stale takeover rate, failure rate.
+// Package stats counts what the guard does and reports the health figures operators alert on:
+// cache hit rate, stale takeover rate, failure rate.
 //
 // # Where the replay count comes from
 //

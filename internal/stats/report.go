@@ -76,7 +76,8 @@ func (r Report) HitRate() (float64, bool) { return rate(r.Counts.Replays, r.Coun
 func (r Report) Executions() int64 { return r.Counts.Claims + r.Counts.Retries + r.Counts.Takeovers }
 
 // TakeoverRate is Counts.Takeovers / Executions: the share of executions that began by replacing
-// a stale claim, an owner that went silent for staleAfter (DESIGN §8). A retry after a stored
+// a stale claim, an owner that went silent for staleAfter (a crashed, killed or stalled server):
+// a high rate means owners die mid-run, and operators alert on it. A retry after a stored
 // failure (a provider outage) is not a takeover and does not raise it; it shows in the failure
 // rate. The takeovers come from the engine's takeover events as the servers counted them into
 // idempotency_stats, not from attempt_count, which cannot tell a takeover from a retry. False

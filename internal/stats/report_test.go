@@ -19,7 +19,7 @@ import (
 	"github.com/idemguard/idemguard/sanitize"
 )
 
-// Acceptance 4: the figures of a table seeded with known counts, exactly.
+// The figures of a table seeded with known counts, exactly.
 func TestCollectKnownFigures(t *testing.T) {
 	t.Parallel()
 	d := testdb.New(t)
@@ -157,8 +157,8 @@ func TestThresholdsValidate(t *testing.T) {
 }
 
 // A provider outage makes operations fail and their keys run again (a retry after a stored
-// failure, attempt_count 2): that is not a stale takeover and must not raise the crash alert
-// (DESIGN §8). Guard, recorder and report wired as in `idemguard serve`.
+// failure, attempt_count 2): that is not a stale takeover and must not raise the takeover rate,
+// the alert for owners that die mid-run. Guard, recorder and report wired as in `idemguard serve`.
 func TestRetryAfterFailureIsNotATakeover(t *testing.T) {
 	t.Parallel()
 	d := testdb.New(t)

@@ -11,7 +11,7 @@ import (
 	"github.com/idemguard/idemguard/internal/testdb"
 )
 
-// Issue 10: `stats --since` reads idempotency_keys by a range of the covering index
+// `stats --since` reads idempotency_keys by a range of the covering index
 // idx_idempotency_stats_window (migration 00006), also when the window holds most of the table,
 // which is the usual case with the default 24h TTL. Without the index the plan is a full scan
 // (type ALL), so removing the migration fails this test.

@@ -13,37 +13,18 @@ import (
 	"github.com/idemguard/idemguard/sanitize"
 )
 
-// namedCase is one conformance case.
-type namedCase struct {
-	name string
-	run  func(t *testing.T, h *Harness)
-}
-
-// jobCases are the cases of background operations: cancel requests, the
-// renewal that reads them back and keeps a running row alive, Start,
-// Cancel and Watch.
-func jobCases() []namedCase {
-	return []namedCase{
-		{"Store/RequestCancelIsGuardedByTheExecution", jobRequestCancelIsGuardedByTheExecution},
-		{"Store/RenewReportsCancelAndKeepsTheRowAlive", jobRenewReportsCancelAndKeepsTheRowAlive},
-		{"Store/ReclaimClearsTheCancelAndCanceledGivesTheAttemptBack", jobReclaimClearsTheCancel},
-		{"Guard/StartAnswersAtOnceAndRunsOnce", jobStartAnswersAtOnceAndRunsOnce},
-		{"Guard/CancelFromAnotherProcessStopsTheOwnerAndTheKeyRunsAgain", jobCancelFromAnotherProcess},
-		{"Guard/WatchFromAnotherProcessReportsEveryTransitionInOrder", jobWatchReportsEveryTransition},
-		{"Guard/WatchersAreBounded", jobWatchersAreBounded},
-		{"Guard/WaitJobsRefusesNewJobsAndWaitsForRunningOnes", jobWaitJobs},
-	}
-}
-
-// exerciseJobs runs jobCases, each on a fresh store.
-func exerciseJobs(t *testing.T, newHarness func(t *testing.T) *Harness) {
-	t.Helper()
-	for _, c := range jobCases() {
-		t.Run("Jobs/"+c.name, func(t *testing.T) {
-			t.Parallel()
-			c.run(t, newHarness(t))
-		})
-	}
+// jobCases calls run for the cases of background operations: cancel
+// requests, the renewal that reads them back and keeps a running row
+// alive, Start, Cancel and Watch.
+func jobCases(run func(name string, tc caseFunc)) {
+	run("Store/RequestCancelIsGuardedByTheExecution", jobRequestCancelIsGuardedByTheExecution)
+	run("Store/RenewReportsCancelAndKeepsTheRowAlive", jobRenewReportsCancelAndKeepsTheRowAlive)
+	run("Store/ReclaimClearsTheCancelAndCanceledGivesTheAttemptBack", jobReclaimClearsTheCancel)
+	run("Guard/StartAnswersAtOnceAndRunsOnce", jobStartAnswersAtOnceAndRunsOnce)
+	run("Guard/CancelFromAnotherProcessStopsTheOwnerAndTheKeyRunsAgain", jobCancelFromAnotherProcess)
+	run("Guard/WatchFromAnotherProcessReportsEveryTransitionInOrder", jobWatchReportsEveryTransition)
+	run("Guard/WatchersAreBounded", jobWatchersAreBounded)
+	run("Guard/WaitJobsRefusesNewJobsAndWaitsForRunningOnes", jobWaitJobs)
 }
 
 // Removing "claim_nonce = ?" (or the status) from the request's guard

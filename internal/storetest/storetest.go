@@ -33,22 +33,113 @@ type Harness struct {
 	Break func(t testing.TB)
 }
 
-// Exercise runs the whole suite against the stores newHarness returns.
+// Exercise runs the whole suite against the stores newHarness returns: every
+// case as a parallel subtest with a fresh store, in the order cases lists them.
 func Exercise(t *testing.T, newHarness func(t *testing.T) *Harness) {
 	t.Helper()
-	for name, tc := range storeCases {
-		t.Run("Store/"+name, func(t *testing.T) {
+	cases(uniqueNames(t, func(name string, tc caseFunc) {
+		t.Run(name, func(t *testing.T) {
 			t.Parallel()
 			tc(t, newHarness(t))
 		})
+	}))
+}
+
+// caseFunc is one conformance case, run on a fresh store.
+type caseFunc = func(t *testing.T, h *Harness)
+
+// uniqueNames wraps run so that a subtest name used twice is an error:
+// t.Run would otherwise run the second case as name#01, and a
+// `go test -run` for that name would quietly pick the first.
+func uniqueNames(t testing.TB, run func(name string, tc caseFunc)) func(name string, tc caseFunc) {
+	seen := make(map[string]bool)
+	return func(name string, tc caseFunc) {
+		if seen[name] {
+			t.Errorf("storetest: two cases are named %q", name)
+		}
+		seen[name] = true
+		run(name, tc)
 	}
-	for name, tc := range guardCases {
-		t.Run("Guard/"+name, func(t *testing.T) {
-			t.Parallel()
-			tc(t, newHarness(t))
-		})
-	}
-	exerciseJobs(t, newHarness)
+}
+
+// cases calls run once per case, in a fixed order, grouped by the file the
+// cases live in. Each case is a named function (two with one name do not
+// compile) whose subtest name is the function name less its store or guard
+// prefix, so go test -run 'TestConformance/Store/FreshClaimIsStarted' finds
+// storeFreshClaimIsStarted; uniqueNames catches a subtest name listed twice.
+func cases(run func(name string, tc caseFunc)) {
+	// Store: the guarded statements on their own (store_cases.go).
+	run("Store/FreshClaimIsStarted", storeFreshClaimIsStarted)
+	run("Store/ClaimOfExistingKeyIsDuplicate", storeClaimOfExistingKeyIsDuplicate)
+	run("Store/SameKeyHashInOtherTenantOrScopeIsIndependent", storeSameKeyHashInOtherTenantOrScopeIsIndependent)
+	run("Store/OfFiftyConcurrentClaimsExactlyOneWins", storeOfFiftyConcurrentClaimsExactlyOneWins)
+	run("Store/OfTwentyConcurrentStaleTakeoversExactlyOneWins", storeOfTwentyConcurrentStaleTakeoversExactlyOneWins)
+	run("Store/FreshClaimCannotBeTakenOver", storeFreshClaimCannotBeTakenOver)
+	run("Store/ZombieCommitAfterTakeoverChangesNothing", storeZombieCommitAfterTakeoverChangesNothing)
+	run("Store/RepeatedHeartbeatsReportOwnership", storeRepeatedHeartbeatsReportOwnership)
+	run("Store/ExpiredRowIsReclaimedAsNew", storeExpiredRowIsReclaimedAsNew)
+	run("Store/ExpiredButHeartbeatingRowIsNotReclaimed", storeExpiredButHeartbeatingRowIsNotReclaimed)
+	run("Store/FailedRowIsRetriedOnlyBelowMaxAttempts", storeFailedRowIsRetriedOnlyBelowMaxAttempts)
+	run("Store/StaleRowCanBeAbandoned", storeStaleRowCanBeAbandoned)
+	run("Store/BrokenStoreReturnsErrors", storeBrokenStoreReturnsErrors)
+
+	// Edge store: the lease and the release at their edges (edge_cases.go).
+	run("Store/StalenessIsJudgedByTheOwnersLease", storeStalenessIsJudgedByTheOwnersLease)
+	run("Store/ReleaseGivesBackAClaimThatNeverRan", storeReleaseGivesBackAClaimThatNeverRan)
+
+	// Guard: Do over the store (guard_cases.go).
+	run("Guard/FirstCallRunsThenReplaysByteForByte", guardFirstCallRunsThenReplaysByteForByte)
+	run("Guard/BusinessFailureIsASuccessAndReplayed", guardBusinessFailureIsASuccessAndReplayed)
+	run("Guard/BlockedFieldsAreNeverStoredOrReplayed", guardBlockedFieldsAreNeverStoredOrReplayed)
+	run("Guard/KeptDocumentIsReplayedByteForByte", guardKeptDocumentIsReplayedByteForByte)
+	run("Guard/ErrorStatusIsNeverStoredAsOK", guardErrorStatusIsNeverStoredAsOK)
+	run("Guard/EnvelopeHeadersAreReplayed", guardEnvelopeHeadersAreReplayed)
+	run("Guard/OversizeDataIsDroppedAndReplayedTheSame", guardOversizeDataIsDroppedAndReplayedTheSame)
+	run("Guard/DuplicateWhileRunningIsInProgressOrWaits", guardDuplicateWhileRunningIsInProgressOrWaits)
+	run("Guard/BoundedWaitGivesUpWithInProgress", guardBoundedWaitGivesUpWithInProgress)
+	run("Guard/TwoHundredConcurrentCallersRunTheOperationOnce", guardTwoHundredConcurrentCallersRunTheOperationOnce)
+	run("Guard/TwentyCallersOnAStaleRowTakeItOverOnce", guardTwentyCallersOnAStaleRowTakeItOverOnce)
+	run("Guard/ZombieOwnerNeverOverwritesTheNewOwner", guardZombieOwnerNeverOverwritesTheNewOwner)
+	run("Guard/FailedIsRetriedUntilMaxAttemptsThenRetryLimit", guardFailedIsRetriedUntilMaxAttemptsThenRetryLimit)
+	run("Guard/FailureThenSuccessOnRetry", guardFailureThenSuccessOnRetry)
+	run("Guard/PanicIsRecoveredAndRecordedAsFailure", guardPanicIsRecoveredAndRecordedAsFailure)
+	run("Guard/TimeoutFailsWithStopReasonTimeout", guardTimeoutFailsWithStopReasonTimeout)
+	run("Guard/ExpiredKeyIsClaimableAgain", guardExpiredKeyIsClaimableAgain)
+	run("Guard/SameClientKeyWithOtherInputsIsAMismatch", guardSameClientKeyWithOtherInputsIsAMismatch)
+	run("Guard/TenantsAndScopesAreIndependent", guardTenantsAndScopesAreIndependent)
+	run("Guard/PolicyFailMarksAStaleRowAbandoned", guardPolicyFailMarksAStaleRowAbandoned)
+	run("Guard/HeartbeatingLongOperationIsNeverTakenOver", guardHeartbeatingLongOperationIsNeverTakenOver)
+	run("Guard/LostHeartbeatCancelsTheOperation", guardLostHeartbeatCancelsTheOperation)
+	run("Guard/NoRawKeyTextOrSecretInTableOrLogs", guardNoRawKeyTextOrSecretInTableOrLogs)
+	run("Guard/StoreDownMeansTheOperationDoesNotRun", guardStoreDownMeansTheOperationDoesNotRun)
+	run("Guard/InvalidInputChangesNothing", guardInvalidInputChangesNothing)
+
+	// Edge guard: faults injected around the store, every unknown outcome
+	// settled by re-reading the row (edge_cases.go).
+	run("Guard/LostClaimReplyIsSettledByTheRow", guardLostClaimReplyIsSettledByTheRow)
+	run("Guard/UnsettledClaimLeavesNoClaimBehind", guardUnsettledClaimLeavesNoClaimBehind)
+	run("Guard/SpentLeaseIsRenewedBeforeTheOperationStarts", guardSpentLeaseIsRenewedBeforeTheOperationStarts)
+	run("Guard/CallerHangUpDuringClaimLeavesNoClaim", guardCallerHangUpDuringClaimLeavesNoClaim)
+	run("Guard/LostReclaimReplyIsSettledByTheRow", guardLostReclaimReplyIsSettledByTheRow)
+	run("Guard/UnknownCommitOutcomeStillStoresTheResult", guardUnknownCommitOutcomeStillStoresTheResult)
+	run("Guard/CommitThatAlwaysFailsIsBoundedByTheLease", guardCommitThatAlwaysFailsIsBoundedByTheLease)
+	run("Guard/FailingHeartbeatsDoNotCancelAHealthyOperation", guardFailingHeartbeatsDoNotCancelAHealthyOperation)
+	run("Guard/SilentStoreCancelsTheOperationBeforeItsLeaseEnds", guardSilentStoreCancelsTheOperationBeforeItsLeaseEnds)
+	run("Guard/CloseRacingAClaimRunsNothingAndAbandonsNothing", guardCloseRacingAClaimRunsNothingAndAbandonsNothing)
+	run("Guard/RollingStaleAfterChangeNeverTakesOverAHealthyRun", guardRollingStaleAfterChangeNeverTakesOverAHealthyRun)
+	run("Guard/LookupJudgesStalenessByTheRowsLease", guardLookupJudgesStalenessByTheRowsLease)
+	run("Guard/UpstreamRejectionOfTheInputsIsFinal", guardUpstreamRejectionOfTheInputsIsFinal)
+
+	// Late guard: writes whose unknown outcome lands after the caller re-read the row (late_cases.go).
+	run("Guard/ClaimThatLandsAfterTheReReadIsOurs", guardClaimThatLandsAfterTheReReadIsOurs)
+	run("Guard/ReclaimThatLandsAfterTheReReadIsOurs", guardReclaimThatLandsAfterTheReReadIsOurs)
+	run("Guard/UnconfirmedClaimThatLandsLaterIsReleased", guardUnconfirmedClaimThatLandsLaterIsReleased)
+	run("Guard/PermanentClaimErrorIsNotRetried", guardPermanentClaimErrorIsNotRetried)
+	run("Guard/UnknownClaimOutcomeIsRetriedThenReported", guardUnknownClaimOutcomeIsRetriedThenReported)
+	run("Guard/RenewalThatFindsTheClaimTakenOverAnswersFromTheRow", guardRenewalThatFindsTheClaimTakenOverAnswersFromTheRow)
+
+	// Jobs: background operations, cancel and watch (job_cases.go).
+	jobCases(run)
 }
 
 // Secret is the HMAC secret the suite's guards use.

@@ -12,9 +12,11 @@ package auth
 // use it as it is; routers adapts [Authenticator.Middleware] to gin.
 
 import (
+	"bytes"
 	"crypto/sha256"
 	"crypto/subtle"
 	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
@@ -24,8 +26,9 @@ import (
 	"github.com/idemguard/idemguard/tenancy"
 )
 
-// Authentication errors, returned by [Authenticator.AuthenticateRequest] and
-// passed to the failure handler of [Authenticator.Middleware].
+// The two classes of authentication errors. The errors returned are
+// [*Error] values, which carry the [Reason] and match one of these with
+// errors.Is.
 var (
 	// ErrNoCredentials: the request carries no Authorization header, or one
 	// whose scheme is not Bearer.
@@ -130,9 +133,10 @@ func (a *Authenticator) Authenticate(token string) (tenancy.ID, bool) {
 
 // AuthenticateRequest authenticates r by its `Authorization: Bearer <key>`
 // header. The scheme is matched case-insensitively (RFC 9110 §11.1). It
-// returns [ErrNoCredentials] when there is no bearer Authorization header and
-// [ErrInvalidCredentials] when there are several, the token is empty or holds
-// white space, or it matches no key. Errors never contain the token.
+// returns an [*Error]: [ReasonMissing] when there is no bearer Authorization
+// header, [ReasonMalformed] when there are several or the token is empty or
+// holds white space, [ReasonUnknownAPIKey] when it matches no key. Errors
+// never contain the token.
 func (a *Authenticator) AuthenticateRequest(r *http.Request) (tenancy.ID, error) {
 	token, err := BearerToken(r)
 	if err != nil {
@@ -140,43 +144,33 @@ func (a *Authenticator) AuthenticateRequest(r *http.Request) (tenancy.ID, error)
 	}
 	id, ok := a.Authenticate(token)
 	if !ok {
-		return "", fmt.Errorf("%w: unknown API key", ErrInvalidCredentials)
+		return "", newError(ReasonUnknownAPIKey, nil)
 	}
 	return id, nil
 }
 
 // BearerToken returns the token of r's `Authorization: Bearer <token>`
 // header, the scheme matched case-insensitively (RFC 9110 §11.1). It
-// returns [ErrNoCredentials] when there is no bearer Authorization header and
-// [ErrInvalidCredentials] when there are several or the token is empty or
+// returns an [*Error]: [ReasonMissing] when there is no bearer Authorization
+// header, [ReasonMalformed] when there are several or the token is empty or
 // holds white space. Errors never contain the token.
 func BearerToken(r *http.Request) (string, error) {
 	values := r.Header.Values("Authorization")
 	switch {
 	case len(values) == 0:
-		return "", ErrNoCredentials
+		return "", newError(ReasonMissing, nil)
 	case len(values) > 1:
-		return "", fmt.Errorf("%w: more than one Authorization header", ErrInvalidCredentials)
+		return "", newError(ReasonMalformed, errors.New("more than one Authorization header"))
 	}
 	scheme, token, _ := strings.Cut(strings.TrimSpace(values[0]), " ")
 	if !strings.EqualFold(scheme, "Bearer") {
-		return "", ErrNoCredentials
+		return "", newError(ReasonMissing, errors.New("the Authorization scheme is not Bearer"))
 	}
 	token = strings.TrimLeft(token, " ")
 	if token == "" || strings.ContainsAny(token, " \t") {
-		return "", fmt.Errorf("%w: malformed bearer token", ErrInvalidCredentials)
+		return "", newError(ReasonMalformed, errors.New("empty, or white space in the token"))
 	}
 	return token, nil
-}
-
-// Challenge returns the WWW-Authenticate value for an authentication
-// failure (RFC 6750 §3): `Bearer realm="idemguard"`, with
-// `error="invalid_token"` when credentials were presented but rejected.
-func Challenge(err error) string {
-	if errors.Is(err, ErrInvalidCredentials) {
-		return `Bearer realm="` + Realm + `", error="invalid_token"`
-	}
-	return `Bearer realm="` + Realm + `"`
 }
 
 // Middleware returns net/http middleware that authenticates each request with
@@ -184,9 +178,10 @@ func Challenge(err error) string {
 // request's context ([WithTenant]; read it with [FromContext]) and next runs.
 // On failure next does not run: the WWW-Authenticate header is set
 // ([Challenge]) and onFail writes the response; a nil onFail writes a 401
-// application/problem+json (RFC 9457) with ok:false and stopReason unknown.
-// The error passed to onFail wraps [ErrNoCredentials] or
-// [ErrInvalidCredentials] and never contains the token.
+// application/problem+json (RFC 9457) with ok:false, stopReason unknown and
+// the reason's detail ([Error.Detail]). The error passed to onFail is an
+// [*Error] (wrapping [ErrNoCredentials] or [ErrInvalidCredentials]) and
+// never contains the token.
 //
 // routers adapts this middleware to gin (the tenant is then also in the gin
 // context); this package deliberately does not depend on gin.
@@ -207,12 +202,25 @@ func (a *Authenticator) Middleware(onFail func(w http.ResponseWriter, r *http.Re
 	}
 }
 
-// unauthorizedBody is the default 401 answer of Middleware.
-const unauthorizedBody = `{"type":"about:blank","title":"Unauthorized","status":401,` +
-	`"detail":"send a valid API key as Authorization: Bearer <key>","ok":false,"stopReason":"unknown"}`
-
-func writeUnauthorized(w http.ResponseWriter, _ *http.Request, _ error) {
+// writeUnauthorized is the default 401 answer of Middleware.
+func writeUnauthorized(w http.ResponseWriter, _ *http.Request, err error) {
+	detail := reasonTexts[ReasonRejected].detail
+	var e *Error
+	if errors.As(err, &e) {
+		detail = e.Detail()
+	}
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	enc.SetEscapeHTML(false)
+	_ = enc.Encode(struct {
+		Type       string `json:"type"`
+		Title      string `json:"title"`
+		Status     int    `json:"status"`
+		Detail     string `json:"detail"`
+		OK         bool   `json:"ok"`
+		StopReason string `json:"stopReason"`
+	}{"about:blank", "Unauthorized", http.StatusUnauthorized, detail, false, "unknown"})
 	w.Header().Set("Content-Type", "application/problem+json")
 	w.WriteHeader(http.StatusUnauthorized)
-	_, _ = w.Write([]byte(unauthorizedBody))
+	_, _ = w.Write(bytes.TrimSuffix(buf.Bytes(), []byte("\n")))
 }

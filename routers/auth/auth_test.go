@@ -4,6 +4,8 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -90,34 +92,39 @@ func TestAuthenticateRequest(t *testing.T) {
 	for name, tc := range map[string]struct {
 		headers []string
 		tenant  tenancy.ID
-		err     error
+		reason  Reason
 	}{
-		"bearer":         {[]string{"Bearer secret-key"}, "acme", nil},
-		"lower scheme":   {[]string{"bearer secret-key"}, "acme", nil},
-		"extra spaces":   {[]string{"Bearer   secret-key "}, "acme", nil},
-		"none":           {nil, "", ErrNoCredentials},
-		"basic":          {[]string{"Basic c2VjcmV0LWtleQ=="}, "", ErrNoCredentials},
-		"bare key":       {[]string{"secret-key"}, "", ErrNoCredentials},
-		"no token":       {[]string{"Bearer"}, "", ErrInvalidCredentials},
-		"blank token":    {[]string{"Bearer    "}, "", ErrInvalidCredentials},
-		"two tokens":     {[]string{"Bearer secret-key other"}, "", ErrInvalidCredentials},
-		"wrong key":      {[]string{"Bearer secret-kez"}, "", ErrInvalidCredentials},
-		"two headers":    {[]string{"Bearer secret-key", "Bearer secret-key"}, "", ErrInvalidCredentials},
-		"digest as key":  {[]string{"Bearer " + HashAPIKey("secret-key")}, "", ErrInvalidCredentials},
-		"tab separator":  {[]string{"Bearer\tsecret-key"}, "", ErrNoCredentials},
-		"token with tab": {[]string{"Bearer secret\tkey"}, "", ErrInvalidCredentials},
+		"bearer":         {[]string{"Bearer secret-key"}, "acme", ""},
+		"lower scheme":   {[]string{"bearer secret-key"}, "acme", ""},
+		"extra spaces":   {[]string{"Bearer   secret-key "}, "acme", ""},
+		"none":           {nil, "", ReasonMissing},
+		"basic":          {[]string{"Basic c2VjcmV0LWtleQ=="}, "", ReasonMissing},
+		"bare key":       {[]string{"secret-key"}, "", ReasonMissing},
+		"no token":       {[]string{"Bearer"}, "", ReasonMalformed},
+		"blank token":    {[]string{"Bearer    "}, "", ReasonMalformed},
+		"two tokens":     {[]string{"Bearer secret-key other"}, "", ReasonMalformed},
+		"wrong key":      {[]string{"Bearer secret-kez"}, "", ReasonUnknownAPIKey},
+		"two headers":    {[]string{"Bearer secret-key", "Bearer secret-key"}, "", ReasonMalformed},
+		"digest as key":  {[]string{"Bearer " + HashAPIKey("secret-key")}, "", ReasonUnknownAPIKey},
+		"tab separator":  {[]string{"Bearer\tsecret-key"}, "", ReasonMissing},
+		"token with tab": {[]string{"Bearer secret\tkey"}, "", ReasonMalformed},
 	} {
 		r := httptest.NewRequest(http.MethodGet, "/", nil)
 		for _, h := range tc.headers {
 			r.Header.Add("Authorization", h)
 		}
 		id, err := a.AuthenticateRequest(r)
-		if tc.err == nil {
+		if tc.reason == "" {
 			require.NoError(t, err, name)
 			require.Equal(t, tc.tenant, id, name)
 			continue
 		}
-		require.ErrorIs(t, err, tc.err, name)
+		require.Equal(t, tc.reason, ReasonOf(err), name)
+		if tc.reason == ReasonMissing {
+			require.ErrorIs(t, err, ErrNoCredentials, name)
+		} else {
+			require.ErrorIs(t, err, ErrInvalidCredentials, name)
+		}
 		require.Empty(t, id, name)
 		require.NotContains(t, err.Error(), "secret", "%s: error echoes the token", name)
 	}
@@ -126,7 +133,33 @@ func TestAuthenticateRequest(t *testing.T) {
 func TestChallenge(t *testing.T) {
 	t.Parallel()
 	require.Equal(t, `Bearer realm="idemguard"`, Challenge(ErrNoCredentials))
-	require.Equal(t, `Bearer realm="idemguard", error="invalid_token"`, Challenge(ErrInvalidCredentials))
+	require.Equal(t, `Bearer realm="idemguard"`, Challenge(newError(ReasonMissing, nil)))
+	require.Equal(t, `Bearer realm="idemguard", error="invalid_token", error_description="the credential was not accepted"`,
+		Challenge(ErrInvalidCredentials))
+	require.Equal(t, `Bearer realm="idemguard", error="invalid_token", error_description="the token has expired"`,
+		Challenge(fmt.Errorf("wrapped: %w", newError(ReasonExpired, errors.New("jwt: expired")))))
+
+	// Every reason has its own detail and description, and each description
+	// is a valid RFC 6750 quoted value (printable ASCII, no " or \).
+	details, descriptions := map[string]Reason{}, map[string]Reason{}
+	for r, texts := range reasonTexts {
+		require.NotContains(t, details, texts.detail, "%s and %s share a detail", r, details[texts.detail])
+		require.NotContains(t, descriptions, texts.description, "%s and %s share a description", r, descriptions[texts.description])
+		details[texts.detail], descriptions[texts.description] = r, r
+		for _, c := range texts.description {
+			require.True(t, c >= 0x20 && c <= 0x7e && c != '"' && c != '\\', "%s: %q in error_description", r, c)
+		}
+		e := newError(r, nil)
+		require.Equal(t, texts.detail, e.Detail())
+		require.Equal(t, r, ReasonOf(e))
+		if r == ReasonMissing {
+			require.ErrorIs(t, e, ErrNoCredentials)
+			require.NotErrorIs(t, e, ErrInvalidCredentials)
+		} else {
+			require.ErrorIs(t, e, ErrInvalidCredentials)
+			require.NotErrorIs(t, e, ErrNoCredentials)
+		}
+	}
 }
 
 func TestMiddleware(t *testing.T) {
@@ -144,21 +177,31 @@ func TestMiddleware(t *testing.T) {
 
 	t.Run("default failure", func(t *testing.T) {
 		h := a.Middleware(nil)(next)
-		for _, auth := range []string{"", "Bearer wrong", "Basic x"} {
+		for _, tc := range []struct{ auth, challenge, detail string }{
+			{"", `Bearer realm="idemguard"`,
+				"the request carries no credentials; send them as Authorization: Bearer <credential>"},
+			{"Basic x", `Bearer realm="idemguard"`,
+				"the request carries no credentials; send them as Authorization: Bearer <credential>"},
+			{"Bearer wrong", `Bearer realm="idemguard", error="invalid_token", error_description="unknown API key"`,
+				"the API key is not recognised; check that it is a current key of your tenant"},
+			{"Bearer wrong key", `Bearer realm="idemguard", error="invalid_token", error_description="the token is malformed"`,
+				"the bearer credential is malformed (send exactly one Authorization: Bearer header with one token)"},
+		} {
 			r := httptest.NewRequest(http.MethodPost, "/v1/ops/x", nil)
-			if auth != "" {
-				r.Header.Set("Authorization", auth)
+			if tc.auth != "" {
+				r.Header.Set("Authorization", tc.auth)
 			}
 			w := httptest.NewRecorder()
 			h.ServeHTTP(w, r)
-			require.Equal(t, http.StatusUnauthorized, w.Code, auth)
+			require.Equal(t, http.StatusUnauthorized, w.Code, tc.auth)
 			require.Equal(t, "application/problem+json", w.Header().Get("Content-Type"))
-			require.True(t, strings.HasPrefix(w.Header().Get("WWW-Authenticate"), "Bearer"), auth)
+			require.Equal(t, tc.challenge, w.Header().Get("WWW-Authenticate"), tc.auth)
 			var p map[string]any
 			require.NoError(t, json.Unmarshal(w.Body.Bytes(), &p))
 			require.Equal(t, false, p["ok"])
 			require.Equal(t, "unknown", p["stopReason"])
 			require.EqualValues(t, 401, p["status"])
+			require.Equal(t, tc.detail, p["detail"], tc.auth)
 			require.NotContains(t, w.Body.String(), "wrong")
 		}
 		require.Empty(t, seen, "next ran for a rejected request")
@@ -168,7 +211,7 @@ func TestMiddleware(t *testing.T) {
 		var failures []error
 		h := a.Middleware(func(w http.ResponseWriter, r *http.Request, err error) {
 			failures = append(failures, err)
-			require.Equal(t, `Bearer realm="idemguard", error="invalid_token"`, w.Header().Get("WWW-Authenticate"))
+			require.Equal(t, `Bearer realm="idemguard", error="invalid_token", error_description="unknown API key"`, w.Header().Get("WWW-Authenticate"))
 			w.WriteHeader(http.StatusTeapot)
 		})(next)
 

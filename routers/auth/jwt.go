@@ -239,54 +239,59 @@ func NewJWTVerifier(cfg JWTConfig) (*JWTVerifier, error) {
 func (v *JWTVerifier) Close() { v.cancel() }
 
 // Verify checks token and returns the tenant named by its tenant claim.
-// Every error wraps [ErrInvalidCredentials] and says why (expired, wrong
-// issuer, unknown key, ...) without quoting the token.
+// Every error is an [*Error] wrapping [ErrInvalidCredentials] whose reason
+// says which check failed (expired, wrong issuer, unknown key id, ...); it
+// never quotes the token.
 func (v *JWTVerifier) Verify(ctx context.Context, token string) (tenancy.ID, error) {
 	if len(token) > MaxJWTBytes {
-		return "", fmt.Errorf("%w: jwt: longer than %d bytes", ErrInvalidCredentials, MaxJWTBytes)
+		return "", newError(ReasonMalformed, fmt.Errorf("jwt: longer than %d bytes", MaxJWTBytes))
 	}
 	claims := jwt.MapClaims{}
 	if _, err := v.parser.ParseWithClaims(token, claims, v.keys.KeyfuncCtx(ctx)); err != nil {
-		return "", fmt.Errorf("%w: jwt: %s", ErrInvalidCredentials, jwtReason(err))
+		r, why := jwtReason(err)
+		return "", newError(r, errors.New("jwt: "+why))
 	}
 	raw, ok := claims[v.claim]
 	if !ok {
-		return "", fmt.Errorf("%w: jwt: no %q claim (the tenant)", ErrInvalidCredentials, v.claim)
+		return "", newError(ReasonInvalidTenant, fmt.Errorf("jwt: no %q claim (the tenant)", v.claim))
 	}
 	s, ok := raw.(string)
 	if !ok {
-		return "", fmt.Errorf("%w: jwt: the %q claim is not a string", ErrInvalidCredentials, v.claim)
+		return "", newError(ReasonInvalidTenant, fmt.Errorf("jwt: the %q claim is not a string", v.claim))
 	}
 	id, err := tenancy.ParseID(s)
 	if err != nil {
-		return "", fmt.Errorf("%w: jwt: the %q claim: %w", ErrInvalidCredentials, v.claim, err)
+		return "", newError(ReasonInvalidTenant, fmt.Errorf("jwt: the %q claim: %w", v.claim, err))
 	}
 	return id, nil
 }
 
-// jwtReason names why golang-jwt rejected a token, in a few words fit for
-// a log line.
-func jwtReason(err error) string {
+// jwtReason names why golang-jwt rejected a token: its reason, and a few
+// words fit for a log line. The order matters: a token whose key is unknown
+// is also unverifiable, and golang-jwt checks the signature before the
+// claims, so a claim reason is only ever given for a genuine token.
+func jwtReason(err error) (Reason, string) {
 	for _, r := range [...]struct {
 		err    error
-		reason string
+		reason Reason
+		words  string
 	}{
-		{jwkset.ErrKeyNotFound, "unknown key id"},
-		{jwt.ErrTokenMalformed, "malformed"},
-		{jwt.ErrTokenSignatureInvalid, "signature invalid or algorithm not allowed"},
-		{jwt.ErrTokenUnverifiable, "unverifiable (key unknown and the JWKS not refetched, or unfit for the algorithm)"},
-		{jwt.ErrTokenExpired, "expired"},
-		{jwt.ErrTokenRequiredClaimMissing, "a required claim (exp, iss, aud) is missing"},
-		{jwt.ErrTokenNotValidYet, "not valid yet (nbf)"},
-		{jwt.ErrTokenUsedBeforeIssued, "issued in the future (iat)"},
-		{jwt.ErrTokenInvalidIssuer, "wrong issuer"},
-		{jwt.ErrTokenInvalidAudience, "wrong audience"},
+		{jwkset.ErrKeyNotFound, ReasonUnknownKeyID, "unknown key id"},
+		{jwt.ErrTokenMalformed, ReasonMalformed, "malformed"},
+		{jwt.ErrTokenSignatureInvalid, ReasonBadSignature, "signature invalid or algorithm not allowed"},
+		{jwt.ErrTokenUnverifiable, ReasonUnknownKeyID, "unverifiable (key unknown and the JWKS not refetched, or unfit for the algorithm)"},
+		{jwt.ErrTokenExpired, ReasonExpired, "expired"},
+		{jwt.ErrTokenRequiredClaimMissing, ReasonMissingClaim, "a required claim (exp, iss, aud) is missing"},
+		{jwt.ErrTokenNotValidYet, ReasonNotYetValid, "not valid yet (nbf)"},
+		{jwt.ErrTokenUsedBeforeIssued, ReasonNotYetValid, "issued in the future (iat)"},
+		{jwt.ErrTokenInvalidIssuer, ReasonWrongIssuer, "wrong issuer"},
+		{jwt.ErrTokenInvalidAudience, ReasonWrongAudience, "wrong audience"},
 	} {
 		if errors.Is(err, r.err) {
-			return r.reason
+			return r.reason, r.words
 		}
 	}
-	return "invalid"
+	return ReasonRejected, "invalid"
 }
 
 // limitedBody caps the JWKS response body.

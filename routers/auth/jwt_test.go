@@ -108,32 +108,34 @@ func TestJWTVerifierRejects(t *testing.T) {
 	// RS256 signature relabelled as PS256 (an algorithm the verifier does not allow here).
 	for name, tc := range map[string]struct {
 		token  string
-		reason string
+		words  string
+		reason auth.Reason
 	}{
-		"expired":             {rsaKey.Sign(t, "acme", func(c jwt.MapClaims) { c["exp"] = now.Add(-2 * time.Minute).Unix() }), "expired"},
-		"no exp":              {rsaKey.Sign(t, "acme", func(c jwt.MapClaims) { delete(c, "exp") }), "required claim"},
-		"not yet valid":       {rsaKey.Sign(t, "acme", func(c jwt.MapClaims) { c["nbf"] = now.Add(5 * time.Minute).Unix() }), "not valid yet"},
-		"issued later":        {rsaKey.Sign(t, "acme", func(c jwt.MapClaims) { c["iat"] = now.Add(5 * time.Minute).Unix() }), "issued in the future"},
-		"wrong issuer":        {rsaKey.Sign(t, "acme", func(c jwt.MapClaims) { c["iss"] = "https://evil.test/" }), "wrong issuer"},
-		"no issuer":           {rsaKey.Sign(t, "acme", func(c jwt.MapClaims) { delete(c, "iss") }), "required claim"},
-		"no audience":         {rsaKey.Sign(t, "acme", func(c jwt.MapClaims) { delete(c, "aud") }), "required claim"},
-		"wrong audience":      {ecKey.Sign(t, "acme", func(c jwt.MapClaims) { c["aud"] = "another-api" }), "wrong audience"},
-		"alg none":            {none(), "signature invalid or algorithm not allowed"},
-		"HS256, public key":   {hmacWithPublicKey(pubPEM), "signature invalid or algorithm not allowed"},
-		"HS256, key DER":      {hmacWithPublicKey(pubDER), "signature invalid or algorithm not allowed"},
-		"other key, same kid": {stranger.Sign(t, "acme", nil), "signature invalid"},
-		"unknown kid":         {unknown.Sign(t, "acme", nil), "unknown key id"},
-		"no tenant claim":     {rsaKey.Sign(t, "acme", func(c jwt.MapClaims) { delete(c, "tenant_id") }), `no "tenant_id" claim`},
-		"tenant not string":   {rsaKey.Sign(t, "acme", func(c jwt.MapClaims) { c["tenant_id"] = 42 }), "not a string"},
-		"tenant invalid":      {rsaKey.Sign(t, "acme", func(c jwt.MapClaims) { c["tenant_id"] = "acme/../beta" }), "invalid tenant id"},
-		"tenant too long":     {rsaKey.Sign(t, "acme", func(c jwt.MapClaims) { c["tenant_id"] = strings.Repeat("a", 65) }), "invalid tenant id"},
-		"tenant empty":        {rsaKey.Sign(t, "acme", func(c jwt.MapClaims) { c["tenant_id"] = "" }), "invalid tenant id"},
-		"garbage":             {"a.b.c", "malformed"},
-		"too long":            {strings.Repeat("a", auth.MaxJWTBytes+1), "longer than"},
+		"expired":             {rsaKey.Sign(t, "acme", func(c jwt.MapClaims) { c["exp"] = now.Add(-2 * time.Minute).Unix() }), "expired", auth.ReasonExpired},
+		"no exp":              {rsaKey.Sign(t, "acme", func(c jwt.MapClaims) { delete(c, "exp") }), "required claim", auth.ReasonMissingClaim},
+		"not yet valid":       {rsaKey.Sign(t, "acme", func(c jwt.MapClaims) { c["nbf"] = now.Add(5 * time.Minute).Unix() }), "not valid yet", auth.ReasonNotYetValid},
+		"issued later":        {rsaKey.Sign(t, "acme", func(c jwt.MapClaims) { c["iat"] = now.Add(5 * time.Minute).Unix() }), "issued in the future", auth.ReasonNotYetValid},
+		"wrong issuer":        {rsaKey.Sign(t, "acme", func(c jwt.MapClaims) { c["iss"] = "https://evil.test/" }), "wrong issuer", auth.ReasonWrongIssuer},
+		"no issuer":           {rsaKey.Sign(t, "acme", func(c jwt.MapClaims) { delete(c, "iss") }), "required claim", auth.ReasonMissingClaim},
+		"no audience":         {rsaKey.Sign(t, "acme", func(c jwt.MapClaims) { delete(c, "aud") }), "required claim", auth.ReasonMissingClaim},
+		"wrong audience":      {ecKey.Sign(t, "acme", func(c jwt.MapClaims) { c["aud"] = "another-api" }), "wrong audience", auth.ReasonWrongAudience},
+		"alg none":            {none(), "signature invalid or algorithm not allowed", auth.ReasonBadSignature},
+		"HS256, public key":   {hmacWithPublicKey(pubPEM), "signature invalid or algorithm not allowed", auth.ReasonBadSignature},
+		"HS256, key DER":      {hmacWithPublicKey(pubDER), "signature invalid or algorithm not allowed", auth.ReasonBadSignature},
+		"other key, same kid": {stranger.Sign(t, "acme", nil), "signature invalid", auth.ReasonBadSignature},
+		"unknown kid":         {unknown.Sign(t, "acme", nil), "unknown key id", auth.ReasonUnknownKeyID},
+		"no tenant claim":     {rsaKey.Sign(t, "acme", func(c jwt.MapClaims) { delete(c, "tenant_id") }), `no "tenant_id" claim`, auth.ReasonInvalidTenant},
+		"tenant not string":   {rsaKey.Sign(t, "acme", func(c jwt.MapClaims) { c["tenant_id"] = 42 }), "not a string", auth.ReasonInvalidTenant},
+		"tenant invalid":      {rsaKey.Sign(t, "acme", func(c jwt.MapClaims) { c["tenant_id"] = "acme/../beta" }), "invalid tenant id", auth.ReasonInvalidTenant},
+		"tenant too long":     {rsaKey.Sign(t, "acme", func(c jwt.MapClaims) { c["tenant_id"] = strings.Repeat("a", 65) }), "invalid tenant id", auth.ReasonInvalidTenant},
+		"tenant empty":        {rsaKey.Sign(t, "acme", func(c jwt.MapClaims) { c["tenant_id"] = "" }), "invalid tenant id", auth.ReasonInvalidTenant},
+		"garbage":             {"a.b.c", "malformed", auth.ReasonMalformed},
+		"too long":            {strings.Repeat("a", auth.MaxJWTBytes+1), "longer than", auth.ReasonMalformed},
 	} {
 		id, err := v.Verify(ctx, tc.token)
 		require.ErrorIs(t, err, auth.ErrInvalidCredentials, name)
-		require.ErrorContains(t, err, tc.reason, name)
+		require.ErrorContains(t, err, tc.words, name)
+		require.Equal(t, tc.reason, auth.ReasonOf(err), name)
 		require.Empty(t, id, name)
 		require.NotContains(t, err.Error(), tc.token, "%s: the error quotes the token", name)
 	}

@@ -4,6 +4,7 @@ package auth
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/http"
 	"slices"
@@ -49,9 +50,9 @@ type Credentials struct {
 // accept (nil: [DefaultMethods]). When API keys are accepted the token is
 // first compared with the API keys; when JWTs are accepted and the token has
 // the form of a JWT (three dot-separated parts), it is verified as one. The
-// tenant comes only from the matched key or the verified claim. Errors wrap
-// [ErrNoCredentials] or [ErrInvalidCredentials], say why (for the log) and
-// never contain the token.
+// tenant comes only from the matched key or the verified claim. Errors are
+// [*Error] values (wrapping [ErrNoCredentials] or [ErrInvalidCredentials])
+// whose reason says which check failed; they never contain the token.
 func (c *Credentials) AuthenticateRequest(ctx context.Context, r *http.Request, accept []Method) (tenancy.ID, Method, error) {
 	if accept == nil {
 		accept = DefaultMethods
@@ -68,7 +69,7 @@ func (c *Credentials) AuthenticateRequest(ctx context.Context, r *http.Request, 
 	}
 	if jwtOK && (strings.Count(token, ".") == 2 || !apiKey) {
 		if c.JWT == nil {
-			return "", "", fmt.Errorf("%w: jwt: no JWKS is configured", ErrInvalidCredentials)
+			return "", "", newError(ReasonRejected, errors.New("jwt: no JWKS is configured"))
 		}
 		id, err := c.JWT.Verify(ctx, token)
 		if err != nil {
@@ -76,5 +77,5 @@ func (c *Credentials) AuthenticateRequest(ctx context.Context, r *http.Request, 
 		}
 		return id, MethodJWT, nil
 	}
-	return "", "", fmt.Errorf("%w: unknown API key", ErrInvalidCredentials)
+	return "", "", newError(ReasonUnknownAPIKey, nil)
 }

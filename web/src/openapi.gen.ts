@@ -20,7 +20,8 @@ export interface paths {
          * Run the scope's operation under an idempotency key.
          * @description Checks run in this order, and a failing check answers before anything
          *     is stored or run: credentials (401), scope (404), `Idempotency-Key`
-         *     (400), body size (413), body JSON (400). Then the guard answers:
+         *     (400), body size (413), body JSON (400), the operation's input
+         *     schema (400 `invalid-input`). Then the guard answers:
          *
          *     - **succeeded**: the result's status and body verbatim. A replay is
          *       the first answer with `"cached": true`, plus `Idempotent-Replayed`
@@ -208,6 +209,57 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/v1/stats": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * The caller's figures of the last day, hour by hour (the operator page's data).
+         * @description `scopes` are the protocol counters of `idempotency_stats` per hour and
+         *     scope (requests, replays, conflicts, takeovers, failures, store
+         *     errors). That table is counted per scope for every tenant of the
+         *     service, so these are service-wide figures for the scopes this server
+         *     serves. `keys` are the caller's own tenant's keys created per hour and
+         *     scope, by their status now. Authenticated by API key, like a scope
+         *     that lists no credentials. With the in-memory store both lists are
+         *     empty and `note` says why.
+         */
+        get: operations["stats"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/ops": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * The operator page (HTML) that charts `GET /v1/stats`.
+         * @description A static page with an inline script (no third-party code); it holds no
+         *     figures, so it needs no credentials. It asks for an API key, keeps it
+         *     in the browser tab's sessionStorage, and fetches `/v1/stats` with it.
+         *     Served under the same prefix as the `/v1` routes.
+         */
+        get: operations["opsPage"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        /** The operator page's headers, without a body. */
+        head: operations["opsPageHead"];
+        patch?: never;
+        trace?: never;
+    };
 }
 export type webhooks = Record<string, never>;
 export interface components {
@@ -238,7 +290,7 @@ export interface components {
              * Format: uri
              * @enum {string}
              */
-            type: "urn:idemguard:problem:unauthorized" | "urn:idemguard:problem:unknown-scope" | "urn:idemguard:problem:unknown-route" | "urn:idemguard:problem:key-not-found" | "urn:idemguard:problem:method-not-allowed" | "urn:idemguard:problem:missing-idempotency-key" | "urn:idemguard:problem:invalid-idempotency-key" | "urn:idemguard:problem:invalid-key-reference" | "urn:idemguard:problem:invalid-body" | "urn:idemguard:problem:invalid-input" | "urn:idemguard:problem:body-too-large" | "urn:idemguard:problem:idempotency-key-reused" | "urn:idemguard:problem:in-progress" | "urn:idemguard:problem:operation-failed" | "urn:idemguard:problem:store-unavailable" | "urn:idemguard:problem:not-ready" | "urn:idemguard:problem:internal" | "urn:idemguard:problem:invalid-result" | "urn:idemguard:problem:key-finished" | "urn:idemguard:problem:too-many-waiters";
+            type: "urn:idemguard:problem:unauthorized" | "urn:idemguard:problem:unknown-scope" | "urn:idemguard:problem:unknown-route" | "urn:idemguard:problem:key-not-found" | "urn:idemguard:problem:method-not-allowed" | "urn:idemguard:problem:missing-idempotency-key" | "urn:idemguard:problem:invalid-idempotency-key" | "urn:idemguard:problem:invalid-key-reference" | "urn:idemguard:problem:invalid-body" | "urn:idemguard:problem:invalid-query" | "urn:idemguard:problem:invalid-input" | "urn:idemguard:problem:body-too-large" | "urn:idemguard:problem:idempotency-key-reused" | "urn:idemguard:problem:in-progress" | "urn:idemguard:problem:operation-failed" | "urn:idemguard:problem:store-unavailable" | "urn:idemguard:problem:not-ready" | "urn:idemguard:problem:internal" | "urn:idemguard:problem:invalid-result" | "urn:idemguard:problem:key-finished" | "urn:idemguard:problem:too-many-waiters";
             title: string;
             status: number;
             /** @description Never holds the client key, the body or credentials. */
@@ -248,6 +300,75 @@ export interface components {
             stopReason: components["schemas"]["StopReason"];
             /** @description On answers of the guard (409, 502) only; true for a replayed failure. */
             cached?: boolean;
+            /**
+             * @description On `invalid-input` only: each field of the inputs that does not
+             *     fit the operation's schema (at most 20). Never quotes a value.
+             */
+            errors?: {
+                /** @description JSON Pointer (RFC 6901) of the field in the body, e.g. `/messages/0/role`; empty for the body as a whole. */
+                pointer: string;
+                /** @description What is wrong with the field. */
+                detail: string;
+            }[];
+        };
+        Stats: {
+            /** @description The caller's tenant. */
+            tenant: string;
+            /** @enum {string} */
+            store: "mysql" | "memory";
+            /**
+             * Format: date-time
+             * @description Start of the window, database clock (absent with the in-memory store).
+             */
+            from?: string;
+            /**
+             * Format: date-time
+             * @description End of the window, database clock (absent with the in-memory store).
+             */
+            to?: string;
+            /** @description The window's length in seconds. */
+            sinceSeconds: number;
+            /** @description What the figures cover */
+            note: string;
+            /** @description Service-wide counters per hour and scope, oldest first. */
+            scopes: components["schemas"]["ScopeHour"][];
+            /** @description The caller's tenant's keys per hour and scope, oldest first. */
+            keys: components["schemas"]["KeyHour"][];
+        };
+        ScopeHour: {
+            /**
+             * Format: date-time
+             * @description Start of the hour (UTC).
+             */
+            hour: string;
+            scope: string;
+            /** @description Calls the guard answered: claims + retries + takeovers + replays + inProgress + retryLimits + mismatches. */
+            requests: number;
+            claims: number;
+            retries: number;
+            takeovers: number;
+            /** @description Calls answered from a stored result instead of running again. */
+            replays: number;
+            /** @description Duplicates answered 409 (or waiting) while the first call ran. */
+            inProgress: number;
+            retryLimits: number;
+            mismatches: number;
+            failures: number;
+            lostClaims: number;
+            storeErrors: number;
+        };
+        KeyHour: {
+            /**
+             * Format: date-time
+             * @description Start of the hour (UTC) the keys were created in.
+             */
+            hour: string;
+            scope: string;
+            created: number;
+            succeeded: number;
+            failed: number;
+            /** @description Still running */
+            started: number;
         };
         KeyRecord: {
             /** @description The key reference as requested. */
@@ -295,6 +416,8 @@ export interface components {
             cancelRequested?: boolean;
             /** @description What the caller can do about a stale key (resubmit the same request with the same key). */
             next?: string;
+            /** @description The names (never the values) of the fields removed from the answer before it was stored: blocked keys, fields outside the envelope or outside a route's allowlist. Absent when nothing was removed. */
+            droppedFields?: string[];
         };
         /** @description The data of one event of `GET …/keys/{key}/events`. */
         KeyEvent: {
@@ -314,7 +437,13 @@ export interface components {
         };
     };
     responses: {
-        /** @description No credentials, an API key that matches no tenant, or a JWT that fails verification or that the scope does not accept (type `unauthorized`). */
+        /**
+         * @description No credentials, an API key that matches no tenant, or a JWT that
+         *     fails verification or that the scope does not accept (type
+         *     `unauthorized`). The `detail` and `WWW-Authenticate` say which check
+         *     failed, so a browser can tell "get a new token" (expired) from a
+         *     misconfiguration (wrong audience).
+         */
         Unauthorized: {
             headers: {
                 "WWW-Authenticate": components["headers"]["WWWAuthenticate"];
@@ -326,7 +455,7 @@ export interface components {
                  *       "type": "urn:idemguard:problem:unauthorized",
                  *       "title": "Unauthorized",
                  *       "status": 401,
-                 *       "detail": "send a valid API key (or, where the scope accepts one, a JWT) as Authorization: Bearer <credential>",
+                 *       "detail": "the token has expired; get a new one from your identity provider and retry",
                  *       "ok": false,
                  *       "stopReason": "unknown"
                  *     }
@@ -423,7 +552,15 @@ export interface components {
         PreferenceApplied: string;
         /** @description Seconds to wait before retrying (409 default 1, 503 default 5). */
         RetryAfter: number;
-        /** @description `Bearer realm="idemguard"`, with `error="invalid_token"` when a key was sent but rejected (RFC 6750). */
+        /**
+         * @description RFC 6750: `Bearer realm="idemguard"` when no credentials were sent;
+         *     otherwise `Bearer realm="idemguard", error="invalid_token",
+         *     error_description="…"` where the description says which check
+         *     failed (malformed token, unknown API key, expired, not yet valid,
+         *     untrusted issuer, wrong audience, unknown signing key id, invalid
+         *     signature, missing claim, no valid tenant). It never names the
+         *     expected issuer, audience, keys or tenants.
+         */
         WWWAuthenticate: string;
         /** @description The methods the route accepts (on 405). */
         Allow: string;
@@ -522,25 +659,20 @@ export interface operations {
             /**
              * @description Malformed `Idempotency-Key` (type `invalid-idempotency-key`), more
              *     than one `Idempotency-Key` header (same type), a missing key on a
-             *     scope that requires one (`missing-idempotency-key`), or a body
-             *     that is not valid UTF-8 JSON (`invalid-body`). Nothing was stored
-             *     or run.
+             *     scope that requires one (`missing-idempotency-key`), a body
+             *     that is not valid UTF-8 JSON (`invalid-body`), or inputs that do
+             *     not fit the operation's schema (`invalid-input`: the `errors`
+             *     member names each field by its JSON Pointer, e.g. a missing
+             *     `messages`, a message role that is not system, developer, user
+             *     or assistant, an unknown field such as `model`, a wrong type).
+             *     Nothing was stored or run, and the key stays free: the corrected
+             *     request with the same `Idempotency-Key` runs.
              */
             400: {
                 headers: {
                     [name: string]: unknown;
                 };
                 content: {
-                    /**
-                     * @example {
-                     *       "type": "urn:idemguard:problem:invalid-idempotency-key",
-                     *       "title": "Invalid Idempotency-Key",
-                     *       "status": 400,
-                     *       "detail": "idempotency key has a character outside [A-Za-z0-9._:-] at position 4; an Idempotency-Key is 1 to 255 characters of [A-Za-z0-9_.:-], as a bare token or a quoted string",
-                     *       "ok": false,
-                     *       "stopReason": "invalid_input"
-                     *     }
-                     */
                     "application/problem+json": components["schemas"]["Problem"];
                 };
             };
@@ -996,6 +1128,111 @@ export interface operations {
                 content: {
                     "application/problem+json": components["schemas"]["Problem"];
                 };
+            };
+            405: components["responses"]["MethodNotAllowed"];
+            500: components["responses"]["Internal"];
+        };
+    };
+    stats: {
+        parameters: {
+            query?: {
+                /** @description The window, a duration from `1m` to `168h` (Go syntax, e.g. `24h`, `90m`). Defaults to `24h`. */
+                since?: string;
+            };
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The figures of the window. */
+            200: {
+                headers: {
+                    /** @description `no-store`. */
+                    "Cache-Control"?: string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Stats"];
+                };
+            };
+            /** @description `since` is not a duration from 1m to 168h (type `invalid-query`). */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            401: components["responses"]["Unauthorized"];
+            405: components["responses"]["MethodNotAllowed"];
+            500: components["responses"]["Internal"];
+            /** @description The database cannot be read (type `store-unavailable`). */
+            503: {
+                headers: {
+                    "Retry-After": components["headers"]["RetryAfter"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+        };
+    };
+    opsPage: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The page. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "text/html": string;
+                };
+            };
+            /** @description The operator page is not enabled on this server (type `unknown-route`). */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            405: components["responses"]["MethodNotAllowed"];
+            500: components["responses"]["Internal"];
+        };
+    };
+    opsPageHead: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The page's headers. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description The operator page is not enabled on this server. */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
             };
             405: components["responses"]["MethodNotAllowed"];
             500: components["responses"]["Internal"];

@@ -6,6 +6,7 @@ package main
 import (
 	"bufio"
 	"context"
+	"encoding/json"
 	"fmt"
 	"net"
 	"net/http"
@@ -15,20 +16,38 @@ import (
 
 	"github.com/gin-gonic/gin"
 
+	"github.com/idemguard/idemguard/routers"
+	"github.com/idemguard/idemguard/sanitize"
+
 	"github.com/idemguard/idemguard/tenancy"
 )
 
 // The application's own work, counted so the test sees how often it ran.
-var modelCalls, orders, invoices atomic.Int64
+var modelCalls, widgets, invoices atomic.Int64
+
+// widget is the gin route's answer: the team's own JSON, with fields the
+// route's allowlist keeps (id, name, tags, details) and one it does not.
+type widget struct {
+	ID      string         `json:"id"`
+	Name    string         `json:"name"`
+	Tags    []string       `json:"tags"`
+	Details map[string]any `json:"details"`
+	Secret  string         `json:"internalCost"`
+}
 
 func callTheModel(ctx context.Context, text string) (string, error) {
 	modelCalls.Add(1)
 	return "a fine copy of " + strconv.Itoa(len(text)) + " characters", nil
 }
 
-func createOrder(ctx context.Context, item string) string {
-	return "ord-" + strconv.FormatInt(orders.Add(1), 10)
+func createWidget(ctx context.Context, name string, tags []string) widget {
+	id := "w-" + strconv.FormatInt(widgets.Add(1), 10)
+	// details nests a blocked key four levels down: kept as a whole, less it.
+	details := map[string]any{"size": map[string]any{"unit": "cm", "dims": map[string]any{"w": 2, "h": map[string]any{"value": 3, "stack": "canary-stack"}}}}
+	return widget{ID: id, Name: name, Tags: tags, Details: details, Secret: "canary-cost"}
 }
+
+func requestID(r *http.Request) string { return "req-" + r.Header.Get("Idempotency-Key") }
 
 func createInvoice(ctx context.Context) string {
 	return "inv-" + strconv.FormatInt(invoices.Add(1), 10)
@@ -61,9 +80,40 @@ func main() {
 
 	gin.SetMode(gin.ReleaseMode)
 	g := ginApp(guard, tenantOf)
-	g.GET("/runs", func(c *gin.Context) { c.String(http.StatusOK, strconv.FormatInt(orders.Load(), 10)) })
+	g.GET("/runs", func(c *gin.Context) { c.String(http.StatusOK, strconv.FormatInt(widgets.Load(), 10)) })
+	g.GET("/dropped/:key", func(c *gin.Context) {
+		info, err := guard.Lookup(c.Request.Context(), "acme", c.Query("scope"), c.Param("key"))
+		if err != nil {
+			c.String(http.StatusNotFound, err.Error())
+			return
+		}
+		c.JSON(http.StatusOK, info.DroppedFields)
+	})
 	h := http.NewServeMux()
 	h.Handle("/", httpApp(guard, tenantOf))
+	// The gin route's twin on net/http: the team's own JSON, kept by an allowlist.
+	h.Handle("POST /widgets", routers.IdempotentHTTP(routers.MiddlewareOptions{
+		Guard: guard, Tenant: tenantOf, KeyRequired: true,
+		Keep:    sanitize.MustAllowlist("id", "name", "tags", "details", "code", "field"),
+		Headers: []string{"X-Request-Id"},
+	})(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		var in struct {
+			Item string   `json:"item"`
+			Tags []string `json:"tags"`
+		}
+		w.Header().Set("Content-Type", "application/json; charset=utf-8")
+		if err := json.NewDecoder(r.Body).Decode(&in); err != nil || in.Item == "" {
+			w.WriteHeader(http.StatusBadRequest)
+			_ = json.NewEncoder(w).Encode(map[string]any{"code": "item_required", "field": "item", "error": "item is empty"})
+			return
+		}
+		wd := createWidget(r.Context(), in.Item, in.Tags)
+		w.Header().Set("Location", "/widgets/"+wd.ID)
+		w.Header().Set("X-Request-Id", requestID(r))
+		w.WriteHeader(http.StatusCreated)
+		_ = json.NewEncoder(w).Encode(wd)
+	})))
+
 	h.HandleFunc("GET /runs", func(w http.ResponseWriter, r *http.Request) { fmt.Fprint(w, invoices.Load()) })
 
 	ginLn, err := net.Listen("tcp", "127.0.0.1:0")

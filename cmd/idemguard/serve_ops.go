@@ -1,0 +1,46 @@
+package main
+
+import (
+	"context"
+	"time"
+
+	"github.com/idemguard/idemguard"
+	"github.com/idemguard/idemguard/internal/metrics"
+	"github.com/idemguard/idemguard/internal/opsui"
+	"github.com/idemguard/idemguard/routers"
+)
+
+// storeProbeEvery is how often serve pings the store for idemguard_store_up and
+// idemguard_store_probe_duration_seconds: often enough that a 1m alert sees several probes,
+// rare enough (one SELECT per replica) to cost the database nothing.
+const storeProbeEvery = 10 * time.Second
+
+// probeStore starts the periodic store probe and returns the function that stops it and waits
+// for it to return.
+func (s *server) probeStore(m *metrics.Metrics, guard *idemguard.Guard) (stop func()) {
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		m.ProbeStore(ctx, guard.Ping, storeProbeEvery, s.cfg.StoreTimeout)
+	}()
+	return func() { cancel(); <-done }
+}
+
+// creditAvoided counts a replay as a call the guard avoided. The rows do not carry token usage
+// or prices yet, so the tokens and the cost are credited as 0 until they do; the call count is
+// already right.
+func creditAvoided(m *metrics.Metrics, e idemguard.Event) {
+	if e.Kind == idemguard.EventReplayed {
+		m.AvoidedCall(e.Scope, 0, 0, 0)
+	}
+}
+
+// opsOptions sets the operator page and the source of its figures (GET /v1/stats): the database
+// when there is one; without, routers answers an empty series that says why.
+func (s *server) opsOptions(o *routers.Options, scopes []string) {
+	o.OpsPage = opsui.Handler()
+	if s.db != nil {
+		o.Stats = opsui.NewMySQL(s.db, scopes)
+	}
+}

@@ -1,0 +1,173 @@
+// Package opsui is the operator page that `idemguard serve` shows at /ops (routers.Options.OpsPage),
+// and the MySQL source of the figures behind it, GET /v1/stats (routers.Options.Stats): the last
+// day of the guard's work, hour by hour.
+//
+// The page is a static shell (HTML, an inline script drawing SVG, no third-party code): it holds
+// no figures and no tenant's data, so it is served without credentials. The browser asks for an
+// API key, keeps it in sessionStorage, and fetches /v1/stats with it; that endpoint is behind the
+// same authentication as the REST API and answers for the caller's tenant only.
+//
+// Two kinds of figures come back:
+//
+//   - Scopes: the protocol counters of idempotency_stats (requests, replays, conflicts,
+//     takeovers, failures, store errors) per hour and scope. That table is counted per scope for
+//     the whole service, not per tenant, so these are service-wide figures for the scopes this
+//     server serves; the answer says so.
+//   - Keys: the caller's own keys of idempotency_keys created per hour and scope, by status.
+//     These are the tenant's alone.
+//
+// With the in-memory store there is no table to read: routers answers an empty series with a note.
+package opsui
+
+import (
+	"context"
+	"crypto/sha256"
+	_ "embed"
+	"encoding/base64"
+	"fmt"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/jmoiron/sqlx"
+
+	"github.com/idemguard/idemguard"
+	"github.com/idemguard/idemguard/routers"
+	"github.com/idemguard/idemguard/tenancy"
+)
+
+// NoteMySQL is the note of an answer read from MySQL.
+const NoteMySQL = "scopes: counted per scope for every tenant of this service (idempotency_stats has no tenant); keys: your tenant's keys only, by status now"
+
+var _ routers.StatsSource = (*MySQL)(nil)
+
+// MySQL is the routers.StatsSource of a server on MySQL: it reads idempotency_stats and
+// idempotency_keys.
+type MySQL struct {
+	db *sqlx.DB
+	// scopes are the scopes this server serves; rows of others (removed scopes, the recorder's
+	// overflow bucket) are left out.
+	scopes map[string]bool
+}
+
+// NewMySQL returns a MySQL source on db (from mysqlconn.Open, migrated) for the given scopes.
+func NewMySQL(db *sqlx.DB, scopes []string) *MySQL {
+	m := &MySQL{db: db, scopes: make(map[string]bool, len(scopes))}
+	for _, s := range scopes {
+		m.scopes[s] = true
+	}
+	return m
+}
+
+// hourString renders an hour bucket; the database returns them as DATETIME in UTC.
+func hourString(t time.Time) string { return t.UTC().Format(time.RFC3339) }
+
+// Stats reads the window [now - since, now] of the database clock. A database error is returned
+// wrapped in idemguard.ErrStoreUnavailable (the API answers 503).
+func (m *MySQL) Stats(ctx context.Context, tenant tenancy.ID, since time.Duration) (routers.Stats, error) {
+	out := routers.Stats{Tenant: string(tenant), Store: "mysql", SinceSeconds: int64(since / time.Second), Note: NoteMySQL,
+		Scopes: []routers.ScopeHour{}, Keys: []routers.KeyHour{}}
+	fail := func(what string, err error) (routers.Stats, error) {
+		return routers.Stats{}, fmt.Errorf("opsui: reading %s: %w: %w", what, idemguard.ErrStoreUnavailable, err)
+	}
+	var window struct {
+		Now  time.Time `db:"now"`
+		From time.Time `db:"from_"`
+	}
+	micros := since.Microseconds()
+	if err := m.db.GetContext(ctx, &window,
+		`SELECT UTC_TIMESTAMP(6) AS now, UTC_TIMESTAMP(6) - INTERVAL ? MICROSECOND AS from_`, micros); err != nil {
+		return fail("the database clock", err)
+	}
+	out.From, out.To = window.From.UTC().Format(time.RFC3339), window.Now.UTC().Format(time.RFC3339)
+
+	// The bucket holding the window's start counts too: buckets are hourly.
+	rows, err := m.db.QueryxContext(ctx, `SELECT bucket_start, scope, requests, claims, retries, takeovers, replays,
+		in_progress, retry_limits, mismatches, failures, lost_claims, store_errors
+		FROM idempotency_stats
+		WHERE bucket_start >= DATE_FORMAT(?, '%Y-%m-%d %H:00:00')
+		ORDER BY bucket_start, scope`, window.From)
+	if err != nil {
+		return fail("idempotency_stats", err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var r routers.ScopeHour
+		var bucket time.Time
+		if err := rows.Scan(&bucket, &r.Scope, &r.Requests, &r.Claims, &r.Retries, &r.Takeovers, &r.Replays,
+			&r.InProgress, &r.RetryLimits, &r.Mismatches, &r.Failures, &r.LostClaims, &r.StoreErrors); err != nil {
+			return fail("idempotency_stats", err)
+		}
+		if !m.scopes[r.Scope] {
+			continue
+		}
+		r.Hour = hourString(bucket)
+		out.Scopes = append(out.Scopes, r)
+	}
+	if err := rows.Err(); err != nil {
+		return fail("idempotency_stats", err)
+	}
+
+	// The tenant's own keys: a range of uk_idempotency_tenant_scope_key on the tenant, read
+	// once per page load (a day of one tenant's keys at most a week old, the longest TTL).
+	keyRows, err := m.db.QueryxContext(ctx, `SELECT DATE_FORMAT(created_at, '%Y-%m-%d %H:00:00') AS hour, scope,
+		COUNT(*) AS created,
+		COALESCE(SUM(status = 'succeeded'), 0) AS succeeded,
+		COALESCE(SUM(status = 'failed'), 0) AS failed,
+		COALESCE(SUM(status = 'started'), 0) AS started
+		FROM idempotency_keys
+		WHERE tenant = ? AND created_at >= ?
+		GROUP BY hour, scope
+		ORDER BY hour, scope`, string(tenant), window.From)
+	if err != nil {
+		return fail("idempotency_keys", err)
+	}
+	defer keyRows.Close()
+	for keyRows.Next() {
+		var k routers.KeyHour
+		var hour string
+		if err := keyRows.Scan(&hour, &k.Scope, &k.Created, &k.Succeeded, &k.Failed, &k.Started); err != nil {
+			return fail("idempotency_keys", err)
+		}
+		t, err := time.Parse(time.DateTime, hour)
+		if err != nil {
+			return fail("idempotency_keys", err)
+		}
+		k.Hour = hourString(t)
+		out.Keys = append(out.Keys, k)
+	}
+	if err := keyRows.Err(); err != nil {
+		return fail("idempotency_keys", err)
+	}
+	return out, nil
+}
+
+//go:embed page.html
+var pageHTML string
+
+//go:embed page.js
+var pageJS string
+
+// page is the served document: the script inline, allowed by its hash in the policy, so the page
+// is one request and runs no script it did not ship.
+var page, contentSecurityPolicy = func() (string, string) {
+	sum := sha256.Sum256([]byte(pageJS))
+	csp := "default-src 'none'; script-src 'sha256-" + base64.StdEncoding.EncodeToString(sum[:]) + "'; " +
+		"style-src 'unsafe-inline'; connect-src 'self'; img-src data:; base-uri 'none'; form-action 'none'; frame-ancestors 'none'"
+	return strings.Replace(pageHTML, "<!--script-->", "<script>"+pageJS+"</script>", 1), csp
+}()
+
+// Handler serves the page (GET and HEAD).
+func Handler() http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		h := w.Header()
+		h.Set("Content-Security-Policy", contentSecurityPolicy)
+		h.Set("X-Content-Type-Options", "nosniff")
+		h.Set("Referrer-Policy", "no-referrer")
+		h.Set("Cache-Control", "no-cache")
+		h.Set("Content-Type", "text/html; charset=utf-8")
+		if r.Method != http.MethodHead {
+			_, _ = w.Write([]byte(page))
+		}
+	})
+}

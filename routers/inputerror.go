@@ -1,0 +1,58 @@
+package routers
+
+// Inputs that fail their operation's schema: a 400 naming the fields,
+// answered before the guard claims the key.
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+
+	"github.com/gin-gonic/gin"
+
+	"github.com/idemguard/idemguard"
+	"github.com/idemguard/idemguard/sanitize"
+)
+
+// maxListedFieldErrors caps the errors member of a 400: a body with a
+// thousand bad messages need not be answered a thousand times.
+const maxListedFieldErrors = 20
+
+// validateInputs runs the scope's Validate on the body. It returns false
+// when the inputs fail it, having answered the 400.
+func (h *handlers) validateInputs(c *gin.Context, s *Scope, body json.RawMessage) bool {
+	if s.Validate == nil {
+		return true
+	}
+	err := s.Validate(body)
+	if err == nil {
+		return true
+	}
+	var ie *idemguard.InputError
+	if !errors.As(err, &ie) || len(ie.Fields) == 0 {
+		// The validator's own text may quote the body: not shown.
+		ie = &idemguard.InputError{Fields: []idemguard.FieldError{{Detail: "does not fit the operation's schema"}}}
+	}
+	h.fail(c, ie)
+	return false
+}
+
+// inputProblem is the 400 of an *idemguard.InputError: its detail names
+// the first field, its errors member lists them all (RFC 9457 §3.2
+// extension member, one {pointer, detail} per field).
+func inputProblem(ie *idemguard.InputError) problem {
+	fields := ie.Fields[:min(len(ie.Fields), maxListedFieldErrors)]
+	first := fields[0]
+	where := "the body"
+	if first.Pointer != "" {
+		where = first.Pointer
+	}
+	detail := fmt.Sprintf("the inputs do not fit the operation's schema: %s %s", where, first.Detail)
+	if n := len(ie.Fields) - 1; n > 0 {
+		detail += fmt.Sprintf(" (and %d more; see errors)", n)
+	}
+	p := newProblem(http.StatusBadRequest, "invalid-input", "Invalid input", sanitize.InvalidInput, detail)
+	p.Errors = fields
+	return p
+}
