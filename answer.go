@@ -29,7 +29,7 @@ func (g *Guard) replay(ctx context.Context, p prepared, rec Record, readAt time.
 	}
 	res := Result{Status: StatusSucceeded, Envelope: st.env, Body: body, StatusCode: cmp.Or(rec.ResponseCode, http.StatusOK),
 		Cached: true, StopReason: cmp.Or(st.env.StopReason, sanitize.Completed), Attempt: rec.Attempts, FirstSeen: rec.CreatedAt,
-		CompletedAt: rec.CompletedAt, KeyHash: p.keyHash, Header: st.header, DroppedFields: st.dropped}
+		CompletedAt: rec.CompletedAt, KeyHash: p.keyHash, Header: st.header, DroppedFields: st.dropped, Usage: st.usage}
 	if left := rec.ExpiresAt.Sub(rec.Now); left > 0 {
 		g.cache.put(p.tenant, p.scope, p.keyHash, p.fingerprint, res, readAt.Add(min(left, g.cfg.ReplayCacheMaxAge)))
 	}
@@ -69,7 +69,7 @@ func (g *Guard) answerFromRow(ctx context.Context, p prepared) (Result, bool) {
 		return g.inProgress(p, rec), true
 	case RowSucceeded:
 		if res, err := g.replay(ctx, p, rec, readAt); err == nil {
-			g.emit(Event{Kind: EventReplayed, Scope: p.scope})
+			g.emit(Event{Kind: EventReplayed, Tenant: p.tenant, Scope: p.scope, Usage: res.Usage})
 			return res, true
 		}
 	case RowFailed:
@@ -88,6 +88,7 @@ type stored struct {
 	document []byte // nil for an envelope
 	header   http.Header
 	dropped  []string
+	usage    Usage
 }
 
 // storedWrapper is the stored form of an answer that carries more than an
@@ -101,6 +102,7 @@ type storedWrapper struct {
 	Body    json.RawMessage `json:"body"`
 	Headers http.Header     `json:"headers,omitempty"`
 	Dropped []string        `json:"dropped,omitempty"`
+	Usage   *Usage          `json:"usage,omitempty"`
 }
 
 // maxStoredDropped bounds the dropped names a row keeps.
@@ -108,11 +110,14 @@ const maxStoredDropped = 64
 
 // encodeStored is the response column for body (envelope JSON, or a
 // document when document is true), its headers and dropped names.
-func encodeStored(body []byte, document bool, header http.Header, dropped []string) ([]byte, error) {
-	if !document && len(header) == 0 && len(dropped) == 0 {
+func encodeStored(body []byte, document bool, header http.Header, dropped []string, usage Usage) ([]byte, error) {
+	if !document && len(header) == 0 && len(dropped) == 0 && usage == (Usage{}) {
 		return body, nil
 	}
 	w := storedWrapper{Body: body, Headers: header}
+	if usage != (Usage{}) {
+		w.Usage = &usage
+	}
 	for _, n := range dropped[:min(len(dropped), maxStoredDropped)] {
 		w.Dropped = append(w.Dropped, droppedLabel(n))
 	}
@@ -139,6 +144,9 @@ func decodeStored(rec Record) (stored, error) {
 		}
 		if len(w.Body) > 0 { // else an envelope whose data holds a "body"
 			st.header, st.dropped, b = w.Headers, w.Dropped, w.Body
+			if w.Usage != nil {
+				st.usage = *w.Usage
+			}
 			if b[0] == '"' {
 				var doc string
 				if err := json.Unmarshal(b, &doc); err != nil {

@@ -140,8 +140,17 @@ type Operation func(ctx context.Context) (any, error)
 type Response struct {
 	StatusCode int
 	Value      any
+	// Usage is what the operation spent (model tokens), stored with the
+	// answer: each replay reports it as spending avoided (Event.Usage).
+	Usage Usage
 	// Header holds response headers stored and replayed with the answer.
 	// Put there only what may be stored: the routers middleware keeps
 	// Content-Type, Location and the headers a team names.
 	Header http.Header
+}
+
+// Usage is the model usage of an operation's answer, in tokens.
+type Usage struct {
+	PromptTokens     int64 `json:"prompt,omitempty"`
+	CompletionTokens int64 `json:"completion,omitempty"`
 }

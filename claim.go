@@ -226,7 +226,7 @@ func (l *claimLoop) succeeded(rec Record) (Result, error) {
 	if err != nil {
 		return Result{}, err
 	}
-	l.g.emit(Event{Kind: EventReplayed, Scope: l.p.scope})
+	l.g.emit(Event{Kind: EventReplayed, Tenant: l.p.tenant, Scope: l.p.scope, Usage: res.Usage})
 	return res, nil
 }
 

@@ -32,7 +32,10 @@ const (
 // Event is one protocol event (for metrics). Observe is called synchronously
 // on the caller's goroutine: keep it fast.
 type Event struct {
-	Kind       EventKind
+	Kind EventKind
+	// Tenant is set on EventReplayed and EventOperation: what a tenant's
+	// calls cost and what the guard saved it.
+	Tenant     string
 	Scope      string
 	Duration   time.Duration
 	StopReason sanitize.StopReason
@@ -40,4 +43,7 @@ type Event struct {
 	StoreOp    string
 	FromMemory bool
 	Field      string
+	// Usage is the model usage of the answer: on EventOperation, what the
+	// execution used; on EventReplayed, what the replay did not spend again.
+	Usage Usage
 }

@@ -205,7 +205,7 @@ func (g *Guard) Do(ctx context.Context, call Call, op Operation) (Result, error)
 			g.emit(Event{Kind: EventMismatch, Scope: p.scope})
 			return Result{}, ErrFingerprintMismatch
 		}
-		g.emit(Event{Kind: EventReplayed, Scope: p.scope, FromMemory: true})
+		g.emit(Event{Kind: EventReplayed, Tenant: p.tenant, Scope: p.scope, FromMemory: true, Usage: res.Usage})
 		return res, nil
 	}
 	return g.readFirstOrExecute(ctx, p, op)

@@ -144,7 +144,7 @@ func (g *Guard) readFirstOrExecute(ctx context.Context, p prepared, op Operation
 			if err != nil {
 				return Result{}, err
 			}
-			g.emit(Event{Kind: EventReplayed, Scope: p.scope})
+			g.emit(Event{Kind: EventReplayed, Tenant: p.tenant, Scope: p.scope, Usage: res.Usage})
 			return res, nil
 		case err != nil && !errors.Is(err, ErrNotFound):
 			// Fail closed, as the claim would: the store does not answer.

@@ -60,6 +60,9 @@ type Result struct {
 	// DroppedFields names the fields removed from the operation's value
 	// before it was stored (names only, never values), at most 64.
 	DroppedFields []string
+	// Usage is what the execution that made the answer spent
+	// (Response.Usage); a replay did not spend it again.
+	Usage Usage
 	// Accepted is true when Start won the claim and the operation now runs
 	// in the background (Status is StatusInProgress).
 	Accepted bool

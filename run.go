@@ -94,7 +94,8 @@ func (g *Guard) runOwned(ctx context.Context, p prepared, op Operation, o owned)
 	elapsed := g.now().Sub(start)
 
 	out := g.outcomeOf(p, o, runCtx, value, opErr)
-	g.emit(Event{Kind: EventOperation, Scope: p.scope, Duration: elapsed, StopReason: out.env.StopReason, Failed: out.status == RowFailed})
+	g.emit(Event{Kind: EventOperation, Tenant: p.tenant, Scope: p.scope, Duration: elapsed, StopReason: out.env.StopReason,
+		Failed: out.status == RowFailed, Usage: out.usage})
 	res, stored := g.encodeOutcome(p, o, &out)
 	if hb.takenOver() {
 		// Another caller owns the row now; writing would overwrite its state.
@@ -114,6 +115,7 @@ type outcome struct {
 	document []byte // the kept document (Call.Keep); nil for an envelope
 	header   http.Header
 	dropped  []string
+	usage    Usage
 	code     int
 	status   RowStatus
 	// opErr is the operation's own error (Result.Err); invalid is a
@@ -129,6 +131,7 @@ func (g *Guard) outcomeOf(p prepared, o owned, runCtx context.Context, value any
 	switch {
 	case opErr == nil:
 		report := func(name string) { out.dropped = append(out.dropped, name) }
+		out.usage = usageOf(value)
 		var err error
 		if p.keep != nil {
 			out.document, out.code, out.header, err = toDocument(value, p.keep, g.policy.MaxBytes, report)
@@ -187,11 +190,11 @@ func (g *Guard) encodeOutcome(p prepared, o owned, out *outcome) (Result, []byte
 	}
 	res := Result{Status: StatusSucceeded, Envelope: out.env, Body: body, StatusCode: out.code,
 		StopReason: cmp.Or(out.env.StopReason, sanitize.Completed), Attempt: o.attempt, FirstSeen: o.firstSeen,
-		KeyHash: p.keyHash, Err: out.opErr, Header: out.header, DroppedFields: out.dropped}
+		KeyHash: p.keyHash, Err: out.opErr, Header: out.header, DroppedFields: out.dropped, Usage: out.usage}
 	if out.status == RowFailed {
 		res.Status = StatusFailed
 	}
-	stored, err := encodeStored(body, out.document != nil, out.header, out.dropped)
+	stored, err := encodeStored(body, out.document != nil, out.header, out.dropped, out.usage)
 	if err != nil { // a header or name that does not encode: keep the answer itself
 		g.log.Error("guard: encoding the stored answer failed; stored without its headers", g.attrs(p, slog.Any("err", err))...)
 		stored, res.Header, res.DroppedFields = body, nil, nil
@@ -233,6 +236,19 @@ func unwrap(v any) (int, any, http.Header, error) {
 		header = nil
 	}
 	return code, v, header, nil
+}
+
+// usageOf is the Usage of a Response value.
+func usageOf(v any) Usage {
+	switch r := v.(type) {
+	case Response:
+		return r.Usage
+	case *Response:
+		if r != nil {
+			return r.Usage
+		}
+	}
+	return Usage{}
 }
 
 // toEnvelope sanitizes an operation's value, calling dropped with the name

@@ -127,12 +127,13 @@ func (s *server) run(ctx context.Context) int {
 	defer s.closeStore()
 
 	m := metrics.New()
+	cost := scopeCost(cfg.Scopes)
 	// On MySQL, replay counts also go to idempotency_stats for `idemguard
 	// stats` (the replay path itself stays read-only: see internal/stats).
 	var rec *stats.Recorder
 	if s.db != nil {
 		var err error
-		if rec, err = stats.NewRecorder(s.db, stats.RecorderOptions{Logger: log}); err != nil {
+		if rec, err = stats.NewRecorder(s.db, stats.RecorderOptions{Logger: log, Cost: cost}); err != nil {
 			log.Error("serve: cannot start the stats recorder", "err", err)
 			return exitError
 		}
@@ -146,7 +147,7 @@ func (s *server) run(ctx context.Context) int {
 	}
 	observe := func(ev idemguard.Event) {
 		m.Observe(ev)
-		creditAvoided(m, ev)
+		creditAvoided(m, cost, ev)
 		if rec != nil {
 			rec.Observe(ev)
 		}

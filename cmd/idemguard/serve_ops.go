@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/idemguard/idemguard"
+	"github.com/idemguard/idemguard/internal/config"
 	"github.com/idemguard/idemguard/internal/metrics"
 	"github.com/idemguard/idemguard/internal/opsui"
 	"github.com/idemguard/idemguard/routers"
@@ -27,13 +28,22 @@ func (s *server) probeStore(m *metrics.Metrics, guard *idemguard.Guard) (stop fu
 	return func() { cancel(); <-done }
 }
 
-// creditAvoided counts a replay as a call the guard avoided. The rows do not carry token usage
-// or prices yet, so the tokens and the cost are credited as 0 until they do; the call count is
-// already right.
-func creditAvoided(m *metrics.Metrics, e idemguard.Event) {
+// creditAvoided counts a replay (from the store, the replay cache, or after a wait) as a call the
+// guard avoided, with the tokens the stored answer's execution used and, where the scope names
+// prices, their cost.
+func creditAvoided(m *metrics.Metrics, cost func(string, idemguard.Usage) float64, e idemguard.Event) {
 	if e.Kind == idemguard.EventReplayed {
-		m.AvoidedCall(e.Scope, 0, 0, 0)
+		m.AvoidedCall(e.Scope, e.Usage.PromptTokens, e.Usage.CompletionTokens, cost(e.Scope, e.Usage))
 	}
+}
+
+// scopeCost prices a scope's usage with the prices its configuration names (0 without).
+func scopeCost(scopes []config.Scope) func(string, idemguard.Usage) float64 {
+	prices := make(map[string]config.Prices, len(scopes))
+	for _, s := range scopes {
+		prices[s.Name] = s.Prices
+	}
+	return func(scope string, u idemguard.Usage) float64 { return prices[scope].Cost(u) }
 }
 
 // opsOptions sets the operator page and the source of its figures (GET /v1/stats): the database

@@ -92,22 +92,24 @@ func (d *spanFlag) Set(s string) error {
 
 // statsJSON is the object `idemguard stats --json` prints. Rates are null when there is no data.
 type statsJSON struct {
-	Since             string         `json:"since"`
-	SinceSeconds      int64          `json:"since_seconds"`
-	Now               time.Time      `json:"now"`
-	WindowStart       time.Time      `json:"window_start"`
-	BucketsFrom       time.Time      `json:"buckets_from"`
-	TotalKeys         int64          `json:"total_keys"`
-	Executions        int64          `json:"executions"`
-	FailedKeys        int64          `json:"failed_keys"`
-	AverageTTLSeconds *float64       `json:"average_ttl_seconds"`
-	CacheHitRate      *float64       `json:"cache_hit_rate"`
-	TakeoverRate      *float64       `json:"stale_takeover_rate"`
-	FailureRate       *float64       `json:"failure_rate"`
-	Counts            stats.Counts   `json:"counts"`
-	Thresholds        thresholdsJSON `json:"thresholds"`
-	Breaches          []stats.Breach `json:"breaches"`
-	OK                bool           `json:"ok"`
+	Since             string       `json:"since"`
+	SinceSeconds      int64        `json:"since_seconds"`
+	Now               time.Time    `json:"now"`
+	WindowStart       time.Time    `json:"window_start"`
+	BucketsFrom       time.Time    `json:"buckets_from"`
+	TotalKeys         int64        `json:"total_keys"`
+	Executions        int64        `json:"executions"`
+	FailedKeys        int64        `json:"failed_keys"`
+	AverageTTLSeconds *float64     `json:"average_ttl_seconds"`
+	CacheHitRate      *float64     `json:"cache_hit_rate"`
+	TakeoverRate      *float64     `json:"stale_takeover_rate"`
+	FailureRate       *float64     `json:"failure_rate"`
+	Counts            stats.Counts `json:"counts"`
+	// Savings: per tenant and scope, the executions run and the calls, tokens and cost replays avoided.
+	Savings    []stats.TenantSavings `json:"savings"`
+	Thresholds thresholdsJSON        `json:"thresholds"`
+	Breaches   []stats.Breach        `json:"breaches"`
+	OK         bool                  `json:"ok"`
 }
 
 type thresholdsJSON struct {
@@ -200,6 +202,7 @@ func writeStatsJSON(w io.Writer, r stats.Report, th stats.Thresholds, breaches [
 		TakeoverRate:      optional(r.TakeoverRate()),
 		FailureRate:       optional(r.FailureRate()),
 		Counts:            r.Counts,
+		Savings:           r.Savings,
 		Thresholds:        thresholdsJSON{MaxTakeoverRate: th.MaxTakeoverRate, MinHitRate: th.MinHitRate, MaxFailureRate: th.MaxFailureRate},
 		Breaches:          breaches,
 		OK:                len(breaches) == 0,
@@ -261,4 +264,15 @@ func writeStatsTable(w io.Writer, r stats.Report, th stats.Thresholds, breaches 
 		"replays %d, in_progress %d, retry_limits %d, mismatches %d, failures %d, lost_claims %d, store_errors %d\n",
 		r.BucketsFrom.Format(stamp), c.Requests, c.Claims, c.Retries, c.Takeovers, c.Replays, c.InProgress,
 		c.RetryLimits, c.Mismatches, c.Failures, c.LostClaims, c.StoreErrors)
+	if len(r.Savings) == 0 {
+		return
+	}
+	fmt.Fprintf(w, "\nwhat replays saved since %s, per tenant and scope (cost in the currency of the scope's prices):\n", r.BucketsFrom.Format(stamp))
+	tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "TENANT\tSCOPE\tEXECUTIONS\tAVOIDED CALLS\tAVOIDED PROMPT TOKENS\tAVOIDED COMPLETION TOKENS\tAVOIDED COST")
+	for _, s := range r.Savings {
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%d\t%d\t%s\n", s.Tenant, s.Scope, s.Executions, s.AvoidedCalls,
+			s.AvoidedPromptTokens, s.AvoidedCompletionTokens, strconv.FormatFloat(float64(s.AvoidedCostNanos)/1e9, 'f', -1, 64))
+	}
+	_ = tw.Flush()
 }

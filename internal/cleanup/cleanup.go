@@ -181,8 +181,8 @@ type Summary struct {
 	// Batches is the number of committed DELETE statements on idempotency_keys that removed at
 	// least one row.
 	Batches int
-	// StatsDeleted is the number of idempotency_stats buckets removed (past StatsRetention). In a
-	// dry run, the number a run would remove now.
+	// StatsDeleted is the number of idempotency_stats and idempotency_savings buckets removed
+	// (past StatsRetention). In a dry run, the number a run would remove now.
 	StatsDeleted int64
 	// Duration is the run's wall time.
 	Duration time.Duration
@@ -251,6 +251,10 @@ const (
 	// StatsCountSQL counts the buckets a run would delete (dry run). Parameter: StatsRetention in
 	// microseconds.
 	StatsCountSQL = `SELECT COUNT(*) FROM idempotency_stats WHERE ` + statsPredicate
+	// SavingsDeleteSQL and SavingsCountSQL are the same for idempotency_savings, whose hourly
+	// rows share the stats' retention.
+	SavingsDeleteSQL = `DELETE FROM idempotency_savings WHERE ` + statsPredicate + ` ORDER BY bucket_start LIMIT ?`
+	SavingsCountSQL  = `SELECT COUNT(*) FROM idempotency_savings WHERE ` + statsPredicate
 )
 
 // Run deletes expired rows from idempotency_keys in db, batch by batch (see the package
@@ -293,6 +297,11 @@ func Run(ctx context.Context, db *sqlx.DB, opts Options) (Summary, error) {
 			if err := db.GetContext(ctx, &sum.StatsDeleted, StatsCountSQL, statsMicros); err != nil {
 				return finish(StopError, fmt.Errorf("cleanup: count old stats buckets: %w", err))
 			}
+			var savings int64
+			if err := db.GetContext(ctx, &savings, SavingsCountSQL, statsMicros); err != nil {
+				return finish(StopError, fmt.Errorf("cleanup: count old savings buckets: %w", err))
+			}
+			sum.StatsDeleted += savings
 		}
 		return finish(StopDone, nil)
 	}
@@ -312,8 +321,11 @@ func Run(ctx context.Context, db *sqlx.DB, opts Options) (Summary, error) {
 		batches: &sum.Batches, report: true}}
 	if pruneStats {
 		var statsBatches int
+		var savingsBatches int
 		phases = append(phases, phase{what: "old stats buckets", label: "stats ", query: StatsDeleteSQL, param: statsMicros,
-			deleted: &sum.StatsDeleted, batches: &statsBatches})
+			deleted: &sum.StatsDeleted, batches: &statsBatches},
+			phase{what: "old savings buckets", label: "savings ", query: SavingsDeleteSQL, param: statsMicros,
+				deleted: &sum.StatsDeleted, batches: &savingsBatches})
 	}
 	for _, ph := range phases {
 		if reason, err := drain(ctx, conn, o, start, ph); reason != StopDone || err != nil {

@@ -216,6 +216,21 @@ type Scope struct {
 	// Auth lists the credentials the scope accepts: api_key, jwt or both.
 	// Defaults to auth.DefaultMethods (api_key).
 	Auth []auth.Method
+	// Prices are what the scope's model charges, per million tokens; with
+	// them the money a replay saved is counted too (zero: tokens only).
+	Prices Prices
+}
+
+// Prices are a model's prices per million tokens, in the currency the
+// operator reads them in (idemguard names none).
+type Prices struct {
+	PromptPerMillion     float64 `yaml:"prompt_per_million"`
+	CompletionPerMillion float64 `yaml:"completion_per_million"`
+}
+
+// Cost is what usage costs at these prices.
+func (p Prices) Cost(u idemguard.Usage) float64 {
+	return float64(u.PromptTokens)*p.PromptPerMillion/1e6 + float64(u.CompletionTokens)*p.CompletionPerMillion/1e6
 }
 
 // raw* mirror the YAML file. Durations are strings so that a bad one is
@@ -288,6 +303,7 @@ type rawScope struct {
 	Delay       string   `yaml:"delay"`
 	URL         string   `yaml:"url"`
 	Auth        []string `yaml:"auth"`
+	Prices      Prices   `yaml:"prices"`
 }
 
 // problems collects configuration errors, each naming its setting.
@@ -407,6 +423,10 @@ func Load(path string, getenv func(string) string) (*Config, error) {
 			Delay:       p.duration(at+".delay", s.Delay, 0),
 			URL:         s.URL,
 			Auth:        p.methods(at+".auth", s.Auth),
+			Prices:      s.Prices,
+		}
+		if s.Prices.PromptPerMillion < 0 || s.Prices.CompletionPerMillion < 0 {
+			p.add(at+".prices", "prices per million tokens must not be negative")
 		}
 		if sc.Operation == OpDemo && sc.Delay == 0 {
 			sc.Delay = DefaultDemoDelay

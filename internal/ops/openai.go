@@ -121,14 +121,15 @@ func OpenAIChat(cfg OpenAIConfig) Func {
 			text = *c
 		}
 		// An Envelope, which sanitize converts directly (no JSON round
-		// trip) before sanitizing it like any other result.
-		return sanitize.Envelope{OK: true, StopReason: sanitize.Completed, Data: map[string]any{
+		// trip) before sanitizing it like any other result; the usage goes
+		// with it, so every replay reports the tokens it did not spend.
+		return idemguard.Response{Value: sanitize.Envelope{OK: true, StopReason: sanitize.Completed, Data: map[string]any{
 			"text":              text,
 			"finish_reason":     out.Choices[0].FinishReason,
 			"prompt_tokens":     json.Number(strconv.FormatInt(out.Usage.PromptTokens, 10)),
 			"completion_tokens": json.Number(strconv.FormatInt(out.Usage.CompletionTokens, 10)),
 			"total_tokens":      json.Number(strconv.FormatInt(out.Usage.TotalTokens, 10)),
-		}}, nil
+		}}, Usage: idemguard.Usage{PromptTokens: out.Usage.PromptTokens, CompletionTokens: out.Usage.CompletionTokens}}, nil
 	}
 }
 

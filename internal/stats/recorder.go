@@ -31,6 +31,7 @@ package stats
 import (
 	"cmp"
 	"context"
+	"database/sql"
 	"fmt"
 	"log/slog"
 	"strings"
@@ -119,6 +120,8 @@ type RecorderOptions struct {
 	MaxScopes int
 	// Logger receives flush failures (once per outage) and recoveries. Defaults to slog.Default().
 	Logger *slog.Logger
+	// Cost prices a replay's avoided usage for its scope (nil, or 0: tokens only).
+	Cost func(scope string, u idemguard.Usage) float64
 }
 
 func (o RecorderOptions) withDefaults() RecorderOptions {
@@ -164,12 +167,14 @@ func (o RecorderOptions) validate() error {
 //
 // A Recorder is safe for concurrent use. Observe never blocks and does no I/O.
 type Recorder struct {
-	sink      sink
-	opts      RecorderOptions
-	scopes    sync.Map // scope → *counters
-	numScopes atomic.Int64
-	flushMu   sync.Mutex  // one flush at a time; Observe never takes it
-	failing   atomic.Bool // a flush failed and none has succeeded since (logs once per outage)
+	sink       sink
+	opts       RecorderOptions
+	scopes     sync.Map // scope → *counters
+	numScopes  atomic.Int64
+	savings    sync.Map // SavingsKey → *savingsCounters
+	numSavings atomic.Int64
+	flushMu    sync.Mutex  // one flush at a time; Observe never takes it
+	failing    atomic.Bool // a flush failed and none has succeeded since (logs once per outage)
 }
 
 type counters [numCounters]atomic.Int64
@@ -177,7 +182,7 @@ type counters [numCounters]atomic.Int64
 // sink writes one flush: per scope, the counts to add to the current hour's bucket. It either
 // applies all of them or returns an error having applied none.
 type sink interface {
-	add(ctx context.Context, deltas map[string]Counts) error
+	add(ctx context.Context, deltas map[string]Counts, savings map[SavingsKey]Savings) error
 }
 
 // NewRecorder returns a Recorder that flushes into the idempotency_stats table of db (migration
@@ -199,6 +204,9 @@ func newRecorder(s sink, opts RecorderOptions) (*Recorder, error) {
 // Observe counts one engine event. It is meant to be idemguard.Config.Observe: a map lookup and one
 // or two atomic adds, no lock on the hot path, no I/O.
 func (r *Recorder) Observe(e idemguard.Event) {
+	if e.Kind == idemguard.EventReplayed || e.Kind == idemguard.EventOperation {
+		r.observeSavings(e)
+	}
 	var idx int
 	request := true
 	switch e.Kind {
@@ -292,13 +300,15 @@ func (r *Recorder) Flush(ctx context.Context) error {
 		}
 		return true
 	})
-	if len(deltas) == 0 {
+	savings, savingsTaken := r.takeSavings()
+	if len(deltas) == 0 && len(savings) == 0 {
 		return nil
 	}
 
 	ctx, cancel := context.WithTimeout(ctx, r.opts.FlushTimeout)
 	defer cancel()
-	if err := r.sink.add(ctx, deltas); err != nil {
+	if err := r.sink.add(ctx, deltas, savings); err != nil {
+		giveBack(savings, savingsTaken)
 		for scope, c := range deltas {
 			p := c.ptrs()
 			for i := range taken[scope] {
@@ -342,7 +352,7 @@ const hourNow = `DATE_FORMAT(UTC_TIMESTAMP(6), '%Y-%m-%d %H:00:00')`
 // add writes the deltas in chunks of flushChunk rows, in one transaction, so that a failure
 // leaves nothing applied and the caller can keep all of its counts. VALUES(col) in ON DUPLICATE
 // KEY UPDATE works on MySQL 8 (deprecated, with a warning) and MariaDB alike.
-func (s sqlSink) add(ctx context.Context, deltas map[string]Counts) error {
+func (s sqlSink) add(ctx context.Context, deltas map[string]Counts, savings map[SavingsKey]Savings) error {
 	scopes := make([]string, 0, len(deltas))
 	for scope := range deltas {
 		scopes = append(scopes, scope)
@@ -357,6 +367,11 @@ func (s sqlSink) add(ctx context.Context, deltas map[string]Counts) error {
 		q, args := upsert(chunk, deltas)
 		if _, err := tx.ExecContext(ctx, q, args...); err != nil {
 			return fmt.Errorf("stats: flush %d scopes: %w", len(deltas), err)
+		}
+	}
+	if len(savings) > 0 {
+		if err := addSavings(ctx, tx, savings); err != nil {
+			return err
 		}
 	}
 	if err := tx.Commit(); err != nil {
@@ -389,4 +404,9 @@ func upsert(scopes []string, deltas map[string]Counts) (string, []any) {
 	}
 	b.WriteString("updated_at = VALUES(updated_at)")
 	return b.String(), args
+}
+
+// execer is what a flush writes through (a transaction).
+type execer interface {
+	ExecContext(ctx context.Context, query string, args ...any) (sql.Result, error)
 }

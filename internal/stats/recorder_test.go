@@ -29,7 +29,7 @@ type fakeSink struct {
 	flushes int
 }
 
-func (f *fakeSink) add(_ context.Context, deltas map[string]Counts) error {
+func (f *fakeSink) add(_ context.Context, deltas map[string]Counts, _ map[SavingsKey]Savings) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if f.err != nil {

@@ -57,6 +57,16 @@ type Report struct {
 	// Counts sums idempotency_stats over the buckets from BucketsFrom: requests, replays and the
 	// other protocol counters, from every server that flushed.
 	Counts Counts
+	// Savings sums idempotency_savings over the same buckets, per tenant and scope (sorted):
+	// the executions run, and the calls, tokens and cost replays avoided.
+	Savings []TenantSavings
+}
+
+// TenantSavings is one tenant's scope in [Report.Savings].
+type TenantSavings struct {
+	Tenant string `json:"tenant" db:"tenant"`
+	Scope  string `json:"scope" db:"scope"`
+	Savings
 }
 
 // rate returns num/den, and false when den is zero ("no data").
@@ -216,5 +226,18 @@ func Collect(ctx context.Context, db *sqlx.DB, since time.Duration) (Report, err
 		}
 		return Report{}, fmt.Errorf("stats: read idempotency_stats: %w", err)
 	}
+	if err := db.SelectContext(ctx, &r.Savings, savingsSQL, r.BucketsFrom); err != nil {
+		return Report{}, fmt.Errorf("stats: read idempotency_savings: %w", err)
+	}
 	return r, nil
 }
+
+// savingsSQL sums idempotency_savings per tenant and scope from a bucket on (its primary key's
+// range).
+var savingsSQL = func() string {
+	q := "SELECT tenant, scope"
+	for _, col := range savingsColumns {
+		q += ", CAST(SUM(" + col + ") AS SIGNED) AS " + col
+	}
+	return q + " FROM idempotency_savings WHERE bucket_start >= ? GROUP BY tenant, scope ORDER BY tenant, scope"
+}()

@@ -267,9 +267,15 @@ export interface components {
         /** @enum {string} */
         StopReason: "completed" | "in_progress" | "needs_human" | "invalid_input" | "provider_error" | "rate_limited" | "timeout" | "retry_limit" | "abandoned" | "canceled" | "unknown";
         /**
-         * @description The sanitized answer of an operation: the only shape ever stored and
-         *     replayed. Field order is fixed; `prompt`, `model`, `provider`,
-         *     `error`, `debug` and the like are never stored.
+         * @description The sanitized answer of an operation: the only shape the REST API
+         *     stores and replays. Field order is fixed; `prompt`, `model`,
+         *     `provider`, `error`, `debug` and the like are never stored. `data`
+         *     holds customer-safe primitives (and arrays of them) only: a nested
+         *     object is dropped and named in the key record's `droppedFields`. An
+         *     operation that needs a structured result returns it as a JSON string
+         *     value in `data` (as `openai_chat` does for a JSON-mode answer); a team
+         *     guarding its own routes with the Go middleware keeps its own JSON with
+         *     an allowlist instead.
          */
         Envelope: {
             ok: boolean;
