@@ -188,8 +188,8 @@ func (h *handlers) keyOfRef(c *gin.Context, tenant tenancy.ID, scope string) (re
 		c.Set(keyHashKey, shortHash(hash))
 		return ref, hash, true
 	}
-	hash, err := h.guard.KeyHash(tenant, scope, ref)
-	if err != nil || keys.ValidateClientKey(ref) != nil {
+	hash, err := h.guard.KeyHash(tenant, scope, ref) // validates the client key
+	if err != nil {
 		h.fail(c, reject(errInvalidRef, "a key reference is an Idempotency-Key (1 to %d characters of [A-Za-z0-9_.:-]) or ~ followed by a key hash", keys.MaxClientKeyLen))
 		return "", "", false
 	}
