@@ -44,9 +44,6 @@ func (h *handlers) runOperation(c *gin.Context) {
 		h.fail(c, err)
 		return
 	}
-	if !h.validateInputs(c, scope, req.body) {
-		return
-	}
 
 	run, body := scope.Run, req.body
 	res, err := h.guard.Do(c.Request.Context(), idemguard.Call{
@@ -58,9 +55,11 @@ func (h *handlers) runOperation(c *gin.Context) {
 		Wait:      req.wait,
 		Timeout:   scope.Timeout,
 		Detach:    true,
+		Check:     inputCheck(scope, body),
 	}, func(ctx context.Context) (any, error) { return run(ctx, body) })
 	if err != nil {
-		if req.clientKey != "" {
+		var ie *idemguard.InputError
+		if req.clientKey != "" && !errors.As(err, &ie) { // inputs refused before the claim name no key
 			h.setRef(c, scope.Name, req.clientKey)
 		}
 		h.fail(c, err)
