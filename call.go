@@ -117,6 +117,14 @@ type Call struct {
 	// options). The blocked keys are removed at any depth either way. The
 	// first caller gets exactly the bytes every replay gets.
 	Keep *sanitize.Allowlist
+	// Check, when set, is called once before the call writes a claim (a
+	// fresh key, a retry, a takeover); its error is returned as it is, and
+	// nothing is written or run. A replay answered from the replay cache or
+	// by the read before the claim (which the guard does for scopes whose
+	// calls are mostly replays) does not call it, so a check that costs
+	// something, such as decoding a body against its schema, is mostly paid
+	// by calls that run.
+	Check func() error
 }
 
 // Operation is the guarded work. Its value must be a JSON object (a struct,

@@ -50,6 +50,7 @@ type claimLoop struct {
 	lastErr error // the last claim write's error, for the caller if the races never end
 
 	needClaim bool // the row was absent at the last read: INSERT first
+	checked   bool // Call.Check ran (and passed)
 	races     int  // lost races (and absent reads) in a row
 	nonce     string
 	readAt    time.Time // local time before this round's read, for the replay cache
@@ -125,6 +126,9 @@ func (l *claimLoop) mayGoOn() error {
 // insert tries the claim INSERT. A duplicate, or a write whose outcome is
 // unknown (kept among the unconfirmed claims), sends the call to the read.
 func (l *claimLoop) insert() (Result, error) {
+	if err := l.check(); err != nil {
+		return Result{}, err
+	}
 	sent := time.Now()
 	id, err := l.g.claim(l.ctx, l.p, l.nonce)
 	switch {
@@ -299,6 +303,9 @@ func (l *claimLoop) running(rec Record) (Result, error) {
 // operation as attempt (firstSeen zero: now); lost or unknown, it reads the
 // row again (an unknown outcome joins the unconfirmed claims).
 func (l *claimLoop) reclaim(rp ReclaimParams, prev *Record, kind EventKind, attempt int, firstSeen time.Time) (Result, error) {
+	if err := l.check(); err != nil {
+		return Result{}, err
+	}
 	won, u := l.g.tryReclaim(l.ctx, l.p, rp, prev, kind)
 	if won == nil {
 		if u != nil {
@@ -317,6 +324,18 @@ func (l *claimLoop) reclaim(rp ReclaimParams, prev *Record, kind EventKind, atte
 			slog.Duration("silent_for", prev.Now.Sub(prev.lastSign())))...)
 	}
 	return l.own(*won, kind)
+}
+
+// check runs Call.Check before the call's first claim write.
+func (l *claimLoop) check() error {
+	if l.checked || l.p.check == nil {
+		return nil
+	}
+	if err := l.p.check(); err != nil {
+		return err
+	}
+	l.checked = true
+	return nil
 }
 
 // own runs the operation under the claim o.

@@ -39,8 +39,11 @@ a result that is not a JSON object; see the Err variables.
 An operation's value is sanitized into the envelope of package sanitize
 (ok, stopReason, createdActionRequestIds, traceId, needsHuman, data with
 primitive values); everything else is dropped, and each dropped field is
-logged by name, never by value, and counted. Inputs and keys are stored only
-as HMACs under Config.Secret.
+logged by name, never by value, and counted. With Call.Keep the operation's own
+JSON is kept instead, reduced to the fields a sanitize.Allowlist names (the
+routers middleware uses it on a team's own routes); the blocked keys go at any
+depth either way, and Result.DroppedFields names what went. Inputs and keys are
+stored only as HMACs under Config.Secret.
 
 Package mysql (github.com/idemguard/idemguard/mysql) is the MySQL store;
 this package links no database driver, so tests and single-process tools can

@@ -133,6 +133,7 @@ type prepared struct {
 	fingerprint string
 	hasKey      bool
 	keep        *sanitize.Allowlist
+	check       func() error
 	settings    Settings
 	wait        time.Duration
 	timeout     time.Duration
@@ -169,6 +170,7 @@ func (g *Guard) prepare(c Call) (prepared, error) {
 		fingerprint: g.deriver.Fingerprint(canonical),
 		hasKey:      c.ClientKey != "",
 		keep:        c.Keep,
+		check:       c.Check,
 		settings:    c.Settings.withDefaults(g.cfg.Defaults),
 		wait:        min(c.Wait, g.cfg.MaxWait),
 		timeout:     c.Timeout,
@@ -185,7 +187,8 @@ func (g *Guard) prepare(c Call) (prepared, error) {
 // client key with other inputs (ErrFingerprintMismatch), store failure
 // (*StoreError, ErrStoreUnavailable: op did not start) and a result that is
 // not a JSON object (ErrInvalidResult, returned with the Result of the stored
-// failure). An operation's failure is a Result with Status StatusFailed.
+// failure), and Call.Check's own error. An operation's failure is a Result
+// with Status StatusFailed.
 func (g *Guard) Do(ctx context.Context, call Call, op Operation) (Result, error) {
 	if op == nil {
 		return Result{}, fmt.Errorf("%w: operation is nil", ErrInvalidInput)

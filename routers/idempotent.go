@@ -32,7 +32,7 @@ type MiddlewareOptions struct {
 	// Guard runs the handlers. Required.
 	Guard *idemguard.Guard
 	// Tenant returns the tenant of a request. Defaults to the tenant put in
-	// the request context by tenancy's Authenticator (tenancy.FromContext).
+	// the request context by routers/auth's Authenticator (tenancy.FromContext).
 	// An error, or no tenant, answers 401.
 	Tenant func(r *http.Request) (tenancy.ID, error)
 	// Scope names the guarded operation. Defaults to the route: METHOD:path

@@ -9,8 +9,6 @@ import (
 	"fmt"
 	"net/http"
 
-	"github.com/gin-gonic/gin"
-
 	"github.com/idemguard/idemguard"
 	"github.com/idemguard/idemguard/sanitize"
 )
@@ -19,23 +17,25 @@ import (
 // thousand bad messages need not be answered a thousand times.
 const maxListedFieldErrors = 20
 
-// validateInputs runs the scope's Validate on the body. It returns false
-// when the inputs fail it, having answered the 400.
-func (h *handlers) validateInputs(c *gin.Context, s *Scope, body json.RawMessage) bool {
+// inputCheck is the scope's Validate on the body as a Call.Check: the guard
+// runs it only before it would claim the key (a replay does not pay for
+// it), and its *idemguard.InputError is answered 400. nil without Validate.
+func inputCheck(s *Scope, body json.RawMessage) func() error {
 	if s.Validate == nil {
-		return true
+		return nil
 	}
-	err := s.Validate(body)
-	if err == nil {
-		return true
+	return func() error {
+		err := s.Validate(body)
+		if err == nil {
+			return nil
+		}
+		var ie *idemguard.InputError
+		if !errors.As(err, &ie) || len(ie.Fields) == 0 {
+			// The validator's own text may quote the body: not shown.
+			ie = &idemguard.InputError{Fields: []idemguard.FieldError{{Detail: "does not fit the operation's schema"}}}
+		}
+		return ie
 	}
-	var ie *idemguard.InputError
-	if !errors.As(err, &ie) || len(ie.Fields) == 0 {
-		// The validator's own text may quote the body: not shown.
-		ie = &idemguard.InputError{Fields: []idemguard.FieldError{{Detail: "does not fit the operation's schema"}}}
-	}
-	h.fail(c, ie)
-	return false
 }
 
 // inputProblem is the 400 of an *idemguard.InputError: its detail names

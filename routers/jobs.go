@@ -69,9 +69,11 @@ func (h *handlers) runAsync(c *gin.Context, tenant tenancy.ID, scope *Scope, req
 		Inputs:    body,
 		Settings:  scope.Settings,
 		Timeout:   scope.Timeout,
+		Check:     inputCheck(scope, body),
 	}, func(ctx context.Context) (any, error) { return run(ctx, body) })
 	if err != nil {
-		if clientKey != "" {
+		var ie *idemguard.InputError
+		if clientKey != "" && !errors.As(err, &ie) { // inputs refused before the claim name no key
 			h.setRef(c, scope.Name, clientKey)
 		}
 		h.fail(c, err)

@@ -200,3 +200,16 @@ func TestEventStreamOutlivesReadTimeout(t *testing.T) {
 	}
 	require.Equal(t, "succeeded", last.kind)
 }
+
+// Prefer: respond-async checks the inputs like any request: one that fails
+// the operation's schema is a 400 before any claim, with no key reference.
+// Without Check in runAsync's Call the job would be accepted (202).
+func TestRespondAsyncChecksTheInputsBeforeTheClaim(t *testing.T) {
+	t.Parallel()
+	b, calls := chatSetup(t, http.StatusOK)
+	w := b.post("chat", "bad-job", `{"prompt":"hi"}`, "Prefer", "respond-async")
+	require.Equal(t, http.StatusBadRequest, w.Code, w.Body.String())
+	require.Empty(t, w.Header().Get("Location"))
+	require.Zero(t, calls.Load())
+	require.Empty(t, b.store.Rows())
+}

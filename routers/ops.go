@@ -43,9 +43,6 @@ func (h *handlers) runOperation(c *gin.Context) {
 		h.fail(c, err)
 		return
 	}
-	if !h.validateInputs(c, scope, req.body) {
-		return
-	}
 	if prefersAsync(c.Request.Header) {
 		h.runAsync(c, tenant, scope, req)
 		return
@@ -61,9 +58,11 @@ func (h *handlers) runOperation(c *gin.Context) {
 		Wait:      req.wait,
 		Timeout:   scope.Timeout,
 		Detach:    true,
+		Check:     inputCheck(scope, body),
 	}, func(ctx context.Context) (any, error) { return run(ctx, body) })
 	if err != nil {
-		if req.clientKey != "" {
+		var ie *idemguard.InputError
+		if req.clientKey != "" && !errors.As(err, &ie) { // inputs refused before the claim name no key
 			h.setRef(c, scope.Name, req.clientKey)
 		}
 		h.fail(c, err)

@@ -31,7 +31,7 @@ import (
 
 // The HTTP floor is the least an HTTP service can do for the same outcomes
 // as `idemguard serve` on an openai_chat scope, on the same router stack
-// (gin in release mode, tenancy's bearer-key Authenticator): a fresh key is
+// (gin in release mode, routers/auth's bearer-key Authenticator): a fresh key is
 // the claim INSERT, the upstream call and the nonce-guarded UPDATE; a replay
 // is one SELECT by the unique key. No validation, no canonical JSON, no
 // HMAC (a SHA-256 names the row), no sanitizing, no request log. It runs as

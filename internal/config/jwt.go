@@ -81,7 +81,7 @@ func (c *Config) validateJWT() problems {
 func (c *Config) JWTConfig() auth.JWTConfig {
 	leeway := c.JWT.Leeway
 	if leeway == 0 {
-		leeway = -1 // configured as none: tenancy's 0 would mean its default
+		leeway = -1 // configured as none: auth's 0 would mean its default
 	}
 	return auth.JWTConfig{
 		JWKSURL:     c.JWT.JWKSURL,

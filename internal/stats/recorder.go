@@ -381,25 +381,35 @@ func (s sqlSink) add(ctx context.Context, deltas map[string]Counts, savings map[
 }
 
 func upsert(scopes []string, deltas map[string]Counts) (string, []any) {
-	var b strings.Builder
-	b.WriteString("INSERT INTO idempotency_stats (bucket_start, scope, ")
-	b.WriteString(strings.Join(columns[:], ", "))
-	b.WriteString(", updated_at) VALUES ")
-	row := "(" + hourNow + ", ?" + strings.Repeat(", ?", numCounters) + ", UTC_TIMESTAMP(6))"
-	args := make([]any, 0, len(scopes)*(numCounters+1))
+	rows := make([][]any, len(scopes))
 	for i, scope := range scopes {
+		c := deltas[scope]
+		rows[i] = []any{scope}
+		for _, p := range c.ptrs() {
+			rows[i] = append(rows[i], *p)
+		}
+	}
+	return addToHour("idempotency_stats", []string{"scope"}, columns[:], rows)
+}
+
+// addToHour is one INSERT adding rows to the current hour's buckets of table: each row holds
+// the values of keys, then of counters, and a row that exists already gets the counts added.
+func addToHour(table string, keys, counters []string, rows [][]any) (string, []any) {
+	var b strings.Builder
+	b.WriteString("INSERT INTO " + table + " (bucket_start, ")
+	b.WriteString(strings.Join(append(append([]string(nil), keys...), counters...), ", "))
+	b.WriteString(", updated_at) VALUES ")
+	row := "(" + hourNow + strings.Repeat(", ?", len(keys)+len(counters)) + ", UTC_TIMESTAMP(6))"
+	args := make([]any, 0, len(rows)*(len(keys)+len(counters)))
+	for i, r := range rows {
 		if i > 0 {
 			b.WriteString(", ")
 		}
 		b.WriteString(row)
-		c := deltas[scope]
-		args = append(args, scope)
-		for _, p := range c.ptrs() {
-			args = append(args, *p)
-		}
+		args = append(args, r...)
 	}
 	b.WriteString(" ON DUPLICATE KEY UPDATE ")
-	for _, col := range columns {
+	for _, col := range counters {
 		fmt.Fprintf(&b, "%s = %s + VALUES(%s), ", col, col, col)
 	}
 	b.WriteString("updated_at = VALUES(updated_at)")

@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"math"
-	"strings"
 	"sync/atomic"
 
 	"github.com/idemguard/idemguard"
@@ -127,29 +126,15 @@ func (r *Recorder) PendingSavings() map[SavingsKey]Savings {
 
 // upsertSavings is one INSERT adding keys' savings to the current hour's rows.
 func upsertSavings(keys []SavingsKey, deltas map[SavingsKey]Savings) (string, []any) {
-	var b strings.Builder
-	b.WriteString("INSERT INTO idempotency_savings (bucket_start, tenant, scope, ")
-	b.WriteString(strings.Join(savingsColumns[:], ", "))
-	b.WriteString(", updated_at) VALUES ")
-	row := "(" + hourNow + ", ?, ?" + strings.Repeat(", ?", numSavings) + ", UTC_TIMESTAMP(6))"
-	args := make([]any, 0, len(keys)*(numSavings+2))
+	rows := make([][]any, len(keys))
 	for i, k := range keys {
-		if i > 0 {
-			b.WriteString(", ")
-		}
-		b.WriteString(row)
 		s := deltas[k]
-		args = append(args, k.Tenant, k.Scope)
+		rows[i] = []any{k.Tenant, k.Scope}
 		for _, p := range s.ptrs() {
-			args = append(args, *p)
+			rows[i] = append(rows[i], *p)
 		}
 	}
-	b.WriteString(" ON DUPLICATE KEY UPDATE ")
-	for _, col := range savingsColumns {
-		fmt.Fprintf(&b, "%s = %s + VALUES(%s), ", col, col, col)
-	}
-	b.WriteString("updated_at = VALUES(updated_at)")
-	return b.String(), args
+	return addToHour("idempotency_savings", []string{"tenant", "scope"}, savingsColumns[:], rows)
 }
 
 // addSavings writes savings deltas inside the flush's transaction tx.

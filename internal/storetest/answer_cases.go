@@ -2,6 +2,7 @@ package storetest
 
 import (
 	"encoding/json"
+	"errors"
 	"net/http"
 	"testing"
 
@@ -82,4 +83,35 @@ func guardEnvelopeHeadersAreReplayed(t *testing.T, h *Harness) {
 	require.Equal(t, first.Header, again.Header)
 	require.Equal(t, http.StatusAccepted, again.StatusCode)
 	sameExceptCached(t, first.Body, again.Body)
+}
+
+// Call.Check runs once, before the call's claim write: a failing check
+// writes nothing and runs nothing (the key is not burnt), and a replay
+// answered by the read before the claim never pays for the check.
+func guardCheckRunsOnlyBeforeAClaim(t *testing.T, h *Harness) {
+	g, _ := newGuard(t, h, withoutCache(), func(c *idemguard.Config) { c.Test.ReadFirst = idemguard.ReadFirstAlways })
+	var c counter
+	checks := 0
+	refused := errors.New("inputs refused")
+	cl := call("check", 1)
+	cl.ClientKey = "k-check"
+	cl.Check = func() error { checks++; return refused }
+	_, err := g.Do(ctxFor(t), cl, c.op(okValue, nil))
+	require.ErrorIs(t, err, refused)
+	require.Equal(t, 0, c.n())
+	require.Empty(t, h.rowsIn(t, "acme", "check"), "a refused call writes no row")
+
+	cl.Check = func() error { checks++; return nil }
+	first, err := g.Do(ctxFor(t), cl, c.op(okValue, nil))
+	require.NoError(t, err)
+	require.False(t, first.Cached)
+	require.Equal(t, 1, first.Attempt, "the refused call burnt no attempt")
+	require.Equal(t, 2, checks)
+	for range 3 {
+		again, err := g.Do(ctxFor(t), cl, c.op(okValue, nil))
+		require.NoError(t, err)
+		require.True(t, again.Cached)
+	}
+	require.Equal(t, 2, checks, "replays never run the check")
+	require.Equal(t, 1, c.n())
 }

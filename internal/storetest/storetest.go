@@ -94,6 +94,7 @@ func cases(run func(name string, tc caseFunc)) {
 	run("Guard/KeptDocumentIsReplayedByteForByte", guardKeptDocumentIsReplayedByteForByte)
 	run("Guard/ErrorStatusIsNeverStoredAsOK", guardErrorStatusIsNeverStoredAsOK)
 	run("Guard/EnvelopeHeadersAreReplayed", guardEnvelopeHeadersAreReplayed)
+	run("Guard/CheckRunsOnlyBeforeAClaim", guardCheckRunsOnlyBeforeAClaim)
 	run("Guard/OversizeDataIsDroppedAndReplayedTheSame", guardOversizeDataIsDroppedAndReplayedTheSame)
 	run("Guard/DuplicateWhileRunningIsInProgressOrWaits", guardDuplicateWhileRunningIsInProgressOrWaits)
 	run("Guard/BoundedWaitGivesUpWithInProgress", guardBoundedWaitGivesUpWithInProgress)
