@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net/http"
 	"sync"
 
@@ -188,8 +189,9 @@ func (hb *heartbeat) renewOnce(ctx context.Context) (bool, error) {
 	if err != nil || !r.Renewed {
 		return false, err
 	}
-	if r.CancelRequested {
+	if r.CancelRequested && hb.cancelSeen.CompareAndSwap(false, true) {
 		hb.cancel(ErrCanceled)
+		hb.g.log.Info("guard: cancel requested; cancelling the operation", hb.g.attrs(p, slog.Int("attempt", hb.o.attempt))...)
 	}
 	if p.async {
 		hb.g.jobs.notify(keyOf(p), string(KeyEventAlive))

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 
 	"github.com/idemguard/idemguard/internal/keys"
 	"github.com/idemguard/idemguard/tenancy"
@@ -54,6 +55,8 @@ func (g *Guard) Cancel(ctx context.Context, tenant tenancy.ID, scope, keyHash st
 		ok, err := g.store.RequestCancel(sctx, CancelParams{ID: rec.ID, Nonce: rec.ClaimNonce})
 		cancel()
 		if err == nil && ok {
+			g.log.Info("guard: cancel requested", slog.String("tenant", string(tenant)), slog.String("scope", scope),
+				slog.String("key_hash", shortHash(keyHash)), slog.Int("attempt", rec.Attempts))
 			g.jobs.notify(keyOfHash(tenant, scope, keyHash), string(KeyEventCancelRequested))
 			return nil
 		}
