@@ -52,9 +52,10 @@ type heartbeat struct {
 	deadline time.Time   // local monotonic time the lease ends (margin included)
 	stopped  bool
 	lost     bool // a renewal changed no row: another owner holds the row
+	beating  sync.WaitGroup
+
 	// cancelSeen: a renewal found a cancel request (async.go).
 	cancelSeen atomic.Bool
-	beating    sync.WaitGroup
 }
 
 // startHeartbeat starts the lease timer and schedules the first renewal for
