@@ -155,12 +155,9 @@ func (g *Guard) outcomeOf(p prepared, o owned, runCtx context.Context, value any
 		out.status, out.opErr = RowFailed, opErr
 		reason := g.classify(p, runCtx, opErr)
 		out.env, out.code = sanitize.Failure(reason), http.StatusBadGateway
-		switch reason {
-		case sanitize.InvalidInput:
+		if reason == sanitize.InvalidInput {
 			// The upstream rejected the inputs themselves: final for them.
 			out.code = http.StatusUnprocessableEntity
-		case sanitize.Canceled:
-			out.code = http.StatusConflict
 		}
 		g.logOpError(p, o, opErr, reason)
 	}

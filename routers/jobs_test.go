@@ -213,3 +213,31 @@ func TestRespondAsyncChecksTheInputsBeforeTheClaim(t *testing.T) {
 	require.Zero(t, calls.Load())
 	require.Empty(t, b.store.Rows())
 }
+
+// Cancel works on a key whatever started it: a synchronous caller waiting
+// for its answer gets a 502 with stopReason canceled, a failure like any
+// retryable one (the client library then keeps its key and does not retry
+// on its own), and the same request runs it again.
+func TestCancelOfASynchronousCall(t *testing.T) {
+	t.Parallel()
+	b := setup(t, setupOpts{guard: func(c *idemguard.Config) { c.Test.HeartbeatEvery = 20 * time.Millisecond }})
+	answered := make(chan *httptest.ResponseRecorder, 1)
+	go func() { answered <- b.post("slow", "sync-1", `{"n":1}`) }()
+	<-b.started
+	cancel := b.do(req{method: http.MethodPost, path: "/v1/ops/slow/keys/sync-1/cancel", apiKey: acmeKey1})
+	require.Equal(t, http.StatusAccepted, cancel.Code, cancel.Body.String())
+	var w *httptest.ResponseRecorder
+	select {
+	case w = <-answered:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the canceled call did not answer")
+	}
+	require.Equal(t, http.StatusBadGateway, w.Code, w.Body.String())
+	p := problemOf(t, w)
+	require.Equal(t, "canceled", p["stopReason"])
+	require.Contains(t, p["detail"], "canceled on request")
+	b.releaseNow()
+	again := b.post("slow", "sync-1", `{"n":1}`)
+	require.Equal(t, http.StatusOK, again.Code, again.Body.String())
+	require.EqualValues(t, 2, b.calls["slow"].Load())
+}

@@ -186,6 +186,8 @@ func failureDetail(r sanitize.StopReason) string {
 		return "an earlier run of the operation was cut off, and this scope never runs an operation twice; use a new Idempotency-Key"
 	case sanitize.InvalidInput:
 		return "the operation's upstream rejected these inputs; it is not run again with them"
+	case sanitize.Canceled:
+		return "the operation was canceled on request" + retry
 	}
 	return "the operation failed" + retry
 }

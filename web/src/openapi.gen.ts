@@ -747,8 +747,9 @@ export interface operations {
             500: components["responses"]["Internal"];
             /**
              * @description The operation failed (type `operation-failed`); `stopReason` says
-             *     why: `provider_error`, `timeout`, `rate_limited` (retryable with
-             *     the same key), `retry_limit`, `abandoned` (final; replayed with
+             *     why: `provider_error`, `timeout`, `rate_limited`, `canceled` (a
+             *     cancel was requested; all retryable with the same key),
+             *     `retry_limit`, `abandoned` (final; replayed with
              *     `cached: true` and the replay headers), or `unknown`.
              */
             502: {
