@@ -258,9 +258,9 @@ func TestJobWatchedFromAnotherReplica(t *testing.T) {
 	}
 	require.Equal(t, finals[0], finals[1])
 
-	// A reconnect after the started event resumes after it; after the final one there is
-	// nothing more (204: an EventSource stops reconnecting).
-	_, resumed := watch(t, b, loc, first.id)
+	// A reconnect, to the other replica, after the started event seen on B resumes after it;
+	// after the final one there is nothing more (204: an EventSource stops reconnecting).
+	_, resumed := watch(t, a, loc, first.id)
 	evs := all(t, resumed)
 	require.NotEmpty(t, evs)
 	require.NotEqual(t, "started", evs[0].kind)
