@@ -41,6 +41,8 @@ type Guard struct {
 	readFirst hitRates
 	// observerPanics holds the event kinds whose Observe panic was logged.
 	observerPanics sync.Map
+	// previous are the derivers of Config.PreviousSecrets (secrets.go).
+	previous []previousSecret
 }
 
 // New validates cfg and returns a Guard.
@@ -49,6 +51,10 @@ func New(cfg Config) (*Guard, error) {
 		return nil, err
 	}
 	d, err := keys.New(cfg.Secret)
+	if err != nil {
+		return nil, err
+	}
+	previous, err := newPreviousSecrets(cfg.PreviousSecrets)
 	if err != nil {
 		return nil, err
 	}
@@ -73,6 +79,7 @@ func New(cfg Config) (*Guard, error) {
 		policy:   sanitize.Policy{MaxBytes: cmp.Or(cfg.MaxResponseBytes, sanitize.DefaultMaxBytes)},
 		lifetime: lifetime,
 		shutdown: shutdown,
+		previous: previous,
 	}, nil
 }
 
@@ -134,6 +141,11 @@ type prepared struct {
 	wait        time.Duration
 	timeout     time.Duration
 	detach      bool
+	// secretID names the secret of keyHash and fingerprint; versions is the
+	// request under every configured secret, the current one first, or nil
+	// without previous secrets (secrets.go).
+	secretID string
+	versions []keyVersion
 }
 
 func (g *Guard) prepare(c Call) (prepared, error) {
@@ -158,7 +170,7 @@ func (g *Guard) prepare(c Call) (prepared, error) {
 	if err != nil {
 		return prepared{}, fmt.Errorf("%w: %w", ErrInvalidInput, err)
 	}
-	return prepared{
+	p := prepared{
 		tenant:      string(c.Tenant),
 		scope:       c.Scope,
 		keyHash:     g.deriver.KeyHash(string(c.Tenant), c.Scope, c.ClientKey, canonical),
@@ -169,7 +181,10 @@ func (g *Guard) prepare(c Call) (prepared, error) {
 		wait:        min(c.Wait, g.cfg.MaxWait),
 		timeout:     c.Timeout,
 		detach:      c.Detach,
-	}, nil
+		secretID:    g.cfg.SecretID,
+	}
+	p.versions = g.versionsOf(p, c.ClientKey, canonical) // previous secrets: secrets.go
+	return p, nil
 }
 
 // Do runs op at most once for (call.Tenant, call.Scope, key) and answers

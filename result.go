@@ -94,4 +94,7 @@ type KeyInfo struct {
 	// DroppedFields names the fields removed from the stored answer (names
 	// only, never values), so the loss is visible to whoever looks.
 	DroppedFields []string
+	// SecretID names the secret the key's hash was made with ("" for the
+	// unnamed secret): the id, never the secret.
+	SecretID string
 }
