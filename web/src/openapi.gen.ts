@@ -322,6 +322,8 @@ export interface components {
             responseCode?: number;
             /** @description The names (never the values) of the fields removed from the answer before it was stored: blocked keys, fields outside the envelope or outside a route's allowlist. Absent when nothing was removed. */
             droppedFields?: string[];
+            /** @description The id of the secret the key's hash was made with (IDEMPOTENCY_SECRET_ID, or an id of IDEMPOTENCY_PREVIOUS_SECRETS during a rotation); the id, never the secret. Absent for the unnamed secret. */
+            secretId?: string;
         };
         Status: {
             /** @constant */
