@@ -257,6 +257,29 @@ func (l *claimLoop) backToCurrent() bool {
 	return true
 }
 
+// readFirstAny is the read before the claim when previous secrets are
+// configured: the request's rows under every configured secret, in one
+// read, and a replayable one with p on its secret, if there is one (else
+// ErrNotFound: the claim path decides, as after any read first).
+func (g *Guard) readFirstAny(ctx context.Context, p prepared) (prepared, Record, error) {
+	hashes := make([]string, len(p.versions))
+	for i, v := range p.versions {
+		hashes[i] = v.keyHash
+	}
+	sctx, cancel := g.storeCtx(ctx)
+	defer cancel()
+	rows, err := g.store.GetMany(sctx, p.tenant, p.scope, hashes)
+	if err != nil {
+		return p, Record{}, err
+	}
+	for _, r := range rows {
+		if v, ok := p.version(r.KeyHash); ok && replayable(r, p.on(v)) {
+			return p.on(v), r, nil
+		}
+	}
+	return p, Record{}, ErrNotFound
+}
+
 // lookupHashAny is Lookup's key hash when previous secrets are configured:
 // the hash of the key's row under any configured secret, found in one read;
 // a live row first, the current secret's before others. Without a row it is

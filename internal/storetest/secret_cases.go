@@ -49,11 +49,18 @@ func oldOnly() guardOpt {
 	return func(c *idemguard.Config) { c.Secret, c.SecretID = OldSecret, "old" }
 }
 
-// hookStore runs a hook before a Store's GetMany and counts the calls.
+// hookStore runs a hook before a Store's GetMany and counts the GetMany
+// and Claim calls.
 type hookStore struct {
 	idemguard.Store
 	beforeGetMany func()
 	getMany       atomic.Int32
+	claims        atomic.Int32
+}
+
+func (s *hookStore) Claim(ctx context.Context, p idemguard.ClaimParams) (uint64, error) {
+	s.claims.Add(1)
+	return s.Store.Claim(ctx, p)
 }
 
 func (s *hookStore) GetMany(ctx context.Context, tenant, scope string, hashes []string) ([]idemguard.Record, error) {
@@ -164,6 +171,18 @@ func guardKeyCompletedUnderTheOldSecretIsReplayedUnderTheNew(t *testing.T, h *Ha
 
 	// The claims the new side made and gave back left no row behind.
 	require.Equal(t, 1, countRows(t, h), "only the old row")
+
+	// A guard that reads before claiming replays the old row from its one
+	// read of every secret's row, without a claim.
+	readStore := &hookStore{Store: h.Store}
+	reader, _ := newGuard(t, h, newSide(), withoutCache(), withStore(readStore),
+		func(c *idemguard.Config) { c.Test.ReadFirst = idemguard.ReadFirstAlways })
+	again, err := reader.Do(ctxFor(t), keyCall("k-1", map[string]any{"q": 1}), op)
+	require.NoError(t, err)
+	require.True(t, again.Cached)
+	sameExceptCached(t, first.Body, again.Body)
+	require.EqualValues(t, 1, readStore.getMany.Load())
+	require.Zero(t, readStore.claims.Load())
 
 	info, err := after.Lookup(ctxFor(t), "acme", "s", "k-1")
 	require.NoError(t, err)
