@@ -389,9 +389,10 @@ func guardLaterClaimUnderAnotherSecretYieldsToARunningOne(t *testing.T, h *Harne
 
 // A storm of one request over four guards, two on each side of a rotation
 // (and two replicas still on the old secret alone), on one store: the
-// operation runs once and every caller gets the same answer. Removing the
-// check after the claim (crossCheck) makes this case and
-// ClaimsUnderTwoSecretsThatSeeEachOtherRunOnce fail with two runs.
+// operation runs once and every caller gets the same answer. Checked on
+// both stores: with the check after the claim (crossCheck in secrets.go)
+// disabled, this case fails with two runs, and so do seven more of this
+// file's guard cases (each of them but SecretConfigurationIsValidated).
 func guardStormAcrossARotationRunsTheOperationOnce(t *testing.T, h *Harness) {
 	for round := range 3 {
 		guards := []*idemguard.Guard{}
