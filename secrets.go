@@ -196,7 +196,7 @@ func (l *claimLoop) crossCheck(o owned) error {
 		if !found {
 			return nil
 		}
-		if other.Status == RowStarted && p.keyHash < other.KeyHash && time.Now().Before(deadline) {
+		if other.Status == RowStarted && p.keyHash < other.KeyHash && time.Now().Before(deadline) && g.lifetime.Err() == nil {
 			// Favoured, and the other claim may be about to yield to this
 			// one: read again shortly.
 			sleepCtx(g.lifetime, min(jitter(poll), time.Until(deadline)))
