@@ -54,6 +54,7 @@ func oldOnly() guardOpt {
 type hookStore struct {
 	idemguard.Store
 	beforeGetMany func()
+	getManyErr    error // returned by every GetMany when set
 	getMany       atomic.Int32
 	claims        atomic.Int32
 }
@@ -67,6 +68,9 @@ func (s *hookStore) GetMany(ctx context.Context, tenant, scope string, hashes []
 	s.getMany.Add(1)
 	if s.beforeGetMany != nil {
 		s.beforeGetMany()
+	}
+	if s.getManyErr != nil {
+		return nil, s.getManyErr
 	}
 	return s.Store.GetMany(ctx, tenant, scope, hashes)
 }
@@ -493,4 +497,41 @@ func guardSecretConfigurationIsValidated(t *testing.T, h *Harness) {
 		require.NotContains(t, err.Error(), string(NewSecret), name)
 		require.NotContains(t, err.Error(), string(OldSecret), name)
 	}
+}
+
+// A row under the old secret that has expired does not count: the call
+// claims anew under the new secret and runs, and the new row carries the
+// new id.
+func guardExpiredRowUnderTheOldSecretIsClaimedAnewUnderTheNew(t *testing.T, h *Harness) {
+	before, _ := newGuard(t, h, oldOnly())
+	after, _ := newGuard(t, h, newSide(), withoutCache())
+	var c counter
+	op := c.op(okValue, nil)
+	first, err := before.Do(ctxFor(t), keyCall("k", 1), op)
+	require.NoError(t, err)
+	h.Age(t, "acme", "s", first.KeyHash, 48*time.Hour)
+
+	res, err := after.Do(ctxFor(t), keyCall("k", 2), op) // other inputs: the old row no longer counts
+	require.NoError(t, err)
+	require.Equal(t, idemguard.StatusSucceeded, res.Status)
+	require.False(t, res.Cached)
+	require.NotEqual(t, first.KeyHash, res.KeyHash)
+	require.Equal(t, 2, c.n())
+	info, err := after.Lookup(ctxFor(t), "acme", "s", "k")
+	require.NoError(t, err)
+	require.Equal(t, "new", info.SecretID)
+	require.Equal(t, res.KeyHash, info.KeyHash)
+}
+
+// A won claim whose check of the other secrets' rows cannot be read is
+// given back and the caller told nothing ran: without the read the claim
+// cannot be shown to be the only one (fail closed).
+func guardUnreadableOtherSecretRowsMeanNothingRuns(t *testing.T, h *Harness) {
+	broken := &hookStore{Store: h.Store, getManyErr: errors.New("connection reset")}
+	g, _ := newGuard(t, h, newSide(), withStore(broken))
+	var c counter
+	_, err := g.Do(ctxFor(t), keyCall("k", 1), c.op(okValue, nil))
+	require.ErrorIs(t, err, idemguard.ErrStoreUnavailable)
+	require.Zero(t, c.n(), "the operation did not run")
+	require.Equal(t, 0, countRows(t, h), "the claim was given back")
 }

@@ -146,6 +146,8 @@ func cases(run func(name string, tc caseFunc)) {
 	run("Guard/RunningUnderOneSecretIsInProgressUnderTheOther", guardRunningUnderOneSecretIsInProgressUnderTheOther)
 	run("Guard/FailedUnderTheOldSecretIsRetriedOnItsOwnRow", guardFailedUnderTheOldSecretIsRetriedOnItsOwnRow)
 	run("Guard/StaleUnderTheOldSecretIsTakenOverOnItsOwnRow", guardStaleUnderTheOldSecretIsTakenOverOnItsOwnRow)
+	run("Guard/ExpiredRowUnderTheOldSecretIsClaimedAnewUnderTheNew", guardExpiredRowUnderTheOldSecretIsClaimedAnewUnderTheNew)
+	run("Guard/UnreadableOtherSecretRowsMeanNothingRuns", guardUnreadableOtherSecretRowsMeanNothingRuns)
 	run("Guard/ClaimsUnderTwoSecretsThatSeeEachOtherRunOnce", guardClaimsUnderTwoSecretsThatSeeEachOtherRunOnce)
 	run("Guard/LaterClaimUnderAnotherSecretYieldsToARunningOne", guardLaterClaimUnderAnotherSecretYieldsToARunningOne)
 	run("Guard/StormAcrossARotationRunsTheOperationOnce", guardStormAcrossARotationRunsTheOperationOnce)
