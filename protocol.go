@@ -203,8 +203,10 @@ each knowing the other secret, then the old secret is dropped once
 Cost: without previous secrets, nothing: no derivation, no read. With them,
 two HMACs per previous secret per call, and one extra indexed read on every
 call that wins a claim; a replay of a row under the current secret reads
-nothing more. A replay of a row under a previous secret costs the claim, the
-read and the release before the answer, until the row expires.
+nothing more. A replay of a row under a previous secret is one read when the
+guard reads before claiming (read-first reads every configured secret's row
+in its one SELECT); otherwise it costs the claim, the check and the release
+before the answer, until the row expires.
 
 # Replay cache
 
