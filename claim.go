@@ -178,6 +178,7 @@ func (l *claimLoop) read() (Record, error) {
 // pause that grows, longer after an unknown outcome (the store is in
 // trouble).
 func (l *claimLoop) absent(afterUnknown bool) error {
+	l.backToCurrent() // previous secrets: claim under the current one (secrets.go)
 	l.needClaim = true
 	l.races++
 	step := 5 * time.Millisecond
@@ -218,9 +219,12 @@ func (l *claimLoop) onRow(rec Record) (Result, error) {
 // expired claims a row past its expiry as if it were absent: a new first
 // attempt, whatever inputs it held.
 func (l *claimLoop) expired(rec Record) (Result, error) {
+	if l.backToCurrent() { // previous secrets: claim under the current one (secrets.go)
+		return Result{}, errAgain
+	}
 	p := l.p
 	return l.reclaim(ReclaimParams{Kind: ReclaimExpired, ID: rec.ID, OldNonce: rec.ClaimNonce,
-		OldAttempts: rec.Attempts, NewNonce: l.nonce, Fingerprint: p.fingerprint,
+		OldAttempts: rec.Attempts, NewNonce: l.nonce, Fingerprint: p.fingerprint, SecretID: p.secretID,
 		TTL: p.settings.TTL, StaleAfter: p.settings.StaleAfter}, nil, EventClaimed, 1, time.Time{})
 }
 
@@ -340,6 +344,11 @@ func (l *claimLoop) check() error {
 
 // own runs the operation under the claim o.
 func (l *claimLoop) own(o owned, kind EventKind) (Result, error) {
+	if len(l.p.versions) > 0 { // previous secrets: a claim runs only if no other secret's row counts (secrets.go)
+		if err := l.crossCheck(o); err != nil {
+			return Result{}, err
+		}
+	}
 	l.ownedNonce = o.nonce
 	return l.g.own(l.ctx, l.p, l.op, o, kind)
 }
@@ -354,7 +363,7 @@ func (g *Guard) claim(ctx context.Context, p prepared, nonce string) (uint64, er
 	ctx, cancel := g.storeCtx(context.WithoutCancel(ctx))
 	defer cancel()
 	return g.store.Claim(ctx, ClaimParams{Tenant: p.tenant, Scope: p.scope, KeyHash: p.keyHash,
-		Fingerprint: p.fingerprint, Nonce: nonce, TTL: p.settings.TTL, Lease: p.settings.StaleAfter})
+		Fingerprint: p.fingerprint, Nonce: nonce, TTL: p.settings.TTL, Lease: p.settings.StaleAfter, SecretID: p.secretID})
 }
 
 func (g *Guard) get(ctx context.Context, p prepared) (Record, error) {

@@ -16,8 +16,19 @@ type Config struct {
 	// github.com/idemguard/idemguard/mysql) or a MemoryStore. Required.
 	Store Store
 	// Secret keys every HMAC of keys and fingerprints; at least 32 bytes.
-	// Required. Every process sharing a store must use the same secret.
+	// Required. Every process sharing a store must use the same secret, or
+	// know each other's as PreviousSecrets while the secret is rotated.
 	Secret []byte
+	// SecretID names Secret in the rows made under it (secret_id): 1 to
+	// MaxSecretIDLen characters of [A-Za-z0-9._-]. Defaults to "", the
+	// unnamed secret.
+	SecretID string
+	// PreviousSecrets are secrets no longer claimed under whose rows still
+	// count: a request is a duplicate of a live row made under any of them
+	// (replay, in progress, mismatch, retry, takeover). Each costs one more
+	// indexed read on a call that wins a claim (see docs/OPERATIONS.md for
+	// the rotation). Defaults to none: no extra statement.
+	PreviousSecrets []SecretVersion
 	// Logger receives the guard's logs (never keys, inputs or values).
 	// Defaults to slog.Default().
 	Logger *slog.Logger
@@ -79,6 +90,9 @@ func (c Config) validate() error {
 	}
 	if len(c.Secret) < keys.MinSecretBytes {
 		return fmt.Errorf("idemguard: Config.Secret must be at least %d bytes, got %d", keys.MinSecretBytes, len(c.Secret))
+	}
+	if err := c.validateSecrets(); err != nil {
+		return err
 	}
 	if err := c.Defaults.Validate(); err != nil {
 		return fmt.Errorf("idemguard: Config.Defaults: %w", err)

@@ -43,6 +43,8 @@ type Guard struct {
 	observerPanics sync.Map
 	// jobs are the operations Start runs in the background (async.go).
 	jobs *jobState
+	// previous are the derivers of Config.PreviousSecrets (secrets.go).
+	previous []previousSecret
 }
 
 // New validates cfg and returns a Guard.
@@ -51,6 +53,10 @@ func New(cfg Config) (*Guard, error) {
 		return nil, err
 	}
 	d, err := keys.New(cfg.Secret)
+	if err != nil {
+		return nil, err
+	}
+	previous, err := newPreviousSecrets(cfg.PreviousSecrets)
 	if err != nil {
 		return nil, err
 	}
@@ -76,6 +82,7 @@ func New(cfg Config) (*Guard, error) {
 		lifetime: lifetime,
 		shutdown: shutdown,
 		jobs:     newJobState(cfg),
+		previous: previous,
 	}, nil
 }
 
@@ -139,6 +146,11 @@ type prepared struct {
 	timeout     time.Duration
 	detach      bool
 	async       bool // Start: the operation runs in the background
+	// secretID names the secret of keyHash and fingerprint; versions is the
+	// request under every configured secret, the current one first, or nil
+	// without previous secrets (secrets.go).
+	secretID string
+	versions []keyVersion
 }
 
 func (g *Guard) prepare(c Call) (prepared, error) {
@@ -163,7 +175,7 @@ func (g *Guard) prepare(c Call) (prepared, error) {
 	if err != nil {
 		return prepared{}, fmt.Errorf("%w: %w", ErrInvalidInput, err)
 	}
-	return prepared{
+	p := prepared{
 		tenant:      string(c.Tenant),
 		scope:       c.Scope,
 		keyHash:     g.deriver.KeyHash(string(c.Tenant), c.Scope, c.ClientKey, canonical),
@@ -175,7 +187,10 @@ func (g *Guard) prepare(c Call) (prepared, error) {
 		wait:        min(c.Wait, g.cfg.MaxWait),
 		timeout:     c.Timeout,
 		detach:      c.Detach,
-	}, nil
+		secretID:    g.cfg.SecretID,
+	}
+	p.versions = g.versionsOf(p, c.ClientKey, canonical) // previous secrets: secrets.go
+	return p, nil
 }
 
 // Do runs op at most once for (call.Tenant, call.Scope, key) and answers

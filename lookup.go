@@ -17,7 +17,14 @@ func (g *Guard) Lookup(ctx context.Context, tenant tenancy.ID, scope, clientKey 
 	if err := keys.ValidateClientKey(clientKey); err != nil {
 		return KeyInfo{}, fmt.Errorf("%w: %w", ErrInvalidInput, err)
 	}
-	return g.LookupHash(ctx, tenant, scope, g.deriver.KeyHash(string(tenant), scope, clientKey, nil))
+	hash := g.deriver.KeyHash(string(tenant), scope, clientKey, nil)
+	if len(g.previous) > 0 { // the key's row may have been made under a previous secret (secrets.go)
+		var err error
+		if hash, err = g.lookupHashAny(ctx, tenant, scope, clientKey, hash); err != nil {
+			return KeyInfo{}, err
+		}
+	}
+	return g.LookupHash(ctx, tenant, scope, hash)
 }
 
 // LookupHash is Lookup by the key hash a Result carries (for derived keys).
@@ -52,7 +59,7 @@ func (g *Guard) LookupHash(ctx context.Context, tenant tenancy.ID, scope, keyHas
 // keyInfoOf is what a row tells about its key; fallback is the lease of a
 // row that carries none.
 func keyInfoOf(keyHash string, rec Record, fallback time.Duration) (KeyInfo, error) {
-	info := KeyInfo{KeyHash: keyHash, Status: KeyStatus(rec.Status), Attempts: rec.Attempts, CreatedAt: rec.CreatedAt,
+	info := KeyInfo{KeyHash: keyHash, SecretID: rec.SecretID, Status: KeyStatus(rec.Status), Attempts: rec.Attempts, CreatedAt: rec.CreatedAt,
 		StartedAt: rec.StartedAt, HeartbeatAt: rec.HeartbeatAt, CompletedAt: rec.CompletedAt, ExpiresAt: rec.ExpiresAt,
 		Stale: rec.Stale(fallback), CancelRequested: rec.Status == RowStarted && !rec.CancelRequestedAt.IsZero()}
 	if rec.Status != RowStarted {

@@ -81,7 +81,8 @@ func (s *MemoryStore) Claim(ctx context.Context, p ClaimParams) (uint64, error) 
 	s.nextID++
 	r := &Record{ID: s.nextID, Tenant: p.Tenant, Scope: p.Scope, KeyHash: p.KeyHash,
 		Fingerprint: p.Fingerprint, Status: RowStarted, Attempts: 1, ClaimNonce: p.Nonce,
-		CreatedAt: now, StartedAt: now, HeartbeatAt: now, ExpiresAt: now.Add(p.TTL), Lease: p.Lease}
+		CreatedAt: now, StartedAt: now, HeartbeatAt: now, ExpiresAt: now.Add(p.TTL), Lease: p.Lease,
+		SecretID: p.SecretID}
 	s.rows[k], s.ids[r.ID] = r, r
 	return r.ID, nil
 }
@@ -99,6 +100,24 @@ func (s *MemoryStore) Get(ctx context.Context, tenant, scope, keyHash string) (R
 	out := *r
 	out.Response = bytes.Clone(r.Response)
 	out.Now = s.clock()
+	return out, nil
+}
+
+// GetMany implements Store.
+func (s *MemoryStore) GetMany(ctx context.Context, tenant, scope string, keyHashes []string) ([]Record, error) {
+	if err := s.lock(ctx); err != nil {
+		return nil, err
+	}
+	defer s.mu.Unlock()
+	now := s.clock()
+	var out []Record
+	for _, h := range keyHashes {
+		if r, ok := s.rows[memKey{tenant, scope, h}]; ok {
+			c := *r
+			c.Response, c.Now = bytes.Clone(r.Response), now
+			out = append(out, c)
+		}
+	}
 	return out, nil
 }
 
@@ -123,7 +142,8 @@ func (s *MemoryStore) Reclaim(ctx context.Context, p ReclaimParams) (bool, error
 		}
 		*r = Record{ID: r.ID, Tenant: r.Tenant, Scope: r.Scope, KeyHash: r.KeyHash,
 			Fingerprint: p.Fingerprint, Status: RowStarted, Attempts: 1,
-			CreatedAt: now, StartedAt: now, HeartbeatAt: now, ExpiresAt: now.Add(p.TTL), Lease: p.Lease}
+			CreatedAt: now, StartedAt: now, HeartbeatAt: now, ExpiresAt: now.Add(p.TTL), Lease: p.Lease,
+			SecretID: p.SecretID}
 	case ReclaimStale:
 		if !stale {
 			return false, nil

@@ -165,6 +165,75 @@ heartbeat_at, cancel_requested_at, heartbeat_at + lease (stale) and
 completed_at. It polls the row with a backoff capped below the heartbeat
 interval; in the owner's process the job's live log wakes it at once.
 
+# Secret Rotation
+
+Every key_hash and fingerprint is an HMAC under a secret, so a new secret
+gives every request a new key hash: a row made under the old secret cannot
+be found by the new hash, and two replicas claiming one request under two
+secrets both win their INSERT (the unique key sees two different hashes). A
+Guard therefore knows a current secret (Config.Secret, named by
+Config.SecretID) and previous ones (Config.PreviousSecrets), and each row
+records its secret's id (secret_id; NULL for the unnamed secret). The rules:
+
+  - Claims are made under the current secret only: an INSERT, or the
+    re-claim of an expired row, always carries the current hash. A call that
+    finds the row it works on absent or reclaimable while it is on a
+    previous secret's row goes back to the current secret to claim.
+  - The check after the claim. With previous secrets configured, a call that
+    has just won a claim (INSERT, or any guarded UPDATE that hands it a row:
+    expired, retry, takeover, a claim whose unknown outcome turned out to be
+    its own) reads, before the operation starts, the request's rows under
+    every other configured secret: one SELECT by the unique key with all
+    the other hashes in one IN list. A row there that is not reclaimable
+    (Record.Reclaimable: not expired, or a started row within its lease)
+    "counts". If none counts, the call runs. If one counts, the call gives
+    its claim back (Store.Release: the row is deleted or restored, nothing
+    ran) and goes on with that row, exactly as with a row of its own: replay
+    if succeeded, in progress (or wait) if started, ErrFingerprintMismatch
+    judged with that secret's fingerprint, retry or takeover by that row's
+    nonce-guarded UPDATE, which is again followed by the check.
+  - Of two calls whose claims under two secrets are both live, the one with
+    the larger key hash gives its claim back at once; the one with the
+    smaller hash reads again for up to crossWaitFor before it gives its own
+    back. The tie-break only saves both callers an in-progress answer when
+    each saw the other; safety does not rest on it.
+
+As a formula: a call runs the operation iff it won a claim on row R (the
+rule of the State Model) and a read made after that claim had landed saw
+no row of the request under another configured secret that counts.
+
+Why no interleaving runs the operation twice. Let claims C1 (on the row of
+hash h1) and C2 (hash h2 ≠ h1) of one request both run. Each landed (its
+statement committed) at t1, t2 and was followed by its check read at
+r1 > t1, r2 > t2; say t1 < t2, so r2 > t2 > t1. C1's row existed from t1
+on and counted as long as C1 could run: it leaves the table only by
+Release (C1 did not run), by cleanup or by an expired re-claim (neither
+touches a row that counts: not expired, or started within its lease), and
+while C1 runs it is started and heartbeating, and after C1 it is succeeded
+or failed until it expires. So at r2 C2's check saw C1's row counting, and
+C2 did not run: a contradiction. Within one row, the nonce-guarded
+transitions decide as before. Hence two executions of one request need
+either the one-row rules (a retry after a failure, a takeover after
+silence) or the expiry of the earlier row, the same as with one secret.
+The argument needs a read after a committed write to see every write
+committed before it: true of one MySQL or MariaDB primary; on Galera set
+wsrep_sync_wait (bit 1) for idemguard's sessions, and TiDB's reads are
+linearizable. A replica that knows only one secret cannot check the
+other's rows at all, which is why a rotation is staged (docs/OPERATIONS.md,
+"Rotating the secret"): first every replica learns the new secret as a
+previous one while still claiming under the old (no row under the new
+secret exists yet, so nothing can race), then replicas switch one by one,
+each knowing the other secret, then the old secret is dropped once
+`idemguard stats secrets` shows it holds no live row.
+
+Cost: without previous secrets, nothing: no derivation, no read. With them,
+two HMACs per previous secret per call, and one extra indexed read on every
+call that wins a claim; a replay of a row under the current secret reads
+nothing more. A replay of a row under a previous secret is one read when the
+guard reads before claiming (read-first reads every configured secret's row
+in its one SELECT); otherwise it costs the claim, the check and the release
+before the answer, until the row expires.
+
 # Replay cache
 
 A succeeded row cannot change until it expires, so a Guard keeps recent

@@ -134,13 +134,18 @@ func (g *Guard) readFirstOrExecute(ctx context.Context, p prepared, op Operation
 	}
 	if read {
 		readAt := g.now() // the cache entry's lifetime counts from before the read
-		rec, err := g.get(ctx, p)
+		rp, rec, err := p, Record{}, error(nil)
+		if len(p.versions) > 0 { // previous secrets: one read under every one (secrets.go)
+			rp, rec, err = g.readFirstAny(ctx, p)
+		} else {
+			rec, err = g.get(ctx, p)
+		}
 		switch {
-		case err == nil && replayable(rec, p):
+		case err == nil && replayable(rec, rp):
 			if rate != nil {
 				rate.observe(true)
 			}
-			res, err := g.replay(ctx, p, rec, readAt)
+			res, err := g.replay(ctx, rp, rec, readAt)
 			if err != nil {
 				return Result{}, err
 			}

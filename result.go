@@ -108,4 +108,7 @@ type KeyInfo struct {
 	// CancelRequested is true for a started key whose cancel was requested
 	// (Guard.Cancel) and that has not stopped yet.
 	CancelRequested bool
+	// SecretID names the secret the key's hash was made with ("" for the
+	// unnamed secret): the id, never the secret.
+	SecretID string
 }

@@ -62,6 +62,9 @@ type Record struct {
 	// staleness judgement compares the row's times with Now, never with the
 	// application server's clock.
 	Now time.Time
+	// SecretID names the secret whose HMAC made KeyHash and Fingerprint
+	// (secret_id); "" for the unnamed secret (NULL).
+	SecretID string
 }
 
 // Expired reports whether the row's expires_at has passed at r.Now.
@@ -106,6 +109,9 @@ type ClaimParams struct {
 	TTL                                 time.Duration
 	// Lease is the owner's StaleAfter, stored as the row's lease.
 	Lease time.Duration
+	// SecretID names the secret of KeyHash and Fingerprint; "" (stored as
+	// NULL) for the unnamed secret.
+	SecretID string
 }
 
 // ReclaimKind says which guarded transition back to started a Reclaim makes.
@@ -150,6 +156,7 @@ type ReclaimParams struct {
 	OldAttempts int
 	NewNonce    string
 	Fingerprint string        // ReclaimExpired: the new request's fingerprint
+	SecretID    string        // ReclaimExpired: the secret id of the new request's fingerprint
 	TTL         time.Duration // ReclaimExpired, ReclaimFailed: expires_at >= now + TTL
 	StaleAfter  time.Duration // ReclaimExpired, ReclaimStale: fallback for a row without a lease
 	MaxAttempts int           // ReclaimFailed
@@ -218,6 +225,11 @@ type Store interface {
 	// Get returns the row for (tenant, scope, keyHash) with Record.Now set to
 	// the store's clock. If there is none, Get must return ErrNotFound.
 	Get(ctx context.Context, tenant, scope, keyHash string) (Record, error)
+	// GetMany returns, in one read, the rows for (tenant, scope) whose
+	// key_hash is one of keyHashes (the hashes of one request under each
+	// configured secret), each with Record.Now set to the store's clock, in
+	// no particular order. No such row is an empty result, not an error.
+	GetMany(ctx context.Context, tenant, scope string, keyHashes []string) ([]Record, error)
 	// Reclaim makes the guarded transition p.Kind and reports whether it
 	// changed the row. false means another writer got there first: re-read.
 	Reclaim(ctx context.Context, p ReclaimParams) (bool, error)

@@ -160,6 +160,9 @@ type keyRecord struct {
 	Next            string `json:"next,omitempty"`
 	// DroppedFields names the fields removed from the stored answer.
 	DroppedFields []string `json:"droppedFields,omitempty"`
+	// SecretID names the secret the key's hash was made with (the id, never
+	// the secret); absent for the unnamed secret.
+	SecretID string `json:"secretId,omitempty"`
 }
 
 // lookupKey serves GET /v1/ops/:scope/keys/:key. The key is a client key or
@@ -205,6 +208,7 @@ func (h *handlers) lookupKey(c *gin.Context) {
 		return
 	}
 	rec.DroppedFields = info.DroppedFields
+	rec.SecretID = info.SecretID
 	c.Data(http.StatusOK, contentJSON, encodeJSON(rec))
 }
 

@@ -125,6 +125,7 @@ func (s *server) run(ctx context.Context) int {
 		return exitError
 	}
 	defer s.closeStore()
+	s.checkSecretRows(ctx) // secret rotation: serve_secrets.go
 
 	m := metrics.New()
 	cost := scopeCost(cfg.Scopes)
@@ -158,6 +159,8 @@ func (s *server) run(ctx context.Context) int {
 	guard, err := idemguard.New(idemguard.Config{
 		Store:             s.store,
 		Secret:            cfg.Secret,
+		SecretID:          cfg.SecretID,
+		PreviousSecrets:   cfg.PreviousSecrets,
 		Logger:            log,
 		Observe:           observe,
 		Defaults:          cfg.Defaults,

@@ -39,6 +39,8 @@ Exit status, for alerting:
   3  the figures could not be read (database unreachable, schema not migrated)
 Rates are fractions (0.3) or percentages (30%).
 
+idemguard stats secrets counts the live rows per secret id (see idemguard stats secrets -h).
+
 flags:
 `
 
@@ -120,6 +122,9 @@ type thresholdsJSON struct {
 
 // runStats implements `idemguard stats`.
 func runStats(ctx context.Context, e env, args []string) int {
+	if len(args) > 0 && args[0] == "secrets" {
+		return runStatsSecrets(ctx, e, args[1:])
+	}
 	fs := flag.NewFlagSet("stats", flag.ContinueOnError)
 	fs.SetOutput(e.stderr)
 	dsnFlag := fs.String("dsn", "", "MySQL DSN, user:password@tcp(host:3306)/dbname (default $"+EnvMySQLDSN+")")

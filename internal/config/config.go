@@ -113,6 +113,12 @@ type Config struct {
 	// SecretGenerated is true when Secret was generated for this process
 	// (development mode without IDEMPOTENCY_SECRET).
 	SecretGenerated bool
+	// SecretID names Secret in the rows made under it: IDEMPOTENCY_SECRET_ID,
+	// else the file's secret_id; "" is the unnamed secret.
+	SecretID string
+	// PreviousSecrets are the secrets of a rotation still recognised, from
+	// IDEMPOTENCY_PREVIOUS_SECRETS only (docs/OPERATIONS.md).
+	PreviousSecrets []idemguard.SecretVersion
 	// APIKeys maps each tenant to the hex SHA-256 digests of its API keys
 	// (lower case). In development mode the caller adds DemoAPIKey for
 	// DemoTenant.
@@ -240,6 +246,8 @@ type rawConfig struct {
 	Listen                string              `yaml:"listen"`
 	MySQLDSN              string              `yaml:"mysql_dsn"`
 	Secret                yaml.Node           `yaml:"secret"`
+	SecretID              string              `yaml:"secret_id"`
+	PreviousSecrets       yaml.Node           `yaml:"previous_secrets"`
 	APIKeys               map[string][]string `yaml:"api_keys"`
 	CORSOrigins           []string            `yaml:"cors_origins"`
 	MaxBodyBytes          *int64              `yaml:"max_body_bytes"`
@@ -344,6 +352,9 @@ func Load(path string, getenv func(string) string) (*Config, error) {
 	if raw.Secret.Kind != 0 {
 		p.add("secret", "is never read from the config file; remove it and set the environment variable %s", EnvSecret)
 	}
+	if raw.PreviousSecrets.Kind != 0 {
+		p.add("previous_secrets", "is never read from the config file; remove it and set the environment variable %s", EnvPreviousSecrets)
+	}
 	if raw.OpenAI.APIKey.Kind != 0 {
 		p.add("openai.api_key", "is never read from the config file; remove it and set %s (or %s)", EnvOpenAIAPIKey, EnvOpenAIAPIKeyStd)
 	}
@@ -356,6 +367,7 @@ func Load(path string, getenv func(string) string) (*Config, error) {
 	override(&raw.Mode, EnvMode)
 	override(&raw.Listen, EnvListen)
 	override(&raw.MySQLDSN, EnvMySQLDSN)
+	override(&raw.SecretID, EnvSecretID)
 	override(&raw.OpenAI.BaseURL, EnvOpenAIBaseURL)
 	override(&raw.OpenAI.Model, EnvOpenAIModel)
 	override(&raw.Upstream.URL, EnvUpstreamURL)
@@ -471,6 +483,15 @@ func Load(path string, getenv func(string) string) (*Config, error) {
 			p = append(p, err)
 		}
 		c.Secret, c.SecretGenerated = secret, generated
+		c.SecretID = raw.SecretID
+		previous, err := PreviousSecrets(getenv(EnvPreviousSecrets))
+		if err == nil {
+			err = checkSecrets(c.Secret, c.SecretID, previous)
+		}
+		if err != nil {
+			p = append(p, err)
+		}
+		c.PreviousSecrets = previous
 	}
 	if err := p.err(); err != nil {
 		return nil, err
@@ -487,6 +508,9 @@ func (c *Config) Validate() error {
 		if _, _, err := Secret(string(c.Secret), false); err != nil {
 			p = append(p, err)
 		}
+	}
+	if err := checkSecrets(c.Secret, c.SecretID, c.PreviousSecrets); err != nil {
+		p = append(p, err)
 	}
 	return p.err()
 }

@@ -15,6 +15,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/go-sql-driver/mysql"
@@ -87,15 +88,15 @@ func interpretError(err error) error {
 func micros(d time.Duration) int64 { return d.Microseconds() }
 
 const claimSQL = `INSERT INTO idempotency_keys
-  (tenant, scope, key_hash, request_fingerprint, status, attempt_count, claim_nonce,
+  (tenant, scope, key_hash, request_fingerprint, secret_id, status, attempt_count, claim_nonce,
    created_at, started_at, heartbeat_at, lease_micros, expires_at)
-VALUES (?, ?, ?, ?, 'started', 1, ?,
+VALUES (?, ?, ?, ?, NULLIF(?, ''), 'started', 1, ?,
    UTC_TIMESTAMP(6), UTC_TIMESTAMP(6), UTC_TIMESTAMP(6), NULLIF(?, 0), UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND)`
 
 // Claim implements idemguard.Store. Never INSERT IGNORE: it would turn a
 // truncation or a bad value into a warning and a silently different row.
 func (s *Store) Claim(ctx context.Context, p idemguard.ClaimParams) (uint64, error) {
-	res, err := s.db.ExecContext(ctx, claimSQL, p.Tenant, p.Scope, p.KeyHash, p.Fingerprint, p.Nonce,
+	res, err := s.db.ExecContext(ctx, claimSQL, p.Tenant, p.Scope, p.KeyHash, p.Fingerprint, p.SecretID, p.Nonce,
 		micros(p.Lease), micros(p.TTL))
 	if err := interpretError(err); err != nil {
 		return 0, err
@@ -108,36 +109,37 @@ func (s *Store) Claim(ctx context.Context, p idemguard.ClaimParams) (uint64, err
 }
 
 type row struct {
-	ID           uint64        `db:"id"`
-	Tenant       string        `db:"tenant"`
-	Scope        string        `db:"scope"`
-	KeyHash      string        `db:"key_hash"`
-	Fingerprint  string        `db:"request_fingerprint"`
-	Status       string        `db:"status"`
-	Attempts     int           `db:"attempt_count"`
-	ClaimNonce   string        `db:"claim_nonce"`
-	Response     []byte        `db:"response_json"`
-	ResponseCode sql.NullInt32 `db:"response_code"`
-	CreatedAt    time.Time     `db:"created_at"`
-	StartedAt    time.Time     `db:"started_at"`
-	HeartbeatAt  sql.NullTime  `db:"heartbeat_at"`
-	CompletedAt  sql.NullTime  `db:"completed_at"`
-	ExpiresAt    time.Time     `db:"expires_at"`
-	LeaseMicros  sql.NullInt64 `db:"lease_micros"`
-	CancelAt     sql.NullTime  `db:"cancel_requested_at"`
-	Now          time.Time     `db:"db_now"`
+	ID           uint64         `db:"id"`
+	Tenant       string         `db:"tenant"`
+	Scope        string         `db:"scope"`
+	KeyHash      string         `db:"key_hash"`
+	Fingerprint  string         `db:"request_fingerprint"`
+	Status       string         `db:"status"`
+	Attempts     int            `db:"attempt_count"`
+	ClaimNonce   string         `db:"claim_nonce"`
+	Response     []byte         `db:"response_json"`
+	ResponseCode sql.NullInt32  `db:"response_code"`
+	CreatedAt    time.Time      `db:"created_at"`
+	StartedAt    time.Time      `db:"started_at"`
+	HeartbeatAt  sql.NullTime   `db:"heartbeat_at"`
+	CompletedAt  sql.NullTime   `db:"completed_at"`
+	ExpiresAt    time.Time      `db:"expires_at"`
+	LeaseMicros  sql.NullInt64  `db:"lease_micros"`
+	CancelAt     sql.NullTime   `db:"cancel_requested_at"`
+	SecretID     sql.NullString `db:"secret_id"`
+	Now          time.Time      `db:"db_now"`
 }
 
 // dest is r's fields in getSQL's column order, for Scan.
 func (r *row) dest() []any {
 	return []any{&r.ID, &r.Tenant, &r.Scope, &r.KeyHash, &r.Fingerprint, &r.Status, &r.Attempts, &r.ClaimNonce,
 		&r.Response, &r.ResponseCode, &r.CreatedAt, &r.StartedAt, &r.HeartbeatAt, &r.CompletedAt, &r.ExpiresAt,
-		&r.LeaseMicros, &r.CancelAt, &r.Now}
+		&r.LeaseMicros, &r.CancelAt, &r.SecretID, &r.Now}
 }
 
 const getSQL = `SELECT id, tenant, scope, key_hash, request_fingerprint, status, attempt_count, claim_nonce,
   response_json, response_code, created_at, started_at, heartbeat_at, completed_at, expires_at, lease_micros,
-  cancel_requested_at, UTC_TIMESTAMP(6) AS db_now
+  cancel_requested_at, secret_id, UTC_TIMESTAMP(6) AS db_now
 FROM idempotency_keys WHERE tenant = ? AND scope = ? AND key_hash = ?`
 
 // Get implements idemguard.Store.
@@ -150,11 +152,46 @@ func (s *Store) Get(ctx context.Context, tenant, scope, keyHash string) (idemgua
 	if err := interpretError(err); err != nil {
 		return idemguard.Record{}, err
 	}
+	return r.record(), nil
+}
+
+// getManySQL is getSQL for several key hashes, with the same columns in the
+// same order: one read of the unique key (tenant, scope, key_hash), as many
+// points as hashes.
+var getManySQL = strings.Replace(getSQL, "AND key_hash = ?", "AND key_hash IN (?)", 1)
+
+// GetMany implements idemguard.Store.
+func (s *Store) GetMany(ctx context.Context, tenant, scope string, keyHashes []string) ([]idemguard.Record, error) {
+	if len(keyHashes) == 0 {
+		return nil, nil
+	}
+	query, args, err := sqlx.In(getManySQL, tenant, scope, keyHashes)
+	if err != nil {
+		return nil, err
+	}
+	rows, err := s.db.QueryContext(ctx, query, args...)
+	if err := interpretError(err); err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out []idemguard.Record
+	for rows.Next() {
+		var r row
+		if err := rows.Scan(r.dest()...); err != nil {
+			return nil, interpretError(err)
+		}
+		out = append(out, r.record())
+	}
+	return out, interpretError(rows.Err())
+}
+
+func (r *row) record() idemguard.Record {
 	return idemguard.Record{ID: r.ID, Tenant: r.Tenant, Scope: r.Scope, KeyHash: r.KeyHash, Fingerprint: r.Fingerprint,
 		Status: idemguard.RowStatus(r.Status), Attempts: r.Attempts, ClaimNonce: r.ClaimNonce, Response: r.Response,
 		ResponseCode: int(r.ResponseCode.Int32), CreatedAt: r.CreatedAt, StartedAt: r.StartedAt,
 		HeartbeatAt: r.HeartbeatAt.Time, CompletedAt: r.CompletedAt.Time, ExpiresAt: r.ExpiresAt,
-		Lease: time.Duration(r.LeaseMicros.Int64) * time.Microsecond, CancelRequestedAt: r.CancelAt.Time, Now: r.Now}, nil
+		Lease: time.Duration(r.LeaseMicros.Int64) * time.Microsecond, CancelRequestedAt: r.CancelAt.Time, Now: r.Now,
+		SecretID: r.SecretID.String}
 }
 
 // staleSQL is true for a started row whose last sign of life is older than
@@ -167,7 +204,7 @@ const staleSQL = `(status = 'started'
 // Every reclaim changes claim_nonce, so a matched row is a changed row.
 const (
 	reclaimExpiredSQL = `UPDATE idempotency_keys SET
-  status = 'started', claim_nonce = ?, attempt_count = 1, request_fingerprint = ?,
+  status = 'started', claim_nonce = ?, attempt_count = 1, request_fingerprint = ?, secret_id = NULLIF(?, ''),
   response_json = NULL, response_code = NULL, completed_at = NULL, cancel_requested_at = NULL,
   created_at = UTC_TIMESTAMP(6), started_at = UTC_TIMESTAMP(6), heartbeat_at = UTC_TIMESTAMP(6),
   lease_micros = NULLIF(?, 0), expires_at = UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND
@@ -193,7 +230,7 @@ WHERE id = ? AND status = 'failed' AND claim_nonce = ? AND attempt_count = ?
 func (s *Store) Reclaim(ctx context.Context, p idemguard.ReclaimParams) (bool, error) {
 	switch p.Kind {
 	case idemguard.ReclaimExpired:
-		return s.guarded(ctx, reclaimExpiredSQL, p.NewNonce, p.Fingerprint, micros(p.Lease), micros(p.TTL),
+		return s.guarded(ctx, reclaimExpiredSQL, p.NewNonce, p.Fingerprint, p.SecretID, micros(p.Lease), micros(p.TTL),
 			p.ID, p.OldNonce, p.OldAttempts, micros(p.StaleAfter))
 	case idemguard.ReclaimStale:
 		return s.guarded(ctx, reclaimStaleSQL, p.NewNonce, micros(p.Lease), p.ID, p.OldNonce, p.OldAttempts, micros(p.StaleAfter))

@@ -141,6 +141,21 @@ func cases(run func(name string, tc caseFunc)) {
 
 	// Jobs: background operations, cancel and watch (job_cases.go).
 	jobCases(run)
+	// Secret rotation: rows under every configured secret count, and two
+	// hashes of one request never both run (secret_cases.go).
+	run("Store/SecretIDIsRecordedAndReadBack", storeSecretIDIsRecordedAndReadBack)
+	run("Store/GetManyReadsEveryHashOfOneTenantAndScope", storeGetManyReadsEveryHashOfOneTenantAndScope)
+	run("Guard/KeyCompletedUnderTheOldSecretIsReplayedUnderTheNew", guardKeyCompletedUnderTheOldSecretIsReplayedUnderTheNew)
+	run("Guard/RunningUnderOneSecretIsInProgressUnderTheOther", guardRunningUnderOneSecretIsInProgressUnderTheOther)
+	run("Guard/FailedUnderTheOldSecretIsRetriedOnItsOwnRow", guardFailedUnderTheOldSecretIsRetriedOnItsOwnRow)
+	run("Guard/StaleUnderTheOldSecretIsTakenOverOnItsOwnRow", guardStaleUnderTheOldSecretIsTakenOverOnItsOwnRow)
+	run("Guard/ExpiredRowUnderTheOldSecretIsClaimedAnewUnderTheNew", guardExpiredRowUnderTheOldSecretIsClaimedAnewUnderTheNew)
+	run("Guard/UnreadableOtherSecretRowsMeanNothingRuns", guardUnreadableOtherSecretRowsMeanNothingRuns)
+	run("Guard/ClaimsUnderTwoSecretsThatSeeEachOtherRunOnce", guardClaimsUnderTwoSecretsThatSeeEachOtherRunOnce)
+	run("Guard/LaterClaimUnderAnotherSecretYieldsToARunningOne", guardLaterClaimUnderAnotherSecretYieldsToARunningOne)
+	run("Guard/StormAcrossARotationRunsTheOperationOnce", guardStormAcrossARotationRunsTheOperationOnce)
+	run("Guard/PreviousSecretCostsOneReadOnTheFreshPath", guardPreviousSecretCostsOneReadOnTheFreshPath)
+	run("Guard/SecretConfigurationIsValidated", guardSecretConfigurationIsValidated)
 }
 
 // Secret is the HMAC secret the suite's guards use.

@@ -424,6 +424,8 @@ export interface components {
             next?: string;
             /** @description The names (never the values) of the fields removed from the answer before it was stored: blocked keys, fields outside the envelope or outside a route's allowlist. Absent when nothing was removed. */
             droppedFields?: string[];
+            /** @description The id of the secret the key's hash was made with (IDEMPOTENCY_SECRET_ID, or an id of IDEMPOTENCY_PREVIOUS_SECRETS during a rotation); the id, never the secret. Absent for the unnamed secret. */
+            secretId?: string;
         };
         /** @description The data of one event of `GET …/keys/{key}/events`. */
         KeyEvent: {
