@@ -18,7 +18,7 @@ import (
 func (g *Guard) commit(ctx context.Context, p prepared, o owned, hb *heartbeat, res Result, status RowStatus) Result {
 	committing := g.now()
 	committed, completedAt, err := g.complete(ctx, p, hb, CompleteParams{ID: o.id, Nonce: o.nonce, Status: status,
-		Response: res.Body, ResponseCode: res.StatusCode, TTL: p.settings.TTL})
+		Response: res.Body, ResponseCode: res.StatusCode, Events: p.stream.storedEvents(status), TTL: p.settings.TTL})
 	switch {
 	case err != nil:
 		// The row stays started and will be taken over once stale.

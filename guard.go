@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/idemguard/idemguard/internal/keys"
+	"github.com/idemguard/idemguard/internal/live"
 	"github.com/idemguard/idemguard/sanitize"
 	"github.com/idemguard/idemguard/tenancy"
 )
@@ -41,6 +42,8 @@ type Guard struct {
 	readFirst hitRates
 	// observerPanics holds the event kinds whose Observe panic was logged.
 	observerPanics sync.Map
+	// hub holds the live logs of streams running here and counts waiters (stream.go).
+	hub *live.Hub
 }
 
 // New validates cfg and returns a Guard.
@@ -73,6 +76,7 @@ func New(cfg Config) (*Guard, error) {
 		policy:   sanitize.Policy{MaxBytes: cmp.Or(cfg.MaxResponseBytes, sanitize.DefaultMaxBytes)},
 		lifetime: lifetime,
 		shutdown: shutdown,
+		hub:      live.NewHub(live.Config{MaxPerKey: cmp.Or(cfg.MaxWaiters, DefaultMaxWaiters)}),
 	}, nil
 }
 
@@ -133,6 +137,7 @@ type prepared struct {
 	wait        time.Duration
 	timeout     time.Duration
 	detach      bool
+	stream      *streamCall // DoStream's call; nil for Do
 }
 
 func (g *Guard) prepare(c Call) (prepared, error) {

@@ -59,6 +59,11 @@ type Record struct {
 	// staleness judgement compares the row's times with Now, never with the
 	// application server's clock.
 	Now time.Time
+
+	// Events is the stored event sequence of a streamed success
+	// (response_events): nil for a call that did not stream, empty but not
+	// nil for a stream stored without its events (over the size limit).
+	Events []byte
 }
 
 // Expired reports whether the row's expires_at has passed at r.Now.
@@ -173,6 +178,10 @@ type CompleteParams struct {
 	Response     []byte
 	ResponseCode int
 	TTL          time.Duration // expires_at = now + TTL
+
+	// Events is the event sequence of a streamed success (nil: none), stored
+	// as given; see Record.Events.
+	Events []byte
 }
 
 // ReleaseParams are the arguments of Store.Release: the claim ID/Nonce is

@@ -118,6 +118,7 @@ type row struct {
 	ClaimNonce   string        `db:"claim_nonce"`
 	Response     []byte        `db:"response_json"`
 	ResponseCode sql.NullInt32 `db:"response_code"`
+	Events       []byte        `db:"response_events"`
 	CreatedAt    time.Time     `db:"created_at"`
 	StartedAt    time.Time     `db:"started_at"`
 	HeartbeatAt  sql.NullTime  `db:"heartbeat_at"`
@@ -130,12 +131,12 @@ type row struct {
 // dest is r's fields in getSQL's column order, for Scan.
 func (r *row) dest() []any {
 	return []any{&r.ID, &r.Tenant, &r.Scope, &r.KeyHash, &r.Fingerprint, &r.Status, &r.Attempts, &r.ClaimNonce,
-		&r.Response, &r.ResponseCode, &r.CreatedAt, &r.StartedAt, &r.HeartbeatAt, &r.CompletedAt, &r.ExpiresAt,
+		&r.Response, &r.ResponseCode, &r.Events, &r.CreatedAt, &r.StartedAt, &r.HeartbeatAt, &r.CompletedAt, &r.ExpiresAt,
 		&r.LeaseMicros, &r.Now}
 }
 
 const getSQL = `SELECT id, tenant, scope, key_hash, request_fingerprint, status, attempt_count, claim_nonce,
-  response_json, response_code, created_at, started_at, heartbeat_at, completed_at, expires_at, lease_micros,
+  response_json, response_code, response_events, created_at, started_at, heartbeat_at, completed_at, expires_at, lease_micros,
   UTC_TIMESTAMP(6) AS db_now
 FROM idempotency_keys WHERE tenant = ? AND scope = ? AND key_hash = ?`
 
@@ -151,7 +152,7 @@ func (s *Store) Get(ctx context.Context, tenant, scope, keyHash string) (idemgua
 	}
 	return idemguard.Record{ID: r.ID, Tenant: r.Tenant, Scope: r.Scope, KeyHash: r.KeyHash, Fingerprint: r.Fingerprint,
 		Status: idemguard.RowStatus(r.Status), Attempts: r.Attempts, ClaimNonce: r.ClaimNonce, Response: r.Response,
-		ResponseCode: int(r.ResponseCode.Int32), CreatedAt: r.CreatedAt, StartedAt: r.StartedAt,
+		ResponseCode: int(r.ResponseCode.Int32), Events: r.Events, CreatedAt: r.CreatedAt, StartedAt: r.StartedAt,
 		HeartbeatAt: r.HeartbeatAt.Time, CompletedAt: r.CompletedAt.Time, ExpiresAt: r.ExpiresAt,
 		Lease: time.Duration(r.LeaseMicros.Int64) * time.Microsecond, Now: r.Now}, nil
 }
@@ -167,7 +168,7 @@ const staleSQL = `(status = 'started'
 const (
 	reclaimExpiredSQL = `UPDATE idempotency_keys SET
   status = 'started', claim_nonce = ?, attempt_count = 1, request_fingerprint = ?,
-  response_json = NULL, response_code = NULL, completed_at = NULL,
+  response_json = NULL, response_code = NULL, response_events = NULL, completed_at = NULL,
   created_at = UTC_TIMESTAMP(6), started_at = UTC_TIMESTAMP(6), heartbeat_at = UTC_TIMESTAMP(6),
   lease_micros = NULLIF(?, 0), expires_at = UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND
 WHERE id = ? AND claim_nonce = ? AND attempt_count = ?
@@ -181,7 +182,7 @@ WHERE id = ? AND claim_nonce = ? AND attempt_count = ? AND ` + staleSQL
 
 	reclaimFailedSQL = `UPDATE idempotency_keys SET
   status = 'started', claim_nonce = ?, attempt_count = attempt_count + 1,
-  response_json = NULL, response_code = NULL, completed_at = NULL,
+  response_json = NULL, response_code = NULL, response_events = NULL, completed_at = NULL,
   started_at = UTC_TIMESTAMP(6), heartbeat_at = UTC_TIMESTAMP(6), lease_micros = NULLIF(?, 0),
   expires_at = GREATEST(expires_at, UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND)
 WHERE id = ? AND status = 'failed' AND claim_nonce = ? AND attempt_count = ?
@@ -234,7 +235,7 @@ func (s *Store) Heartbeat(ctx context.Context, id uint64, nonce string) (bool, e
 // UTC_TIMESTAMP(6) is one value for the whole statement, and 0 * x adds
 // nothing to the column.
 const completeSQL = `UPDATE idempotency_keys SET
-  status = ?, response_json = ?, response_code = ?,
+  status = ?, response_json = ?, response_code = ?, response_events = ?,
   completed_at = UTC_TIMESTAMP(6)
     + INTERVAL 0 * LAST_INSERT_ID(TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', UTC_TIMESTAMP(6))) MICROSECOND,
   expires_at = UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND
@@ -246,7 +247,7 @@ func (s *Store) Complete(ctx context.Context, p idemguard.CompleteParams) (bool,
 		return false, time.Time{}, fmt.Errorf("mysqlstore: cannot complete with status %q", p.Status)
 	}
 	res, err := s.db.ExecContext(ctx, completeSQL, string(p.Status), string(p.Response), p.ResponseCode,
-		micros(p.TTL), p.ID, p.Nonce)
+		p.Events, micros(p.TTL), p.ID, p.Nonce)
 	ok, err := changedOne(res, err)
 	if !ok || err != nil {
 		return false, time.Time{}, err
@@ -277,7 +278,7 @@ const (
 	releaseDeleteSQL = `DELETE FROM idempotency_keys WHERE id = ? AND status = 'started' AND claim_nonce = ?`
 
 	releaseRestoreSQL = `UPDATE idempotency_keys SET
-  status = ?, claim_nonce = ?, attempt_count = ?, response_json = ?, response_code = ?,
+  status = ?, claim_nonce = ?, attempt_count = ?, response_json = ?, response_code = ?, response_events = ?,
   started_at = ?, heartbeat_at = ?, completed_at = ?, expires_at = ?, lease_micros = NULLIF(?, 0)
 WHERE id = ? AND status = 'started' AND claim_nonce = ?`
 )
@@ -301,7 +302,7 @@ func (s *Store) Release(ctx context.Context, p idemguard.ReleaseParams) (bool, e
 	if !r.CompletedAt.IsZero() {
 		completed = r.CompletedAt
 	}
-	return s.guarded(ctx, releaseRestoreSQL, string(r.Status), r.ClaimNonce, r.Attempts, response, code,
+	return s.guarded(ctx, releaseRestoreSQL, string(r.Status), r.ClaimNonce, r.Attempts, response, code, r.Events,
 		r.StartedAt, heartbeat, completed, r.ExpiresAt, micros(r.Lease), p.ID, p.Nonce)
 }
 
