@@ -53,6 +53,16 @@ func (h *handlers) runOperation(c *gin.Context) {
 		h.fail(c, err)
 		return
 	}
+	if scope.Stream != nil { // stream.go
+		var streaming bool
+		if body, streaming, err = deliveryMode(body); err != nil {
+			h.fail(c, err)
+			return
+		} else if streaming {
+			h.runStream(c, tenant, scope, clientKey, body)
+			return
+		}
+	}
 	wait, waitApplied := parsePreferWait(c.Request.Header, h.maxWait)
 
 	run := scope.Run

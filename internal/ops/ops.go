@@ -13,6 +13,7 @@ import (
 
 	"github.com/idemguard/idemguard"
 	"github.com/idemguard/idemguard/internal/keys"
+	"github.com/idemguard/idemguard/sanitize"
 )
 
 // Func runs one operation on the request's JSON inputs. Its value is
@@ -33,6 +34,11 @@ type Scope struct {
 	Timeout time.Duration
 	// Run is the operation.
 	Run Func
+	// Stream, when set, runs the operation for a request whose body says
+	// "stream": true (openai_stream.go); StreamReplay renders an answer
+	// stored without events.
+	Stream       StreamFunc
+	StreamReplay func(sanitize.Envelope) []idemguard.StreamEvent
 }
 
 // Registry maps scope names to scopes. It is immutable once built and safe
