@@ -1,9 +1,14 @@
 package routers
 
 import (
+	"net/http"
+	"sync"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/idemguard/idemguard"
 )
 
 // The delivery members leave the body before the key and fingerprint are
@@ -31,4 +36,29 @@ func TestDeliveryModeIsNotIdentity(t *testing.T) {
 	}
 	_, _, err := deliveryMode([]byte(`{"stream":"yes"}`))
 	require.ErrorIs(t, err, errInvalidBody)
+}
+
+// Waiters of one key are bounded: over the guard's MaxWaiters a request
+// with Prefer: wait is refused at once with 429 and Retry-After, never
+// queued. Without the bound both waiters wait and no 429 comes.
+func TestTooManyWaitersIs429(t *testing.T) {
+	t.Parallel()
+	b := setup(t, setupOpts{guard: func(c *idemguard.Config) { c.MaxWaiters = 1 }})
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	defer b.releaseNow()
+	wg.Go(func() { b.post("slow", "w-1", `{}`) })
+	<-b.started
+	codes := make(chan int, 2)
+	for range 2 {
+		wg.Go(func() { codes <- b.post("slow", "w-1", `{}`, "Prefer", "wait=20").Code })
+	}
+	select {
+	case code := <-codes:
+		require.Equal(t, http.StatusTooManyRequests, code, "the second waiter is refused at once")
+	case <-time.After(15 * time.Second):
+		t.Fatal("no waiter was refused")
+	}
+	b.releaseNow()
+	require.Equal(t, http.StatusOK, <-codes)
 }

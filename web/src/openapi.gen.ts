@@ -32,6 +32,17 @@ export interface paths {
          *       `rate_limited`); after that the stored failure is replayed with
          *       `retry_limit` (or `abandoned`), byte for byte except `cached`.
          *
+         *     **Streams.** On a scope whose operation streams (`openai_chat`), a
+         *     body with `"stream": true` is answered `text/event-stream`: the events
+         *     idemguard builds from the upstream's allowlisted chunk fields, then
+         *     `data: [DONE]`. `stream` and `stream_options` are part of neither the
+         *     key nor the fingerprint, so a plain and a streamed request of one key
+         *     are one operation. A replay sends the stored events byte for byte,
+         *     with the replay headers; a duplicate with `Prefer: wait=N` in the
+         *     owner's process follows the running stream live. A failure after the
+         *     first event ends the stream with an `error` event whose data is the
+         *     problem. See docs/STREAMS.md.
+         *
          *     Every answer of the guard (200, 409, 502, and 422/503 when a client
          *     key was sent) carries `Location` and `Idempotency-Key-Ref`.
          */
@@ -159,7 +170,7 @@ export interface components {
              * Format: uri
              * @enum {string}
              */
-            type: "urn:idemguard:problem:unauthorized" | "urn:idemguard:problem:unknown-scope" | "urn:idemguard:problem:unknown-route" | "urn:idemguard:problem:key-not-found" | "urn:idemguard:problem:method-not-allowed" | "urn:idemguard:problem:missing-idempotency-key" | "urn:idemguard:problem:invalid-idempotency-key" | "urn:idemguard:problem:invalid-key-reference" | "urn:idemguard:problem:invalid-body" | "urn:idemguard:problem:invalid-input" | "urn:idemguard:problem:body-too-large" | "urn:idemguard:problem:idempotency-key-reused" | "urn:idemguard:problem:in-progress" | "urn:idemguard:problem:operation-failed" | "urn:idemguard:problem:store-unavailable" | "urn:idemguard:problem:not-ready" | "urn:idemguard:problem:internal" | "urn:idemguard:problem:invalid-result";
+            type: "urn:idemguard:problem:unauthorized" | "urn:idemguard:problem:unknown-scope" | "urn:idemguard:problem:unknown-route" | "urn:idemguard:problem:key-not-found" | "urn:idemguard:problem:method-not-allowed" | "urn:idemguard:problem:missing-idempotency-key" | "urn:idemguard:problem:invalid-idempotency-key" | "urn:idemguard:problem:invalid-key-reference" | "urn:idemguard:problem:invalid-body" | "urn:idemguard:problem:invalid-input" | "urn:idemguard:problem:body-too-large" | "urn:idemguard:problem:idempotency-key-reused" | "urn:idemguard:problem:in-progress" | "urn:idemguard:problem:operation-failed" | "urn:idemguard:problem:store-unavailable" | "urn:idemguard:problem:not-ready" | "urn:idemguard:problem:internal" | "urn:idemguard:problem:invalid-result" | "urn:idemguard:problem:too-many-waiters";
             title: string;
             status: number;
             /** @description Never holds the client key, the body or credentials. */
@@ -393,6 +404,12 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
+                    /**
+                     * @example data: {"object":"chat.completion.chunk","choices":[{"index":0,"delta":{"role":"assistant","content":"Fast"},"finish_reason":null}]}
+                     *
+                     *     data: [DONE]
+                     */
+                    "text/event-stream": string;
                     "application/json": components["schemas"]["Envelope"];
                 };
             };
@@ -477,6 +494,22 @@ export interface operations {
                 headers: {
                     Location: components["headers"]["Location"];
                     "Idempotency-Key-Ref": components["headers"]["IdempotencyKeyRef"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /**
+             * @description The request asked to wait (`Prefer: wait=N`) for a key whose
+             *     operation is running, but as many requests as this replica admits
+             *     (`max_waiters` per key) already wait for it (type
+             *     `too-many-waiters`). Refused at once, never queued; retry after
+             *     `Retry-After` seconds.
+             */
+            429: {
+                headers: {
+                    "Retry-After": components["headers"]["RetryAfter"];
                     [name: string]: unknown;
                 };
                 content: {
