@@ -29,7 +29,7 @@ func FromConfig(c *config.Config, client *http.Client) (*Registry, error) {
 			sc.Run = HTTPJSON(HTTPJSONConfig{URL: cmp.Or(s.URL, c.Upstream.URL), Headers: c.Upstream.Headers,
 				Timeout: sc.Timeout, Client: client})
 		case config.OpDemo:
-			sc.Run = Demo(s.Delay)
+			sc.Run, sc.Stream, sc.StreamReplay = Demo(s.Delay), DemoStream(s.Delay), OpenAIChatReplay
 		default:
 			return nil, fmt.Errorf("ops: scope %q: unknown operation %q", s.Name, s.Operation)
 		}

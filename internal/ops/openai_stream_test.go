@@ -123,3 +123,21 @@ func TestOpenAIChatStreamFailures(t *testing.T) {
 		})
 	}
 }
+
+// The streamed demo gives the same answer as the plain one, word by word.
+func TestDemoStreamMatchesDemo(t *testing.T) {
+	t.Parallel()
+	in := []byte(`{"messages":[{"role":"user","content":"hi"}]}`)
+	plain, err := ops.Demo(0)(context.Background(), in)
+	require.NoError(t, err)
+	var events []idemguard.StreamEvent
+	v, err := ops.DemoStream(0)(context.Background(), in, func(e idemguard.StreamEvent) { events = append(events, e) })
+	require.NoError(t, err)
+	pe, err := sanitize.FromValue(plain)
+	require.NoError(t, err)
+	se, err := sanitize.FromValue(v)
+	require.NoError(t, err)
+	require.Equal(t, pe, se)
+	require.Greater(t, len(events), 5)
+	require.Equal(t, ops.OpenAIChatReplay(se)[1:], events[len(events)-2:], "the finish and usage chunks are the replay's")
+}

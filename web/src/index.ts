@@ -1,2 +1,4 @@
 export { run, lookup, pendingKey, outcomeKnown, backoff, parseRetryAfter, canonicalJSON, newKey, IdemguardError } from "./client.js";
 export type { RunOptions, RunResult, KeyStore, Envelope, Problem, KeyRecord } from "./client.js";
+export { runStream, parseEvents, contentOf } from "./stream.js";
+export type { StreamEvent, StreamResult } from "./stream.js";
