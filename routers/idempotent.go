@@ -239,6 +239,13 @@ func (m *middleware) serve(w http.ResponseWriter, r *http.Request, scope string,
 		return
 	}
 	wait, waitApplied := parsePreferWait(r.Header, m.maxWait)
+	if acceptsEventStream(r) { // idempotent_stream.go
+		if waitApplied {
+			w.Header().Set(headerPreferenceApplied, preferenceApplied(wait))
+		}
+		m.serveStream(w, r, tenant, scope, clientKey, raw, body, wait, next)
+		return
+	}
 
 	res, err := m.guard.Do(r.Context(), idemguard.Call{
 		Tenant:    tenant,
@@ -409,6 +416,9 @@ type bufferedWriter struct {
 	max      int64
 	overflow bool
 	streamed string // what the handler did that streams, if it did
+	// capture takes the writes of a handler streaming events to a request
+	// that accepts them (idempotent_stream.go); nil otherwise.
+	capture *captureWriter
 }
 
 var errBufferFull = errors.New("routers: the guarded handler's response is over the body limit")
@@ -423,6 +433,9 @@ func (w *bufferedWriter) WriteHeader(code int) {
 }
 
 func (w *bufferedWriter) Write(p []byte) (int, error) {
+	if w.capture != nil && w.capture.streaming(w) {
+		return w.capture.write(w, p)
+	}
 	if w.status == 0 {
 		w.status = http.StatusOK
 	}
@@ -436,6 +449,9 @@ func (w *bufferedWriter) Write(p []byte) (int, error) {
 // Flush marks the response as streamed: a guarded handler must answer one
 // body, which is stored before anything is sent.
 func (w *bufferedWriter) Flush() {
+	if w.capture != nil && w.capture.streaming(w) {
+		return // every complete event is sent as it is written
+	}
 	if w.streamed == "" {
 		w.streamed = "called Flush (streaming)"
 	}
