@@ -49,6 +49,7 @@ func (g *Guard) LookupHash(ctx context.Context, tenant tenancy.ID, scope, keyHas
 			return KeyInfo{}, &StoreError{Op: "lookup", Err: err}
 		}
 		info.Envelope, info.StatusCode = &env, rec.ResponseCode
+		info.StreamEvents = streamEventsState(rec)
 	}
 	return info, nil
 }

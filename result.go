@@ -79,4 +79,8 @@ type KeyInfo struct {
 	// Envelope and StatusCode are set once the key is completed.
 	Envelope   *sanitize.Envelope
 	StatusCode int
+	// StreamEvents is "stored" for a key completed by a stream whose event
+	// sequence is stored, "dropped" when it was over Config.MaxStreamBytes
+	// (only the envelope was stored), "" otherwise.
+	StreamEvents string
 }

@@ -441,3 +441,14 @@ func parseWire(b []byte) ([]StreamEvent, error) {
 	}
 	return out, nil
 }
+
+// streamEventsState is KeyInfo.StreamEvents of a completed row.
+func streamEventsState(rec Record) string {
+	switch {
+	case rec.Events == nil:
+		return ""
+	case len(rec.Events) == 0:
+		return "dropped"
+	}
+	return "stored"
+}

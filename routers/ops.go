@@ -188,6 +188,7 @@ type keyRecord struct {
 	ExpiresAt    string          `json:"expiresAt,omitempty"`
 	Response     json.RawMessage `json:"response,omitempty"`
 	ResponseCode int             `json:"responseCode,omitempty"`
+	StreamEvents string          `json:"streamEvents,omitempty"`
 }
 
 // lookupKey serves GET /v1/ops/:scope/keys/:key. The key is a client key or
@@ -238,7 +239,7 @@ func (h *handlers) lookupKey(c *gin.Context) {
 			h.fail(c, err)
 			return
 		}
-		rec.Response, rec.ResponseCode = body, info.StatusCode
+		rec.Response, rec.ResponseCode, rec.StreamEvents = body, info.StatusCode, info.StreamEvents
 	}
 	c.Data(http.StatusOK, contentJSON, encodeJSON(rec))
 }

@@ -221,6 +221,14 @@ export interface components {
             response?: components["schemas"]["Envelope"];
             /** @description The stored HTTP status; absent while started. */
             responseCode?: number;
+            /**
+             * @description For a key completed by a streamed request: `stored` when its event
+             *     sequence is stored (replays send it byte for byte), `dropped` when
+             *     it was over the size limit and only the envelope was stored
+             *     (streamed replays are rebuilt from it). Absent otherwise.
+             * @enum {string}
+             */
+            streamEvents?: "stored" | "dropped";
         };
         Status: {
             /** @constant */
