@@ -379,7 +379,7 @@ func TestStreamThreeHundredRequestsOverThreeProcessesRunOnce(t *testing.T) {
 	var mu sync.Mutex
 	bodies := map[string]int{}
 	statuses := map[int]int{}
-	waited200, waiters := 0, 0
+	waited200, waiters, followed := 0, 0, 0
 	for i := range total {
 		wait := (i/3)%3 == 0
 		if wait {
@@ -399,6 +399,9 @@ func TestStreamThreeHundredRequestsOverThreeProcessesRunOnce(t *testing.T) {
 				if wait {
 					waited200++
 				}
+				if a.header.Get("Idempotent-Replayed") == "true" && a.header.Get("Idempotent-Completed-At") == "" {
+					followed++ // followed the running stream in the owner's process (a stored replay has a completion time)
+				}
 			}
 		})
 	}
@@ -410,6 +413,7 @@ func TestStreamThreeHundredRequestsOverThreeProcessesRunOnce(t *testing.T) {
 		require.Contains(t, raw, `"content":"w19 "`)
 	}
 	require.Equal(t, waiters, waited200, "every waiter gets the stream; statuses %v", statuses)
+	require.Positive(t, followed, "waiters in the owner's process follow the live stream")
 	for status := range statuses {
 		require.Contains(t, []int{http.StatusOK, http.StatusConflict}, status, "statuses %v", statuses)
 	}
