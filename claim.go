@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"time"
 
+	"github.com/idemguard/idemguard/internal/live"
 	"github.com/idemguard/idemguard/sanitize"
 )
 
@@ -48,6 +49,9 @@ type claimLoop struct {
 	// settles it (detached from the caller, retried within StoreTimeout).
 	unsure  *unknownWrite
 	lastErr error // the last claim write's error, for the caller if the races never end
+
+	// waiter is this call's place among the key's waiters (Config.MaxWaiters).
+	waiter *live.Ticket
 
 	needClaim bool // the row was absent at the last read: INSERT first
 	checked   bool // Call.Check ran (and passed)
@@ -99,6 +103,7 @@ func (l *claimLoop) finish() {
 		}
 	}
 	l.g.releaseLater(l.p, notOwned)
+	l.releaseWaiter()
 	if l.waited > 0 {
 		l.g.emit(Event{Kind: EventWaited, Scope: l.p.scope, Duration: l.waited})
 	}
@@ -196,6 +201,9 @@ func (l *claimLoop) onRow(rec Record) (Result, error) {
 		return l.own(owned{id: rec.ID, nonce: u.nonce, attempt: rec.Attempts, firstSeen: rec.CreatedAt,
 			leaseFrom: u.sent, prev: u.prev}, u.kind)
 	}
+	if l.p.stream != nil && l.p.stream.begun {
+		return l.streamBegun(rec) // stream.go
+	}
 	if rec.Reclaimable(l.p.settings.StaleAfter) {
 		return l.expired(rec)
 	}
@@ -230,6 +238,9 @@ func (l *claimLoop) expired(rec Record) (Result, error) {
 
 // succeeded replays the stored answer.
 func (l *claimLoop) succeeded(rec Record) (Result, error) {
+	if l.p.stream != nil {
+		return l.streamSucceeded(rec) // stream.go
+	}
 	res, err := l.g.replay(l.ctx, l.p, rec, l.readAt)
 	if err != nil {
 		return Result{}, err
@@ -291,6 +302,14 @@ func (l *claimLoop) running(rec Record) (Result, error) {
 	if l.waitUntil.IsZero() || !g.now().Before(l.waitUntil) || l.ctx.Err() != nil {
 		g.emit(Event{Kind: EventInProgress, Scope: l.p.scope})
 		return g.inProgress(l.p, rec), nil
+	}
+	if l.p.stream != nil {
+		if res, err, done := l.streamRunning(rec); done { // stream.go
+			return res, err
+		}
+	}
+	if err := l.admitWaiter(); err != nil {
+		return Result{}, err
 	}
 	l.races = 0
 	start := g.now()

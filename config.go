@@ -57,6 +57,14 @@ type Config struct {
 	// MaxWatchersPerTenant bounds the watchers of one tenant's keys in this
 	// process. Defaults to 1000.
 	MaxWatchersPerTenant int
+	// MaxStreamBytes bounds a streamed answer's stored event sequence; a
+	// longer one is delivered but stored as its envelope only (DoStream).
+	// Defaults to DefaultMaxStreamBytes (1 MiB).
+	MaxStreamBytes int
+	// MaxWaiters bounds the calls of this process that wait for (or follow
+	// the stream of) one running key; over it a call gets
+	// ErrTooManyWaiters at once. Defaults to DefaultMaxWaiters (100).
+	MaxWaiters int
 	// Test holds knobs for tests and benchmarks; production code leaves it
 	// zero.
 	Test TestConfig
@@ -96,6 +104,9 @@ func (c Config) validate() error {
 	}
 	if err := c.Defaults.Validate(); err != nil {
 		return fmt.Errorf("idemguard: Config.Defaults: %w", err)
+	}
+	if c.MaxStreamBytes < 0 || c.MaxWaiters < 0 {
+		return fmt.Errorf("idemguard: Config.MaxStreamBytes and Config.MaxWaiters must not be negative (0 means the default)")
 	}
 	if c.MaxWait < 0 || c.StoreTimeout < 0 || c.ReplayCacheMaxAge < 0 || c.Test.HeartbeatEvery < 0 {
 		return fmt.Errorf("idemguard: Config durations must not be negative")

@@ -27,6 +27,9 @@ const (
 	// result; Field names it (never its value), "(other)" past 1000 names.
 	// The guard also logs each (scope, field) once.
 	EventDroppedField EventKind = "dropped_field"
+	// EventStreamDropped: a streamed answer's events were over
+	// Config.MaxStreamBytes and were not stored (its envelope was).
+	EventStreamDropped EventKind = "stream_dropped"
 )
 
 // Event is one protocol event (for metrics). Observe is called synchronously

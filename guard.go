@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/idemguard/idemguard/internal/keys"
+	"github.com/idemguard/idemguard/internal/live"
 	"github.com/idemguard/idemguard/sanitize"
 	"github.com/idemguard/idemguard/tenancy"
 )
@@ -45,6 +46,8 @@ type Guard struct {
 	jobs *jobState
 	// previous are the derivers of Config.PreviousSecrets (secrets.go).
 	previous []previousSecret
+	// hub holds the live logs of streams running here and counts waiters (stream.go).
+	hub *live.Hub
 }
 
 // New validates cfg and returns a Guard.
@@ -83,6 +86,7 @@ func New(cfg Config) (*Guard, error) {
 		shutdown: shutdown,
 		jobs:     newJobState(cfg),
 		previous: previous,
+		hub:      live.NewHub(live.Config{MaxPerKey: cmp.Or(cfg.MaxWaiters, DefaultMaxWaiters)}),
 	}, nil
 }
 
@@ -151,6 +155,7 @@ type prepared struct {
 	// without previous secrets (secrets.go).
 	secretID string
 	versions []keyVersion
+	stream   *streamCall // DoStream's call; nil for Do
 }
 
 func (g *Guard) prepare(c Call) (prepared, error) {

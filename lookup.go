@@ -73,6 +73,7 @@ func keyInfoOf(keyHash string, rec Record, fallback time.Duration) (KeyInfo, err
 		} else {
 			info.Envelope = &st.env
 		}
+		info.StreamEvents = streamEventsState(rec)
 	}
 	return info, nil
 }

@@ -99,6 +99,7 @@ func (s *MemoryStore) Get(ctx context.Context, tenant, scope, keyHash string) (R
 	}
 	out := *r
 	out.Response = bytes.Clone(r.Response)
+	out.Events = cloneEvents(r.Events)
 	out.Now = s.clock()
 	return out, nil
 }
@@ -156,7 +157,7 @@ func (s *MemoryStore) Reclaim(ctx context.Context, p ReclaimParams) (bool, error
 		}
 		r.Status = RowStarted
 		r.Attempts++
-		r.Response, r.ResponseCode, r.CompletedAt = nil, 0, time.Time{}
+		r.Response, r.ResponseCode, r.CompletedAt, r.Events = nil, 0, time.Time{}, nil
 		r.StartedAt, r.HeartbeatAt, r.Lease = now, now, p.Lease
 		r.ExpiresAt = laterOf(r.ExpiresAt, now.Add(p.TTL))
 	default:
@@ -210,6 +211,7 @@ func (s *MemoryStore) Complete(ctx context.Context, p CompleteParams) (bool, tim
 	now := s.clock()
 	r.Status = p.Status
 	r.Response, r.ResponseCode = bytes.Clone(p.Response), p.ResponseCode
+	r.Events = cloneEvents(p.Events)
 	r.CompletedAt, r.ExpiresAt = now, now.Add(p.TTL)
 	if p.Canceled && r.Attempts > 0 {
 		r.Attempts--
@@ -235,9 +237,18 @@ func (s *MemoryStore) Release(ctx context.Context, p ReleaseParams) (bool, error
 	prev := *p.Prev
 	r.Status, r.ClaimNonce, r.Attempts = prev.Status, prev.ClaimNonce, prev.Attempts
 	r.Response, r.ResponseCode = bytes.Clone(prev.Response), prev.ResponseCode
+	r.Events = cloneEvents(prev.Events)
 	r.StartedAt, r.HeartbeatAt, r.CompletedAt = prev.StartedAt, prev.HeartbeatAt, prev.CompletedAt
 	r.ExpiresAt, r.Lease = prev.ExpiresAt, prev.Lease
 	return true, nil
+}
+
+// cloneEvents copies a stored event sequence, keeping nil and empty apart.
+func cloneEvents(b []byte) []byte {
+	if b == nil {
+		return nil
+	}
+	return append([]byte{}, b...)
 }
 
 // stale reports whether r is a started row whose heartbeat is older than its

@@ -24,9 +24,9 @@ func TestConformance(t *testing.T) {
 			Dump: func(testing.TB) string {
 				var b strings.Builder
 				for _, r := range s.Rows() {
-					fmt.Fprintf(&b, "%s %s %s %d %s %s %d %s %s %d %s %s %s %s %s\n", r.Tenant, r.Scope, r.KeyHash,
+					fmt.Fprintf(&b, "%s %s %s %d %s %s %d %s %s %d %s %s %s %s %s %s\n", r.Tenant, r.Scope, r.KeyHash,
 						r.ID, r.Fingerprint, r.Status, r.Attempts, r.ClaimNonce, r.Response, r.ResponseCode,
-						r.CreatedAt, r.StartedAt, r.HeartbeatAt, r.CompletedAt, r.ExpiresAt)
+						r.CreatedAt, r.StartedAt, r.HeartbeatAt, r.CompletedAt, r.ExpiresAt, r.Events)
 				}
 				return b.String()
 			},

@@ -111,4 +111,8 @@ type KeyInfo struct {
 	// SecretID names the secret the key's hash was made with ("" for the
 	// unnamed secret): the id, never the secret.
 	SecretID string
+	// StreamEvents is "stored" for a key completed by a stream whose event
+	// sequence is stored, "dropped" when it was over Config.MaxStreamBytes
+	// (only the envelope was stored), "" otherwise.
+	StreamEvents string
 }

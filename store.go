@@ -65,6 +65,10 @@ type Record struct {
 	// SecretID names the secret whose HMAC made KeyHash and Fingerprint
 	// (secret_id); "" for the unnamed secret (NULL).
 	SecretID string
+	// Events is the stored event sequence of a streamed success
+	// (response_events): nil for a call that did not stream, empty but not
+	// nil for a stream stored without its events (over the size limit).
+	Events []byte
 }
 
 // Expired reports whether the row's expires_at has passed at r.Now.
@@ -187,6 +191,9 @@ type CompleteParams struct {
 	// stopped because a caller asked it to, so the key may run again
 	// without counting it.
 	Canceled bool
+	// Events is the event sequence of a streamed success (nil: none), stored
+	// as given; see Record.Events.
+	Events []byte
 }
 
 // ReleaseParams are the arguments of Store.Release: the claim ID/Nonce is

@@ -154,8 +154,9 @@ func TestRollingSecretRotationRunsEachKeyOnce(t *testing.T) {
 }
 
 // stormOnce sends 500 concurrent requests with one key, spread over services, each waiting
-// for the answer (Prefer: wait) and asking again, as a client does, after a 409 (in progress)
-// or a 503 (the store did not answer in time: nothing ran; under a full parallel test run 500
+// for the answer (Prefer: wait) and asking again, as a client does, after a 409 (in progress),
+// a 429 (more requests already wait for the key in that process than max_waiters allows) or a
+// 503 (the store did not answer in time: nothing ran; under a full parallel test run 500
 // waiting requests can queue past store_timeout for a connection), and returns the fresh
 // answer; every other answer must be its replay.
 func stormOnce(t *testing.T, c *http.Client, services []*service, key string) answer {
@@ -174,7 +175,8 @@ func stormOnce(t *testing.T, c *http.Client, services []*service, key string) an
 			for {
 				a, err := tryDo(c, services[i%len(services)], request{path: "/v1/ops/chat", apiKey: acmeKey, key: key,
 					body: chatBody, headers: [][2]string{{"Prefer", "wait=10"}}})
-				again := err == nil && (a.status == http.StatusConflict || a.status == http.StatusServiceUnavailable)
+				again := err == nil && (a.status == http.StatusConflict || a.status == http.StatusTooManyRequests ||
+					a.status == http.StatusServiceUnavailable)
 				if !again || time.Now().After(deadline) {
 					answers[i], errs[i] = a, err
 					return

@@ -256,6 +256,13 @@ func (m *middleware) serve(w http.ResponseWriter, r *http.Request, scope string,
 		m.fail(w, r, err)
 		return
 	}
+	if acceptsEventStream(r) { // idempotent_stream.go
+		if req.waitApplied {
+			w.Header().Set(headerPreferenceApplied, preferenceApplied(req.wait))
+		}
+		m.serveStream(w, r, tenant, scope, req.clientKey, req.raw, req.body, req.wait, next)
+		return
+	}
 	res, err := m.guard.Do(r.Context(), idemguard.Call{
 		Tenant:    tenant,
 		Scope:     scope,
@@ -375,6 +382,9 @@ type bufferedWriter struct {
 	max      int64
 	overflow bool
 	streamed string // what the handler did that streams, if it did
+	// capture takes the writes of a handler streaming events to a request
+	// that accepts them (idempotent_stream.go); nil otherwise.
+	capture *captureWriter
 }
 
 var errBufferFull = errors.New("routers: the guarded handler's response is over the body limit")
@@ -389,6 +399,9 @@ func (w *bufferedWriter) WriteHeader(code int) {
 }
 
 func (w *bufferedWriter) Write(p []byte) (int, error) {
+	if w.capture != nil && w.capture.streaming(w) {
+		return w.capture.write(w, p)
+	}
 	if w.status == 0 {
 		w.status = http.StatusOK
 	}
@@ -402,6 +415,9 @@ func (w *bufferedWriter) Write(p []byte) (int, error) {
 // Flush marks the response as streamed: a guarded handler must answer one
 // body, which is stored before anything is sent.
 func (w *bufferedWriter) Flush() {
+	if w.capture != nil && w.capture.streaming(w) {
+		return // every complete event is sent as it is written
+	}
 	if w.streamed == "" {
 		w.streamed = "called Flush (streaming)"
 	}

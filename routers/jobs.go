@@ -169,7 +169,7 @@ func keyRecordOf(ref, scope string, info idemguard.KeyInfo) (keyRecord, error) {
 	} else if info.Document != nil {
 		rec.Response, rec.ResponseCode = info.Document, info.StatusCode
 	}
-	rec.DroppedFields = info.DroppedFields
+	rec.DroppedFields, rec.SecretID, rec.StreamEvents = info.DroppedFields, info.SecretID, info.StreamEvents
 	return rec, nil
 }
 

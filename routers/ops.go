@@ -43,6 +43,16 @@ func (h *handlers) runOperation(c *gin.Context) {
 		h.fail(c, err)
 		return
 	}
+	if scope.Stream != nil { // stream.go: "stream" is how to deliver, not what to run
+		var streaming bool
+		if req.body, streaming, err = deliveryMode(req.body); err != nil {
+			h.fail(c, err)
+			return
+		} else if streaming && !prefersAsync(c.Request.Header) {
+			h.runStream(c, tenant, scope, req.clientKey, req.body)
+			return
+		}
+	}
 	if prefersAsync(c.Request.Header) {
 		h.runAsync(c, tenant, scope, req)
 		return
@@ -163,6 +173,8 @@ type keyRecord struct {
 	// SecretID names the secret the key's hash was made with (the id, never
 	// the secret); absent for the unnamed secret.
 	SecretID string `json:"secretId,omitempty"`
+	// StreamEvents is "stored" or "dropped" for a key completed by a stream.
+	StreamEvents string `json:"streamEvents,omitempty"`
 }
 
 // lookupKey serves GET /v1/ops/:scope/keys/:key. The key is a client key or
@@ -207,8 +219,6 @@ func (h *handlers) lookupKey(c *gin.Context) {
 		h.fail(c, err)
 		return
 	}
-	rec.DroppedFields = info.DroppedFields
-	rec.SecretID = info.SecretID
 	c.Data(http.StatusOK, contentJSON, encodeJSON(rec))
 }
 

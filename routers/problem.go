@@ -133,6 +133,9 @@ func problemFor(err error) problem {
 	case errors.Is(err, errNoScope):
 		return newProblem(http.StatusInternalServerError, "internal", "Internal server error", sanitize.Unknown,
 			"an unexpected error; it has been logged")
+	case errors.Is(err, idemguard.ErrTooManyWaiters):
+		return newProblem(http.StatusTooManyRequests, "too-many-waiters", "Too many waiting requests", sanitize.InProgress,
+			"too many requests already wait for this key's running operation; retry after Retry-After seconds, without Prefer: wait")
 	case errors.Is(err, idemguard.ErrStoreUnavailable):
 		return newProblem(http.StatusServiceUnavailable, "store-unavailable", "Store unavailable", sanitize.Unknown,
 			"the idempotency store cannot be reached; nothing was run; retry after Retry-After seconds")
@@ -226,6 +229,8 @@ func (h *handlers) fail(c *gin.Context, err error) {
 	switch p.Status {
 	case http.StatusServiceUnavailable:
 		c.Header(headerRetryAfter, h.unavailableRetryAfter)
+	case http.StatusTooManyRequests:
+		c.Header(headerRetryAfter, h.retryAfter)
 	case http.StatusInternalServerError:
 		h.log.Error("http: unexpected error", slog.String("route", c.FullPath()), slog.Any("err", err))
 	}

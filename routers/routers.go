@@ -18,6 +18,7 @@ import (
 	"github.com/idemguard/idemguard"
 	"github.com/idemguard/idemguard/internal/keys"
 	"github.com/idemguard/idemguard/routers/auth"
+	"github.com/idemguard/idemguard/sanitize"
 )
 
 // Defaults of Options.
@@ -61,6 +62,14 @@ type Scope struct {
 	// stays free for a corrected request. Any other error is a 400 that
 	// names no field (its text is not shown: it may quote the body).
 	Validate func(inputs json.RawMessage) error
+	// Stream, when set, serves a body with "stream": true as server-sent
+	// events (stream.go): it gets the body without its delivery members
+	// ("stream", "stream_options", which are part of neither the key nor the
+	// fingerprint), emits events built from allowlisted fields, and returns
+	// the same value Run would. StreamReplay renders an answer stored
+	// without events (the key was completed by Run) as events.
+	Stream       func(ctx context.Context, inputs json.RawMessage, emit func(idemguard.StreamEvent)) (any, error)
+	StreamReplay func(sanitize.Envelope) []idemguard.StreamEvent
 }
 
 // Options configure the API.

@@ -165,6 +165,7 @@ func (s *server) run(ctx context.Context) int {
 		Observe:           observe,
 		Defaults:          cfg.Defaults,
 		MaxWait:           cfg.MaxWait,
+		MaxWaiters:        cfg.MaxWaiters,
 		StoreTimeout:      cfg.StoreTimeout,
 		ReplayCacheSize:   cfg.ReplayCacheSize,
 		ReplayCacheMaxAge: cfg.ReplayCacheMaxAge,

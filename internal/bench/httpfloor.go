@@ -119,6 +119,7 @@ func (f *floor) handler(auth *auth.Authenticator) http.Handler {
 	api := r.Group("/", authenticate)
 	api.POST("/v1/ops/:scope", f.fresh)
 	api.POST("/floor/replay/:scope", f.replay)
+	api.POST("/floor/stream/:scope", f.relayStream) // stream.go
 	return r
 }
 

@@ -129,6 +129,9 @@ type Config struct {
 	MaxBodyBytes int64
 	// MaxWait caps `Prefer: wait=N`. Defaults to 30s.
 	MaxWait time.Duration
+	// MaxWaiters bounds the requests of one process that wait for one
+	// running key (429 over it). Defaults to idemguard.DefaultMaxWaiters.
+	MaxWaiters int
 	// RetryAfter is the Retry-After of a 409 (in progress). Defaults to 1s.
 	RetryAfter time.Duration
 	// UnavailableRetryAfter is the Retry-After of a 503 (store down).
@@ -252,6 +255,7 @@ type rawConfig struct {
 	CORSOrigins           []string            `yaml:"cors_origins"`
 	MaxBodyBytes          *int64              `yaml:"max_body_bytes"`
 	MaxWait               string              `yaml:"max_wait"`
+	MaxWaiters            *int                `yaml:"max_waiters"`
 	RetryAfter            string              `yaml:"retry_after"`
 	UnavailableRetryAfter string              `yaml:"unavailable_retry_after"`
 	ShutdownGrace         string              `yaml:"shutdown_grace"`
@@ -397,6 +401,10 @@ func Load(path string, getenv func(string) string) (*Config, error) {
 		c.MaxBodyBytes = *raw.MaxBodyBytes
 	}
 	c.MaxWait = p.duration("max_wait", raw.MaxWait, DefaultMaxWait)
+	c.MaxWaiters = idemguard.DefaultMaxWaiters
+	if raw.MaxWaiters != nil {
+		c.MaxWaiters = *raw.MaxWaiters
+	}
 	c.RetryAfter = p.duration("retry_after", raw.RetryAfter, DefaultRetryAfter)
 	c.UnavailableRetryAfter = p.duration("unavailable_retry_after", raw.UnavailableRetryAfter, DefaultUnavailableRetryAfter)
 	c.ShutdownGrace = p.duration("shutdown_grace", raw.ShutdownGrace, DefaultShutdownGrace)
@@ -573,6 +581,9 @@ func (c *Config) validate(apiKeysSetting string) problems {
 		p.add("max_body_bytes", "must be between 1 and %d, got %d", MaxMaxBodyBytes, c.MaxBodyBytes)
 	}
 	p.between("max_wait", c.MaxWait, time.Second, MaxMaxWait)
+	if c.MaxWaiters < 1 || c.MaxWaiters > 100_000 {
+		p.add("max_waiters", "must be between 1 and 100000, got %d", c.MaxWaiters)
+	}
 	p.between("retry_after", c.RetryAfter, time.Second, time.Hour)
 	p.between("unavailable_retry_after", c.UnavailableRetryAfter, time.Second, time.Hour)
 	p.between("shutdown_grace", c.ShutdownGrace, 0, time.Hour)

@@ -176,6 +176,9 @@ func (m *Metrics) Observe(e idemguard.Event) {
 		m.storeErrors.WithLabelValues(e.Scope, e.StoreOp).Inc()
 	case idemguard.EventDroppedField:
 		m.droppedFields.WithLabelValues(e.Scope, e.Field).Inc()
+	case idemguard.EventStreamDropped:
+		// A stream's events over the size limit: dropped like a field, under a name no field has.
+		m.droppedFields.WithLabelValues(e.Scope, "(stream events)").Inc()
 	}
 }
 

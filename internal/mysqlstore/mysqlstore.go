@@ -119,6 +119,7 @@ type row struct {
 	ClaimNonce   string         `db:"claim_nonce"`
 	Response     []byte         `db:"response_json"`
 	ResponseCode sql.NullInt32  `db:"response_code"`
+	Events       []byte         `db:"response_events"`
 	CreatedAt    time.Time      `db:"created_at"`
 	StartedAt    time.Time      `db:"started_at"`
 	HeartbeatAt  sql.NullTime   `db:"heartbeat_at"`
@@ -133,13 +134,13 @@ type row struct {
 // dest is r's fields in getSQL's column order, for Scan.
 func (r *row) dest() []any {
 	return []any{&r.ID, &r.Tenant, &r.Scope, &r.KeyHash, &r.Fingerprint, &r.Status, &r.Attempts, &r.ClaimNonce,
-		&r.Response, &r.ResponseCode, &r.CreatedAt, &r.StartedAt, &r.HeartbeatAt, &r.CompletedAt, &r.ExpiresAt,
+		&r.Response, &r.ResponseCode, &r.Events, &r.CreatedAt, &r.StartedAt, &r.HeartbeatAt, &r.CompletedAt, &r.ExpiresAt,
 		&r.LeaseMicros, &r.CancelAt, &r.SecretID, &r.Now}
 }
 
 const getSQL = `SELECT id, tenant, scope, key_hash, request_fingerprint, status, attempt_count, claim_nonce,
-  response_json, response_code, created_at, started_at, heartbeat_at, completed_at, expires_at, lease_micros,
-  cancel_requested_at, secret_id, UTC_TIMESTAMP(6) AS db_now
+  response_json, response_code, response_events, created_at, started_at, heartbeat_at, completed_at, expires_at,
+  lease_micros, cancel_requested_at, secret_id, UTC_TIMESTAMP(6) AS db_now
 FROM idempotency_keys WHERE tenant = ? AND scope = ? AND key_hash = ?`
 
 // Get implements idemguard.Store.
@@ -188,7 +189,7 @@ func (s *Store) GetMany(ctx context.Context, tenant, scope string, keyHashes []s
 func (r *row) record() idemguard.Record {
 	return idemguard.Record{ID: r.ID, Tenant: r.Tenant, Scope: r.Scope, KeyHash: r.KeyHash, Fingerprint: r.Fingerprint,
 		Status: idemguard.RowStatus(r.Status), Attempts: r.Attempts, ClaimNonce: r.ClaimNonce, Response: r.Response,
-		ResponseCode: int(r.ResponseCode.Int32), CreatedAt: r.CreatedAt, StartedAt: r.StartedAt,
+		ResponseCode: int(r.ResponseCode.Int32), Events: r.Events, CreatedAt: r.CreatedAt, StartedAt: r.StartedAt,
 		HeartbeatAt: r.HeartbeatAt.Time, CompletedAt: r.CompletedAt.Time, ExpiresAt: r.ExpiresAt,
 		Lease: time.Duration(r.LeaseMicros.Int64) * time.Microsecond, CancelRequestedAt: r.CancelAt.Time, Now: r.Now,
 		SecretID: r.SecretID.String}
@@ -205,7 +206,7 @@ const staleSQL = `(status = 'started'
 const (
 	reclaimExpiredSQL = `UPDATE idempotency_keys SET
   status = 'started', claim_nonce = ?, attempt_count = 1, request_fingerprint = ?, secret_id = NULLIF(?, ''),
-  response_json = NULL, response_code = NULL, completed_at = NULL, cancel_requested_at = NULL,
+  response_json = NULL, response_code = NULL, response_events = NULL, completed_at = NULL, cancel_requested_at = NULL,
   created_at = UTC_TIMESTAMP(6), started_at = UTC_TIMESTAMP(6), heartbeat_at = UTC_TIMESTAMP(6),
   lease_micros = NULLIF(?, 0), expires_at = UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND
 WHERE id = ? AND claim_nonce = ? AND attempt_count = ?
@@ -219,7 +220,7 @@ WHERE id = ? AND claim_nonce = ? AND attempt_count = ? AND ` + staleSQL
 
 	reclaimFailedSQL = `UPDATE idempotency_keys SET
   status = 'started', claim_nonce = ?, attempt_count = attempt_count + 1,
-  response_json = NULL, response_code = NULL, completed_at = NULL, cancel_requested_at = NULL,
+  response_json = NULL, response_code = NULL, response_events = NULL, completed_at = NULL, cancel_requested_at = NULL,
   started_at = UTC_TIMESTAMP(6), heartbeat_at = UTC_TIMESTAMP(6), lease_micros = NULLIF(?, 0),
   expires_at = GREATEST(expires_at, UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND)
 WHERE id = ? AND status = 'failed' AND claim_nonce = ? AND attempt_count = ?
@@ -272,7 +273,7 @@ func (s *Store) Heartbeat(ctx context.Context, id uint64, nonce string) (bool, e
 // UTC_TIMESTAMP(6) is one value for the whole statement, and 0 * x adds
 // nothing to the column.
 const completeSQL = `UPDATE idempotency_keys SET
-  status = ?, response_json = ?, response_code = ?, attempt_count = attempt_count - ?,
+  status = ?, response_json = ?, response_code = ?, response_events = ?, attempt_count = attempt_count - ?,
   completed_at = UTC_TIMESTAMP(6)
     + INTERVAL 0 * LAST_INSERT_ID(TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', UTC_TIMESTAMP(6))) MICROSECOND,
   expires_at = UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND
@@ -287,8 +288,8 @@ func (s *Store) Complete(ctx context.Context, p idemguard.CompleteParams) (bool,
 	if p.Canceled {
 		giveBack = 1 // a started row's attempt_count is at least 1
 	}
-	res, err := s.db.ExecContext(ctx, completeSQL, string(p.Status), string(p.Response), p.ResponseCode, giveBack,
-		micros(p.TTL), p.ID, p.Nonce)
+	res, err := s.db.ExecContext(ctx, completeSQL, string(p.Status), string(p.Response), p.ResponseCode, p.Events,
+		giveBack, micros(p.TTL), p.ID, p.Nonce)
 	ok, err := changedOne(res, err)
 	if !ok || err != nil {
 		return false, time.Time{}, err
@@ -319,7 +320,7 @@ const (
 	releaseDeleteSQL = `DELETE FROM idempotency_keys WHERE id = ? AND status = 'started' AND claim_nonce = ?`
 
 	releaseRestoreSQL = `UPDATE idempotency_keys SET
-  status = ?, claim_nonce = ?, attempt_count = ?, response_json = ?, response_code = ?,
+  status = ?, claim_nonce = ?, attempt_count = ?, response_json = ?, response_code = ?, response_events = ?,
   started_at = ?, heartbeat_at = ?, completed_at = ?, expires_at = ?, lease_micros = NULLIF(?, 0)
 WHERE id = ? AND status = 'started' AND claim_nonce = ?`
 )
@@ -343,7 +344,7 @@ func (s *Store) Release(ctx context.Context, p idemguard.ReleaseParams) (bool, e
 	if !r.CompletedAt.IsZero() {
 		completed = r.CompletedAt
 	}
-	return s.guarded(ctx, releaseRestoreSQL, string(r.Status), r.ClaimNonce, r.Attempts, response, code,
+	return s.guarded(ctx, releaseRestoreSQL, string(r.Status), r.ClaimNonce, r.Attempts, response, code, r.Events,
 		r.StartedAt, heartbeat, completed, r.ExpiresAt, micros(r.Lease), p.ID, p.Nonce)
 }
 

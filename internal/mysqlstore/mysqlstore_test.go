@@ -59,7 +59,7 @@ func dump(t testing.TB, db *testdb.Database) string {
 	err := db.DB.SelectContext(context.Background(), &lines, `SELECT CONCAT_WS(' ', tenant, scope, key_hash, id,
   request_fingerprint, status, attempt_count, claim_nonce, COALESCE(response_json, 'NULL'),
   COALESCE(response_code, 'NULL'), created_at, started_at, COALESCE(heartbeat_at, 'NULL'),
-  COALESCE(completed_at, 'NULL'), expires_at) FROM idempotency_keys ORDER BY id`)
+  COALESCE(completed_at, 'NULL'), expires_at, COALESCE(response_events, 'NULL')) FROM idempotency_keys ORDER BY id`)
 	require.NoError(t, err)
 	if len(lines) == 0 {
 		return ""

@@ -21,15 +21,16 @@ func FromConfig(c *config.Config, client *http.Client) (*Registry, error) {
 		switch s.Operation {
 		case config.OpOpenAIChat:
 			sc.Timeout = cmp.Or(sc.Timeout, c.OpenAI.Timeout)
-			sc.Run = OpenAIChat(OpenAIConfig{BaseURL: c.OpenAI.BaseURL, Model: c.OpenAI.Model, APIKey: c.OpenAI.APIKey,
-				Timeout: sc.Timeout, MaxTokens: c.OpenAI.MaxTokens, Client: client})
+			oc := OpenAIConfig{BaseURL: c.OpenAI.BaseURL, Model: c.OpenAI.Model, APIKey: c.OpenAI.APIKey,
+				Timeout: sc.Timeout, MaxTokens: c.OpenAI.MaxTokens, Client: client}
+			sc.Run, sc.Stream, sc.StreamReplay = OpenAIChat(oc), OpenAIChatStream(oc), OpenAIChatReplay
 			sc.Validate = ValidateChatInput(c.OpenAI.MaxTokens)
 		case config.OpHTTPJSON:
 			sc.Timeout = cmp.Or(sc.Timeout, c.Upstream.Timeout)
 			sc.Run = HTTPJSON(HTTPJSONConfig{URL: cmp.Or(s.URL, c.Upstream.URL), Headers: c.Upstream.Headers,
 				Timeout: sc.Timeout, Client: client})
 		case config.OpDemo:
-			sc.Run = Demo(s.Delay)
+			sc.Run, sc.Stream, sc.StreamReplay = Demo(s.Delay), DemoStream(s.Delay), OpenAIChatReplay
 		default:
 			return nil, fmt.Errorf("ops: scope %q: unknown operation %q", s.Name, s.Operation)
 		}

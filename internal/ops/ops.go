@@ -13,6 +13,7 @@ import (
 
 	"github.com/idemguard/idemguard"
 	"github.com/idemguard/idemguard/internal/keys"
+	"github.com/idemguard/idemguard/sanitize"
 )
 
 // Func runs one operation on the request's JSON inputs. Its value is
@@ -37,6 +38,11 @@ type Scope struct {
 	// an *idemguard.InputError is answered 400 naming the fields, and nothing
 	// is stored or run. nil accepts any JSON.
 	Validate func(inputs json.RawMessage) error
+	// Stream, when set, runs the operation for a request whose body says
+	// "stream": true (openai_stream.go); StreamReplay renders an answer
+	// stored without events.
+	Stream       StreamFunc
+	StreamReplay func(sanitize.Envelope) []idemguard.StreamEvent
 }
 
 // Registry maps scope names to scopes. It is immutable once built and safe

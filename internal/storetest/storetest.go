@@ -156,6 +156,15 @@ func cases(run func(name string, tc caseFunc)) {
 	run("Guard/StormAcrossARotationRunsTheOperationOnce", guardStormAcrossARotationRunsTheOperationOnce)
 	run("Guard/PreviousSecretCostsOneReadOnTheFreshPath", guardPreviousSecretCostsOneReadOnTheFreshPath)
 	run("Guard/SecretConfigurationIsValidated", guardSecretConfigurationIsValidated)
+	// Streams: DoStream and the stored event sequence (stream_cases.go).
+	run("Store/CompleteKeepsTheEventSequenceExactly", storeCompleteKeepsTheEventSequenceExactly)
+	run("Guard/StreamRunsOnceAndReplaysTheSameEvents", guardStreamRunsOnceAndReplaysTheSameEvents)
+	run("Guard/PlainCompletionStreamsAsItsEnvelope", guardPlainCompletionStreamsAsItsEnvelope)
+	run("Guard/StreamFailureMidwayIsRetryable", guardStreamFailureMidwayIsRetryable)
+	run("Guard/StreamCallerHangUpStillStores", guardStreamCallerHangUpStillStores)
+	run("Guard/StreamFollowerGetsEveryEventLive", guardStreamFollowerGetsEveryEventLive)
+	run("Guard/WaitersAreBoundedPerKey", guardWaitersAreBoundedPerKey)
+	run("Guard/OversizeStreamIsStoredAsItsEnvelope", guardOversizeStreamIsStoredAsItsEnvelope)
 }
 
 // Secret is the HMAC secret the suite's guards use.

@@ -2,7 +2,7 @@
 // Generate button wired to @idemguard/client, and the answers with whether
 // each was a replay and its key.
 
-import { IdemguardError, cancelJob, forgetJob, isFinal, pendingKey, run, submitJob, watchJob, type RunResult } from "../src/index.js";
+import { IdemguardError, cancelJob, contentOf, forgetJob, isFinal, pendingKey, run, runStream, submitJob, watchJob, type RunResult } from "../src/index.js";
 
 const SCOPE = "demo";
 // The public development key: accepted only in development mode. Production
@@ -11,6 +11,8 @@ const TOKEN = "dev-demo-key";
 // The prompt of the action that has not had its answer yet, to resume it
 // after a reload.
 const PENDING = "idemguard-demo:pending";
+// The same for a streamed answer.
+const PENDING_STREAM = "idemguard-demo:pending-stream";
 
 const form = document.querySelector<HTMLFormElement>("#form")!;
 const prompt = document.querySelector<HTMLTextAreaElement>("#prompt")!;
@@ -78,6 +80,66 @@ async function generate(text: string, resumed = false): Promise<void> {
     if (running === 0) setStatus("idle", "");
   }
 }
+
+// A streamed answer: shown word by word as the events arrive. A reload in
+// the middle resumes the action with its key and shows the stream again from
+// its first word (the running execution, or its stored events).
+async function streamAnswer(text: string, resumed = false): Promise<void> {
+  sessionStorage.setItem(PENDING_STREAM, text);
+  running++;
+  const li = document.createElement("li");
+  li.className = "result";
+  li.dataset["state"] = "streaming";
+  const answer = document.createElement("p");
+  answer.className = "answer";
+  const meta = document.createElement("div");
+  meta.className = "meta";
+  const badge = document.createElement("span");
+  badge.className = "badge";
+  badge.textContent = "streaming";
+  const key = document.createElement("code");
+  key.className = "key";
+  meta.append(badge, document.createTextNode("key"), key);
+  if (resumed) meta.append(document.createTextNode("· resumed after reload"));
+  li.append(answer, meta);
+  results.prepend(li);
+  const events = runStream(SCOPE, inputOf(text), { token: TOKEN, waitSeconds: 25 });
+  setStatus("running", resumed ? "Resuming the stream after reload…" : "Streaming…");
+  try {
+    for (;;) {
+      const pending = events.next();
+      if (key.textContent === "") {
+        // The generator has chosen (or found) the action's key before its first request.
+        const k = pendingKey(SCOPE, inputOf(text)) ?? "";
+        key.textContent = k;
+        li.dataset["key"] = k;
+        setStatus("running", resumed ? "Resuming the stream after reload…" : "Streaming…", k);
+      }
+      const n = await pending;
+      if (n.done) {
+        li.dataset["replay"] = String(n.value.cached);
+        badge.textContent = n.value.cached ? "replay (streamed)" : "first execution (streamed)";
+        break;
+      }
+      answer.textContent += contentOf(n.value);
+    }
+  } catch (err) {
+    if (!(err instanceof IdemguardError)) throw err;
+    li.classList.add("error");
+    badge.textContent = err.status !== undefined ? `error ${err.status}` : "network error";
+  } finally {
+    li.dataset["state"] = "done";
+    running--;
+    if (pendingKey(SCOPE, inputOf(text)) === null && sessionStorage.getItem(PENDING_STREAM) === text) {
+      sessionStorage.removeItem(PENDING_STREAM);
+    }
+    if (running === 0) setStatus("idle", "");
+  }
+}
+
+document.querySelector<HTMLButtonElement>("#stream")!.addEventListener("click", () => {
+  void streamAnswer(prompt.value);
+});
 
 form.addEventListener("submit", (ev) => {
   ev.preventDefault();
@@ -183,4 +245,9 @@ if (saved !== null) {
   const job = JSON.parse(saved) as RunningJob;
   jobPrompt.value = job.prompt;
   void follow(job, true);
+}
+const pendingStream = sessionStorage.getItem(PENDING_STREAM);
+if (pendingStream !== null && pendingKey(SCOPE, inputOf(pendingStream)) !== null) {
+  prompt.value = pendingStream;
+  void streamAnswer(pendingStream, true);
 }

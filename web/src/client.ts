@@ -98,7 +98,7 @@ export class IdemguardError extends Error {
   }
 }
 
-const defaults = { waitSeconds: 10, maxAttempts: 6, baseDelayMs: 250, maxDelayMs: 10_000 };
+export const defaults = { waitSeconds: 10, maxAttempts: 6, baseDelayMs: 250, maxDelayMs: 10_000 };
 
 /**
  * Runs the operation of `scope` on `input`, once per logical action.
@@ -252,7 +252,7 @@ export function canonicalJSON(v: unknown): string {
 
 const prefix = "idemguard:";
 
-function storageName(scope: string, action: string): string {
+export function storageName(scope: string, action: string): string {
   return `${prefix}${scope}:${hash53(action)}`;
 }
 
@@ -261,7 +261,7 @@ interface Stored {
   created: number;
 }
 
-function readKey(store: KeyStore, name: string): string | null {
+export function readKey(store: KeyStore, name: string): string | null {
   const raw = store.getItem(name);
   if (raw === null) return null;
   try {
@@ -272,7 +272,7 @@ function readKey(store: KeyStore, name: string): string | null {
   }
 }
 
-function acquireKey(store: KeyStore, name: string, make: () => string): string {
+export function acquireKey(store: KeyStore, name: string, make: () => string): string {
   const existing = readKey(store, name);
   if (existing !== null) return existing;
   const key = make();
@@ -304,7 +304,7 @@ function hash53(s: string): string {
 
 let memory: KeyStore | undefined;
 
-function defaultStore(): KeyStore {
+export function defaultStore(): KeyStore {
   try {
     if (typeof sessionStorage !== "undefined") return sessionStorage;
   } catch {
@@ -317,7 +317,7 @@ function defaultStore(): KeyStore {
   return memory;
 }
 
-async function readProblem(resp: Response): Promise<Problem | undefined> {
+export async function readProblem(resp: Response): Promise<Problem | undefined> {
   try {
     const v = (await resp.json()) as unknown;
     return v !== null && typeof v === "object" ? (v as Problem) : undefined;
@@ -326,7 +326,7 @@ async function readProblem(resp: Response): Promise<Problem | undefined> {
   }
 }
 
-function abortableSleep(ms: number, signal?: AbortSignal): Promise<void> {
+export function abortableSleep(ms: number, signal?: AbortSignal): Promise<void> {
   return new Promise((resolve, reject) => {
     if (signal?.aborted) return reject(signal.reason);
     const t = setTimeout(() => {

@@ -33,6 +33,17 @@ export interface paths {
          *       `rate_limited`); after that the stored failure is replayed with
          *       `retry_limit` (or `abandoned`), byte for byte except `cached`.
          *
+         *     **Streams.** On a scope whose operation streams (`openai_chat`), a
+         *     body with `"stream": true` is answered `text/event-stream`: the events
+         *     idemguard builds from the upstream's allowlisted chunk fields, then
+         *     `data: [DONE]`. `stream` and `stream_options` are part of neither the
+         *     key nor the fingerprint, so a plain and a streamed request of one key
+         *     are one operation. A replay sends the stored events byte for byte,
+         *     with the replay headers; a duplicate with `Prefer: wait=N` in the
+         *     owner's process follows the running stream live. A failure after the
+         *     first event ends the stream with an `error` event whose data is the
+         *     problem. See docs/STREAMS.md.
+         *
          *     Every answer of the guard (200, 202, 409, 502, and 422/503 when a
          *     client key was sent) carries `Location` and `Idempotency-Key-Ref`.
          *
@@ -426,6 +437,14 @@ export interface components {
             droppedFields?: string[];
             /** @description The id of the secret the key's hash was made with (IDEMPOTENCY_SECRET_ID, or an id of IDEMPOTENCY_PREVIOUS_SECRETS during a rotation); the id, never the secret. Absent for the unnamed secret. */
             secretId?: string;
+            /**
+             * @description For a key completed by a streamed request: `stored` when its event
+             *     sequence is stored (replays send it byte for byte), `dropped` when
+             *     it was over the size limit and only the envelope was stored
+             *     (streamed replays are rebuilt from it). Absent otherwise.
+             * @enum {string}
+             */
+            streamEvents?: "stored" | "dropped";
         };
         /** @description The data of one event of `GET …/keys/{key}/events`. */
         KeyEvent: {
@@ -644,6 +663,12 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
+                    /**
+                     * @example data: {"object":"chat.completion.chunk","choices":[{"index":0,"delta":{"role":"assistant","content":"Fast"},"finish_reason":null}]}
+                     *
+                     *     data: [DONE]
+                     */
+                    "text/event-stream": string;
                     "application/json": components["schemas"]["Envelope"];
                 };
             };
@@ -740,6 +765,22 @@ export interface operations {
                 headers: {
                     Location: components["headers"]["Location"];
                     "Idempotency-Key-Ref": components["headers"]["IdempotencyKeyRef"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /**
+             * @description The request asked to wait (`Prefer: wait=N`) for a key whose
+             *     operation is running, but as many requests as this replica admits
+             *     (`max_waiters` per key) already wait for it (type
+             *     `too-many-waiters`). Refused at once, never queued; retry after
+             *     `Retry-After` seconds.
+             */
+            429: {
+                headers: {
+                    "Retry-After": components["headers"]["RetryAfter"];
                     [name: string]: unknown;
                 };
                 content: {

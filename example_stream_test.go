@@ -1,0 +1,62 @@
+package idemguard_test
+
+import (
+	"context"
+	"fmt"
+	"strings"
+
+	"github.com/idemguard/idemguard"
+	"github.com/idemguard/idemguard/sanitize"
+)
+
+// printer is a StreamWriter that prints what it gets; an HTTP handler
+// would write server-sent events and flush each.
+type printer struct{}
+
+func (printer) Begin(s idemguard.StreamStart) { fmt.Println("begin:", s.Origin) }
+
+func (printer) Write(e idemguard.StreamEvent) error {
+	fmt.Println("event:", string(e.Data))
+	return nil
+}
+
+// A streamed operation runs once: its first caller gets the events as they
+// are emitted, a duplicate gets the same events from the store, and a plain
+// Do for the key gets the assembled answer.
+func ExampleGuard_DoStream() {
+	ctx := context.Background()
+	guard, err := idemguard.New(idemguard.Config{Store: idemguard.NewMemoryStore(), Secret: exampleSecret})
+	if err != nil {
+		panic(err)
+	}
+	defer guard.Close(ctx)
+
+	call := idemguard.Call{Tenant: "acme", Scope: "chat", ClientKey: "conv-7-turn-3",
+		Inputs: map[string]any{"prompt": idemguard.HashUserText("Say hello")}, Detach: true}
+	op := idemguard.StreamOperation{Run: func(ctx context.Context, emit func(idemguard.StreamEvent)) (any, error) {
+		var text strings.Builder
+		for _, token := range []string{"Hel", "lo"} { // a model's chunks
+			text.WriteString(token)
+			emit(idemguard.StreamEvent{Data: []byte(`{"delta":"` + token + `"}`)})
+		}
+		return sanitize.Envelope{OK: true, Data: map[string]any{"text": text.String()}}, nil
+	}}
+	for range 2 {
+		if _, err := guard.DoStream(ctx, call, op, printer{}); err != nil {
+			panic(err)
+		}
+	}
+	res, err := guard.Do(ctx, call, func(context.Context) (any, error) { panic("not run again") })
+	if err != nil {
+		panic(err)
+	}
+	fmt.Println("plain:", res.Envelope.Data["text"], res.Cached)
+	// Output:
+	// begin: live
+	// event: {"delta":"Hel"}
+	// event: {"delta":"lo"}
+	// begin: replayed
+	// event: {"delta":"Hel"}
+	// event: {"delta":"lo"}
+	// plain: Hello true
+}

@@ -1,0 +1,88 @@
+package integration
+
+import (
+	"context"
+	"encoding/json"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+)
+
+// TestBrowserStreamResumesAfterReload drives the demo page in headless Chromium
+// (web/browser/stream.browser.mjs): Stream shows the answer word by word, the page is reloaded in
+// the middle, and the page must resume the action with its key and show the whole answer from the
+// first word, as the replay of the first page's execution. The server must have run the
+// operation once. Without the client keeping the key across the reload, the resumed request
+// would be a second execution under a new key.
+//
+// It needs node, `npm ci` in web/ and Chromium (.ci/run installs them); without them it skips,
+// except under CI=true.
+func TestBrowserStreamResumesAfterReload(t *testing.T) {
+	t.Parallel()
+	web, err := filepath.Abs("../web")
+	require.NoError(t, err)
+	chromium := chromiumPath
+	if c := os.Getenv("CHROMIUM"); c != "" {
+		chromium = c
+	}
+	var missing []string
+	if _, err := exec.LookPath("node"); err != nil {
+		missing = append(missing, "node")
+	}
+	if _, err := os.Stat(filepath.Join(web, "node_modules", "playwright-core")); err != nil {
+		missing = append(missing, "web/node_modules (npm ci in web/)")
+	}
+	if _, err := os.Stat(chromium); err != nil {
+		missing = append(missing, chromium+" (apt-get install chromium)")
+	}
+	if len(missing) > 0 {
+		msg := "browser test needs: " + strings.Join(missing, ", ") + "; .ci/run installs them"
+		if os.Getenv("CI") == "true" {
+			t.Fatal(msg)
+		}
+		t.Skip(msg)
+	}
+
+	s := startService(t, map[string]string{"IDEMGUARD_MODE": "development", "IDEMGUARD_LISTEN": "127.0.0.1:0"}, "")
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, "node", "browser/stream.browser.mjs", "--url", s.url(""))
+	cmd.Dir = web
+	cmd.Env = append(os.Environ(), "CHROMIUM="+chromium)
+	var stderr strings.Builder
+	cmd.Stderr = &stderr
+	stdout, err := cmd.Output()
+	require.NoError(t, err, "the browser script failed:\n%s\n%s", stdout, stderr.String())
+	lines := strings.Split(strings.TrimSpace(string(stdout)), "\n")
+	var rep struct {
+		OK      bool `json:"ok"`
+		Key     string
+		Partial string
+		Answer  string
+		Replay  bool
+		Keys    []string
+	}
+	require.NoError(t, json.Unmarshal([]byte(lines[len(lines)-1]), &rep), "report: %s", stdout)
+	t.Logf("browser report: %s", lines[len(lines)-1])
+	require.True(t, rep.OK)
+	require.True(t, rep.Replay)
+	require.NotEqual(t, rep.Partial, rep.Answer, "the reload came in the middle of the stream")
+	require.GreaterOrEqual(t, len(rep.Keys), 2)
+	for _, k := range rep.Keys {
+		require.Equal(t, rep.Key, k, "one key before and after the reload, and for the replay")
+	}
+
+	c := newClient(t)
+	res, rec := lookup(t, c, s, "demo", "dev-demo-key", rep.Key)
+	require.Equal(t, http.StatusOK, res.status, res.String())
+	require.Equal(t, "succeeded", rec.Status)
+	require.Equal(t, 1, rec.AttemptCount, "the operation ran once")
+	metrics := do(t, c, s, request{method: http.MethodGet, path: "/metrics"})
+	require.Equal(t, 1, metricValue(t, string(metrics.body), `idemguard_operations_total{outcome="succeeded",scope="demo"}`))
+}

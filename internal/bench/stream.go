@@ -1,0 +1,375 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/gin-gonic/gin"
+
+	"github.com/idemguard/idemguard/routers/auth"
+)
+
+// The stream suite measures streamed calls ("stream": true) through the
+// built serve binary against a floor that relays the same upstream stream
+// without a guard (the floor process's POST /floor/stream/:scope: no claim,
+// no events built, the upstream's bytes copied and flushed per event).
+// Every request is a fresh key, so serve claims, relays, stores the event
+// sequence and commits each one. Reported: events/s (the ratio column is
+// serve's over the floor's), time to first event (p50 of each and their
+// ratio), and serve's resident memory with streamLive streams open at once.
+
+func init() {
+	register(suite{name: "stream", about: "HTTP streams: time to first event and events/s through serve vs a guard-less relay; RSS with 200 live streams", run: runStream})
+}
+
+const (
+	streamScope = "bench.stream"
+	// streamChunks is the upstream's content chunks per answer; with its
+	// finish and usage chunks an answer has streamChunks+2 events.
+	streamChunks = 20
+	// streamGap is the upstream's pause between chunks.
+	streamGap = time.Millisecond
+	// streamLive is how many streams are held open at once for the RSS figure.
+	streamLive = 200
+	// slowPrefix marks a request whose upstream pauses slowGap between
+	// chunks, so that streamLive streams are open at the same time.
+	slowPrefix = "slow "
+	slowGap    = 100 * time.Millisecond
+)
+
+func runStream(ctx context.Context, e *env) (rows []row, err error) {
+	sb, err := startStreamBench(ctx, e)
+	if err != nil {
+		return nil, err
+	}
+	defer func() { err = errors.Join(err, sb.close()) }()
+
+	var seq atomic.Int64
+	ttfe := map[string]*durations{"floor-stream": {}, "serve-stream": {}}
+	streamCase := func(name, baseline, path string, p *proc) benchCase {
+		return benchCase{name: name, baseline: baseline, cpu: cpuOf(p), op: func(ctx context.Context) error {
+			n := seq.Add(1)
+			first, events, err := sb.stream(ctx, p.url+path, "stream-"+strconv.FormatInt(n, 10), "stream "+strconv.FormatInt(n, 10))
+			if err != nil {
+				return err
+			}
+			if events != streamChunks+2 {
+				return fmt.Errorf("%s: %d events, want %d", name, events, streamChunks+2)
+			}
+			ttfe[name].add(first)
+			return nil
+		}}
+	}
+	floor := streamCase("floor-stream", "", "/floor/stream/"+streamScope, sb.floor)
+	serve := streamCase("serve-stream", floor.name, "/v1/ops/"+streamScope, sb.serve)
+	for _, c := range e.opts.concurrency {
+		ttfe["floor-stream"].reset()
+		ttfe["serve-stream"].reset()
+		r, err := e.compare(ctx, "stream", c, floor, serve)
+		if err != nil {
+			return nil, err
+		}
+		fl, sv := ttfe["floor-stream"].median(), ttfe["serve-stream"].median()
+		for i := range r {
+			perSec := r[i].OpsPerSec * (streamChunks + 2)
+			r[i].Note = fmt.Sprintf("events/s %.0f; time to first event p50 %s", perSec, ttfe[r[i].Case].median().Round(time.Microsecond))
+			if r[i].Case == serve.name && fl > 0 {
+				r[i].Note += fmt.Sprintf(" (floor %s, ratio %.2f)", fl.Round(time.Microsecond), float64(sv)/float64(fl))
+			}
+		}
+		rows = append(rows, r...)
+	}
+	for _, p := range []struct {
+		name, path string
+		proc       *proc
+	}{{"floor-rss", "/floor/stream/" + streamScope, sb.floor}, {"serve-rss", "/v1/ops/" + streamScope, sb.serve}} {
+		r, err := sb.rss(ctx, p.name, p.proc, p.path)
+		if err != nil {
+			return nil, err
+		}
+		rows = append(rows, r)
+	}
+	return rows, nil
+}
+
+// durations collects latencies from concurrent workers.
+type durations struct {
+	mu sync.Mutex
+	d  []time.Duration
+}
+
+func (d *durations) add(v time.Duration) { d.mu.Lock(); d.d = append(d.d, v); d.mu.Unlock() }
+func (d *durations) reset()              { d.mu.Lock(); d.d = nil; d.mu.Unlock() }
+
+func (d *durations) median() time.Duration {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if len(d.d) == 0 {
+		return 0
+	}
+	s := slices.Clone(d.d)
+	slices.Sort(s)
+	return s[len(s)/2]
+}
+
+// streamBench is the running stream suite.
+type streamBench struct {
+	e        *env
+	dir      string
+	upstream *httptest.Server
+	serve    *proc
+	floor    *proc
+	client   *http.Client
+	apiKey   string
+}
+
+func startStreamBench(ctx context.Context, e *env) (_ *streamBench, err error) {
+	dir, err := os.MkdirTemp("", "idemguard-bench-stream-")
+	if err != nil {
+		return nil, err
+	}
+	sb := &streamBench{e: e, dir: dir, apiKey: "bench-key-" + randomHex(16),
+		client: &http.Client{Transport: loopbackTransport(), Timeout: time.Minute}}
+	defer func() {
+		if err != nil {
+			err = errors.Join(err, sb.close())
+		}
+	}()
+	sb.upstream = httptest.NewServer(http.HandlerFunc(streamUpstream))
+
+	ctx, cancel := context.WithTimeout(ctx, serveStartTimeout)
+	defer cancel()
+	bin := filepath.Join(dir, "idemguard")
+	e.log.Info("bench: building serve", slog.String("binary", bin))
+	build := exec.CommandContext(ctx, "go", "build", "-o", bin, "./cmd/idemguard")
+	if build.Dir, err = moduleRoot(ctx); err != nil {
+		return nil, err
+	}
+	if out, err := build.CombinedOutput(); err != nil {
+		return nil, fmt.Errorf("go build ./cmd/idemguard: %w\n%s", err, out)
+	}
+	digest := auth.HashAPIKey(sb.apiKey)
+	cfg := strings.Replace(string(serveConfig(e.opts.pool, -1, sb.upstream.URL)), httpScope, streamScope, 1)
+	cfgPath := filepath.Join(dir, "serve.yaml")
+	if err := os.WriteFile(cfgPath, []byte(cfg), 0o600); err != nil {
+		return nil, err
+	}
+	cmd := exec.Command(bin, "serve", "--config", cfgPath)
+	cmd.Env = append(os.Environ(), "IDEMGUARD_MYSQL_DSN="+e.dsn, "IDEMPOTENCY_SECRET="+hexOf(e.secret),
+		"IDEMGUARD_API_KEYS="+string(httpTenant)+":"+digest, "IDEMGUARD_OPENAI_API_KEY=bench-upstream-key")
+	if sb.serve, err = startProc(ctx, e.log, dir, "serve-stream", cmd); err != nil {
+		return nil, err
+	}
+	self, err := os.Executable()
+	if err != nil {
+		return nil, err
+	}
+	cmd = exec.Command(self)
+	cmd.Env = append(os.Environ(), envFloor+"=1", envFloorDSN+"="+e.dsn, envFloorPool+"="+strconv.Itoa(e.opts.pool),
+		envFloorUpstream+"="+sb.upstream.URL+"/chat/completions", envFloorKeys+"="+string(httpTenant)+":"+digest)
+	if sb.floor, err = startProc(ctx, e.log, dir, "floor-stream", cmd); err != nil {
+		return nil, err
+	}
+	return sb, nil
+}
+
+func (sb *streamBench) close() error {
+	var err error
+	for _, p := range []*proc{sb.serve, sb.floor} {
+		if p != nil {
+			err = errors.Join(err, p.stop())
+		}
+	}
+	if sb.upstream != nil {
+		sb.upstream.Close()
+	}
+	return errors.Join(err, os.RemoveAll(sb.dir))
+}
+
+// streamUpstream streams streamChunks content chunks, a finish chunk, a
+// usage chunk and [DONE], with the provider's fields serve must drop.
+func streamUpstream(w http.ResponseWriter, r *http.Request) {
+	body, _ := io.ReadAll(r.Body)
+	gap := streamGap
+	if bytes.Contains(body, []byte(slowPrefix)) {
+		gap = slowGap
+	}
+	w.Header().Set("Content-Type", "text/event-stream")
+	rc := http.NewResponseController(w)
+	for i := range streamChunks {
+		if i > 0 {
+			select {
+			case <-time.After(gap):
+			case <-r.Context().Done():
+				return
+			}
+		}
+		fmt.Fprintf(w, "data: {\"id\":\"chatcmpl-bench\",\"object\":\"chat.completion.chunk\",\"model\":\"bench-model\",\"system_fingerprint\":\"fp_b\",\"choices\":[{\"index\":0,\"delta\":{\"content\":\"token%d \"},\"finish_reason\":null}]}\n\n", i)
+		_ = rc.Flush()
+	}
+	fmt.Fprint(w, "data: {\"id\":\"chatcmpl-bench\",\"choices\":[{\"index\":0,\"delta\":{},\"finish_reason\":\"stop\"}]}\n\n")
+	fmt.Fprintf(w, "data: {\"id\":\"chatcmpl-bench\",\"choices\":[],\"usage\":{\"prompt_tokens\":12,\"completion_tokens\":%d,\"total_tokens\":%d}}\n\n", streamChunks, streamChunks+12)
+	fmt.Fprint(w, "data: [DONE]\n\n")
+	_ = rc.Flush()
+}
+
+// stream POSTs one streamed request and reads it to [DONE]: the time to its
+// first event and the events before [DONE].
+func (sb *streamBench) stream(ctx context.Context, url, key, content string) (time.Duration, int, error) {
+	return sb.streamUntil(ctx, url, key, content, nil)
+}
+
+// streamUntil is stream; firstEvent, when set, is called at the first event.
+func (sb *streamBench) streamUntil(ctx context.Context, url, key, content string, firstEvent func()) (time.Duration, int, error) {
+	body := `{"messages":[{"role":"user","content":"` + content + `"}],"stream":true}`
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, strings.NewReader(body))
+	if err != nil {
+		return 0, 0, err
+	}
+	req.Header.Set("Authorization", "Bearer "+sb.apiKey)
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Idempotency-Key", key)
+	start := time.Now()
+	resp, err := sb.client.Do(req)
+	if err != nil {
+		return 0, 0, err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		b, _ := io.ReadAll(io.LimitReader(resp.Body, 512))
+		return 0, 0, fmt.Errorf("%s: status %d: %s", url, resp.StatusCode, b)
+	}
+	br := bufio.NewReader(resp.Body)
+	var first time.Duration
+	events := 0
+	for {
+		line, err := br.ReadString('\n')
+		if err != nil {
+			return 0, 0, fmt.Errorf("%s: the stream ended before [DONE] after %d events: %w", url, events, err)
+		}
+		data, ok := strings.CutPrefix(strings.TrimSuffix(line, "\n"), "data: ")
+		if !ok {
+			continue
+		}
+		if data == "[DONE]" {
+			return first, events, nil
+		}
+		if events == 0 {
+			first = time.Since(start)
+			if firstEvent != nil {
+				firstEvent()
+			}
+		}
+		events++
+	}
+}
+
+// rss opens streamLive slow streams on p at once and reports p's resident
+// memory once every one has its first event, against p's memory before.
+func (sb *streamBench) rss(ctx context.Context, name string, p *proc, path string) (row, error) {
+	pid := p.cmd.Process.Pid
+	before := procRSS(pid)
+	var wg sync.WaitGroup
+	var started sync.WaitGroup
+	started.Add(streamLive)
+	errs := make(chan error, streamLive)
+	base := randomHex(6)
+	for i := range streamLive {
+		wg.Go(func() {
+			once := sync.OnceFunc(started.Done)
+			defer once()
+			key := fmt.Sprintf("rss-%s-%s-%d", name, base, i)
+			if _, _, err := sb.streamUntil(ctx, p.url+path, key, slowPrefix+key, once); err != nil {
+				errs <- err
+			}
+		})
+	}
+	started.Wait()
+	during := procRSS(pid)
+	wg.Wait()
+	close(errs)
+	if err := <-errs; err != nil {
+		return row{}, fmt.Errorf("stream/%s: %w", name, err)
+	}
+	per := (during - before) / streamLive
+	return row{Suite: "stream", Case: name, Concurrency: streamLive,
+		Note: fmt.Sprintf("RSS %d MiB idle, %d MiB with %d live streams (%d KiB per stream)",
+			before>>20, during>>20, streamLive, per>>10)}, nil
+}
+
+// procRSS is the resident set of process pid in bytes (VmRSS of
+// /proc/<pid>/status); 0 when it cannot be read (not Linux).
+func procRSS(pid int) int64 {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/status")
+	if err != nil {
+		return 0
+	}
+	for line := range strings.SplitSeq(string(b), "\n") {
+		if v, ok := strings.CutPrefix(line, "VmRSS:"); ok {
+			f := strings.Fields(v)
+			if len(f) > 0 {
+				kb, _ := strconv.ParseInt(f[0], 10, 64)
+				return kb << 10
+			}
+		}
+	}
+	return 0
+}
+
+// relayStream is the floor's streamed route: it forwards the body to the
+// upstream and copies its answer to the client, flushing after each event,
+// with no claim, no sanitizing and nothing stored.
+func (f *floor) relayStream(c *gin.Context) {
+	body, err := io.ReadAll(c.Request.Body)
+	if err != nil {
+		c.Status(http.StatusBadRequest)
+		return
+	}
+	req, err := http.NewRequestWithContext(c.Request.Context(), http.MethodPost, f.upstream, bytes.NewReader(body))
+	if err != nil {
+		c.Status(http.StatusBadGateway)
+		return
+	}
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := f.client.Do(req)
+	if err != nil {
+		c.Status(http.StatusBadGateway)
+		return
+	}
+	defer resp.Body.Close()
+	w := c.Writer
+	w.Header().Set("Content-Type", "text/event-stream")
+	w.WriteHeader(http.StatusOK)
+	br := bufio.NewReader(resp.Body)
+	for {
+		line, err := br.ReadBytes('\n')
+		if len(line) > 0 {
+			if _, werr := w.Write(line); werr != nil {
+				return
+			}
+			if len(line) == 1 { // the blank line that ends an event
+				w.Flush()
+			}
+		}
+		if err != nil {
+			w.Flush()
+			return
+		}
+	}
+}

@@ -1,0 +1,112 @@
+package routers
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/gin-gonic/gin"
+	"github.com/stretchr/testify/require"
+
+	"github.com/idemguard/idemguard"
+	"github.com/idemguard/idemguard/tenancy"
+)
+
+// A handler behind the middleware that writes server-sent events, asked
+// for with Accept: text/event-stream: its events reach the client as it
+// flushes them (the first before the handler finishes), are stored with
+// the blocklist applied at every depth, and are replayed byte for byte; the
+// handler runs once. Without the capture hook in bufferedWriter.Write the
+// handler's events are buffered and the first request times out.
+func TestMiddlewareCapturesAndReplaysAHandlersStream(t *testing.T) {
+	t.Parallel()
+	for _, kind := range []string{"gin", "net/http"} {
+		t.Run(kind, func(t *testing.T) {
+			t.Parallel()
+			g, err := idemguard.New(idemguard.Config{Store: idemguard.NewMemoryStore(), Secret: testSecret})
+			require.NoError(t, err)
+			t.Cleanup(func() { _ = g.Close(context.Background()) })
+			opts := MiddlewareOptions{Guard: g, Scope: "chat.stream",
+				Tenant: func(*http.Request) (tenancy.ID, error) { return "acme", nil }}
+			var runs atomic.Int32
+			gate := make(chan struct{})
+			open := sync.OnceFunc(func() { close(gate) })
+			handler := func(w http.ResponseWriter) {
+				runs.Add(1)
+				w.Header().Set("Content-Type", "text/event-stream")
+				fmt.Fprint(w, "data: {\"delta\":\"Hel\",\"debug\":{\"prompt\":\"CANARY\"}}\n\n")
+				w.(http.Flusher).Flush()
+				<-gate
+				fmt.Fprint(w, "event: usage\ndata: {\"tokens\":2,\"nested\":[{\"Provider\":\"CANARY\",\"ok\":1}]}\n\n")
+				fmt.Fprint(w, "data: [DONE]\n\n")
+			}
+			var h http.Handler
+			if kind == "gin" {
+				gin.SetMode(gin.TestMode)
+				r := gin.New()
+				r.POST("/chat", Idempotent(opts), func(c *gin.Context) { handler(c.Writer) })
+				h = r
+			} else {
+				h = IdempotentHTTP(opts)(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { handler(w) }))
+			}
+			srv := httptest.NewServer(h)
+			t.Cleanup(srv.Close)
+			t.Cleanup(open) // runs first: never leave the handler blocked
+
+			send := func(accept string) *http.Response {
+				req, err := http.NewRequest(http.MethodPost, srv.URL+"/chat", strings.NewReader(`{"q":1}`))
+				require.NoError(t, err)
+				req.Header.Set("Idempotency-Key", "stream-1")
+				if accept != "" {
+					req.Header.Set("Accept", accept)
+				}
+				client := &http.Client{Transport: srv.Client().Transport, Timeout: 20 * time.Second}
+				resp, err := client.Do(req)
+				require.NoError(t, err)
+				t.Cleanup(func() { _ = resp.Body.Close() })
+				return resp
+			}
+			first := send("text/event-stream")
+			require.Equal(t, http.StatusOK, first.StatusCode)
+			require.Equal(t, "text/event-stream", first.Header.Get("Content-Type"))
+			br := bufio.NewReader(first.Body)
+			got := make(chan string, 1)
+			go func() { l, _ := br.ReadString('\n'); got <- l }()
+			var line string
+			select {
+			case line = <-got:
+			case <-time.After(10 * time.Second):
+				open()
+				t.Fatal("the first event did not arrive while the handler ran")
+			}
+			require.Equal(t, "data: {\"delta\":\"Hel\"}\n", line)
+			open()
+			rest, err := io.ReadAll(br)
+			require.NoError(t, err)
+			live := line + string(rest)
+			require.NotContains(t, live, "CANARY", "blocked fields are dropped at every depth")
+			require.Contains(t, live, "event: usage\n")
+
+			replay := send("text/event-stream")
+			body, err := io.ReadAll(replay.Body)
+			require.NoError(t, err)
+			require.Equal(t, "true", replay.Header.Get("Idempotent-Replayed"))
+			require.Equal(t, live, string(body), "the replay is what the first caller got, byte for byte")
+
+			plain := send("")
+			pb, err := io.ReadAll(plain.Body)
+			require.NoError(t, err)
+			require.Equal(t, http.StatusOK, plain.StatusCode)
+			require.JSONEq(t, `{"ok":true,"stopReason":"completed","needsHuman":false,"cached":true,"data":{"events":3}}`, string(pb))
+			require.EqualValues(t, 1, runs.Load())
+		})
+	}
+}

@@ -1,0 +1,454 @@
+package idemguard
+
+import (
+	"bytes"
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/idemguard/idemguard/internal/live"
+	"github.com/idemguard/idemguard/sanitize"
+)
+
+// Streams
+//
+// A streamed operation delivers its answer as events while it runs (the
+// chunks of a model's answer). DoStream guards it like Do: it runs once per
+// key, a duplicate gets the stored answer, a failure is retryable. What
+// differs is delivery:
+//
+//   - The owner relays each event to its caller as the operation emits it,
+//     and collects the sequence. A success is stored as the event sequence
+//     (in its wire form, response_events) and the envelope the operation
+//     returned, so a plain Do for the key gets the envelope and a DoStream
+//     gets the events, byte for byte the same on every replay.
+//   - A caller that hangs up does not stop the operation when the Call is
+//     Detach: the events go on being collected and stored.
+//   - A duplicate that waits (Call.Wait) in the owner's process follows the
+//     running execution's events from the first one (internal/live); in
+//     another process it waits for the row and replays the stored sequence.
+//   - A sequence over Config.MaxStreamBytes is delivered but stored without
+//     its events; the loss is logged and reported (EventStreamDropped), and
+//     replays are rebuilt from the envelope (StreamOperation.Replay).
+//
+// Waiters are bounded per key and tenant in each process (Config.MaxWaiters):
+// a call over the bound gets ErrTooManyWaiters at once, for plain calls too.
+
+// Defaults of Config's stream settings.
+const (
+	// DefaultMaxStreamBytes bounds a stored event sequence (1 MiB).
+	DefaultMaxStreamBytes = 1 << 20
+	// DefaultMaxWaiters bounds the calls of one process waiting for (or
+	// following) one running key.
+	DefaultMaxWaiters = 100
+)
+
+// ErrTooManyWaiters is returned by Do and DoStream when a call would wait for
+// a running duplicate but Config.MaxWaiters calls of this process already
+// wait for that key (or 1000 for its tenant). The call is
+// refused at once, never queued; it may retry later.
+var ErrTooManyWaiters = errors.New("idemguard: too many callers wait for this key")
+
+// StreamEvent is one server-sent event of a streamed operation. The
+// operation builds it from the fields it chose to keep, never from an
+// upstream's raw bytes: what a stream carries is stored and replayed to
+// every caller of the key.
+type StreamEvent struct {
+	// Type is the event's type ("" for the default, message). One line.
+	Type string
+	// Data is the event's payload, usually one JSON document. It must not
+	// contain a carriage return (line feeds split it into data lines).
+	Data []byte
+}
+
+// StreamOperation is guarded work that delivers its answer as events.
+type StreamOperation struct {
+	// Run does the work. It calls emit with each event as soon as it has it
+	// (emit never blocks on a caller that is gone) and returns the assembled
+	// answer as an Operation does: the envelope a plain call for the key
+	// gets. An error, even after events were emitted, is a failure: nothing
+	// is stored as a success and the key may run again. Required.
+	Run func(ctx context.Context, emit func(StreamEvent)) (any, error)
+	// Replay renders a stored answer that has no events (the key completed
+	// by a plain call, or a sequence over the size limit) as events. nil:
+	// one event whose data is the envelope's JSON.
+	Replay func(sanitize.Envelope) []StreamEvent
+}
+
+// StreamOrigin says where a streamed call's events come from.
+type StreamOrigin string
+
+const (
+	// StreamLive: this call runs the operation; events arrive as it emits them.
+	StreamLive StreamOrigin = "live"
+	// StreamAttached: a duplicate in the owner's process follows the running
+	// execution from its first event.
+	StreamAttached StreamOrigin = "attached"
+	// StreamReplayed: the stored answer of an earlier execution.
+	StreamReplayed StreamOrigin = "replayed"
+)
+
+// StreamStart is what StreamWriter.Begin learns before the first event.
+type StreamStart struct {
+	Origin  StreamOrigin
+	KeyHash string
+	// CompletedAt is when the replayed answer was stored (StreamReplayed).
+	CompletedAt time.Time
+}
+
+// StreamWriter receives a streamed call's events, on the goroutine that
+// called DoStream.
+type StreamWriter interface {
+	// Begin is called once, before the first event.
+	Begin(StreamStart)
+	// Write delivers one event. An error means the caller is gone: no
+	// further event is written, and the operation goes on (Call.Detach).
+	Write(StreamEvent) error
+}
+
+// DoStream is Do for a streamed operation: op runs at most once for the key,
+// and w receives its events live (the owner, or a waiting duplicate in the
+// owner's process) or as stored (a replay).
+//
+// When DoStream returns, w has received every event of a StatusSucceeded
+// answer, in order. Any other answer after Begin (the operation failed
+// mid-stream, or a follower could not learn the outcome in time) means the
+// events were incomplete: end the caller's stream with an error. Without
+// Begin the Result is answered as Do's would be (in progress, a stored
+// failure, an error). A Call with Detach keeps the operation running, and
+// its answer is stored, when the caller hangs up.
+func (g *Guard) DoStream(ctx context.Context, call Call, op StreamOperation, w StreamWriter) (Result, error) {
+	if op.Run == nil || w == nil {
+		return Result{}, fmt.Errorf("%w: StreamOperation.Run and the StreamWriter are required", ErrInvalidInput)
+	}
+	if !g.enter() {
+		return Result{}, &StoreError{Op: "claim", Err: ErrShuttingDown}
+	}
+	defer g.inflight.Done()
+	p, err := g.prepare(call)
+	if err != nil {
+		return Result{}, err
+	}
+	s := &streamCall{g: g, op: op, w: w, ctx: ctx, key: live.Key{Tenant: p.tenant, Scope: p.scope, KeyHash: p.keyHash}}
+	p.stream = s
+	s.p = p
+	// The replay cache holds envelopes, not events: the row answers.
+	res, err := g.execute(ctx, p, s.operation())
+	if err == nil && res.Status == StatusSucceeded && !s.begun {
+		// Answered without events (an operation that emitted none, a
+		// renewal that found the answer stored): render the envelope.
+		s.begin(StreamStart{Origin: StreamReplayed, KeyHash: p.keyHash, CompletedAt: res.CompletedAt})
+		s.writeAll(s.fromEnvelope(res.Envelope), 0)
+	}
+	return res, err
+}
+
+// streamCall is one DoStream call's state.
+type streamCall struct {
+	g   *Guard
+	p   prepared
+	op  StreamOperation
+	w   StreamWriter
+	ctx context.Context
+	key live.Key
+
+	begun bool
+	gone  bool // w failed: the caller hung up
+	sent  int  // events written to w
+
+	mu      sync.Mutex // the owner's collection, against a stray emit
+	log     *live.Log
+	done    bool
+	wire    []byte // the collected sequence in wire form
+	over    bool   // wire went over MaxStreamBytes and was let go
+	follow  bool   // this call followed a live log once
+	attempt int    // the attempt it followed
+}
+
+func (s *streamCall) begin(st StreamStart) {
+	if !s.begun {
+		s.begun = true
+		s.w.Begin(st)
+	}
+}
+
+func (s *streamCall) write(e StreamEvent) {
+	if s.gone {
+		return
+	}
+	if s.ctx.Err() != nil || s.w.Write(e) != nil {
+		s.gone = true
+		return
+	}
+	s.sent++
+}
+
+// writeAll writes events[skip:]: a follower that lagged has the first ones.
+func (s *streamCall) writeAll(events []StreamEvent, skip int) {
+	for _, e := range events[min(skip, len(events)):] {
+		s.write(e)
+	}
+}
+
+// operation wraps op.Run for the claim protocol: the owner opens the key's
+// live log, so that waiting duplicates in this process can follow it, and
+// relays and collects every event.
+func (s *streamCall) operation() Operation {
+	return func(ctx context.Context) (v any, err error) {
+		s.mu.Lock()
+		s.log = s.g.hub.Open(s.key)
+		s.mu.Unlock()
+		ended := false
+		defer func() {
+			if !ended { // a panic: followers learn of a failure
+				s.endLog(&streamEnded{reason: sanitize.Unknown})
+			}
+		}()
+		v, err = s.op.Run(ctx, s.emit)
+		ended = true
+		if err != nil {
+			s.endLog(&streamEnded{reason: s.g.classify(s.p, ctx, err)})
+			return v, err
+		}
+		s.endLog(nil)
+		return v, nil
+	}
+}
+
+func (s *streamCall) endLog(err error) {
+	s.mu.Lock()
+	s.done = true
+	l := s.log
+	s.mu.Unlock()
+	if l != nil {
+		l.Close(err)
+	}
+}
+
+// emit is the owner's emit: it records the event, hands it to followers
+// and writes it to the caller.
+func (s *streamCall) emit(e StreamEvent) {
+	le := live.Event{Type: e.Type, Data: e.Data}
+	if le.Valid() != nil || bytes.IndexByte(e.Data, '\r') >= 0 {
+		s.g.log.Error("guard: a stream event with a line break in its type or a carriage return in its data was dropped (a programming error of the operation)",
+			s.g.attrs(s.p)...)
+		return
+	}
+	s.mu.Lock()
+	if s.done {
+		s.mu.Unlock()
+		return
+	}
+	if !s.over {
+		s.wire = live.AppendSSE(s.wire, le)
+		if len(s.wire) > s.g.maxStreamBytes() {
+			s.over, s.wire = true, nil
+		}
+	}
+	s.log.Append(le)
+	s.mu.Unlock()
+	s.begin(StreamStart{Origin: StreamLive, KeyHash: s.p.keyHash})
+	s.write(e)
+}
+
+// storedEvents is what the commit stores as response_events: the sequence
+// of a succeeded stream, empty when it was over the limit (reported here,
+// once), nil for a failure or a call that did not stream.
+func (s *streamCall) storedEvents(status RowStatus) []byte {
+	if s == nil || status != RowSucceeded {
+		return nil
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.over {
+		s.g.emit(Event{Kind: EventStreamDropped, Scope: s.p.scope})
+		s.g.log.Warn("guard: stream over the size limit; stored without its events, replays are rebuilt from the envelope",
+			s.g.attrs(s.p, slog.Int("limit_bytes", s.g.maxStreamBytes()))...)
+		return []byte{}
+	}
+	if s.wire == nil {
+		return []byte{}
+	}
+	return s.wire
+}
+
+func (g *Guard) maxStreamBytes() int { return cmp.Or(g.cfg.MaxStreamBytes, DefaultMaxStreamBytes) }
+
+// fromEnvelope renders a stored answer without events.
+func (s *streamCall) fromEnvelope(env sanitize.Envelope) []StreamEvent {
+	env.Cached = false // the same bytes on every replay
+	if s.op.Replay != nil {
+		return s.op.Replay(env)
+	}
+	body, err := sanitize.Marshal(env)
+	if err != nil {
+		return nil
+	}
+	return []StreamEvent{{Data: body}}
+}
+
+// streamEnded is why a live log ended without success.
+type streamEnded struct{ reason sanitize.StopReason }
+
+func (e *streamEnded) Error() string { return "stream ended: " + string(e.reason) }
+
+// streamSucceeded replays a succeeded row as events: the stored sequence,
+// or the envelope rendered by StreamOperation.Replay.
+func (l *claimLoop) streamSucceeded(rec Record) (Result, error) {
+	s := l.p.stream
+	res, err := l.g.replay(l.ctx, l.p, rec, l.readAt)
+	if err != nil {
+		return Result{}, err
+	}
+	events, err := parseWire(rec.Events)
+	if err != nil {
+		return Result{}, l.g.storeErr(l.ctx, l.p, "read", err)
+	}
+	if len(events) == 0 {
+		events = s.fromEnvelope(res.Envelope)
+	}
+	s.begin(StreamStart{Origin: StreamReplayed, KeyHash: l.p.keyHash, CompletedAt: res.CompletedAt})
+	s.writeAll(events, s.sent) // a follower that lagged has the first ones
+	l.g.emit(Event{Kind: EventReplayed, Tenant: l.p.tenant, Scope: l.p.scope, Usage: res.Usage})
+	return res, nil
+}
+
+// streamRunning follows a running execution of the key in this process
+// from its first event. done is false when there is none to follow here
+// (the owner runs elsewhere, or this call followed one already): the call
+// then waits for the row like any other.
+func (l *claimLoop) streamRunning(rec Record) (res Result, err error, done bool) {
+	s := l.p.stream
+	if s.follow {
+		return Result{}, nil, false
+	}
+	cur, err := l.g.hub.Attach(s.key)
+	switch {
+	case errors.Is(err, live.ErrTooManyWatchers):
+		return Result{}, ErrTooManyWaiters, true
+	case err != nil:
+		return Result{}, nil, false
+	}
+	defer cur.Close()
+	s.follow, s.attempt = true, rec.Attempts
+	s.begin(StreamStart{Origin: StreamAttached, KeyHash: l.p.keyHash})
+	for {
+		e, err := cur.Next(l.ctx)
+		if err == nil {
+			if cur.Read() > s.sent {
+				s.write(StreamEvent{Type: e.Type, Data: e.Data})
+			}
+			if !s.gone {
+				continue
+			}
+			err = l.ctx.Err()
+		}
+		var ended *streamEnded
+		switch {
+		case errors.As(err, &ended):
+			env := sanitize.Failure(ended.reason)
+			body, _ := sanitize.Marshal(env)
+			return Result{Status: StatusFailed, Envelope: env, Body: body, StatusCode: http.StatusBadGateway,
+				StopReason: ended.reason, Attempt: rec.Attempts, FirstSeen: rec.CreatedAt, KeyHash: l.p.keyHash}, nil, true
+		case errors.Is(err, io.EOF), errors.Is(err, live.ErrLagged):
+			// The stored answer ends it (and fills in what a lag missed):
+			// the commit follows the end of the log at once.
+			if until := l.g.now().Add(l.g.cfg.StoreTimeout); l.waitUntil.Before(until) {
+				l.waitUntil = until
+			}
+			return Result{}, errAgain, true
+		default: // the caller hung up, or the Guard is closing
+			return l.g.inProgress(l.p, rec), nil, true
+		}
+	}
+}
+
+// streamBegun answers a follower that has written part of the stream it
+// followed and re-reads the row for the rest: the stored answer of that
+// attempt completes it. Its caller has part of a stream, so this call never
+// claims the key itself: any other state (a failure, another attempt, an
+// expired row) ends the stream as failed.
+func (l *claimLoop) streamBegun(rec Record) (Result, error) {
+	s := l.p.stream
+	sameRun := rec.Attempts == s.attempt && rec.Fingerprint == l.p.fingerprint && !rec.Expired()
+	switch {
+	case sameRun && rec.Status == RowSucceeded:
+		return l.streamSucceeded(rec)
+	case sameRun && rec.Status == RowStarted && !rec.Stale(l.p.settings.StaleAfter):
+		return l.running(rec)
+	case sameRun && rec.Status == RowFailed:
+		if st, err := decodeStored(rec); err == nil {
+			return l.g.storedFailure(l.p, rec, st.env), nil
+		}
+	}
+	env := sanitize.Failure(sanitize.Unknown)
+	body, _ := sanitize.Marshal(env)
+	return Result{Status: StatusFailed, Envelope: env, Body: body, StatusCode: http.StatusBadGateway,
+		StopReason: env.StopReason, Attempt: rec.Attempts, FirstSeen: rec.CreatedAt, KeyHash: l.p.keyHash}, nil
+}
+
+// admitWaiter counts this call among the key's waiters in this process, once.
+func (l *claimLoop) admitWaiter() error {
+	if l.waiter != nil {
+		return nil
+	}
+	t, err := l.g.hub.Admit(live.Key{Tenant: l.p.tenant, Scope: l.p.scope, KeyHash: l.p.keyHash})
+	if err != nil {
+		return ErrTooManyWaiters
+	}
+	l.waiter = t
+	return nil
+}
+
+func (l *claimLoop) releaseWaiter() {
+	if l.waiter != nil {
+		l.waiter.Release()
+	}
+}
+
+// parseWire reads a stored sequence back into events: blocks separated by a
+// blank line, each with optional "event: " and one or more "data: " lines.
+func parseWire(b []byte) ([]StreamEvent, error) {
+	var out []StreamEvent
+	for len(b) > 0 {
+		i := bytes.Index(b, []byte("\n\n"))
+		if i < 0 {
+			return nil, errors.New("stored event sequence is truncated")
+		}
+		var e StreamEvent
+		var data []string
+		for _, line := range strings.Split(string(b[:i]), "\n") {
+			switch {
+			case strings.HasPrefix(line, "event: "):
+				e.Type = strings.TrimPrefix(line, "event: ")
+			case strings.HasPrefix(line, "data: "):
+				data = append(data, strings.TrimPrefix(line, "data: "))
+			case strings.HasPrefix(line, "id: "):
+			default:
+				return nil, fmt.Errorf("stored event sequence has a malformed line")
+			}
+		}
+		e.Data = []byte(strings.Join(data, "\n"))
+		out = append(out, e)
+		b = b[i+2:]
+	}
+	return out, nil
+}
+
+// streamEventsState is KeyInfo.StreamEvents of a completed row.
+func streamEventsState(rec Record) string {
+	switch {
+	case rec.Events == nil:
+		return ""
+	case len(rec.Events) == 0:
+		return "dropped"
+	}
+	return "stored"
+}

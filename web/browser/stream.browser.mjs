@@ -1,0 +1,69 @@
+// Drives the demo page of a running `idemguard serve` (development mode) in
+// headless Chromium: Stream shows the answer word by word; the page is
+// reloaded in the middle of the stream and must resume the action with the
+// same key and show the whole answer from its first word, as the replay of
+// the execution the first page started. Prints what it saw as one JSON line;
+// integration/browser_stream_test.go checks the server's side.
+//
+// Usage: node browser/stream.browser.mjs --url http://127.0.0.1:8080
+// Env: CHROMIUM (default /usr/bin/chromium).
+import { parseArgs } from "node:util";
+import { chromium } from "playwright-core";
+
+const { values: args } = parseArgs({ options: { url: { type: "string" } } });
+if (!args.url) {
+  console.error("usage: node browser/stream.browser.mjs --url http://127.0.0.1:8080");
+  process.exit(2);
+}
+const api = args.url.replace(/\/+$/, "");
+const wait = { timeout: 30_000 };
+
+function check(cond, what) {
+  if (!cond) throw new Error(`check failed: ${what}`);
+}
+
+const browser = await chromium.launch({
+  executablePath: process.env.CHROMIUM || "/usr/bin/chromium",
+  headless: true,
+  args: ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--disable-background-networking",
+    "--disable-component-update", "--disable-sync", "--disable-dev-shm-usage"],
+});
+const out = { keys: [] };
+try {
+  const page = await browser.newPage();
+  const pageErrors = [];
+  page.on("pageerror", (e) => pageErrors.push(String(e)));
+  page.on("request", (req) => {
+    if (req.method() === "POST" && req.url().endsWith("/v1/ops/demo")) out.keys.push(req.headers()["idempotency-key"] ?? null);
+  });
+  const newest = () => page.$eval("#results .result", (li) => ({
+    state: li.dataset.state ?? "", replay: li.dataset.replay ?? "", key: li.dataset.key ?? "",
+    answer: li.querySelector(".answer")?.textContent ?? "", error: li.classList.contains("error"),
+    resumed: (li.querySelector(".meta")?.textContent ?? "").includes("resumed"),
+  }));
+
+  await page.goto(`${api}/`, wait);
+  await page.fill("#prompt", `Stream a haiku ${Math.random().toString(36).slice(2, 8)}`);
+  await page.click("#stream");
+  // Some words have arrived, and the stream is still running.
+  await page.waitForFunction(() => {
+    const li = document.querySelector("#results .result");
+    return li?.dataset.state === "streaming" && (li.querySelector(".answer")?.textContent ?? "").split(" ").length >= 3;
+  }, null, wait);
+  const partial = await newest();
+  check(partial.state === "streaming", `the answer is still streaming: ${JSON.stringify(partial)}`);
+
+  await page.reload(wait);
+  await page.waitForFunction(() => document.querySelector("#results .result")?.dataset.state === "done", null, wait);
+  const resumed = await newest();
+  check(!resumed.error && resumed.resumed, `the stream resumed after the reload: ${JSON.stringify(resumed)}`);
+  check(resumed.replay === "true", `the resumed stream is the first execution's, not a new one: ${JSON.stringify(resumed)}`);
+  check(resumed.key === partial.key, `one key before and after the reload: ${JSON.stringify([partial, resumed])}`);
+  check(resumed.answer.startsWith(partial.answer), `the resumed stream starts from the first word: ${JSON.stringify([partial, resumed])}`);
+  await page.waitForSelector('#status[data-state="idle"]', { ...wait, state: "attached" });
+  check(pageErrors.length === 0, `no errors in the page: ${pageErrors.join("; ")}`);
+  Object.assign(out, { key: partial.key, partial: partial.answer, answer: resumed.answer, replay: true, ok: true });
+} finally {
+  await browser.close();
+}
+console.log(JSON.stringify(out));
