@@ -1,12 +1,8 @@
 package integration
 
 import (
-	"context"
 	"encoding/json"
 	"net/http"
-	"os"
-	"os/exec"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -23,41 +19,9 @@ import (
 // except under CI=true.
 func TestBrowserKeepsKeyUntilOutcomeKnown(t *testing.T) {
 	t.Parallel()
-	web, err := filepath.Abs("../web")
-	require.NoError(t, err)
-	chromium := chromiumPath
-	if c := os.Getenv("CHROMIUM"); c != "" {
-		chromium = c
-	}
-	var missing []string
-	if _, err := exec.LookPath("node"); err != nil {
-		missing = append(missing, "node")
-	}
-	if _, err := os.Stat(filepath.Join(web, "node_modules", "playwright-core")); err != nil {
-		missing = append(missing, "web/node_modules (npm ci in web/)")
-	}
-	if _, err := os.Stat(chromium); err != nil {
-		missing = append(missing, chromium+" (apt-get install chromium)")
-	}
-	if len(missing) > 0 {
-		msg := "browser test needs: " + strings.Join(missing, ", ") + "; .ci/run installs them"
-		if os.Getenv("CI") == "true" {
-			t.Fatal(msg)
-		}
-		t.Skip(msg)
-	}
+	web, chromium := browserTools(t)
 
 	s := startService(t, map[string]string{"IDEMGUARD_MODE": "development", "IDEMGUARD_LISTEN": "127.0.0.1:0"}, "")
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, "node", "browser/keepkey.browser.mjs", "--url", s.url(""))
-	cmd.Dir = web
-	cmd.Env = append(os.Environ(), "CHROMIUM="+chromium)
-	var stderr strings.Builder
-	cmd.Stderr = &stderr
-	stdout, err := cmd.Output()
-	require.NoError(t, err, "the browser script failed:\n%s\n%s", stdout, stderr.String())
-	lines := strings.Split(strings.TrimSpace(string(stdout)), "\n")
 	var rep struct {
 		OK       bool `json:"ok"`
 		Key      string
@@ -67,8 +31,7 @@ func TestBrowserKeepsKeyUntilOutcomeKnown(t *testing.T) {
 			LostStatus int
 		}
 	}
-	require.NoError(t, json.Unmarshal([]byte(lines[len(lines)-1]), &rep), "report: %s", stdout)
-	t.Logf("browser report: %s", lines[len(lines)-1])
+	runBrowserScript(t, web, chromium, &rep, "keepkey.browser.mjs", "--url", s.url(""))
 
 	require.True(t, rep.OK)
 	require.True(t, rep.Replay)
