@@ -13,7 +13,6 @@ import (
 	"github.com/idemguard/idemguard"
 	"github.com/idemguard/idemguard/internal/keys"
 	"github.com/idemguard/idemguard/internal/live"
-	"github.com/idemguard/idemguard/routers/auth"
 	"github.com/idemguard/idemguard/sanitize"
 	"github.com/idemguard/idemguard/tenancy"
 )
@@ -204,12 +203,7 @@ func (h *handlers) keyOfRef(c *gin.Context, tenant tenancy.ID, scope string) (re
 // process, stops at its next heartbeat); 409 for a finished key; 404 for
 // an unknown key or another tenant's.
 func (h *handlers) cancelKey(c *gin.Context) {
-	tenant, ok := tenantOf(c)
-	if !ok {
-		h.fail(c, auth.ErrNoCredentials)
-		return
-	}
-	scope, ok := h.scope(c)
+	tenant, scope, ok := h.tenantScope(c)
 	if !ok {
 		return
 	}
@@ -245,12 +239,7 @@ type keyEvent struct {
 // event; a stream with nothing left to say (the final event was seen)
 // answers 204, which tells an EventSource to stop reconnecting.
 func (h *handlers) watchKey(c *gin.Context) {
-	tenant, ok := tenantOf(c)
-	if !ok {
-		h.fail(c, auth.ErrNoCredentials)
-		return
-	}
-	scope, ok := h.scope(c)
+	tenant, scope, ok := h.tenantScope(c)
 	if !ok {
 		return
 	}

@@ -29,12 +29,7 @@ var emptyBody = json.RawMessage(`{}`)
 // the package documentation, so no rejected request stores a row or runs
 // the operation.
 func (h *handlers) runOperation(c *gin.Context) {
-	tenant, ok := tenantOf(c)
-	if !ok {
-		h.fail(c, auth.ErrNoCredentials)
-		return
-	}
-	scope, ok := h.scope(c)
+	tenant, scope, ok := h.tenantScope(c)
 	if !ok {
 		return
 	}
@@ -93,6 +88,18 @@ func (h *handlers) runOperation(c *gin.Context) {
 	// above, the key's record, is the one a client follows.
 	res.Header = nil
 	writeResult(c.Writer, req, res, h.retryAfter)
+}
+
+// tenantScope returns the caller's tenant and the scope named in the path,
+// or answers 401 or 404.
+func (h *handlers) tenantScope(c *gin.Context) (tenancy.ID, *Scope, bool) {
+	tenant, ok := tenantOf(c)
+	if !ok {
+		h.fail(c, auth.ErrNoCredentials)
+		return "", nil, false
+	}
+	scope, ok := h.scope(c)
+	return tenant, scope, ok
 }
 
 // scope returns the scope named in the path, or answers 404.
@@ -180,12 +187,7 @@ type keyRecord struct {
 // lookupKey serves GET /v1/ops/:scope/keys/:key. The key is a client key or
 // "~" and a key hash. Another tenant's key is a 404, like an absent one.
 func (h *handlers) lookupKey(c *gin.Context) {
-	tenant, ok := tenantOf(c)
-	if !ok {
-		h.fail(c, auth.ErrNoCredentials)
-		return
-	}
-	scope, ok := h.scope(c)
+	tenant, scope, ok := h.tenantScope(c)
 	if !ok {
 		return
 	}
