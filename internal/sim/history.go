@@ -156,6 +156,11 @@ type History struct {
 type Limits struct {
 	// StoreTimeout bounds one store call (Config.StoreTimeout).
 	StoreTimeout time.Duration
+	// StrictLease holds every execution to end half its owner's margin before its row
+	// could be judged stale (the engine promises a whole margin; half is left for the store
+	// clock's steps). Without it the checker allows the whole lease: a real store's
+	// statements land at an unknown point between call and return.
+	StrictLease bool
 }
 
 // NewHistory returns an empty History.

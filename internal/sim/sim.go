@@ -165,6 +165,8 @@ type Env struct {
 	// store's clock.
 	Start     time.Time
 	StoreTime func(time.Time) time.Time
+	// StrictLease: see Limits.StrictLease (true for the MemoryStore in virtual time).
+	StrictLease bool
 }
 
 // NewMemoryEnv returns a MemoryStore whose clock is sc's skewed clock, starting now.
@@ -174,7 +176,7 @@ func NewMemoryEnv(sc Scenario) Env {
 		now := time.Now()
 		return now.Add(sc.skewAt(now.Sub(start)))
 	}))
-	return Env{Store: ms, Rows: ms.Rows, Start: start,
+	return Env{Store: ms, Rows: ms.Rows, Start: start, StrictLease: true,
 		StoreTime: func(t time.Time) time.Time { return t.Add(sc.skewAt(t.Sub(start))) }}
 }
 
@@ -211,6 +213,7 @@ func Simulate(sc Scenario, env Env) *History {
 	h := NewHistory()
 	h.StoreTime = env.StoreTime
 	h.Limits.StoreTimeout = sc.StoreTimeout
+	h.Limits.StrictLease = env.StrictLease
 	h.Impaired = func(replica int, from, to time.Time) bool {
 		p := sc.Plans[replica]
 		f, t := from.Sub(env.Start), to.Sub(env.Start)
