@@ -19,7 +19,7 @@ import (
 var (
 	flagSeed    = flag.Uint64("sim.seed", 0, "run only this seed (replay)")
 	flagStart   = flag.Uint64("sim.start", 1, "first seed")
-	flagSeeds   = flag.Int("sim.seeds", 400, "how many seeds to run from -sim.start (0: until -sim.budget)")
+	flagSeeds   = flag.Int("sim.seeds", 3000, "how many seeds to run from -sim.start (0: until -sim.budget)")
 	flagBudget  = flag.Duration("sim.budget", 40*time.Second, "stop starting seeds after this long")
 	flagRepeat  = flag.Int("sim.repeat", 1, "run each seed this many times (a replay of a failing seed: its interleaving may differ)")
 	flagDefect  = flag.String("sim.defect", "", "put back a historical defect: "+defectNames())
