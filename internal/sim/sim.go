@@ -132,11 +132,16 @@ func Generate(seed uint64, defect Defect, real Real) Scenario {
 	}
 	if !real {
 		sc.Skew = dur(-time.Hour, time.Hour)
+		// Back by up to half a lease, or forward by at most half the owners' margin in all:
+		// an owner stops leaseMargin before its lease ends, and that margin is what absorbs a
+		// store clock that jumps ahead (the checker keeps the other half).
+		ahead := leaseMargin(L) / 2
 		for range rng.IntN(4) {
-			// Back by up to half a lease, or forward by less than the owners' margin: an owner
-			// stops leaseMargin before its lease ends, and that margin is what absorbs a store
-			// clock that jumps ahead.
-			sc.Steps = append(sc.Steps, Step{At: dur(0, sc.Quiet), By: dur(-L/2, leaseMargin(L)/2)})
+			by := dur(-L/2, ahead)
+			if by > 0 {
+				ahead -= by
+			}
+			sc.Steps = append(sc.Steps, Step{At: dur(0, sc.Quiet), By: by})
 		}
 	}
 	sc.Horizon = sc.Quiet + 60*L + 2*time.Minute
