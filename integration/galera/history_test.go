@@ -78,11 +78,11 @@ func (r *recording) check(t *testing.T, setting string) {
 		t.Fatalf("wsrep_sync_wait=%s: %d violations in a history of %d statements, %d executions, %d answers:%s",
 			setting, len(v), ops, execs, answers, b.String())
 	}
-	lin := sim.CheckLinearizable(r.h, 30*time.Second)
+	lin := sim.CheckLinearizable(r.h, 10*time.Second)
 	msg := map[porcupine.CheckResult]string{
 		porcupine.Ok:      "linearizable",
 		porcupine.Illegal: "NOT linearizable (a read saw a row older than a write that had returned, or a write was lost)",
-		porcupine.Unknown: "not decided within 30s",
+		porcupine.Unknown: "not decided within 10s",
 	}[lin.Result]
 	t.Logf("wsrep_sync_wait=%s: history checked: %d statements, %d executions, %d answers, 0 violations; the statements are %s",
 		setting, ops, execs, answers, msg)
