@@ -182,8 +182,7 @@ func call[T any](f *Faults, ctx context.Context, write bool, ok func(T) bool, do
 		kind, d := f.draw(write)
 		switch kind {
 		case faultLostReply:
-			v, err := do(context.WithoutCancel(ctx))
-			_, _ = v, err
+			_, _ = do(context.WithoutCancel(ctx))
 			f.h.tell(s, false, ErrLostReply)
 			return zero, ErrLostReply
 		case faultDeadlock:

@@ -42,8 +42,8 @@ type StoreOp struct {
 	Kind Kind
 	// Key names the row: tenant/scope/key_hash ("" if the row id was never seen).
 	Key string
-	// Call is the Do call that made the statement (-1: a background task of the engine,
-	// such as a heartbeat or a late release; see Nonce).
+	// CallID is the Do call that made the statement (-1: a background task of the engine
+	// whose nonce names no call, such as a read of a late release).
 	CallID int
 	// Replica is the replica whose Faults layer passed the call on (-1: none).
 	Replica int
@@ -133,13 +133,8 @@ type History struct {
 	Keys    map[string]KeySpec
 	ids     map[uint64]string // row id → key
 	nonces  map[string]int    // claim nonce → call
-	calls   map[int]string    // call → key
-	replica map[int]int       // call → replica
 	// Crashed maps a replica to the moment it crashed.
 	Crashed map[int]time.Time
-	// Impaired reports whether replica's store connection was out, paused or dead at some
-	// point of [from, to] (nil: never).
-	Impaired func(replica int, from, to time.Time) bool
 	// releases holds when each release of a claim nonce was sent, faults or not; claims
 	// when the first claim write carrying a nonce was.
 	releases map[string][]time.Time
@@ -166,7 +161,7 @@ type Limits struct {
 // NewHistory returns an empty History.
 func NewHistory() *History {
 	return &History{Keys: map[string]KeySpec{}, ids: map[uint64]string{}, nonces: map[string]int{},
-		calls: map[int]string{}, replica: map[int]int{}, Crashed: map[int]time.Time{},
+		Crashed:  map[int]time.Time{},
 		releases: map[string][]time.Time{}, claims: map[string]time.Time{}}
 }
 
@@ -184,8 +179,6 @@ func (h *History) Begin(callID int, key string, replica int, probe bool) *Answer
 	defer h.mu.Unlock()
 	a := &Answer{Seq0: h.next(), CallID: callID, Key: key, Replica: replica, Start: time.Now(), Probe: probe}
 	h.Answers = append(h.Answers, a)
-	h.calls[callID] = key
-	h.replica[callID] = replica
 	return a
 }
 

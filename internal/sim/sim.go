@@ -222,16 +222,6 @@ func Simulate(sc Scenario, env Env) *History {
 	h.StoreTime = env.StoreTime
 	h.Limits.StoreTimeout = sc.StoreTimeout
 	h.Limits.StrictLease = env.StrictLease
-	h.Impaired = func(replica int, from, to time.Time) bool {
-		p := sc.Plans[replica]
-		f, t := from.Sub(env.Start), to.Sub(env.Start)
-		for _, w := range append(append([]Window(nil), p.Outages...), p.Pauses...) {
-			if w.From <= t && f < w.To {
-				return true
-			}
-		}
-		return p.CrashAt > 0 && p.CrashAt <= t
-	}
 	r := &run{sc: sc, env: env, h: h, ended: make(chan struct{})}
 	rec := NewRecorder(env.Store, h)
 	for i, p := range sc.Plans {
