@@ -536,44 +536,32 @@ func (c *checker) givenBack(a *Answer, w *StoreOp) {
 	c.add(VBurntAttempt, a.Key, "call %d was told nothing ran (%s), yet its claim was never given back", a.CallID, outcome(a))
 }
 
-// couldRelease reports whether a's replica knew that claim w was on the row and sent no
-// release of it before o took the row: w's own reply said it landed, or a read of the call
-// or of a background task of its replica showed it, and no release of it was sent. A release needs the store: a replica
-// whose reads and releases all failed until the claim went stale (an outage, a pause,
-// statements slower than the lease) leaves it to be taken over, as a crashed owner's is.
+// pollBound is how long after a claim lands (and its call has answered) the engine's
+// background task may take to give it back: its pause between reads grows to at most a
+// second, then one read and one release, each bounded by the store timeout; and some slack.
+func (c *checker) pollBound() time.Duration {
+	return time.Second + 2*c.h.Limits.StoreTimeout + 250*time.Millisecond
+}
+
+// couldRelease reports whether a's replica had every chance to give claim w back before o
+// took the row, and did not even try: no release of it was sent before o, and from the
+// moment w had landed and a had answered, the replica could reach the store (no outage,
+// pause or crash of its plan) for longer than pollBound. The background task's reads are
+// spared the per-call faults (Faults), so only the plan's windows can keep it from seeing
+// the claim; a release it sent that failed or landed late is the store's doing, not the
+// engine's.
 func (c *checker) couldRelease(a *Answer, w, o *StoreOp) bool {
 	if c.h.releaseTried(w.Nonce, o.Return) {
 		return false
 	}
-	// The replica knew at a moment that left it a store timeout to act before o.
-	inTime := func(t time.Time) bool { return t.Add(c.h.Limits.StoreTimeout).Before(o.Call) }
-	if w.SeenOK && w.SeenErr == nil && inTime(w.Return) {
-		return true
+	from := w.Return
+	if a.End.After(from) {
+		from = a.End
 	}
-	for _, p := range c.byKey[a.Key] {
-		if p.Kind != KindGet || p.Replica != a.Replica || p.Seq0 <= w.Seq1 || !inTime(p.Return) || p.SeenErr != nil ||
-			p.Rec.Status != idemguard.RowStarted || p.Rec.ClaimNonce != w.Nonce {
-			continue
-		}
-		if p.CallID == a.CallID || p.CallID < 0 && p.Seq0 > a.Seq1 && c.releasers(a, p) == 1 {
-			return true
-		}
+	if c.h.ReachableFrom != nil {
+		from = c.h.ReachableFrom(a.Replica, from, o.Call)
 	}
-	return false
-}
-
-// releasers counts the calls of a's replica and key that had returned without running
-// before read p: each may have a background task releasing its claims, and a background
-// read cannot say whose it is.
-func (c *checker) releasers(a *Answer, p *StoreOp) int {
-	n := 0
-	for i := range c.answers {
-		b := &c.answers[i]
-		if b.Replica == a.Replica && b.Key == a.Key && !b.End.IsZero() && b.Seq1 < p.Seq0 && c.execOf[b.CallID] == nil {
-			n++
-		}
-	}
-	return n
+	return o.Call.Sub(from) > c.pollBound()
 }
 
 func outcome(a *Answer) string {

@@ -135,6 +135,10 @@ type History struct {
 	nonces  map[string]int    // claim nonce → call
 	// Crashed maps a replica to the moment it crashed.
 	Crashed map[int]time.Time
+	// ReachableFrom is the first moment of [from, to] from which replica could reach the
+	// store until to: the end of the last outage or pause that overlaps it, or from (nil:
+	// always from).
+	ReachableFrom func(replica int, from, to time.Time) time.Time
 	// releases holds when each release of a claim nonce was sent, faults or not; claims
 	// when the first claim write carrying a nonce was.
 	releases map[string][]time.Time

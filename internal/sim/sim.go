@@ -222,6 +222,15 @@ func Simulate(sc Scenario, env Env) *History {
 	h.StoreTime = env.StoreTime
 	h.Limits.StoreTimeout = sc.StoreTimeout
 	h.Limits.StrictLease = env.StrictLease
+	h.ReachableFrom = func(replica int, from, to time.Time) time.Time {
+		p := sc.Plans[replica]
+		for _, w := range append(append([]Window(nil), p.Outages...), p.Pauses...) {
+			if end := env.Start.Add(w.To); env.Start.Add(w.From).Before(to) && end.After(from) {
+				from = end
+			}
+		}
+		return from
+	}
 	r := &run{sc: sc, env: env, h: h, ended: make(chan struct{})}
 	rec := NewRecorder(env.Store, h)
 	for i, p := range sc.Plans {

@@ -168,11 +168,11 @@ func TestDefectsAreFound(t *testing.T) {
 }
 
 // TestRegressionSeeds replays the seeds that found real defects, each several times (the
-// interleaving within a virtual instant is the scheduler's): 832 and 1159 found a pending
-// Reclaim that releaseLater stopped watching because its guard nonce had left the row, though
-// a Release puts it back.
+// interleaving within a virtual instant is the scheduler's): 49989 finds (20 runs of 20,
+// before the fix) a pending Reclaim that releaseLater stopped watching because its guard nonce
+// had left the row, though a Release puts it back.
 func TestRegressionSeeds(t *testing.T) {
-	for _, seed := range []uint64{832, 1159} {
+	for _, seed := range []uint64{49989} {
 		for range 10 {
 			if o := runSeed(t, seed, ""); o.failed() {
 				report(t, o, "")
