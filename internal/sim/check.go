@@ -296,7 +296,7 @@ func (c *checker) secondExecutions() {
 func (c *checker) lastFailure(key string, seq int64, surely bool) sanitize.StopReason {
 	var r sanitize.StopReason
 	for _, o := range c.byKey[key] {
-		if o.Seq0 > seq || surely && o.Seq1 > seq || !o.Applied() {
+		if o.Seq0 > seq || surely && (o.Seq1 > seq || !o.Applied()) || !o.MayHaveApplied() {
 			continue
 		}
 		if o.Kind == KindAbandon || (o.Kind == KindComplete && o.Status == idemguard.RowFailed) {
@@ -308,22 +308,23 @@ func (c *checker) lastFailure(key string, seq int64, surely bool) sanitize.StopR
 	return r
 }
 
-// committed is the last success stored for key before seq (nil: none).
-func (c *checker) committed(key string, seq int64) *StoreOp {
-	var last *StoreOp
+// committed lists the successes that may have been stored for key before seq: those that
+// surely landed, and those whose outcome is unknown.
+func (c *checker) committed(key string, seq int64) []*StoreOp {
+	var out []*StoreOp
 	for _, o := range c.byKey[key] {
-		if o.Kind == KindComplete && o.Status == idemguard.RowSucceeded && o.Applied() && o.Seq0 < seq {
-			last = o
+		if o.Kind == KindComplete && o.Status == idemguard.RowSucceeded && o.MayHaveApplied() && o.Seq0 < seq {
+			out = append(out, o)
 		}
 	}
-	return last
+	return out
 }
 
 // movedOff reports whether a write other than a commit under n moved the row off claim n
 // before seq.
 func (c *checker) movedOff(key, n string, seq int64) bool {
 	for _, o := range c.byKey[key] {
-		if o.Seq0 > seq || !o.Applied() {
+		if o.Seq0 > seq || !o.MayHaveApplied() {
 			continue
 		}
 		switch {
@@ -403,7 +404,7 @@ func (c *checker) fresh(a *Answer, e *Execution) {
 		// (an owner cut off by its lease under policy fail stores "abandoned" too) is the
 		// same row: the engine rightly reads it as its own outcome.
 		same := o.Kind == KindAbandon && o.OldNonce == n && bytes.Equal(o.Response, r.Body) && o.Code == r.StatusCode
-		if (o.Kind == KindComplete && o.Nonce == n || same) && o.Applied() && o.Seq0 < a.Seq1 {
+		if (o.Kind == KindComplete && o.Nonce == n || same) && o.MayHaveApplied() && o.Seq0 < a.Seq1 {
 			commit = o
 		}
 	}
@@ -460,29 +461,34 @@ func (c *checker) gaveUp(a *Answer, e *Execution, n string) {
 	}
 }
 
-// replay checks a replayed success against the success stored before it.
+// replay checks a replayed success against the success stored before it: one that may have
+// been stored must replay, byte for byte, as the replay does.
 func (c *checker) replay(a *Answer) {
 	r := a.Result
-	commit := c.committed(a.Key, a.Seq1)
-	if commit == nil {
+	commits := c.committed(a.Key, a.Seq1)
+	if len(commits) == 0 {
 		c.add(VAnswer, a.Key, "call %d was replayed a success, but none was stored", a.CallID)
 		return
 	}
-	env, err := sanitize.FromJSON(commit.Response)
-	if err != nil {
-		c.add(VReplay, a.Key, "the stored answer does not decode: %v", err)
-		return
+	var want []byte
+	var code int
+	for _, commit := range commits {
+		env, err := sanitize.FromJSON(commit.Response)
+		if err != nil {
+			c.add(VReplay, a.Key, "the stored answer does not decode: %v", err)
+			return
+		}
+		env.Cached = true
+		if want, err = sanitize.Marshal(env); err != nil {
+			c.add(VReplay, a.Key, "the stored answer does not encode: %v", err)
+			return
+		}
+		if code = cmp.Or(commit.Code, http.StatusOK); bytes.Equal(want, r.Body) && code == r.StatusCode {
+			return
+		}
 	}
-	env.Cached = true
-	want, err := sanitize.Marshal(env)
-	if err != nil {
-		c.add(VReplay, a.Key, "the stored answer does not encode: %v", err)
-		return
-	}
-	if !bytes.Equal(want, r.Body) || cmp.Or(commit.Code, http.StatusOK) != r.StatusCode {
-		c.add(VReplay, a.Key, "call %d was replayed %d %s; the first caller's answer replays as %d %s",
-			a.CallID, r.StatusCode, r.Body, cmp.Or(commit.Code, http.StatusOK), want)
-	}
+	c.add(VReplay, a.Key, "call %d was replayed %d %s; the stored answer replays as %d %s",
+		a.CallID, r.StatusCode, r.Body, code, want)
 }
 
 // burnt checks that every claim of a call told nothing ran was given back: the first write
@@ -511,12 +517,14 @@ func (c *checker) burnt() {
 
 func (c *checker) givenBack(a *Answer, w *StoreOp) {
 	for _, o := range c.byKey[a.Key] {
-		if o.Seq0 <= w.Seq1 || !o.Applied() {
+		if o.Seq0 <= w.Seq1 || !o.MayHaveApplied() {
 			continue
 		}
 		switch {
 		case o.Kind == KindRelease && o.Nonce == w.Nonce:
 			return
+		case !o.Applied():
+			continue // an unknown outcome is no evidence of a takeover
 		case o.Kind == KindReclaim && o.OldNonce == w.Nonce && o.Reclaim == idemguard.ReclaimExpired:
 			return
 		case (o.Kind == KindReclaim || o.Kind == KindAbandon) && o.OldNonce == w.Nonce && !c.couldRelease(a, w, o):

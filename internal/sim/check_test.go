@@ -132,8 +132,15 @@ func TestCheckFindsAnAttemptBurntByAClaimThatNeverRan(t *testing.T) {
 	// The claim landed and its caller knew it (then hung up): it must be given back.
 	b.op(0, StoreOp{Kind: KindClaim, CallID: 1, Nonce: "n1", RetID: 7, OK: true})
 	b.answer(1, 0, 10, idemguard.Result{}, &idemguard.StoreError{Op: "claim", Err: errors.New("caller hung up")})
-	b.op(1100, StoreOp{Kind: KindReclaim, Reclaim: idemguard.ReclaimStale, CallID: 2, ID: 7, Nonce: "n2", OldNonce: "n1", OldAttempts: 1, OK: true})
+	b.op(2000, StoreOp{Kind: KindReclaim, Reclaim: idemguard.ReclaimStale, CallID: 2, ID: 7, Nonce: "n2", OldNonce: "n1", OldAttempts: 1, OK: true})
 	require.Contains(t, kinds(Check(b.h)), VBurntAttempt)
+	// Not when the replica could not reach the store until just before the takeover.
+	b.h.ReachableFrom = func(int, time.Time, time.Time) time.Time { return b.at(1900) }
+	require.NotContains(t, kinds(Check(b.h)), VBurntAttempt)
+	b.h.ReachableFrom = nil
+	// Nor when it sent a release that the store lost.
+	b.h.releaseSent("n1", b.at(30))
+	require.NotContains(t, kinds(Check(b.h)), VBurntAttempt)
 
 	// Given back first: fine.
 	b = newBuilder(time.Second)

@@ -83,6 +83,12 @@ type StoreOp struct {
 // Applied reports whether the write certainly changed the row.
 func (o *StoreOp) Applied() bool { return o.Err == nil && o.Kind != KindGet && o.OK }
 
+// MayHaveApplied reports whether the write may have changed the row: it did, or its outcome
+// is unknown (a real store's timeout after the statement was sent). Checks that look for a
+// write that must exist use it; checks that take a write as evidence of a violation use
+// Applied.
+func (o *StoreOp) MayHaveApplied() bool { return o.Kind != KindGet && (o.Err != nil || o.OK) }
+
 // Execution is one run of an operation, from its first instruction to its return.
 type Execution struct {
 	// Seq0 and Seq1 order the start and the end among the history's events.
