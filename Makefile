@@ -13,7 +13,7 @@ FUZZPARALLEL ?=
 FUZZ         ?= .
 
 .DEFAULT_GOAL := help
-.PHONY: help test bench lint build run migrate fuzz fuzz-long web
+.PHONY: help test bench lint build run migrate fuzz fuzz-long web sim
 
 help: ## Show this help
 	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z0-9_.-]+:.*## / {printf "  %-10s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -68,6 +68,24 @@ fuzz: ## Run every Fuzz target of the module (found, not listed) for FUZZTIME ea
 
 fuzz-long: ## The pre-release run: every Fuzz target for 10 minutes each (docs/TESTING.md)
 	GO='$(GO)' FUZZTIME=10m FUZZPARALLEL='$(FUZZPARALLEL)' FUZZ='$(FUZZ)' .ci/fuzz
+
+# make sim explores the deterministic simulation (internal/sim) beyond the fixed seeds make test
+# runs (1 to 3000): SEEDS seeds from START, WORKERS at once, at most SIMTIME (SEEDS=0: until
+# SIMTIME). SEED=n replays one seed REPEAT times; DEFECT=name puts back a historical defect.
+# Without -race, for throughput; RACE=-race adds it. See docs/TESTING.md.
+SEEDS   ?= 100000
+START   ?= 1000000
+SIMTIME ?= 24h
+WORKERS ?= 1
+SEED    ?=
+REPEAT  ?= 20
+DEFECT  ?=
+RACE    ?=
+
+sim: ## Explore simulation seeds: SEEDS=N START=n, or SEEDS=0 SIMTIME=30m; SEED=n replays one (docs/TESTING.md)
+	$(GO) test $(RACE) -count=1 -timeout 0 -v -run '^TestSimulation$$' ./internal/sim -sim.start=$(START) \
+		-sim.seeds=$(SEEDS) -sim.budget=$(SIMTIME) -sim.workers=$(WORKERS) \
+		$(if $(SEED),-sim.seed=$(SEED) -sim.repeat=$(REPEAT)) $(if $(DEFECT),-sim.defect=$(DEFECT))
 
 web: ## Regenerate web/'s OpenAPI types and the embedded demo bundle (needs npm ci in web/)
 	cd web && npm run gen:types && npm run build:demo && npm test

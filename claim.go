@@ -430,8 +430,8 @@ func outcomeUnknown(err error) bool {
 type pendingClaim struct {
 	nonce string
 	// guard is the nonce a Reclaim's UPDATE is guarded by ("" for a Claim's
-	// INSERT): once the row holds neither it nor nonce, the UPDATE can
-	// never land.
+	// INSERT). The row holding neither it nor nonce does not mean the
+	// UPDATE can no longer land: a Release may put the guard back.
 	guard string
 	prev  *Record   // the row before a Reclaim, for Release
 	sent  time.Time // when the write was sent: the earliest its lease can count from

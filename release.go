@@ -90,14 +90,13 @@ func (g *Guard) releaseIfMine(p prepared, us []pendingClaim) []pendingClaim {
 
 // settledFor reports whether the row as read (found false: absent) shows
 // that u is not there and can no longer land: its write is known to have
-// landed, or landWindow has passed since it was sent, or it was a Reclaim
-// whose guard nonce the row no longer holds.
+// landed, or landWindow has passed since it was sent. A Reclaim whose guard
+// nonce the row no longer holds is not settled by that: a Release puts a
+// row's previous nonce and attempt count back, and with them the very
+// state the pending UPDATE is guarded by.
 func (u pendingClaim) settledFor(rec Record, found bool) bool {
 	if found && rec.ClaimNonce == u.nonce {
 		return rec.Status != RowStarted
 	}
-	if u.landed || time.Since(u.sent) >= landWindow {
-		return true
-	}
-	return found && u.guard != "" && rec.ClaimNonce != u.guard
+	return u.landed || time.Since(u.sent) >= landWindow
 }

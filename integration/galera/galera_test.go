@@ -53,6 +53,7 @@ import (
 	"github.com/idemguard/idemguard/internal/dbmigrate"
 	"github.com/idemguard/idemguard/internal/mysqlconn"
 	"github.com/idemguard/idemguard/internal/mysqlstore"
+	"github.com/idemguard/idemguard/internal/sim"
 	"github.com/idemguard/idemguard/internal/stats"
 )
 
@@ -249,8 +250,8 @@ func (e *events) count(k idemguard.EventKind) int {
 }
 
 // storm fires n concurrent calls with one client key, spread round-robin over the guards, all
-// released at once, and returns their results and errors.
-func storm(t *testing.T, guards []*idemguard.Guard, n int, c idemguard.Call, op idemguard.Operation) ([]idemguard.Result, []error) {
+// released at once, records them in rec, and returns their results and errors.
+func storm(t *testing.T, rec *recording, guards []*idemguard.Guard, n int, c idemguard.Call, op idemguard.Operation) ([]idemguard.Result, []error) {
 	t.Helper()
 	results := make([]idemguard.Result, n)
 	errs := make([]error, n)
@@ -261,7 +262,7 @@ func storm(t *testing.T, guards []*idemguard.Guard, n int, c idemguard.Call, op 
 	for i := range n {
 		wg.Go(func() {
 			<-start
-			results[i], errs[i] = guards[i%len(guards)].Do(ctx, c, op)
+			results[i], errs[i] = rec.do(ctx, guards[i%len(guards)], i%len(guards), c, op)
 		})
 	}
 	close(start)
@@ -279,14 +280,15 @@ func TestSameKeyStormAcrossNodes(t *testing.T) {
 	requireCluster(t)
 	var seen int64
 	for _, sw := range syncWaits {
-		t.Run("wsrep_sync_wait="+sw, func(t *testing.T) { seen += testStorm(t, newCluster(t, sw)) })
+		t.Run("wsrep_sync_wait="+sw, func(t *testing.T) { seen += testStorm(t, newCluster(t, sw), sw) })
 	}
 	require.Positive(t, seen, "storms caused no certification conflict: the 1213 path was not exercised")
 }
 
-func testStorm(t *testing.T, c *cluster) int64 {
+func testStorm(t *testing.T, c *cluster, syncWait string) int64 {
 	var ev events
-	guards := c.guards(t, ev.observe, nil)
+	rec := newRecording()
+	guards := c.guards(t, ev.observe, rec.wrap)
 
 	const n = 300
 	var seen int64
@@ -297,7 +299,7 @@ func testStorm(t *testing.T, c *cluster) int64 {
 			runs.Add(1)
 			return map[string]any{"ok": true, "traceId": "storm"}, nil
 		}
-		results, errs := storm(t, guards, n, call(fmt.Sprintf("storm-%d", round)), op)
+		results, errs := storm(t, rec, guards, n, call(fmt.Sprintf("storm-%d", round)), op)
 		for i, err := range errs {
 			require.NoError(t, err, "round %d caller %d (node %d): a store error would be a 5xx", round, i, i%3+1)
 		}
@@ -320,6 +322,7 @@ func testStorm(t *testing.T, c *cluster) int64 {
 		t.Logf("round %d: %d calls, 1 execution, %d certification conflicts / brute-force aborts", round, n, d)
 	}
 	require.Zero(t, ev.count(idemguard.EventStoreError), "store errors")
+	rec.check(t, syncWait)
 	return seen
 }
 
@@ -334,40 +337,57 @@ func TestConcurrentTakeoversAcrossNodes(t *testing.T) {
 	requireCluster(t)
 	var seen int64
 	for _, sw := range syncWaits {
-		t.Run("wsrep_sync_wait="+sw, func(t *testing.T) { seen += testTakeover(t, newCluster(t, sw)) })
+		t.Run("wsrep_sync_wait="+sw, func(t *testing.T) { seen += testTakeover(t, newCluster(t, sw), sw) })
 	}
 	require.Positive(t, seen, "takeover races caused no certification conflict: the 1213 path was not exercised")
 }
 
-func testTakeover(t *testing.T, c *cluster) int64 {
+func testTakeover(t *testing.T, c *cluster, syncWait string) int64 {
 	var ev events
-	guards := c.guards(t, ev.observe, nil)
+	rec := newRecording()
+	guards := c.guards(t, ev.observe, rec.wrap)
 	// The crashed owner never heartbeats within the test.
-	crashedGuard := c.guards(t, func(int, idemguard.Event) {}, func(cfg *idemguard.Config) { cfg.Test.HeartbeatEvery = time.Hour })[0]
+	crashedGuard := c.guards(t, func(int, idemguard.Event) {}, func(cfg *idemguard.Config) {
+		cfg.Test.HeartbeatEvery = time.Hour
+		rec.wrap(cfg)
+	})[0]
 	var seen int64
 	for round := 1; round <= 2 || (round <= 20 && seen == 0); round++ {
-		seen += takeoverRound(t, c, guards, crashedGuard, fmt.Sprintf("takeover-%d", round))
+		seen += takeoverRound(t, c, rec, guards, crashedGuard, fmt.Sprintf("takeover-%d", round))
 		require.Equal(t, round, ev.count(idemguard.EventTakeover), "one takeover per round")
 		require.Zero(t, ev.count(idemguard.EventStoreError), "store errors")
 	}
+	rec.check(t, syncWait)
 	return seen
 }
 
+// crashedReplica is the replica number the crashed owner's calls are recorded under.
+const crashedReplica = 3
+
 // takeoverRound leaves a stale started row for key (a crashed owner), lets 90 callers on 3 nodes
 // race to take it over, checks that exactly one did, and returns the cluster's conflicts meanwhile.
-func takeoverRound(t *testing.T, c *cluster, guards []*idemguard.Guard, crashedGuard *idemguard.Guard, key string) int64 {
+func takeoverRound(t *testing.T, c *cluster, rec *recording, guards []*idemguard.Guard, crashedGuard *idemguard.Guard, key string) int64 {
 	t.Helper()
 	started, release := make(chan struct{}), make(chan struct{})
 	crashedDone := make(chan idemguard.Result, 1)
+	// The crashed owner's call is recorded as a call of a replica that dies when its row is
+	// aged: its execution ends there (its process is gone, as far as the cluster can tell),
+	// and what it answers later is no caller's answer.
+	id := int(rec.next.Add(1))
+	rowKey := rec.key(call(key))
+	var exec *sim.Execution
 	go func() {
-		r, _ := crashedGuard.Do(context.Background(), call(key), func(ctx context.Context) (any, error) {
+		a := rec.h.Begin(id, rowKey, crashedReplica, false)
+		op := rec.op(rowKey, id, crashedReplica, func(ctx context.Context) (any, error) {
 			close(started)
 			select {
 			case <-release:
 			case <-ctx.Done():
 			}
 			return map[string]any{"ok": true, "traceId": "crashed"}, nil
-		})
+		}, func(e *sim.Execution) { exec = e })
+		r, err := crashedGuard.Do(sim.WithCall(context.Background(), id), call(key), op)
+		rec.h.Finish(a, r, err)
 		crashedDone <- r
 	}()
 	// finish releases the crashed owner's operation and returns its result, once.
@@ -394,6 +414,8 @@ func takeoverRound(t *testing.T, c *cluster, guards []*idemguard.Guard, crashedG
 	aged, err := res.RowsAffected()
 	require.NoError(t, err)
 	require.EqualValues(t, 1, aged)
+	rec.h.EndExec(exec, time.Now(), true, true, nil)
+	rec.h.Crash(crashedReplica, time.Now())
 
 	before := c.conflicts(t)
 	var runs atomic.Int32
@@ -401,7 +423,7 @@ func takeoverRound(t *testing.T, c *cluster, guards []*idemguard.Guard, crashedG
 		runs.Add(1)
 		return map[string]any{"ok": true, "traceId": "taken-over"}, nil
 	}
-	results, errs := storm(t, guards, 90, call(key), op)
+	results, errs := storm(t, rec, guards, 90, call(key), op)
 	for i, err := range errs {
 		require.NoError(t, err, "%s: caller %d (node %d): a store error would be a 5xx", key, i, i%3+1)
 	}

@@ -1,0 +1,398 @@
+package sim
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"sync"
+	"time"
+
+	"github.com/idemguard/idemguard"
+	"github.com/idemguard/idemguard/internal/keys"
+	"github.com/idemguard/idemguard/sanitize"
+)
+
+// Secret is the HMAC secret of the simulated guards.
+var Secret = []byte("idemguard-simulation-secret-0123456789")
+
+// Tenant and Scope of every simulated call.
+const (
+	Tenant = "sim"
+	Scope  = "sim.op"
+)
+
+// Client is one caller of a key: it makes up to Calls calls, the next one after an
+// in_progress answer or a store error.
+type Client struct {
+	Key     int
+	Replica int
+	At      time.Duration
+	Calls   int
+	Wait    time.Duration
+	// HangUp, if positive, cancels each call's context this long after it started.
+	HangUp time.Duration
+	Detach bool
+}
+
+// KeyPlan is one simulated key.
+type KeyPlan struct {
+	ClientKey string
+	Spec      KeySpec
+}
+
+// Scenario is everything a seed decides.
+type Scenario struct {
+	Seed         uint64
+	Defect       Defect
+	Lease        time.Duration
+	StoreTimeout time.Duration
+	Replicas     int
+	Keys         []KeyPlan
+	Clients      []Client
+	Plans        []Plan
+	// Skew is the store's clock minus the application's; Steps move it during the run.
+	Skew      time.Duration
+	Steps     []Step
+	ReadFirst idemguard.ReadFirst
+	CacheSize int
+	// Quiet is when the faults stop; Horizon is when every living call must have returned.
+	Quiet, Horizon time.Duration
+}
+
+// Step moves the store's clock by By at At.
+type Step struct{ At, By time.Duration }
+
+// Real selects a scenario for a real store in real time: one lease of a second, fewer and
+// shorter faults, and no clock skew (the database's clock is its own).
+type Real bool
+
+// Generate derives a scenario from seed.
+func Generate(seed uint64, defect Defect, real Real) Scenario {
+	rng := rand.New(rand.NewPCG(seed, 0x1de))
+	dur := func(lo, hi time.Duration) time.Duration { return lo + time.Duration(rng.Int64N(int64(hi-lo)+1)) }
+	sc := Scenario{Seed: seed, Defect: defect, Replicas: 2 + rng.IntN(2)}
+	sc.Lease = []time.Duration{time.Second, 2 * time.Second, 4 * time.Second}[rng.IntN(3)]
+	sc.StoreTimeout = sc.Lease / time.Duration(3+rng.IntN(3))
+	if real {
+		sc.Lease, sc.StoreTimeout, sc.Replicas = time.Second, 300*time.Millisecond, 2
+	}
+	L := sc.Lease
+	sc.ReadFirst = []idemguard.ReadFirst{idemguard.ReadFirstAdaptive, idemguard.ReadFirstAlways, idemguard.ReadFirstNever}[rng.IntN(3)]
+	sc.CacheSize = []int{-1, 0}[rng.IntN(2)]
+	nkeys := 1 + rng.IntN(2)
+	for k := range nkeys {
+		spec := KeySpec{Lease: L, MaxAttempts: 2 + rng.IntN(3), Policy: idemguard.StaleTakeover}
+		if rng.IntN(4) == 0 {
+			spec.Policy = idemguard.StaleFail
+		}
+		sc.Keys = append(sc.Keys, KeyPlan{ClientKey: fmt.Sprintf("k%d-%d", seed, k), Spec: spec})
+		for range 3 + rng.IntN(4) {
+			c := Client{Key: k, Replica: rng.IntN(sc.Replicas), At: dur(0, 3*L), Calls: 1 + rng.IntN(3)}
+			if rng.IntN(5) < 3 {
+				c.Wait = dur(0, 2*L)
+			}
+			if real { // fewer and shorter calls: real time is not free
+				c.Calls, c.Wait = 1+rng.IntN(2), c.Wait/2
+			}
+			if rng.IntN(7) == 0 {
+				c.HangUp = dur(0, 2*L)
+			}
+			c.Detach = rng.IntN(5) == 0
+			sc.Clients = append(sc.Clients, c)
+		}
+	}
+	sc.Quiet = 6 * L
+	rates := []float64{0, 0.05, 0.15, 0.3}
+	if real {
+		sc.Quiet, rates = 4*L, []float64{0, 0.05, 0.1}
+	}
+	crash := -1
+	if rng.IntN(4) == 0 {
+		crash = rng.IntN(sc.Replicas - 1) // never the last: the probes need a living replica
+	}
+	for r := range sc.Replicas {
+		p := Plan{Rate: rates[rng.IntN(len(rates))], MaxDelay: 2 * L, Answered: sc.StoreTimeout, Quiet: sc.Quiet}
+		if real {
+			p.MaxDelay = L
+		}
+		for range rng.IntN(3) {
+			from := dur(0, 4*L)
+			p.Outages = append(p.Outages, Window{from, from + dur(L/10, 3*L/2)})
+		}
+		if rng.IntN(3) == 0 {
+			from := dur(0, 4*L)
+			p.Pauses = append(p.Pauses, Window{from, from + dur(L/4, 2*L)})
+		}
+		if r == crash {
+			p.CrashAt = dur(L/2, 5*L)
+		}
+		sc.Plans = append(sc.Plans, p)
+	}
+	if !real {
+		sc.Skew = dur(-time.Hour, time.Hour)
+		// Back by up to half a lease, or forward by at most half the owners' margin in all:
+		// an owner stops leaseMargin before its lease ends, and that margin is what absorbs a
+		// store clock that jumps ahead (the checker keeps the other half).
+		ahead := leaseMargin(L) / 2
+		for range rng.IntN(4) {
+			by := dur(-L/2, ahead)
+			if by > 0 {
+				ahead -= by
+			}
+			sc.Steps = append(sc.Steps, Step{At: dur(0, sc.Quiet), By: by})
+		}
+	}
+	sc.Horizon = sc.Quiet + 60*L + 2*time.Minute
+	if real {
+		sc.Horizon = sc.Quiet + 12*L
+	}
+	return sc
+}
+
+// skewAt is the store clock's offset d after the start.
+func (sc Scenario) skewAt(d time.Duration) time.Duration {
+	s := sc.Skew
+	for _, st := range sc.Steps {
+		if d >= st.At {
+			s += st.By
+		}
+	}
+	return s
+}
+
+// Env is the store a scenario runs on.
+type Env struct {
+	// Store is the shared store (a MemoryStore, MySQL); the run wraps it in a Recorder and
+	// one Faults layer per replica.
+	Store idemguard.Store
+	// Rows returns the store's rows when the run ends (nil: not checked).
+	Rows func() []idemguard.Record
+	// Start is the run's time zero; StoreTime (nil: the same clock) maps a local time to the
+	// store's clock.
+	Start     time.Time
+	StoreTime func(time.Time) time.Time
+	// StrictLease: see Limits.StrictLease (true for the MemoryStore in virtual time).
+	StrictLease bool
+}
+
+// NewMemoryEnv returns a MemoryStore whose clock is sc's skewed clock, starting now.
+func NewMemoryEnv(sc Scenario) Env {
+	start := time.Now()
+	ms := idemguard.NewMemoryStore(idemguard.MemoryClock(func() time.Time {
+		now := time.Now()
+		return now.Add(sc.skewAt(now.Sub(start)))
+	}))
+	return Env{Store: ms, Rows: ms.Rows, Start: start, StrictLease: true,
+		StoreTime: func(t time.Time) time.Time { return t.Add(sc.skewAt(t.Sub(start))) }}
+}
+
+// KeyHash is the key_hash the guard derives for a simulated call with clientKey.
+func KeyHash(secret []byte, tenant, scope, clientKey string, inputs any) string {
+	d, err := keys.New(secret)
+	if err != nil {
+		panic(err)
+	}
+	canonical, err := keys.CanonicalizeValue(inputs)
+	if err != nil {
+		panic(err)
+	}
+	return d.KeyHash(tenant, scope, clientKey, canonical)
+}
+
+type run struct {
+	sc      Scenario
+	env     Env
+	h       *History
+	guards  []*idemguard.Guard
+	faults  []*Faults
+	crash   []chan struct{}
+	ended   chan struct{}
+	keys    []string
+	clients sync.WaitGroup
+	mu      sync.Mutex
+	nextID  int
+}
+
+// Simulate runs sc on env and returns its history, ready for Check. Run it inside a
+// testing/synctest bubble for virtual time (NewMemoryEnv), or in real time on a real store.
+func Simulate(sc Scenario, env Env) *History {
+	h := NewHistory()
+	h.StoreTime = env.StoreTime
+	h.Limits.StoreTimeout = sc.StoreTimeout
+	h.Limits.StrictLease = env.StrictLease
+	h.ReachableFrom = func(replica int, from, to time.Time) time.Time {
+		p := sc.Plans[replica]
+		for _, w := range append(append([]Window(nil), p.Outages...), p.Pauses...) {
+			if end := env.Start.Add(w.To); env.Start.Add(w.From).Before(to) && end.After(from) {
+				from = end
+			}
+		}
+		return from
+	}
+	r := &run{sc: sc, env: env, h: h, ended: make(chan struct{})}
+	rec := NewRecorder(env.Store, h)
+	for i, p := range sc.Plans {
+		f := NewFaults(rec, h, i, p, sc.Seed, env.Start, sc.Defect, r.ended)
+		g, err := idemguard.New(idemguard.Config{Store: f, Secret: Secret, Logger: slog.New(slog.DiscardHandler),
+			StoreTimeout: sc.StoreTimeout, MaxWait: 3 * sc.Lease, ReplayCacheSize: sc.CacheSize,
+			Test: idemguard.TestConfig{ReadFirst: sc.ReadFirst}})
+		if err != nil {
+			panic(err)
+		}
+		r.faults, r.guards = append(r.faults, f), append(r.guards, g)
+		crashed := make(chan struct{})
+		r.crash = append(r.crash, crashed)
+		if p.CrashAt > 0 {
+			time.AfterFunc(time.Until(env.Start.Add(p.CrashAt)), func() {
+				h.Crash(i, env.Start.Add(p.CrashAt))
+				close(crashed)
+			})
+		}
+	}
+	for _, k := range sc.Keys {
+		key := KeyOf(Tenant, Scope, KeyHash(Secret, Tenant, Scope, k.ClientKey, inputs(k)))
+		r.keys = append(r.keys, key)
+		h.SetKey(key, k.Spec)
+	}
+	for _, c := range sc.Clients {
+		r.clients.Add(1)
+		go r.client(c)
+	}
+	// Every call on a living replica returns long before the horizon; the calls of a crashed
+	// replica stay blocked until the run ends. Without a crash the run goes on as soon as
+	// every call has returned (real time is not free).
+	allDone := make(chan struct{})
+	go func() { r.clients.Wait(); close(allDone) }()
+	horizon := time.NewTimer(time.Until(env.Start.Add(sc.Horizon)))
+	select {
+	case <-horizon.C:
+	case <-allDone:
+		horizon.Stop()
+		// Late statements land and background releases finish within this.
+		time.Sleep(max(2*sc.Lease, time.Until(env.Start.Add(sc.Quiet+2*sc.Plans[0].MaxDelay))))
+	}
+	// The probes: one call per key, on a living replica, once every lease has run out.
+	time.Sleep(2 * sc.Lease)
+	var probes sync.WaitGroup
+	for k := range sc.Keys {
+		probes.Go(func() {
+			c := Client{Key: k, Replica: r.living(0), Calls: 1, Wait: 3 * sc.Lease}
+			r.call(c, 0, true)
+		})
+	}
+	probes.Wait()
+	if env.Rows != nil {
+		h.Final = env.Rows()
+	}
+	close(r.ended)
+	r.clients.Wait()
+	for _, g := range r.guards {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		_ = g.Close(ctx)
+		cancel()
+	}
+	for _, f := range r.faults {
+		f.Wait()
+	}
+	return h
+}
+
+func inputs(k KeyPlan) any { return map[string]any{"key": k.ClientKey} }
+
+// living is the first replica from r that has not crashed.
+func (r *run) living(from int) int {
+	for i := range r.sc.Replicas {
+		c := (from + i) % r.sc.Replicas
+		at := r.sc.Plans[c].CrashAt
+		if at == 0 || time.Since(r.env.Start) < at {
+			return c
+		}
+	}
+	return r.sc.Replicas - 1
+}
+
+func (r *run) client(c Client) {
+	defer r.clients.Done()
+	time.Sleep(time.Until(r.env.Start.Add(c.At)))
+	for i := range c.Calls {
+		res, err := r.call(c, i, false)
+		if err == nil && res.Status != idemguard.StatusInProgress {
+			return
+		}
+		time.Sleep(r.sc.Lease / 2)
+	}
+}
+
+// call makes one Do call of client c (its i-th) and records it.
+func (r *run) call(c Client, i int, probe bool) (idemguard.Result, error) {
+	r.mu.Lock()
+	id := r.nextID
+	r.nextID++
+	r.mu.Unlock()
+	k := r.sc.Keys[c.Key]
+	replica := r.living(c.Replica + i)
+	ctx := WithCall(context.Background(), id)
+	if c.HangUp > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithCancel(ctx)
+		stop := time.AfterFunc(c.HangUp, cancel)
+		defer stop.Stop()
+		defer cancel()
+	}
+	call := idemguard.Call{Tenant: Tenant, Scope: Scope, ClientKey: k.ClientKey, Inputs: inputs(k),
+		Settings: idemguard.Settings{TTL: time.Hour, StaleAfter: k.Spec.Lease, MaxAttempts: k.Spec.MaxAttempts,
+			StalePolicy: k.Spec.Policy}, Wait: c.Wait, Detach: c.Detach}
+	a := r.h.Begin(id, r.keys[c.Key], replica, probe)
+	res, err := r.guards[replica].Do(ctx, call, r.op(id, replica, r.keys[c.Key]))
+	r.h.Finish(a, res, err)
+	return res, err
+}
+
+// op is call id's operation: it takes a time the seed chooses and fails when the seed says
+// so; it stops when its context ends, and when its replica crashes. On a paused replica it
+// is blocked until the pause ends (it still stops when its context ends: the guarantees are
+// for operations that stop when told to).
+func (r *run) op(id, replica int, key string) idemguard.Operation {
+	rng := rand.New(rand.NewPCG(r.sc.Seed, uint64(id)+0x09))
+	took := r.sc.Lease/20 + time.Duration(rng.Int64N(int64(3*r.sc.Lease/2)))
+	fail := rng.IntN(4) == 0
+	return func(ctx context.Context) (any, error) {
+		e := r.h.StartExec(key, id, replica)
+		cut := func(err error) (any, error) {
+			r.h.EndExec(e, time.Now(), true, true, nil)
+			return nil, err
+		}
+		t := time.NewTimer(took)
+		defer t.Stop()
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			return cut(context.Cause(ctx))
+		case <-r.crash[replica]:
+			r.h.EndExec(e, time.Now(), true, true, nil)
+			<-r.ended
+			return nil, ErrDead
+		}
+		at := time.Since(r.env.Start)
+		for _, w := range r.sc.Plans[replica].Pauses {
+			if w.has(at) {
+				t := time.NewTimer(w.To - at)
+				defer t.Stop()
+				select {
+				case <-t.C:
+				case <-ctx.Done():
+					return cut(context.Cause(ctx))
+				}
+			}
+		}
+		if fail {
+			r.h.EndExec(e, time.Now(), true, false, nil)
+			return nil, &idemguard.OpError{Reason: sanitize.ProviderError, Err: errors.New("sim: upstream failed")}
+		}
+		body := map[string]any{"ok": true, "traceId": fmt.Sprintf("call-%d", id), "data": map[string]any{"call": id, "replica": replica}}
+		r.h.EndExec(e, time.Now(), false, false, body)
+		return body, nil
+	}
+}
