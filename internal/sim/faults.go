@@ -316,3 +316,26 @@ func (f *Faults) Ping(ctx context.Context) error {
 	_, err := call(f, ctx, false, isTrue, func(ctx context.Context) (bool, error) { return true, f.store.Ping(ctx) })
 	return err
 }
+
+// Renew implements idemguard.Store: the running owner's heartbeat, faulted like any guarded
+// write.
+func (f *Faults) Renew(ctx context.Context, p idemguard.RenewParams) (idemguard.RenewResult, error) {
+	r, err := call(f, ctx, true, func(r idemguard.RenewResult) bool { return r.Renewed },
+		func(ctx context.Context) (idemguard.RenewResult, error) { return f.store.Renew(ctx, p) })
+	if f.lostRace(err) {
+		return idemguard.RenewResult{}, nil
+	}
+	return r, err
+}
+
+// GetMany implements idemguard.Store, faulted like Get.
+func (f *Faults) GetMany(ctx context.Context, tenant, scope string, keyHashes []string) ([]idemguard.Record, error) {
+	return call(f, ctx, false, func([]idemguard.Record) bool { return true }, func(ctx context.Context) ([]idemguard.Record, error) {
+		return f.store.GetMany(ctx, tenant, scope, keyHashes)
+	})
+}
+
+// RequestCancel implements idemguard.Store, faulted like any guarded write.
+func (f *Faults) RequestCancel(ctx context.Context, p idemguard.CancelParams) (bool, error) {
+	return f.guarded(ctx, func(ctx context.Context) (bool, error) { return f.store.RequestCancel(ctx, p) })
+}

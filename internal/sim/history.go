@@ -545,3 +545,25 @@ func (h *History) Dump(key string) string {
 	}
 	return b.String()
 }
+
+// Renew implements idemguard.Store. The owner's heartbeat is recorded as one: it moves the
+// row's heartbeat forward for its nonce (and keeps the row alive, which no checked rule reads).
+func (r *Recorder) Renew(ctx context.Context, p idemguard.RenewParams) (idemguard.RenewResult, error) {
+	op := &StoreOp{Kind: KindHeartbeat, ID: p.ID, Nonce: p.Nonce}
+	r.begin(ctx, op)
+	res, err := r.store.Renew(ctx, p)
+	op.OK = res.Renewed
+	r.end(op, err)
+	return res, err
+}
+
+// GetMany implements idemguard.Store; the simulation configures one secret, so the guard never
+// calls it.
+func (r *Recorder) GetMany(ctx context.Context, tenant, scope string, keyHashes []string) ([]idemguard.Record, error) {
+	return r.store.GetMany(ctx, tenant, scope, keyHashes)
+}
+
+// RequestCancel implements idemguard.Store; the simulation does not cancel.
+func (r *Recorder) RequestCancel(ctx context.Context, p idemguard.CancelParams) (bool, error) {
+	return r.store.RequestCancel(ctx, p)
+}
