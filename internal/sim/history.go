@@ -375,11 +375,13 @@ func (r *Recorder) begin(ctx context.Context, op *StoreOp) {
 	h.Ops = append(h.Ops, op)
 }
 
-// end closes op with the store's answer.
-func (r *Recorder) end(op *StoreOp, err error) {
+// end closes op with the store's answer; set fills in op's results, under the history's lock
+// (a check may read the history while a Guard's background release still writes to it).
+func (r *Recorder) end(op *StoreOp, err error, set func()) {
 	h := r.h
 	h.mu.Lock()
 	defer h.mu.Unlock()
+	set()
 	op.Return = time.Now()
 	switch {
 	case err == nil:
@@ -412,8 +414,7 @@ func (r *Recorder) Claim(ctx context.Context, p idemguard.ClaimParams) (uint64, 
 	op := &StoreOp{Kind: KindClaim, Key: KeyOf(p.Tenant, p.Scope, p.KeyHash), Nonce: p.Nonce, Fingerprint: p.Fingerprint}
 	r.begin(ctx, op)
 	id, err := r.store.Claim(ctx, p)
-	op.RetID, op.OK = id, err == nil
-	r.end(op, err)
+	r.end(op, err, func() { op.RetID, op.OK = id, err == nil })
 	return id, err
 }
 
@@ -422,8 +423,7 @@ func (r *Recorder) Get(ctx context.Context, tenant, scope, keyHash string) (idem
 	op := &StoreOp{Kind: KindGet, Key: KeyOf(tenant, scope, keyHash)}
 	r.begin(ctx, op)
 	rec, err := r.store.Get(ctx, tenant, scope, keyHash)
-	op.Rec = rec
-	r.end(op, err)
+	r.end(op, err, func() { op.Rec = rec })
 	return rec, err
 }
 
@@ -433,8 +433,7 @@ func (r *Recorder) Reclaim(ctx context.Context, p idemguard.ReclaimParams) (bool
 		Reclaim: p.Kind, MaxAttempts: p.MaxAttempts, Fingerprint: p.Fingerprint}
 	r.begin(ctx, op)
 	ok, err := r.store.Reclaim(ctx, p)
-	op.OK = ok
-	r.end(op, err)
+	r.end(op, err, func() { op.OK = ok })
 	return ok, err
 }
 
@@ -444,8 +443,7 @@ func (r *Recorder) Abandon(ctx context.Context, p idemguard.AbandonParams) (bool
 		Response: p.Response, Code: p.ResponseCode}
 	r.begin(ctx, op)
 	ok, err := r.store.Abandon(ctx, p)
-	op.OK = ok
-	r.end(op, err)
+	r.end(op, err, func() { op.OK = ok })
 	return ok, err
 }
 
@@ -454,8 +452,7 @@ func (r *Recorder) Heartbeat(ctx context.Context, id uint64, nonce string) (bool
 	op := &StoreOp{Kind: KindHeartbeat, ID: id, Nonce: nonce}
 	r.begin(ctx, op)
 	ok, err := r.store.Heartbeat(ctx, id, nonce)
-	op.OK = ok
-	r.end(op, err)
+	r.end(op, err, func() { op.OK = ok })
 	return ok, err
 }
 
@@ -464,8 +461,7 @@ func (r *Recorder) Complete(ctx context.Context, p idemguard.CompleteParams) (bo
 	op := &StoreOp{Kind: KindComplete, ID: p.ID, Nonce: p.Nonce, Status: p.Status, Response: p.Response, Code: p.ResponseCode}
 	r.begin(ctx, op)
 	ok, at, err := r.store.Complete(ctx, p)
-	op.OK = ok
-	r.end(op, err)
+	r.end(op, err, func() { op.OK = ok })
 	return ok, at, err
 }
 
@@ -477,8 +473,7 @@ func (r *Recorder) Release(ctx context.Context, p idemguard.ReleaseParams) (bool
 	}
 	r.begin(ctx, op)
 	ok, err := r.store.Release(ctx, p)
-	op.OK = ok
-	r.end(op, err)
+	r.end(op, err, func() { op.OK = ok })
 	return ok, err
 }
 
@@ -552,8 +547,7 @@ func (r *Recorder) Renew(ctx context.Context, p idemguard.RenewParams) (idemguar
 	op := &StoreOp{Kind: KindHeartbeat, ID: p.ID, Nonce: p.Nonce}
 	r.begin(ctx, op)
 	res, err := r.store.Renew(ctx, p)
-	op.OK = res.Renewed
-	r.end(op, err)
+	r.end(op, err, func() { op.OK = res.Renewed })
 	return res, err
 }
 
