@@ -194,6 +194,13 @@ func (h *handlers) keyOfRef(c *gin.Context, tenant tenancy.ID, scope string) (re
 		h.fail(c, reject(errInvalidRef, "a key reference is an Idempotency-Key (1 to %d characters of [A-Za-z0-9_.:-]) or ~ followed by a key hash", keys.MaxClientKeyLen))
 		return "", "", false
 	}
+	// While the secret is rotated the key's row may have been made under a
+	// previous secret: Lookup finds it under every configured one and names
+	// the hash it is stored under. Without a row the current hash stands,
+	// and the route's own read answers.
+	if info, err := h.guard.Lookup(c.Request.Context(), tenant, scope, ref); err == nil {
+		hash = info.KeyHash
+	}
 	c.Set(keyHashKey, shortHash(hash))
 	return ref, hash, true
 }

@@ -241,3 +241,28 @@ func TestCancelOfASynchronousCall(t *testing.T) {
 	require.Equal(t, http.StatusOK, again.Code, again.Body.String())
 	require.EqualValues(t, 2, b.calls["slow"].Load())
 }
+
+// A key whose row was made under a previous secret is found by cancel (and
+// watch) through a replica that claims under the new one: the route looks
+// the client key up under every configured secret. Without that lookup the
+// cancel computes the new secret's hash and answers 404.
+func TestCancelFindsAKeyMadeUnderAPreviousSecret(t *testing.T) {
+	t.Parallel()
+	old := setup(t, setupOpts{guard: func(c *idemguard.Config) { c.Test.HeartbeatEvery = 20 * time.Millisecond }})
+	rotated := setup(t, setupOpts{guard: func(c *idemguard.Config) {
+		c.Store, c.Secret, c.SecretID = old.store, []byte("a-new-secret-0123456789abcdef-0123456789"), "new"
+		c.PreviousSecrets = []idemguard.SecretVersion{{Secret: testSecret}}
+	}})
+	answered := make(chan *httptest.ResponseRecorder, 1)
+	go func() { answered <- old.post("slow", "rot-1", `{"n":1}`) }()
+	<-old.started
+	cancel := rotated.do(req{method: http.MethodPost, path: "/v1/ops/slow/keys/rot-1/cancel", apiKey: acmeKey1})
+	require.Equal(t, http.StatusAccepted, cancel.Code, cancel.Body.String())
+	select {
+	case w := <-answered:
+		require.Equal(t, http.StatusBadGateway, w.Code, w.Body.String())
+		require.Equal(t, "canceled", problemOf(t, w)["stopReason"])
+	case <-time.After(10 * time.Second):
+		t.Fatal("the canceled call did not answer")
+	}
+}
