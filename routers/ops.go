@@ -44,7 +44,7 @@ func (h *handlers) runOperation(c *gin.Context) {
 			h.fail(c, err)
 			return
 		} else if streaming && !prefersAsync(c.Request.Header) {
-			h.runStream(c, tenant, scope, req.clientKey, req.body)
+			h.runStream(c, tenant, scope, req)
 			return
 		}
 	}

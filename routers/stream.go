@@ -74,8 +74,8 @@ func deliveryMode(body json.RawMessage) (json.RawMessage, bool, error) {
 }
 
 // runStream serves a POST whose body asked for a stream.
-func (h *handlers) runStream(c *gin.Context, tenant tenancy.ID, scope *Scope, clientKey string, body json.RawMessage) {
-	wait, waitApplied := parsePreferWait(c.Request.Header, h.maxWait)
+func (h *handlers) runStream(c *gin.Context, tenant tenancy.ID, scope *Scope, req guardedRequest) {
+	clientKey, body, wait, waitApplied := req.clientKey, req.body, req.wait, req.waitApplied
 	w := &streamResponse{h: h, c: c, scope: scope.Name, clientKey: clientKey, sse: newSSEWriter(c.Writer)}
 	if waitApplied {
 		c.Header(headerPreferenceApplied, preferenceApplied(wait))
