@@ -125,6 +125,11 @@ type Call struct {
 	// something, such as decoding a body against its schema, is mostly paid
 	// by calls that run.
 	Check func() error
+	// Actor names who asked, for the audit trail only (Config.Audit): an
+	// API key's name, a hashed user id; never a credential or personal
+	// data. At most MaxActorLen printable bytes. Defaults to
+	// ActorFrom(ctx).
+	Actor string
 }
 
 // Operation is the guarded work. Its value must be a JSON object (a struct,

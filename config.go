@@ -34,6 +34,9 @@ type Config struct {
 	Logger *slog.Logger
 	// Observe, if set, is called for every protocol event (metrics).
 	Observe func(Event)
+	// Audit turns on the audit trail: one AuditEvent per idempotency
+	// decision, to an observer, the store, or both. Off by default.
+	Audit AuditConfig
 	// Defaults apply to calls that leave a setting zero.
 	Defaults Settings
 	// MaxWait caps Call.Wait. Defaults to DefaultMaxWait (30s).
@@ -110,6 +113,9 @@ func (c Config) validate() error {
 	}
 	if c.MaxWait < 0 || c.StoreTimeout < 0 || c.ReplayCacheMaxAge < 0 || c.Test.HeartbeatEvery < 0 {
 		return fmt.Errorf("idemguard: Config durations must not be negative")
+	}
+	if err := c.Audit.validate(); err != nil {
+		return err
 	}
 	if err := c.Test.ReadFirst.validate(); err != nil {
 		return err

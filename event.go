@@ -30,6 +30,10 @@ const (
 	// EventStreamDropped: a streamed answer's events were over
 	// Config.MaxStreamBytes and were not stored (its envelope was).
 	EventStreamDropped EventKind = "stream_dropped"
+	// EventAuditDropped: a batched audit event (replay, in_progress,
+	// conflict) was not written to the store: its queue was full, or the
+	// store refused the batch. Field says which ("queue_full", "store").
+	EventAuditDropped EventKind = "audit_dropped"
 )
 
 // Event is one protocol event (for metrics). Observe is called synchronously

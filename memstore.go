@@ -24,6 +24,9 @@ type MemoryStore struct {
 	rows   map[memKey]*Record
 	ids    map[uint64]*Record
 	closed bool
+	// audit is the audit trail, in the order written (memstore_audit.go).
+	audit    []AuditEvent
+	auditIDs map[string]bool
 }
 
 type memKey struct{ tenant, scope, keyHash string }
@@ -84,6 +87,7 @@ func (s *MemoryStore) Claim(ctx context.Context, p ClaimParams) (uint64, error) 
 		CreatedAt: now, StartedAt: now, HeartbeatAt: now, ExpiresAt: now.Add(p.TTL), Lease: p.Lease,
 		SecretID: p.SecretID}
 	s.rows[k], s.ids[r.ID] = r, r
+	s.appendAudit(p.Audit)
 	return r.ID, nil
 }
 
@@ -164,6 +168,7 @@ func (s *MemoryStore) Reclaim(ctx context.Context, p ReclaimParams) (bool, error
 		return false, errors.New("memstore: unknown reclaim kind")
 	}
 	r.ClaimNonce, r.CancelRequestedAt = p.NewNonce, time.Time{}
+	s.appendAudit(p.Audit)
 	return true, nil
 }
 
@@ -181,6 +186,7 @@ func (s *MemoryStore) Abandon(ctx context.Context, p AbandonParams) (bool, error
 	r.Status = RowFailed
 	r.Response, r.ResponseCode = bytes.Clone(p.Response), p.ResponseCode
 	r.CompletedAt, r.ExpiresAt = now, now.Add(p.TTL)
+	s.appendAudit(p.Audit)
 	return true, nil
 }
 
@@ -232,6 +238,7 @@ func (s *MemoryStore) Release(ctx context.Context, p ReleaseParams) (bool, error
 	if p.Prev == nil {
 		delete(s.rows, memKey{r.Tenant, r.Scope, r.KeyHash})
 		delete(s.ids, r.ID)
+		s.appendAudit(p.Audit)
 		return true, nil
 	}
 	prev := *p.Prev
@@ -240,6 +247,7 @@ func (s *MemoryStore) Release(ctx context.Context, p ReleaseParams) (bool, error
 	r.Events = cloneEvents(prev.Events)
 	r.StartedAt, r.HeartbeatAt, r.CompletedAt = prev.StartedAt, prev.HeartbeatAt, prev.CompletedAt
 	r.ExpiresAt, r.Lease = prev.ExpiresAt, prev.Lease
+	s.appendAudit(p.Audit)
 	return true, nil
 }
 

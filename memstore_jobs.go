@@ -29,5 +29,6 @@ func (s *MemoryStore) RequestCancel(ctx context.Context, p CancelParams) (bool, 
 		return false, nil
 	}
 	r.CancelRequestedAt = s.clock()
+	s.appendAudit(p.Audit)
 	return true, nil
 }

@@ -116,6 +116,9 @@ type ClaimParams struct {
 	// SecretID names the secret of KeyHash and Fingerprint; "" (stored as
 	// NULL) for the unnamed secret.
 	SecretID string
+	// Audit, when set, is written to the audit trail atomically with the
+	// row: both or neither (see Store).
+	Audit *AuditEvent
 }
 
 // ReclaimKind says which guarded transition back to started a Reclaim makes.
@@ -165,6 +168,7 @@ type ReclaimParams struct {
 	StaleAfter  time.Duration // ReclaimExpired, ReclaimStale: fallback for a row without a lease
 	MaxAttempts int           // ReclaimFailed
 	Lease       time.Duration // the new owner's StaleAfter, stored as the row's lease
+	Audit       *AuditEvent   // written atomically with a winning update; nothing when it loses
 }
 
 // AbandonParams are the arguments of Store.Abandon: a stale started row is
@@ -177,6 +181,7 @@ type AbandonParams struct {
 	Response     []byte
 	ResponseCode int
 	TTL          time.Duration
+	Audit        *AuditEvent // written atomically with a winning update
 }
 
 // CompleteParams are the arguments of Store.Complete.
@@ -204,6 +209,7 @@ type ReleaseParams struct {
 	ID    uint64
 	Nonce string
 	Prev  *Record
+	Audit *AuditEvent // written atomically with a winning release
 }
 
 // Store keeps the idempotency records: NewMemoryStore, or package mysql's
@@ -217,8 +223,9 @@ type ReleaseParams struct {
 // in any release.
 //
 // Implementations are safe for concurrent use, by many goroutines and (for
-// shared stores) many processes; every method is a single atomic statement,
-// and the bool results report whether exactly one row was changed by a
+// shared stores) many processes; every method is a single atomic statement
+// (or, when its params carry an Audit event, one transaction that writes
+// the row change and the event together, or neither), and the bool results report whether exactly one row was changed by a
 // guarded update. Every guarded update changes at least one column of the
 // row it matches (a new nonce, a new status or a new microsecond
 // timestamp), so "rows changed", which is what MySQL reports, equals "rows
@@ -269,4 +276,10 @@ type Store interface {
 	// the started row p.ID owned by p.Nonce, and reports whether it changed
 	// the row; false means the row is no longer that execution: re-read.
 	RequestCancel(ctx context.Context, p CancelParams) (bool, error)
+	// AppendAudit writes events to the audit trail, skipping any whose ID
+	// is already there (a batch retried after an unknown outcome).
+	AppendAudit(ctx context.Context, events []AuditEvent) error
+	// History returns the audit events of (tenant, scope) whose KeyHash is
+	// one of keyHashes, oldest first (by At, then ID), at most limit.
+	History(ctx context.Context, tenant, scope string, keyHashes []string, limit int) ([]AuditEvent, error)
 }

@@ -28,4 +28,5 @@ type RenewResult struct {
 type CancelParams struct {
 	ID    uint64
 	Nonce string
+	Audit *AuditEvent // written atomically with a recorded request
 }

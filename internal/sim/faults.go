@@ -339,3 +339,17 @@ func (f *Faults) GetMany(ctx context.Context, tenant, scope string, keyHashes []
 func (f *Faults) RequestCancel(ctx context.Context, p idemguard.CancelParams) (bool, error) {
 	return f.guarded(ctx, func(ctx context.Context) (bool, error) { return f.store.RequestCancel(ctx, p) })
 }
+
+// AppendAudit implements idemguard.Store, faulted like any write whose
+// outcome the caller may not learn.
+func (f *Faults) AppendAudit(ctx context.Context, events []idemguard.AuditEvent) error {
+	_, err := f.guarded(ctx, func(ctx context.Context) (bool, error) { return true, f.store.AppendAudit(ctx, events) })
+	return err
+}
+
+// History implements idemguard.Store, faulted like Get.
+func (f *Faults) History(ctx context.Context, tenant, scope string, keyHashes []string, limit int) ([]idemguard.AuditEvent, error) {
+	return call(f, ctx, false, func([]idemguard.AuditEvent) bool { return true }, func(ctx context.Context) ([]idemguard.AuditEvent, error) {
+		return f.store.History(ctx, tenant, scope, keyHashes, limit)
+	})
+}

@@ -561,3 +561,14 @@ func (r *Recorder) GetMany(ctx context.Context, tenant, scope string, keyHashes 
 func (r *Recorder) RequestCancel(ctx context.Context, p idemguard.CancelParams) (bool, error) {
 	return r.store.RequestCancel(ctx, p)
 }
+
+// AppendAudit implements idemguard.Store; the audit trail is not part of
+// the history the checker reads.
+func (r *Recorder) AppendAudit(ctx context.Context, events []idemguard.AuditEvent) error {
+	return r.store.AppendAudit(ctx, events)
+}
+
+// History implements idemguard.Store.
+func (r *Recorder) History(ctx context.Context, tenant, scope string, keyHashes []string, limit int) ([]idemguard.AuditEvent, error) {
+	return r.store.History(ctx, tenant, scope, keyHashes, limit)
+}
