@@ -91,6 +91,9 @@ type AuditEvent struct {
 	// Detail is, on in_progress, how the duplicate was answered
 	// (InProgressAnswered, InProgressWaited, InProgressAttached).
 	Detail string
+	// Replay is, on a replay read back by Guard.History, its number among
+	// the key's replays (1 for the first); 0 everywhere else.
+	Replay int
 }
 
 // KeyPrefix is the part of KeyHash the event shows.
@@ -109,13 +112,14 @@ type auditJSON struct {
 	OriginalAt *time.Time          `json:"originalAt,omitempty"`
 	StopReason sanitize.StopReason `json:"stopReason,omitempty"`
 	Detail     string              `json:"detail,omitempty"`
+	Replay     int                 `json:"replay,omitempty"`
 }
 
 // MarshalJSON writes the event for an audit stream or a key's history: the
 // key hash appears only as KeyPrefix.
 func (e AuditEvent) MarshalJSON() ([]byte, error) {
 	j := auditJSON{ID: e.ID, Kind: e.Kind, At: e.At.UTC(), Tenant: e.Tenant, Scope: e.Scope, KeyPrefix: e.KeyPrefix(),
-		Attempt: e.Attempt, Actor: e.Actor, StopReason: e.StopReason, Detail: e.Detail}
+		Attempt: e.Attempt, Actor: e.Actor, StopReason: e.StopReason, Detail: e.Detail, Replay: e.Replay}
 	if !e.OriginalAt.IsZero() {
 		t := e.OriginalAt.UTC()
 		j.OriginalAt = &t

@@ -77,6 +77,7 @@ const (
 	version        = "idemguard/v1"
 	tagKeyHash     = 'H'
 	tagFingerprint = 'F'
+	tagActor       = 'A'
 	tagTenant      = 't'
 	tagScope       = 's'
 	tagClientKey   = 'k'
@@ -142,6 +143,16 @@ func (d *Deriver) Fingerprint(canonicalInputs []byte) string {
 	m := append(st.msg[:0], version...)
 	m = appendField(m, tagFingerprint, "")
 	st.msg = appendField(m, tagInputs, canonicalInputs)
+	return st.digest()
+}
+
+// Actor returns the hex HMAC of the tagged actor name (a user id that may
+// be personal data), for the audit trail.
+func (d *Deriver) Actor(name string) string {
+	st := d.pool.Get().(*macState)
+	defer d.put(st)
+	m := append(st.msg[:0], version...)
+	st.msg = appendField(m, tagActor, name)
 	return st.digest()
 }
 
