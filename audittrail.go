@@ -81,23 +81,22 @@ func (g *Guard) landed(e *AuditEvent) {
 }
 
 // note records a read-only decision: observed now, written to the store in
-// a batch (dropped and counted if the queue is full).
-func (g *Guard) note(p prepared, kind AuditKind, attempt int, at time.Time, set func(*AuditEvent)) {
-	e := g.newAudit(p, kind, p.keyHash, attempt, at)
-	if e == nil {
-		return
+// a batch (dropped and counted if the queue is full). at zero is the
+// service's clock; originalAt and detail as in AuditEvent.
+func (g *Guard) note(p prepared, kind AuditKind, attempt int, at, originalAt time.Time, detail string) {
+	if at.IsZero() {
+		at = g.now()
 	}
-	if set != nil {
-		set(e)
-	}
+	e := AuditEvent{ID: newAuditID(time.Now()), Kind: kind, At: at.UTC(), Tenant: p.tenant, Scope: p.scope,
+		KeyHash: p.keyHash, Attempt: attempt, Actor: p.actor, OriginalAt: originalAt, Detail: detail}
 	if g.audit.observe != nil {
-		g.observeAudit(*e)
+		g.observeAudit(e)
 	}
 	if g.audit.queue == nil {
 		return
 	}
 	select {
-	case g.audit.queue <- *e:
+	case g.audit.queue <- e:
 	default:
 		g.emit(Event{Kind: EventAuditDropped, Scope: p.scope, Field: "queue_full"})
 	}
@@ -107,7 +106,7 @@ func (g *Guard) note(p prepared, kind AuditKind, attempt int, at time.Time, set 
 // database's clock at the read that found it (zero: from the replay cache).
 func (g *Guard) noteReplay(p prepared, res Result, at time.Time) {
 	if g.audit != nil {
-		g.note(p, AuditReplay, res.Attempt, at, func(e *AuditEvent) { e.OriginalAt = res.CompletedAt })
+		g.note(p, AuditReplay, res.Attempt, at, res.CompletedAt, "")
 	}
 }
 
@@ -115,14 +114,14 @@ func (g *Guard) noteReplay(p prepared, res Result, at time.Time) {
 // was answered.
 func (g *Guard) noteInProgress(p prepared, rec Record, detail string) {
 	if g.audit != nil {
-		g.note(p, AuditInProgress, rec.Attempts, rec.Now, func(e *AuditEvent) { e.Detail = detail })
+		g.note(p, AuditInProgress, rec.Attempts, rec.Now, time.Time{}, detail)
 	}
 }
 
 // noteConflict records a client key reused with other inputs.
 func (g *Guard) noteConflict(p prepared, attempt int, at time.Time) {
 	if g.audit != nil {
-		g.note(p, AuditConflict, attempt, at, nil)
+		g.note(p, AuditConflict, attempt, at, time.Time{}, "")
 	}
 }
 
