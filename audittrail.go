@@ -159,7 +159,9 @@ func (g *Guard) writeAudit() {
 	flush := func() {
 		if len(batch) > 0 {
 			g.appendAudit(batch)
-			batch = batch[:0]
+			// A new slice, never the written one: a store call that timed
+			// out may still be sending it.
+			batch = make([]AuditEvent, 0, a.batch)
 		}
 	}
 	for {
