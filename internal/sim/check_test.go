@@ -246,7 +246,9 @@ func TestCheckFindsAnAuditTrailThatDisagrees(t *testing.T) {
 		}
 		return out
 	}
-	claimed := func(id string) idemguard.AuditEvent { return idemguard.AuditEvent{ID: id, Kind: idemguard.AuditClaimed} }
+	claimed := func(id string) idemguard.AuditEvent {
+		return idemguard.AuditEvent{ID: id, Kind: idemguard.AuditClaimed}
+	}
 	require.Empty(t, build(claimed("won")))
 	require.Len(t, build(), 2, "the claim that applied, and the execution under it, have no event")
 	require.Len(t, build(claimed("won"), claimed("lost")), 1, "the losing claim's event is in the trail")
