@@ -331,3 +331,29 @@ func fingerprintOf(t *testing.T, b *testBundle, call idemguard.Call) string {
 	t.Fatal("probe row not found")
 	return ""
 }
+
+// TestAuditObserverWithoutStore: with Store off, the observer still gets
+// every event and the store gets none.
+func TestAuditObserverWithoutStore(t *testing.T) {
+	sink := &auditSink{}
+	b := setup(t, func(c *idemguard.Config) { c.Audit = idemguard.AuditConfig{Observe: sink.observe} })
+	var runs atomic.Int32
+	call := idemguard.Call{Tenant: "acme", Scope: "ai.copy", ClientKey: "k-8", Inputs: 1}
+	for range 2 {
+		_, err := b.guard.Do(context.Background(), call, okOp(&runs))
+		require.NoError(t, err)
+	}
+	require.NoError(t, b.guard.Close(context.Background()))
+	require.Equal(t, []idemguard.AuditKind{idemguard.AuditClaimed, idemguard.AuditReplay}, kindsOf(sink.all()))
+	require.Empty(t, b.store.AuditEvents())
+}
+
+func TestContextActorIsValidated(t *testing.T) {
+	b := setup(t, auditing(&auditSink{}))
+	ctx := idemguard.WithActor(context.Background(), strings.Repeat("a", idemguard.MaxActorLen+1))
+	_, err := b.guard.Do(ctx, idemguard.Call{Tenant: "acme", Scope: "s", Inputs: 1},
+		func(context.Context) (any, error) { return nil, nil })
+	require.ErrorIs(t, err, idemguard.ErrInvalidInput)
+	require.ErrorIs(t, b.guard.Cancel(ctx, "acme", "s", strings.Repeat("0", 64)), idemguard.ErrInvalidInput)
+	require.Empty(t, b.store.Rows())
+}

@@ -72,6 +72,15 @@ func (g *Guard) after(e *AuditEvent, kind AuditKind) *AuditEvent {
 		KeyHash: e.KeyHash, Attempt: e.Attempt, Actor: e.Actor}
 }
 
+// stored is e when the store gets the trail (AuditConfig.Store), else nil:
+// what a write carries into the store.
+func (g *Guard) stored(e *AuditEvent) *AuditEvent {
+	if e == nil || !g.audit.store {
+		return nil
+	}
+	return e
+}
+
 // landed reports a durable event whose write is known to have landed to
 // the observer (the store has it already).
 func (g *Guard) landed(e *AuditEvent) {

@@ -34,6 +34,9 @@ func (g *Guard) Cancel(ctx context.Context, tenant tenancy.ID, scope, keyHash st
 	if err := keys.ValidateScope(scope); err != nil {
 		return fmt.Errorf("%w: %w", ErrInvalidInput, err)
 	}
+	if err := validActor(ActorFrom(ctx)); err != nil {
+		return fmt.Errorf("%w: the context's actor (WithActor): %w", ErrInvalidInput, err)
+	}
 	fallback := cmp.Or(g.cfg.Defaults.StaleAfter, DefaultStaleAfter)
 	for range maxRaces {
 		sctx, cancel := g.storeCtx(ctx)
@@ -54,7 +57,7 @@ func (g *Guard) Cancel(ctx context.Context, tenant tenancy.ID, scope, keyHash st
 		audit := g.newAudit(prepared{tenant: string(tenant), scope: scope, actor: ActorFrom(ctx)},
 			AuditCanceled, keyHash, rec.Attempts, rec.Now)
 		sctx, cancel = g.storeCtx(context.WithoutCancel(ctx))
-		ok, err := g.store.RequestCancel(sctx, CancelParams{ID: rec.ID, Nonce: rec.ClaimNonce, Audit: audit})
+		ok, err := g.store.RequestCancel(sctx, CancelParams{ID: rec.ID, Nonce: rec.ClaimNonce, Audit: g.stored(audit)})
 		cancel()
 		if err == nil && ok {
 			g.landed(audit)

@@ -403,7 +403,7 @@ func (g *Guard) claim(ctx context.Context, p prepared, nonce string, audit *Audi
 	defer cancel()
 	return g.store.Claim(ctx, ClaimParams{Tenant: p.tenant, Scope: p.scope, KeyHash: p.keyHash,
 		Fingerprint: p.fingerprint, Nonce: nonce, TTL: p.settings.TTL, Lease: p.settings.StaleAfter, SecretID: p.secretID,
-		Audit: audit})
+		Audit: g.stored(audit)})
 }
 
 func (g *Guard) get(ctx context.Context, p prepared) (Record, error) {
@@ -491,7 +491,9 @@ func (g *Guard) tryReclaim(ctx context.Context, p prepared, rp ReclaimParams, pr
 	rp.Lease = p.settings.StaleAfter
 	sent := time.Now()
 	sctx, cancel := g.storeCtx(context.WithoutCancel(ctx))
-	ok, err := g.store.Reclaim(sctx, rp)
+	sp := rp
+	sp.Audit = g.stored(rp.Audit)
+	ok, err := g.store.Reclaim(sctx, sp)
 	cancel()
 	switch {
 	case err != nil:
@@ -515,7 +517,7 @@ func (g *Guard) abandon(ctx context.Context, p prepared, rec Record, reason sani
 		audit.StopReason = reason
 	}
 	won, err := g.store.Abandon(ctx, AbandonParams{ID: rec.ID, OldNonce: rec.ClaimNonce, OldAttempts: rec.Attempts,
-		StaleAfter: p.settings.StaleAfter, Response: body, ResponseCode: http.StatusBadGateway, TTL: p.settings.TTL, Audit: audit})
+		StaleAfter: p.settings.StaleAfter, Response: body, ResponseCode: http.StatusBadGateway, TTL: p.settings.TTL, Audit: g.stored(audit)})
 	if err != nil {
 		// Unknown outcome: the caller's next read of the row decides. A
 		// store that is down fails that read.

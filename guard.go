@@ -206,6 +206,9 @@ func (g *Guard) prepare(ctx context.Context, c Call) (prepared, error) {
 	}
 	if p.actor == "" && g.audit != nil {
 		p.actor = ActorFrom(ctx)
+		if err := validActor(p.actor); err != nil {
+			return prepared{}, fmt.Errorf("%w: the context's actor (WithActor): %w", ErrInvalidInput, err)
+		}
 	}
 	p.versions = g.versionsOf(p, c.ClientKey, canonical) // previous secrets: secrets.go
 	return p, nil

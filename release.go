@@ -19,7 +19,7 @@ func (g *Guard) release(p prepared, o owned) {
 	ctx, cancel := g.storeCtx(context.Background())
 	defer cancel()
 	audit := g.after(o.audit, AuditReleased)
-	won, err := g.store.Release(ctx, ReleaseParams{ID: o.id, Nonce: o.nonce, Prev: o.prev, Audit: audit})
+	won, err := g.store.Release(ctx, ReleaseParams{ID: o.id, Nonce: o.nonce, Prev: o.prev, Audit: g.stored(audit)})
 	if err != nil {
 		g.releaseLater(p, []pendingClaim{{nonce: o.nonce, prev: o.prev, sent: o.leaseFrom, landed: true, audit: o.audit}})
 		return
@@ -83,7 +83,7 @@ func (g *Guard) releaseIfMine(p prepared, us []pendingClaim) []pendingClaim {
 		switch {
 		case found && rec.Status == RowStarted && rec.ClaimNonce == u.nonce:
 			audit := g.after(u.audit, AuditReleased)
-			won, err := g.store.Release(ctx, ReleaseParams{ID: rec.ID, Nonce: u.nonce, Prev: u.prev, Audit: audit})
+			won, err := g.store.Release(ctx, ReleaseParams{ID: rec.ID, Nonce: u.nonce, Prev: u.prev, Audit: g.stored(audit)})
 			if err != nil {
 				left = append(left, u)
 				continue
