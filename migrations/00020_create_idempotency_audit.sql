@@ -6,9 +6,9 @@
 --
 -- Deliberate choices:
 --   * event_id is the event's own id (32 hex characters, ordered by creation time). It is unique:
---     a batch retried after an unknown outcome re-inserts nothing (INSERT ... ON DUPLICATE KEY
---     UPDATE event_id = event_id, never INSERT IGNORE, which would turn a truncation into a
---     warning).
+--     a batch retried after an unknown outcome re-inserts nothing (the store drops the ids the
+--     duplicate key reports as stored; never INSERT IGNORE, which would turn a truncation into a
+--     warning). The service's user only INSERTs and SELECTs here: it cannot rewrite the trail.
 --   * key_hash is the key's full HMAC (idempotency_keys.key_hash), so a key's history is found
 --     under each secret's hash; the REST API shows only a prefix of it. No raw key, inputs,
 --     answer or credential is ever stored here.

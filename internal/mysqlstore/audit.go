@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -50,8 +51,13 @@ func (s *Store) write(ctx context.Context, e *idemguard.AuditEvent, row func(ex 
 	}
 	s.hook(ctx, stageRowChanged, tx)
 	if _, err := tx.ExecContext(ctx, appendOneSQL, auditArgs(nil, e)...); err != nil {
-		_ = tx.Rollback()
-		return false, interpretError(err)
+		if err := interpretError(err); !errors.Is(err, idemguard.ErrDuplicate) {
+			_ = tx.Rollback()
+			return false, err
+		}
+		// The event id is stored already (its batched copy, say): InnoDB
+		// rolled back only the INSERT, and the change commits with the
+		// one event there is.
 	}
 	s.hook(ctx, stageAudited, tx)
 	if err := tx.Commit(); err != nil {
@@ -81,13 +87,16 @@ const auditColumns = `event_id, kind, at, tenant, scope, key_hash, attempt, acto
 // auditRow is one row's placeholders, in auditColumns' order (see auditArgs).
 const auditRow = `(?, ?, ?, ?, ?, ?, ?, ?, ?, NULLIF(?, ''), NULLIF(?, ''))`
 
-// appendSQL inserts n events. An event id already present is skipped (its
-// row is left as it was): a batch retried after an unknown outcome writes
-// nothing twice. Never INSERT IGNORE: it would also turn a value too long
-// for its column into a warning and a truncated row.
+// appendSQL inserts n events, a plain INSERT: an event id already stored
+// fails the whole statement with a duplicate key (1062), and AppendAudit
+// then inserts only the rest. Never INSERT IGNORE: it would also turn a
+// value too long for its column into a warning and a truncated row. Nor
+// INSERT ... ON DUPLICATE KEY UPDATE event_id = event_id: MariaDB checks
+// the UPDATE privilege on every inserted column for it, even when nothing
+// is updated, and the service's database user may only INSERT and SELECT
+// events (docs/OPERATIONS.md), so that it can never rewrite the trail.
 func appendSQL(n int) string {
-	return `INSERT INTO idempotency_audit (` + auditColumns + `) VALUES ` +
-		strings.Repeat(auditRow+`, `, n-1) + auditRow + ` ON DUPLICATE KEY UPDATE event_id = event_id`
+	return `INSERT INTO idempotency_audit (` + auditColumns + `) VALUES ` + strings.Repeat(auditRow+`, `, n-1) + auditRow
 }
 
 var appendOneSQL = appendSQL(1)
@@ -111,24 +120,87 @@ func dbTime(t time.Time) time.Time { return t.UTC().Truncate(time.Microsecond) }
 
 // AppendAudit implements idemguard.Store: one multi-row INSERT per
 // maxAppendRows events, each its own autocommit statement; an event id
-// already stored is skipped, never an error.
+// already stored (or twice in events) is skipped, never an error.
 func (s *Store) AppendAudit(ctx context.Context, events []idemguard.AuditEvent) error {
+	events = firstOfEachID(events)
 	for len(events) > 0 {
 		n := min(len(events), maxAppendRows)
-		args := make([]any, 0, n*11)
-		for i := range events[:n] {
-			args = auditArgs(args, &events[i])
-		}
-		query := appendOneSQL
-		if n > 1 {
-			query = appendSQL(n)
-		}
-		if _, err := s.db.ExecContext(ctx, query, args...); err != nil {
-			return interpretError(err)
+		if err := s.appendBatch(ctx, events[:n]); err != nil {
+			return err
 		}
 		events = events[n:]
 	}
 	return nil
+}
+
+// appendBatch inserts batch (ids distinct). The common case is one
+// statement. When some ids are stored already (a batch retried after a
+// lost reply), the INSERT fails whole with a duplicate key; the ids found
+// stored are dropped and the rest inserted, until none is left. Each round
+// drops at least one id, as a duplicate means one of the batch's ids is
+// committed (a concurrent uncommitted insert of it makes the INSERT wait
+// for its outcome), so the loop ends.
+func (s *Store) appendBatch(ctx context.Context, batch []idemguard.AuditEvent) error {
+	for {
+		args := make([]any, 0, len(batch)*11)
+		for i := range batch {
+			args = auditArgs(args, &batch[i])
+		}
+		query := appendOneSQL
+		if len(batch) > 1 {
+			query = appendSQL(len(batch))
+		}
+		_, err := s.db.ExecContext(ctx, query, args...)
+		if err := interpretError(err); !errors.Is(err, idemguard.ErrDuplicate) {
+			return err
+		}
+		ids := make([]string, len(batch))
+		for i := range batch {
+			ids[i] = batch[i].ID
+		}
+		q, qargs, err := sqlx.In(`SELECT event_id FROM idempotency_audit WHERE event_id IN (?)`, ids)
+		if err != nil {
+			return err
+		}
+		var stored []string
+		if err := s.db.SelectContext(ctx, &stored, q, qargs...); err != nil {
+			return interpretError(err)
+		}
+		if len(stored) == 0 {
+			return errors.New("mysqlstore: audit INSERT reported a duplicate event id, but none of the batch is stored")
+		}
+		have := make(map[string]bool, len(stored))
+		for _, id := range stored {
+			have[id] = true
+		}
+		batch = slices.DeleteFunc(slices.Clone(batch), func(e idemguard.AuditEvent) bool { return have[e.ID] })
+		if len(batch) == 0 {
+			return nil
+		}
+	}
+}
+
+// firstOfEachID returns events without the repeats of an id (the first is
+// kept), as one INSERT cannot hold an id twice.
+func firstOfEachID(events []idemguard.AuditEvent) []idemguard.AuditEvent {
+	seen := make(map[string]bool, len(events))
+	var out []idemguard.AuditEvent
+	for i, e := range events {
+		if seen[e.ID] {
+			if out == nil {
+				out = slices.Clone(events[:i])
+			}
+			continue
+		}
+		seen[e.ID] = true
+		if out != nil {
+			out = append(out, e)
+		}
+	}
+	if out == nil {
+		return events
+	}
+	return out
 }
 
 // historySQL reads one key's events (under each of its hashes) through

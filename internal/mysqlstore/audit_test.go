@@ -252,3 +252,32 @@ func TestUnauditedWriteOpensNoTransaction(t *testing.T) {
 	}
 	require.Empty(t, auditIDs(t, d.DB))
 }
+
+// Batches retried over each other (the same events, from several writers
+// at once, some of them stored already): every call succeeds, and every
+// event is stored once, with no UPDATE (the service's user has none on
+// idempotency_audit).
+func TestConcurrentOverlappingAppendsStoreEachEventOnce(t *testing.T) {
+	t.Parallel()
+	d := testdb.New(t)
+	s := mysqlstore.New(d.DB)
+	kh := strings.Repeat("c", 64)
+	events := make([]idemguard.AuditEvent, 300)
+	for i := range events {
+		events[i] = idemguard.AuditEvent{ID: fmt.Sprintf("%032x", i), Kind: idemguard.AuditReplay,
+			At: time.Now().Add(time.Duration(i) * time.Microsecond), Tenant: "acme", Scope: "s", KeyHash: kh, Attempt: 1}
+	}
+	require.NoError(t, s.AppendAudit(t.Context(), events[100:150]))
+	errs := make(chan error, 6)
+	for w := range 6 {
+		go func() { errs <- s.AppendAudit(t.Context(), events[w*20:]) }()
+	}
+	for range 6 {
+		require.NoError(t, <-errs)
+	}
+	var n, distinct int
+	require.NoError(t, d.DB.GetContext(t.Context(), &n, `SELECT COUNT(*) FROM idempotency_audit`))
+	require.NoError(t, d.DB.GetContext(t.Context(), &distinct, `SELECT COUNT(DISTINCT event_id) FROM idempotency_audit`))
+	require.Equal(t, 300, n)
+	require.Equal(t, 300, distinct)
+}

@@ -241,6 +241,14 @@ func auditAppendSkipsARepeatedID(t *testing.T, h *Harness) {
 	require.NoError(t, h.Store.AppendAudit(ctxFor(t), []idemguard.AuditEvent{a, b, c}))
 	require.Equal(t, storedAll(a, b, c), history(t, h, kh))
 
+	// An id twice in one batch: the first is kept.
+	d := auditEvent(idemguard.AuditReplay, kh)
+	dAgain := d
+	dAgain.Attempt = 9
+	e := auditEvent(idemguard.AuditReplay, kh)
+	require.NoError(t, h.Store.AppendAudit(ctxFor(t), []idemguard.AuditEvent{d, dAgain, e, d}))
+	require.Equal(t, storedAll(a, b, c, d, e), history(t, h, kh))
+
 	// A durable event already stored (its batch copy, say) does not make
 	// the audited write fail: the row changes, the event stays one.
 	claim := auditEvent(idemguard.AuditClaimed, hash("audit-append-claim"))
