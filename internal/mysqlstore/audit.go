@@ -9,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/go-sql-driver/mysql"
 	"github.com/jmoiron/sqlx"
 
 	"github.com/idemguard/idemguard"
@@ -101,6 +102,10 @@ func appendSQL(n int) string {
 
 var appendOneSQL = appendSQL(1)
 
+// appendDeadlockRetries bounds the reruns of a batch chosen as a deadlock
+// victim (see appendBatch).
+const appendDeadlockRetries = 5
+
 // maxAppendRows bounds the rows of one INSERT (11 placeholders each, far
 // below the protocol's 65,535 and max_allowed_packet).
 const maxAppendRows = 1000
@@ -140,7 +145,13 @@ func (s *Store) AppendAudit(ctx context.Context, events []idemguard.AuditEvent) 
 // drops at least one id, as a duplicate means one of the batch's ids is
 // committed (a concurrent uncommitted insert of it makes the INSERT wait
 // for its outcome), so the loop ends.
+//
+// Two writers of overlapping batches at once (a retry racing the attempt
+// it retries) can deadlock on the duplicate keys' locks: the victim's
+// INSERT was rolled back whole, and an INSERT of events is idempotent, so
+// it is simply run again, up to appendDeadlockRetries times.
 func (s *Store) appendBatch(ctx context.Context, batch []idemguard.AuditEvent) error {
+	deadlocks := 0
 	for {
 		args := make([]any, 0, len(batch)*11)
 		for i := range batch {
@@ -151,6 +162,11 @@ func (s *Store) appendBatch(ctx context.Context, batch []idemguard.AuditEvent) e
 			query = appendSQL(len(batch))
 		}
 		_, err := s.db.ExecContext(ctx, query, args...)
+		var me *mysql.MySQLError
+		if errors.As(err, &me) && me.Number == errDeadlock && deadlocks < appendDeadlockRetries && ctx.Err() == nil {
+			deadlocks++
+			continue
+		}
 		if err := interpretError(err); !errors.Is(err, idemguard.ErrDuplicate) {
 			return err
 		}
