@@ -18,7 +18,9 @@ import (
 	"github.com/jmoiron/sqlx"
 	"github.com/stretchr/testify/require"
 
+	"github.com/idemguard/idemguard"
 	"github.com/idemguard/idemguard/internal/testdb"
+	igmysql "github.com/idemguard/idemguard/mysql"
 )
 
 // grantStatement matches the CREATE USER and GRANT statements of the least-privilege users in
@@ -57,8 +59,9 @@ type dbUser struct {
 
 // TestLeastPrivilegeGrants creates the database users of docs/OPERATIONS.md with exactly the
 // grants documented there (on a fresh database, under unique names), migrates as the admin, and
-// runs serve as the service user and cleanup (pruning a stats bucket), cleanup --dry-run and
-// stats as the operations user: every command must succeed, nothing may be denied.
+// runs serve as the service user and cleanup (pruning a stats bucket and an audit event), cleanup
+// --dry-run and stats as the operations user, and writes and reads the audit trail as the service
+// user: every command must succeed, nothing may be denied.
 func TestLeastPrivilegeGrants(t *testing.T) {
 	t.Parallel()
 	db := database(t) // migrated by `idemguard migrate up` as the admin
@@ -134,22 +137,26 @@ func TestLeastPrivilegeGrants(t *testing.T) {
 	_, err = db.DB.Exec(`INSERT INTO idempotency_stats (bucket_start, scope, requests, updated_at)
 		VALUES (UTC_TIMESTAMP(6) - INTERVAL 100 DAY, 'chat', 1, UTC_TIMESTAMP(6) - INTERVAL 100 DAY)`)
 	require.NoError(t, err)
+	_, err = db.DB.Exec(`INSERT INTO idempotency_audit (event_id, kind, at, tenant, scope, key_hash, attempt)
+		VALUES (REPEAT('0', 32), 'replay', UTC_TIMESTAMP(6) - INTERVAL 100 DAY, 'acme', 'chat', REPEAT('a', 64), 1)`)
+	require.NoError(t, err)
 
 	type summary struct {
 		Deleted      int64 `json:"deleted"`
 		StatsDeleted int64 `json:"stats_deleted"`
+		AuditDeleted int64 `json:"audit_deleted"`
 		DryRun       bool  `json:"dry_run"`
 	}
 	var dry summary
 	out := runAs(t, opsDSN, 0, "cleanup", "--dry-run")
 	require.NoError(t, json.Unmarshal(out, &dry), "cleanup --dry-run printed: %s", out)
-	require.Equal(t, summary{Deleted: 1, StatsDeleted: 1, DryRun: true}, dry)
+	require.Equal(t, summary{Deleted: 1, StatsDeleted: 1, AuditDeleted: 1, DryRun: true}, dry)
 	require.Equal(t, 1, countRows(t, db), "the dry run deleted nothing")
 
 	var run summary
 	out = runAs(t, opsDSN, 0, "cleanup")
 	require.NoError(t, json.Unmarshal(out, &run), "cleanup printed: %s", out)
-	require.Equal(t, summary{Deleted: 1, StatsDeleted: 1}, run)
+	require.Equal(t, summary{Deleted: 1, StatsDeleted: 1, AuditDeleted: 1}, run)
 	require.Equal(t, 0, countRows(t, db))
 	var buckets int
 	require.NoError(t, db.DB.Get(&buckets, "SELECT COUNT(*) FROM idempotency_stats"))
@@ -167,6 +174,29 @@ func TestLeastPrivilegeGrants(t *testing.T) {
 	require.NoError(t, json.Unmarshal(out, &report), "stats printed: %s", out)
 	require.EqualValues(t, 2, report.Counts.Requests, "stats printed: %s", out)
 	require.EqualValues(t, 1, report.Counts.Replays, "stats printed: %s", out)
+
+	// The audit trail as the service user, who may only INSERT and SELECT events: a claim and its
+	// event in one transaction, a batch appended twice (the repeat skipped without an UPDATE), the
+	// key's history read back.
+	ctx := t.Context()
+	app, err := igmysql.Open(ctx, appDSN, igmysql.PoolConfig{})
+	require.NoError(t, err)
+	defer app.Close()
+	store := igmysql.NewStore(app)
+	kh := strings.Repeat("ab", 32)
+	now := time.Now().UTC().Truncate(time.Microsecond)
+	claimed := idemguard.AuditEvent{ID: strings.Repeat("1", 32), Kind: idemguard.AuditClaimed, At: now, Tenant: "acme",
+		Scope: "grants", KeyHash: kh, Attempt: 1, Actor: "h:grants"}
+	_, err = store.Claim(ctx, idemguard.ClaimParams{Tenant: "acme", Scope: "grants", KeyHash: kh, Fingerprint: kh,
+		Nonce: strings.Repeat("n", 32), TTL: time.Hour, Audit: &claimed})
+	require.NoError(t, err)
+	replay := claimed
+	replay.ID, replay.Kind, replay.At, replay.OriginalAt = strings.Repeat("2", 32), idemguard.AuditReplay, now.Add(time.Second), now
+	require.NoError(t, store.AppendAudit(ctx, []idemguard.AuditEvent{replay}))
+	require.NoError(t, store.AppendAudit(ctx, []idemguard.AuditEvent{claimed, replay}))
+	history, err := store.History(ctx, "acme", "grants", []string{kh}, 10)
+	require.NoError(t, err)
+	require.Equal(t, []idemguard.AuditEvent{claimed, replay}, history)
 }
 
 // runAs runs the binary with IDEMGUARD_MYSQL_DSN=dsn, requires exit code want and no denied

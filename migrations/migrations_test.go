@@ -153,3 +153,99 @@ func requireMySQLError(t *testing.T, err error, number uint16) {
 	require.True(t, errors.As(err, &myErr), "want MySQL error %d, got %v", number, err)
 	require.Equal(t, number, myErr.Number, "MySQL error: %v", myErr)
 }
+
+// idempotency_audit: the columns' types and nullability, its indexes, a unique event id, and
+// byte-exact identifiers.
+func TestAuditSchema(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	db := testdb.New(t).DB
+
+	type column struct {
+		Name      string  `db:"column_name"`
+		DataType  string  `db:"data_type"`
+		Type      string  `db:"column_type"`
+		Precision *int    `db:"datetime_precision"`
+		Nullable  string  `db:"is_nullable"`
+		Charset   *string `db:"character_set_name"`
+		Collation *string `db:"collation_name"`
+	}
+	var cols []column
+	require.NoError(t, db.SelectContext(ctx, &cols, `
+		SELECT column_name, data_type, column_type, datetime_precision, is_nullable, character_set_name, collation_name
+		FROM information_schema.columns
+		WHERE table_schema = DATABASE() AND table_name = 'idempotency_audit'
+		ORDER BY ordinal_position`))
+	var names []string
+	byName := map[string]column{}
+	for _, c := range cols {
+		names = append(names, c.Name)
+		byName[c.Name] = c
+	}
+	require.Equal(t, []string{"id", "event_id", "kind", "at", "tenant", "scope", "key_hash", "attempt", "actor",
+		"original_at", "stop_reason", "detail"}, names)
+	for name, nullable := range map[string]string{"at": "NO", "original_at": "YES"} {
+		c := byName[name]
+		require.Equal(t, "datetime", c.DataType, "column %s: DATETIME(6), never TIMESTAMP", name)
+		require.NotNil(t, c.Precision, "column %s", name)
+		require.Equal(t, 6, *c.Precision, "column %s: DATETIME(6)", name)
+		require.Equal(t, nullable, c.Nullable, "column %s nullability", name)
+	}
+	for _, name := range []string{"event_id", "kind", "tenant", "scope", "key_hash", "stop_reason", "detail"} {
+		c := byName[name]
+		require.NotNil(t, c.Collation, "column %s", name)
+		require.Equal(t, "ascii_bin", *c.Collation, "column %s", name)
+	}
+	require.Equal(t, "utf8mb4_bin", *byName["actor"].Collation)
+	require.Equal(t, "NO", byName["actor"].Nullable)
+	require.Equal(t, "char(32)", byName["event_id"].Type)
+	require.Equal(t, "char(64)", byName["key_hash"].Type, "the full hash, not a prefix")
+	for _, name := range []string{"id", "attempt"} {
+		require.True(t, strings.HasSuffix(byName[name].Type, " unsigned"), "column %s type %q", name, byName[name].Type)
+	}
+	require.Equal(t, "bigint", byName["id"].DataType)
+	for _, name := range []string{"stop_reason", "detail"} {
+		require.Equal(t, "YES", byName[name].Nullable, "column %s", name)
+	}
+
+	type indexColumn struct {
+		Index     string `db:"index_name"`
+		Column    string `db:"column_name"`
+		NonUnique int    `db:"non_unique"`
+	}
+	var idx []indexColumn
+	require.NoError(t, db.SelectContext(ctx, &idx, `
+		SELECT index_name, column_name, non_unique
+		FROM information_schema.statistics
+		WHERE table_schema = DATABASE() AND table_name = 'idempotency_audit'
+		ORDER BY index_name, seq_in_index`))
+	indexes := map[string][]string{}
+	unique := map[string]bool{}
+	for _, ic := range idx {
+		indexes[ic.Index] = append(indexes[ic.Index], ic.Column)
+		unique[ic.Index] = ic.NonUnique == 0
+	}
+	require.Equal(t, map[string][]string{
+		"PRIMARY":                       {"id"},
+		"uk_idempotency_audit_event_id": {"event_id"},
+		"idx_idempotency_audit_key_at":  {"tenant", "scope", "key_hash", "at"},
+		"idx_idempotency_audit_at":      {"at"},
+	}, indexes)
+	require.True(t, unique["uk_idempotency_audit_event_id"])
+	require.False(t, unique["idx_idempotency_audit_key_at"])
+
+	const insert = `INSERT INTO idempotency_audit (event_id, kind, at, tenant, scope, key_hash, attempt)
+		VALUES (?, 'key.claimed', UTC_TIMESTAMP(6), ?, 'demo', ?, 1)`
+	id, hash := strings.Repeat("0", 32), strings.Repeat("a", 64)
+	_, err := db.ExecContext(ctx, insert, id, "acme", hash)
+	require.NoError(t, err)
+	_, err = db.ExecContext(ctx, insert, id, "Acme", hash)
+	requireMySQLError(t, err, 1062) // one event id, one row
+	_, err = db.ExecContext(ctx, insert, strings.Repeat("1", 32), "Acme", hash)
+	require.NoError(t, err, "Acme and acme are two tenants")
+	_, err = db.ExecContext(ctx, insert, strings.Repeat("2", 33), "acme", hash)
+	requireMySQLError(t, err, 1406) // strict: never a truncated id
+	var actor string
+	require.NoError(t, db.GetContext(ctx, &actor, `SELECT actor FROM idempotency_audit WHERE tenant = 'acme'`))
+	require.Empty(t, actor, "actor defaults to ''")
+}

@@ -20,12 +20,13 @@ const cleanupUsage = `usage: idemguard cleanup [flags]
 
 Deletes idempotency keys whose expires_at has passed (database clock), in batches, never a
 started key whose owner is still heartbeating; then the idempotency_stats buckets older than
---stats-retention. Meant for a daily cron at 03:00:
+--stats-retention and the idempotency_audit events older than --audit-retention. Meant for a
+daily cron at 03:00:
 
   0 3 * * * idemguard cleanup --max-duration 30m >> /var/log/idemguard-cleanup.log 2>&1
 
 Prints one JSON line to stdout:
-  {"deleted":N,"batches":N,"stats_deleted":N,"duration_ms":N,"dry_run":false,"stopped":"done"}
+  {"deleted":N,"batches":N,"stats_deleted":N,"audit_deleted":N,"duration_ms":N,"dry_run":false,"stopped":"done"}
 stopped is done (nothing left), max_duration (rows remain for the next run), canceled (SIGTERM)
 or error. Exit status: 0 done or max_duration, 1 database error or interrupted (only whole
 batches were deleted), 2 bad flags or a malformed DSN.
@@ -38,7 +39,9 @@ type cleanupSummary struct {
 	Deleted int64 `json:"deleted"`
 	Batches int   `json:"batches"`
 	// StatsDeleted counts the idempotency_stats buckets pruned.
-	StatsDeleted int64  `json:"stats_deleted"`
+	StatsDeleted int64 `json:"stats_deleted"`
+	// AuditDeleted counts the idempotency_audit events pruned.
+	AuditDeleted int64  `json:"audit_deleted"`
 	DurationMS   int64  `json:"duration_ms"`
 	DryRun       bool   `json:"dry_run"`
 	Stopped      string `json:"stopped"`
@@ -57,6 +60,9 @@ func runCleanup(ctx context.Context, e env, args []string) int {
 	statsRetention := retention(cleanup.DefaultStatsRetention)
 	fs.Var(&statsRetention, "stats-retention", "delete idempotency_stats buckets older than this, at least 24h; "+
 		"days allowed (e.g. 90d, 36h); 0 keeps every bucket")
+	auditRetention := retention(cleanup.DefaultAuditRetention)
+	fs.Var(&auditRetention, "audit-retention", "delete idempotency_audit events older than this, at least 24h; "+
+		"days allowed (e.g. 90d, 36h); 0 keeps every event")
 	dryRun := fs.Bool("dry-run", false, "count the rows a run would delete; delete nothing")
 	metricsFile := fs.String("metrics-file", "", "also write the run's figures to this file for node_exporter's "+
 		"textfile collector (e.g. /var/lib/node_exporter/textfile/idemguard_cleanup.prom); not with --dry-run")
@@ -88,6 +94,9 @@ func runCleanup(ctx context.Context, e env, args []string) int {
 	case statsRetention != 0 && time.Duration(statsRetention) < cleanup.MinStatsRetention:
 		return usageErr("--stats-retention must be at least %s (or 0 to keep every bucket), got %s",
 			cleanup.MinStatsRetention, time.Duration(statsRetention))
+	case auditRetention != 0 && time.Duration(auditRetention) < cleanup.MinAuditRetention:
+		return usageErr("--audit-retention must be at least %s (or 0 to keep every event), got %s",
+			cleanup.MinAuditRetention, time.Duration(auditRetention))
 	case *metricsFile != "" && *dryRun:
 		return usageErr("--metrics-file records real runs only; drop it or --dry-run")
 	}
@@ -105,16 +114,20 @@ func runCleanup(ctx context.Context, e env, args []string) int {
 	defer db.Close()
 
 	opts := cleanup.Options{BatchSize: *batchSize, MaxDuration: *maxDuration, Pause: *pause,
-		DryRun: *dryRun, StaleAfter: *staleAfter, StatsRetention: time.Duration(statsRetention), Logger: log}
+		DryRun: *dryRun, StaleAfter: *staleAfter, StatsRetention: time.Duration(statsRetention),
+		AuditRetention: time.Duration(auditRetention), Logger: log}
 	if *pause == 0 {
 		opts.Pause = -1 // cleanup.Options: negative means no pause; zero would mean the default
 	}
 	if statsRetention == 0 {
 		opts.StatsRetention = -1 // cleanup.Options: negative keeps every bucket
 	}
+	if auditRetention == 0 {
+		opts.AuditRetention = -1 // cleanup.Options: negative keeps every event
+	}
 	sum, runErr := cleanup.Run(ctx, db, opts)
 	out, err := json.Marshal(cleanupSummary{Deleted: sum.Deleted, Batches: sum.Batches, StatsDeleted: sum.StatsDeleted,
-		DurationMS: sum.Duration.Milliseconds(), DryRun: sum.DryRun, Stopped: string(sum.Stopped)})
+		AuditDeleted: sum.AuditDeleted, DurationMS: sum.Duration.Milliseconds(), DryRun: sum.DryRun, Stopped: string(sum.Stopped)})
 	if err != nil { // unreachable: the struct always marshals
 		log.ErrorContext(ctx, "cleanup: encode the summary", "err", err)
 		return exitError

@@ -35,7 +35,7 @@ func TestCleanupCommand(t *testing.T) {
 
 	r := runCLI(t, environ, "cleanup", "--dry-run")
 	require.Equal(t, exitOK, r.code, r.stderr)
-	require.Regexp(t, `^\{"deleted":5010,"batches":0,"stats_deleted":0,"duration_ms":\d+,"dry_run":true,"stopped":"done"\}\n$`, r.stdout)
+	require.Regexp(t, `^\{"deleted":5010,"batches":0,"stats_deleted":0,"audit_deleted":0,"duration_ms":\d+,"dry_run":true,"stopped":"done"\}\n$`, r.stdout)
 	n, err := cleanuptest.Count(t.Context(), d.DB)
 	require.NoError(t, err)
 	require.Equal(t, int64(rows.Total()), n, "the dry run deleted nothing")
@@ -85,6 +85,9 @@ func TestCleanupUsageErrors(t *testing.T) {
 		{"short stats retention", append([]string{"--stats-retention", "23h"}, dsn...), "--stats-retention must be at least 24h0m0s (or 0 to keep every bucket), got 23h0m0s"},
 		{"stats retention in weeks", append([]string{"--stats-retention", "2w"}, dsn...), `invalid value "2w" for flag -stats-retention: want whole days like 90d`},
 		{"negative stats retention", append([]string{"--stats-retention", "-1h"}, dsn...), `invalid value "-1h" for flag -stats-retention`},
+		{"short audit retention", append([]string{"--audit-retention", "90m"}, dsn...), "--audit-retention must be at least 24h0m0s (or 0 to keep every event), got 1h30m0s"},
+		{"audit retention in weeks", append([]string{"--audit-retention", "13w"}, dsn...), `invalid value "13w" for flag -audit-retention: want whole days like 90d`},
+		{"negative audit retention", append([]string{"--audit-retention", "-1h"}, dsn...), `invalid value "-1h" for flag -audit-retention`},
 		{"metrics file on a dry run", append([]string{"--dry-run", "--metrics-file", "x.prom"}, dsn...), "--metrics-file records real runs only"},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
@@ -103,6 +106,8 @@ func TestCleanupHelp(t *testing.T) {
 	require.Equal(t, exitOK, r.code)
 	require.Contains(t, r.stderr, "0 3 * * * idemguard cleanup --max-duration 30m")
 	require.Contains(t, r.stderr, "-dry-run")
+	require.Contains(t, r.stderr, "-audit-retention value")
+	require.Contains(t, r.stderr, "0 keeps every event (default 90d)")
 }
 
 func TestCleanupUnreachableDatabase(t *testing.T) {
@@ -175,4 +180,45 @@ SELECT CAST(DATE_FORMAT(UTC_TIMESTAMP(6), '%Y-%m-%d %H:00:00') AS DATETIME(6)) -
 	require.Equal(t, exitOK, r.code, r.stderr)
 	require.EqualValues(t, 28, decodeSummary(t, r.stdout).StatsDeleted, "days 2 to 29 go, day 1 stays")
 	require.Equal(t, 1, left())
+}
+
+// --audit-retention prunes idempotency_audit events past it (days or a duration), 0 keeps them
+// all, and the summary line counts them apart from the keys and the stats.
+func TestCleanupAuditRetention(t *testing.T) {
+	t.Parallel()
+	d := testdb.New(t)
+	// One event per day, 1 to 120 days old.
+	_, err := d.DB.ExecContext(t.Context(), `INSERT INTO idempotency_audit (event_id, kind, at, tenant, scope, key_hash, attempt)
+WITH RECURSIVE h (n) AS (SELECT 1 UNION ALL SELECT n + 1 FROM h WHERE n < 120)
+SELECT LPAD(HEX(n), 32, '0'), 'replay', UTC_TIMESTAMP(6) - INTERVAL n DAY, 'acme', 's', REPEAT('a', 64), 1 FROM h`)
+	require.NoError(t, err)
+	environ := map[string]string{EnvMySQLDSN: d.DSN}
+	left := func() int {
+		var n int
+		require.NoError(t, d.DB.GetContext(t.Context(), &n, `SELECT COUNT(*) FROM idempotency_audit`))
+		return n
+	}
+
+	r := runCLI(t, environ, "cleanup", "--audit-retention", "0")
+	require.Equal(t, exitOK, r.code, r.stderr)
+	require.Zero(t, decodeSummary(t, r.stdout).AuditDeleted)
+	require.Equal(t, 120, left())
+
+	r = runCLI(t, environ, "cleanup", "--dry-run")
+	require.Equal(t, exitOK, r.code, r.stderr)
+	require.Regexp(t, `^\{"deleted":0,"batches":0,"stats_deleted":0,"audit_deleted":31,"duration_ms":\d+,"dry_run":true,"stopped":"done"\}\n$`,
+		r.stdout, "the default keeps 90 days: days 90 to 120 would go")
+	require.Equal(t, 120, left())
+
+	r = runCLI(t, environ, "cleanup", "--audit-retention", "2160h", "--batch-size", "10", "--pause", "0")
+	require.Equal(t, exitOK, r.code, r.stderr)
+	s := decodeSummary(t, r.stdout)
+	require.Equal(t, cleanupSummary{AuditDeleted: 31, DurationMS: s.DurationMS, Stopped: "done"}, s,
+		"keys and their batches are counted apart")
+	require.Equal(t, 89, left())
+
+	r = runCLI(t, environ, "cleanup", "--audit-retention", "30d")
+	require.Equal(t, exitOK, r.code, r.stderr)
+	require.EqualValues(t, 60, decodeSummary(t, r.stdout).AuditDeleted)
+	require.Equal(t, 29, left())
 }

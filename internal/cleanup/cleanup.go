@@ -53,6 +53,18 @@
 //
 // A run stopped early (max duration, cancellation, error) leaves the buckets for the next run.
 //
+// # Audit trail
+//
+// Last, Run prunes idempotency_audit (idemguard.AuditEvent): the events whose at is older than
+// [Options.AuditRetention] (default 90 days), in batches the same way, walking
+// idx_idempotency_audit_at from its oldest end:
+//
+//	DELETE FROM idempotency_audit WHERE at < UTC_TIMESTAMP(6) - INTERVAL ? MICROSECOND
+//	ORDER BY at LIMIT ?
+//
+// An event outlives the key it describes (a key's history can be read after the key expired) until
+// its own retention passes. A run stopped early leaves the events for the next run.
+//
 // # Multi-primary clusters
 //
 // On MariaDB Galera (or another certifying multi-primary cluster) a batch that conflicts with a
@@ -105,6 +117,11 @@ const (
 	// MinStatsRetention is the shortest StatsRetention accepted: `idemguard stats --since 24h`
 	// must find its buckets.
 	MinStatsRetention = 24 * time.Hour
+	// DefaultAuditRetention is how long idempotency_audit events are kept: 90 days.
+	DefaultAuditRetention = 90 * 24 * time.Hour
+	// MinAuditRetention is the shortest AuditRetention accepted: a trail kept for less than a
+	// day is a typo (90m for 90d), not a policy.
+	MinAuditRetention = 24 * time.Hour
 	// batchTimeout bounds one DELETE on the client side. It is a last resort: when it fires the
 	// driver closes the connection and the batch's outcome is unknown.
 	batchTimeout = time.Minute
@@ -136,6 +153,10 @@ type Options struct {
 	// longer ago than this is deleted. Defaults to [DefaultStatsRetention]; at least
 	// [MinStatsRetention]; negative keeps every bucket.
 	StatsRetention time.Duration
+	// AuditRetention is how long idempotency_audit events are kept: an event whose at is older
+	// than this is deleted. Defaults to [DefaultAuditRetention]; at least [MinAuditRetention];
+	// negative keeps every event.
+	AuditRetention time.Duration
 	// LockWaitTimeout is the cleanup session's innodb_lock_wait_timeout, rounded up to whole
 	// seconds. Defaults to [DefaultLockWaitTimeout].
 	LockWaitTimeout time.Duration
@@ -184,6 +205,9 @@ type Summary struct {
 	// StatsDeleted is the number of idempotency_stats and idempotency_savings buckets removed
 	// (past StatsRetention). In a dry run, the number a run would remove now.
 	StatsDeleted int64
+	// AuditDeleted is the number of idempotency_audit events removed (past AuditRetention). In a
+	// dry run, the number a run would remove now.
+	AuditDeleted int64
 	// Duration is the run's wall time.
 	Duration time.Duration
 	// DryRun echoes Options.DryRun.
@@ -198,6 +222,7 @@ func (o Options) withDefaults() Options {
 	o.StaleAfter = cmp.Or(o.StaleAfter, idemguard.DefaultStaleAfter)
 	o.LockWaitTimeout = cmp.Or(o.LockWaitTimeout, DefaultLockWaitTimeout)
 	o.StatsRetention = cmp.Or(o.StatsRetention, DefaultStatsRetention)
+	o.AuditRetention = cmp.Or(o.AuditRetention, DefaultAuditRetention)
 	if o.Logger == nil {
 		o.Logger = slog.Default()
 	}
@@ -222,6 +247,9 @@ func (o Options) Validate() error {
 	case o.StatsRetention > 0 && o.StatsRetention < MinStatsRetention:
 		return fmt.Errorf("cleanup: StatsRetention must be at least %s (0 for the default %s, negative to keep every bucket), got %s",
 			MinStatsRetention, DefaultStatsRetention, o.StatsRetention)
+	case o.AuditRetention > 0 && o.AuditRetention < MinAuditRetention:
+		return fmt.Errorf("cleanup: AuditRetention must be at least %s (0 for the default %s, negative to keep every event), got %s",
+			MinAuditRetention, DefaultAuditRetention, o.AuditRetention)
 	case o.LockWaitTimeout < 0 || o.LockWaitTimeout > time.Hour:
 		return fmt.Errorf("cleanup: LockWaitTimeout must be between 1s and 1h (0 for the default %s), got %s", DefaultLockWaitTimeout, o.LockWaitTimeout)
 	}
@@ -255,11 +283,21 @@ const (
 	// rows share the stats' retention.
 	SavingsDeleteSQL = `DELETE FROM idempotency_savings WHERE ` + statsPredicate + ` ORDER BY bucket_start LIMIT ?`
 	SavingsCountSQL  = `SELECT COUNT(*) FROM idempotency_savings WHERE ` + statsPredicate
+
+	// auditPredicate is an audit event past its retention. Its one parameter is AuditRetention in
+	// microseconds.
+	auditPredicate = `at < UTC_TIMESTAMP(6) - INTERVAL ? MICROSECOND`
+	// AuditDeleteSQL is one batch of audit events, walking idx_idempotency_audit_at. Parameters:
+	// AuditRetention in microseconds, batch size.
+	AuditDeleteSQL = `DELETE FROM idempotency_audit WHERE ` + auditPredicate + ` ORDER BY at LIMIT ?`
+	// AuditCountSQL counts the events a run would delete (dry run). Parameter: AuditRetention in
+	// microseconds.
+	AuditCountSQL = `SELECT COUNT(*) FROM idempotency_audit WHERE ` + auditPredicate
 )
 
 // Run deletes expired rows from idempotency_keys in db, batch by batch (see the package
-// documentation), then the idempotency_stats buckets past their retention, and returns what it
-// did. On error the Summary still counts the batches that were committed before it, and Stopped is
+// documentation), then the idempotency_stats buckets and the idempotency_audit events past their
+// retention, and returns what it did. On error the Summary still counts the batches that were committed before it, and Stopped is
 // StopError. Cancelling ctx is not an error: Run stops between batches and reports StopCanceled.
 //
 // db should come from mysqlconn.Open. Run uses one connection of it for the whole run and
@@ -277,6 +315,7 @@ func Run(ctx context.Context, db *sqlx.DB, opts Options) (Summary, error) {
 		if err == nil { // an error is logged by whoever handles it
 			o.Logger.InfoContext(ctx, "cleanup: finished", slog.Int64("deleted", sum.Deleted),
 				slog.Int("batches", sum.Batches), slog.Int64("stats_deleted", sum.StatsDeleted),
+				slog.Int64("audit_deleted", sum.AuditDeleted),
 				slog.Float64("duration_seconds", sum.Duration.Seconds()),
 				slog.Bool("dry_run", sum.DryRun), slog.String("stopped", string(reason)))
 		}
@@ -285,6 +324,8 @@ func Run(ctx context.Context, db *sqlx.DB, opts Options) (Summary, error) {
 	staleMicros := o.StaleAfter.Microseconds()
 	pruneStats := o.StatsRetention > 0
 	statsMicros := o.StatsRetention.Microseconds()
+	pruneAudit := o.AuditRetention > 0
+	auditMicros := o.AuditRetention.Microseconds()
 
 	if ctx.Err() != nil {
 		return finish(StopCanceled, nil)
@@ -302,6 +343,11 @@ func Run(ctx context.Context, db *sqlx.DB, opts Options) (Summary, error) {
 				return finish(StopError, fmt.Errorf("cleanup: count old savings buckets: %w", err))
 			}
 			sum.StatsDeleted += savings
+		}
+		if pruneAudit {
+			if err := db.GetContext(ctx, &sum.AuditDeleted, AuditCountSQL, auditMicros); err != nil {
+				return finish(StopError, fmt.Errorf("cleanup: count old audit events: %w", err))
+			}
 		}
 		return finish(StopDone, nil)
 	}
@@ -327,6 +373,11 @@ func Run(ctx context.Context, db *sqlx.DB, opts Options) (Summary, error) {
 			phase{what: "old savings buckets", label: "savings ", query: SavingsDeleteSQL, param: statsMicros,
 				deleted: &sum.StatsDeleted, batches: &savingsBatches})
 	}
+	if pruneAudit {
+		var auditBatches int
+		phases = append(phases, phase{what: "old audit events", label: "audit ", query: AuditDeleteSQL, param: auditMicros,
+			deleted: &sum.AuditDeleted, batches: &auditBatches})
+	}
 	for _, ph := range phases {
 		if reason, err := drain(ctx, conn, o, start, ph); reason != StopDone || err != nil {
 			return finish(reason, err)
@@ -338,7 +389,7 @@ func Run(ctx context.Context, db *sqlx.DB, opts Options) (Summary, error) {
 // phase is one table Run empties of what it may delete.
 type phase struct {
 	what    string // for logs
-	label   string // prefix of "batch N" in errors: "" for keys (what the summary line counts), "stats "
+	label   string // prefix of "batch N" in errors: "" for keys (what the summary line counts), "stats ", "audit "
 	query   string // one batch; parameters: param, batch size
 	param   int64
 	deleted *int64

@@ -356,6 +356,7 @@ func TestBadOptionsChangeNothing(t *testing.T) {
 		{"short stale after", cleanup.Options{StaleAfter: time.Millisecond}, "StaleAfter must be at least 300ms"},
 		{"negative lock wait", cleanup.Options{LockWaitTimeout: -time.Second}, "LockWaitTimeout must be between"},
 		{"short stats retention", cleanup.Options{StatsRetention: time.Hour}, "StatsRetention must be at least 24h0m0s"},
+		{"short audit retention", cleanup.Options{AuditRetention: 90 * time.Minute}, "AuditRetention must be at least 24h0m0s"},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			sum, err := cleanup.Run(t.Context(), b.db, tt.opts)
@@ -513,4 +514,113 @@ func TestStatsPruningWaitsForTheKeys(t *testing.T) {
 	require.Equal(t, int64(200), sum.Deleted)
 	require.Zero(t, sum.StatsDeleted)
 	require.Equal(t, int64(10), countStats(t, b.db))
+}
+
+// seedAudit inserts one idempotency_audit event per hour offset (hours before now, to the
+// microsecond), in one statement.
+func seedAudit(t *testing.T, db *sqlx.DB, fromHours, toHours int) {
+	t.Helper()
+	_, err := db.ExecContext(t.Context(), `INSERT INTO idempotency_audit (event_id, kind, at, tenant, scope, key_hash, attempt)
+WITH RECURSIVE h (n) AS (SELECT ? UNION ALL SELECT n + 1 FROM h WHERE n < ?)
+SELECT LPAD(HEX(n), 32, '0'), 'replay', UTC_TIMESTAMP(6) - INTERVAL n HOUR, 'acme', 'cleanup.audit', REPEAT('a', 64), 1
+FROM h`, fromHours, toHours)
+	require.NoError(t, err)
+}
+
+func countAudit(t *testing.T, db *sqlx.DB) int64 {
+	t.Helper()
+	var n int64
+	require.NoError(t, db.GetContext(t.Context(), &n, `SELECT COUNT(*) FROM idempotency_audit`))
+	return n
+}
+
+// idempotency_audit events older than AuditRetention (default 90 days) are pruned in batches
+// after the keys and the stats; younger ones stay; the dry run counts them and deletes nothing;
+// a negative retention keeps every event. The batch DELETE walks idx_idempotency_audit_at.
+func TestAuditEventsPastRetentionArePruned(t *testing.T) {
+	t.Parallel()
+	b := setup(t, cleanuptest.Rows{Expired: 120, Live: 10})
+	ctx := t.Context()
+	const day = 24
+	seedAudit(t, b.db, 1, 30)              // the last 30 hours: kept by every retention below
+	seedAudit(t, b.db, 30*day, 30*day+49)  // 30 days old: kept by the default, pruned by 7 days
+	seedAudit(t, b.db, 91*day, 91*day+249) // past the default 90 days
+	seedAudit(t, b.db, 400*day, 400*day+9) // far past
+	seedStats(t, b.db, 100*day, 100*day+4) // counted apart
+	require.Equal(t, int64(30+50+250+10), countAudit(t, b.db))
+	_, err := b.db.ExecContext(ctx, `ANALYZE TABLE idempotency_audit`)
+	require.NoError(t, err)
+
+	del := explain(t, b.db, cleanup.AuditDeleteSQL, cleanup.DefaultAuditRetention.Microseconds(), 100)
+	t.Logf("audit delete plan: %v", del)
+	require.Equal(t, "idx_idempotency_audit_at", del["key"], "audit delete plan %v", del)
+	require.Equal(t, "range", del["type"], "audit delete plan %v", del)
+	require.NotContains(t, del["Extra"], "filesort", "the index gives the order")
+
+	dry, err := cleanup.Run(ctx, b.db, cleanup.Options{DryRun: true, Logger: b.logger})
+	require.NoError(t, err)
+	require.Equal(t, int64(260), dry.AuditDeleted)
+	require.Equal(t, int64(5), dry.StatsDeleted)
+	require.Equal(t, int64(120), dry.Deleted)
+	require.Equal(t, int64(340), countAudit(t, b.db), "the dry run deleted nothing")
+
+	off, err := cleanup.Run(ctx, b.db, cleanup.Options{AuditRetention: -1, Logger: b.logger, Sleep: noSleep})
+	require.NoError(t, err)
+	require.Equal(t, int64(120), off.Deleted)
+	require.Equal(t, int64(5), off.StatsDeleted)
+	require.Zero(t, off.AuditDeleted)
+	require.Equal(t, int64(340), countAudit(t, b.db), "a negative retention keeps every event")
+	dry, err = cleanup.Run(ctx, b.db, cleanup.Options{DryRun: true, AuditRetention: -1, Logger: b.logger})
+	require.NoError(t, err)
+	require.Zero(t, dry.AuditDeleted, "nor does its dry run count any")
+
+	var sleeps int
+	sum, err := cleanup.Run(ctx, b.db, cleanup.Options{BatchSize: 100, Logger: b.logger,
+		Sleep: func(context.Context, time.Duration) { sleeps++ }})
+	require.NoError(t, err)
+	require.Equal(t, cleanup.StopDone, sum.Stopped)
+	require.Equal(t, int64(260), sum.AuditDeleted)
+	require.Zero(t, sum.StatsDeleted)
+	require.Equal(t, 2, sleeps, "batches of 100, 100, 60: a pause after each full one")
+	require.Equal(t, int64(80), countAudit(t, b.db))
+	var oldest, cutoff time.Time
+	require.NoError(t, b.db.GetContext(ctx, &oldest, `SELECT MIN(at) FROM idempotency_audit`))
+	require.NoError(t, b.db.GetContext(ctx, &cutoff, `SELECT UTC_TIMESTAMP(6) - INTERVAL 90 DAY`))
+	require.True(t, oldest.After(cutoff), "oldest event %s kept past the cutoff %s", oldest, cutoff)
+	require.Contains(t, b.log.String(), `"audit_deleted":260`, "the finish log counts them")
+
+	sum, err = cleanup.Run(ctx, b.db, cleanup.Options{AuditRetention: 7 * 24 * time.Hour, Logger: b.logger, Sleep: noSleep})
+	require.NoError(t, err)
+	require.Equal(t, int64(50), sum.AuditDeleted)
+	require.Equal(t, int64(30), countAudit(t, b.db))
+}
+
+// A run stopped while deleting keys leaves the audit events for the next run; MaxDuration also
+// stops the audit batches between two of them.
+func TestAuditPruningWaitsForTheKeysAndHonoursMaxDuration(t *testing.T) {
+	t.Parallel()
+	b := setup(t, cleanuptest.Rows{Expired: 300})
+	seedAudit(t, b.db, 100*24, 100*24+299)
+	now := time.Now()
+	opts := cleanup.Options{BatchSize: 100, MaxDuration: 15 * time.Second, Logger: b.logger, Sleep: noSleep,
+		Now:     func() time.Time { return now },
+		OnBatch: func(cleanup.Batch) { now = now.Add(10 * time.Second) }}
+	sum, err := cleanup.Run(t.Context(), b.db, opts)
+	require.NoError(t, err)
+	require.Equal(t, cleanup.StopMaxDuration, sum.Stopped)
+	require.Equal(t, int64(200), sum.Deleted)
+	require.Zero(t, sum.AuditDeleted)
+	require.Equal(t, int64(300), countAudit(t, b.db))
+
+	// Keys done; the audit phase's time runs out after two batches (the clock moves on each
+	// sleep between batches here, as OnBatch reports key batches only).
+	now = time.Now()
+	opts.OnBatch = nil
+	opts.Sleep = func(context.Context, time.Duration) { now = now.Add(10 * time.Second) }
+	sum, err = cleanup.Run(t.Context(), b.db, opts)
+	require.NoError(t, err)
+	require.Equal(t, cleanup.StopMaxDuration, sum.Stopped)
+	require.Equal(t, int64(100), sum.Deleted)
+	require.Equal(t, int64(100), sum.AuditDeleted, "one batch, a pause past MaxDuration, no second batch")
+	require.Equal(t, int64(200), countAudit(t, b.db))
 }

@@ -41,5 +41,5 @@ WHERE id = ? AND status = 'started' AND claim_nonce = ?`
 
 // RequestCancel implements idemguard.Store.
 func (s *Store) RequestCancel(ctx context.Context, p idemguard.CancelParams) (bool, error) {
-	return s.guarded(ctx, requestCancelSQL, p.ID, p.Nonce)
+	return s.audited(ctx, p.Audit, requestCancelSQL, p.ID, p.Nonce)
 }

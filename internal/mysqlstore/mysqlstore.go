@@ -1,8 +1,15 @@
 // Package mysqlstore is the idemguard.Store on MySQL 8.x / MariaDB 10.11+ (and
-// TiDB), through sqlx. Every method is one autocommit statement; ownership is
-// decided only by the INSERT's unique key and by nonce-guarded UPDATEs whose
-// affected-row count is checked. Every time is the database's clock
-// (UTC_TIMESTAMP(6)), never the application server's.
+// TiDB), through sqlx. Every method is one autocommit statement, except a
+// write whose params carry an audit event (idemguard.AuditEvent): Claim,
+// Reclaim, Abandon, Release and RequestCancel then run the same statement and
+// the event's INSERT into idempotency_audit in one transaction, committed
+// only when the statement won, so the row change and its event are stored
+// both or neither (audit.go). Without an event nothing changes: one
+// statement, no transaction, no extra round trip. Ownership is decided only
+// by the INSERT's unique key and by nonce-guarded UPDATEs whose affected-row
+// count is checked. Every time in idempotency_keys is the database's clock
+// (UTC_TIMESTAMP(6)), never the application server's; an audit event's time
+// is the one the engine gave it.
 //
 // go-sql-driver reports rows *changed*, not rows matched. Every guarded
 // UPDATE here changes at least one column of the row it matches — a new
@@ -45,6 +52,9 @@ type Store struct {
 	// completedAtOf reads completed_at from Complete's OK packet; tests
 	// stand in for an engine that reports 0 there.
 	completedAtOf func(sql.Result) (int64, error)
+	// auditHook, if set, runs inside an audited write's transaction at
+	// each stage (audit.go); tests break the connection there.
+	auditHook func(ctx context.Context, stage string, tx *sqlx.Tx)
 }
 
 // New returns a Store over db, which should come from mysqlconn.Open (UTC,
@@ -96,7 +106,23 @@ VALUES (?, ?, ?, ?, NULLIF(?, ''), 'started', 1, ?,
 // Claim implements idemguard.Store. Never INSERT IGNORE: it would turn a
 // truncation or a bad value into a warning and a silently different row.
 func (s *Store) Claim(ctx context.Context, p idemguard.ClaimParams) (uint64, error) {
-	res, err := s.db.ExecContext(ctx, claimSQL, p.Tenant, p.Scope, p.KeyHash, p.Fingerprint, p.SecretID, p.Nonce,
+	if p.Audit == nil {
+		return claim(ctx, s.db, p)
+	}
+	var id uint64
+	_, err := s.write(ctx, p.Audit, func(ex execer) (bool, error) {
+		var err error
+		id, err = claim(ctx, ex, p)
+		return err == nil, err // ErrDuplicate included: no event
+	})
+	if err != nil {
+		return 0, err
+	}
+	return id, nil
+}
+
+func claim(ctx context.Context, ex execer, p idemguard.ClaimParams) (uint64, error) {
+	res, err := ex.ExecContext(ctx, claimSQL, p.Tenant, p.Scope, p.KeyHash, p.Fingerprint, p.SecretID, p.Nonce,
 		micros(p.Lease), micros(p.TTL))
 	if err := interpretError(err); err != nil {
 		return 0, err
@@ -231,12 +257,12 @@ WHERE id = ? AND status = 'failed' AND claim_nonce = ? AND attempt_count = ?
 func (s *Store) Reclaim(ctx context.Context, p idemguard.ReclaimParams) (bool, error) {
 	switch p.Kind {
 	case idemguard.ReclaimExpired:
-		return s.guarded(ctx, reclaimExpiredSQL, p.NewNonce, p.Fingerprint, p.SecretID, micros(p.Lease), micros(p.TTL),
+		return s.audited(ctx, p.Audit, reclaimExpiredSQL, p.NewNonce, p.Fingerprint, p.SecretID, micros(p.Lease), micros(p.TTL),
 			p.ID, p.OldNonce, p.OldAttempts, micros(p.StaleAfter))
 	case idemguard.ReclaimStale:
-		return s.guarded(ctx, reclaimStaleSQL, p.NewNonce, micros(p.Lease), p.ID, p.OldNonce, p.OldAttempts, micros(p.StaleAfter))
+		return s.audited(ctx, p.Audit, reclaimStaleSQL, p.NewNonce, micros(p.Lease), p.ID, p.OldNonce, p.OldAttempts, micros(p.StaleAfter))
 	case idemguard.ReclaimFailed:
-		return s.guarded(ctx, reclaimFailedSQL, p.NewNonce, micros(p.Lease), micros(p.TTL), p.ID, p.OldNonce, p.OldAttempts, p.MaxAttempts)
+		return s.audited(ctx, p.Audit, reclaimFailedSQL, p.NewNonce, micros(p.Lease), micros(p.TTL), p.ID, p.OldNonce, p.OldAttempts, p.MaxAttempts)
 	}
 	return false, fmt.Errorf("mysqlstore: unknown reclaim kind %d", p.Kind)
 }
@@ -250,7 +276,7 @@ WHERE id = ? AND claim_nonce = ? AND attempt_count = ? AND ` + staleSQL
 // Abandon implements idemguard.Store.
 func (s *Store) Abandon(ctx context.Context, p idemguard.AbandonParams) (bool, error) {
 	// JSON goes in as a string: MySQL 8 refuses binary-charset values in a JSON column.
-	return s.guarded(ctx, abandonSQL, string(p.Response), p.ResponseCode, micros(p.TTL),
+	return s.audited(ctx, p.Audit, abandonSQL, string(p.Response), p.ResponseCode, micros(p.TTL),
 		p.ID, p.OldNonce, p.OldAttempts, micros(p.StaleAfter))
 }
 
@@ -328,7 +354,7 @@ WHERE id = ? AND status = 'started' AND claim_nonce = ?`
 // Release implements idemguard.Store.
 func (s *Store) Release(ctx context.Context, p idemguard.ReleaseParams) (bool, error) {
 	if p.Prev == nil {
-		return s.guarded(ctx, releaseDeleteSQL, p.ID, p.Nonce)
+		return s.audited(ctx, p.Audit, releaseDeleteSQL, p.ID, p.Nonce)
 	}
 	r := p.Prev
 	var response, code, heartbeat, completed any
@@ -344,13 +370,22 @@ func (s *Store) Release(ctx context.Context, p idemguard.ReleaseParams) (bool, e
 	if !r.CompletedAt.IsZero() {
 		completed = r.CompletedAt
 	}
-	return s.guarded(ctx, releaseRestoreSQL, string(r.Status), r.ClaimNonce, r.Attempts, response, code, r.Events,
+	return s.audited(ctx, p.Audit, releaseRestoreSQL, string(r.Status), r.ClaimNonce, r.Attempts, response, code, r.Events,
 		r.StartedAt, heartbeat, completed, r.ExpiresAt, micros(r.Lease), p.ID, p.Nonce)
 }
 
 // guarded runs a guarded UPDATE and reports whether it changed exactly one row.
 func (s *Store) guarded(ctx context.Context, query string, args ...any) (bool, error) {
 	return changedOne(s.db.ExecContext(ctx, query, args...))
+}
+
+// audited is guarded with an audit event written in the same transaction
+// when the UPDATE changed the row; without one (e nil) it is guarded.
+func (s *Store) audited(ctx context.Context, e *idemguard.AuditEvent, query string, args ...any) (bool, error) {
+	if e == nil {
+		return s.guarded(ctx, query, args...)
+	}
+	return s.write(ctx, e, func(ex execer) (bool, error) { return changedOne(ex.ExecContext(ctx, query, args...)) })
 }
 
 // changedOne reports whether a guarded statement changed exactly one row.

@@ -165,6 +165,9 @@ func cases(run func(name string, tc caseFunc)) {
 	run("Guard/StreamFollowerGetsEveryEventLive", guardStreamFollowerGetsEveryEventLive)
 	run("Guard/WaitersAreBoundedPerKey", guardWaitersAreBoundedPerKey)
 	run("Guard/OversizeStreamIsStoredAsItsEnvelope", guardOversizeStreamIsStoredAsItsEnvelope)
+	// Audit trail: durable events with their row change, batches, history
+	// (audit_cases.go).
+	auditCases(run)
 }
 
 // Secret is the HMAC secret the suite's guards use.

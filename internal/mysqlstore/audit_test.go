@@ -1,0 +1,283 @@
+package mysqlstore_test
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/jmoiron/sqlx"
+	"github.com/stretchr/testify/require"
+
+	"github.com/idemguard/idemguard"
+	"github.com/idemguard/idemguard/internal/mysqlstore"
+	"github.com/idemguard/idemguard/internal/testdb"
+	"github.com/idemguard/idemguard/sanitize"
+)
+
+// auditedOp is one audited write, set up on its own key so that it wins
+// when run.
+type auditedOp struct {
+	name string
+	kind idemguard.AuditKind
+	// setup prepares the key's row and returns the write (given its event).
+	setup func(t *testing.T, s *mysqlstore.Store, db *sqlx.DB, kh string) func(e *idemguard.AuditEvent) (bool, error)
+}
+
+func newID() string {
+	var b [16]byte
+	_, _ = rand.Read(b[:])
+	return hex.EncodeToString(b[:])
+}
+
+func claimRow(t *testing.T, s *mysqlstore.Store, kh string) (uint64, string) {
+	t.Helper()
+	n := newID()
+	id, err := s.Claim(t.Context(), idemguard.ClaimParams{Tenant: "acme", Scope: "s", KeyHash: kh,
+		Fingerprint: strings.Repeat("f", 64), Nonce: n, TTL: time.Hour, Lease: time.Minute})
+	require.NoError(t, err)
+	return id, n
+}
+
+// age moves every time of the key's row back by d.
+func age(t *testing.T, db *sqlx.DB, kh string, d time.Duration) {
+	t.Helper()
+	us := d.Microseconds()
+	_, err := db.ExecContext(t.Context(), `UPDATE idempotency_keys SET
+  created_at = created_at - INTERVAL ? MICROSECOND, started_at = started_at - INTERVAL ? MICROSECOND,
+  heartbeat_at = heartbeat_at - INTERVAL ? MICROSECOND, completed_at = completed_at - INTERVAL ? MICROSECOND,
+  expires_at = expires_at - INTERVAL ? MICROSECOND WHERE key_hash = ?`, us, us, us, us, us, kh)
+	require.NoError(t, err)
+}
+
+func complete(t *testing.T, s *mysqlstore.Store, id uint64, n string, st idemguard.RowStatus) {
+	t.Helper()
+	ok, _, err := s.Complete(t.Context(), idemguard.CompleteParams{ID: id, Nonce: n, Status: st,
+		Response: []byte(`{"ok":false}`), ResponseCode: 502, TTL: time.Hour})
+	require.NoError(t, err)
+	require.True(t, ok)
+}
+
+var auditedOps = []auditedOp{
+	{"Claim", idemguard.AuditClaimed, func(t *testing.T, s *mysqlstore.Store, _ *sqlx.DB, kh string) func(*idemguard.AuditEvent) (bool, error) {
+		return func(e *idemguard.AuditEvent) (bool, error) {
+			_, err := s.Claim(t.Context(), idemguard.ClaimParams{Tenant: "acme", Scope: "s", KeyHash: kh,
+				Fingerprint: strings.Repeat("f", 64), Nonce: newID(), TTL: time.Hour, Audit: e})
+			return err == nil, err
+		}
+	}},
+	{"ReclaimExpired", idemguard.AuditExpiredReclaim, func(t *testing.T, s *mysqlstore.Store, db *sqlx.DB, kh string) func(*idemguard.AuditEvent) (bool, error) {
+		id, n := claimRow(t, s, kh)
+		complete(t, s, id, n, idemguard.RowSucceeded)
+		age(t, db, kh, 2*time.Hour)
+		return func(e *idemguard.AuditEvent) (bool, error) {
+			return s.Reclaim(t.Context(), idemguard.ReclaimParams{Kind: idemguard.ReclaimExpired, ID: id, OldNonce: n,
+				OldAttempts: 1, NewNonce: newID(), Fingerprint: strings.Repeat("e", 64), TTL: time.Hour,
+				StaleAfter: time.Minute, Audit: e})
+		}
+	}},
+	{"ReclaimStale", idemguard.AuditTakeover, func(t *testing.T, s *mysqlstore.Store, db *sqlx.DB, kh string) func(*idemguard.AuditEvent) (bool, error) {
+		id, n := claimRow(t, s, kh)
+		age(t, db, kh, 10*time.Minute)
+		return func(e *idemguard.AuditEvent) (bool, error) {
+			return s.Reclaim(t.Context(), idemguard.ReclaimParams{Kind: idemguard.ReclaimStale, ID: id, OldNonce: n,
+				OldAttempts: 1, NewNonce: newID(), StaleAfter: time.Minute, Lease: time.Minute, Audit: e})
+		}
+	}},
+	{"ReclaimFailed", idemguard.AuditRetried, func(t *testing.T, s *mysqlstore.Store, _ *sqlx.DB, kh string) func(*idemguard.AuditEvent) (bool, error) {
+		id, n := claimRow(t, s, kh)
+		complete(t, s, id, n, idemguard.RowFailed)
+		return func(e *idemguard.AuditEvent) (bool, error) {
+			return s.Reclaim(t.Context(), idemguard.ReclaimParams{Kind: idemguard.ReclaimFailed, ID: id, OldNonce: n,
+				OldAttempts: 1, NewNonce: newID(), TTL: time.Hour, MaxAttempts: 3, Audit: e})
+		}
+	}},
+	{"Abandon", idemguard.AuditAbandoned, func(t *testing.T, s *mysqlstore.Store, db *sqlx.DB, kh string) func(*idemguard.AuditEvent) (bool, error) {
+		id, n := claimRow(t, s, kh)
+		age(t, db, kh, 10*time.Minute)
+		return func(e *idemguard.AuditEvent) (bool, error) {
+			return s.Abandon(t.Context(), idemguard.AbandonParams{ID: id, OldNonce: n, OldAttempts: 1,
+				StaleAfter: time.Minute, Response: []byte(`{"ok":false}`), ResponseCode: 502, TTL: time.Hour, Audit: e})
+		}
+	}},
+	{"ReleaseDelete", idemguard.AuditReleased, func(t *testing.T, s *mysqlstore.Store, _ *sqlx.DB, kh string) func(*idemguard.AuditEvent) (bool, error) {
+		id, n := claimRow(t, s, kh)
+		return func(e *idemguard.AuditEvent) (bool, error) {
+			return s.Release(t.Context(), idemguard.ReleaseParams{ID: id, Nonce: n, Audit: e})
+		}
+	}},
+	{"ReleaseRestore", idemguard.AuditReleased, func(t *testing.T, s *mysqlstore.Store, _ *sqlx.DB, kh string) func(*idemguard.AuditEvent) (bool, error) {
+		id, n := claimRow(t, s, kh)
+		complete(t, s, id, n, idemguard.RowFailed)
+		prev, err := s.Get(t.Context(), "acme", "s", kh)
+		require.NoError(t, err)
+		retry := newID()
+		won, err := s.Reclaim(t.Context(), idemguard.ReclaimParams{Kind: idemguard.ReclaimFailed, ID: id, OldNonce: n,
+			OldAttempts: 1, NewNonce: retry, TTL: time.Hour, MaxAttempts: 3})
+		require.NoError(t, err)
+		require.True(t, won)
+		return func(e *idemguard.AuditEvent) (bool, error) {
+			return s.Release(t.Context(), idemguard.ReleaseParams{ID: id, Nonce: retry, Prev: &prev, Audit: e})
+		}
+	}},
+	{"RequestCancel", idemguard.AuditCanceled, func(t *testing.T, s *mysqlstore.Store, _ *sqlx.DB, kh string) func(*idemguard.AuditEvent) (bool, error) {
+		id, n := claimRow(t, s, kh)
+		return func(e *idemguard.AuditEvent) (bool, error) {
+			return s.RequestCancel(t.Context(), idemguard.CancelParams{ID: id, Nonce: n, Audit: e})
+		}
+	}},
+}
+
+// killAt returns an audit hook that, at stage, kills the transaction's
+// connection from another connection and waits until the server has
+// dropped it, so that the transaction's next statement meets a dead
+// connection: the crash of a service between its two statements.
+func killAt(t *testing.T, db *sqlx.DB, at string, killed *int) func(context.Context, string, *sqlx.Tx) {
+	return func(ctx context.Context, stage string, tx *sqlx.Tx) {
+		if stage != at {
+			return
+		}
+		var conn int64
+		require.NoError(t, tx.GetContext(ctx, &conn, `SELECT CONNECTION_ID()`))
+		_, err := db.ExecContext(ctx, fmt.Sprintf("KILL CONNECTION %d", conn))
+		require.NoError(t, err)
+		require.Eventually(t, func() bool {
+			var n int
+			require.NoError(t, db.GetContext(ctx, &n, `SELECT COUNT(*) FROM information_schema.PROCESSLIST WHERE ID = ?`, conn))
+			return n == 0
+		}, 30*time.Second, 5*time.Millisecond, "the killed connection %d is still listed", conn)
+		*killed++
+	}
+}
+
+// tableDump renders every row of idempotency_keys, every column.
+func tableDump(t *testing.T, db *sqlx.DB) string {
+	t.Helper()
+	rows, err := db.QueryxContext(t.Context(), `SELECT * FROM idempotency_keys ORDER BY id`)
+	require.NoError(t, err)
+	defer rows.Close()
+	var b strings.Builder
+	for rows.Next() {
+		vals, err := rows.SliceScan()
+		require.NoError(t, err)
+		for _, v := range vals {
+			if bs, ok := v.([]byte); ok {
+				v = string(bs)
+			}
+			fmt.Fprintf(&b, "%v|", v)
+		}
+		b.WriteString("\n")
+	}
+	require.NoError(t, rows.Err())
+	return b.String()
+}
+
+func auditIDs(t *testing.T, db *sqlx.DB) []string {
+	t.Helper()
+	var ids []string
+	require.NoError(t, db.SelectContext(t.Context(), &ids, `SELECT event_id FROM idempotency_audit ORDER BY event_id`))
+	return ids
+}
+
+// An audited write is one transaction: a connection killed between the row
+// statement and the event's INSERT, or between the INSERT and the COMMIT,
+// leaves neither the row change nor the event, and the caller is told the
+// outcome is unknown (it re-reads the row, which shows the truth). The same
+// write then commits both.
+func TestAuditedWriteIsAtomic(t *testing.T) {
+	t.Parallel()
+	for _, op := range auditedOps {
+		t.Run(op.name, func(t *testing.T) {
+			t.Parallel()
+			d := testdb.New(t)
+			s := mysqlstore.New(d.DB)
+			kh := fmt.Sprintf("%064x", len(op.name))
+			write := op.setup(t, s, d.DB, kh)
+			event := func() *idemguard.AuditEvent {
+				return &idemguard.AuditEvent{ID: newID(), Kind: op.kind, At: time.Now().Add(-time.Second), Tenant: "acme",
+					Scope: "s", KeyHash: kh, Attempt: 2, Actor: "h:ops", StopReason: sanitize.StopReason("abandoned")}
+			}
+
+			for _, stage := range []string{"row", "commit"} {
+				before := tableDump(t, d.DB)
+				killed := 0
+				mysqlstore.OnAuditTx(s, killAt(t, d.DB, stage, &killed))
+				won, err := write(event())
+				mysqlstore.OnAuditTx(s, nil)
+				require.Equal(t, 1, killed, "stage %s: the hook ran", stage)
+				t.Logf("killed at %s: %v", stage, err)
+				require.ErrorIs(t, err, idemguard.ErrOutcomeUnknown, "stage %s", stage)
+				require.False(t, won)
+				require.Equal(t, before, tableDump(t, d.DB), "stage %s: the row change was rolled back with the event", stage)
+				require.Empty(t, auditIDs(t, d.DB), "stage %s: the event was rolled back with the row change", stage)
+			}
+
+			before := tableDump(t, d.DB)
+			e := event()
+			stages := 0
+			mysqlstore.OnAuditTx(s, func(context.Context, string, *sqlx.Tx) { stages++ })
+			won, err := write(e)
+			require.NoError(t, err)
+			require.True(t, won)
+			require.Equal(t, 2, stages)
+			require.NotEqual(t, before, tableDump(t, d.DB), "the row changed")
+			require.Equal(t, []string{e.ID}, auditIDs(t, d.DB), "with its event")
+			h, err := s.History(t.Context(), "acme", "s", []string{kh}, 10)
+			require.NoError(t, err)
+			want := *e
+			want.At = want.At.UTC().Truncate(time.Microsecond)
+			require.Equal(t, []idemguard.AuditEvent{want}, h)
+		})
+	}
+}
+
+// Without an event a write is what it always was: one autocommit
+// statement, no transaction (the hook that runs inside every audited
+// transaction never runs).
+func TestUnauditedWriteOpensNoTransaction(t *testing.T) {
+	t.Parallel()
+	d := testdb.New(t)
+	s := mysqlstore.New(d.DB)
+	mysqlstore.OnAuditTx(s, func(_ context.Context, stage string, _ *sqlx.Tx) {
+		t.Errorf("an unaudited write ran the audited transaction (stage %s)", stage)
+	})
+	for i, op := range auditedOps {
+		write := op.setup(t, s, d.DB, fmt.Sprintf("%064x", i))
+		won, err := write(nil)
+		require.NoError(t, err, op.name)
+		require.True(t, won, op.name)
+	}
+	require.Empty(t, auditIDs(t, d.DB))
+}
+
+// Batches retried over each other (the same events, from several writers
+// at once, some of them stored already): every call succeeds, and every
+// event is stored once, with no UPDATE (the service's user has none on
+// idempotency_audit).
+func TestConcurrentOverlappingAppendsStoreEachEventOnce(t *testing.T) {
+	t.Parallel()
+	d := testdb.New(t)
+	s := mysqlstore.New(d.DB)
+	kh := strings.Repeat("c", 64)
+	events := make([]idemguard.AuditEvent, 300)
+	for i := range events {
+		events[i] = idemguard.AuditEvent{ID: fmt.Sprintf("%032x", i), Kind: idemguard.AuditReplay,
+			At: time.Now().Add(time.Duration(i) * time.Microsecond), Tenant: "acme", Scope: "s", KeyHash: kh, Attempt: 1}
+	}
+	require.NoError(t, s.AppendAudit(t.Context(), events[100:150]))
+	errs := make(chan error, 6)
+	for w := range 6 {
+		go func() { errs <- s.AppendAudit(t.Context(), events[w*20:]) }()
+	}
+	for range 6 {
+		require.NoError(t, <-errs)
+	}
+	var n, distinct int
+	require.NoError(t, d.DB.GetContext(t.Context(), &n, `SELECT COUNT(*) FROM idempotency_audit`))
+	require.NoError(t, d.DB.GetContext(t.Context(), &distinct, `SELECT COUNT(DISTINCT event_id) FROM idempotency_audit`))
+	require.Equal(t, 300, n)
+	require.Equal(t, 300, distinct)
+}
