@@ -82,6 +82,12 @@ type MiddlewareOptions struct {
 	Headers []string
 	// Logger receives the middleware's error logs. Defaults to slog.Default().
 	Logger *slog.Logger
+	// Actor names the caller in the audit trail (Call.Actor) for Idempotent
+	// (gin): a stable id, never a secret or personal data (hash a person's
+	// id with Guard.HashActor). Defaults to idemguard.ActorFrom of the
+	// request context, which routers/auth's middleware and the REST API
+	// fill in. IdempotentHTTP always uses that default.
+	Actor func(*gin.Context) string
 }
 
 // Validate reports the first option that is missing or out of range.
@@ -142,7 +148,11 @@ func Idempotent(o MiddlewareOptions) gin.HandlerFunc {
 			scope = routeScope(c.Request.Method, c.FullPath())
 		}
 		orig, origReq := c.Writer, c.Request
-		m.serve(orig, c.Request, scope, func(w *bufferedWriter, r *http.Request) {
+		r := c.Request
+		if o.Actor != nil {
+			r = r.WithContext(idemguard.WithActor(r.Context(), o.Actor(c)))
+		}
+		m.serve(orig, r, scope, func(w *bufferedWriter, r *http.Request) {
 			c.Writer, c.Request = &ginBufferedWriter{bufferedWriter: w, orig: orig}, r
 			defer func() { c.Writer, c.Request = orig, origReq }()
 			c.Next()

@@ -195,7 +195,7 @@ func (s *server) run(ctx context.Context) int {
 	apiKeys := make(map[tenancy.ID][]string, len(cfg.APIKeys)+1)
 	maps.Copy(apiKeys, cfg.APIKeys)
 	if cfg.Mode == config.Development {
-		apiKeys[config.DemoTenant] = append(slices.Clone(apiKeys[config.DemoTenant]), auth.HashAPIKey(config.DemoAPIKey))
+		apiKeys[config.DemoTenant] = append(slices.Clone(apiKeys[config.DemoTenant]), "demo="+auth.HashAPIKey(config.DemoAPIKey))
 	}
 	auth, err := auth.NewAuthenticator(apiKeys)
 	if err != nil {

@@ -120,7 +120,8 @@ type Config struct {
 	// IDEMPOTENCY_PREVIOUS_SECRETS only (docs/OPERATIONS.md).
 	PreviousSecrets []idemguard.SecretVersion
 	// APIKeys maps each tenant to the hex SHA-256 digests of its API keys
-	// (lower case). In development mode the caller adds DemoAPIKey for
+	// (lower case), each optionally preceded by the key's name and "="
+	// (auth.ParseKeyEntry): the audit trail names the caller "key:<name>". In development mode the caller adds DemoAPIKey for
 	// DemoTenant.
 	APIKeys map[tenancy.ID][]string
 	// CORSOrigins are the browser origins allowed to call the API.
@@ -479,7 +480,7 @@ func Load(path string, getenv func(string) string) (*Config, error) {
 			continue
 		}
 		for _, d := range digests {
-			c.APIKeys[id] = append(c.APIKeys[id], strings.ToLower(strings.TrimSpace(d)))
+			c.APIKeys[id] = append(c.APIKeys[id], normalizeKeyEntry(d))
 		}
 	}
 	p = append(p, c.validate(apiKeysSetting)...)
@@ -553,7 +554,12 @@ func (c *Config) validate(apiKeysSetting string) problems {
 		if len(digests) == 0 {
 			p.add(fmt.Sprintf("%s.%s", apiKeysSetting, tenant), "lists no key digest")
 		}
-		for i, d := range digests {
+		for i, entry := range digests {
+			_, d, err := auth.ParseKeyEntry(entry)
+			if err != nil {
+				p.add(fmt.Sprintf("%s.%s[%d]", apiKeysSetting, tenant, i), "%v", err)
+				continue
+			}
 			if !isSHA256Hex(d) {
 				p.add(fmt.Sprintf("%s.%s[%d]", apiKeysSetting, tenant, i), "must be the hex SHA-256 digest of an API key "+
 					"(64 hex digits, e.g. printf %%s \"$KEY\" | sha256sum), not the key itself")
@@ -756,7 +762,17 @@ func decodeYAML(b []byte, out *rawConfig, p *problems) error {
 // means nothing to an operator.
 var goTypeNames = regexp.MustCompile(` into \S+$`)
 
-// parseAPIKeysEnv parses "tenant:<hex>,tenant:<hex>,...".
+// normalizeKeyEntry trims an api_keys entry, "<hex>" or "<name>=<hex>",
+// and lower-cases its digest (never its name).
+func normalizeKeyEntry(entry string) string {
+	name, digest, named := strings.Cut(strings.TrimSpace(entry), "=")
+	if !named {
+		return strings.ToLower(name)
+	}
+	return strings.TrimSpace(name) + "=" + strings.ToLower(strings.TrimSpace(digest))
+}
+
+// parseAPIKeysEnv parses "tenant:<hex>,tenant:<name>=<hex>,...".
 func parseAPIKeysEnv(v string) (map[string][]string, error) {
 	out := make(map[string][]string)
 	for i, item := range splitList(v) {

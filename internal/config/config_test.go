@@ -124,7 +124,7 @@ func TestLoadEnvironmentOverrides(t *testing.T) {
 		EnvListen:          "127.0.0.1:0",
 		EnvMySQLDSN:        "u:p@tcp(127.0.0.1:3306)/x",
 		EnvSecret:          secret,
-		EnvAPIKeys:         " acme:" + digestA + " , globex:" + digestB + ",acme:" + strings.Repeat("0", 64),
+		EnvAPIKeys:         " acme:" + digestA + " , globex:" + digestB + ",acme:Billing=" + strings.Repeat("0", 64),
 		EnvCORSOrigins:     "https://a.example, http://localhost:3000",
 		EnvOpenAIBaseURL:   "http://127.0.0.1:9/v1",
 		EnvOpenAIModel:     "m",
@@ -134,7 +134,7 @@ func TestLoadEnvironmentOverrides(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, Production, c.Mode)
 	require.Equal(t, "127.0.0.1:0", c.Listen)
-	require.Equal(t, map[tenancy.ID][]string{"acme": {digestA, strings.Repeat("0", 64)}, "globex": {digestB}}, c.APIKeys,
+	require.Equal(t, map[tenancy.ID][]string{"acme": {digestA, "Billing=" + strings.Repeat("0", 64)}, "globex": {digestB}}, c.APIKeys,
 		"IDEMGUARD_API_KEYS replaces the file's api_keys")
 	require.Equal(t, []string{"https://a.example", "http://localhost:3000"}, c.CORSOrigins)
 	require.Equal(t, "http://127.0.0.1:9/v1", c.OpenAI.BaseURL)
