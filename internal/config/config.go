@@ -40,6 +40,15 @@ const (
 	EnvJWTJWKSURL      = "IDEMGUARD_JWT_JWKS_URL"
 	EnvJWTIssuer       = "IDEMGUARD_JWT_ISSUER"
 	EnvJWTAudience     = "IDEMGUARD_JWT_AUDIENCE"
+	EnvAuditLog        = "IDEMGUARD_AUDIT_LOG"
+	EnvAuditTable      = "IDEMGUARD_AUDIT_TABLE"
+)
+
+// Values of audit.log besides a file path.
+const (
+	AuditLogOff    = "off"
+	AuditLogStdout = "stdout"
+	AuditLogStderr = "stderr"
 )
 
 // Mode is the run mode.
@@ -160,6 +169,20 @@ type Config struct {
 	Scopes []Scope
 	// JWT configures bearer JWTs for browsers (scopes with auth: [jwt]).
 	JWT JWT
+	// Audit configures the audit trail.
+	Audit Audit
+}
+
+// Audit configures the audit trail (docs/OPERATIONS.md).
+type Audit struct {
+	// Log is where the JSON-lines audit stream goes: AuditLogOff (the
+	// default), AuditLogStdout, AuditLogStderr, or a file path (appended
+	// to, created 0600).
+	Log string
+	// Table writes the trail to the idempotency_audit table when the store
+	// is MySQL (the record of truth, which GET …/history reads). Defaults
+	// to true.
+	Table bool
 }
 
 // JWT configures the verification of browsers' bearer JWTs (see
@@ -269,6 +292,12 @@ type rawConfig struct {
 	Upstream              rawUpstream         `yaml:"upstream"`
 	Scopes                []rawScope          `yaml:"scopes"`
 	JWT                   rawJWT              `yaml:"jwt"`
+	Audit                 rawAudit            `yaml:"audit"`
+}
+
+type rawAudit struct {
+	Log   string `yaml:"log"`
+	Table *bool  `yaml:"table"`
 }
 
 type rawJWT struct {
@@ -379,6 +408,14 @@ func Load(path string, getenv func(string) string) (*Config, error) {
 	override(&raw.JWT.JWKSURL, EnvJWTJWKSURL)
 	override(&raw.JWT.Issuer, EnvJWTIssuer)
 	override(&raw.JWT.Audience, EnvJWTAudience)
+	override(&raw.Audit.Log, EnvAuditLog)
+	if v := env(EnvAuditTable); v != "" {
+		if b, err := strconv.ParseBool(v); err != nil {
+			p.add(EnvAuditTable, "must be true or false, got %q", truncate(v, 20))
+		} else {
+			raw.Audit.Table = &b
+		}
+	}
 	if v := env(EnvCORSOrigins); v != "" {
 		raw.CORSOrigins = splitList(v)
 	}
@@ -465,6 +502,7 @@ func Load(path string, getenv func(string) string) (*Config, error) {
 	if len(c.JWT.Algorithms) == 0 {
 		c.JWT.Algorithms = slices.Clone(auth.DefaultJWTAlgorithms)
 	}
+	c.Audit = Audit{Log: cmpOr(raw.Audit.Log, AuditLogOff), Table: raw.Audit.Table == nil || *raw.Audit.Table}
 	if c.Mode == Development && !c.hasScope(DemoScope) {
 		c.Scopes = append(c.Scopes, Scope{Name: DemoScope, Operation: OpDemo, Delay: DefaultDemoDelay})
 	}
