@@ -281,6 +281,33 @@ func TestExampleConfigIsValid(t *testing.T) {
 		names = append(names, s.Name)
 	}
 	require.Equal(t, []string{"chat", "actionRequests.aiProposeCopy", "demo"}, names)
+	require.Equal(t, Audit{Log: AuditLogOff, Table: true}, c.Audit)
+	require.Equal(t, "checkout=2c26b46b68ffc68ff99b453c1d30413413422d706483bfa0f98a5e886266e7ae", c.APIKeys["acme"][0])
+}
+
+// TestLoadAudit: audit.log and audit.table from the file, the environment
+// over the file; a bad switch or key name is reported by its setting.
+func TestLoadAudit(t *testing.T) {
+	t.Parallel()
+	c, err := Load("", envOf(nil))
+	require.NoError(t, err)
+	require.Equal(t, Audit{Log: AuditLogOff, Table: true}, c.Audit, "the defaults")
+
+	path := writeFile(t, "audit: {log: /var/log/idemguard/audit.jsonl, table: false}\n")
+	c, err = Load(path, envOf(nil))
+	require.NoError(t, err)
+	require.Equal(t, Audit{Log: "/var/log/idemguard/audit.jsonl", Table: false}, c.Audit)
+
+	c, err = Load(path, envOf(map[string]string{EnvAuditLog: "stdout", EnvAuditTable: "true"}))
+	require.NoError(t, err)
+	require.Equal(t, Audit{Log: AuditLogStdout, Table: true}, c.Audit)
+
+	_, err = Load(path, envOf(map[string]string{EnvAuditTable: "sometimes"}))
+	require.ErrorContains(t, err, EnvAuditTable+": must be true or false")
+
+	_, err = Load("", envOf(map[string]string{EnvAPIKeys: "acme:bad name=" + strings.Repeat("0", 64)}))
+	require.ErrorContains(t, err, "key name")
+	require.NotContains(t, err.Error(), strings.Repeat("0", 64), "the digest is not echoed")
 }
 
 // An unknown key is one problem among the others, never the end of validation, and never names a
