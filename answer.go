@@ -66,15 +66,19 @@ func (g *Guard) answerFromRow(ctx context.Context, p prepared) (Result, bool) {
 	switch rec.Status {
 	case RowStarted:
 		g.emit(Event{Kind: EventInProgress, Scope: p.scope})
+		g.noteInProgress(p, rec, InProgressAnswered)
 		return g.inProgress(p, rec), true
 	case RowSucceeded:
 		if res, err := g.replay(ctx, p, rec, readAt); err == nil {
 			g.emit(Event{Kind: EventReplayed, Tenant: p.tenant, Scope: p.scope, Usage: res.Usage})
+			g.noteReplay(p, res, rec.Now)
 			return res, true
 		}
 	case RowFailed:
 		if st, err := decodeStored(rec); err == nil {
-			return g.storedFailure(p, rec, st.env), true
+			res := g.storedFailure(p, rec, st.env)
+			g.noteReplay(p, res, rec.Now)
+			return res, true
 		}
 	}
 	return Result{}, false

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net/http"
 	"sync"
+	"time"
 
 	"github.com/idemguard/idemguard/internal/live"
 	"github.com/idemguard/idemguard/sanitize"
@@ -43,7 +44,7 @@ func (g *Guard) Start(ctx context.Context, call Call, op Operation) (Result, err
 		return Result{}, &StoreError{Op: "claim", Err: ErrShuttingDown}
 	}
 	defer g.inflight.Done()
-	p, err := g.prepare(call)
+	p, err := g.prepare(ctx, call)
 	if err != nil {
 		return Result{}, err
 	}
@@ -51,9 +52,11 @@ func (g *Guard) Start(ctx context.Context, call Call, op Operation) (Result, err
 	if res, fp, ok := g.cache.get(p.tenant, p.scope, p.keyHash, g.now()); ok {
 		if fp != p.fingerprint {
 			g.emit(Event{Kind: EventMismatch, Scope: p.scope})
+			g.noteConflict(p, res.Attempt, time.Time{})
 			return Result{}, ErrFingerprintMismatch
 		}
 		g.emit(Event{Kind: EventReplayed, Scope: p.scope, FromMemory: true})
+		g.noteReplay(p, res, time.Time{})
 		return res, nil
 	}
 	return g.execute(ctx, p, op)

@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"strings"
+	"sync/atomic"
 	"time"
 	"unicode"
 
@@ -188,7 +189,8 @@ func ActorFrom(ctx context.Context) string {
 }
 
 // newAuditID returns a 32-hex-character event id: 48 bits of Unix
-// milliseconds, then 80 random bits, so ids sort by creation time.
+// milliseconds, a 16-bit counter of this process, then 64 random bits, so
+// ids sort by creation time, and in the order made within one process.
 func newAuditID(now time.Time) string {
 	var b [16]byte
 	ms := uint64(now.UnixMilli())
@@ -196,6 +198,10 @@ func newAuditID(now time.Time) string {
 		b[i] = byte(ms)
 		ms >>= 8
 	}
-	_, _ = crand.Read(b[6:]) // crypto/rand.Read never fails on supported platforms
+	n := auditSeq.Add(1)
+	b[6], b[7] = byte(n>>8), byte(n)
+	_, _ = crand.Read(b[8:]) // crypto/rand.Read never fails on supported platforms
 	return hex.EncodeToString(b[:])
 }
+
+var auditSeq atomic.Uint32

@@ -51,10 +51,13 @@ func (g *Guard) Cancel(ctx context.Context, tenant tenancy.ID, scope, keyHash st
 		case !rec.CancelRequestedAt.IsZero():
 			return nil // asked for already; the owner has it or will
 		}
+		audit := g.newAudit(prepared{tenant: string(tenant), scope: scope, actor: ActorFrom(ctx)},
+			AuditCanceled, keyHash, rec.Attempts, rec.Now)
 		sctx, cancel = g.storeCtx(context.WithoutCancel(ctx))
-		ok, err := g.store.RequestCancel(sctx, CancelParams{ID: rec.ID, Nonce: rec.ClaimNonce})
+		ok, err := g.store.RequestCancel(sctx, CancelParams{ID: rec.ID, Nonce: rec.ClaimNonce, Audit: audit})
 		cancel()
 		if err == nil && ok {
+			g.landed(audit)
 			g.log.Info("guard: cancel requested", slog.String("tenant", string(tenant)), slog.String("scope", scope),
 				slog.String("key_hash", shortHash(keyHash)), slog.Int("attempt", rec.Attempts))
 			g.jobs.notify(keyOfHash(tenant, scope, keyHash), string(KeyEventCancelRequested))

@@ -135,12 +135,13 @@ func (l *claimLoop) insert() (Result, error) {
 		return Result{}, err
 	}
 	sent := time.Now()
-	id, err := l.g.claim(l.ctx, l.p, l.nonce)
+	audit := l.g.newAudit(l.p, AuditClaimed, l.p.keyHash, 1, time.Time{})
+	id, err := l.g.claim(l.ctx, l.p, l.nonce, audit)
 	switch {
 	case err == nil:
-		return l.own(owned{id: id, nonce: l.nonce, attempt: 1, firstSeen: l.g.now(), leaseFrom: sent}, EventClaimed)
+		return l.own(owned{id: id, nonce: l.nonce, attempt: 1, firstSeen: l.g.now(), leaseFrom: sent, audit: audit}, EventClaimed)
 	case !errors.Is(err, ErrDuplicate):
-		l.unconfirmed = append(l.unconfirmed, pendingClaim{nonce: l.nonce, sent: sent, kind: EventClaimed})
+		l.unconfirmed = append(l.unconfirmed, pendingClaim{nonce: l.nonce, sent: sent, kind: EventClaimed, audit: audit})
 		l.unsure, l.lastErr = &unknownWrite{op: "claim", err: err}, err
 	}
 	return Result{}, errAgain
@@ -199,7 +200,7 @@ func (l *claimLoop) onRow(rec Record) (Result, error) {
 	if u, ok := pendingIn(l.unconfirmed, rec); ok {
 		// One of this call's own writes landed after all.
 		return l.own(owned{id: rec.ID, nonce: u.nonce, attempt: rec.Attempts, firstSeen: rec.CreatedAt,
-			leaseFrom: u.sent, prev: u.prev}, u.kind)
+			leaseFrom: u.sent, prev: u.prev, audit: u.audit}, u.kind)
 	}
 	if l.p.stream != nil && l.p.stream.begun {
 		return l.streamBegun(rec) // stream.go
@@ -211,6 +212,7 @@ func (l *claimLoop) onRow(rec Record) (Result, error) {
 		// Only a client key can name a row with other inputs: a derived
 		// key hashes the inputs themselves.
 		l.g.emit(Event{Kind: EventMismatch, Scope: l.p.scope})
+		l.g.noteConflict(l.p, rec.Attempts, rec.Now)
 		return Result{}, ErrFingerprintMismatch
 	}
 	switch rec.Status {
@@ -233,7 +235,8 @@ func (l *claimLoop) expired(rec Record) (Result, error) {
 	p := l.p
 	return l.reclaim(ReclaimParams{Kind: ReclaimExpired, ID: rec.ID, OldNonce: rec.ClaimNonce,
 		OldAttempts: rec.Attempts, NewNonce: l.nonce, Fingerprint: p.fingerprint, SecretID: p.secretID,
-		TTL: p.settings.TTL, StaleAfter: p.settings.StaleAfter}, nil, EventClaimed, 1, time.Time{})
+		TTL: p.settings.TTL, StaleAfter: p.settings.StaleAfter,
+		Audit: l.g.newAudit(p, AuditExpiredReclaim, rec.KeyHash, 1, rec.Now)}, nil, EventClaimed, 1, time.Time{})
 }
 
 // succeeded replays the stored answer.
@@ -246,6 +249,7 @@ func (l *claimLoop) succeeded(rec Record) (Result, error) {
 		return Result{}, err
 	}
 	l.g.emit(Event{Kind: EventReplayed, Tenant: l.p.tenant, Scope: l.p.scope, Usage: res.Usage})
+	l.g.noteReplay(l.p, res, rec.Now)
 	return res, nil
 }
 
@@ -263,11 +267,14 @@ func (l *claimLoop) failed(rec Record) (Result, error) {
 			env.StopReason = sanitize.RetryLimit
 		}
 		g.emit(Event{Kind: EventRetryLimit, Scope: p.scope, StopReason: env.StopReason})
-		return g.storedFailure(p, rec, env), nil
+		res := g.storedFailure(p, rec, env)
+		g.noteReplay(p, res, rec.Now)
+		return res, nil
 	}
 	prev := rec
 	return l.reclaim(ReclaimParams{Kind: ReclaimFailed, ID: rec.ID, OldNonce: rec.ClaimNonce,
-		OldAttempts: rec.Attempts, NewNonce: l.nonce, TTL: p.settings.TTL, MaxAttempts: p.settings.MaxAttempts},
+		OldAttempts: rec.Attempts, NewNonce: l.nonce, TTL: p.settings.TTL, MaxAttempts: p.settings.MaxAttempts,
+		Audit: g.newAudit(p, AuditRetried, rec.KeyHash, rec.Attempts+1, rec.Now)},
 		&prev, EventRetried, rec.Attempts+1, rec.CreatedAt)
 }
 
@@ -291,7 +298,8 @@ func (l *claimLoop) started(rec Record) (Result, error) {
 	}
 	prev := rec
 	return l.reclaim(ReclaimParams{Kind: ReclaimStale, ID: rec.ID, OldNonce: rec.ClaimNonce,
-		OldAttempts: rec.Attempts, NewNonce: l.nonce, StaleAfter: p.settings.StaleAfter},
+		OldAttempts: rec.Attempts, NewNonce: l.nonce, StaleAfter: p.settings.StaleAfter,
+		Audit: g.newAudit(p, AuditTakeover, rec.KeyHash, rec.Attempts+1, rec.Now)},
 		&prev, EventTakeover, rec.Attempts+1, rec.CreatedAt)
 }
 
@@ -301,6 +309,7 @@ func (l *claimLoop) running(rec Record) (Result, error) {
 	g := l.g
 	if l.waitUntil.IsZero() || !g.now().Before(l.waitUntil) || l.ctx.Err() != nil {
 		g.emit(Event{Kind: EventInProgress, Scope: l.p.scope})
+		g.noteInProgress(l.p, rec, l.inProgressDetail())
 		return g.inProgress(l.p, rec), nil
 	}
 	if l.p.stream != nil {
@@ -317,9 +326,19 @@ func (l *claimLoop) running(rec Record) (Result, error) {
 	l.waited += g.now().Sub(start)
 	if l.ctx.Err() != nil || g.lifetime.Err() != nil { // the caller, or the Guard, stopped waiting
 		g.emit(Event{Kind: EventInProgress, Scope: l.p.scope})
+		g.noteInProgress(l.p, rec, InProgressWaited)
 		return g.inProgress(l.p, rec), nil
 	}
 	return Result{}, errAgain
+}
+
+// inProgressDetail says how an in-progress answer came: at once, or after
+// waiting (Call.Wait) for the key to finish.
+func (l *claimLoop) inProgressDetail() string {
+	if l.waited > 0 {
+		return InProgressWaited
+	}
+	return InProgressAnswered
 }
 
 // reclaim makes the guarded transition rp. Won, the call runs the
@@ -363,6 +382,7 @@ func (l *claimLoop) check() error {
 
 // own runs the operation under the claim o.
 func (l *claimLoop) own(o owned, kind EventKind) (Result, error) {
+	l.g.landed(o.audit)        // the claim's durable audit event was written with it
 	if len(l.p.versions) > 0 { // previous secrets: a claim runs only if no other secret's row counts (secrets.go)
 		if err := l.crossCheck(o); err != nil {
 			return Result{}, err
@@ -378,11 +398,12 @@ func final(r sanitize.StopReason) bool {
 	return r == sanitize.Abandoned || r == sanitize.RetryLimit || r == sanitize.InvalidInput
 }
 
-func (g *Guard) claim(ctx context.Context, p prepared, nonce string) (uint64, error) {
+func (g *Guard) claim(ctx context.Context, p prepared, nonce string, audit *AuditEvent) (uint64, error) {
 	ctx, cancel := g.storeCtx(context.WithoutCancel(ctx))
 	defer cancel()
 	return g.store.Claim(ctx, ClaimParams{Tenant: p.tenant, Scope: p.scope, KeyHash: p.keyHash,
-		Fingerprint: p.fingerprint, Nonce: nonce, TTL: p.settings.TTL, Lease: p.settings.StaleAfter, SecretID: p.secretID})
+		Fingerprint: p.fingerprint, Nonce: nonce, TTL: p.settings.TTL, Lease: p.settings.StaleAfter, SecretID: p.secretID,
+		Audit: audit})
 }
 
 func (g *Guard) get(ctx context.Context, p prepared) (Record, error) {
@@ -438,6 +459,8 @@ type pendingClaim struct {
 	kind  EventKind // what owning it means
 	// landed: the write is known to have landed (a release that failed).
 	landed bool
+	// audit is the durable event the write carries (nil: auditing off).
+	audit *AuditEvent
 }
 
 // unknownWrite is a claim write whose outcome the next read settles.
@@ -473,9 +496,9 @@ func (g *Guard) tryReclaim(ctx context.Context, p prepared, rp ReclaimParams, pr
 	switch {
 	case err != nil:
 		return nil, &unknownWrite{op: "reclaim " + rp.Kind.String(), err: err,
-			claim: pendingClaim{nonce: rp.NewNonce, guard: rp.OldNonce, prev: prev, sent: sent, kind: kind}}
+			claim: pendingClaim{nonce: rp.NewNonce, guard: rp.OldNonce, prev: prev, sent: sent, kind: kind, audit: rp.Audit}}
 	case ok:
-		return &owned{id: rp.ID, nonce: rp.NewNonce, leaseFrom: sent, prev: prev}, nil
+		return &owned{id: rp.ID, nonce: rp.NewNonce, leaseFrom: sent, prev: prev, audit: rp.Audit}, nil
 	}
 	return nil, nil
 }
@@ -487,8 +510,12 @@ func (g *Guard) abandon(ctx context.Context, p prepared, rec Record, reason sani
 	}
 	ctx, cancel := g.storeCtx(context.WithoutCancel(ctx))
 	defer cancel()
+	audit := g.newAudit(p, AuditAbandoned, rec.KeyHash, rec.Attempts, rec.Now)
+	if audit != nil {
+		audit.StopReason = reason
+	}
 	won, err := g.store.Abandon(ctx, AbandonParams{ID: rec.ID, OldNonce: rec.ClaimNonce, OldAttempts: rec.Attempts,
-		StaleAfter: p.settings.StaleAfter, Response: body, ResponseCode: http.StatusBadGateway, TTL: p.settings.TTL})
+		StaleAfter: p.settings.StaleAfter, Response: body, ResponseCode: http.StatusBadGateway, TTL: p.settings.TTL, Audit: audit})
 	if err != nil {
 		// Unknown outcome: the caller's next read of the row decides. A
 		// store that is down fails that read.
@@ -497,6 +524,7 @@ func (g *Guard) abandon(ctx context.Context, p prepared, rec Record, reason sani
 		return nil
 	}
 	if won {
+		g.landed(audit)
 		g.emit(Event{Kind: EventAbandoned, Scope: p.scope, StopReason: reason})
 		g.log.Warn("guard: stale claim marked failed instead of taken over", g.attrs(p,
 			slog.String("stop_reason", string(reason)), slog.Int("attempt", rec.Attempts))...)

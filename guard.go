@@ -48,6 +48,8 @@ type Guard struct {
 	previous []previousSecret
 	// hub holds the live logs of streams running here and counts waiters (stream.go).
 	hub *live.Hub
+	// audit is the audit trail's state (audittrail.go); nil when it is off.
+	audit *auditor
 }
 
 // New validates cfg and returns a Guard.
@@ -74,7 +76,7 @@ func New(cfg Config) (*Guard, error) {
 		cfg.ReplayCacheSize = DefaultReplayCacheSize
 	}
 	lifetime, shutdown := context.WithCancel(context.Background())
-	return &Guard{
+	g := &Guard{
 		cfg:      cfg,
 		store:    cfg.Store,
 		deriver:  d,
@@ -87,7 +89,10 @@ func New(cfg Config) (*Guard, error) {
 		jobs:     newJobState(cfg),
 		previous: previous,
 		hub:      live.NewHub(live.Config{MaxPerKey: cmp.Or(cfg.MaxWaiters, DefaultMaxWaiters)}),
-	}, nil
+		audit:    newAuditor(cfg.Audit),
+	}
+	g.startAuditWriter()
+	return g, nil
 }
 
 // Close cancels the context of every operation still running (cause
@@ -109,7 +114,7 @@ func (g *Guard) Close(ctx context.Context) error {
 	go func() { g.inflight.Wait(); g.jobs.wg.Wait(); g.background.Wait(); close(done) }()
 	select {
 	case <-done:
-		return nil
+		return g.stopAudit(ctx) // the batched audit events still queued
 	case <-ctx.Done():
 		return ctx.Err()
 	}
@@ -156,9 +161,10 @@ type prepared struct {
 	secretID string
 	versions []keyVersion
 	stream   *streamCall // DoStream's call; nil for Do
+	actor    string      // Call.Actor, or the context's (audit trail)
 }
 
-func (g *Guard) prepare(c Call) (prepared, error) {
+func (g *Guard) prepare(ctx context.Context, c Call) (prepared, error) {
 	if _, err := tenancy.ParseID(string(c.Tenant)); err != nil {
 		return prepared{}, fmt.Errorf("%w: %w", ErrInvalidInput, err)
 	}
@@ -171,6 +177,9 @@ func (g *Guard) prepare(c Call) (prepared, error) {
 		}
 	}
 	if err := c.Settings.Validate(); err != nil {
+		return prepared{}, fmt.Errorf("%w: %w", ErrInvalidInput, err)
+	}
+	if err := validActor(c.Actor); err != nil {
 		return prepared{}, fmt.Errorf("%w: %w", ErrInvalidInput, err)
 	}
 	if c.Wait < 0 || c.Timeout < 0 {
@@ -193,6 +202,10 @@ func (g *Guard) prepare(c Call) (prepared, error) {
 		timeout:     c.Timeout,
 		detach:      c.Detach,
 		secretID:    g.cfg.SecretID,
+		actor:       c.Actor,
+	}
+	if p.actor == "" && g.audit != nil {
+		p.actor = ActorFrom(ctx)
 	}
 	p.versions = g.versionsOf(p, c.ClientKey, canonical) // previous secrets: secrets.go
 	return p, nil
@@ -219,16 +232,18 @@ func (g *Guard) Do(ctx context.Context, call Call, op Operation) (Result, error)
 		return Result{}, &StoreError{Op: "claim", Err: ErrShuttingDown}
 	}
 	defer g.inflight.Done()
-	p, err := g.prepare(call)
+	p, err := g.prepare(ctx, call)
 	if err != nil {
 		return Result{}, err
 	}
 	if res, fp, ok := g.cache.get(p.tenant, p.scope, p.keyHash, g.now()); ok {
 		if fp != p.fingerprint {
 			g.emit(Event{Kind: EventMismatch, Scope: p.scope})
+			g.noteConflict(p, res.Attempt, time.Time{})
 			return Result{}, ErrFingerprintMismatch
 		}
 		g.emit(Event{Kind: EventReplayed, Tenant: p.tenant, Scope: p.scope, FromMemory: true, Usage: res.Usage})
+		g.noteReplay(p, res, time.Time{})
 		return res, nil
 	}
 	return g.readFirstOrExecute(ctx, p, op)

@@ -150,6 +150,7 @@ func (g *Guard) readFirstOrExecute(ctx context.Context, p prepared, op Operation
 				return Result{}, err
 			}
 			g.emit(Event{Kind: EventReplayed, Tenant: p.tenant, Scope: p.scope, Usage: res.Usage})
+			g.noteReplay(rp, res, rec.Now)
 			return res, nil
 		case err != nil && !errors.Is(err, ErrNotFound):
 			// Fail closed, as the claim would: the store does not answer.

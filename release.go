@@ -18,8 +18,14 @@ const releaseLaterFor = time.Minute
 func (g *Guard) release(p prepared, o owned) {
 	ctx, cancel := g.storeCtx(context.Background())
 	defer cancel()
-	if _, err := g.store.Release(ctx, ReleaseParams{ID: o.id, Nonce: o.nonce, Prev: o.prev}); err != nil {
-		g.releaseLater(p, []pendingClaim{{nonce: o.nonce, prev: o.prev, sent: o.leaseFrom, landed: true}})
+	audit := g.after(o.audit, AuditReleased)
+	won, err := g.store.Release(ctx, ReleaseParams{ID: o.id, Nonce: o.nonce, Prev: o.prev, Audit: audit})
+	if err != nil {
+		g.releaseLater(p, []pendingClaim{{nonce: o.nonce, prev: o.prev, sent: o.leaseFrom, landed: true, audit: o.audit}})
+		return
+	}
+	if won {
+		g.landed(audit)
 	}
 }
 
@@ -76,9 +82,17 @@ func (g *Guard) releaseIfMine(p prepared, us []pendingClaim) []pendingClaim {
 	for _, u := range us {
 		switch {
 		case found && rec.Status == RowStarted && rec.ClaimNonce == u.nonce:
-			if _, err := g.store.Release(ctx, ReleaseParams{ID: rec.ID, Nonce: u.nonce, Prev: u.prev}); err != nil {
+			audit := g.after(u.audit, AuditReleased)
+			won, err := g.store.Release(ctx, ReleaseParams{ID: rec.ID, Nonce: u.nonce, Prev: u.prev, Audit: audit})
+			if err != nil {
 				left = append(left, u)
 				continue
+			}
+			if won {
+				if !u.landed {
+					g.landed(u.audit) // the claim's event came with the write that landed late
+				}
+				g.landed(audit)
 			}
 			g.log.Warn("guard: released a claim whose write landed after its call had answered without it", g.attrs(p)...)
 		case !u.settledFor(rec, found):

@@ -27,6 +27,8 @@ type owned struct {
 	// prev is the row before a Reclaim took it (nil after a Claim or an
 	// expired re-claim), for Release.
 	prev *Record
+	// audit is the durable event of the claim (nil: auditing off).
+	audit *AuditEvent
 }
 
 // own starts the operation on a claim this call took, unless nothing may

@@ -132,7 +132,7 @@ func (g *Guard) DoStream(ctx context.Context, call Call, op StreamOperation, w S
 		return Result{}, &StoreError{Op: "claim", Err: ErrShuttingDown}
 	}
 	defer g.inflight.Done()
-	p, err := g.prepare(call)
+	p, err := g.prepare(ctx, call)
 	if err != nil {
 		return Result{}, err
 	}
@@ -317,6 +317,7 @@ func (l *claimLoop) streamSucceeded(rec Record) (Result, error) {
 	s.begin(StreamStart{Origin: StreamReplayed, KeyHash: l.p.keyHash, CompletedAt: res.CompletedAt})
 	s.writeAll(events, s.sent) // a follower that lagged has the first ones
 	l.g.emit(Event{Kind: EventReplayed, Tenant: l.p.tenant, Scope: l.p.scope, Usage: res.Usage})
+	l.g.noteReplay(l.p, res, rec.Now)
 	return res, nil
 }
 
@@ -339,6 +340,7 @@ func (l *claimLoop) streamRunning(rec Record) (res Result, err error, done bool)
 	defer cur.Close()
 	s.follow, s.attempt = true, rec.Attempts
 	s.begin(StreamStart{Origin: StreamAttached, KeyHash: l.p.keyHash})
+	l.g.noteInProgress(l.p, rec, InProgressAttached)
 	for {
 		e, err := cur.Next(l.ctx)
 		if err == nil {
@@ -385,7 +387,9 @@ func (l *claimLoop) streamBegun(rec Record) (Result, error) {
 		return l.running(rec)
 	case sameRun && rec.Status == RowFailed:
 		if st, err := decodeStored(rec); err == nil {
-			return l.g.storedFailure(l.p, rec, st.env), nil
+			res := l.g.storedFailure(l.p, rec, st.env)
+			l.g.noteReplay(l.p, res, rec.Now)
+			return res, nil
 		}
 	}
 	env := sanitize.Failure(sanitize.Unknown)

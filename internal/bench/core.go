@@ -297,10 +297,15 @@ func replayCall(n int64) idemguard.Call {
 		Inputs: inputs{Doc: n, Text: textHash}}
 }
 
-// populateReplays runs the operation once for each replay key (through a
-// guard of its own, so no measured guard starts with a warm cache) and
-// returns the key hashes by key number.
+// populateReplays populates the replay suite's keys.
 func populateReplays(ctx context.Context, e *env) ([]string, error) {
+	return populate(ctx, e, replayKeys, replayCall)
+}
+
+// populate runs the operation once for each of n calls (through a guard of
+// its own, so no measured guard starts with a warm cache) and returns the
+// key hashes by call number.
+func populate(ctx context.Context, e *env, replayKeys int64, replayCall func(int64) idemguard.Call) ([]string, error) {
 	g, err := e.newGuard(func(c *idemguard.Config) { c.ReplayCacheSize = -1 })
 	if err != nil {
 		return nil, err

@@ -27,8 +27,20 @@ func newMemGuard(b *testing.B, mutate func(*idemguard.Config)) *idemguard.Guard 
 	return g
 }
 
-func BenchmarkGuardFreshMemstore(b *testing.B) {
-	g := newMemGuard(b, nil)
+func BenchmarkGuardFreshMemstore(b *testing.B) { benchmarkFresh(b, nil) }
+
+// The audited twins: the audit trail on (memory store, counting observer),
+// for its allocations per call against the lines above.
+func BenchmarkGuardFreshMemstoreAudited(b *testing.B)        { benchmarkFresh(b, auditOn) }
+func BenchmarkGuardReplayCachedMemstoreAudited(b *testing.B) { benchmarkReplay(b, 0, auditOn) }
+func BenchmarkGuardReplayStoreMemstoreAudited(b *testing.B)  { benchmarkReplay(b, -1, auditOn) }
+
+func auditOn(c *idemguard.Config) {
+	c.Audit = idemguard.AuditConfig{Store: true, Observe: func(idemguard.AuditEvent) {}}
+}
+
+func benchmarkFresh(b *testing.B, mutate func(*idemguard.Config)) {
+	g := newMemGuard(b, mutate)
 	ctx := context.Background()
 	b.ReportAllocs()
 	n := int64(0)
@@ -42,8 +54,13 @@ func BenchmarkGuardFreshMemstore(b *testing.B) {
 	}
 }
 
-func benchmarkReplay(b *testing.B, cacheSize int) {
-	g := newMemGuard(b, func(c *idemguard.Config) { c.ReplayCacheSize = cacheSize })
+func benchmarkReplay(b *testing.B, cacheSize int, mutate ...func(*idemguard.Config)) {
+	g := newMemGuard(b, func(c *idemguard.Config) {
+		c.ReplayCacheSize = cacheSize
+		for _, m := range mutate {
+			m(c)
+		}
+	})
 	ctx := context.Background()
 	for n := range int64(replayKeys) {
 		_, err := g.Do(ctx, replayCall(n), noop)

@@ -44,6 +44,10 @@ const (
 	VHung = "call-never-returned"
 	// The store's statements are not linearizable against the row model.
 	VLinearizability = "not-linearizable"
+	// The audit trail disagrees with the row changes: an execution whose claim has no
+	// durable event, an applied write whose event is missing, or an event of a write
+	// that did not apply.
+	VAudit = "audit-trail"
 )
 
 // Violation is one broken promise in a history.
@@ -131,7 +135,44 @@ func Check(h *History) []Violation {
 	c.answersHold()
 	c.burnt()
 	c.orphans()
+	if h.Trail != nil {
+		c.trail()
+	}
 	return c.out
+}
+
+// trail holds the audit trail to the row changes: every write that applied carried its
+// event into the trail, no write that surely did not apply did, and every execution ran
+// under a claim whose event is there. A write whose outcome is unknown may go either way.
+func (c *checker) trail() {
+	in := map[string]bool{}
+	for _, e := range c.h.Trail {
+		in[e.ID] = true
+	}
+	carried := map[string]bool{}
+	for i := range c.ops {
+		o := &c.ops[i]
+		if o.AuditID == "" {
+			continue
+		}
+		carried[o.AuditID] = true
+		switch {
+		case o.Applied() && !in[o.AuditID]:
+			c.add(VAudit, o.Key, "a %s that applied at %s is not in the audit trail", o.Kind, o.Return.Format(timeFmt))
+		case !o.MayHaveApplied() && in[o.AuditID]:
+			c.add(VAudit, o.Key, "a %s that did not apply (at %s) is in the audit trail", o.Kind, o.Return.Format(timeFmt))
+		}
+	}
+	for _, e := range c.h.Trail {
+		if e.Kind.Durable() && !carried[e.ID] {
+			c.add(VAudit, "", "durable event %s %s was carried by no write", e.Kind, e.ID)
+		}
+	}
+	for e, n := range c.nonce {
+		if o := c.claimOp[n]; n != "" && o != nil && !in[o.AuditID] {
+			c.add(VAudit, e.Key, "call %d ran under a claim whose event is not in the audit trail", e.CallID)
+		}
+	}
 }
 
 // lost reports whether a's replica crashed before a returned.

@@ -227,3 +227,30 @@ func TestLinearizabilityFindsTwoWinners(t *testing.T) {
 	b.op(1, StoreOp{Kind: KindClaim, CallID: 2, Nonce: "n2", RetID: 8, OK: true})
 	require.Equal(t, porcupine.Illegal, CheckLinearizable(b.h, time.Second).Result)
 }
+
+// TestCheckFindsAnAuditTrailThatDisagrees: a claim that applied without its event, an
+// event of a claim that lost, and a durable event no write carried are each found; the
+// trail that matches the writes passes.
+func TestCheckFindsAnAuditTrailThatDisagrees(t *testing.T) {
+	build := func(trail ...idemguard.AuditEvent) []Violation {
+		b := newBuilder(time.Second)
+		b.op(0, StoreOp{Kind: KindClaim, CallID: 1, Nonce: "n1", RetID: 7, OK: true, AuditID: "won"})
+		b.op(1, StoreOp{Kind: KindClaim, CallID: 2, Nonce: "n2", Dup: true, AuditID: "lost"})
+		b.exec(1, 2, 100, okBody)
+		b.h.Trail = append([]idemguard.AuditEvent{}, trail...) // not nil: auditing was on
+		var out []Violation
+		for _, v := range Check(b.h) {
+			if v.Kind == VAudit {
+				out = append(out, v)
+			}
+		}
+		return out
+	}
+	claimed := func(id string) idemguard.AuditEvent {
+		return idemguard.AuditEvent{ID: id, Kind: idemguard.AuditClaimed}
+	}
+	require.Empty(t, build(claimed("won")))
+	require.Len(t, build(), 2, "the claim that applied, and the execution under it, have no event")
+	require.Len(t, build(claimed("won"), claimed("lost")), 1, "the losing claim's event is in the trail")
+	require.Len(t, build(claimed("won"), claimed("stray")), 1, "an event no write carried")
+}

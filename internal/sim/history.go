@@ -60,6 +60,8 @@ type StoreOp struct {
 	Response    []byte              // Complete, Abandon
 	Code        int
 	Prev        *idemguard.Record // Release
+	// AuditID is the id of the durable audit event the write carried ("" for none).
+	AuditID string
 
 	// Outputs.
 	OK       bool // Reclaim, Abandon, Heartbeat, Complete, Release changed the row; Claim inserted it
@@ -151,6 +153,8 @@ type History struct {
 	claims   map[string]time.Time
 	// Final is the store's rows when the run ended (nil: not taken).
 	Final []idemguard.Record
+	// Trail is the store's audit trail when the run ended (nil: auditing was off).
+	Trail []idemguard.AuditEvent
 	// StoreTime converts a local time to the store's clock (nil: the same clock).
 	StoreTime func(time.Time) time.Time
 	// Limits holds the engine constants the invariants refer to.
@@ -411,7 +415,8 @@ func (r *Recorder) end(op *StoreOp, err error, set func()) {
 
 // Claim implements idemguard.Store.
 func (r *Recorder) Claim(ctx context.Context, p idemguard.ClaimParams) (uint64, error) {
-	op := &StoreOp{Kind: KindClaim, Key: KeyOf(p.Tenant, p.Scope, p.KeyHash), Nonce: p.Nonce, Fingerprint: p.Fingerprint}
+	op := &StoreOp{Kind: KindClaim, Key: KeyOf(p.Tenant, p.Scope, p.KeyHash), Nonce: p.Nonce, Fingerprint: p.Fingerprint,
+		AuditID: auditID(p.Audit)}
 	r.begin(ctx, op)
 	id, err := r.store.Claim(ctx, p)
 	r.end(op, err, func() { op.RetID, op.OK = id, err == nil })
@@ -430,7 +435,7 @@ func (r *Recorder) Get(ctx context.Context, tenant, scope, keyHash string) (idem
 // Reclaim implements idemguard.Store.
 func (r *Recorder) Reclaim(ctx context.Context, p idemguard.ReclaimParams) (bool, error) {
 	op := &StoreOp{Kind: KindReclaim, ID: p.ID, Nonce: p.NewNonce, OldNonce: p.OldNonce, OldAttempts: p.OldAttempts,
-		Reclaim: p.Kind, MaxAttempts: p.MaxAttempts, Fingerprint: p.Fingerprint}
+		Reclaim: p.Kind, MaxAttempts: p.MaxAttempts, Fingerprint: p.Fingerprint, AuditID: auditID(p.Audit)}
 	r.begin(ctx, op)
 	ok, err := r.store.Reclaim(ctx, p)
 	r.end(op, err, func() { op.OK = ok })
@@ -440,7 +445,7 @@ func (r *Recorder) Reclaim(ctx context.Context, p idemguard.ReclaimParams) (bool
 // Abandon implements idemguard.Store.
 func (r *Recorder) Abandon(ctx context.Context, p idemguard.AbandonParams) (bool, error) {
 	op := &StoreOp{Kind: KindAbandon, ID: p.ID, OldNonce: p.OldNonce, OldAttempts: p.OldAttempts,
-		Response: p.Response, Code: p.ResponseCode}
+		Response: p.Response, Code: p.ResponseCode, AuditID: auditID(p.Audit)}
 	r.begin(ctx, op)
 	ok, err := r.store.Abandon(ctx, p)
 	r.end(op, err, func() { op.OK = ok })
@@ -467,7 +472,7 @@ func (r *Recorder) Complete(ctx context.Context, p idemguard.CompleteParams) (bo
 
 // Release implements idemguard.Store.
 func (r *Recorder) Release(ctx context.Context, p idemguard.ReleaseParams) (bool, error) {
-	op := &StoreOp{Kind: KindRelease, ID: p.ID, Nonce: p.Nonce, Prev: p.Prev}
+	op := &StoreOp{Kind: KindRelease, ID: p.ID, Nonce: p.Nonce, Prev: p.Prev, AuditID: auditID(p.Audit)}
 	if _, faulted := ctx.Value(slotKey{}).(*slot); !faulted {
 		r.h.releaseSent(p.Nonce, time.Now())
 	}
@@ -571,4 +576,12 @@ func (r *Recorder) AppendAudit(ctx context.Context, events []idemguard.AuditEven
 // History implements idemguard.Store.
 func (r *Recorder) History(ctx context.Context, tenant, scope string, keyHashes []string, limit int) ([]idemguard.AuditEvent, error) {
 	return r.store.History(ctx, tenant, scope, keyHashes, limit)
+}
+
+// auditID is the id of a write's durable audit event, or "".
+func auditID(e *idemguard.AuditEvent) string {
+	if e == nil {
+		return ""
+	}
+	return e.ID
 }

@@ -175,6 +175,9 @@ type Env struct {
 	StoreTime func(time.Time) time.Time
 	// StrictLease: see Limits.StrictLease (true for the MemoryStore in virtual time).
 	StrictLease bool
+	// Trail, when set, turns the guards' audit trail on (written to the store) and returns
+	// the store's trail when the run ends, for the audit invariant (VAudit).
+	Trail func() []idemguard.AuditEvent
 }
 
 // NewMemoryEnv returns a MemoryStore whose clock is sc's skewed clock, starting now.
@@ -184,7 +187,7 @@ func NewMemoryEnv(sc Scenario) Env {
 		now := time.Now()
 		return now.Add(sc.skewAt(now.Sub(start)))
 	}))
-	return Env{Store: ms, Rows: ms.Rows, Start: start, StrictLease: true,
+	return Env{Store: ms, Rows: ms.Rows, Trail: ms.AuditEvents, Start: start, StrictLease: true,
 		StoreTime: func(t time.Time) time.Time { return t.Add(sc.skewAt(t.Sub(start))) }}
 }
 
@@ -237,7 +240,7 @@ func Simulate(sc Scenario, env Env) *History {
 		f := NewFaults(rec, h, i, p, sc.Seed, env.Start, sc.Defect, r.ended)
 		g, err := idemguard.New(idemguard.Config{Store: f, Secret: Secret, Logger: slog.New(slog.DiscardHandler),
 			StoreTimeout: sc.StoreTimeout, MaxWait: 3 * sc.Lease, ReplayCacheSize: sc.CacheSize,
-			Test: idemguard.TestConfig{ReadFirst: sc.ReadFirst}})
+			Test: idemguard.TestConfig{ReadFirst: sc.ReadFirst}, Audit: idemguard.AuditConfig{Store: env.Trail != nil}})
 		if err != nil {
 			panic(err)
 		}
@@ -295,6 +298,9 @@ func Simulate(sc Scenario, env Env) *History {
 	}
 	for _, f := range r.faults {
 		f.Wait()
+	}
+	if env.Trail != nil {
+		h.Trail = env.Trail()
 	}
 	return h
 }

@@ -1,0 +1,333 @@
+package idemguard_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/idemguard/idemguard"
+	"github.com/idemguard/idemguard/sanitize"
+)
+
+// auditSink collects what Config.Audit.Observe receives.
+type auditSink struct {
+	mu     sync.Mutex
+	events []idemguard.AuditEvent
+}
+
+func (s *auditSink) observe(e idemguard.AuditEvent) {
+	s.mu.Lock()
+	s.events = append(s.events, e)
+	s.mu.Unlock()
+}
+
+func (s *auditSink) all() []idemguard.AuditEvent {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return append([]idemguard.AuditEvent(nil), s.events...)
+}
+
+func kindsOf(events []idemguard.AuditEvent) []idemguard.AuditKind {
+	out := make([]idemguard.AuditKind, len(events))
+	for i, e := range events {
+		out[i] = e.Kind
+	}
+	return out
+}
+
+func auditing(sink *auditSink) func(*idemguard.Config) {
+	return func(c *idemguard.Config) {
+		c.Audit = idemguard.AuditConfig{Observe: sink.observe, Store: true, FlushEvery: time.Millisecond}
+	}
+}
+
+// closeAndCheck closes the Guard (writing the queued batch) and checks that
+// the store's trail holds exactly the events the observer saw, IDs
+// included, and returns them in the order observed.
+func closeAndCheck(t *testing.T, b *testBundle, sink *auditSink) []idemguard.AuditEvent {
+	t.Helper()
+	require.NoError(t, b.guard.Close(context.Background()))
+	seen, stored := sink.all(), b.store.AuditEvents()
+	require.ElementsMatch(t, idsOf(seen), idsOf(stored), "the store and the observer hold the same events")
+	return seen
+}
+
+func ofKey(events []idemguard.AuditEvent, keyHash string) []idemguard.AuditEvent {
+	var out []idemguard.AuditEvent
+	for _, e := range events {
+		if e.KeyHash == keyHash {
+			out = append(out, e)
+		}
+	}
+	return out
+}
+
+func idsOf(events []idemguard.AuditEvent) []string {
+	out := make([]string, len(events))
+	for i, e := range events {
+		out[i] = string(e.Kind) + "/" + e.ID
+	}
+	return out
+}
+
+func TestAuditRecordsEachDecisionOnce(t *testing.T) {
+	sink := &auditSink{}
+	b := setup(t, auditing(sink))
+	ctx := idemguard.WithActor(context.Background(), "key:billing")
+	var runs atomic.Int32
+	call := idemguard.Call{Tenant: "acme", Scope: "ai.copy", ClientKey: "k-1", Inputs: map[string]any{"n": 1}}
+
+	first, err := b.guard.Do(ctx, call, okOp(&runs))
+	require.NoError(t, err)
+	_, err = b.guard.Do(ctx, call, okOp(&runs)) // replay (cache)
+	require.NoError(t, err)
+	other := call
+	other.Inputs = map[string]any{"n": 2}
+	_, err = b.guard.Do(ctx, other, okOp(&runs))
+	require.ErrorIs(t, err, idemguard.ErrFingerprintMismatch)
+
+	events := closeAndCheck(t, b, sink)
+	require.Equal(t, []idemguard.AuditKind{idemguard.AuditClaimed, idemguard.AuditReplay, idemguard.AuditConflict}, kindsOf(events))
+	for _, e := range events {
+		require.Equal(t, "acme", e.Tenant)
+		require.Equal(t, "ai.copy", e.Scope)
+		require.Equal(t, first.KeyHash, e.KeyHash)
+		require.Equal(t, 1, e.Attempt)
+		require.Equal(t, "key:billing", e.Actor)
+		require.Len(t, e.ID, 32)
+	}
+	require.True(t, events[1].OriginalAt.Equal(first.CompletedAt), "a replay names the original's completion time")
+
+	history, err := b.guard.History(context.Background(), "acme", "ai.copy", []string{first.KeyHash})
+	require.NoError(t, err)
+	require.Equal(t, kindsOf(events), kindsOf(history))
+	require.Equal(t, 1, history[1].Replay, "History numbers the replays")
+	none, err := b.guard.History(context.Background(), "other", "ai.copy", []string{first.KeyHash})
+	require.NoError(t, err)
+	require.Empty(t, none, "another tenant's key has no history")
+}
+
+func TestAuditTakeoverAbandonAndRetry(t *testing.T) {
+	sink := &auditSink{}
+	b := setup(t, auditing(sink))
+	ctx := context.Background()
+	stale := idemguard.Settings{StaleAfter: time.Second, MaxAttempts: 3}
+	call := idemguard.Call{Tenant: "acme", Scope: "ai.copy", ClientKey: "k-2", Inputs: 1, Settings: stale}
+	hash, err := b.guard.KeyHash("acme", "ai.copy", "k-2")
+	require.NoError(t, err)
+
+	// A claim whose owner died: its row stays started and goes stale.
+	id, err := b.store.Claim(ctx, idemguard.ClaimParams{Tenant: "acme", Scope: "ai.copy", KeyHash: hash,
+		Fingerprint: fingerprintOf(t, b, call), Nonce: "dead", TTL: time.Hour, Lease: time.Second})
+	require.NoError(t, err)
+	require.NotZero(t, id)
+	b.clock.Advance(2 * time.Second)
+	failing := func(context.Context) (any, error) { return nil, &idemguard.OpError{Reason: sanitize.ProviderError} }
+	res, err := b.guard.Do(ctx, call, failing)
+	require.NoError(t, err)
+	require.Equal(t, idemguard.StatusFailed, res.Status)
+	var runs atomic.Int32
+	_, err = b.guard.Do(ctx, call, okOp(&runs))
+	require.NoError(t, err)
+
+	events := ofKey(closeAndCheck(t, b, sink), hash)
+	require.Equal(t, []idemguard.AuditKind{idemguard.AuditTakeover, idemguard.AuditRetried}, kindsOf(events))
+	require.Equal(t, 2, events[0].Attempt)
+	require.Equal(t, 3, events[1].Attempt)
+	require.True(t, events[0].At.Equal(b.clock.Now()), "a takeover carries the store's clock at the read it came from")
+}
+
+func TestAuditAbandonedUnderPolicyFail(t *testing.T) {
+	sink := &auditSink{}
+	b := setup(t, auditing(sink))
+	ctx := context.Background()
+	call := idemguard.Call{Tenant: "acme", Scope: "ai.bill", ClientKey: "k-3", Inputs: 1,
+		Settings: idemguard.Settings{StaleAfter: time.Second, StalePolicy: idemguard.StaleFail}}
+	hash, err := b.guard.KeyHash("acme", "ai.bill", "k-3")
+	require.NoError(t, err)
+	_, err = b.store.Claim(ctx, idemguard.ClaimParams{Tenant: "acme", Scope: "ai.bill", KeyHash: hash,
+		Fingerprint: fingerprintOf(t, b, call), Nonce: "dead", TTL: time.Hour, Lease: time.Second})
+	require.NoError(t, err)
+	b.clock.Advance(2 * time.Second)
+	var runs atomic.Int32
+	res, err := b.guard.Do(ctx, call, okOp(&runs))
+	require.NoError(t, err)
+	require.Equal(t, sanitize.Abandoned, res.StopReason)
+	require.Zero(t, runs.Load())
+
+	events := ofKey(closeAndCheck(t, b, sink), hash)
+	require.Equal(t, []idemguard.AuditKind{idemguard.AuditAbandoned, idemguard.AuditReplay}, kindsOf(events))
+	require.Equal(t, sanitize.Abandoned, events[0].StopReason)
+}
+
+func TestAuditReleasedWhenTheCallerLeftBeforeTheRun(t *testing.T) {
+	sink := &auditSink{}
+	b := setup(t, auditing(sink))
+	ctx, cancel := context.WithCancel(context.Background())
+	call := idemguard.Call{Tenant: "acme", Scope: "ai.copy", ClientKey: "k-4", Inputs: 1,
+		Check: func() error { cancel(); return nil }} // the caller hangs up just before the claim
+	var runs atomic.Int32
+	_, err := b.guard.Do(ctx, call, okOp(&runs))
+	require.ErrorIs(t, err, idemguard.ErrStoreUnavailable)
+	require.Zero(t, runs.Load())
+	require.Empty(t, b.store.Rows())
+
+	events := closeAndCheck(t, b, sink)
+	require.Equal(t, []idemguard.AuditKind{idemguard.AuditClaimed, idemguard.AuditReleased}, kindsOf(events))
+}
+
+func TestAuditInProgressAndCancel(t *testing.T) {
+	sink := &auditSink{}
+	b := setup(t, auditing(sink))
+	ctx := context.Background()
+	call := idemguard.Call{Tenant: "acme", Scope: "ai.job", ClientKey: "k-5", Inputs: 1}
+	started, release := make(chan struct{}), make(chan struct{})
+	done := make(chan error, 1)
+	go func() {
+		_, err := b.guard.Do(ctx, call, func(context.Context) (any, error) {
+			close(started)
+			<-release
+			return nil, nil
+		})
+		done <- err
+	}()
+	<-started
+	res, err := b.guard.Do(ctx, call, func(context.Context) (any, error) { return nil, errors.New("never runs") })
+	require.NoError(t, err)
+	require.Equal(t, idemguard.StatusInProgress, res.Status)
+	require.NoError(t, b.guard.Cancel(idemguard.WithActor(ctx, "key:ops"), "acme", "ai.job", res.KeyHash))
+	close(release)
+	require.NoError(t, <-done)
+
+	events := closeAndCheck(t, b, sink)
+	require.Equal(t, []idemguard.AuditKind{idemguard.AuditClaimed, idemguard.AuditInProgress, idemguard.AuditCanceled}, kindsOf(events))
+	require.Equal(t, idemguard.InProgressAnswered, events[1].Detail)
+	require.Equal(t, "key:ops", events[2].Actor, "a cancel names who asked for it")
+}
+
+// TestAuditNeverHoldsSecrets: the key, the inputs and the answer appear in
+// no event, in no form that JSON shows.
+func TestAuditNeverHoldsSecrets(t *testing.T) {
+	sink := &auditSink{}
+	b := setup(t, auditing(sink))
+	const key, prompt, answer = "canary-key-7f3a", "canary prompt: my card is 4111", "canary-answer-9c1d"
+	call := idemguard.Call{Tenant: "acme", Scope: "ai.copy", ClientKey: key,
+		Inputs: map[string]any{"prompt": idemguard.HashUserText(prompt), "raw": prompt}}
+	op := func(context.Context) (any, error) {
+		return map[string]any{"ok": true, "data": map[string]any{"text": answer}}, nil
+	}
+	for range 3 {
+		_, err := b.guard.Do(context.Background(), call, op)
+		require.NoError(t, err)
+	}
+	events := closeAndCheck(t, b, sink)
+	require.Len(t, events, 3)
+	for _, e := range events {
+		j, err := json.Marshal(e)
+		require.NoError(t, err)
+		for _, canary := range []string{key, prompt, "4111", answer, e.KeyHash} {
+			require.NotContains(t, string(j), canary)
+		}
+		require.Contains(t, string(j), `"keyPrefix":"`+e.KeyHash[:idemguard.KeyPrefixLen]+`"`)
+	}
+}
+
+// blockingAudit is a store whose batch writes hang until released.
+type blockingAudit struct {
+	*idemguard.MemoryStore
+	release chan struct{}
+}
+
+func (s blockingAudit) AppendAudit(ctx context.Context, events []idemguard.AuditEvent) error {
+	select {
+	case <-s.release:
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	return s.MemoryStore.AppendAudit(ctx, events)
+}
+
+// TestAuditDropsBatchedEventsWhenTheQueueIsFull: replays never wait for the
+// audit writer; what does not fit is dropped and counted.
+func TestAuditDropsBatchedEventsWhenTheQueueIsFull(t *testing.T) {
+	store := blockingAudit{MemoryStore: idemguard.NewMemoryStore(), release: make(chan struct{})}
+	var dropped atomic.Int32
+	g, err := idemguard.New(idemguard.Config{Store: store, Secret: secret,
+		Audit: idemguard.AuditConfig{Store: true, QueueSize: 1, BatchSize: 1, FlushEvery: time.Hour},
+		Observe: func(e idemguard.Event) {
+			if e.Kind == idemguard.EventAuditDropped && e.Field == "queue_full" {
+				dropped.Add(1)
+			}
+		}})
+	require.NoError(t, err)
+	call := idemguard.Call{Tenant: "acme", Scope: "ai.copy", ClientKey: "k-6", Inputs: 1}
+	var runs atomic.Int32
+	for range 10 {
+		_, err := g.Do(context.Background(), call, okOp(&runs))
+		require.NoError(t, err)
+	}
+	close(store.release)
+	require.NoError(t, g.Close(context.Background()))
+	require.EqualValues(t, 1, runs.Load())
+	stored := store.AuditEvents()
+	// The claim is durable; of 9 replays, one is held by the blocked
+	// writer, one waits in the queue, the rest were dropped.
+	require.Equal(t, idemguard.AuditClaimed, stored[0].Kind)
+	require.EqualValues(t, 9, int(dropped.Load())+len(stored)-1)
+	require.GreaterOrEqual(t, dropped.Load(), int32(7))
+}
+
+func TestAuditOffWritesNothing(t *testing.T) {
+	b := setup(t)
+	var runs atomic.Int32
+	call := idemguard.Call{Tenant: "acme", Scope: "ai.copy", ClientKey: "k-7", Inputs: 1}
+	for range 2 {
+		_, err := b.guard.Do(context.Background(), call, okOp(&runs))
+		require.NoError(t, err)
+	}
+	require.Empty(t, b.store.AuditEvents())
+}
+
+func TestActorIsValidated(t *testing.T) {
+	b := setup(t)
+	for _, actor := range []string{strings.Repeat("a", idemguard.MaxActorLen+1), "key:\nforged"} {
+		_, err := b.guard.Do(context.Background(), idemguard.Call{Tenant: "acme", Scope: "s", Inputs: 1, Actor: actor},
+			func(context.Context) (any, error) { return nil, nil })
+		require.ErrorIs(t, err, idemguard.ErrInvalidInput)
+	}
+	require.Empty(t, b.store.Rows())
+}
+
+func TestHashActorHidesTheName(t *testing.T) {
+	b := setup(t)
+	a := b.guard.HashActor("alice@example.com")
+	require.Equal(t, a, b.guard.HashActor("alice@example.com"))
+	require.NotEqual(t, a, b.guard.HashActor("bob@example.com"))
+	require.NotContains(t, a, "alice")
+	require.Len(t, a, 2+32)
+}
+
+// fingerprintOf is the fingerprint the Guard stores for call's inputs,
+// read back from a claim it makes under another key.
+func fingerprintOf(t *testing.T, b *testBundle, call idemguard.Call) string {
+	t.Helper()
+	probe := call
+	probe.ClientKey += "-probe"
+	probe.Settings = idemguard.Settings{}
+	res, err := b.guard.Do(context.Background(), probe, func(context.Context) (any, error) { return nil, nil })
+	require.NoError(t, err)
+	for _, r := range b.store.Rows() {
+		if r.KeyHash == res.KeyHash {
+			return r.Fingerprint
+		}
+	}
+	t.Fatal("probe row not found")
+	return ""
+}

@@ -1,0 +1,225 @@
+package idemguard
+
+import (
+	"cmp"
+	"context"
+	"fmt"
+	"log/slog"
+	"runtime/debug"
+	"sync"
+	"time"
+)
+
+// The audit trail, as the engine writes it (audit.go has its shape).
+// A durable event is made before the store write whose change it records,
+// travels with that write (the write's Audit param: one transaction in the
+// store), and reaches Config.Audit.Observe once the write is known to have
+// landed. A read-only decision (replay, in progress, conflict) is observed
+// at once and queued for the store's batch writer.
+
+// Defaults of AuditConfig.
+const (
+	DefaultAuditQueueSize  = 10_000
+	DefaultAuditBatchSize  = 500
+	DefaultAuditFlushEvery = 200 * time.Millisecond
+)
+
+// auditor is a Guard's audit state; nil when auditing is off.
+type auditor struct {
+	observe func(AuditEvent)
+	store   bool
+	queue   chan AuditEvent // batched events for the store; nil without Store
+	batch   int
+	every   time.Duration
+	stop    chan struct{}
+	done    chan struct{}
+	once    sync.Once
+	panics  sync.Once
+}
+
+func newAuditor(c AuditConfig) *auditor {
+	if !c.on() {
+		return nil
+	}
+	a := &auditor{observe: c.Observe, store: c.Store, batch: cmp.Or(c.BatchSize, DefaultAuditBatchSize),
+		every: cmp.Or(c.FlushEvery, DefaultAuditFlushEvery), stop: make(chan struct{}), done: make(chan struct{})}
+	if c.Store {
+		a.queue = make(chan AuditEvent, cmp.Or(c.QueueSize, DefaultAuditQueueSize))
+	}
+	return a
+}
+
+// newAudit makes a durable event about keyHash of p's call, or nil when
+// auditing is off. at zero is the service's clock.
+func (g *Guard) newAudit(p prepared, kind AuditKind, keyHash string, attempt int, at time.Time) *AuditEvent {
+	if g.audit == nil {
+		return nil
+	}
+	if at.IsZero() {
+		at = g.now()
+	}
+	return &AuditEvent{ID: newAuditID(time.Now()), Kind: kind, At: at.UTC(), Tenant: p.tenant, Scope: p.scope,
+		KeyHash: keyHash, Attempt: attempt, Actor: p.actor}
+}
+
+// after makes the durable event kind that follows e (the same key, attempt
+// and actor), or nil when e is nil.
+func (g *Guard) after(e *AuditEvent, kind AuditKind) *AuditEvent {
+	if e == nil {
+		return nil
+	}
+	return &AuditEvent{ID: newAuditID(time.Now()), Kind: kind, At: g.now().UTC(), Tenant: e.Tenant, Scope: e.Scope,
+		KeyHash: e.KeyHash, Attempt: e.Attempt, Actor: e.Actor}
+}
+
+// landed reports a durable event whose write is known to have landed to
+// the observer (the store has it already).
+func (g *Guard) landed(e *AuditEvent) {
+	if e != nil && g.audit.observe != nil {
+		g.observeAudit(*e)
+	}
+}
+
+// note records a read-only decision: observed now, written to the store in
+// a batch (dropped and counted if the queue is full). at zero is the
+// service's clock; originalAt and detail as in AuditEvent.
+func (g *Guard) note(p prepared, kind AuditKind, attempt int, at, originalAt time.Time, detail string) {
+	if at.IsZero() {
+		at = g.now()
+	}
+	e := AuditEvent{ID: newAuditID(time.Now()), Kind: kind, At: at.UTC(), Tenant: p.tenant, Scope: p.scope,
+		KeyHash: p.keyHash, Attempt: attempt, Actor: p.actor, OriginalAt: originalAt, Detail: detail}
+	if g.audit.observe != nil {
+		g.observeAudit(e)
+	}
+	if g.audit.queue == nil {
+		return
+	}
+	select {
+	case g.audit.queue <- e:
+	default:
+		g.emit(Event{Kind: EventAuditDropped, Scope: p.scope, Field: "queue_full"})
+	}
+}
+
+// noteReplay records that res, a stored answer, was replayed; at is the
+// database's clock at the read that found it (zero: from the replay cache).
+func (g *Guard) noteReplay(p prepared, res Result, at time.Time) {
+	if g.audit != nil {
+		g.note(p, AuditReplay, res.Attempt, at, res.CompletedAt, "")
+	}
+}
+
+// noteInProgress records that a duplicate found rec running, and how it
+// was answered.
+func (g *Guard) noteInProgress(p prepared, rec Record, detail string) {
+	if g.audit != nil {
+		g.note(p, AuditInProgress, rec.Attempts, rec.Now, time.Time{}, detail)
+	}
+}
+
+// noteConflict records a client key reused with other inputs.
+func (g *Guard) noteConflict(p prepared, attempt int, at time.Time) {
+	if g.audit != nil {
+		g.note(p, AuditConflict, attempt, at, time.Time{}, "")
+	}
+}
+
+// observeAudit calls Config.Audit.Observe; a panic is logged once and the
+// event lost for that sink, never the call's protocol.
+func (g *Guard) observeAudit(e AuditEvent) {
+	defer func() {
+		if r := recover(); r != nil {
+			g.audit.panics.Do(func() {
+				g.log.Error("guard: Config.Audit.Observe panicked; the event is lost for it, the call goes on (logged once)",
+					slog.String("event", string(e.Kind)), slog.String("panic_type", fmt.Sprintf("%T", r)),
+					slog.String("stack", string(debug.Stack())))
+			})
+		}
+	}()
+	g.audit.observe(e)
+}
+
+// startAuditWriter starts the batch writer when the store gets the trail.
+func (g *Guard) startAuditWriter() {
+	if g.audit == nil || g.audit.queue == nil {
+		return
+	}
+	go g.writeAudit()
+}
+
+// writeAudit writes the queued events in batches of at most BatchSize, at
+// least every FlushEvery, until stopAudit; then it writes what is left.
+func (g *Guard) writeAudit() {
+	a := g.audit
+	defer close(a.done)
+	tick := time.NewTicker(a.every)
+	defer tick.Stop()
+	batch := make([]AuditEvent, 0, a.batch)
+	flush := func() {
+		if len(batch) > 0 {
+			g.appendAudit(batch)
+			// A new slice, never the written one: a store call that timed
+			// out may still be sending it.
+			batch = make([]AuditEvent, 0, a.batch)
+		}
+	}
+	for {
+		select {
+		case e := <-a.queue:
+			if batch = append(batch, e); len(batch) == a.batch {
+				flush()
+			}
+		case <-tick.C:
+			flush()
+		case <-a.stop:
+			for {
+				select {
+				case e := <-a.queue:
+					if batch = append(batch, e); len(batch) == a.batch {
+						flush()
+					}
+				default:
+					flush()
+					return
+				}
+			}
+		}
+	}
+}
+
+// appendAudit writes one batch, trying twice; a batch the store refuses is
+// dropped and counted.
+func (g *Guard) appendAudit(batch []AuditEvent) {
+	var err error
+	for try := range 2 {
+		if try > 0 {
+			time.Sleep(jitter(100 * time.Millisecond))
+		}
+		ctx, cancel := g.storeCtx(context.Background())
+		err = g.store.AppendAudit(ctx, batch)
+		cancel()
+		if err == nil {
+			return
+		}
+	}
+	g.log.Warn("guard: audit events not written", slog.Int("events", len(batch)), slog.Any("err", err))
+	for _, e := range batch {
+		g.emit(Event{Kind: EventAuditDropped, Scope: e.Scope, Field: "store"})
+	}
+}
+
+// stopAudit writes what is queued and stops the batch writer, waiting at
+// most until ctx ends.
+func (g *Guard) stopAudit(ctx context.Context) error {
+	if g.audit == nil || g.audit.queue == nil {
+		return nil
+	}
+	g.audit.once.Do(func() { close(g.audit.stop) })
+	select {
+	case <-g.audit.done:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}

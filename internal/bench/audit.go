@@ -1,0 +1,112 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"sync/atomic"
+
+	"github.com/idemguard/idemguard"
+)
+
+// The audit suite measures what the audit trail costs, against the same
+// build with auditing off. Audited guards write to the store
+// (Config.Audit.Store: a claim's event in the claim's transaction, replays
+// in batches off the request path) and hand every event to an observer that
+// only counts it, as serve's stream writer queues it. Cases:
+//   - fresh keys (claim, no-op operation, complete): the claim's INSERT
+//     becomes a transaction with the event's INSERT;
+//   - store replays (replay cache off): one queued event per replay;
+//   - cached replays: the same, from memory.
+// Each audited case's ratio is against its unaudited twin.
+
+func init() {
+	register(suite{name: "audit", about: "fresh and replay paths with the audit trail on (table + observer) vs off", run: runAudit})
+}
+
+const (
+	scopeAuditFresh  = "bench.audit.fresh"
+	scopeAuditReplay = "bench.audit.replay"
+)
+
+func auditReplayCall(n int64) idemguard.Call {
+	return idemguard.Call{Tenant: tenantGuard, Scope: scopeAuditReplay, ClientKey: "audit-replay-" + strconv.FormatInt(n, 10),
+		Inputs: inputs{Doc: n, Text: textHash}}
+}
+
+func runAudit(ctx context.Context, e *env) ([]row, error) {
+	if _, err := populate(ctx, e, replayKeys, auditReplayCall); err != nil {
+		return nil, err
+	}
+	var observed atomic.Int64
+	audited := func(c *idemguard.Config) {
+		c.Audit = idemguard.AuditConfig{Store: true, Observe: func(idemguard.AuditEvent) { observed.Add(1) }}
+	}
+	noCache := func(c *idemguard.Config) { c.ReplayCacheSize = -1 }
+	guards := map[string]*idemguard.Guard{}
+	for name, mutate := range map[string][]func(*idemguard.Config){
+		"off": nil, "on": {audited}, "off-store": {noCache}, "on-store": {noCache, audited},
+	} {
+		g, err := e.newGuard(func(c *idemguard.Config) {
+			for _, m := range mutate {
+				m(c)
+			}
+		})
+		if err != nil {
+			return nil, err
+		}
+		defer closeGuard(g)
+		guards[name] = g
+	}
+
+	var seq atomic.Int64
+	fresh := func(name, baseline string, g *idemguard.Guard) benchCase {
+		return benchCase{name: name, baseline: baseline, op: func(ctx context.Context) error {
+			n := seq.Add(1)
+			res, err := g.Do(ctx, idemguard.Call{Tenant: tenantGuard, Scope: scopeAuditFresh,
+				ClientKey: "audit-fresh-" + strconv.FormatInt(n, 10), Inputs: inputs{Doc: n, Text: textHash}}, noop)
+			if err != nil {
+				return err
+			}
+			if res.Status != idemguard.StatusSucceeded || res.Cached || res.LostClaim {
+				return fmt.Errorf("fresh key answered status %s cached %t lost %t, want a fresh success",
+					res.Status, res.Cached, res.LostClaim)
+			}
+			return nil
+		}}
+	}
+	replay := func(name, baseline string, g *idemguard.Guard) benchCase {
+		var seq atomic.Int64
+		return benchCase{name: name, baseline: baseline, op: func(ctx context.Context) error {
+			res, err := g.Do(ctx, auditReplayCall(seq.Add(1)%replayKeys), noop)
+			if err != nil {
+				return err
+			}
+			if res.Status != idemguard.StatusSucceeded || !res.Cached {
+				return fmt.Errorf("succeeded key answered status %s cached %t, want a replay", res.Status, res.Cached)
+			}
+			return nil
+		}}
+	}
+	freshOff := fresh("fresh-audit-off", "", guards["off"])
+	freshOn := fresh("fresh-audit-on", freshOff.name, guards["on"])
+	storeOff := replay("replay-store-audit-off", "", guards["off-store"])
+	storeOn := replay("replay-store-audit-on", storeOff.name, guards["on-store"])
+	cachedOff := replay("replay-cached-audit-off", "", guards["off"])
+	cachedOn := replay("replay-cached-audit-on", cachedOff.name, guards["on"])
+
+	var rows []row
+	for _, c := range e.opts.concurrency {
+		for _, pair := range [][2]benchCase{{freshOff, freshOn}, {storeOff, storeOn}, {cachedOff, cachedOn}} {
+			r, err := e.compare(ctx, "audit", c, pair[0], pair[1])
+			if err != nil {
+				return nil, err
+			}
+			rows = append(rows, r...)
+		}
+	}
+	if observed.Load() == 0 {
+		return nil, fmt.Errorf("the audited guards observed no event")
+	}
+	return rows, nil
+}
