@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
+	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -365,6 +366,9 @@ func TestMiddlewareActor(t *testing.T) {
 		return "svc:" + c.GetHeader("X-Service")
 	}}), handler)
 	r.POST("/default", Idempotent(MiddlewareOptions{Guard: b.guard}), handler)
+	badLog := &syncBuffer{}
+	r.POST("/bad", Idempotent(MiddlewareOptions{Guard: b.guard, Logger: slog.New(slog.NewJSONHandler(badLog, nil)),
+		Actor: func(*gin.Context) string { return strings.Repeat("x", idemguard.MaxActorLen+1) }}), handler)
 
 	for path, want := range map[string]string{"/own": "svc:orders", "/default": "key:from-auth"} {
 		hr := httptest.NewRequest(http.MethodPost, path, strings.NewReader(`{}`))
@@ -374,4 +378,11 @@ func TestMiddlewareActor(t *testing.T) {
 		require.Equal(t, http.StatusOK, w.Code, w.Body.String())
 		require.Equal(t, want, <-seen, path)
 	}
+	// An actor the audit table could not hold is the team's bug: 500, and
+	// the handler does not run.
+	w := httptest.NewRecorder()
+	r.ServeHTTP(w, httptest.NewRequest(http.MethodPost, "/bad", strings.NewReader(`{}`)))
+	require.Equal(t, http.StatusInternalServerError, w.Code, w.Body.String())
+	require.Empty(t, seen)
+	require.Contains(t, badLog.String(), "MiddlewareOptions.Actor")
 }
