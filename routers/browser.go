@@ -12,6 +12,7 @@ import (
 
 	"github.com/gin-gonic/gin"
 
+	"github.com/idemguard/idemguard"
 	"github.com/idemguard/idemguard/routers/auth"
 	"github.com/idemguard/idemguard/tenancy"
 )
@@ -38,22 +39,42 @@ func (o Options) validateBrowser() error {
 // authenticateScope authenticates the request by the credentials its scope
 // accepts (auth.DefaultMethods when the scope is not listed, or unknown).
 // The tenant goes into the request context (tenancy.FromContext) and the gin
-// context (tenantKey). A failure is a 401 problem; its reason (never the
+// context (tenantKey); the caller's actor (actorOf) into the request context
+// (idemguard.WithActor), where every guarded call of the request finds it. A failure is a 401 problem; its reason (never the
 // token) is logged.
 func (h *handlers) authenticateScope(creds *auth.Credentials, byScope map[string][]auth.Method) gin.HandlerFunc {
 	return func(c *gin.Context) {
-		id, method, err := creds.AuthenticateRequest(c.Request.Context(), c.Request, byScope[c.Param("scope")])
+		p, err := creds.Authenticate(c.Request.Context(), c.Request, byScope[c.Param("scope")])
 		if err != nil {
 			h.log.Info("http: authentication failed", slog.String("route", c.FullPath()), slog.String("reason", err.Error()))
 			c.Header("WWW-Authenticate", auth.Challenge(err))
 			h.fail(c, err)
 			return
 		}
-		c.Request = c.Request.WithContext(tenancy.WithTenant(c.Request.Context(), id))
-		c.Set(tenantKey, id)
-		c.Set(authMethodKey, string(method))
+		ctx := tenancy.WithTenant(c.Request.Context(), p.Tenant)
+		c.Request = c.Request.WithContext(idemguard.WithActor(ctx, h.actorOf(p)))
+		c.Set(tenantKey, p.Tenant)
+		c.Set(authMethodKey, string(p.Method))
 		c.Next()
 	}
+}
+
+// actorOf names the caller in the audit trail: "key:<name>" for an API key
+// (its configured name, never the key), "jwt:" and the HMAC of the token's
+// subject under the guard's secret for a JWT (Guard.HashActor: the subject
+// may be personal data, the trail keeps only a pseudonym; "jwt" alone
+// without a subject).
+func (h *handlers) actorOf(p auth.Principal) string {
+	switch p.Method {
+	case auth.MethodAPIKey:
+		return auth.KeyActor(p.KeyName)
+	case auth.MethodJWT:
+		if p.Subject == "" {
+			return "jwt"
+		}
+		return "jwt:" + h.guard.HashActor(p.Subject)
+	}
+	return ""
 }
 
 // authMethodKey is the gin-context key of the credential method used.

@@ -15,6 +15,7 @@ routes in a team's own gin engine (Options.Prefix moves them).
 	GET  /v1/ops/{scope}/keys/{key}  the record of a key (client key, or ~<key hash>)
 	GET  /v1/ops/{scope}/keys/{key}/events  the key's transitions (server-sent events)
 	POST /v1/ops/{scope}/keys/{key}/cancel  ask the key's running execution to stop
+	GET  /v1/ops/{scope}/keys/{key}/history the key's audit trail, oldest first (404 without events)
 	GET  /healthz                    the process is up: 200 {"status":"ok"}
 	GET  /readyz                     Options.Ready: 200 {"status":"ok"} or 503 problem
 	GET  /metrics                    Options.Metrics (404 problem when nil)
@@ -22,6 +23,10 @@ routes in a team's own gin engine (Options.Prefix moves them).
 	GET  /ops                        Options.OpsPage, the operator page (404 problem when nil)
 
 The /v1 routes need `Authorization: Bearer <api key>` (auth.Authenticator).
+Authentication also names the caller for the audit trail, once per request
+(idemguard.WithActor): an API key as "key:<its configured name>", a JWT as
+"jwt:" and Guard.HashActor of its subject (a pseudonym: the subject may be
+personal data).
 
 # POST /v1/ops/{scope}
 

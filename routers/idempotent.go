@@ -16,6 +16,7 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode"
 
 	"github.com/gin-gonic/gin"
 
@@ -82,6 +83,14 @@ type MiddlewareOptions struct {
 	Headers []string
 	// Logger receives the middleware's error logs. Defaults to slog.Default().
 	Logger *slog.Logger
+	// Actor names the caller in the audit trail (Call.Actor) for Idempotent
+	// (gin): a stable id, never a secret or personal data (hash a person's
+	// id with Guard.HashActor). Defaults to idemguard.ActorFrom of the
+	// request context, which routers/auth's middleware and the REST API
+	// fill in. IdempotentHTTP always uses that default. An actor longer than
+	// idemguard.MaxActorLen or not printable answers 500 (logged) without
+	// running the handler.
+	Actor func(*gin.Context) string
 }
 
 // Validate reports the first option that is missing or out of range.
@@ -142,13 +151,36 @@ func Idempotent(o MiddlewareOptions) gin.HandlerFunc {
 			scope = routeScope(c.Request.Method, c.FullPath())
 		}
 		orig, origReq := c.Writer, c.Request
-		m.serve(orig, c.Request, scope, func(w *bufferedWriter, r *http.Request) {
+		r := c.Request
+		if o.Actor != nil {
+			actor := o.Actor(c)
+			if err := checkActor(actor); err != nil { // a programming error: 500, logged
+				m.fail(c.Writer, r, fmt.Errorf("routers: MiddlewareOptions.Actor: %w", err))
+				c.Abort()
+				return
+			}
+			r = r.WithContext(idemguard.WithActor(r.Context(), actor))
+		}
+		m.serve(orig, r, scope, func(w *bufferedWriter, r *http.Request) {
 			c.Writer, c.Request = &ginBufferedWriter{bufferedWriter: w, orig: orig}, r
 			defer func() { c.Writer, c.Request = orig, origReq }()
 			c.Next()
 		})
 		c.Abort()
 	}
+}
+
+// checkActor applies Call.Actor's rule (at most idemguard.MaxActorLen
+// printable bytes) to an actor that travels in the context, which the
+// engine takes as it is.
+func checkActor(a string) error {
+	if len(a) > idemguard.MaxActorLen {
+		return fmt.Errorf("an actor is at most %d bytes, got %d", idemguard.MaxActorLen, len(a))
+	}
+	if strings.IndexFunc(a, func(r rune) bool { return !unicode.IsPrint(r) }) >= 0 {
+		return errors.New("an actor is printable text")
+	}
+	return nil
 }
 
 // IdempotentHTTP is Idempotent for net/http: it wraps next. Without

@@ -37,6 +37,7 @@ const keepAliveEvery = 15 * time.Second
 func (h *handlers) jobRoutes(api gin.IRouter) {
 	api.GET(routeKeyEvents, h.watchKey)
 	api.POST(routeKeyCancel, h.cancelKey)
+	api.GET(routeKeyHistory, h.keyHistory) // history.go
 }
 
 // prefersAsync reports whether the request carries Prefer: respond-async

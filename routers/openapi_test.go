@@ -32,6 +32,7 @@ var routeStatuses = map[string][]int{
 	"GET /v1/ops/{scope}/keys/{key}/events":  {200, 204, 400, 401, 404, 405, 429, 500, 503},
 	"POST /v1/ops/{scope}/keys/{key}/cancel": {202, 400, 401, 404, 405, 409, 500, 503},
 	"GET /v1/ops/{scope}/keys/{key}":         {200, 400, 401, 404, 405, 500, 503},
+	"GET /v1/ops/{scope}/keys/{key}/history": {200, 400, 401, 404, 405, 500, 503},
 	"GET /healthz":                           {200, 405, 500},
 	"GET /readyz":                            {200, 405, 500, 503},
 	"HEAD /healthz":                          {200, 405, 500},
@@ -58,10 +59,11 @@ var routeHeaders = map[string]map[int][]string{
 		502: {headerLocation, headerKeyRef, headerReplayed, headerCompletedAt, headerPreferenceApplied},
 		503: {headerRetryAfter, headerLocation, headerKeyRef},
 	},
-	"GET /v1/ops/{scope}/keys/{key}": {401: {"WWW-Authenticate"}, 503: {headerRetryAfter}},
-	"GET /v1/stats":                  {401: {"WWW-Authenticate"}, 503: {headerRetryAfter}},
-	"GET /readyz":                    {503: {headerRetryAfter}},
-	"HEAD /readyz":                   {503: {headerRetryAfter}},
+	"GET /v1/ops/{scope}/keys/{key}":         {401: {"WWW-Authenticate"}, 503: {headerRetryAfter}},
+	"GET /v1/ops/{scope}/keys/{key}/history": {401: {"WWW-Authenticate"}, 503: {headerRetryAfter}},
+	"GET /v1/stats":                          {401: {"WWW-Authenticate"}, 503: {headerRetryAfter}},
+	"GET /readyz":                            {503: {headerRetryAfter}},
+	"HEAD /readyz":                           {503: {headerRetryAfter}},
 }
 
 // routeRequestHeaders lists the request headers each route reads.

@@ -64,6 +64,10 @@ func runServe(ctx context.Context, e env, args []string) int {
 	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
 	fs.SetOutput(e.stderr)
 	configPath := fs.String("config", "", "YAML config file (default $"+config.EnvConfig+"; none: defaults and environment only)")
+	auditLog := fs.String("audit-log", "", "where the JSON-lines audit stream goes: off, stdout, stderr or a file path (appended, 0600); "+
+		"overrides audit.log and $"+config.EnvAuditLog+" (default off)")
+	auditTable := fs.Bool("audit-table", true, "write the audit trail to the idempotency_audit table when the store is MySQL; "+
+		"overrides audit.table and $"+config.EnvAuditTable)
 	fs.Usage = func() {
 		fmt.Fprint(fs.Output(), serveUsage)
 		fs.PrintDefaults()
@@ -83,6 +87,18 @@ func runServe(ctx context.Context, e env, args []string) int {
 	cfg, err := config.Load(*configPath, e.getenv)
 	if err != nil {
 		fmt.Fprintf(e.stderr, "idemguard serve: %v\n", err)
+		return exitUsage
+	}
+	fs.Visit(func(f *flag.Flag) { // a flag given wins over the file and the environment
+		switch f.Name {
+		case "audit-log":
+			cfg.Audit.Log = *auditLog
+		case "audit-table":
+			cfg.Audit.Table = *auditTable
+		}
+	})
+	if cfg.Audit.Log == "" {
+		fmt.Fprintf(e.stderr, "idemguard serve: --audit-log must be off, stdout, stderr or a file path\n")
 		return exitUsage
 	}
 	// From here on serve's lines go through one queue, so the request log
@@ -146,6 +162,20 @@ func (s *server) run(ctx context.Context) int {
 		// flush writes them.
 		defer func() { stopRec(); <-recDone }()
 	}
+	audit, stream, err := s.auditConfig(m)
+	if err != nil {
+		log.Error("serve: cannot open the audit stream", "err", err)
+		return exitError
+	}
+	if stream != nil {
+		// Deferred before the guard's Close below, so it runs after it: the
+		// events of the operations cut off at shutdown are written too.
+		defer func() {
+			if err := stream.Close(); err != nil {
+				log.Warn("serve: closing the audit stream", "err", err)
+			}
+		}()
+	}
 	observe := func(ev idemguard.Event) {
 		m.Observe(ev)
 		creditAvoided(m, cost, ev)
@@ -169,6 +199,7 @@ func (s *server) run(ctx context.Context) int {
 		StoreTimeout:      cfg.StoreTimeout,
 		ReplayCacheSize:   cfg.ReplayCacheSize,
 		ReplayCacheMaxAge: cfg.ReplayCacheMaxAge,
+		Audit:             audit,
 	})
 	if err != nil {
 		log.Error("serve: cannot start the guard", "err", err)
@@ -195,7 +226,7 @@ func (s *server) run(ctx context.Context) int {
 	apiKeys := make(map[tenancy.ID][]string, len(cfg.APIKeys)+1)
 	maps.Copy(apiKeys, cfg.APIKeys)
 	if cfg.Mode == config.Development {
-		apiKeys[config.DemoTenant] = append(slices.Clone(apiKeys[config.DemoTenant]), auth.HashAPIKey(config.DemoAPIKey))
+		apiKeys[config.DemoTenant] = append(slices.Clone(apiKeys[config.DemoTenant]), "demo="+auth.HashAPIKey(config.DemoAPIKey))
 	}
 	auth, err := auth.NewAuthenticator(apiKeys)
 	if err != nil {

@@ -65,13 +65,19 @@ func productionEnv(dsn string) map[string]string {
 // only, and waits (bounded) for its "serve: listening" line.
 func startServe(t *testing.T, environ map[string]string, configYAML string) *served {
 	t.Helper()
+	return startServeArgs(t, environ, configYAML)
+}
+
+// startServeArgs is startServe with more flags after --config.
+func startServeArgs(t *testing.T, environ map[string]string, configYAML string, flags ...string) *served {
+	t.Helper()
 	path := filepath.Join(t.TempDir(), "idemguard.yaml")
 	require.NoError(t, os.WriteFile(path, []byte(configYAML), 0o600))
 	ctx, cancel := context.WithCancel(context.Background())
 	s := &served{stderr: &syncBuffer{}, stop: cancel, code: make(chan int, 1),
 		client: &http.Client{Transport: &http.Transport{}, Timeout: 30 * time.Second}}
 	go func() {
-		s.code <- run(ctx, []string{"serve", "--config", path}, io.Discard, s.stderr, func(k string) string { return environ[k] })
+		s.code <- run(ctx, append([]string{"serve", "--config", path}, flags...), io.Discard, s.stderr, func(k string) string { return environ[k] })
 	}()
 	t.Cleanup(func() {
 		cancel()

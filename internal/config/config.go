@@ -40,6 +40,15 @@ const (
 	EnvJWTJWKSURL      = "IDEMGUARD_JWT_JWKS_URL"
 	EnvJWTIssuer       = "IDEMGUARD_JWT_ISSUER"
 	EnvJWTAudience     = "IDEMGUARD_JWT_AUDIENCE"
+	EnvAuditLog        = "IDEMGUARD_AUDIT_LOG"
+	EnvAuditTable      = "IDEMGUARD_AUDIT_TABLE"
+)
+
+// Values of audit.log besides a file path.
+const (
+	AuditLogOff    = "off"
+	AuditLogStdout = "stdout"
+	AuditLogStderr = "stderr"
 )
 
 // Mode is the run mode.
@@ -120,7 +129,8 @@ type Config struct {
 	// IDEMPOTENCY_PREVIOUS_SECRETS only (docs/OPERATIONS.md).
 	PreviousSecrets []idemguard.SecretVersion
 	// APIKeys maps each tenant to the hex SHA-256 digests of its API keys
-	// (lower case). In development mode the caller adds DemoAPIKey for
+	// (lower case), each optionally preceded by the key's name and "="
+	// (auth.ParseKeyEntry): the audit trail names the caller "key:<name>". In development mode the caller adds DemoAPIKey for
 	// DemoTenant.
 	APIKeys map[tenancy.ID][]string
 	// CORSOrigins are the browser origins allowed to call the API.
@@ -159,6 +169,20 @@ type Config struct {
 	Scopes []Scope
 	// JWT configures bearer JWTs for browsers (scopes with auth: [jwt]).
 	JWT JWT
+	// Audit configures the audit trail.
+	Audit Audit
+}
+
+// Audit configures the audit trail (docs/OPERATIONS.md).
+type Audit struct {
+	// Log is where the JSON-lines audit stream goes: AuditLogOff (the
+	// default), AuditLogStdout, AuditLogStderr, or a file path (appended
+	// to, created 0600).
+	Log string
+	// Table writes the trail to the idempotency_audit table when the store
+	// is MySQL (the record of truth, which GET …/history reads). Defaults
+	// to true.
+	Table bool
 }
 
 // JWT configures the verification of browsers' bearer JWTs (see
@@ -268,6 +292,12 @@ type rawConfig struct {
 	Upstream              rawUpstream         `yaml:"upstream"`
 	Scopes                []rawScope          `yaml:"scopes"`
 	JWT                   rawJWT              `yaml:"jwt"`
+	Audit                 rawAudit            `yaml:"audit"`
+}
+
+type rawAudit struct {
+	Log   string `yaml:"log"`
+	Table *bool  `yaml:"table"`
 }
 
 type rawJWT struct {
@@ -378,6 +408,14 @@ func Load(path string, getenv func(string) string) (*Config, error) {
 	override(&raw.JWT.JWKSURL, EnvJWTJWKSURL)
 	override(&raw.JWT.Issuer, EnvJWTIssuer)
 	override(&raw.JWT.Audience, EnvJWTAudience)
+	override(&raw.Audit.Log, EnvAuditLog)
+	if v := env(EnvAuditTable); v != "" {
+		if b, err := strconv.ParseBool(v); err != nil {
+			p.add(EnvAuditTable, "must be true or false, got %q", truncate(v, 20))
+		} else {
+			raw.Audit.Table = &b
+		}
+	}
 	if v := env(EnvCORSOrigins); v != "" {
 		raw.CORSOrigins = splitList(v)
 	}
@@ -464,6 +502,7 @@ func Load(path string, getenv func(string) string) (*Config, error) {
 	if len(c.JWT.Algorithms) == 0 {
 		c.JWT.Algorithms = slices.Clone(auth.DefaultJWTAlgorithms)
 	}
+	c.Audit = Audit{Log: cmpOr(raw.Audit.Log, AuditLogOff), Table: raw.Audit.Table == nil || *raw.Audit.Table}
 	if c.Mode == Development && !c.hasScope(DemoScope) {
 		c.Scopes = append(c.Scopes, Scope{Name: DemoScope, Operation: OpDemo, Delay: DefaultDemoDelay})
 	}
@@ -479,7 +518,7 @@ func Load(path string, getenv func(string) string) (*Config, error) {
 			continue
 		}
 		for _, d := range digests {
-			c.APIKeys[id] = append(c.APIKeys[id], strings.ToLower(strings.TrimSpace(d)))
+			c.APIKeys[id] = append(c.APIKeys[id], normalizeKeyEntry(d))
 		}
 	}
 	p = append(p, c.validate(apiKeysSetting)...)
@@ -553,7 +592,12 @@ func (c *Config) validate(apiKeysSetting string) problems {
 		if len(digests) == 0 {
 			p.add(fmt.Sprintf("%s.%s", apiKeysSetting, tenant), "lists no key digest")
 		}
-		for i, d := range digests {
+		for i, entry := range digests {
+			_, d, err := auth.ParseKeyEntry(entry)
+			if err != nil {
+				p.add(fmt.Sprintf("%s.%s[%d]", apiKeysSetting, tenant, i), "%v", err)
+				continue
+			}
 			if !isSHA256Hex(d) {
 				p.add(fmt.Sprintf("%s.%s[%d]", apiKeysSetting, tenant, i), "must be the hex SHA-256 digest of an API key "+
 					"(64 hex digits, e.g. printf %%s \"$KEY\" | sha256sum), not the key itself")
@@ -756,7 +800,17 @@ func decodeYAML(b []byte, out *rawConfig, p *problems) error {
 // means nothing to an operator.
 var goTypeNames = regexp.MustCompile(` into \S+$`)
 
-// parseAPIKeysEnv parses "tenant:<hex>,tenant:<hex>,...".
+// normalizeKeyEntry trims an api_keys entry, "<hex>" or "<name>=<hex>",
+// and lower-cases its digest (never its name).
+func normalizeKeyEntry(entry string) string {
+	name, digest, named := strings.Cut(strings.TrimSpace(entry), "=")
+	if !named {
+		return strings.ToLower(name)
+	}
+	return strings.TrimSpace(name) + "=" + strings.ToLower(strings.TrimSpace(digest))
+}
+
+// parseAPIKeysEnv parses "tenant:<hex>,tenant:<name>=<hex>,...".
 func parseAPIKeysEnv(v string) (map[string][]string, error) {
 	out := make(map[string][]string)
 	for i, item := range splitList(v) {

@@ -124,7 +124,7 @@ func TestLoadEnvironmentOverrides(t *testing.T) {
 		EnvListen:          "127.0.0.1:0",
 		EnvMySQLDSN:        "u:p@tcp(127.0.0.1:3306)/x",
 		EnvSecret:          secret,
-		EnvAPIKeys:         " acme:" + digestA + " , globex:" + digestB + ",acme:" + strings.Repeat("0", 64),
+		EnvAPIKeys:         " acme:" + digestA + " , globex:" + digestB + ",acme:Billing=" + strings.Repeat("0", 64),
 		EnvCORSOrigins:     "https://a.example, http://localhost:3000",
 		EnvOpenAIBaseURL:   "http://127.0.0.1:9/v1",
 		EnvOpenAIModel:     "m",
@@ -134,7 +134,7 @@ func TestLoadEnvironmentOverrides(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, Production, c.Mode)
 	require.Equal(t, "127.0.0.1:0", c.Listen)
-	require.Equal(t, map[tenancy.ID][]string{"acme": {digestA, strings.Repeat("0", 64)}, "globex": {digestB}}, c.APIKeys,
+	require.Equal(t, map[tenancy.ID][]string{"acme": {digestA, "Billing=" + strings.Repeat("0", 64)}, "globex": {digestB}}, c.APIKeys,
 		"IDEMGUARD_API_KEYS replaces the file's api_keys")
 	require.Equal(t, []string{"https://a.example", "http://localhost:3000"}, c.CORSOrigins)
 	require.Equal(t, "http://127.0.0.1:9/v1", c.OpenAI.BaseURL)
@@ -281,6 +281,33 @@ func TestExampleConfigIsValid(t *testing.T) {
 		names = append(names, s.Name)
 	}
 	require.Equal(t, []string{"chat", "actionRequests.aiProposeCopy", "demo"}, names)
+	require.Equal(t, Audit{Log: AuditLogOff, Table: true}, c.Audit)
+	require.Equal(t, "checkout=2c26b46b68ffc68ff99b453c1d30413413422d706483bfa0f98a5e886266e7ae", c.APIKeys["acme"][0])
+}
+
+// TestLoadAudit: audit.log and audit.table from the file, the environment
+// over the file; a bad switch or key name is reported by its setting.
+func TestLoadAudit(t *testing.T) {
+	t.Parallel()
+	c, err := Load("", envOf(nil))
+	require.NoError(t, err)
+	require.Equal(t, Audit{Log: AuditLogOff, Table: true}, c.Audit, "the defaults")
+
+	path := writeFile(t, "audit: {log: /var/log/idemguard/audit.jsonl, table: false}\n")
+	c, err = Load(path, envOf(nil))
+	require.NoError(t, err)
+	require.Equal(t, Audit{Log: "/var/log/idemguard/audit.jsonl", Table: false}, c.Audit)
+
+	c, err = Load(path, envOf(map[string]string{EnvAuditLog: "stdout", EnvAuditTable: "true"}))
+	require.NoError(t, err)
+	require.Equal(t, Audit{Log: AuditLogStdout, Table: true}, c.Audit)
+
+	_, err = Load(path, envOf(map[string]string{EnvAuditTable: "sometimes"}))
+	require.ErrorContains(t, err, EnvAuditTable+": must be true or false")
+
+	_, err = Load("", envOf(map[string]string{EnvAPIKeys: "acme:bad name=" + strings.Repeat("0", 64)}))
+	require.ErrorContains(t, err, "key name")
+	require.NotContains(t, err.Error(), strings.Repeat("0", 64), "the digest is not echoed")
 }
 
 // An unknown key is one problem among the others, never the end of validation, and never names a

@@ -25,6 +25,10 @@
 //	idemguard_avoided_calls_total{scope}                operations not run again because a stored result answered
 //	idemguard_avoided_tokens_total{scope,kind}          model tokens those calls would have used, kind prompt|completion
 //	idemguard_avoided_cost_total{scope}                 what those calls would have cost, in the scope's price currency
+//	idemguard_audit_events_total{kind}                  audit events decided (idemguard.AuditKinds), whatever their sinks
+//	idemguard_audit_dropped_total{sink,reason}          audit events a sink lost: sink store (the batched
+//	                                                    table writes: queue_full|store) or stream (serve's
+//	                                                    --audit-log: queue_full|write_error)
 //	idemguard_store_up                                  gauge: 1 if the last store probe answered, else 0
 //	idemguard_store_probe_duration_seconds              histogram: round trip of the periodic store probe
 //
@@ -64,6 +68,7 @@ type Metrics struct {
 	claims, inProgress, takeovers, retries, lostClaims, mismatches *prometheus.CounterVec
 	replays, abandoned, retryLimit, operations, failures           *prometheus.CounterVec
 	storeErrors, httpRequests, droppedFields                       *prometheus.CounterVec
+	auditEvents, auditDropped                                      *prometheus.CounterVec
 	avoidedCalls, avoidedTokens, avoidedCost                       *prometheus.CounterVec
 	opDuration, wait, httpDuration                                 *prometheus.HistogramVec
 	storeUp                                                        prometheus.Gauge
@@ -81,6 +86,24 @@ var ProbeBuckets = []float64{0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.
 // StoreOps are the values of the op label of idemguard_store_errors_total: the guard's store
 // steps (idemguard.Event.StoreOp). A test checks the engine names no other.
 var StoreOps = []string{"claim", "read", "reclaim expired", "reclaim stale", "reclaim failed", "abandon", "commit", "heartbeat"}
+
+// Values of the labels of idemguard_audit_dropped_total: the sinks, and
+// per sink the reasons an event is lost. The store's reasons are the
+// engine's (idemguard.Event.Field of EventAuditDropped).
+const (
+	AuditSinkStore  = "store"
+	AuditSinkStream = "stream"
+
+	AuditDropQueueFull  = "queue_full"  // the sink's queue was full: dropped, never waited for
+	AuditDropStore      = "store"       // the store refused the batch
+	AuditDropWriteError = "write_error" // the stream's file or pipe refused the line
+)
+
+// AuditDropReasons lists, per sink, the reasons exported from the start.
+var AuditDropReasons = map[string][]string{
+	AuditSinkStore:  {AuditDropQueueFull, AuditDropStore},
+	AuditSinkStream: {AuditDropQueueFull, AuditDropWriteError},
+}
 
 // StatusClasses are the values of the status_class label.
 var StatusClasses = []string{"2xx", "3xx", "4xx", "5xx"}
@@ -127,6 +150,16 @@ func New() *Metrics {
 		Help: "Round trip of the periodic store probe (a ping of the database), failed probes included.", Buckets: ProbeBuckets})
 	m.reg.MustRegister(m.storeUp, m.storeProbe)
 	m.droppedFields = counter("dropped_fields_total", "Fields of operation results that the response allowlist dropped, by field name (never the value); (other) past 1000 names.", "scope", "field")
+	m.auditEvents = counter("audit_events_total", "Idempotency decisions recorded by the audit trail, by kind (counted once, whatever the sinks).", "kind")
+	m.auditDropped = counter("audit_dropped_total", "Audit events a sink lost, by sink (store: the batched table writes; stream: the --audit-log stream) and reason. The table's durable kinds are never dropped.", "sink", "reason")
+	for _, k := range idemguard.AuditKinds {
+		m.auditEvents.WithLabelValues(string(k))
+	}
+	for sink, reasons := range AuditDropReasons {
+		for _, r := range reasons {
+			m.auditDropped.WithLabelValues(sink, r)
+		}
+	}
 	m.opDuration = prometheus.NewHistogramVec(prometheus.HistogramOpts{Namespace: Namespace, Name: "operation_duration_seconds",
 		Help: "How long guarded operations ran, successful or not.", Buckets: OperationBuckets}, []string{"scope"})
 	m.wait = prometheus.NewHistogramVec(prometheus.HistogramOpts{Namespace: Namespace, Name: "wait_seconds",
@@ -179,7 +212,41 @@ func (m *Metrics) Observe(e idemguard.Event) {
 	case idemguard.EventStreamDropped:
 		// A stream's events over the size limit: dropped like a field, under a name no field has.
 		m.droppedFields.WithLabelValues(e.Scope, "(stream events)").Inc()
+	case idemguard.EventAuditDropped:
+		m.auditDropped.WithLabelValues(AuditSinkStore, auditReason(AuditSinkStore, e.Field)).Inc()
 	}
+}
+
+// auditReason keeps the reason label a closed set: a reason the sink does
+// not list is counted as "other".
+func auditReason(sink, reason string) string {
+	for _, r := range AuditDropReasons[sink] {
+		if r == reason {
+			return r
+		}
+	}
+	return "other"
+}
+
+// ObserveAudit counts one audit event by kind. Call it once per event (from
+// Config.Audit.Observe), whatever sinks it goes to.
+func (m *Metrics) ObserveAudit(e idemguard.AuditEvent) {
+	m.auditEvents.WithLabelValues(auditKind(e.Kind)).Inc()
+}
+
+func auditKind(k idemguard.AuditKind) string {
+	for _, known := range idemguard.AuditKinds {
+		if k == known {
+			return string(k)
+		}
+	}
+	return "other"
+}
+
+// AuditStreamDropped counts one audit event the stream lost (reason
+// AuditDropQueueFull or AuditDropWriteError).
+func (m *Metrics) AuditStreamDropped(reason string) {
+	m.auditDropped.WithLabelValues(AuditSinkStream, auditReason(AuditSinkStream, reason)).Inc()
 }
 
 // failureReasons are the stop reasons a failed operation, an abandoned claim or a retry limit

@@ -288,3 +288,50 @@ func TestStoreOpsCoverTheEngine(t *testing.T) {
 	}
 	require.Greater(t, found, 3, "the pattern still finds the engine's store ops")
 }
+
+// TestAuditMetrics: every audit kind and every drop reason is exported from
+// the start, at zero; the events and drops count into them, and a label
+// value nobody listed is "other", never a new unbounded series.
+func TestAuditMetrics(t *testing.T) {
+	t.Parallel()
+	m := metrics.New()
+	before := scrape(t, m)
+	text := strings.Join(before, "\n") + "\n"
+	for _, k := range idemguard.AuditKinds {
+		require.Contains(t, text, `idemguard_audit_events_total{kind="`+string(k)+`"} 0`+"\n")
+	}
+	for _, want := range []string{
+		`idemguard_audit_dropped_total{reason="queue_full",sink="store"} 0`,
+		`idemguard_audit_dropped_total{reason="store",sink="store"} 0`,
+		`idemguard_audit_dropped_total{reason="queue_full",sink="stream"} 0`,
+		`idemguard_audit_dropped_total{reason="write_error",sink="stream"} 0`,
+	} {
+		require.Contains(t, text, want+"\n")
+	}
+
+	for _, k := range idemguard.AuditKinds {
+		m.ObserveAudit(idemguard.AuditEvent{Kind: k})
+	}
+	m.ObserveAudit(idemguard.AuditEvent{Kind: idemguard.AuditReplay})
+	m.Observe(idemguard.Event{Kind: idemguard.EventAuditDropped, Scope: "chat", Field: "queue_full"})
+	m.Observe(idemguard.Event{Kind: idemguard.EventAuditDropped, Scope: "chat", Field: "store"})
+	m.Observe(idemguard.Event{Kind: idemguard.EventAuditDropped, Scope: "chat", Field: "store"})
+	m.AuditStreamDropped(metrics.AuditDropQueueFull)
+	m.AuditStreamDropped(metrics.AuditDropWriteError)
+	m.AuditStreamDropped(metrics.AuditDropWriteError)
+	m.AuditStreamDropped(metrics.AuditDropWriteError)
+	reg := m.Registry()
+	require.Equal(t, 2.0, value(t, reg, "idemguard_audit_events_total", map[string]string{"kind": "replay"}))
+	require.Equal(t, 1.0, value(t, reg, "idemguard_audit_events_total", map[string]string{"kind": "key.claimed"}))
+	for labels, want := range map[[2]string]float64{
+		{"store", "queue_full"}: 1, {"store", "store"}: 2, {"stream", "queue_full"}: 1, {"stream", "write_error"}: 3,
+	} {
+		require.Equal(t, want, value(t, reg, "idemguard_audit_dropped_total", map[string]string{"sink": labels[0], "reason": labels[1]}), labels)
+	}
+	require.Len(t, scrape(t, m), len(before), "a known kind or reason created a series not exported from the start")
+
+	m.ObserveAudit(idemguard.AuditEvent{Kind: "made-up"})
+	m.Observe(idemguard.Event{Kind: idemguard.EventAuditDropped, Field: "made-up"})
+	require.Equal(t, 1.0, value(t, reg, "idemguard_audit_events_total", map[string]string{"kind": "other"}))
+	require.Equal(t, 1.0, value(t, reg, "idemguard_audit_dropped_total", map[string]string{"sink": "store", "reason": "other"}))
+}

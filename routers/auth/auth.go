@@ -23,6 +23,7 @@ import (
 	"sort"
 	"strings"
 
+	"github.com/idemguard/idemguard"
 	"github.com/idemguard/idemguard/tenancy"
 )
 
@@ -53,10 +54,49 @@ type Authenticator struct {
 type authEntry struct {
 	digest [sha256.Size]byte
 	tenant tenancy.ID
+	name   string
+}
+
+// MaxKeyNameLen is the longest API key name.
+const MaxKeyNameLen = 64
+
+// ParseKeyEntry splits one configured API key, "<hex digest>" or
+// "<name>=<hex digest>", into its name and digest. The name is what the
+// audit trail shows as the caller ("key:<name>"): 1 to MaxKeyNameLen
+// characters of [A-Za-z0-9._-]. Without one the key is named by the first
+// 12 hex digits of its digest, which the configuration already holds and
+// which say nothing about the key itself. The digest is returned as given
+// (NewAuthenticator validates it).
+func ParseKeyEntry(entry string) (name, digest string, err error) {
+	name, digest, named := strings.Cut(strings.TrimSpace(entry), "=")
+	if !named {
+		digest = name
+		return strings.ToLower(digest[:min(12, len(digest))]), digest, nil
+	}
+	name, digest = strings.TrimSpace(name), strings.TrimSpace(digest)
+	if err := validKeyName(name); err != nil {
+		return "", "", err
+	}
+	return name, digest, nil
+}
+
+func validKeyName(name string) error {
+	if name == "" || len(name) > MaxKeyNameLen {
+		return fmt.Errorf("a key name (before =) is 1 to %d characters, got %d", MaxKeyNameLen, len(name))
+	}
+	for _, c := range []byte(name) {
+		switch {
+		case c >= 'a' && c <= 'z', c >= 'A' && c <= 'Z', c >= '0' && c <= '9', c == '.', c == '_', c == '-':
+		default:
+			return fmt.Errorf("a key name (before =) holds only [A-Za-z0-9._-]")
+		}
+	}
+	return nil
 }
 
 // NewAuthenticator takes, per tenant, the hex SHA-256 digests of its API keys
-// (see [HashAPIKey]); a tenant may have several (key rotation). It validates
+// (see [HashAPIKey]); a tenant may have several (key rotation). A digest may
+// be preceded by the key's name and "=" ([ParseKeyEntry]). It validates
 // every tenant ID ([tenancy.ParseID]) and every digest (64 hex characters, either
 // case). It rejects a tenant without keys and a digest configured for two
 // tenants (a key must name exactly one tenant); a digest listed twice for
@@ -83,7 +123,11 @@ func NewAuthenticator(keys map[tenancy.ID][]string) (*Authenticator, error) {
 		if len(digests) == 0 {
 			return nil, fmt.Errorf("auth: API keys: tenant %q has no key digests; list at least one hex SHA-256 digest or remove the tenant", id)
 		}
-		for i, d := range digests {
+		for i, entry := range digests {
+			name, d, err := ParseKeyEntry(entry)
+			if err != nil {
+				return nil, fmt.Errorf("auth: API keys: tenant %q, digest #%d: %w", id, i+1, err)
+			}
 			var sum [sha256.Size]byte
 			if len(d) != digestLen {
 				return nil, fmt.Errorf("auth: API keys: tenant %q, digest #%d: %d characters, want the %d hex characters of a SHA-256 digest (see HashAPIKey), not the key itself", id, i+1, len(d), digestLen)
@@ -98,7 +142,7 @@ func NewAuthenticator(keys map[tenancy.ID][]string) (*Authenticator, error) {
 				return nil, fmt.Errorf("auth: API keys: tenant %q, digest #%d: the same key is also configured for tenant %q; a key must name exactly one tenant", id, i+1, prev)
 			}
 			owner[sum] = id
-			a.entries = append(a.entries, authEntry{digest: sum, tenant: id})
+			a.entries = append(a.entries, authEntry{digest: sum, tenant: id, name: name})
 		}
 	}
 	return a, nil
@@ -116,8 +160,15 @@ func HashAPIKey(key string) string {
 // crypto/subtle, without an early exit, so the time it takes does not depend
 // on which key (if any) matched. An empty token never matches.
 func (a *Authenticator) Authenticate(token string) (tenancy.ID, bool) {
+	id, _, ok := a.Identify(token)
+	return id, ok
+}
+
+// Identify is Authenticate that also returns the matched key's name
+// ([ParseKeyEntry]): never the key, nor its digest beyond what names it.
+func (a *Authenticator) Identify(token string) (tenant tenancy.ID, name string, ok bool) {
 	if a == nil || token == "" {
-		return "", false
+		return "", "", false
 	}
 	sum := sha256.Sum256([]byte(token))
 	match := -1
@@ -126,10 +177,14 @@ func (a *Authenticator) Authenticate(token string) (tenancy.ID, bool) {
 		match = subtle.ConstantTimeSelect(eq, i, match)
 	}
 	if match < 0 {
-		return "", false
+		return "", "", false
 	}
-	return a.entries[match].tenant, true
+	return a.entries[match].tenant, a.entries[match].name, true
 }
+
+// KeyActor is the audit trail's actor of an API key named name:
+// "key:<name>".
+func KeyActor(name string) string { return "key:" + name }
 
 // AuthenticateRequest authenticates r by its `Authorization: Bearer <key>`
 // header. The scheme is matched case-insensitively (RFC 9110 §11.1). It
@@ -138,15 +193,20 @@ func (a *Authenticator) Authenticate(token string) (tenancy.ID, bool) {
 // holds white space, [ReasonUnknownAPIKey] when it matches no key. Errors
 // never contain the token.
 func (a *Authenticator) AuthenticateRequest(r *http.Request) (tenancy.ID, error) {
+	id, _, err := a.identifyRequest(r)
+	return id, err
+}
+
+func (a *Authenticator) identifyRequest(r *http.Request) (tenancy.ID, string, error) {
 	token, err := BearerToken(r)
 	if err != nil {
-		return "", err
+		return "", "", err
 	}
-	id, ok := a.Authenticate(token)
+	id, name, ok := a.Identify(token)
 	if !ok {
-		return "", newError(ReasonUnknownAPIKey, nil)
+		return "", "", newError(ReasonUnknownAPIKey, nil)
 	}
-	return id, nil
+	return id, name, nil
 }
 
 // BearerToken returns the token of r's `Authorization: Bearer <token>`
@@ -175,7 +235,8 @@ func BearerToken(r *http.Request) (string, error) {
 
 // Middleware returns net/http middleware that authenticates each request with
 // [Authenticator.AuthenticateRequest]. On success the tenant is put into the
-// request's context ([WithTenant]; read it with [FromContext]) and next runs.
+// request's context ([WithTenant]; read it with [FromContext]), and the
+// key's actor ([KeyActor]) with idemguard.WithActor, and next runs.
 // On failure next does not run: the WWW-Authenticate header is set
 // ([Challenge]) and onFail writes the response; a nil onFail writes a 401
 // application/problem+json (RFC 9457) with ok:false, stopReason unknown and
@@ -191,13 +252,14 @@ func (a *Authenticator) Middleware(onFail func(w http.ResponseWriter, r *http.Re
 	}
 	return func(next http.Handler) http.Handler {
 		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			id, err := a.AuthenticateRequest(r)
+			id, name, err := a.identifyRequest(r)
 			if err != nil {
 				w.Header().Set("WWW-Authenticate", Challenge(err))
 				onFail(w, r, err)
 				return
 			}
-			next.ServeHTTP(w, r.WithContext(tenancy.WithTenant(r.Context(), id)))
+			ctx := idemguard.WithActor(tenancy.WithTenant(r.Context(), id), KeyActor(name))
+			next.ServeHTTP(w, r.WithContext(ctx))
 		})
 	}
 }

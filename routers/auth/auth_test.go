@@ -11,6 +11,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/idemguard/idemguard"
 	"github.com/idemguard/idemguard/tenancy"
 	"github.com/stretchr/testify/require"
 )
@@ -249,4 +250,46 @@ func BenchmarkAuthenticate(b *testing.B) {
 	for b.Loop() {
 		a.Authenticate("no-such-key-of-some-length")
 	}
+}
+
+// TestKeyNames: a key is named by its entry's "<name>=" (what the audit
+// trail shows), or by its digest's first 12 hex digits; never by the key.
+func TestKeyNames(t *testing.T) {
+	t.Parallel()
+	for entry, want := range map[string][2]string{
+		HashAPIKey("k1"):                     {HashAPIKey("k1")[:12], HashAPIKey("k1")},
+		" billing=" + HashAPIKey("k2") + " ": {"billing", HashAPIKey("k2")},
+		"a.b_c-D=" + HashAPIKey("k3"):        {"a.b_c-D", HashAPIKey("k3")},
+	} {
+		name, digest, err := ParseKeyEntry(entry)
+		require.NoError(t, err, entry)
+		require.Equal(t, want, [2]string{name, digest}, entry)
+	}
+	for _, bad := range []string{"=" + HashAPIKey("k"), "a b=" + HashAPIKey("k"), "x:y=" + HashAPIKey("k"), strings.Repeat("n", MaxKeyNameLen+1) + "=" + HashAPIKey("k")} {
+		_, _, err := ParseKeyEntry(bad)
+		require.Error(t, err, bad)
+		_, err = NewAuthenticator(map[tenancy.ID][]string{"acme": {bad}})
+		require.Error(t, err, bad)
+	}
+
+	a, err := NewAuthenticator(map[tenancy.ID][]string{"acme": {"billing=" + HashAPIKey("k-named"), HashAPIKey("k-plain")}})
+	require.NoError(t, err)
+	id, name, ok := a.Identify("k-named")
+	require.True(t, ok)
+	require.Equal(t, [2]string{"acme", "billing"}, [2]string{string(id), name})
+	_, name, ok = a.Identify("k-plain")
+	require.True(t, ok)
+	require.Equal(t, HashAPIKey("k-plain")[:12], name)
+	_, _, ok = a.Identify("k-other")
+	require.False(t, ok)
+
+	// The net/http middleware puts the key's actor into the context.
+	var actor string
+	h := a.Middleware(nil)(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		actor = idemguard.ActorFrom(r.Context())
+	}))
+	r := httptest.NewRequest(http.MethodPost, "/x", nil)
+	r.Header.Set("Authorization", "Bearer k-named")
+	h.ServeHTTP(httptest.NewRecorder(), r)
+	require.Equal(t, "key:billing", actor)
 }

@@ -243,27 +243,37 @@ func (v *JWTVerifier) Close() { v.cancel() }
 // says which check failed (expired, wrong issuer, unknown key id, ...); it
 // never quotes the token.
 func (v *JWTVerifier) Verify(ctx context.Context, token string) (tenancy.ID, error) {
+	id, _, err := v.VerifySubject(ctx, token)
+	return id, err
+}
+
+// VerifySubject is Verify that also returns the token's subject (its sub
+// claim, "" without one, or when it is not a string). The subject may name
+// a person: keep it out of logs and stores; the REST API turns it into an
+// HMAC (Guard.HashActor) before it reaches the audit trail.
+func (v *JWTVerifier) VerifySubject(ctx context.Context, token string) (tenancy.ID, string, error) {
 	if len(token) > MaxJWTBytes {
-		return "", newError(ReasonMalformed, fmt.Errorf("jwt: longer than %d bytes", MaxJWTBytes))
+		return "", "", newError(ReasonMalformed, fmt.Errorf("jwt: longer than %d bytes", MaxJWTBytes))
 	}
 	claims := jwt.MapClaims{}
 	if _, err := v.parser.ParseWithClaims(token, claims, v.keys.KeyfuncCtx(ctx)); err != nil {
 		r, why := jwtReason(err)
-		return "", newError(r, errors.New("jwt: "+why))
+		return "", "", newError(r, errors.New("jwt: "+why))
 	}
 	raw, ok := claims[v.claim]
 	if !ok {
-		return "", newError(ReasonInvalidTenant, fmt.Errorf("jwt: no %q claim (the tenant)", v.claim))
+		return "", "", newError(ReasonInvalidTenant, fmt.Errorf("jwt: no %q claim (the tenant)", v.claim))
 	}
 	s, ok := raw.(string)
 	if !ok {
-		return "", newError(ReasonInvalidTenant, fmt.Errorf("jwt: the %q claim is not a string", v.claim))
+		return "", "", newError(ReasonInvalidTenant, fmt.Errorf("jwt: the %q claim is not a string", v.claim))
 	}
 	id, err := tenancy.ParseID(s)
 	if err != nil {
-		return "", newError(ReasonInvalidTenant, fmt.Errorf("jwt: the %q claim: %w", v.claim, err))
+		return "", "", newError(ReasonInvalidTenant, fmt.Errorf("jwt: the %q claim: %w", v.claim, err))
 	}
-	return id, nil
+	sub, _ := claims["sub"].(string)
+	return id, sub, nil
 }
 
 // jwtReason names why golang-jwt rejected a token: its reason, and a few

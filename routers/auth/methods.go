@@ -46,6 +46,17 @@ type Credentials struct {
 	JWT     *JWTVerifier
 }
 
+// Principal is who a request authenticated as.
+type Principal struct {
+	Tenant tenancy.ID
+	Method Method
+	// KeyName is, for MethodAPIKey, the matched key's name (ParseKeyEntry).
+	KeyName string
+	// Subject is, for MethodJWT, the token's sub claim: it may name a
+	// person, so it is never logged; hash it before storing it.
+	Subject string
+}
+
 // AuthenticateRequest authenticates r's bearer token by the methods in
 // accept (nil: [DefaultMethods]). When API keys are accepted the token is
 // first compared with the API keys; when JWTs are accepted and the token has
@@ -54,28 +65,35 @@ type Credentials struct {
 // [*Error] values (wrapping [ErrNoCredentials] or [ErrInvalidCredentials])
 // whose reason says which check failed; they never contain the token.
 func (c *Credentials) AuthenticateRequest(ctx context.Context, r *http.Request, accept []Method) (tenancy.ID, Method, error) {
+	p, err := c.Authenticate(ctx, r, accept)
+	return p.Tenant, p.Method, err
+}
+
+// Authenticate is AuthenticateRequest that returns the whole Principal:
+// also the API key's name or the JWT's subject.
+func (c *Credentials) Authenticate(ctx context.Context, r *http.Request, accept []Method) (Principal, error) {
 	if accept == nil {
 		accept = DefaultMethods
 	}
 	token, err := BearerToken(r)
 	if err != nil {
-		return "", "", err
+		return Principal{}, err
 	}
 	apiKey, jwtOK := slices.Contains(accept, MethodAPIKey), slices.Contains(accept, MethodJWT)
 	if apiKey {
-		if id, ok := c.APIKeys.Authenticate(token); ok {
-			return id, MethodAPIKey, nil
+		if id, name, ok := c.APIKeys.Identify(token); ok {
+			return Principal{Tenant: id, Method: MethodAPIKey, KeyName: name}, nil
 		}
 	}
 	if jwtOK && (strings.Count(token, ".") == 2 || !apiKey) {
 		if c.JWT == nil {
-			return "", "", newError(ReasonRejected, errors.New("jwt: no JWKS is configured"))
+			return Principal{}, newError(ReasonRejected, errors.New("jwt: no JWKS is configured"))
 		}
-		id, err := c.JWT.Verify(ctx, token)
+		id, sub, err := c.JWT.VerifySubject(ctx, token)
 		if err != nil {
-			return "", "", err
+			return Principal{}, err
 		}
-		return id, MethodJWT, nil
+		return Principal{Tenant: id, Method: MethodJWT, Subject: sub}, nil
 	}
-	return "", "", newError(ReasonUnknownAPIKey, nil)
+	return Principal{}, newError(ReasonUnknownAPIKey, nil)
 }

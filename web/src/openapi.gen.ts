@@ -164,6 +164,50 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/v1/ops/{scope}/keys/{key}/history": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description The registered operation, e.g. `chat`, `demo` or `actionRequests.aiProposeCopy`. */
+                scope: components["parameters"]["Scope"];
+                /**
+                 * @description A client key (the `Idempotency-Key` that was sent), or `~` followed by
+                 *     the key hash of a derived key: the value of `Idempotency-Key-Ref`.
+                 */
+                key: components["parameters"]["KeyRef"];
+            };
+            cookie?: never;
+        };
+        /**
+         * The audit trail of a key.
+         * @description Every idempotency decision recorded for this key, oldest first (at
+         *     most 1000): its claims (`key.claimed`, `expired_reclaim`, `takeover`,
+         *     `retried`), `abandoned`, `released`, `canceled`, and the duplicates
+         *     it answered (`replay`, numbered; `in_progress`; `conflict`). A
+         *     client key is looked up under every configured secret, so events
+         *     from before a secret rotation are found too. An event never holds
+         *     the key, the inputs, the answer or a credential: the key appears as
+         *     the first 16 hex digits of its hash (`keyPrefix`), the caller as
+         *     `actor`: `key:<name>` for an API key (its configured name, never the
+         *     key), `jwt:h:<hex>` for a JWT (an HMAC of its subject under the
+         *     service's secret: the subject may name a person, the trail keeps a
+         *     pseudonym; `jwt` when the token has no subject).
+         *
+         *     The events come from the audit table (written when the store is
+         *     MySQL): the record of truth. Only the caller's own tenant's events
+         *     are visible: a key without events, and another tenant's key, are the
+         *     same 404 (never 403).
+         */
+        get: operations["keyHistory"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/healthz": {
         parameters: {
             query?: never;
@@ -457,6 +501,46 @@ export interface components {
              */
             at: string;
             record: components["schemas"]["KeyRecord"];
+        };
+        /** @description The answer of `GET …/keys/{key}/history`. */
+        KeyHistory: {
+            events: components["schemas"]["AuditEvent"][];
+        };
+        /**
+         * @description One idempotency decision, as the audit table keeps it and the audit
+         *     stream (`serve --audit-log`) writes it, one JSON object per line.
+         */
+        AuditEvent: {
+            /** @description Unique; ordered by creation time. The same event has the same id in the table and in the stream. */
+            id: string;
+            /** @enum {string} */
+            kind: "key.claimed" | "expired_reclaim" | "takeover" | "retried" | "abandoned" | "released" | "canceled" | "replay" | "in_progress" | "conflict";
+            /**
+             * Format: date-time
+             * @description When it was decided (the database clock, where a read preceded the decision).
+             */
+            at: string;
+            tenant: string;
+            scope: string;
+            /** @description The first 16 hex digits of the key hash; never the key. */
+            keyPrefix: string;
+            /** @description The execution the event is about. */
+            attempt: number;
+            /** @description `key:<name>` (API key), `jwt:h:<hex>` (HMAC of a JWT subject) or `jwt`; absent when unknown. */
+            actor?: string;
+            /**
+             * Format: date-time
+             * @description On a replay: when the replayed answer was stored.
+             */
+            originalAt?: string;
+            stopReason?: components["schemas"]["StopReason"];
+            /**
+             * @description On in_progress: how the duplicate was answered.
+             * @enum {string}
+             */
+            detail?: "answered" | "waited" | "attached";
+            /** @description On a replay: its number among the key's replays. */
+            replay?: number;
         };
         Status: {
             /** @constant */
@@ -1039,6 +1123,69 @@ export interface operations {
             };
             500: components["responses"]["Internal"];
             /** @description The idempotency store cannot be reached (type `store-unavailable`). */
+            503: {
+                headers: {
+                    "Retry-After": components["headers"]["RetryAfter"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+        };
+    };
+    keyHistory: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description The registered operation, e.g. `chat`, `demo` or `actionRequests.aiProposeCopy`. */
+                scope: components["parameters"]["Scope"];
+                /**
+                 * @description A client key (the `Idempotency-Key` that was sent), or `~` followed by
+                 *     the key hash of a derived key: the value of `Idempotency-Key-Ref`.
+                 */
+                key: components["parameters"]["KeyRef"];
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The key's events, oldest first. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["KeyHistory"];
+                };
+            };
+            /** @description The key reference is invalid (type `invalid-key-reference`). */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            401: components["responses"]["Unauthorized"];
+            /**
+             * @description Unknown scope (type `unknown-scope`), or no audit event of this
+             *     key for the caller's tenant: unknown, another tenant's, auditing
+             *     off, or past the audit retention (type `key-not-found`).
+             */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            405: components["responses"]["MethodNotAllowed"];
+            500: components["responses"]["Internal"];
+            /** @description The store cannot be read (type `store-unavailable`). */
             503: {
                 headers: {
                     "Retry-After": components["headers"]["RetryAfter"];
