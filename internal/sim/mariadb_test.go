@@ -47,8 +47,20 @@ func TestSimulationMariaDB(t *testing.T) {
 			require.NoError(t, rs.Err())
 			return out
 		}
+		trail := func() []idemguard.AuditEvent {
+			out := []idemguard.AuditEvent{} // not nil: the trail is checked even when empty
+			var ids []struct {
+				ID   string `db:"event_id"`
+				Kind string `db:"kind"`
+			}
+			require.NoError(t, db.DB.Select(&ids, `SELECT event_id, kind FROM idempotency_audit`))
+			for _, e := range ids {
+				out = append(out, idemguard.AuditEvent{ID: e.ID, Kind: idemguard.AuditKind(e.Kind)})
+			}
+			return out
+		}
 		begin := time.Now()
-		h := sim.Simulate(sc, sim.Env{Store: mysqlstore.New(db.DB), Rows: rows, Start: time.Now()})
+		h := sim.Simulate(sc, sim.Env{Store: mysqlstore.New(db.DB), Rows: rows, Trail: trail, Start: time.Now()})
 		ops, execs, answers := h.Counts()
 		lin := sim.CheckLinearizable(h, 20*time.Second)
 		v := sim.Check(h)
