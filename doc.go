@@ -57,6 +57,18 @@ key's transitions from any process sharing the store, Guard.Cancel asks its
 running execution to stop (it ends canceled and may run again), and
 Guard.WaitJobs waits for the background operations in a shutdown's grace.
 
+# The audit trail
+
+With Config.Audit on, every decision is an AuditEvent (a claim, a takeover, a
+retry, an abandon, a release, a cancel, a replay, an in-progress answer, a
+conflict), naming the caller (Call.Actor, or WithActor on the context) and the
+key only by its HMAC. An observer gets each one; with AuditConfig.Store the
+store keeps them: the decisions that change a row travel with the write that
+makes the change, one transaction in the MySQL store, so the trail can never
+hold a claim that did not happen nor miss one that did, even across a crash.
+Read-only decisions are written in batches that never slow a call (dropped
+and counted when they cannot keep up). Guard.History reads a key's trail.
+
 # Where to go next
 
   - Package routers: the same guard as gin and net/http middleware for your
