@@ -99,6 +99,18 @@ export async function cancelJob(scope: string, keyRef: string, options: JobOptio
   return (await resp.json()) as KeyRecord;
 }
 
+/** One decision about a key, as GET …/keys/{key}/history answers it. */
+export type AuditEvent = components["schemas"]["AuditEvent"];
+
+/** Reads a key's audit trail (GET …/keys/{key}/history), oldest first: its
+ * claim, takeovers, retries, replays (numbered), 409s and 422s, with who
+ * asked. Rejects with status 404 when the key has no events for the
+ * caller's tenant (unknown, another tenant's, or past retention). */
+export async function keyHistory(scope: string, keyRef: string, options: JobOptions): Promise<AuditEvent[]> {
+  const resp = await send(options, `${keyPath(scope, keyRef)}/history`, {}, keyRef);
+  return ((await resp.json()) as { events: AuditEvent[] }).events;
+}
+
 export interface WatchOptions extends JobOptions {
   /** Resume after this event id (a page that saw some events before a reload). */
   lastEventId?: string;

@@ -1,5 +1,5 @@
 import { describe, expect, it } from "vitest";
-import { cancelJob, IdemguardError, jobKey, readEvents, submitJob, watchJob, type JobEvent, type KeyStore } from "../src/index.js";
+import { cancelJob, keyHistory, IdemguardError, jobKey, readEvents, submitJob, watchJob, type JobEvent, type KeyStore } from "../src/index.js";
 
 interface Recorded {
   url: string;
@@ -107,5 +107,22 @@ describe("cancelJob", () => {
     expect(await cancelJob("jobs", "job-1", { token: "t", fetch: srv.fetch })).toMatchObject({ cancelRequested: true });
     expect(srv.requests[0]).toMatchObject({ url: "/v1/ops/jobs/keys/job-1/cancel", method: "POST" });
     await expect(cancelJob("jobs", "job-1", { token: "t", fetch: srv.fetch })).rejects.toMatchObject({ status: 409 });
+  });
+});
+
+describe("keyHistory", () => {
+  it("reads the key's history route and reports a key without events", async () => {
+    const events = [
+      { id: "a".repeat(32), kind: "key.claimed", at: "2026-01-01T00:00:00Z", tenant: "acme", scope: "jobs", keyPrefix: "0123456789abcdef", attempt: 1, actor: "key:billing" },
+      { id: "b".repeat(32), kind: "replay", at: "2026-01-01T00:00:01Z", tenant: "acme", scope: "jobs", keyPrefix: "0123456789abcdef", attempt: 1, originalAt: "2026-01-01T00:00:00.5Z", replay: 1 },
+    ];
+    const srv = fakeServer([
+      new Response(JSON.stringify({ events }), { status: 200 }),
+      new Response(JSON.stringify({ type: "urn:idemguard:problem:key-not-found", title: "Key not found", status: 404, ok: false, stopReason: "unknown" }), { status: 404 }),
+    ]);
+    expect(await keyHistory("jobs", "job 1", { token: "t", fetch: srv.fetch })).toEqual(events);
+    expect(srv.requests[0]).toMatchObject({ url: "/v1/ops/jobs/keys/job%201/history", method: "GET" });
+    expect(srv.requests[0]!.headers.get("Authorization")).toBe("Bearer t");
+    await expect(keyHistory("jobs", "job-1", { token: "t", fetch: srv.fetch })).rejects.toMatchObject({ status: 404 });
   });
 });
