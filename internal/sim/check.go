@@ -3,6 +3,7 @@ package sim
 import (
 	"bytes"
 	"cmp"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
@@ -48,6 +49,9 @@ const (
 	// durable event, an applied write whose event is missing, or an event of a write
 	// that did not apply.
 	VAudit = "audit-trail"
+	// A streamed call answered with a success got other events than the two the execution
+	// that stored the answer emitted, in order.
+	VStream = "stream-differs"
 )
 
 // Violation is one broken promise in a history.
@@ -135,10 +139,44 @@ func Check(h *History) []Violation {
 	c.answersHold()
 	c.burnt()
 	c.orphans()
+	c.streams()
 	if h.Trail != nil {
 		c.trail()
 	}
 	return c.out
+}
+
+// streams checks that every streamed call answered with a success (fresh, followed live,
+// or replayed) delivered exactly the events of the execution whose answer it got, the one
+// its body names (data.call), in order; an answer a plain call stored is its one rendered
+// event. A caller that hung up is not written to any more, and is not checked.
+func (c *checker) streams() {
+	streamed := map[int]bool{}
+	for i := range c.answers {
+		streamed[c.answers[i].CallID] = c.answers[i].Stream
+	}
+	for i := range c.answers {
+		a := &c.answers[i]
+		if !a.Stream || a.Gone || a.Err != nil || a.Result.Status != idemguard.StatusSucceeded || c.lost(a) {
+			continue
+		}
+		var body struct {
+			Data struct {
+				Call *int `json:"call"`
+			} `json:"data"`
+		}
+		if err := json.Unmarshal(a.Result.Body, &body); err != nil || body.Data.Call == nil {
+			c.add(VStream, a.Key, "call %d: a streamed success whose body names no execution: %s", a.CallID, a.Result.Body)
+			continue
+		}
+		want := []string{streamEventOf(*body.Data.Call, 1), streamEventOf(*body.Data.Call, 2)}
+		if !streamed[*body.Data.Call] { // stored by a plain call: its envelope rendered by Replay
+			want = []string{fmt.Sprintf("%d:env", *body.Data.Call)}
+		}
+		if !slices.Equal(a.Events, want) {
+			c.add(VStream, a.Key, "call %d (cached %t) got events %q, want %q", a.CallID, a.Result.Cached, a.Events, want)
+		}
+	}
 }
 
 // trail holds the audit trail to the row changes: every write that applied carried its
@@ -417,6 +455,8 @@ func (c *checker) answersHold() {
 			if a.Probe {
 				c.add(VOrphan, a.Key, "the probe after the faults was told in progress: a row is started with no living owner")
 			}
+		case a.Origin == idemguard.StreamAttached && r.Status == idemguard.StatusFailed && !r.Cached:
+			c.followedFailure(a)
 		case !r.Cached:
 			c.fresh(a, e)
 		case r.Status == idemguard.StatusSucceeded:
@@ -429,6 +469,18 @@ func (c *checker) answersHold() {
 			c.add(VAnswer, a.Key, "call %d got status %q", a.CallID, r.Status)
 		}
 	}
+}
+
+// followedFailure checks the failure a streamed call got from the live stream it followed:
+// another call's execution of the key failed (or was cut off) while the follower waited.
+func (c *checker) followedFailure(a *Answer) {
+	for i := range c.execs {
+		e := &c.execs[i]
+		if e.Key == a.Key && e.CallID != a.CallID && (e.Failed || e.Cut) && e.Seq0 < a.Seq1 && !e.End.IsZero() && !e.End.After(a.End) {
+			return
+		}
+	}
+	c.add(VAnswer, a.Key, "call %d followed a live stream and was told it failed, but no execution it could follow failed", a.CallID)
 }
 
 // fresh checks the answer of a call that says it ran the operation.

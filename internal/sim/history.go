@@ -122,6 +122,15 @@ type Answer struct {
 	// Probe: a call made after the faults stopped, to prove that no row is left started
 	// without a living owner.
 	Probe bool
+	// Stream: the call was a DoStream; Events are the data of the events its writer got,
+	// in order.
+	Stream bool
+	Events []string
+	// Origin is what the stream's writer was told it got first (StreamStart.Origin).
+	Origin idemguard.StreamOrigin
+	// Gone: the caller hung up (its context ended) before the call returned; a stream
+	// stops writing to a caller that is gone.
+	Gone bool
 }
 
 // KeySpec is what a history's key was run with.
@@ -201,6 +210,21 @@ func (h *History) Finish(a *Answer, res idemguard.Result, err error) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	a.Seq1, a.End, a.Result, a.Err = h.next(), time.Now(), res, err
+}
+
+// MarkStream records that a's call is a DoStream, before it runs.
+func (h *History) MarkStream(a *Answer) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	a.Stream = true
+}
+
+// FinishStream records that a streamed call returned, with the events its writer got.
+func (h *History) FinishStream(a *Answer, res idemguard.Result, err error, origin idemguard.StreamOrigin, events []string, gone bool) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	a.Seq1, a.End, a.Result, a.Err = h.next(), time.Now(), res, err
+	a.Origin, a.Events, a.Gone = origin, events, gone
 }
 
 // StartExec records that call callID started its operation on key.

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
+	"slices"
 	"sync"
 	"time"
 
@@ -34,6 +35,12 @@ type Client struct {
 	// HangUp, if positive, cancels each call's context this long after it started.
 	HangUp time.Duration
 	Detach bool
+	// Async starts each call with Guard.Start (the operation runs in the background, the
+	// call answers at once) instead of Do.
+	Async bool
+	// Stream makes each call a DoStream whose operation emits two events (one before its
+	// work, one after it succeeded).
+	Stream bool
 }
 
 // KeyPlan is one simulated key.
@@ -71,6 +78,9 @@ type Real bool
 // Generate derives a scenario from seed.
 func Generate(seed uint64, defect Defect, real Real) Scenario {
 	rng := rand.New(rand.NewPCG(seed, 0x1de))
+	// Choices added later draw from their own stream, so that every earlier choice of a seed
+	// (and the seeds the docs cite) stays what it was.
+	later := rand.New(rand.NewPCG(seed, 0xa57c))
 	dur := func(lo, hi time.Duration) time.Duration { return lo + time.Duration(rng.Int64N(int64(hi-lo)+1)) }
 	sc := Scenario{Seed: seed, Defect: defect, Replicas: 2 + rng.IntN(2)}
 	sc.Lease = []time.Duration{time.Second, 2 * time.Second, 4 * time.Second}[rng.IntN(3)]
@@ -100,6 +110,12 @@ func Generate(seed uint64, defect Defect, real Real) Scenario {
 				c.HangUp = dur(0, 2*L)
 			}
 			c.Detach = rng.IntN(5) == 0
+			switch later.IntN(8) {
+			case 0, 1:
+				c.Async = true
+			case 2, 3:
+				c.Stream = true
+			}
 			sc.Clients = append(sc.Clients, c)
 		}
 	}
@@ -178,6 +194,16 @@ type Env struct {
 	// Trail, when set, turns the guards' audit trail on (written to the store) and returns
 	// the store's trail when the run ends, for the audit invariant (VAudit).
 	Trail func() []idemguard.AuditEvent
+}
+
+// Sync returns sc with every client calling Do: a seed as it ran before Async clients
+// were added to the mix (the seeds the regression test and the docs cite).
+func (sc Scenario) Sync() Scenario {
+	sc.Clients = slices.Clone(sc.Clients)
+	for i := range sc.Clients {
+		sc.Clients[i].Async, sc.Clients[i].Stream = false, false
+	}
+	return sc
 }
 
 // NewMemoryEnv returns a MemoryStore whose clock is sc's skewed clock, starting now.
@@ -351,9 +377,66 @@ func (r *run) call(c Client, i int, probe bool) (idemguard.Result, error) {
 		Settings: idemguard.Settings{TTL: time.Hour, StaleAfter: k.Spec.Lease, MaxAttempts: k.Spec.MaxAttempts,
 			StalePolicy: k.Spec.Policy}, Wait: c.Wait, Detach: c.Detach}
 	a := r.h.Begin(id, r.keys[c.Key], replica, probe)
-	res, err := r.guards[replica].Do(ctx, call, r.op(id, replica, r.keys[c.Key]))
+	if c.Stream && !probe {
+		r.h.MarkStream(a)
+		w := &eventLog{}
+		res, err := r.guards[replica].DoStream(ctx, call, r.streamOp(id, replica, r.keys[c.Key]), w)
+		origin, events := w.all()
+		r.h.FinishStream(a, res, err, origin, events, ctx.Err() != nil)
+		return res, err
+	}
+	do := r.guards[replica].Do
+	if c.Async && !probe {
+		do = r.guards[replica].Start
+	}
+	res, err := do(ctx, call, r.op(id, replica, r.keys[c.Key]))
 	r.h.Finish(a, res, err)
 	return res, err
+}
+
+// streamOp is call id's operation as a stream: the event "<id>:1" before the work, and
+// "<id>:2" once it succeeded; an answer stored by a plain call replays as "<id>:env".
+func (r *run) streamOp(id, replica int, key string) idemguard.StreamOperation {
+	op := r.op(id, replica, key)
+	return idemguard.StreamOperation{Run: func(ctx context.Context, emit func(idemguard.StreamEvent)) (any, error) {
+		emit(idemguard.StreamEvent{Data: []byte(streamEventOf(id, 1))})
+		v, err := op(ctx)
+		if err == nil {
+			emit(idemguard.StreamEvent{Data: []byte(streamEventOf(id, 2))})
+		}
+		return v, err
+	}, Replay: func(env sanitize.Envelope) []idemguard.StreamEvent {
+		// An answer stored by a plain call, rendered as one event naming its execution.
+		return []idemguard.StreamEvent{{Data: []byte(fmt.Sprintf("%v:env", env.Data["call"]))}}
+	}}
+}
+
+func streamEventOf(call, n int) string { return fmt.Sprintf("%d:%d", call, n) }
+
+// eventLog is a streamed call's writer: it keeps the data of every event it gets.
+type eventLog struct {
+	mu     sync.Mutex
+	origin idemguard.StreamOrigin
+	events []string
+}
+
+func (w *eventLog) Begin(s idemguard.StreamStart) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.origin = s.Origin
+}
+
+func (w *eventLog) Write(e idemguard.StreamEvent) error {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.events = append(w.events, string(e.Data))
+	return nil
+}
+
+func (w *eventLog) all() (idemguard.StreamOrigin, []string) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.origin, slices.Clone(w.events)
 }
 
 // op is call id's operation: it takes a time the seed chooses and fails when the seed says
