@@ -353,8 +353,7 @@ func (c *checker) secondExecutions() {
 			}
 			switch {
 			case w.Kind == KindClaim || w.Reclaim == idemguard.ReclaimExpired:
-				count = 1
-				continue
+				count = 0 // a new first attempt
 			case w.Reclaim == idemguard.ReclaimStale && spec.Policy == idemguard.StaleFail:
 				c.add(VSecondExecution, key, "call %d took over a stale claim under policy fail", e.CallID)
 			case w.Reclaim == idemguard.ReclaimFailed:
@@ -366,8 +365,22 @@ func (c *checker) secondExecutions() {
 			if count > spec.MaxAttempts {
 				c.add(VSecondExecution, key, "call %d is execution %d of at most %d", e.CallID, count, spec.MaxAttempts)
 			}
+			if c.canceled(e) {
+				count-- // stopped on request: its attempt was given back
+			}
 		}
 	}
+}
+
+// canceled reports whether e's claim was completed as cancelled (the attempt given back).
+func (c *checker) canceled(e *Execution) bool {
+	n := c.nonce[e]
+	for _, o := range c.byKey[e.Key] {
+		if o.Kind == KindComplete && o.Nonce == n && o.Canceled && o.MayHaveApplied() {
+			return true
+		}
+	}
+	return false
 }
 
 // lastFailure is the stop reason of the last failure written to key that may have taken

@@ -26,6 +26,7 @@ const (
 	KindHeartbeat Kind = "heartbeat"
 	KindComplete  Kind = "complete"
 	KindRelease   Kind = "release"
+	KindCancel    Kind = "cancel" // RequestCancel
 )
 
 // StoreOp is one statement that reached the store, as the Recorder saw it.
@@ -57,6 +58,7 @@ type StoreOp struct {
 	MaxAttempts int
 	Fingerprint string
 	Status      idemguard.RowStatus // Complete
+	Canceled    bool                // Complete: the attempt is given back
 	Response    []byte              // Complete, Abandon
 	Code        int
 	Prev        *idemguard.Record // Release
@@ -388,7 +390,7 @@ func (r *Recorder) begin(ctx context.Context, op *StoreOp) {
 	if op.Key == "" {
 		op.Key = h.ids[op.ID]
 	}
-	if c, ok := h.nonces[op.Nonce]; ok && op.CallID < 0 {
+	if c, ok := h.nonces[op.Nonce]; ok && op.CallID < 0 && op.Kind != KindCancel { // a cancel names another call's claim
 		op.CallID = c
 	}
 	switch op.Kind {
@@ -487,7 +489,8 @@ func (r *Recorder) Heartbeat(ctx context.Context, id uint64, nonce string) (bool
 
 // Complete implements idemguard.Store.
 func (r *Recorder) Complete(ctx context.Context, p idemguard.CompleteParams) (bool, time.Time, error) {
-	op := &StoreOp{Kind: KindComplete, ID: p.ID, Nonce: p.Nonce, Status: p.Status, Response: p.Response, Code: p.ResponseCode}
+	op := &StoreOp{Kind: KindComplete, ID: p.ID, Nonce: p.Nonce, Status: p.Status, Response: p.Response, Code: p.ResponseCode,
+		Canceled: p.Canceled}
 	r.begin(ctx, op)
 	ok, at, err := r.store.Complete(ctx, p)
 	r.end(op, err, func() { op.OK = ok })
@@ -586,9 +589,14 @@ func (r *Recorder) GetMany(ctx context.Context, tenant, scope string, keyHashes 
 	return r.store.GetMany(ctx, tenant, scope, keyHashes)
 }
 
-// RequestCancel implements idemguard.Store; the simulation does not cancel.
+// RequestCancel implements idemguard.Store: a guarded write on the owner's nonce that
+// changes nothing the model sees (cancel_requested_at).
 func (r *Recorder) RequestCancel(ctx context.Context, p idemguard.CancelParams) (bool, error) {
-	return r.store.RequestCancel(ctx, p)
+	op := &StoreOp{Kind: KindCancel, ID: p.ID, Nonce: p.Nonce, AuditID: auditID(p.Audit)}
+	r.begin(ctx, op)
+	ok, err := r.store.RequestCancel(ctx, p)
+	r.end(op, err, func() { op.OK = ok })
+	return ok, err
 }
 
 // AppendAudit implements idemguard.Store; the audit trail is not part of

@@ -79,13 +79,16 @@ func apply(r row, o *StoreOp) (row, bool) {
 		}
 		r.status, r.response, r.code = idemguard.RowFailed, canonicalJSON(o.Response), o.Code
 		return r, true
-	case KindHeartbeat:
+	case KindHeartbeat, KindCancel:
 		return r, own && r.status == idemguard.RowStarted && r.nonce == o.Nonce
 	case KindComplete:
 		if !own || r.status != idemguard.RowStarted || r.nonce != o.Nonce {
 			return r, false
 		}
 		r.status, r.response, r.code = o.Status, canonicalJSON(o.Response), o.Code
+		if o.Canceled && r.attempts > 0 {
+			r.attempts-- // a cancelled execution gives its attempt back
+		}
 		return r, true
 	case KindRelease:
 		if !own || r.status != idemguard.RowStarted || r.nonce != o.Nonce {

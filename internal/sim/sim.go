@@ -41,6 +41,9 @@ type Client struct {
 	// Stream makes each call a DoStream whose operation emits two events (one before its
 	// work, one after it succeeded).
 	Stream bool
+	// Cancel makes the client a canceller: each of its calls asks the key's running
+	// execution to stop (Guard.Cancel) instead of calling it.
+	Cancel bool
 }
 
 // KeyPlan is one simulated key.
@@ -115,6 +118,8 @@ func Generate(seed uint64, defect Defect, real Real) Scenario {
 				c.Async = true
 			case 2, 3:
 				c.Stream = true
+			case 4:
+				c.Cancel = true
 			}
 			sc.Clients = append(sc.Clients, c)
 		}
@@ -201,7 +206,7 @@ type Env struct {
 func (sc Scenario) Sync() Scenario {
 	sc.Clients = slices.Clone(sc.Clients)
 	for i := range sc.Clients {
-		sc.Clients[i].Async, sc.Clients[i].Stream = false, false
+		sc.Clients[i].Async, sc.Clients[i].Stream, sc.Clients[i].Cancel = false, false, false
 	}
 	return sc
 }
@@ -348,12 +353,29 @@ func (r *run) living(from int) int {
 func (r *run) client(c Client) {
 	defer r.clients.Done()
 	time.Sleep(time.Until(r.env.Start.Add(c.At)))
+	if c.Cancel {
+		r.cancels(c)
+		return
+	}
 	for i := range c.Calls {
 		res, err := r.call(c, i, false)
 		if err == nil && res.Status != idemguard.StatusInProgress {
 			return
 		}
 		time.Sleep(r.sc.Lease / 2)
+	}
+}
+
+// cancels asks the key's running execution to stop, c.Calls times a lease apart, on the
+// client's replica (whatever the answer: not running, finished, or the store down).
+func (r *run) cancels(c Client) {
+	k := r.sc.Keys[c.Key]
+	hash := KeyHash(Secret, string(Tenant), Scope, k.ClientKey, inputs(k))
+	for i := range c.Calls {
+		ctx, cancel := context.WithTimeout(context.Background(), r.sc.Lease)
+		_ = r.guards[r.living(c.Replica+i)].Cancel(ctx, Tenant, Scope, hash)
+		cancel()
+		time.Sleep(r.sc.Lease)
 	}
 }
 
