@@ -10,8 +10,8 @@ import (
 // InterpretError exposes the error translation to tests.
 var InterpretError = interpretError
 
-// ZeroOKPacketTime makes s's Complete see 0 in the OK packet, as on an
-// engine that does not report LAST_INSERT_ID(expr) there.
+// ZeroOKPacketTime makes s's Complete and Renew see 0 in the OK packet, as
+// on an engine that does not report LAST_INSERT_ID(expr) there.
 func ZeroOKPacketTime(s *Store) { s.completedAtOf = func(sql.Result) (int64, error) { return 0, nil } }
 
 // OnAuditTx makes s call f inside every audited write's transaction: at

@@ -9,12 +9,13 @@ import (
 // renewSQL is the heartbeat of a running execution. heartbeat_at always
 // moves forward, by at least a microsecond (so a matched row is a changed
 // row); expires_at never moves back. Whether a cancel was requested comes
-// back in the statement's OK packet, as LAST_INSERT_ID(expr) with expr 1 or
-// 0 (see completeSQL), so a renewal stays one round trip. An UPDATE that
-// matches no row evaluates no LAST_INSERT_ID and reports 0.
+// back in the statement's OK packet, as LAST_INSERT_ID(expr) with expr 2
+// (requested) or 1 (not), so a renewal stays one round trip (see
+// completeSQL). 0 means the engine did not report it (TiDB may not): the
+// flag is then read back.
 const renewSQL = `UPDATE idempotency_keys SET
   heartbeat_at = GREATEST(UTC_TIMESTAMP(6), COALESCE(heartbeat_at, started_at) + INTERVAL 1 MICROSECOND)
-    + INTERVAL 0 * LAST_INSERT_ID(cancel_requested_at IS NOT NULL) MICROSECOND,
+    + INTERVAL 0 * LAST_INSERT_ID(1 + (cancel_requested_at IS NOT NULL)) MICROSECOND,
   expires_at = GREATEST(expires_at, UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND)
 WHERE id = ? AND status = 'started' AND claim_nonce = ?`
 
@@ -25,11 +26,23 @@ func (s *Store) Renew(ctx context.Context, p idemguard.RenewParams) (idemguard.R
 	if !ok || err != nil {
 		return idemguard.RenewResult{}, err
 	}
-	canceled, err := res.LastInsertId()
+	flag, err := s.okPacketTime(res)
 	if err != nil {
 		return idemguard.RenewResult{}, err
 	}
-	return idemguard.RenewResult{Renewed: true, CancelRequested: canceled == 1}, nil
+	if flag == 0 {
+		// Not in the OK packet: read it back. If that read fails, the
+		// error makes this beat fail like any other store error, and the
+		// next one tries again.
+		var requested bool
+		err := s.db.GetContext(ctx, &requested,
+			`SELECT cancel_requested_at IS NOT NULL FROM idempotency_keys WHERE id = ? AND claim_nonce = ?`, p.ID, p.Nonce)
+		if err != nil {
+			return idemguard.RenewResult{}, interpretError(err)
+		}
+		return idemguard.RenewResult{Renewed: true, CancelRequested: requested}, nil
+	}
+	return idemguard.RenewResult{Renewed: true, CancelRequested: flag == 2}, nil
 }
 
 // requestCancelSQL marks a cancel request on one execution. The time moves

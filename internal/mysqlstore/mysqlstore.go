@@ -49,7 +49,8 @@ const (
 // Store is the MySQL idemguard.Store. It is safe for concurrent use.
 type Store struct {
 	db *sqlx.DB
-	// completedAtOf reads completed_at from Complete's OK packet; tests
+	// completedAtOf reads the value of LAST_INSERT_ID(expr) from an OK
+	// packet (Complete's completed_at, Renew's cancel flag); tests
 	// stand in for an engine that reports 0 there.
 	completedAtOf func(sql.Result) (int64, error)
 	// auditHook, if set, runs inside an audited write's transaction at

@@ -152,3 +152,30 @@ func TestCompleteReadsCompletedAtBackWithoutTheOKPacket(t *testing.T) {
 	require.False(t, rec.CompletedAt.IsZero())
 	require.True(t, rec.CompletedAt.Equal(at), "completed_at %v, Complete answered %v", rec.CompletedAt, at)
 }
+
+// On an engine that reports 0 for LAST_INSERT_ID(expr), Renew reads the
+// cancel flag back: a cancel is still seen, and no cancel is invented.
+func TestRenewReadsTheCancelFlagBackWithoutTheOKPacket(t *testing.T) {
+	t.Parallel()
+	for _, zero := range []bool{false, true} {
+		db := testdb.New(t)
+		s := mysqlstore.New(db.DB)
+		if zero {
+			mysqlstore.ZeroOKPacketTime(s)
+		}
+		ctx := context.Background()
+		nonce := strings.Repeat("ef", 16)
+		id, err := s.Claim(ctx, idemguard.ClaimParams{Tenant: "acme", Scope: "s", KeyHash: strings.Repeat("e", 64),
+			Fingerprint: strings.Repeat("d", 64), Nonce: nonce, TTL: time.Hour, Lease: time.Minute})
+		require.NoError(t, err)
+		r, err := s.Renew(ctx, idemguard.RenewParams{ID: id, Nonce: nonce, Extend: time.Hour})
+		require.NoError(t, err)
+		require.Equal(t, idemguard.RenewResult{Renewed: true}, r, "zero OK packet %v", zero)
+		ok, err := s.RequestCancel(ctx, idemguard.CancelParams{ID: id, Nonce: nonce})
+		require.NoError(t, err)
+		require.True(t, ok)
+		r, err = s.Renew(ctx, idemguard.RenewParams{ID: id, Nonce: nonce, Extend: time.Hour})
+		require.NoError(t, err)
+		require.Equal(t, idemguard.RenewResult{Renewed: true, CancelRequested: true}, r, "zero OK packet %v", zero)
+	}
+}
