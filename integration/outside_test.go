@@ -44,6 +44,7 @@ func buildOutsideModule(t *testing.T) string {
 	require.NoError(t, err)
 	for file, block := range map[string]string{
 		"readme_example.go": "go-example", "readme_gin.go": "go-gin-example", "readme_http.go": "go-http-example",
+		"readme_audit.go": "go-audit-example",
 	} {
 		require.NoError(t, os.WriteFile(filepath.Join(dir, file), []byte(readmeGoBlock(t, block)), 0o600))
 	}
@@ -138,6 +139,9 @@ func TestOutsideModule(t *testing.T) {
 	// README's "Using it from Go": the model ran once, the second call replayed.
 	require.Equal(t, `readme: succeeded cached=false model_calls=1 {"ok":true,"stopReason":"completed","needsHuman":false,"cached":false,"data":{"copy":"a fine copy of 16 characters"}}`, next())
 	require.Equal(t, `readme: succeeded cached=true model_calls=1 {"ok":true,"stopReason":"completed","needsHuman":false,"cached":true,"data":{"copy":"a fine copy of 16 characters"}}`, next())
+	// README's "The audit trail": a claim and a replay, by a hashed user, in the table.
+	audit := next()
+	require.Regexp(t, `^audit: key\.claimed,replay actor=user:h:[0-9a-f]{32} replay=1$`, audit)
 	listening := next()
 	var ginAddr, httpAddr string
 	_, err = fmt.Sscanf(listening, "listening gin=%s http=%s", &ginAddr, &httpAddr)

@@ -12,6 +12,7 @@ import (
 	"net/http"
 	"os"
 	"strconv"
+	"strings"
 	"sync/atomic"
 
 	"github.com/gin-gonic/gin"
@@ -77,6 +78,29 @@ func main() {
 		}
 		fmt.Printf("readme: %s cached=%t model_calls=%d %s\n", res.Status, res.Cached, modelCalls.Load(), res.Body)
 	}
+
+	// README's "The audit trail": the same call twice as one user, then its key's history.
+	audited, err := auditedGuard(db, []byte(os.Getenv("OUTSIDE_SECRET")))
+	if err != nil {
+		fail(err)
+	}
+	for range 2 {
+		if _, err := proposeCopy(asCaller(ctx, audited, "alice@example.com"), audited, "acme", "copy-audited", "Write a limerick"); err != nil {
+			fail(err)
+		}
+	}
+	if err := audited.Close(ctx); err != nil { // writes the queued replay
+		fail(err)
+	}
+	events, err := keyHistory(ctx, audited, "acme", "actionRequests.aiProposeCopy", "copy-audited")
+	if err != nil {
+		fail(err)
+	}
+	var kinds []string
+	for _, e := range events {
+		kinds = append(kinds, string(e.Kind))
+	}
+	fmt.Printf("audit: %s actor=%s replay=%d\n", strings.Join(kinds, ","), events[len(events)-1].Actor, events[len(events)-1].Replay)
 
 	gin.SetMode(gin.ReleaseMode)
 	g := ginApp(guard, tenantOf)
