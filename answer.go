@@ -31,7 +31,14 @@ func (g *Guard) replay(ctx context.Context, p prepared, rec Record, readAt time.
 		Cached: true, StopReason: cmp.Or(st.env.StopReason, sanitize.Completed), Attempt: rec.Attempts, FirstSeen: rec.CreatedAt,
 		CompletedAt: rec.CompletedAt, KeyHash: p.keyHash, Header: st.header, DroppedFields: st.dropped, Usage: st.usage}
 	if left := rec.ExpiresAt.Sub(rec.Now); left > 0 {
-		g.cache.put(p.tenant, p.scope, p.keyHash, p.fingerprint, res, readAt.Add(min(left, g.cfg.ReplayCacheMaxAge)))
+		// The cache is looked up under the request's current hash: a row
+		// made under a previous secret is cached there, with the current
+		// fingerprint of the same inputs.
+		key, fingerprint := p.keyHash, p.fingerprint
+		if p.onPrevious() {
+			key, fingerprint = p.versions[0].keyHash, p.versions[0].fingerprint
+		}
+		g.cache.put(p.tenant, p.scope, key, fingerprint, res, readAt.Add(min(left, g.cfg.ReplayCacheMaxAge)))
 	}
 	return res, nil
 }

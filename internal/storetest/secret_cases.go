@@ -204,6 +204,42 @@ func guardKeyCompletedUnderTheOldSecretIsReplayedUnderTheNew(t *testing.T, h *Ha
 	require.Equal(t, 2, c.n())
 }
 
+// guardOldSecretReplayIsServedFromTheReplayCache: a replay of a row made
+// under the previous secret is cached under the request's current hash, so
+// the next one costs no store call; another body under the key is still a
+// mismatch, and the cached answer names the row it came from.
+func guardOldSecretReplayIsServedFromTheReplayCache(t *testing.T, h *Harness) {
+	before, _ := newGuard(t, h, oldOnly())
+	var c counter
+	op := c.op(okValue, nil)
+	first, err := before.Do(ctxFor(t), keyCall("k-c", map[string]any{"q": 1}), op)
+	require.NoError(t, err)
+
+	store := &hookStore{Store: h.Store}
+	var fromMemory atomic.Int32
+	after, _ := newGuard(t, h, newSide(), withStore(store), func(c *idemguard.Config) {
+		c.Test.ReadFirst = idemguard.ReadFirstAlways
+		c.Observe = func(e idemguard.Event) {
+			if e.Kind == idemguard.EventReplayed && e.FromMemory {
+				fromMemory.Add(1)
+			}
+		}
+	})
+	for i := range 3 {
+		again, err := after.Do(ctxFor(t), keyCall("k-c", map[string]any{"q": 1}), op)
+		require.NoError(t, err)
+		require.True(t, again.Cached)
+		require.Equal(t, first.KeyHash, again.KeyHash, "the answer names the row it came from")
+		sameExceptCached(t, first.Body, again.Body)
+		require.EqualValues(t, i, fromMemory.Load(), "replay %d: the first from the store, the rest from memory", i)
+	}
+	require.EqualValues(t, 1, store.getMany.Load(), "one read for three replays")
+	require.Zero(t, store.claims.Load())
+	_, err = after.Do(ctxFor(t), keyCall("k-c", map[string]any{"q": 2}), op)
+	require.ErrorIs(t, err, idemguard.ErrFingerprintMismatch)
+	require.Equal(t, 1, c.n())
+}
+
 func countRows(t testing.TB, h *Harness) int {
 	t.Helper()
 	n := 0

@@ -146,6 +146,7 @@ func cases(run func(name string, tc caseFunc)) {
 	run("Store/SecretIDIsRecordedAndReadBack", storeSecretIDIsRecordedAndReadBack)
 	run("Store/GetManyReadsEveryHashOfOneTenantAndScope", storeGetManyReadsEveryHashOfOneTenantAndScope)
 	run("Guard/KeyCompletedUnderTheOldSecretIsReplayedUnderTheNew", guardKeyCompletedUnderTheOldSecretIsReplayedUnderTheNew)
+	run("Guard/OldSecretReplayIsServedFromTheReplayCache", guardOldSecretReplayIsServedFromTheReplayCache)
 	run("Guard/RunningUnderOneSecretIsInProgressUnderTheOther", guardRunningUnderOneSecretIsInProgressUnderTheOther)
 	run("Guard/FailedUnderTheOldSecretIsRetriedOnItsOwnRow", guardFailedUnderTheOldSecretIsRetriedOnItsOwnRow)
 	run("Guard/StaleUnderTheOldSecretIsTakenOverOnItsOwnRow", guardStaleUnderTheOldSecretIsTakenOverOnItsOwnRow)
