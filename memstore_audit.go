@@ -40,6 +40,9 @@ func (s *MemoryStore) History(ctx context.Context, tenant, scope string, keyHash
 		return nil, err
 	}
 	defer s.mu.Unlock()
+	if limit <= 0 {
+		return nil, nil
+	}
 	var out []AuditEvent
 	for _, e := range s.audit {
 		if e.Tenant == tenant && e.Scope == scope && slices.Contains(keyHashes, e.KeyHash) {

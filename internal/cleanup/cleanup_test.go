@@ -441,12 +441,15 @@ FROM h`, fromHours, toHours)
 	require.NoError(t, err)
 }
 
-func countStats(t *testing.T, db *sqlx.DB) int64 {
+// countTable counts the rows of table (a name from this file, never input).
+func countTable(t *testing.T, db *sqlx.DB, table string) int64 {
 	t.Helper()
 	var n int64
-	require.NoError(t, db.GetContext(t.Context(), &n, `SELECT COUNT(*) FROM idempotency_stats`))
+	require.NoError(t, db.GetContext(t.Context(), &n, `SELECT COUNT(*) FROM `+table))
 	return n
 }
+
+func countStats(t *testing.T, db *sqlx.DB) int64 { t.Helper(); return countTable(t, db, "idempotency_stats") }
 
 // idempotency_stats buckets older than StatsRetention (default 90 days) are pruned in
 // batches after the keys; younger ones stay; the dry run counts them and deletes nothing; a
@@ -527,12 +530,7 @@ FROM h`, fromHours, toHours)
 	require.NoError(t, err)
 }
 
-func countAudit(t *testing.T, db *sqlx.DB) int64 {
-	t.Helper()
-	var n int64
-	require.NoError(t, db.GetContext(t.Context(), &n, `SELECT COUNT(*) FROM idempotency_audit`))
-	return n
-}
+func countAudit(t *testing.T, db *sqlx.DB) int64 { t.Helper(); return countTable(t, db, "idempotency_audit") }
 
 // idempotency_audit events older than AuditRetention (default 90 days) are pruned in batches
 // after the keys and the stats; younger ones stay; the dry run counts them and deletes nothing;

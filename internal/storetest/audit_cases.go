@@ -293,6 +293,11 @@ func auditHistoryFiltersOrdersAndLimits(t *testing.T, h *Harness) {
 	got, err = h.Store.History(ctxFor(t), "acme", "s", []string{hash("audit-none")}, 100)
 	require.NoError(t, err)
 	require.Empty(t, got)
+	for _, limit := range []int{0, -1} { // no events, never a panic
+		got, err := h.Store.History(ctxFor(t), "acme", "s", []string{k1, k2}, limit)
+		require.NoError(t, err)
+		require.Empty(t, got, "limit %d", limit)
+	}
 	got, err = h.Store.History(ctxFor(t), "acme", "s", nil, 100)
 	require.NoError(t, err)
 	require.Empty(t, got, "no hash, no events")
