@@ -449,7 +449,10 @@ func countTable(t *testing.T, db *sqlx.DB, table string) int64 {
 	return n
 }
 
-func countStats(t *testing.T, db *sqlx.DB) int64 { t.Helper(); return countTable(t, db, "idempotency_stats") }
+func countStats(t *testing.T, db *sqlx.DB) int64 {
+	t.Helper()
+	return countTable(t, db, "idempotency_stats")
+}
 
 // idempotency_stats buckets older than StatsRetention (default 90 days) are pruned in
 // batches after the keys; younger ones stay; the dry run counts them and deletes nothing; a
@@ -530,7 +533,10 @@ FROM h`, fromHours, toHours)
 	require.NoError(t, err)
 }
 
-func countAudit(t *testing.T, db *sqlx.DB) int64 { t.Helper(); return countTable(t, db, "idempotency_audit") }
+func countAudit(t *testing.T, db *sqlx.DB) int64 {
+	t.Helper()
+	return countTable(t, db, "idempotency_audit")
+}
 
 // idempotency_audit events older than AuditRetention (default 90 days) are pruned in batches
 // after the keys and the stats; younger ones stay; the dry run counts them and deletes nothing;
