@@ -36,7 +36,10 @@ const serveUsage = `usage: idemguard serve [--config FILE]
 
 Serves the REST API (docs/CONFIGURATION.md lists every setting). Settings come
 from FILE (or $IDEMGUARD_CONFIG) and environment overrides; without either it
-starts in development mode: in-memory store, demo scope, API key dev-demo-key.
+starts in development mode: in-memory store, demo scope, API key dev-demo-key
+(demo scopes only). Settings only a deployment has (a database, API keys, JWT
+settings, scopes of a real operation) need mode: production (or development)
+set explicitly, or serve refuses to start.
 
 flags:
 `

@@ -57,7 +57,10 @@ type Mode string
 const (
 	// Development runs without a database (in-memory store) when no DSN is
 	// set, generates a secret, and accepts the demo API key DemoAPIKey for
-	// tenant DemoTenant. It is the default.
+	// tenant DemoTenant on the demo scopes only. It is the default when
+	// nothing production-like is configured (no database, API keys, JWT
+	// settings or scopes of a real operation); with any of those the mode
+	// must be set.
 	Development Mode = "development"
 	// Production requires a DSN, IDEMPOTENCY_SECRET and at least one tenant
 	// API key, and never migrates the database.
@@ -110,7 +113,7 @@ const (
 type Config struct {
 	// Source is the file the settings came from ("" if none).
 	Source string
-	// Mode is development (default) or production.
+	// Mode is development or production (see Development for the default).
 	Mode Mode
 	// Listen is the TCP address to serve on. Defaults to 127.0.0.1:8080.
 	Listen string
@@ -430,6 +433,17 @@ func Load(path string, getenv func(string) string) (*Config, error) {
 	}
 
 	c := &Config{Source: path}
+	if strings.TrimSpace(raw.Mode) == "" {
+		if what := productionLike(&raw); len(what) > 0 {
+			// Fail safe: development mode accepts a public key and migrates
+			// the database; a production configuration that lost its mode
+			// line must not start that way. The other settings are still
+			// checked (as development would), so every problem is listed.
+			p.add("mode", "is not set, but the configuration has production settings (%s): set mode: production "+
+				"in the config file (or %s=production); set mode: development explicitly only to run these settings "+
+				"in development mode (public demo key, automatic migrations)", strings.Join(what, ", "), EnvMode)
+		}
+	}
 	c.Mode = Mode(strings.ToLower(cmpOr(raw.Mode, string(Development))))
 	c.Listen = cmpOr(raw.Listen, DefaultListen)
 	c.MySQLDSN = raw.MySQLDSN
@@ -706,6 +720,30 @@ func (c *Config) validate(apiKeysSetting string) problems {
 		}
 	}
 	return p
+}
+
+// productionLike names the settings of raw that only a deployment has: a
+// database, API keys, JWT settings, scopes that run a real operation (a
+// demo-operation scope calls nothing outside the process). Without
+// them (and without a mode) the service starts in development mode.
+func productionLike(raw *rawConfig) []string {
+	var what []string
+	if strings.TrimSpace(raw.MySQLDSN) != "" {
+		what = append(what, "mysql_dsn")
+	}
+	if len(raw.APIKeys) > 0 {
+		what = append(what, "api_keys")
+	}
+	if strings.TrimSpace(raw.JWT.JWKSURL) != "" || strings.TrimSpace(raw.JWT.Issuer) != "" || strings.TrimSpace(raw.JWT.Audience) != "" {
+		what = append(what, "jwt")
+	}
+	for _, s := range raw.Scopes {
+		if Operation(strings.TrimSpace(s.Operation)) != OpDemo {
+			what = append(what, "scopes with operations other than "+string(OpDemo))
+			break
+		}
+	}
+	return what
 }
 
 func (c *Config) hasScope(name string) bool {

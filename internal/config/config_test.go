@@ -142,7 +142,7 @@ func TestLoadEnvironmentOverrides(t *testing.T) {
 	require.Equal(t, "sk-std", c.OpenAI.APIKey, "OPENAI_API_KEY is the fallback")
 	require.Equal(t, "http://127.0.0.1:9/u", c.Upstream.URL)
 
-	c, err = Load(path, envOf(map[string]string{EnvOpenAIModel: "m", EnvOpenAIAPIKey: "sk-own", EnvOpenAIAPIKeyStd: "sk-std"}))
+	c, err = Load(path, envOf(map[string]string{EnvMode: "development", EnvOpenAIModel: "m", EnvOpenAIAPIKey: "sk-own", EnvOpenAIAPIKeyStd: "sk-std"}))
 	require.NoError(t, err)
 	require.Equal(t, "sk-own", c.OpenAI.APIKey, "IDEMGUARD_OPENAI_API_KEY wins")
 }
