@@ -44,7 +44,8 @@ func (o Options) validateBrowser() error {
 // token) is logged.
 func (h *handlers) authenticateScope(creds *auth.Credentials, byScope map[string][]auth.Method) gin.HandlerFunc {
 	return func(c *gin.Context) {
-		p, err := creds.Authenticate(c.Request.Context(), c.Request, byScope[c.Param("scope")])
+		scope := c.Param("scope")
+		p, err := creds.AuthenticateScope(c.Request.Context(), c.Request, scope, byScope[scope])
 		if err != nil {
 			h.log.Info("http: authentication failed", slog.String("route", c.FullPath()), slog.String("reason", err.Error()))
 			c.Header("WWW-Authenticate", auth.Challenge(err))

@@ -755,6 +755,19 @@ func (c *Config) hasScope(name string) bool {
 	return false
 }
 
+// DemoScopes names the scopes development mode's public demo key is
+// accepted on: DemoScope and DemoJobScope, when they run the demo operation
+// (a scope of that name configured with a real operation is not one).
+func (c *Config) DemoScopes() []string {
+	var out []string
+	for _, s := range c.Scopes {
+		if (s.Name == DemoScope || s.Name == DemoJobScope) && s.Operation == OpDemo {
+			out = append(out, s.Name)
+		}
+	}
+	return out
+}
+
 // DevelopmentWithoutDatabase reports whether the service runs on the
 // in-memory store.
 func (c *Config) DevelopmentWithoutDatabase() bool { return c.Mode == Development && c.MySQLDSN == "" }
