@@ -612,6 +612,10 @@ func (c *Config) validate(apiKeysSetting string) problems {
 				p.add(fmt.Sprintf("%s.%s[%d]", apiKeysSetting, tenant, i), "%v", err)
 				continue
 			}
+			if weak := c.weakDigest(d); weak != "" {
+				p.add(fmt.Sprintf("%s.%s[%d]", apiKeysSetting, tenant, i), "%s", weak)
+				continue
+			}
 			if !isSHA256Hex(d) {
 				p.add(fmt.Sprintf("%s.%s[%d]", apiKeysSetting, tenant, i), "must be the hex SHA-256 digest of an API key "+
 					"(64 hex digits, e.g. printf %%s \"$KEY\" | sha256sum), not the key itself")
@@ -720,6 +724,42 @@ func (c *Config) validate(apiKeysSetting string) problems {
 		}
 	}
 	return p
+}
+
+// Placeholder marks the API-key digests of the example configuration, which
+// must be replaced before it starts.
+const Placeholder = "REPLACE_WITH_SHA256_OF_A_RANDOM_KEY"
+
+// weakKeys are keys anyone would guess. Production refuses their digests;
+// no mode accepts the public demo key's digest for a configured tenant.
+var weakKeys = []string{"", "foo", "bar", "baz", "test", "testing", "password", "secret", "changeme", "admin",
+	"demo", "key", "apikey", "api-key", "api_key", "123456", "12345678", "letmein", "qwerty", "example", "default"}
+
+var weakDigests = func() map[string]bool {
+	m := make(map[string]bool, len(weakKeys))
+	for _, k := range weakKeys {
+		m[auth.HashAPIKey(k)] = true
+	}
+	return m
+}()
+
+// generateKeyHint says how to make a key and its digest.
+const generateKeyHint = "generate a random key (e.g. KEY=$(openssl rand -hex 32)) and configure its digest " +
+	"(printf %s \"$KEY\" | sha256sum)"
+
+// weakDigest says why the API-key digest d may not be configured, or "".
+// It never names the key behind a weak digest.
+func (c *Config) weakDigest(d string) string {
+	d = strings.ToLower(strings.TrimSpace(d))
+	switch {
+	case strings.Contains(d, strings.ToLower(Placeholder)), strings.Contains(d, "replace_with"):
+		return "is a placeholder of the example configuration: " + generateKeyHint
+	case d == auth.HashAPIKey(DemoAPIKey):
+		return "is the digest of the public development demo key, which is accepted for the demo tenant only: " + generateKeyHint
+	case c.Mode == Production && weakDigests[d]:
+		return "is the digest of a known weak key (a common word, a short number or the empty string), refused in production mode: " + generateKeyHint
+	}
+	return ""
 }
 
 // productionLike names the settings of raw that only a deployment has: a
