@@ -241,6 +241,8 @@ func (s *server) run(ctx context.Context) int {
 		CORSOrigins:           cfg.CORSOrigins,
 		Logger:                log,
 		HTTPMetrics:           m,
+		AuthFailures: routers.AuthFailureLimit{Max: cfg.AuthFailures.Max, Window: cfg.AuthFailures.Window,
+			MaxClients: cfg.AuthFailures.MaxClients, OnLimited: m.AuthLimited},
 	}
 	s.opsOptions(&opts, registry.Names())
 	jwtVerifier, err := browserOptions(cfg, log, &opts)

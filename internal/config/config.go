@@ -174,7 +174,30 @@ type Config struct {
 	JWT JWT
 	// Audit configures the audit trail.
 	Audit Audit
+	// AuthFailures limits failed authentications per client address.
+	AuthFailures AuthFailures
 }
+
+// AuthFailures limits failed authentications per client address
+// (docs/CONFIGURATION.md): after Max wrong credentials within Window a
+// client gets 429 until its window ends.
+type AuthFailures struct {
+	// Max is the failures allowed per client and window; -1 turns the limit
+	// off. Defaults to 20.
+	Max int
+	// Window is counted from a client's first failure. Defaults to 1m.
+	Window time.Duration
+	// MaxClients bounds the clients tracked. Defaults to 10000.
+	MaxClients int
+}
+
+// Defaults and bounds of AuthFailures.
+const (
+	DefaultAuthFailuresMax        = 20
+	DefaultAuthFailuresWindow     = time.Minute
+	DefaultAuthFailuresMaxClients = 10_000
+	MaxAuthFailuresMaxClients     = 1_000_000
+)
 
 // Audit configures the audit trail (docs/OPERATIONS.md).
 type Audit struct {
@@ -296,6 +319,13 @@ type rawConfig struct {
 	Scopes                []rawScope          `yaml:"scopes"`
 	JWT                   rawJWT              `yaml:"jwt"`
 	Audit                 rawAudit            `yaml:"audit"`
+	AuthFailures          rawAuthFailures     `yaml:"auth_failures"`
+}
+
+type rawAuthFailures struct {
+	Max        *int   `yaml:"max"`
+	Window     string `yaml:"window"`
+	MaxClients *int   `yaml:"max_clients"`
 }
 
 type rawAudit struct {
@@ -517,6 +547,14 @@ func Load(path string, getenv func(string) string) (*Config, error) {
 		c.JWT.Algorithms = slices.Clone(auth.DefaultJWTAlgorithms)
 	}
 	c.Audit = Audit{Log: cmpOr(raw.Audit.Log, AuditLogOff), Table: raw.Audit.Table == nil || *raw.Audit.Table}
+	c.AuthFailures = AuthFailures{Max: DefaultAuthFailuresMax, MaxClients: DefaultAuthFailuresMaxClients,
+		Window: p.duration("auth_failures.window", raw.AuthFailures.Window, DefaultAuthFailuresWindow)}
+	if raw.AuthFailures.Max != nil {
+		c.AuthFailures.Max = *raw.AuthFailures.Max
+	}
+	if raw.AuthFailures.MaxClients != nil {
+		c.AuthFailures.MaxClients = *raw.AuthFailures.MaxClients
+	}
 	if c.Mode == Development && !c.hasScope(DemoScope) {
 		c.Scopes = append(c.Scopes, Scope{Name: DemoScope, Operation: OpDemo, Delay: DefaultDemoDelay})
 	}
@@ -662,6 +700,13 @@ func (c *Config) validate(apiKeysSetting string) problems {
 	}
 	p.between("pool.conn_max_lifetime", c.Pool.ConnMaxLifetime, 0, 24*time.Hour)
 	p.checkSettings("defaults", c.Defaults)
+	if c.AuthFailures.Max != -1 && (c.AuthFailures.Max < 1 || c.AuthFailures.Max > 10_000) {
+		p.add("auth_failures.max", "must be between 1 and 10000, or -1 (no limit), got %d", c.AuthFailures.Max)
+	}
+	p.between("auth_failures.window", c.AuthFailures.Window, time.Second, 24*time.Hour)
+	if c.AuthFailures.MaxClients < 1 || c.AuthFailures.MaxClients > MaxAuthFailuresMaxClients {
+		p.add("auth_failures.max_clients", "must be between 1 and %d, got %d", MaxAuthFailuresMaxClients, c.AuthFailures.MaxClients)
+	}
 
 	uses := map[Operation]bool{}
 	seen := map[string]int{}

@@ -2,6 +2,7 @@ package config
 
 import (
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 )
@@ -55,4 +56,20 @@ func TestModeMissingWithProductionSettingsRefuses(t *testing.T) {
 	c, err := Load(path, envOf(nil))
 	require.NoError(t, err)
 	require.Equal(t, Development, c.Mode)
+}
+
+// TestLoadAuthFailures: the failed-authentication limit's defaults, the
+// file's values, and its bounds named by setting.
+func TestLoadAuthFailures(t *testing.T) {
+	t.Parallel()
+	c, err := Load("", envOf(nil))
+	require.NoError(t, err)
+	require.Equal(t, AuthFailures{Max: 20, Window: time.Minute, MaxClients: 10_000}, c.AuthFailures)
+	c, err = Load(writeFile(t, "auth_failures: {max: -1, window: 10m, max_clients: 5}\n"), envOf(nil))
+	require.NoError(t, err)
+	require.Equal(t, AuthFailures{Max: -1, Window: 10 * time.Minute, MaxClients: 5}, c.AuthFailures)
+	_, err = Load(writeFile(t, "auth_failures: {max: 0, window: 10ms, max_clients: 0}\n"), envOf(nil))
+	require.ErrorContains(t, err, "auth_failures.max: must be between 1 and 10000, or -1 (no limit), got 0")
+	require.ErrorContains(t, err, "auth_failures.window: must be between 1s and 24h0m0s, got 10ms")
+	require.ErrorContains(t, err, "auth_failures.max_clients: must be between 1 and 1000000, got 0")
 }
