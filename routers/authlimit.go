@@ -11,8 +11,6 @@ import (
 	"time"
 
 	"github.com/gin-gonic/gin"
-
-	"github.com/idemguard/idemguard/sanitize"
 )
 
 // Defaults of AuthFailureLimit.
@@ -160,8 +158,7 @@ func (h *handlers) refuseBlocked(c *gin.Context) bool {
 		h.authFails.limit.OnLimited()
 	}
 	c.Header(headerRetryAfter, retryAfterSeconds(wait))
-	writeProblem(c, newProblem(http.StatusTooManyRequests, "too-many-failed-authentications", "Too many failed authentications",
-		sanitize.RateLimited, "too many requests from this client failed to authenticate; retry after the time in Retry-After"))
+	writeProblem(c, problemFor(errTooManyAuthFailures))
 	c.Abort()
 	return true
 }
