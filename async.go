@@ -11,6 +11,7 @@ import (
 
 	"github.com/idemguard/idemguard/internal/live"
 	"github.com/idemguard/idemguard/sanitize"
+	"github.com/idemguard/idemguard/store"
 )
 
 // ErrCanceled is the cause (context.Cause) of an operation's context
@@ -188,7 +189,7 @@ func (g *Guard) runInBackground(ctx context.Context, p prepared, op Operation, o
 // ErrCanceled) when the row carries a cancel request.
 func (hb *heartbeat) renewOnce(ctx context.Context) (bool, error) {
 	p := hb.p
-	r, err := hb.g.store.Renew(ctx, RenewParams{ID: hb.o.id, Nonce: hb.o.nonce, Extend: p.settings.TTL + hb.lease})
+	r, err := hb.g.store.Renew(ctx, store.RenewParams{ID: hb.o.id, Nonce: hb.o.nonce, Extend: p.settings.TTL + hb.lease})
 	if err != nil || !r.Renewed {
 		return false, err
 	}

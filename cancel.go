@@ -8,6 +8,7 @@ import (
 	"log/slog"
 
 	"github.com/idemguard/idemguard/internal/keys"
+	"github.com/idemguard/idemguard/store"
 	"github.com/idemguard/idemguard/tenancy"
 )
 
@@ -49,15 +50,15 @@ func (g *Guard) Cancel(ctx context.Context, tenant tenancy.ID, scope, keyHash st
 			return &StoreError{Op: "cancel", Err: err}
 		case rec.Reclaimable(fallback):
 			return ErrNotFound
-		case rec.Status != RowStarted:
+		case rec.Status != store.RowStarted:
 			return ErrKeyFinished
 		case !rec.CancelRequestedAt.IsZero():
 			return nil // asked for already; the owner has it or will
 		}
 		audit := g.newAudit(prepared{tenant: string(tenant), scope: scope, actor: ActorFrom(ctx)},
-			AuditCanceled, keyHash, rec.Attempts, rec.Now)
+			store.AuditCanceled, keyHash, rec.Attempts, rec.Now)
 		sctx, cancel = g.storeCtx(context.WithoutCancel(ctx))
-		ok, err := g.store.RequestCancel(sctx, CancelParams{ID: rec.ID, Nonce: rec.ClaimNonce, Audit: g.stored(audit)})
+		ok, err := g.store.RequestCancel(sctx, store.CancelParams{ID: rec.ID, Nonce: rec.ClaimNonce, Audit: g.stored(audit)})
 		cancel()
 		if err == nil && ok {
 			g.landed(audit)

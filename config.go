@@ -8,13 +8,14 @@ import (
 
 	"github.com/idemguard/idemguard/internal/keys"
 	"github.com/idemguard/idemguard/sanitize"
+	"github.com/idemguard/idemguard/store"
 )
 
 // Config configures a Guard.
 type Config struct {
 	// Store holds the idempotency records: a MySQL store (package
 	// github.com/idemguard/idemguard/mysql) or a MemoryStore. Required.
-	Store Store
+	Store store.Store
 	// Secret keys every HMAC of keys and fingerprints; at least 32 bytes.
 	// Required. Every process sharing a store must use the same secret, or
 	// know each other's as PreviousSecrets while the secret is rotated.
@@ -97,7 +98,7 @@ func (s Settings) withDefaults(d Settings) Settings {
 
 func (c Config) validate() error {
 	if c.Store == nil {
-		return fmt.Errorf("idemguard: Config.Store is required (a MySQL store from package mysql, or NewMemoryStore)")
+		return fmt.Errorf("idemguard: Config.Store is required (a MySQL store from package mysql, or memstore.New)")
 	}
 	if len(c.Secret) < keys.MinSecretBytes {
 		return fmt.Errorf("idemguard: Config.Secret must be at least %d bytes, got %d", keys.MinSecretBytes, len(c.Secret))

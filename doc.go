@@ -47,7 +47,7 @@ stored only as HMACs under Config.Secret.
 
 Package mysql (github.com/idemguard/idemguard/mysql) is the MySQL store;
 this package links no database driver, so tests and single-process tools can
-use NewMemoryStore alone.
+use memstore.New (package store/memstore) alone.
 
 # Long-running operations
 
@@ -59,7 +59,7 @@ Guard.WaitJobs waits for the background operations in a shutdown's grace.
 
 # The audit trail
 
-With Config.Audit on, every decision is an AuditEvent (a claim, a takeover, a
+With Config.Audit on, every decision is an store.AuditEvent (a claim, a takeover, a
 retry, an abandon, a release, a cancel, a replay, an in-progress answer, a
 conflict), naming the caller (Call.Actor, or WithActor on the context) and the
 key only by its HMAC. An observer gets each one; with AuditConfig.Store the

@@ -5,6 +5,7 @@ import (
 	"fmt"
 
 	"github.com/idemguard/idemguard/sanitize"
+	"github.com/idemguard/idemguard/store"
 )
 
 // The errors Do and Lookup return, and the causes an operation's
@@ -22,8 +23,8 @@ var (
 	// *[StoreError] matches it. The operation was not started (fail closed).
 	ErrStoreUnavailable = errors.New("idemguard: store unavailable")
 	// ErrNotFound is returned by Lookup for a key that is absent, expired or
-	// another tenant's, and by Store.Get when no row matches.
-	ErrNotFound = errors.New("idemguard: key not found")
+	// another tenant's; it is the value of store.ErrNotFound.
+	ErrNotFound = store.ErrNotFound
 	// ErrInvalidResult means the operation ran but returned a value that is
 	// not a JSON object (a string, a number, an array), or a Response whose
 	// status code is outside 100–599: a programming error, never an upstream

@@ -6,6 +6,7 @@ import (
 	"io"
 
 	"github.com/idemguard/idemguard"
+	"github.com/idemguard/idemguard/store/memstore"
 )
 
 // A long-running operation: Start answers at once while the operation runs
@@ -14,7 +15,7 @@ import (
 // the same job.
 func ExampleGuard_Start() {
 	ctx := context.Background()
-	guard, err := idemguard.New(idemguard.Config{Store: idemguard.NewMemoryStore(), Secret: exampleSecret})
+	guard, err := idemguard.New(idemguard.Config{Store: memstore.New(), Secret: exampleSecret})
 	if err != nil {
 		panic(err)
 	}
@@ -69,7 +70,7 @@ func ExampleGuard_Start() {
 // ends failed with stopReason canceled. The same call then runs it again.
 func ExampleGuard_Cancel() {
 	ctx := context.Background()
-	guard, err := idemguard.New(idemguard.Config{Store: idemguard.NewMemoryStore(), Secret: exampleSecret,
+	guard, err := idemguard.New(idemguard.Config{Store: memstore.New(), Secret: exampleSecret,
 		Defaults: idemguard.Settings{StaleAfter: idemguard.MinStaleAfter}}) // a heartbeat every 100ms
 	if err != nil {
 		panic(err)

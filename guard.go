@@ -16,6 +16,7 @@ import (
 	"github.com/idemguard/idemguard/internal/keys"
 	"github.com/idemguard/idemguard/internal/live"
 	"github.com/idemguard/idemguard/sanitize"
+	"github.com/idemguard/idemguard/store"
 	"github.com/idemguard/idemguard/tenancy"
 )
 
@@ -23,7 +24,7 @@ import (
 // concurrent use.
 type Guard struct {
 	cfg      Config
-	store    Store
+	store    store.Store
 	deriver  *keys.Deriver
 	log      *slog.Logger
 	cache    *replayCache

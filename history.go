@@ -5,6 +5,7 @@ import (
 	"fmt"
 
 	"github.com/idemguard/idemguard/internal/keys"
+	"github.com/idemguard/idemguard/store"
 	"github.com/idemguard/idemguard/tenancy"
 )
 
@@ -17,7 +18,7 @@ const MaxHistory = 1000
 // client key, which names it under every configured secret. Each replay
 // carries its number among the key's replays (AuditEvent.Replay). Another
 // tenant's key has no events.
-func (g *Guard) History(ctx context.Context, tenant tenancy.ID, scope string, keyHashes []string) ([]AuditEvent, error) {
+func (g *Guard) History(ctx context.Context, tenant tenancy.ID, scope string, keyHashes []string) ([]store.AuditEvent, error) {
 	if _, err := tenancy.ParseID(string(tenant)); err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrInvalidInput, err)
 	}
@@ -35,7 +36,7 @@ func (g *Guard) History(ctx context.Context, tenant tenancy.ID, scope string, ke
 	}
 	n := 0
 	for i := range events {
-		if events[i].Kind == AuditReplay {
+		if events[i].Kind == store.AuditReplay {
 			n++
 			events[i].Replay = n
 		}

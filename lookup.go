@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/idemguard/idemguard/internal/keys"
+	"github.com/idemguard/idemguard/store"
 	"github.com/idemguard/idemguard/tenancy"
 )
 
@@ -58,11 +59,11 @@ func (g *Guard) LookupHash(ctx context.Context, tenant tenancy.ID, scope, keyHas
 
 // keyInfoOf is what a row tells about its key; fallback is the lease of a
 // row that carries none.
-func keyInfoOf(keyHash string, rec Record, fallback time.Duration) (KeyInfo, error) {
+func keyInfoOf(keyHash string, rec store.Record, fallback time.Duration) (KeyInfo, error) {
 	info := KeyInfo{KeyHash: keyHash, SecretID: rec.SecretID, Status: KeyStatus(rec.Status), Attempts: rec.Attempts, CreatedAt: rec.CreatedAt,
 		StartedAt: rec.StartedAt, HeartbeatAt: rec.HeartbeatAt, CompletedAt: rec.CompletedAt, ExpiresAt: rec.ExpiresAt,
-		Stale: rec.Stale(fallback), CancelRequested: rec.Status == RowStarted && !rec.CancelRequestedAt.IsZero()}
-	if rec.Status != RowStarted {
+		Stale: rec.Stale(fallback), CancelRequested: rec.Status == store.RowStarted && !rec.CancelRequestedAt.IsZero()}
+	if rec.Status != store.RowStarted {
 		st, err := decodeStored(rec)
 		if err != nil {
 			return KeyInfo{}, err

@@ -15,6 +15,7 @@ import (
 	"github.com/idemguard/idemguard"
 	"github.com/idemguard/idemguard/internal/metrics"
 	"github.com/idemguard/idemguard/sanitize"
+	"github.com/idemguard/idemguard/store/memstore"
 )
 
 type lockedBuffer struct {
@@ -55,7 +56,7 @@ func noLossBundle(t *testing.T) (*idemguard.Guard, *metrics.Metrics, *lockedBuff
 	t.Helper()
 	logs := &lockedBuffer{}
 	m := metrics.New()
-	g, err := idemguard.New(idemguard.Config{Store: idemguard.NewMemoryStore(), Secret: noLossSecret,
+	g, err := idemguard.New(idemguard.Config{Store: memstore.New(), Secret: noLossSecret,
 		Logger: slog.New(slog.NewJSONHandler(logs, nil)),
 		Observe: func(e idemguard.Event) {
 			m.Observe(e)

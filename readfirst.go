@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"sync"
 	"sync/atomic"
+
+	"github.com/idemguard/idemguard/store"
 )
 
 // Read-first replay
@@ -134,7 +136,7 @@ func (g *Guard) readFirstOrExecute(ctx context.Context, p prepared, op Operation
 	}
 	if read {
 		readAt := g.now() // the cache entry's lifetime counts from before the read
-		rp, rec, err := p, Record{}, error(nil)
+		rp, rec, err := p, store.Record{}, error(nil)
 		if len(p.versions) > 0 { // previous secrets: one read under every one (secrets.go)
 			rp, rec, err = g.readFirstAny(ctx, p)
 		} else {
@@ -168,6 +170,6 @@ func (g *Guard) readFirstOrExecute(ctx context.Context, p prepared, op Operation
 // replayable reports whether a row read before claiming may answer the call
 // as a replay: succeeded (final until it expires), not expired on the
 // store's clock, and made from the same inputs.
-func replayable(rec Record, p prepared) bool {
-	return rec.Status == RowSucceeded && !rec.Expired() && rec.Fingerprint == p.fingerprint
+func replayable(rec store.Record, p prepared) bool {
+	return rec.Status == store.RowSucceeded && !rec.Expired() && rec.Fingerprint == p.fingerprint
 }

@@ -15,31 +15,33 @@ import (
 
 	"github.com/idemguard/idemguard/internal/mysqlstore"
 	"github.com/idemguard/idemguard/internal/testdb"
+	"github.com/idemguard/idemguard/store"
+	"github.com/idemguard/idemguard/store/memstore"
 )
 
 // spyStore counts Claim and Get calls and can run a hook right after a Get
 // returns (between the read-first SELECT and the claim INSERT).
 type spyStore struct {
-	idemguard.Store
+	store.Store
 	claims, gets atomic.Int32
 	mu           sync.Mutex
 	afterGet     func() // runs once, after the next Get
 	getErr       error  // when set, Get fails with it
 }
 
-func (s *spyStore) Claim(ctx context.Context, p idemguard.ClaimParams) (uint64, error) {
+func (s *spyStore) Claim(ctx context.Context, p store.ClaimParams) (uint64, error) {
 	s.claims.Add(1)
 	return s.Store.Claim(ctx, p)
 }
 
-func (s *spyStore) Get(ctx context.Context, tenant, scope, keyHash string) (idemguard.Record, error) {
+func (s *spyStore) Get(ctx context.Context, tenant, scope, keyHash string) (store.Record, error) {
 	s.gets.Add(1)
 	s.mu.Lock()
 	hook, getErr := s.afterGet, s.getErr
 	s.afterGet = nil
 	s.mu.Unlock()
 	if getErr != nil {
-		return idemguard.Record{}, getErr
+		return store.Record{}, getErr
 	}
 	rec, err := s.Store.Get(ctx, tenant, scope, keyHash)
 	if hook != nil {
@@ -69,23 +71,23 @@ type readFirstBundle struct {
 func setupReadFirst(t *testing.T, policy idemguard.ReadFirst) *readFirstBundle {
 	t.Helper()
 	clock := &fakeClock{now: time.Date(2026, 11, 20, 3, 0, 0, 0, time.UTC)}
-	return setupReadFirstOn(t, policy, idemguard.NewMemoryStore(idemguard.MemoryClock(clock.Now)), clock)
+	return setupReadFirstOn(t, policy, memstore.New(memstore.WithClock(clock.Now)), clock)
 }
 
-func setupReadFirstOn(t *testing.T, policy idemguard.ReadFirst, store idemguard.Store, clock *fakeClock) *readFirstBundle {
+func setupReadFirstOn(t *testing.T, policy idemguard.ReadFirst, st store.Store, clock *fakeClock) *readFirstBundle {
 	t.Helper()
-	spy := &spyStore{Store: store}
+	spy := &spyStore{Store: st}
 	var now func() time.Time
 	if clock != nil {
 		now = clock.Now
 	}
-	newGuard := func(s idemguard.Store) *idemguard.Guard {
+	newGuard := func(s store.Store) *idemguard.Guard {
 		g, err := idemguard.New(idemguard.Config{Store: s, Secret: secret, ReplayCacheSize: -1, Test: idemguard.TestConfig{Now: now, ReadFirst: policy}})
 		require.NoError(t, err)
 		t.Cleanup(func() { require.NoError(t, g.Close(context.Background())) })
 		return g
 	}
-	return &readFirstBundle{spy: spy, guard: newGuard(spy), other: newGuard(store), clock: clock}
+	return &readFirstBundle{spy: spy, guard: newGuard(spy), other: newGuard(st), clock: clock}
 }
 
 // onStores runs a read-first case on the in-memory store and on MariaDB
@@ -317,6 +319,6 @@ func TestReadFirstAdaptiveFollowsTheMix(t *testing.T) {
 
 func TestReadFirstConfigValidation(t *testing.T) {
 	t.Parallel()
-	_, err := idemguard.New(idemguard.Config{Store: idemguard.NewMemoryStore(), Secret: secret, Test: idemguard.TestConfig{ReadFirst: "sometimes"}})
+	_, err := idemguard.New(idemguard.Config{Store: memstore.New(), Secret: secret, Test: idemguard.TestConfig{ReadFirst: "sometimes"}})
 	require.ErrorContains(t, err, "ReadFirst")
 }

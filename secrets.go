@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/idemguard/idemguard/internal/keys"
+	"github.com/idemguard/idemguard/store"
 	"github.com/idemguard/idemguard/tenancy"
 )
 
@@ -196,7 +197,7 @@ func (l *claimLoop) crossCheck(o owned) error {
 		if !found {
 			return nil
 		}
-		if other.Status == RowStarted && p.keyHash < other.KeyHash && time.Now().Before(deadline) && g.lifetime.Err() == nil {
+		if other.Status == store.RowStarted && p.keyHash < other.KeyHash && time.Now().Before(deadline) && g.lifetime.Err() == nil {
 			// Favoured, and the other claim may be about to yield to this
 			// one: read again shortly.
 			sleepCtx(g.lifetime, min(jitter(poll), time.Until(deadline)))
@@ -217,8 +218,8 @@ func (l *claimLoop) crossCheck(o owned) error {
 // liveRow returns a row of rows that is not reclaimable (a row made under
 // another secret that counts for the request), if there is one; the oldest
 // by id if there are several.
-func liveRow(rows []Record, staleAfter time.Duration) (Record, bool) {
-	var live Record
+func liveRow(rows []store.Record, staleAfter time.Duration) (store.Record, bool) {
+	var live store.Record
 	found := false
 	for _, r := range rows {
 		if !r.Reclaimable(staleAfter) && (!found || r.ID < live.ID) {
@@ -261,7 +262,7 @@ func (l *claimLoop) backToCurrent() bool {
 // configured: the request's rows under every configured secret, in one
 // read, and a replayable one with p on its secret, if there is one (else
 // ErrNotFound: the claim path decides, as after any read first).
-func (g *Guard) readFirstAny(ctx context.Context, p prepared) (prepared, Record, error) {
+func (g *Guard) readFirstAny(ctx context.Context, p prepared) (prepared, store.Record, error) {
 	hashes := make([]string, len(p.versions))
 	for i, v := range p.versions {
 		hashes[i] = v.keyHash
@@ -270,14 +271,14 @@ func (g *Guard) readFirstAny(ctx context.Context, p prepared) (prepared, Record,
 	defer cancel()
 	rows, err := g.store.GetMany(sctx, p.tenant, p.scope, hashes)
 	if err != nil {
-		return p, Record{}, err
+		return p, store.Record{}, err
 	}
 	for _, r := range rows {
 		if v, ok := p.version(r.KeyHash); ok && replayable(r, p.on(v)) {
 			return p.on(v), r, nil
 		}
 	}
-	return p, Record{}, ErrNotFound
+	return p, store.Record{}, ErrNotFound
 }
 
 // lookupHashAny is Lookup's key hash when previous secrets are configured:

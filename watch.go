@@ -14,6 +14,7 @@ import (
 	"github.com/idemguard/idemguard/internal/keys"
 	"github.com/idemguard/idemguard/internal/live"
 	"github.com/idemguard/idemguard/sanitize"
+	"github.com/idemguard/idemguard/store"
 	"github.com/idemguard/idemguard/tenancy"
 )
 
@@ -185,24 +186,24 @@ func keyOfHash(tenant tenancy.ID, scope, keyHash string) live.Key {
 }
 
 // read reads the key's row; an expired one is absent.
-func (w *Watcher) read(ctx context.Context) (Record, error) {
+func (w *Watcher) read(ctx context.Context) (store.Record, error) {
 	sctx, cancel := w.g.storeCtx(ctx)
 	defer cancel()
 	rec, err := w.g.store.Get(sctx, w.k.Tenant, w.k.Scope, w.k.KeyHash)
 	switch {
 	case errors.Is(err, ErrNotFound):
-		return Record{}, ErrNotFound
+		return store.Record{}, ErrNotFound
 	case err != nil:
-		return Record{}, &StoreError{Op: "watch", Err: err}
+		return store.Record{}, &StoreError{Op: "watch", Err: err}
 	case rec.Reclaimable(w.fallback):
-		return Record{}, ErrNotFound
+		return store.Record{}, ErrNotFound
 	}
 	return rec, nil
 }
 
 // take queues the events of rec that come after the last one reported, and
 // reports whether there were any.
-func (w *Watcher) take(rec Record) bool {
+func (w *Watcher) take(rec store.Record) bool {
 	evs := eventsOf(w.k.KeyHash, rec, w.fallback)
 	n := len(w.pending)
 	for _, e := range evs {
@@ -219,7 +220,7 @@ func (w *Watcher) take(rec Record) bool {
 
 // eventsOf is the transitions a row shows, in order: the current attempt's
 // start, its latest heartbeat, cancel request and staleness, or its end.
-func eventsOf(keyHash string, rec Record, fallback time.Duration) []KeyEvent {
+func eventsOf(keyHash string, rec store.Record, fallback time.Duration) []KeyEvent {
 	info, err := keyInfoOf(keyHash, rec, fallback)
 	if err != nil {
 		return nil
@@ -227,9 +228,9 @@ func eventsOf(keyHash string, rec Record, fallback time.Duration) []KeyEvent {
 	attempt := rec.Attempts
 	var end KeyEventKind
 	switch rec.Status {
-	case RowSucceeded:
+	case store.RowSucceeded:
 		end = KeyEventSucceeded
-	case RowFailed:
+	case store.RowFailed:
 		end = KeyEventFailed
 		if info.Envelope != nil && info.Envelope.StopReason == sanitize.Canceled {
 			// A canceled execution gave its attempt back.
@@ -251,7 +252,7 @@ func eventsOf(keyHash string, rec Record, fallback time.Duration) []KeyEvent {
 		evs = append(evs, ev(KeyEventCancelRequested, rec.CancelRequestedAt))
 	}
 	if info.Stale {
-		evs = append(evs, ev(KeyEventStale, rec.lastSign().Add(rec.LeaseOr(fallback))))
+		evs = append(evs, ev(KeyEventStale, rec.LastBeat().Add(rec.LeaseOr(fallback))))
 	}
 	slices.SortStableFunc(evs, func(a, b KeyEvent) int {
 		switch {

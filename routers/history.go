@@ -12,6 +12,7 @@ import (
 	"github.com/idemguard/idemguard"
 	"github.com/idemguard/idemguard/internal/keys"
 	"github.com/idemguard/idemguard/sanitize"
+	"github.com/idemguard/idemguard/store"
 	"github.com/idemguard/idemguard/tenancy"
 )
 
@@ -19,9 +20,9 @@ import (
 const routeKeyHistory = "/v1/ops/:scope/keys/:key/history"
 
 // historyAnswer is the answer of GET …/keys/{key}/history: each event as
-// idemguard.AuditEvent's own JSON (the key hash only as its keyPrefix).
+// store.AuditEvent's own JSON (the key hash only as its keyPrefix).
 type historyAnswer struct {
-	Events []idemguard.AuditEvent `json:"events"`
+	Events []store.AuditEvent `json:"events"`
 }
 
 // keyHistory serves GET /v1/ops/:scope/keys/:key/history: the key's audit

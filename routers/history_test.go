@@ -19,6 +19,7 @@ import (
 	"github.com/idemguard/idemguard"
 	"github.com/idemguard/idemguard/routers/auth"
 	"github.com/idemguard/idemguard/routers/auth/authtest"
+	"github.com/idemguard/idemguard/store"
 	"github.com/idemguard/idemguard/tenancy"
 )
 
@@ -56,7 +57,7 @@ func auditSetup(t *testing.T, jwtKeys ...authtest.Key) *auditBundle {
 	}
 	ab.testBundle = setup(t, setupOpts{
 		guard: func(c *idemguard.Config) {
-			c.Audit = idemguard.AuditConfig{Store: true, Observe: func(e idemguard.AuditEvent) {
+			c.Audit = idemguard.AuditConfig{Store: true, Observe: func(e store.AuditEvent) {
 				line, err := json.Marshal(e)
 				if err != nil {
 					panic(err)
@@ -146,18 +147,18 @@ func TestKeyHistoryOfSeededTrail(t *testing.T) {
 	require.NoError(t, err)
 	require.Len(t, hashes, 2)
 	t0 := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
-	seed := []idemguard.AuditEvent{
+	seed := []store.AuditEvent{
 		// Written out of order: the answer is oldest first.
-		{ID: strings.Repeat("2", 32), Kind: idemguard.AuditReplay, At: t0.Add(2 * time.Second), Tenant: "acme", Scope: "echo",
+		{ID: strings.Repeat("2", 32), Kind: store.AuditReplay, At: t0.Add(2 * time.Second), Tenant: "acme", Scope: "echo",
 			KeyHash: hashes[0], Attempt: 1, Actor: "key:billing", OriginalAt: t0.Add(time.Second)},
-		{ID: strings.Repeat("1", 32), Kind: idemguard.AuditClaimed, At: t0, Tenant: "acme", Scope: "echo",
+		{ID: strings.Repeat("1", 32), Kind: store.AuditClaimed, At: t0, Tenant: "acme", Scope: "echo",
 			KeyHash: hashes[1], Attempt: 1, Actor: "key:billing"}, // made under the previous secret
-		{ID: strings.Repeat("3", 32), Kind: idemguard.AuditReplay, At: t0.Add(3 * time.Second), Tenant: "acme", Scope: "echo",
+		{ID: strings.Repeat("3", 32), Kind: store.AuditReplay, At: t0.Add(3 * time.Second), Tenant: "acme", Scope: "echo",
 			KeyHash: hashes[0], Attempt: 1, OriginalAt: t0.Add(time.Second)},
 		// Not this key's: another scope, another tenant, another key.
-		{ID: strings.Repeat("4", 32), Kind: idemguard.AuditClaimed, At: t0, Tenant: "acme", Scope: "slow", KeyHash: hashes[0], Attempt: 1},
-		{ID: strings.Repeat("5", 32), Kind: idemguard.AuditClaimed, At: t0, Tenant: "beta", Scope: "echo", KeyHash: strings.Repeat("d", 64), Attempt: 1},
-		{ID: strings.Repeat("6", 32), Kind: idemguard.AuditClaimed, At: t0, Tenant: "acme", Scope: "echo", KeyHash: strings.Repeat("e", 64), Attempt: 1},
+		{ID: strings.Repeat("4", 32), Kind: store.AuditClaimed, At: t0, Tenant: "acme", Scope: "slow", KeyHash: hashes[0], Attempt: 1},
+		{ID: strings.Repeat("5", 32), Kind: store.AuditClaimed, At: t0, Tenant: "beta", Scope: "echo", KeyHash: strings.Repeat("d", 64), Attempt: 1},
+		{ID: strings.Repeat("6", 32), Kind: store.AuditClaimed, At: t0, Tenant: "acme", Scope: "echo", KeyHash: strings.Repeat("e", 64), Attempt: 1},
 	}
 	require.NoError(t, b.store.AppendAudit(context.Background(), seed))
 
@@ -165,8 +166,8 @@ func TestKeyHistoryOfSeededTrail(t *testing.T) {
 	require.Equal(t, http.StatusOK, w.Code, w.Body.String())
 	require.Equal(t, []string{"key.claimed", "replay", "replay"}, kinds(events))
 	require.Equal(t, strings.Repeat("1", 32), events[0]["id"])
-	require.Equal(t, hashes[1][:idemguard.KeyPrefixLen], events[0]["keyPrefix"])
-	require.Equal(t, hashes[0][:idemguard.KeyPrefixLen], events[1]["keyPrefix"])
+	require.Equal(t, hashes[1][:store.KeyPrefixLen], events[0]["keyPrefix"])
+	require.Equal(t, hashes[0][:store.KeyPrefixLen], events[1]["keyPrefix"])
 	require.Equal(t, "key:billing", events[0]["actor"])
 	require.NotContains(t, events[2], "actor", "an unknown actor is absent, not empty")
 	require.EqualValues(t, 1, events[1]["replay"])
@@ -229,9 +230,9 @@ func TestAuditEventNamesMatchDocument(t *testing.T) {
 	t.Parallel()
 	doc := loadOpenAPI(t)
 	props := doc["components"].(yamlMap)["schemas"].(yamlMap)["AuditEvent"].(yamlMap)["properties"].(yamlMap)
-	e := idemguard.AuditEvent{ID: strings.Repeat("a", 32), Kind: idemguard.AuditReplay, At: time.Now(), Tenant: "acme",
+	e := store.AuditEvent{ID: strings.Repeat("a", 32), Kind: store.AuditReplay, At: time.Now(), Tenant: "acme",
 		Scope: "echo", KeyHash: strings.Repeat("b", 64), Attempt: 2, Actor: "key:x", OriginalAt: time.Now(),
-		StopReason: "timeout", Detail: idemguard.InProgressWaited, Replay: 3}
+		StopReason: "timeout", Detail: store.InProgressWaited, Replay: 3}
 	raw, err := json.Marshal(e)
 	require.NoError(t, err)
 	var m map[string]any
@@ -241,8 +242,8 @@ func TestAuditEventNamesMatchDocument(t *testing.T) {
 		require.Contains(t, props, name, "the event's %q is not in the document's AuditEvent", name)
 	}
 	kindsDoc := props["kind"].(yamlMap)["enum"].([]any)
-	require.Len(t, kindsDoc, len(idemguard.AuditKinds))
-	for i, k := range idemguard.AuditKinds {
+	require.Len(t, kindsDoc, len(store.AuditKinds()))
+	for i, k := range store.AuditKinds() {
 		require.Equal(t, string(k), kindsDoc[i])
 	}
 }

@@ -17,6 +17,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/idemguard/idemguard"
+	"github.com/idemguard/idemguard/store/memstore"
 	"github.com/idemguard/idemguard/tenancy"
 )
 
@@ -34,7 +35,7 @@ func mwSetup(t *testing.T) *mwBundle {
 	t.Helper()
 	b := &mwBundle{logs: &syncBuffer{}, release: make(chan struct{})}
 	logger := slog.New(slog.NewJSONHandler(b.logs, nil))
-	g, err := idemguard.New(idemguard.Config{Store: idemguard.NewMemoryStore(), Secret: testSecret, Logger: logger})
+	g, err := idemguard.New(idemguard.Config{Store: memstore.New(), Secret: testSecret, Logger: logger})
 	require.NoError(t, err)
 	t.Cleanup(func() { require.NoError(t, g.Close(context.Background())) })
 	b.guard = g
@@ -266,7 +267,7 @@ func TestIdempotentOptions(t *testing.T) {
 // 429 and 5xx, never stored as success and replayed for the TTL.
 func TestIdempotentRetryableHandlerStatuses(t *testing.T) {
 	t.Parallel()
-	g, err := idemguard.New(idemguard.Config{Store: idemguard.NewMemoryStore(), Secret: testSecret})
+	g, err := idemguard.New(idemguard.Config{Store: memstore.New(), Secret: testSecret})
 	require.NoError(t, err)
 	t.Cleanup(func() { require.NoError(t, g.Close(context.Background())) })
 	opts := MiddlewareOptions{Guard: g, Tenant: func(r *http.Request) (tenancy.ID, error) { return "acme", nil }}

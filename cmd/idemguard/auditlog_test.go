@@ -15,10 +15,10 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/idemguard/idemguard"
 	"github.com/idemguard/idemguard/internal/metrics"
 	"github.com/idemguard/idemguard/internal/testdb"
 	"github.com/idemguard/idemguard/routers/auth"
+	"github.com/idemguard/idemguard/store"
 )
 
 // dropCounter counts drops by reason.
@@ -42,8 +42,8 @@ func (d *dropCounter) get(reason string) int {
 	return d.n[reason]
 }
 
-func auditEvent(i int) idemguard.AuditEvent {
-	return idemguard.AuditEvent{ID: fmt.Sprintf("%032x", i), Kind: idemguard.AuditReplay, At: time.Unix(int64(i), 0),
+func auditEvent(i int) store.AuditEvent {
+	return store.AuditEvent{ID: fmt.Sprintf("%032x", i), Kind: store.AuditReplay, At: time.Unix(int64(i), 0),
 		Tenant: "acme", Scope: "chat", KeyHash: strings.Repeat("ab", 32), Attempt: 1, Actor: "key:billing"}
 }
 

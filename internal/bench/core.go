@@ -17,6 +17,7 @@ import (
 	"github.com/idemguard/idemguard"
 	"github.com/idemguard/idemguard/internal/keys"
 	"github.com/idemguard/idemguard/sanitize"
+	"github.com/idemguard/idemguard/store"
 	"github.com/idemguard/idemguard/tenancy"
 )
 
@@ -140,7 +141,7 @@ func runFresh(ctx context.Context, e *env) ([]row, error) {
 		if err != nil {
 			return err
 		}
-		res, err = e.db.ExecContext(ctx, rawCompleteSQL, string(idemguard.RowSucceeded), string(body), 200, ttl, id, nonce)
+		res, err = e.db.ExecContext(ctx, rawCompleteSQL, string(store.RowSucceeded), string(body), 200, ttl, id, nonce)
 		if err != nil {
 			return fmt.Errorf("complete update: %w", err)
 		}
@@ -286,7 +287,7 @@ func selectRow(ctx context.Context, e *env, h string) error {
 	if err != nil {
 		return fmt.Errorf("select: %w", err)
 	}
-	if r.status != string(idemguard.RowSucceeded) {
+	if r.status != string(store.RowSucceeded) {
 		return fmt.Errorf("select found status %s, want succeeded", r.status)
 	}
 	return nil

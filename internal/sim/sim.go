@@ -13,6 +13,8 @@ import (
 	"github.com/idemguard/idemguard"
 	"github.com/idemguard/idemguard/internal/keys"
 	"github.com/idemguard/idemguard/sanitize"
+	"github.com/idemguard/idemguard/store"
+	"github.com/idemguard/idemguard/store/memstore"
 )
 
 // Secret is the HMAC secret of the simulated guards.
@@ -187,9 +189,9 @@ func (sc Scenario) skewAt(d time.Duration) time.Duration {
 type Env struct {
 	// Store is the shared store (a MemoryStore, MySQL); the run wraps it in a Recorder and
 	// one Faults layer per replica.
-	Store idemguard.Store
+	Store store.Store
 	// Rows returns the store's rows when the run ends (nil: not checked).
-	Rows func() []idemguard.Record
+	Rows func() []store.Record
 	// Start is the run's time zero; StoreTime (nil: the same clock) maps a local time to the
 	// store's clock.
 	Start     time.Time
@@ -198,7 +200,7 @@ type Env struct {
 	StrictLease bool
 	// Trail, when set, turns the guards' audit trail on (written to the store) and returns
 	// the store's trail when the run ends, for the audit invariant (VAudit).
-	Trail func() []idemguard.AuditEvent
+	Trail func() []store.AuditEvent
 }
 
 // Sync returns sc with every client calling Do: a seed as it ran before Async clients
@@ -214,7 +216,7 @@ func (sc Scenario) Sync() Scenario {
 // NewMemoryEnv returns a MemoryStore whose clock is sc's skewed clock, starting now.
 func NewMemoryEnv(sc Scenario) Env {
 	start := time.Now()
-	ms := idemguard.NewMemoryStore(idemguard.MemoryClock(func() time.Time {
+	ms := memstore.New(memstore.WithClock(func() time.Time {
 		now := time.Now()
 		return now.Add(sc.skewAt(now.Sub(start)))
 	}))

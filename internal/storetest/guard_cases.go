@@ -14,6 +14,7 @@ import (
 	"github.com/idemguard/idemguard"
 	"github.com/idemguard/idemguard/internal/keys"
 	"github.com/idemguard/idemguard/sanitize"
+	"github.com/idemguard/idemguard/store"
 	"github.com/idemguard/idemguard/tenancy"
 )
 
@@ -541,7 +542,7 @@ func guardLostHeartbeatCancelsTheOperation(t *testing.T, h *Harness) {
 		rec := h.find(t, "acme", "s")
 		h.Age(t, "acme", "s", rec.KeyHash, time.Hour)
 		rec = h.find(t, "acme", "s")
-		won, err := h.Store.Reclaim(ctxFor(t), idemguard.ReclaimParams{Kind: idemguard.ReclaimStale, ID: rec.ID,
+		won, err := h.Store.Reclaim(ctxFor(t), store.ReclaimParams{Kind: store.ReclaimStale, ID: rec.ID,
 			OldNonce: rec.ClaimNonce, OldAttempts: rec.Attempts, NewNonce: nonce(), StaleAfter: idemguard.DefaultStaleAfter})
 		require.NoError(t, err)
 		return won
@@ -555,7 +556,7 @@ func guardLostHeartbeatCancelsTheOperation(t *testing.T, h *Harness) {
 	require.ErrorIs(t, b.cause.Load().(error), idemguard.ErrOwnershipLost)
 	require.True(t, r.LostClaim)
 	after := h.find(t, "acme", "s")
-	require.Equal(t, idemguard.RowStarted, after.Status, "the loser wrote nothing")
+	require.Equal(t, store.RowStarted, after.Status, "the loser wrote nothing")
 	require.Equal(t, 2, after.Attempts)
 }
 
@@ -629,9 +630,9 @@ func guardInvalidInputChangesNothing(t *testing.T, h *Harness) {
 }
 
 // find returns the only row in (tenant, scope).
-func (h *Harness) find(t testing.TB, tenant, scope string) idemguard.Record {
+func (h *Harness) find(t testing.TB, tenant, scope string) store.Record {
 	t.Helper()
-	var out idemguard.Record
+	var out store.Record
 	pollUntil(t, "the row", func() bool {
 		for _, line := range strings.Split(h.Dump(t), "\n") {
 			f := strings.Fields(line)

@@ -11,6 +11,7 @@ import (
 
 	"github.com/idemguard/idemguard"
 	"github.com/idemguard/idemguard/sanitize"
+	"github.com/idemguard/idemguard/store"
 )
 
 // jobCases calls run for the cases of background operations: cancel
@@ -33,23 +34,23 @@ func jobCases(run func(name string, tc caseFunc)) {
 func jobRequestCancelIsGuardedByTheExecution(t *testing.T, h *Harness) {
 	kh := hash("cancel-guard")
 	id, n := claimOne(t, h, "acme", "s", kh)
-	ok, err := h.Store.RequestCancel(ctxFor(t), idemguard.CancelParams{ID: id, Nonce: nonce()})
+	ok, err := h.Store.RequestCancel(ctxFor(t), store.CancelParams{ID: id, Nonce: nonce()})
 	require.NoError(t, err)
 	require.False(t, ok, "another execution's nonce")
 	require.True(t, get(t, h, "acme", "s", kh).CancelRequestedAt.IsZero())
 	for range 2 { // changed = matched: a repeated request still changes the row
-		ok, err = h.Store.RequestCancel(ctxFor(t), idemguard.CancelParams{ID: id, Nonce: n})
+		ok, err = h.Store.RequestCancel(ctxFor(t), store.CancelParams{ID: id, Nonce: n})
 		require.NoError(t, err)
 		require.True(t, ok)
 	}
 	r := get(t, h, "acme", "s", kh)
 	require.False(t, r.CancelRequestedAt.IsZero())
 	require.WithinDuration(t, r.Now, r.CancelRequestedAt, time.Minute)
-	ok, _, err = h.Store.Complete(ctxFor(t), idemguard.CompleteParams{ID: id, Nonce: n, Status: idemguard.RowSucceeded,
+	ok, _, err = h.Store.Complete(ctxFor(t), store.CompleteParams{ID: id, Nonce: n, Status: store.RowSucceeded,
 		Response: []byte(`{"ok":true}`), ResponseCode: 200, TTL: time.Hour})
 	require.NoError(t, err)
 	require.True(t, ok)
-	ok, err = h.Store.RequestCancel(ctxFor(t), idemguard.CancelParams{ID: id, Nonce: n})
+	ok, err = h.Store.RequestCancel(ctxFor(t), store.CancelParams{ID: id, Nonce: n})
 	require.NoError(t, err)
 	require.False(t, ok, "a finished row has nothing to cancel")
 }
@@ -63,29 +64,29 @@ func jobRenewReportsCancelAndKeepsTheRowAlive(t *testing.T, h *Harness) {
 	h.Age(t, "acme", "s", kh, 2*time.Hour)   // a run longer than its TTL
 	require.True(t, get(t, h, "acme", "s", kh).Expired())
 	for range 3 {
-		r, err := h.Store.Renew(ctxFor(t), idemguard.RenewParams{ID: id, Nonce: n, Extend: time.Hour})
+		r, err := h.Store.Renew(ctxFor(t), store.RenewParams{ID: id, Nonce: n, Extend: time.Hour})
 		require.NoError(t, err)
-		require.Equal(t, idemguard.RenewResult{Renewed: true}, r)
+		require.Equal(t, store.RenewResult{Renewed: true}, r)
 	}
 	row := get(t, h, "acme", "s", kh)
 	require.False(t, row.Expired())
 	require.False(t, row.Stale(time.Minute))
 	require.False(t, row.ExpiresAt.Before(row.HeartbeatAt.Add(time.Hour)), "expires_at >= now + Extend")
 	before := row.ExpiresAt
-	r, err := h.Store.Renew(ctxFor(t), idemguard.RenewParams{ID: id, Nonce: n, Extend: time.Minute})
+	r, err := h.Store.Renew(ctxFor(t), store.RenewParams{ID: id, Nonce: n, Extend: time.Minute})
 	require.NoError(t, err)
 	require.True(t, r.Renewed)
 	require.Equal(t, before, get(t, h, "acme", "s", kh).ExpiresAt, "expires_at never moves back")
 
-	ok, err := h.Store.RequestCancel(ctxFor(t), idemguard.CancelParams{ID: id, Nonce: n})
+	ok, err := h.Store.RequestCancel(ctxFor(t), store.CancelParams{ID: id, Nonce: n})
 	require.NoError(t, err)
 	require.True(t, ok)
-	r, err = h.Store.Renew(ctxFor(t), idemguard.RenewParams{ID: id, Nonce: n, Extend: time.Hour})
+	r, err = h.Store.Renew(ctxFor(t), store.RenewParams{ID: id, Nonce: n, Extend: time.Hour})
 	require.NoError(t, err)
-	require.Equal(t, idemguard.RenewResult{Renewed: true, CancelRequested: true}, r)
-	r, err = h.Store.Renew(ctxFor(t), idemguard.RenewParams{ID: id, Nonce: nonce(), Extend: time.Hour})
+	require.Equal(t, store.RenewResult{Renewed: true, CancelRequested: true}, r)
+	r, err = h.Store.Renew(ctxFor(t), store.RenewParams{ID: id, Nonce: nonce(), Extend: time.Hour})
 	require.NoError(t, err)
-	require.Equal(t, idemguard.RenewResult{}, r, "another execution's nonce renews nothing")
+	require.Equal(t, store.RenewResult{}, r, "another execution's nonce renews nothing")
 }
 
 // Without "cancel_requested_at = NULL" in the reclaims, the new execution
@@ -94,12 +95,12 @@ func jobRenewReportsCancelAndKeepsTheRowAlive(t *testing.T, h *Harness) {
 func jobReclaimClearsTheCancel(t *testing.T, h *Harness) {
 	kh := hash("reclaim-cancel")
 	id, n := claimOne(t, h, "acme", "s", kh)
-	ok, err := h.Store.RequestCancel(ctxFor(t), idemguard.CancelParams{ID: id, Nonce: n})
+	ok, err := h.Store.RequestCancel(ctxFor(t), store.CancelParams{ID: id, Nonce: n})
 	require.NoError(t, err)
 	require.True(t, ok)
 	h.Age(t, "acme", "s", kh, 10*time.Minute)
 	owner := nonce()
-	won, err := h.Store.Reclaim(ctxFor(t), idemguard.ReclaimParams{Kind: idemguard.ReclaimStale, ID: id,
+	won, err := h.Store.Reclaim(ctxFor(t), store.ReclaimParams{Kind: store.ReclaimStale, ID: id,
 		OldNonce: n, OldAttempts: 1, NewNonce: owner, StaleAfter: time.Minute})
 	require.NoError(t, err)
 	require.True(t, won)
@@ -107,23 +108,23 @@ func jobReclaimClearsTheCancel(t *testing.T, h *Harness) {
 	require.True(t, r.CancelRequestedAt.IsZero(), "a takeover starts without the old cancel request")
 	require.Equal(t, 2, r.Attempts)
 
-	ok, err = h.Store.RequestCancel(ctxFor(t), idemguard.CancelParams{ID: id, Nonce: owner})
+	ok, err = h.Store.RequestCancel(ctxFor(t), store.CancelParams{ID: id, Nonce: owner})
 	require.NoError(t, err)
 	require.True(t, ok)
-	ok, _, err = h.Store.Complete(ctxFor(t), idemguard.CompleteParams{ID: id, Nonce: owner, Status: idemguard.RowFailed,
+	ok, _, err = h.Store.Complete(ctxFor(t), store.CompleteParams{ID: id, Nonce: owner, Status: store.RowFailed,
 		Response: []byte(`{"ok":false,"stopReason":"canceled"}`), ResponseCode: 409, TTL: time.Hour, Canceled: true})
 	require.NoError(t, err)
 	require.True(t, ok)
 	r = get(t, h, "acme", "s", kh)
-	require.Equal(t, idemguard.RowFailed, r.Status)
+	require.Equal(t, store.RowFailed, r.Status)
 	require.Equal(t, 1, r.Attempts, "a canceled execution gives its attempt back")
 
-	won, err = h.Store.Reclaim(ctxFor(t), idemguard.ReclaimParams{Kind: idemguard.ReclaimFailed, ID: id,
+	won, err = h.Store.Reclaim(ctxFor(t), store.ReclaimParams{Kind: store.ReclaimFailed, ID: id,
 		OldNonce: owner, OldAttempts: 1, NewNonce: nonce(), TTL: time.Hour, MaxAttempts: 2})
 	require.NoError(t, err)
 	require.True(t, won)
 	r = get(t, h, "acme", "s", kh)
-	require.Equal(t, idemguard.RowStarted, r.Status)
+	require.Equal(t, store.RowStarted, r.Status)
 	require.Equal(t, 2, r.Attempts)
 	require.True(t, r.CancelRequestedAt.IsZero(), "a retry starts without the old cancel request")
 }
@@ -132,9 +133,9 @@ func jobCall(key string) idemguard.Call {
 	return idemguard.Call{Tenant: "acme", Scope: "jobs", ClientKey: key, Inputs: map[string]any{"q": key}}
 }
 
-func waitForStatus(t *testing.T, h *Harness, keyHash string, st idemguard.RowStatus) idemguard.Record {
+func waitForStatus(t *testing.T, h *Harness, keyHash string, st store.RowStatus) store.Record {
 	t.Helper()
-	var r idemguard.Record
+	var r store.Record
 	pollUntil(t, "row "+string(st), func() bool {
 		var err error
 		r, err = h.Store.Get(ctxFor(t), "acme", "jobs", keyHash)
@@ -160,7 +161,7 @@ func jobStartAnswersAtOnceAndRunsOnce(t *testing.T, h *Harness) {
 		require.Equal(t, res.KeyHash, dup.KeyHash)
 	}
 	close(b.release)
-	waitForStatus(t, h, res.KeyHash, idemguard.RowSucceeded)
+	waitForStatus(t, h, res.KeyHash, store.RowSucceeded)
 	replay, err := other.Start(ctxFor(t), jobCall("start-1"), b.op)
 	require.NoError(t, err)
 	require.True(t, replay.Cached)
@@ -185,7 +186,7 @@ func jobCancelFromAnotherProcess(t *testing.T, h *Harness) {
 	require.NoError(t, other.Cancel(ctxFor(t), "acme", "jobs", res.KeyHash))
 	require.True(t, other.Jobs() == 0 && g.Jobs() <= 1)
 
-	r := waitForStatus(t, h, res.KeyHash, idemguard.RowFailed)
+	r := waitForStatus(t, h, res.KeyHash, store.RowFailed)
 	require.ErrorIs(t, b.cause.Load().(error), idemguard.ErrCanceled)
 	env, err := sanitize.FromJSON(r.Response)
 	require.NoError(t, err)
@@ -204,7 +205,7 @@ func jobCancelFromAnotherProcess(t *testing.T, h *Harness) {
 	require.Equal(t, 1, again.Attempt, "the canceled attempt was not counted")
 	waitStarted(t, b2)
 	close(b2.release)
-	waitForStatus(t, h, res.KeyHash, idemguard.RowSucceeded)
+	waitForStatus(t, h, res.KeyHash, store.RowSucceeded)
 	require.EqualValues(t, 1, b2.runs.Load())
 }
 
@@ -322,5 +323,5 @@ func jobWaitJobs(t *testing.T, h *Harness) {
 	require.NoError(t, g.WaitJobs(ctxFor(t)))
 	r, err := h.Store.Get(ctxFor(t), "acme", "jobs", res.KeyHash)
 	require.NoError(t, err)
-	require.Equal(t, idemguard.RowSucceeded, r.Status, "WaitJobs returns once the outcome is stored")
+	require.Equal(t, store.RowSucceeded, r.Status, "WaitJobs returns once the outcome is stored")
 }

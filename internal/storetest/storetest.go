@@ -1,4 +1,4 @@
-// Package storetest is the conformance suite every idemguard.Store must pass.
+// Package storetest is the conformance suite every store.Store must pass.
 // Each store's tests call Exercise once; every case gets a fresh store from
 // the harness (for MySQL, a freshly migrated database), so cases run in
 // parallel. Store-level cases prove the guarded statements on their own;
@@ -17,12 +17,13 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/idemguard/idemguard"
+	"github.com/idemguard/idemguard/store"
 )
 
 // Harness gives the suite a fresh store and the few test-only powers it
 // needs to stand in for time passing and for a broken database.
 type Harness struct {
-	Store idemguard.Store
+	Store store.Store
 	// Age moves every time of one row back by d, as if d had passed for it.
 	Age func(t testing.TB, tenant, scope, keyHash string, d time.Duration)
 	// Dump renders every row as one line of space-separated column values,

@@ -14,6 +14,7 @@ import (
 
 	"github.com/idemguard/idemguard"
 	"github.com/idemguard/idemguard/sanitize"
+	"github.com/idemguard/idemguard/store"
 )
 
 // Streams: DoStream over the store, and the response_events column.
@@ -137,7 +138,7 @@ func storeCompleteKeepsTheEventSequenceExactly(t *testing.T, h *Harness) {
 	}{{"sequence", events}, {"empty", []byte{}}, {"none", nil}} {
 		kh := hash("events-" + tc.name)
 		id, n := claimOne(t, h, "acme", "s", kh)
-		ok, _, err := h.Store.Complete(ctxFor(t), idemguard.CompleteParams{ID: id, Nonce: n, Status: idemguard.RowSucceeded,
+		ok, _, err := h.Store.Complete(ctxFor(t), store.CompleteParams{ID: id, Nonce: n, Status: store.RowSucceeded,
 			Response: []byte(`{"ok":true,"stopReason":"completed"}`), ResponseCode: 200, Events: tc.events, TTL: time.Hour})
 		require.NoError(t, err)
 		require.True(t, ok)
@@ -148,7 +149,7 @@ func storeCompleteKeepsTheEventSequenceExactly(t *testing.T, h *Harness) {
 		if tc.events != nil {
 			// An expired row is claimed afresh: its events go with its answer.
 			h.Age(t, "acme", "s", kh, 2*time.Hour)
-			won, err := h.Store.Reclaim(ctxFor(t), idemguard.ReclaimParams{Kind: idemguard.ReclaimExpired, ID: id,
+			won, err := h.Store.Reclaim(ctxFor(t), store.ReclaimParams{Kind: store.ReclaimExpired, ID: id,
 				OldNonce: n, OldAttempts: 1, NewNonce: nonce(), Fingerprint: hash("fp"), TTL: time.Hour, StaleAfter: time.Minute})
 			require.NoError(t, err)
 			require.True(t, won)

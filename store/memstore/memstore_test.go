@@ -1,4 +1,4 @@
-package idemguard_test
+package memstore_test
 
 import (
 	"fmt"
@@ -6,14 +6,14 @@ import (
 	"testing"
 	"time"
 
-	"github.com/idemguard/idemguard"
 	"github.com/idemguard/idemguard/internal/storetest"
+	"github.com/idemguard/idemguard/store/memstore"
 )
 
 func TestConformance(t *testing.T) {
 	t.Parallel()
 	storetest.Exercise(t, func(t *testing.T) *storetest.Harness {
-		s := idemguard.NewMemoryStore()
+		s := memstore.New()
 		return &storetest.Harness{
 			Store: s,
 			Age: func(t testing.TB, tenant, scope, keyHash string, d time.Duration) {
