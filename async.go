@@ -84,8 +84,8 @@ func (g *Guard) WaitJobs(ctx context.Context) error {
 	}
 }
 
-// Jobs reports how many background operations run in this process.
-func (g *Guard) Jobs() int {
+// runningJobs reports how many background operations run in this process.
+func (g *Guard) runningJobs() int {
 	j := g.jobs
 	j.mu.Lock()
 	defer j.mu.Unlock()

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/idemguard/idemguard/internal/keys"
+	"github.com/idemguard/idemguard/internal/testhooks"
 	"github.com/idemguard/idemguard/sanitize"
 	"github.com/idemguard/idemguard/store"
 )
@@ -69,22 +70,14 @@ type Config struct {
 	// the stream of) one running key; over it a call gets
 	// ErrTooManyWaiters at once. Defaults to DefaultMaxWaiters (100).
 	MaxWaiters int
-	// Test holds knobs for tests and benchmarks; production code leaves it
-	// zero.
-	Test TestConfig
+	// test holds the knobs only tests change (package idemguardtest sets
+	// them); production leaves it zero.
+	test testhooks.Knobs
 }
 
-// TestConfig is Config.Test: settings that only tests and benchmarks change.
-type TestConfig struct {
-	// Now is the local clock, used only for waiting and for the replay
-	// cache's own bookkeeping, never to judge a row (rows are judged by the
-	// store's clock). Defaults to time.Now.
-	Now func() time.Time
-	// HeartbeatEvery overrides the heartbeat interval (StaleAfter/3).
-	HeartbeatEvery time.Duration
-	// ReadFirst says when the row is read before the claim INSERT. Defaults
-	// to ReadFirstAdaptive, which no workload needs to change.
-	ReadFirst ReadFirst
+func init() {
+	testhooks.ConfigKnobs = func(cfg any) *testhooks.Knobs { return &cfg.(*Config).test }
+	testhooks.Jobs = func(g any) int { return g.(*Guard).runningJobs() }
 }
 
 func (s Settings) withDefaults(d Settings) Settings {
@@ -112,13 +105,13 @@ func (c Config) validate() error {
 	if c.MaxStreamBytes < 0 || c.MaxWaiters < 0 {
 		return fmt.Errorf("idemguard: Config.MaxStreamBytes and Config.MaxWaiters must not be negative (0 means the default)")
 	}
-	if c.MaxWait < 0 || c.StoreTimeout < 0 || c.ReplayCacheMaxAge < 0 || c.Test.HeartbeatEvery < 0 {
+	if c.MaxWait < 0 || c.StoreTimeout < 0 || c.ReplayCacheMaxAge < 0 || c.test.HeartbeatEvery < 0 {
 		return fmt.Errorf("idemguard: Config durations must not be negative")
 	}
 	if err := c.Audit.validate(); err != nil {
 		return err
 	}
-	if err := c.Test.ReadFirst.validate(); err != nil {
+	if err := c.test.ReadFirst.Validate(); err != nil {
 		return err
 	}
 	if c.MaxResponseBytes != 0 {

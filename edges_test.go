@@ -9,6 +9,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/idemguard/idemguard"
+	"github.com/idemguard/idemguard/idemguardtest"
 	"github.com/idemguard/idemguard/internal/faulttest"
 	"github.com/idemguard/idemguard/store/memstore"
 )
@@ -53,11 +54,13 @@ func TestReplayCompletionTimeIsTheStoresOnEveryReplay(t *testing.T) {
 	clock := &fakeClock{now: time.Date(2026, 11, 20, 3, 0, 0, 0, time.UTC)}
 	store := memstore.New(memstore.WithClock(func() time.Time { return clock.Now().Add(time.Hour) }))
 	var fromMemory atomic.Int32
-	g, err := idemguard.New(idemguard.Config{Store: store, Secret: secret, Test: idemguard.TestConfig{Now: clock.Now}, Observe: func(e idemguard.Event) {
+	cfg := idemguard.Config{Store: store, Secret: secret, Observe: func(e idemguard.Event) {
 		if e.FromMemory {
 			fromMemory.Add(1)
 		}
-	}})
+	}}
+	idemguardtest.SetClock(&cfg, clock.Now)
+	g, err := idemguard.New(cfg)
 	require.NoError(t, err)
 	t.Cleanup(func() { require.NoError(t, g.Close(context.Background())) })
 	var runs atomic.Int32

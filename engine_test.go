@@ -15,6 +15,7 @@ import (
 
 	"github.com/idemguard/idemguard"
 
+	"github.com/idemguard/idemguard/idemguardtest"
 	"github.com/idemguard/idemguard/sanitize"
 	"github.com/idemguard/idemguard/store"
 	"github.com/idemguard/idemguard/store/memstore"
@@ -25,7 +26,7 @@ func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 var secret = []byte("engine-test-secret-0123456789abcdef")
 
 type testBundle struct {
-	st *memstore.Store
+	st    *memstore.Store
 	guard *idemguard.Guard
 	clock *fakeClock
 }
@@ -46,7 +47,8 @@ func setup(t *testing.T, mutate ...func(*idemguard.Config)) *testBundle {
 	t.Helper()
 	clock := &fakeClock{now: time.Date(2026, 11, 20, 3, 0, 0, 0, time.UTC)}
 	st := memstore.New(memstore.WithClock(clock.Now))
-	cfg := idemguard.Config{Store: st, Secret: secret, Test: idemguard.TestConfig{Now: clock.Now}}
+	cfg := idemguard.Config{Store: st, Secret: secret}
+	idemguardtest.SetClock(&cfg, clock.Now)
 	for _, m := range mutate {
 		m(&cfg)
 	}
@@ -227,7 +229,7 @@ func TestCommitWhoseReplyWasLostCountsAsCommitted(t *testing.T) {
 
 func TestWaitStopsWhenTheCallerGivesUp(t *testing.T) {
 	t.Parallel()
-	b := setup(t, func(c *idemguard.Config) { c.Test.Now = time.Now })
+	b := setup(t, func(c *idemguard.Config) { idemguardtest.SetClock(c, time.Now) })
 	release := make(chan struct{})
 	started := make(chan struct{})
 	go func() {
@@ -248,7 +250,7 @@ func TestWaitStopsWhenTheCallerGivesUp(t *testing.T) {
 
 func TestMaxWaitCapsTheWait(t *testing.T) {
 	t.Parallel()
-	b := setup(t, func(c *idemguard.Config) { c.Test.Now = time.Now; c.MaxWait = 100 * time.Millisecond })
+	b := setup(t, func(c *idemguard.Config) { idemguardtest.SetClock(c, time.Now); c.MaxWait = 100 * time.Millisecond })
 	release := make(chan struct{})
 	started := make(chan struct{})
 	go func() {
@@ -294,7 +296,7 @@ func TestWaitIsReportedOncePerCall(t *testing.T) {
 	var mu sync.Mutex
 	var waits []time.Duration
 	b := setup(t, func(c *idemguard.Config) {
-		c.Test.Now = time.Now
+		idemguardtest.SetClock(c, time.Now)
 		c.Observe = func(e idemguard.Event) {
 			if e.Kind == idemguard.EventWaited {
 				mu.Lock()

@@ -69,8 +69,8 @@ func New(cfg Config) (*Guard, error) {
 	cfg.MaxWait = cmp.Or(cfg.MaxWait, DefaultMaxWait)
 	cfg.StoreTimeout = cmp.Or(cfg.StoreTimeout, DefaultStoreTimeout)
 	cfg.ReplayCacheMaxAge = cmp.Or(cfg.ReplayCacheMaxAge, DefaultReplayCacheMaxAge)
-	if cfg.Test.Now == nil {
-		cfg.Test.Now = time.Now
+	if cfg.test.Now == nil {
+		cfg.test.Now = time.Now
 	}
 	cfg.Logger = cmp.Or(cfg.Logger, slog.Default())
 	if cfg.ReplayCacheSize == 0 {
@@ -83,7 +83,7 @@ func New(cfg Config) (*Guard, error) {
 		deriver:  d,
 		log:      cfg.Logger,
 		cache:    newReplayCache(cfg.ReplayCacheSize),
-		now:      cfg.Test.Now,
+		now:      cfg.test.Now,
 		policy:   sanitize.Policy{MaxBytes: cmp.Or(cfg.MaxResponseBytes, sanitize.DefaultMaxBytes)},
 		lifetime: lifetime,
 		shutdown: shutdown,

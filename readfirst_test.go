@@ -13,6 +13,7 @@ import (
 
 	"github.com/idemguard/idemguard"
 
+	"github.com/idemguard/idemguard/idemguardtest"
 	"github.com/idemguard/idemguard/internal/mysqlstore"
 	"github.com/idemguard/idemguard/internal/testdb"
 	"github.com/idemguard/idemguard/store"
@@ -68,13 +69,13 @@ type readFirstBundle struct {
 
 // setupReadFirst gives two guards (cache off) on one in-memory store with a
 // fake clock; setupReadFirstOn takes the store (and the clock of the guards).
-func setupReadFirst(t *testing.T, policy idemguard.ReadFirst) *readFirstBundle {
+func setupReadFirst(t *testing.T, policy idemguardtest.ReadFirst) *readFirstBundle {
 	t.Helper()
 	clock := &fakeClock{now: time.Date(2026, 11, 20, 3, 0, 0, 0, time.UTC)}
 	return setupReadFirstOn(t, policy, memstore.New(memstore.WithClock(clock.Now)), clock)
 }
 
-func setupReadFirstOn(t *testing.T, policy idemguard.ReadFirst, st store.Store, clock *fakeClock) *readFirstBundle {
+func setupReadFirstOn(t *testing.T, policy idemguardtest.ReadFirst, st store.Store, clock *fakeClock) *readFirstBundle {
 	t.Helper()
 	spy := &spyStore{Store: st}
 	var now func() time.Time
@@ -82,7 +83,10 @@ func setupReadFirstOn(t *testing.T, policy idemguard.ReadFirst, st store.Store, 
 		now = clock.Now
 	}
 	newGuard := func(s store.Store) *idemguard.Guard {
-		g, err := idemguard.New(idemguard.Config{Store: s, Secret: secret, ReplayCacheSize: -1, Test: idemguard.TestConfig{Now: now, ReadFirst: policy}})
+		cfg := idemguard.Config{Store: s, Secret: secret, ReplayCacheSize: -1}
+		idemguardtest.SetClock(&cfg, now)
+		idemguardtest.SetReadFirst(&cfg, policy)
+		g, err := idemguard.New(cfg)
 		require.NoError(t, err)
 		t.Cleanup(func() { require.NoError(t, g.Close(context.Background())) })
 		return g
@@ -93,7 +97,7 @@ func setupReadFirstOn(t *testing.T, policy idemguard.ReadFirst, st store.Store, 
 // onStores runs a read-first case on the in-memory store and on MariaDB
 // (committed rows, separate connections; skipped only without a server
 // outside CI, see testdb).
-func onStores(t *testing.T, policy idemguard.ReadFirst, run func(t *testing.T, b *readFirstBundle)) {
+func onStores(t *testing.T, policy idemguardtest.ReadFirst, run func(t *testing.T, b *readFirstBundle)) {
 	t.Helper()
 	t.Run("memstore", func(t *testing.T) {
 		t.Parallel()
@@ -113,12 +117,12 @@ func keyCall(key string, inputs any) idemguard.Call {
 func TestReadFirstReplayIsOneRead(t *testing.T) {
 	t.Parallel()
 	for _, tc := range []struct {
-		policy              idemguard.ReadFirst
+		policy              idemguardtest.ReadFirst
 		wantGets, wantClaim int32
 	}{
-		{idemguard.ReadFirstAlways, 1, 0},
-		{idemguard.ReadFirstClientKey, 1, 0},
-		{idemguard.ReadFirstNever, 1, 1}, // the INSERT hits 1062, then the read
+		{idemguardtest.ReadFirstAlways, 1, 0},
+		{idemguardtest.ReadFirstClientKey, 1, 0},
+		{idemguardtest.ReadFirstNever, 1, 1}, // the INSERT hits 1062, then the read
 	} {
 		t.Run(string(tc.policy), func(t *testing.T) {
 			t.Parallel()
@@ -149,7 +153,7 @@ func testReplayIsOneRead(t *testing.T, b *readFirstBundle, wantGets, wantClaim i
 // this call's INSERT. The INSERT decides: this call replays and never runs.
 func TestReadFirstAbsentRowDoesNotGrantOwnership(t *testing.T) {
 	t.Parallel()
-	onStores(t, idemguard.ReadFirstAlways, testAbsentRowDoesNotGrantOwnership)
+	onStores(t, idemguardtest.ReadFirstAlways, testAbsentRowDoesNotGrantOwnership)
 }
 
 func testAbsentRowDoesNotGrantOwnership(t *testing.T, b *readFirstBundle) {
@@ -169,7 +173,7 @@ func testAbsentRowDoesNotGrantOwnership(t *testing.T, b *readFirstBundle) {
 // claim path reads again for itself and replays the result.
 func TestReadFirstStartedRowFallsThroughToTheClaim(t *testing.T) {
 	t.Parallel()
-	onStores(t, idemguard.ReadFirstAlways, testStartedRowFallsThroughToTheClaim)
+	onStores(t, idemguardtest.ReadFirstAlways, testStartedRowFallsThroughToTheClaim)
 }
 
 func testStartedRowFallsThroughToTheClaim(t *testing.T, b *readFirstBundle) {
@@ -198,7 +202,7 @@ func testStartedRowFallsThroughToTheClaim(t *testing.T, b *readFirstBundle) {
 // with a guarded UPDATE and runs the operation again.
 func TestReadFirstExpiredRowIsNotReplayed(t *testing.T) {
 	t.Parallel()
-	b := setupReadFirst(t, idemguard.ReadFirstAlways)
+	b := setupReadFirst(t, idemguardtest.ReadFirstAlways)
 	var runs atomic.Int32
 	c := keyCall("k1", 1)
 	c.Settings.TTL = time.Minute
@@ -215,7 +219,7 @@ func TestReadFirstExpiredRowIsNotReplayed(t *testing.T) {
 // the first inputs' answer.
 func TestReadFirstOtherFingerprintIsAMismatch(t *testing.T) {
 	t.Parallel()
-	onStores(t, idemguard.ReadFirstAlways, testOtherFingerprintIsAMismatch)
+	onStores(t, idemguardtest.ReadFirstAlways, testOtherFingerprintIsAMismatch)
 }
 
 func testOtherFingerprintIsAMismatch(t *testing.T, b *readFirstBundle) {
@@ -232,7 +236,7 @@ func testOtherFingerprintIsAMismatch(t *testing.T, b *readFirstBundle) {
 // finds it running and does not run the operation.
 func TestReadFirstFailedRowRetriedByAnotherReplica(t *testing.T) {
 	t.Parallel()
-	onStores(t, idemguard.ReadFirstAlways, testFailedRowRetriedByAnotherReplica)
+	onStores(t, idemguardtest.ReadFirstAlways, testFailedRowRetriedByAnotherReplica)
 }
 
 func testFailedRowRetriedByAnotherReplica(t *testing.T, b *readFirstBundle) {
@@ -266,7 +270,7 @@ func testFailedRowRetriedByAnotherReplica(t *testing.T, b *readFirstBundle) {
 
 func TestReadFirstStoreDownFailsClosed(t *testing.T) {
 	t.Parallel()
-	b := setupReadFirst(t, idemguard.ReadFirstAlways)
+	b := setupReadFirst(t, idemguardtest.ReadFirstAlways)
 	b.spy.getErr = errors.New("connection refused")
 	var runs atomic.Int32
 	_, err := b.guard.Do(context.Background(), keyCall("k1", 1), okOp(&runs))
@@ -279,7 +283,7 @@ func TestReadFirstStoreDownFailsClosed(t *testing.T) {
 // switches to reading first; when the mix turns fresh again it switches back.
 func TestReadFirstAdaptiveFollowsTheMix(t *testing.T) {
 	t.Parallel()
-	b := setupReadFirst(t, idemguard.ReadFirstAdaptive)
+	b := setupReadFirst(t, idemguardtest.ReadFirstAdaptive)
 	ctx := context.Background()
 	var runs atomic.Int32
 	for i := range 50 {
@@ -319,6 +323,8 @@ func TestReadFirstAdaptiveFollowsTheMix(t *testing.T) {
 
 func TestReadFirstConfigValidation(t *testing.T) {
 	t.Parallel()
-	_, err := idemguard.New(idemguard.Config{Store: memstore.New(), Secret: secret, Test: idemguard.TestConfig{ReadFirst: "sometimes"}})
-	require.ErrorContains(t, err, "ReadFirst")
+	cfg := idemguard.Config{Store: memstore.New(), Secret: secret}
+	idemguardtest.SetReadFirst(&cfg, "sometimes")
+	_, err := idemguard.New(cfg)
+	require.ErrorContains(t, err, "read-first")
 }

@@ -80,7 +80,7 @@ var (
 // Faults wraps a Store (a Recorder, normally) and injects the faults of a Plan for one
 // replica. Times are measured from start. It is safe for concurrent use.
 type Faults struct {
-	st   store.Store
+	st      store.Store
 	h       *History
 	replica int
 	plan    Plan

@@ -370,7 +370,7 @@ func withSlot(ctx context.Context, s *slot) context.Context {
 // Recorder is a Store that records every call to the store it wraps into a History.
 type Recorder struct {
 	st store.Store
-	h     *History
+	h  *History
 }
 
 var _ store.Store = (*Recorder)(nil)

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/idemguard/idemguard"
+	"github.com/idemguard/idemguard/idemguardtest"
 	"github.com/idemguard/idemguard/internal/keys"
 	"github.com/idemguard/idemguard/sanitize"
 	"github.com/idemguard/idemguard/store"
@@ -67,7 +68,7 @@ type Scenario struct {
 	// Skew is the store's clock minus the application's; Steps move it during the run.
 	Skew      time.Duration
 	Steps     []Step
-	ReadFirst idemguard.ReadFirst
+	ReadFirst idemguardtest.ReadFirst
 	CacheSize int
 	// Quiet is when the faults stop; Horizon is when every living call must have returned.
 	Quiet, Horizon time.Duration
@@ -94,7 +95,7 @@ func Generate(seed uint64, defect Defect, real Real) Scenario {
 		sc.Lease, sc.StoreTimeout, sc.Replicas = time.Second, 300*time.Millisecond, 2
 	}
 	L := sc.Lease
-	sc.ReadFirst = []idemguard.ReadFirst{idemguard.ReadFirstAdaptive, idemguard.ReadFirstAlways, idemguard.ReadFirstNever}[rng.IntN(3)]
+	sc.ReadFirst = []idemguardtest.ReadFirst{idemguardtest.ReadFirstAdaptive, idemguardtest.ReadFirstAlways, idemguardtest.ReadFirstNever}[rng.IntN(3)]
 	sc.CacheSize = []int{-1, 0}[rng.IntN(2)]
 	nkeys := 1 + rng.IntN(2)
 	for k := range nkeys {
@@ -271,9 +272,11 @@ func Simulate(sc Scenario, env Env) *History {
 	rec := NewRecorder(env.Store, h)
 	for i, p := range sc.Plans {
 		f := NewFaults(rec, h, i, p, sc.Seed, env.Start, sc.Defect, r.ended)
-		g, err := idemguard.New(idemguard.Config{Store: f, Secret: Secret, Logger: slog.New(slog.DiscardHandler),
+		cfg := idemguard.Config{Store: f, Secret: Secret, Logger: slog.New(slog.DiscardHandler),
 			StoreTimeout: sc.StoreTimeout, MaxWait: 3 * sc.Lease, ReplayCacheSize: sc.CacheSize,
-			Test: idemguard.TestConfig{ReadFirst: sc.ReadFirst}, Audit: idemguard.AuditConfig{Store: env.Trail != nil}})
+			Audit: idemguard.AuditConfig{Store: env.Trail != nil}}
+		idemguardtest.SetReadFirst(&cfg, sc.ReadFirst)
+		g, err := idemguard.New(cfg)
 		if err != nil {
 			panic(err)
 		}

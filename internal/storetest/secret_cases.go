@@ -14,6 +14,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/idemguard/idemguard"
+	"github.com/idemguard/idemguard/idemguardtest"
 	"github.com/idemguard/idemguard/sanitize"
 	"github.com/idemguard/idemguard/store"
 )
@@ -181,7 +182,7 @@ func guardKeyCompletedUnderTheOldSecretIsReplayedUnderTheNew(t *testing.T, h *Ha
 	// read of every secret's row, without a claim.
 	readStore := &hookStore{Store: h.Store}
 	reader, _ := newGuard(t, h, newSide(), withoutCache(), withStore(readStore),
-		func(c *idemguard.Config) { c.Test.ReadFirst = idemguard.ReadFirstAlways })
+		func(c *idemguard.Config) { idemguardtest.SetReadFirst(c, idemguardtest.ReadFirstAlways) })
 	again, err := reader.Do(ctxFor(t), keyCall("k-1", map[string]any{"q": 1}), op)
 	require.NoError(t, err)
 	require.True(t, again.Cached)
@@ -219,7 +220,7 @@ func guardOldSecretReplayIsServedFromTheReplayCache(t *testing.T, h *Harness) {
 	st := &hookStore{Store: h.Store}
 	var fromMemory atomic.Int32
 	after, _ := newGuard(t, h, newSide(), withStore(st), func(c *idemguard.Config) {
-		c.Test.ReadFirst = idemguard.ReadFirstAlways
+		idemguardtest.SetReadFirst(c, idemguardtest.ReadFirstAlways)
 		c.Observe = func(e idemguard.Event) {
 			if e.Kind == idemguard.EventReplayed && e.FromMemory {
 				fromMemory.Add(1)

@@ -17,6 +17,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/idemguard/idemguard"
+	"github.com/idemguard/idemguard/idemguardtest"
 	"github.com/idemguard/idemguard/store"
 )
 
@@ -220,7 +221,7 @@ func newGuard(t testing.TB, h *Harness, opts ...guardOpt) (*idemguard.Guard, *lo
 func withSecret(s []byte) guardOpt { return func(c *idemguard.Config) { c.Secret = s } }
 func withoutCache() guardOpt       { return func(c *idemguard.Config) { c.ReplayCacheSize = -1 } }
 func withHeartbeat(d time.Duration) guardOpt {
-	return func(c *idemguard.Config) { c.Test.HeartbeatEvery = d }
+	return func(c *idemguard.Config) { idemguardtest.SetHeartbeatEvery(c, d) }
 }
 func withObserver(f func(idemguard.Event)) guardOpt {
 	return func(c *idemguard.Config) { c.Observe = f }
