@@ -14,9 +14,9 @@ import (
 	"github.com/idemguard/idemguard"
 	"github.com/idemguard/idemguard/internal/mysqlconn"
 	"github.com/idemguard/idemguard/internal/mysqlstore"
-	"github.com/idemguard/idemguard/internal/storetest"
 	"github.com/idemguard/idemguard/internal/testdb"
 	"github.com/idemguard/idemguard/store"
+	"github.com/idemguard/idemguard/store/storetest"
 )
 
 func TestMain(m *testing.M) {
@@ -33,7 +33,7 @@ func TestMain(m *testing.M) {
 // connections with committed rows.
 func TestConformance(t *testing.T) {
 	t.Parallel()
-	storetest.Exercise(t, func(t *testing.T) *storetest.Harness {
+	storetest.Exercise(context.Background(), t, func(_ context.Context, t *testing.T) *storetest.Harness {
 		db := testdb.New(t)
 		return &storetest.Harness{
 			Store: mysqlstore.New(db.DB),

@@ -13,19 +13,6 @@ import (
 	"github.com/idemguard/idemguard/store"
 )
 
-// auditCases calls run for the audit trail's store cases: a durable event
-// lands with the row change it describes and never without it, batches skip
-// what they already wrote, and History finds one key's events in order.
-func auditCases(run func(name string, tc caseFunc)) {
-	run("Store/AuditedClaimWritesItsEventOnlyWhenItWins", auditClaimWritesItsEventOnlyWhenItWins)
-	run("Store/AuditedReclaimsWriteTheirEventOnlyWhenTheyWin", auditReclaimsWriteTheirEventOnlyWhenTheyWin)
-	run("Store/AuditedAbandonReleaseAndCancelWriteTheirEventOnlyWhenTheyWin", auditAbandonReleaseAndCancel)
-	run("Store/AppendAuditSkipsARepeatedID", auditAppendSkipsARepeatedID)
-	run("Store/HistoryFiltersOrdersAndLimits", auditHistoryFiltersOrdersAndLimits)
-	run("Store/AuditTimesRoundTripToTheMicrosecondInUTC", auditTimesRoundTrip)
-	run("Store/BrokenStoreFailsAuditReadsAndWrites", auditBrokenStoreFails)
-}
-
 // auditSeq spaces the events of one case a second apart.
 var auditSeq atomic.Int64
 

@@ -15,20 +15,6 @@ import (
 	"github.com/idemguard/idemguard/store"
 )
 
-// jobCases calls run for the cases of background operations: cancel
-// requests, the renewal that reads them back and keeps a running row
-// alive, Start, Cancel and Watch.
-func jobCases(run func(name string, tc caseFunc)) {
-	run("Store/RequestCancelIsGuardedByTheExecution", jobRequestCancelIsGuardedByTheExecution)
-	run("Store/RenewReportsCancelAndKeepsTheRowAlive", jobRenewReportsCancelAndKeepsTheRowAlive)
-	run("Store/ReclaimClearsTheCancelAndCanceledGivesTheAttemptBack", jobReclaimClearsTheCancel)
-	run("Guard/StartAnswersAtOnceAndRunsOnce", jobStartAnswersAtOnceAndRunsOnce)
-	run("Guard/CancelFromAnotherProcessStopsTheOwnerAndTheKeyRunsAgain", jobCancelFromAnotherProcess)
-	run("Guard/WatchFromAnotherProcessReportsEveryTransitionInOrder", jobWatchReportsEveryTransition)
-	run("Guard/WatchersAreBounded", jobWatchersAreBounded)
-	run("Guard/WaitJobsRefusesNewJobsAndWaitsForRunningOnes", jobWaitJobs)
-}
-
 // Removing "claim_nonce = ?" (or the status) from the request's guard
 // makes this fail: a stale reader would cancel another execution, or a
 // finished key.

@@ -295,7 +295,7 @@ func guardStreamFollowerGetsEveryEventLive(t *testing.T, h *Harness) {
 	go func() {
 		res, err := g.DoStream(ctxFor(t), fc, c.op(), f)
 		if err != nil {
-			panic(err)
+			t.Error(err) // fails this case only; the result is still sent so the case ends
 		}
 		fDone <- res
 	}()

@@ -160,7 +160,7 @@ func guardDuplicateWhileRunningIsInProgressOrWaits(t *testing.T, h *Harness) {
 	go func() {
 		res, err := g.Do(context.Background(), call("s", "slow"), b.op)
 		if err != nil {
-			panic(err)
+			t.Error(err) // fails this case only; the result is still sent so the case ends
 		}
 		firstDone <- res
 	}()
@@ -178,7 +178,7 @@ func guardDuplicateWhileRunningIsInProgressOrWaits(t *testing.T, h *Harness) {
 		c.Wait = 20 * time.Second
 		res, err := g.Do(context.Background(), c, b.op)
 		if err != nil {
-			panic(err)
+			t.Error(err) // fails this case only; the result is still sent so the case ends
 		}
 		waited <- res
 	}()

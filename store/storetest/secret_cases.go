@@ -261,7 +261,7 @@ func guardRunningUnderOneSecretIsInProgressUnderTheOther(t *testing.T, h *Harnes
 	go func() {
 		res, err := oldG.Do(context.Background(), keyCall("k", "slow"), b.op)
 		if err != nil {
-			panic(err)
+			t.Error(err) // fails this case only; the result is still sent so the case ends
 		}
 		firstDone <- res
 	}()
@@ -279,7 +279,7 @@ func guardRunningUnderOneSecretIsInProgressUnderTheOther(t *testing.T, h *Harnes
 		c.Wait = 20 * time.Second
 		res, err := newG.Do(context.Background(), c, b.op)
 		if err != nil {
-			panic(err)
+			t.Error(err) // fails this case only; the result is still sent so the case ends
 		}
 		waited <- res
 	}()
@@ -409,7 +409,7 @@ func guardLaterClaimUnderAnotherSecretYieldsToARunningOne(t *testing.T, h *Harne
 			go func() {
 				res, err := early.Do(context.Background(), keyCall(key, "x"), b.op)
 				if err != nil {
-					panic(err)
+					t.Error(err) // fails this case only; the result is still sent so the case ends
 				}
 				firstDone <- res
 			}()
