@@ -2,7 +2,6 @@ package idemguard
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
 	"net/http"
@@ -13,12 +12,6 @@ import (
 	"github.com/idemguard/idemguard/sanitize"
 	"github.com/idemguard/idemguard/store"
 )
-
-// ErrCanceled is the cause (context.Cause) of an operation's context
-// cancelled because a caller asked for it (Guard.Cancel). The key is then
-// stored failed with stopReason canceled, without counting the attempt, and
-// the same call runs it again.
-var ErrCanceled = errors.New("idemguard: operation canceled on request")
 
 // Start is Do for long-running operations: it claims the key like Do, and
 // once the claim is won it returns at once, with Result.Accepted true and

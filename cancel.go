@@ -12,10 +12,6 @@ import (
 	"github.com/idemguard/idemguard/tenancy"
 )
 
-// ErrKeyFinished is returned by Guard.Cancel for a key that is not running:
-// its answer is stored (succeeded or failed), so there is nothing to cancel.
-var ErrKeyFinished = errors.New("idemguard: the key has finished; there is nothing to cancel")
-
 // Cancel asks the execution running under a key (by its hash, as
 // Result.KeyHash or Guard.KeyHash give it) to stop. The request is recorded
 // on the row, so it works from any process: the owner's next heartbeat

@@ -22,7 +22,7 @@ type Config struct {
 	// know each other's as PreviousSecrets while the secret is rotated.
 	Secret []byte
 	// SecretID names Secret in the rows made under it (secret_id): 1 to
-	// MaxSecretIDLen characters of [A-Za-z0-9._-]. Defaults to "", the
+	// 32 characters of [A-Za-z0-9._-]. Defaults to "", the
 	// unnamed secret.
 	SecretID string
 	// PreviousSecrets are secrets no longer claimed under whose rows still

@@ -226,6 +226,9 @@ func (g *Guard) prepare(ctx context.Context, c Call) (prepared, error) {
 // not a JSON object (ErrInvalidResult, returned with the Result of the stored
 // failure), and Call.Check's own error. An operation's failure is a Result
 // with Status StatusFailed.
+//
+// WithIdempotency is the same call under the name the product's
+// documentation uses.
 func (g *Guard) Do(ctx context.Context, call Call, op Operation) (Result, error) {
 	if op == nil {
 		return Result{}, fmt.Errorf("%w: operation is nil", ErrInvalidInput)
@@ -253,9 +256,9 @@ func (g *Guard) Do(ctx context.Context, call Call, op Operation) (Result, error)
 	return g.readFirstOrExecute(ctx, p, op)
 }
 
-// WithIdempotency is Do.
-//
-// Deprecated: use Do; WithIdempotency remains for one release.
+// WithIdempotency is Do under the name the product's documentation uses
+// ("a backend router calls WithIdempotency"): the same call, with the same
+// arguments, results and errors.
 func (g *Guard) WithIdempotency(ctx context.Context, call Call, op Operation) (Result, error) {
 	return g.Do(ctx, call, op)
 }

@@ -15,6 +15,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/idemguard/idemguard/sanitize"
+	"github.com/idemguard/idemguard/store"
 	"github.com/idemguard/idemguard/store/memstore"
 )
 
@@ -131,7 +132,7 @@ func TestOpErrorWrappedAndEvents(t *testing.T) {
 
 	info, err := g.LookupHash(context.Background(), "t", "s", res.KeyHash)
 	require.NoError(t, err)
-	require.Equal(t, KeyFailed, info.Status)
+	require.Equal(t, store.RowFailed, info.Status)
 }
 
 func TestNewValidates(t *testing.T) {

@@ -9,11 +9,11 @@ import (
 	"github.com/idemguard/idemguard/tenancy"
 )
 
-// MaxHistory is the most events Guard.History returns.
-const MaxHistory = 1000
+// maxHistory is the most events Guard.History returns.
+const maxHistory = 1000
 
 // History returns the audit trail of one key of tenant's scope, oldest
-// first (at most MaxHistory events), from the store (Config.Audit.Store).
+// first (at most maxHistory events), from the store (Config.Audit.Store).
 // keyHashes are the key's hashes: Result.KeyHash, or KeyHashes for a
 // client key, which names it under every configured secret. Each replay
 // carries its number among the key's replays (AuditEvent.Replay). Another
@@ -30,7 +30,7 @@ func (g *Guard) History(ctx context.Context, tenant tenancy.ID, scope string, ke
 	}
 	sctx, cancel := g.storeCtx(ctx)
 	defer cancel()
-	events, err := g.store.History(sctx, string(tenant), scope, keyHashes, MaxHistory)
+	events, err := g.store.History(sctx, string(tenant), scope, keyHashes, maxHistory)
 	if err != nil {
 		return nil, &StoreError{Op: "history", Err: err}
 	}

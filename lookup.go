@@ -60,7 +60,7 @@ func (g *Guard) LookupHash(ctx context.Context, tenant tenancy.ID, scope, keyHas
 // keyInfoOf is what a row tells about its key; fallback is the lease of a
 // row that carries none.
 func keyInfoOf(keyHash string, rec store.Record, fallback time.Duration) (KeyInfo, error) {
-	info := KeyInfo{KeyHash: keyHash, SecretID: rec.SecretID, Status: KeyStatus(rec.Status), Attempts: rec.Attempts, CreatedAt: rec.CreatedAt,
+	info := KeyInfo{KeyHash: keyHash, SecretID: rec.SecretID, Status: rec.Status, Attempts: rec.Attempts, CreatedAt: rec.CreatedAt,
 		StartedAt: rec.StartedAt, HeartbeatAt: rec.HeartbeatAt, CompletedAt: rec.CompletedAt, ExpiresAt: rec.ExpiresAt,
 		Stale: rec.Stale(fallback), CancelRequested: rec.Status == store.RowStarted && !rec.CancelRequestedAt.IsZero()}
 	if rec.Status != store.RowStarted {

@@ -15,6 +15,7 @@ import (
 	"github.com/idemguard/idemguard"
 	"github.com/idemguard/idemguard/internal/metrics"
 	"github.com/idemguard/idemguard/sanitize"
+	"github.com/idemguard/idemguard/store"
 	"github.com/idemguard/idemguard/store/memstore"
 )
 
@@ -152,7 +153,7 @@ func TestNoSilentLoss(t *testing.T) {
 
 		info, err := g.Lookup(ctx, "acme", "summarize", "k1")
 		require.NoError(t, err)
-		require.Equal(t, idemguard.KeyFailed, info.Status)
+		require.Equal(t, store.RowFailed, info.Status)
 		require.Equal(t, http.StatusInternalServerError, info.StatusCode)
 
 		res, err = g.Do(ctx, call, func(ctx context.Context) (any, error) {

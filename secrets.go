@@ -23,9 +23,6 @@ import (
 // from both running is in the package's protocol documentation (protocol.go,
 // "Secret Rotation"); this file holds all of it that the claim path needs.
 
-// MaxSecretIDLen is the longest secret id (Config.SecretID, SecretVersion.ID).
-const MaxSecretIDLen = 32
-
 // SecretVersion is a secret the Guard no longer claims under but still
 // recognises: a row made under it is found, replayed, retried or taken over
 // like a row made under Config.Secret.
@@ -37,30 +34,15 @@ type SecretVersion struct {
 	Secret []byte
 }
 
-// ValidateSecretID reports whether id may name a secret: empty (the unnamed
-// secret), or 1 to MaxSecretIDLen characters of [A-Za-z0-9._-].
-func ValidateSecretID(id string) error {
-	if len(id) > MaxSecretIDLen {
-		return fmt.Errorf("secret id %q is longer than %d characters", id, MaxSecretIDLen)
-	}
-	for i := 0; i < len(id); i++ {
-		c := id[i]
-		if !('a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || c == '.' || c == '_' || c == '-') {
-			return fmt.Errorf("secret id %q holds a character outside [A-Za-z0-9._-]", id)
-		}
-	}
-	return nil
-}
-
 // validateSecrets checks the current and previous secrets: each long
 // enough, every id well formed and used once, no secret configured twice.
 // Messages name the setting, never a secret's value.
 func (c Config) validateSecrets() error {
-	if err := ValidateSecretID(c.SecretID); err != nil {
+	if err := keys.ValidateSecretID(c.SecretID); err != nil {
 		return fmt.Errorf("idemguard: Config.SecretID: %w", err)
 	}
 	for i, v := range c.PreviousSecrets {
-		if err := ValidateSecretID(v.ID); err != nil {
+		if err := keys.ValidateSecretID(v.ID); err != nil {
 			return fmt.Errorf("idemguard: Config.PreviousSecrets[%d]: %w", i, err)
 		}
 		if len(v.Secret) < keys.MinSecretBytes {

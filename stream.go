@@ -51,12 +51,6 @@ const (
 	DefaultMaxWaiters = 100
 )
 
-// ErrTooManyWaiters is returned by Do and DoStream when a call would wait for
-// a running duplicate but Config.MaxWaiters calls of this process already
-// wait for that key (or 1000 for its tenant). The call is
-// refused at once, never queued; it may retry later.
-var ErrTooManyWaiters = errors.New("idemguard: too many callers wait for this key")
-
 // StreamEvent is one server-sent event of a streamed operation. The
 // operation builds it from the fields it chose to keep, never from an
 // upstream's raw bytes: what a stream carries is stored and replayed to

@@ -18,11 +18,6 @@ import (
 	"github.com/idemguard/idemguard/tenancy"
 )
 
-// ErrTooManyWatchers is returned by Guard.Watch when the key, or its
-// tenant, already has as many watchers in this process as
-// Config.MaxWatchersPerKey (MaxWatchersPerTenant) allow.
-var ErrTooManyWatchers = errors.New("idemguard: too many watchers of this key or tenant")
-
 // KeyEventKind names a transition of a key.
 type KeyEventKind string
 

@@ -17,6 +17,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/idemguard/idemguard"
+	"github.com/idemguard/idemguard/store"
 	"github.com/idemguard/idemguard/store/memstore"
 	"github.com/idemguard/idemguard/tenancy"
 )
@@ -144,7 +145,7 @@ func TestIdempotentGinReplays(t *testing.T) {
 	// The scope is the route; the row is there under it.
 	info, err := b.guard.Lookup(context.Background(), "acme", "POST:orders.:id", "k1")
 	require.NoError(t, err)
-	require.Equal(t, idemguard.KeySucceeded, info.Status)
+	require.Equal(t, store.RowSucceeded, info.Status)
 	require.Equal(t, http.StatusCreated, info.StatusCode)
 }
 

@@ -14,6 +14,7 @@ import (
 	"github.com/idemguard/idemguard/internal/keys"
 	"github.com/idemguard/idemguard/internal/live"
 	"github.com/idemguard/idemguard/sanitize"
+	"github.com/idemguard/idemguard/store"
 	"github.com/idemguard/idemguard/tenancy"
 )
 
@@ -92,7 +93,7 @@ func (h *handlers) runAsync(c *gin.Context, tenant tenancy.ID, scope *Scope, req
 	}
 	if res.Status == idemguard.StatusInProgress {
 		c.Header(headerPreferenceApplied, preferAsync)
-		rec := keyRecord{Ref: ref, Scope: scope.Name, Status: string(idemguard.KeyStarted), AttemptCount: res.Attempt}
+		rec := keyRecord{Ref: ref, Scope: scope.Name, Status: string(store.RowStarted), AttemptCount: res.Attempt}
 		if info, err := h.guard.LookupHash(c.Request.Context(), tenant, scope.Name, res.KeyHash); err == nil {
 			if r, err := keyRecordOf(ref, scope.Name, info); err == nil {
 				rec = r
@@ -223,7 +224,7 @@ func (h *handlers) cancelKey(c *gin.Context) {
 		h.fail(c, err)
 		return
 	}
-	rec := keyRecord{Ref: ref, Scope: scope.Name, Status: string(idemguard.KeyStarted), CancelRequested: true}
+	rec := keyRecord{Ref: ref, Scope: scope.Name, Status: string(store.RowStarted), CancelRequested: true}
 	if info, err := h.guard.LookupHash(c.Request.Context(), tenant, scope.Name, hash); err == nil {
 		if r, err := keyRecordOf(ref, scope.Name, info); err == nil {
 			rec = r

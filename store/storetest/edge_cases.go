@@ -459,7 +459,7 @@ func guardLookupJudgesStalenessByTheRowsLease(t *testing.T, h *Harness) {
 	require.ErrorIs(t, err, idemguard.ErrNotFound, "a dead, expired claim was reported as running")
 	info, err := g.LookupHash(ctxFor(t), "acme", "s", probe.KeyHash)
 	require.NoError(t, err)
-	require.Equal(t, idemguard.KeySucceeded, info.Status)
+	require.Equal(t, store.RowSucceeded, info.Status)
 }
 
 // An upstream that rejects the inputs themselves: final for those

@@ -436,7 +436,7 @@ func guardSameClientKeyWithOtherInputsIsAMismatch(t *testing.T, h *Harness) {
 	require.True(t, res.Cached)
 	info, err := fresh.Lookup(ctxFor(t), "acme", "s", "order-1")
 	require.NoError(t, err)
-	require.Equal(t, idemguard.KeySucceeded, info.Status)
+	require.Equal(t, store.RowSucceeded, info.Status)
 	require.Equal(t, 1, info.Attempts)
 }
 
@@ -480,7 +480,7 @@ func guardPolicyFailMarksAStaleRowAbandoned(t *testing.T, h *Harness) {
 	require.Zero(t, cnt.n(), "an abandoned operation never runs again")
 	info, err := g.LookupHash(ctxFor(t), "acme", "billed", probe.KeyHash)
 	require.NoError(t, err)
-	require.Equal(t, idemguard.KeyFailed, info.Status)
+	require.Equal(t, store.RowFailed, info.Status)
 }
 
 func guardHeartbeatingLongOperationIsNeverTakenOver(t *testing.T, h *Harness) {

@@ -181,7 +181,7 @@ func jobCancelFromAnotherProcess(t *testing.T, h *Harness) {
 	require.ErrorIs(t, other.Cancel(ctxFor(t), "acme", "jobs", res.KeyHash), idemguard.ErrKeyFinished)
 	info, err := other.LookupHash(ctxFor(t), "acme", "jobs", res.KeyHash)
 	require.NoError(t, err)
-	require.Equal(t, idemguard.KeyFailed, info.Status)
+	require.Equal(t, store.RowFailed, info.Status)
 	require.False(t, info.CancelRequested)
 
 	// The same call runs the key again, and nothing cancels it.

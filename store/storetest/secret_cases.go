@@ -194,7 +194,7 @@ func guardKeyCompletedUnderTheOldSecretIsReplayedUnderTheNew(t *testing.T, h *Ha
 	require.NoError(t, err)
 	require.Equal(t, "old", info.SecretID)
 	require.Equal(t, first.KeyHash, info.KeyHash)
-	require.Equal(t, idemguard.KeyStatus(store.RowSucceeded), info.Status)
+	require.Equal(t, store.RowStatus(store.RowSucceeded), info.Status)
 
 	// A fresh key on the new side is made under the new secret.
 	fresh, err := after.Do(ctxFor(t), keyCall("k-2", map[string]any{"q": 1}), op)
