@@ -164,7 +164,7 @@ func TestKeyHistoryOfSeededTrail(t *testing.T) {
 
 	w, events := b.history(t, "echo", "seeded-1", acmeKey1)
 	require.Equal(t, http.StatusOK, w.Code, w.Body.String())
-	require.Equal(t, []string{"key.claimed", "replay", "replay"}, kinds(events))
+	require.Equal(t, []string{"claimed", "replay", "replay"}, kinds(events))
 	require.Equal(t, strings.Repeat("1", 32), events[0]["id"])
 	require.Equal(t, hashes[1][:store.KeyPrefixLen], events[0]["keyPrefix"])
 	require.Equal(t, hashes[0][:store.KeyPrefixLen], events[1]["keyPrefix"])
@@ -287,7 +287,7 @@ func TestAuditActor(t *testing.T) {
 }
 
 // TestAuditTrailThroughAPI: a claim and a replay through the REST API are
-// key.claimed then replay, in the key's history and in the observed stream
+// claimed then replay, in the key's history and in the observed stream
 // (the same events, by id), with the caller's actor; no canary (API key,
 // client key, prompt) reaches the stream, the history or the log. This
 // needs the engine to emit its events (Config.Audit).
@@ -319,7 +319,7 @@ func TestAuditTrailThroughAPI(t *testing.T) {
 		time.Sleep(10 * time.Millisecond)
 	}
 	require.Equal(t, http.StatusOK, w.Code, w.Body.String())
-	require.Equal(t, []string{"key.claimed", "replay"}, kinds(events))
+	require.Equal(t, []string{"claimed", "replay"}, kinds(events))
 	for _, e := range events {
 		require.Equal(t, "key:billing", e["actor"])
 		require.Equal(t, "acme", e["tenant"])

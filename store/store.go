@@ -345,7 +345,7 @@ type AuditKind string
 // are durable with that change (see AuditConfig.Store); the last three only
 // read it and are written in batches.
 const (
-	AuditClaimed        AuditKind = "key.claimed"     // a key absent until now was claimed (attempt 1)
+	AuditClaimed        AuditKind = "claimed"         // a key absent until now was claimed (attempt 1)
 	AuditExpiredReclaim AuditKind = "expired_reclaim" // an expired row was claimed afresh (attempt 1)
 	AuditTakeover       AuditKind = "takeover"        // a stale claim was taken over (the next attempt)
 	AuditRetried        AuditKind = "retried"         // a stored retryable failure was claimed again

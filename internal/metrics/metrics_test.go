@@ -324,7 +324,7 @@ func TestAuditMetrics(t *testing.T) {
 	m.AuditStreamDropped(metrics.AuditDropWriteError)
 	reg := m.Registry()
 	require.Equal(t, 2.0, value(t, reg, "idemguard_audit_events_total", map[string]string{"kind": "replay"}))
-	require.Equal(t, 1.0, value(t, reg, "idemguard_audit_events_total", map[string]string{"kind": "key.claimed"}))
+	require.Equal(t, 1.0, value(t, reg, "idemguard_audit_events_total", map[string]string{"kind": "claimed"}))
 	for labels, want := range map[[2]string]float64{
 		{"store", "queue_full"}: 1, {"store", "store"}: 2, {"stream", "queue_full"}: 1, {"stream", "write_error"}: 3,
 	} {
