@@ -15,7 +15,7 @@ import (
 // Config configures a Guard.
 type Config struct {
 	// Store holds the idempotency records: a MySQL store (package
-	// github.com/idemguard/idemguard/mysql) or a MemoryStore. Required.
+	// github.com/idemguard/idemguard/mysql) or memstore.New (package store/memstore). Required.
 	Store store.Store
 	// Secret keys every HMAC of keys and fingerprints; at least 32 bytes.
 	// Required. Every process sharing a store must use the same secret, or

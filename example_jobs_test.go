@@ -35,7 +35,11 @@ func ExampleGuard_Start() {
 	dup, _ := guard.Start(ctx, call, op)
 	fmt.Println("duplicate:", dup.Accepted, dup.Status)
 
-	w, err := guard.Watch(ctx, "acme", "research", res.KeyHash, "")
+	key, err := guard.KeyOfHash("acme", "research", res.KeyHash)
+	if err != nil {
+		panic(err)
+	}
+	w, err := guard.Watch(ctx, key, "")
 	if err != nil {
 		panic(err)
 	}
@@ -88,12 +92,16 @@ func ExampleGuard_Cancel() {
 	if err != nil {
 		panic(err)
 	}
-	if err := guard.Cancel(ctx, "acme", "research", res.KeyHash); err != nil {
+	key, err := guard.KeyOfHash("acme", "research", res.KeyHash)
+	if err != nil {
+		panic(err)
+	}
+	if err := guard.Cancel(ctx, key); err != nil {
 		panic(err)
 	}
 	fmt.Println("cause:", <-stopped)
 
-	w, err := guard.Watch(ctx, "acme", "research", res.KeyHash, "")
+	w, err := guard.Watch(ctx, key, "")
 	if err != nil {
 		panic(err)
 	}

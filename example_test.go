@@ -84,7 +84,11 @@ func ExampleGuard_Lookup() {
 	}
 	defer guard.Close(ctx)
 
-	_, err = guard.Lookup(ctx, "acme", "orders.create", "order-7")
+	key, err := guard.Key("acme", "orders.create", "order-7")
+	if err != nil {
+		panic(err)
+	}
+	_, err = guard.Lookup(ctx, key)
 	fmt.Println(errors.Is(err, idemguard.ErrNotFound))
 
 	_, err = guard.Do(ctx, idemguard.Call{Tenant: "acme", Scope: "orders.create", ClientKey: "order-7"},
@@ -94,7 +98,7 @@ func ExampleGuard_Lookup() {
 	if err != nil {
 		panic(err)
 	}
-	info, err := guard.Lookup(ctx, "acme", "orders.create", "order-7")
+	info, err := guard.Lookup(ctx, key)
 	if err != nil {
 		panic(err)
 	}

@@ -130,7 +130,7 @@ func TestOpErrorWrappedAndEvents(t *testing.T) {
 	require.ErrorIs(t, res.Err, opErr)
 	require.Equal(t, []EventKind{EventClaimed, EventOperation}, kinds)
 
-	info, err := g.LookupHash(context.Background(), "t", "s", res.KeyHash)
+	info, err := g.Lookup(context.Background(), Key{tenant: "t", scope: "s", hash: res.KeyHash})
 	require.NoError(t, err)
 	require.Equal(t, store.RowFailed, info.Status)
 }
@@ -143,4 +143,35 @@ func TestNewValidates(t *testing.T) {
 	require.ErrorContains(t, err, "idemguard: Config.Secret must be at least 32 bytes")
 	_, err = New(Config{Store: memstore.New(), Secret: testSecret, Defaults: Settings{TTL: time.Millisecond}})
 	require.ErrorContains(t, err, "TTL")
+}
+
+// A Key is made only by a Guard: a malformed hash or client key is
+// ErrInvalidInput when the Key is made, and the zero Key is refused by every
+// verb that takes one.
+func TestKeyIsValidatedWhereItIsMade(t *testing.T) {
+	t.Parallel()
+	g := newTestGuard(t, Config{})
+	ctx := context.Background()
+	_, err := g.KeyOfHash("acme", "s", "not-a-hash")
+	require.ErrorIs(t, err, ErrInvalidInput)
+	_, err = g.KeyOfHash("acme", "s", strings.Repeat("A", 64))
+	require.ErrorIs(t, err, ErrInvalidInput, "upper-case hex is not a key hash")
+	_, err = g.Key("acme", "s", "bad key")
+	require.ErrorIs(t, err, ErrInvalidInput)
+	_, err = g.Key("", "s", "k")
+	require.ErrorIs(t, err, ErrInvalidInput)
+	k, err := g.Key("acme", "s", "k")
+	require.NoError(t, err)
+	byHash, err := g.KeyOfHash("acme", "s", k.Hash())
+	require.NoError(t, err)
+	require.Equal(t, k.Hash(), byHash.Hash())
+
+	var zero Key
+	_, err = g.Lookup(ctx, zero)
+	require.ErrorIs(t, err, ErrInvalidInput)
+	require.ErrorIs(t, g.Cancel(ctx, zero), ErrInvalidInput)
+	_, err = g.Watch(ctx, zero, "")
+	require.ErrorIs(t, err, ErrInvalidInput)
+	_, err = g.History(ctx, zero)
+	require.ErrorIs(t, err, ErrInvalidInput)
 }

@@ -151,7 +151,7 @@ func TestNoSilentLoss(t *testing.T) {
 		require.EqualValues(t, 0, failureCount(t, m, "summarize", "provider_error"))
 		require.EqualValues(t, 1, failureCount(t, m, "summarize", "unknown"))
 
-		info, err := g.Lookup(ctx, "acme", "summarize", "k1")
+		info, err := g.Lookup(ctx, clientKey(t, g, "acme", "summarize", "k1"))
 		require.NoError(t, err)
 		require.Equal(t, store.RowFailed, info.Status)
 		require.Equal(t, http.StatusInternalServerError, info.StatusCode)

@@ -46,8 +46,8 @@ type Result struct {
 	FirstSeen time.Time
 	// CompletedAt is when the stored answer was written (zero if not stored).
 	CompletedAt time.Time
-	// KeyHash names the key (with the tenant and scope); Guard.LookupHash
-	// takes it.
+	// KeyHash names the key (with the tenant and scope); Guard.KeyOfHash
+	// makes the Key that Lookup, Watch, Cancel and History take from it.
 	KeyHash string
 	// Err is the operation's own error when it ran in this call and failed
 	// (an *OpError, a *PanicError, ...). It is never stored.

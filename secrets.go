@@ -266,7 +266,7 @@ func (g *Guard) readFirstAny(ctx context.Context, p prepared) (prepared, store.R
 // lookupHashAny is Lookup's key hash when previous secrets are configured:
 // the hash of the key's row under any configured secret, found in one read;
 // a live row first, the current secret's before others. Without a row it is
-// current, for LookupHash to report ErrNotFound.
+// current, for Lookup to report ErrNotFound.
 func (g *Guard) lookupHashAny(ctx context.Context, tenant tenancy.ID, scope, clientKey, current string) (string, error) {
 	hashes := []string{current}
 	for _, s := range g.previous {

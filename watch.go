@@ -11,12 +11,15 @@ import (
 	"strings"
 	"time"
 
-	"github.com/idemguard/idemguard/internal/keys"
 	"github.com/idemguard/idemguard/internal/live"
 	"github.com/idemguard/idemguard/sanitize"
 	"github.com/idemguard/idemguard/store"
 	"github.com/idemguard/idemguard/tenancy"
 )
+
+// EventID identifies a KeyEvent of one key; Watch resumes after it. It is
+// its own type so that it cannot be passed where a key is expected.
+type EventID string
 
 // KeyEventKind names a transition of a key.
 type KeyEventKind string
@@ -65,7 +68,7 @@ func (k KeyEventKind) rank() int {
 type KeyEvent struct {
 	// ID is "<attempt>.<kind>.<unix-micros>": the same transition has the
 	// same ID whichever process reports it, and Watch resumes after it.
-	ID      string
+	ID      EventID
 	Kind    KeyEventKind
 	Attempt int
 	// At is when the transition happened, on the store's clock (for
@@ -131,7 +134,7 @@ type Watcher struct {
 	poll    backoff
 }
 
-// Watch follows a key (by its hash) of tenant's scope: Next reports each
+// Watch follows key: Next reports each
 // transition in order — started (with the attempt), alive (each heartbeat),
 // cancel_requested, stale — and finally succeeded, failed or canceled with
 // the stored answer, then io.EOF. The store is the authority, so a Watch in
@@ -146,15 +149,12 @@ type Watcher struct {
 // It returns ErrNotFound for an absent or expired key (or another
 // tenant's), ErrTooManyWatchers over the bounds of this process, and a
 // *StoreError when the store cannot be read.
-func (g *Guard) Watch(ctx context.Context, tenant tenancy.ID, scope, keyHash, after string) (*Watcher, error) {
-	if _, err := tenancy.ParseID(string(tenant)); err != nil {
-		return nil, fmt.Errorf("%w: %w", ErrInvalidInput, err)
+func (g *Guard) Watch(ctx context.Context, key Key, after EventID) (*Watcher, error) {
+	if err := key.check(); err != nil {
+		return nil, err
 	}
-	if err := keys.ValidateScope(scope); err != nil {
-		return nil, fmt.Errorf("%w: %w", ErrInvalidInput, err)
-	}
-	w := &Watcher{g: g, k: keyOfHash(tenant, scope, keyHash), fallback: cmp.Or(g.cfg.Defaults.StaleAfter, DefaultStaleAfter)}
-	w.last, w.hasLast = parseEventID(after)
+	w := &Watcher{g: g, k: keyOfHash(key.tenant, key.scope, key.hash), fallback: cmp.Or(g.cfg.Defaults.StaleAfter, DefaultStaleAfter)}
+	w.last, w.hasLast = parseEventID(string(after))
 	rec, err := w.read(ctx)
 	if err != nil {
 		return nil, err
@@ -234,7 +234,7 @@ func eventsOf(keyHash string, rec store.Record, fallback time.Duration) []KeyEve
 	}
 	ev := func(kind KeyEventKind, at time.Time) KeyEvent {
 		at = at.UTC().Truncate(time.Microsecond)
-		return KeyEvent{ID: fmt.Sprintf("%d.%s.%d", attempt, kind, at.UnixMicro()), Kind: kind, Attempt: attempt, At: at, Info: info}
+		return KeyEvent{ID: EventID(fmt.Sprintf("%d.%s.%d", attempt, kind, at.UnixMicro())), Kind: kind, Attempt: attempt, At: at, Info: info}
 	}
 	evs := []KeyEvent{ev(KeyEventStarted, rec.StartedAt)}
 	if end != "" {

@@ -143,7 +143,9 @@ func TestIdempotentGinReplays(t *testing.T) {
 	require.EqualValues(t, 2, b.runs.Load())
 
 	// The scope is the route; the row is there under it.
-	info, err := b.guard.Lookup(context.Background(), "acme", "POST:orders.:id", "k1")
+	key, err := b.guard.Key("acme", "POST:orders.:id", "k1")
+	require.NoError(t, err)
+	info, err := b.guard.Lookup(context.Background(), key)
 	require.NoError(t, err)
 	require.Equal(t, store.RowSucceeded, info.Status)
 	require.Equal(t, http.StatusCreated, info.StatusCode)
@@ -251,7 +253,9 @@ func TestIdempotentHTTPServeMux(t *testing.T) {
 	require.EqualValues(t, 1, b.runs.Load())
 	require.Contains(t, b.logs.String(), `"field":"data.echo"`, "the dropped field is logged by name")
 
-	_, err := b.guard.Lookup(context.Background(), "acme", "POST:orders._id_", "k1")
+	key, err := b.guard.Key("acme", "POST:orders._id_", "k1")
+	require.NoError(t, err)
+	_, err = b.guard.Lookup(context.Background(), key)
 	require.NoError(t, err, "the scope comes from the ServeMux pattern")
 }
 

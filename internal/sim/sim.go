@@ -188,7 +188,7 @@ func (sc Scenario) skewAt(d time.Duration) time.Duration {
 
 // Env is the store a scenario runs on.
 type Env struct {
-	// Store is the shared store (a MemoryStore, MySQL); the run wraps it in a Recorder and
+	// Store is the shared store (the in-memory store, MySQL); the run wraps it in a Recorder and
 	// one Faults layer per replica.
 	Store store.Store
 	// Rows returns the store's rows when the run ends (nil: not checked).
@@ -197,7 +197,7 @@ type Env struct {
 	// store's clock.
 	Start     time.Time
 	StoreTime func(time.Time) time.Time
-	// StrictLease: see Limits.StrictLease (true for the MemoryStore in virtual time).
+	// StrictLease: see Limits.StrictLease (true for the in-memory store in virtual time).
 	StrictLease bool
 	// Trail, when set, turns the guards' audit trail on (written to the store) and returns
 	// the store's trail when the run ends, for the audit invariant (VAudit).
@@ -214,7 +214,7 @@ func (sc Scenario) Sync() Scenario {
 	return sc
 }
 
-// NewMemoryEnv returns a MemoryStore whose clock is sc's skewed clock, starting now.
+// NewMemoryEnv returns an in-memory store whose clock is sc's skewed clock, starting now.
 func NewMemoryEnv(sc Scenario) Env {
 	start := time.Now()
 	ms := memstore.New(memstore.WithClock(func() time.Time {
@@ -378,7 +378,10 @@ func (r *run) cancels(c Client) {
 	hash := KeyHash(Secret, string(Tenant), Scope, k.ClientKey, inputs(k))
 	for i := range c.Calls {
 		ctx, cancel := context.WithTimeout(context.Background(), r.sc.Lease)
-		_ = r.guards[r.living(c.Replica+i)].Cancel(ctx, Tenant, Scope, hash)
+		g := r.guards[r.living(c.Replica+i)]
+		if key, err := g.KeyOfHash(Tenant, Scope, hash); err == nil {
+			_ = g.Cancel(ctx, key)
+		}
 		cancel()
 		time.Sleep(r.sc.Lease)
 	}

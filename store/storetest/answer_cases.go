@@ -42,7 +42,7 @@ func guardKeptDocumentIsReplayedByteForByte(t *testing.T, h *Harness) {
 	}
 	require.Equal(t, 1, c.n())
 	require.NotContains(t, h.Dump(t), "canary")
-	info, err := g.LookupHash(ctxFor(t), "acme", "doc", first.KeyHash)
+	info, err := g.Lookup(ctxFor(t), hashKey(t, g, "acme", "doc", first.KeyHash))
 	require.NoError(t, err)
 	require.Nil(t, info.Envelope)
 	require.Equal(t, string(first.Body), string(info.Document))

@@ -134,7 +134,7 @@ func guardBlockedFieldsAreNeverStoredOrReplayed(t *testing.T, h *Harness) {
 	dropped := []string{"debug", "model", "prompt", "data.Prompt", "data.nested", "data.requestId"}
 	require.ElementsMatch(t, dropped, first.DroppedFields)
 	require.ElementsMatch(t, dropped, again.DroppedFields)
-	info, err := g.LookupHash(ctxFor(t), "acme", "s", first.KeyHash)
+	info, err := g.Lookup(ctxFor(t), hashKey(t, g, "acme", "s", first.KeyHash))
 	require.NoError(t, err)
 	require.ElementsMatch(t, dropped, info.DroppedFields)
 }
@@ -410,7 +410,7 @@ func guardExpiredKeyIsClaimableAgain(t *testing.T, h *Harness) {
 	require.False(t, again.Cached)
 	require.Equal(t, 1, again.Attempt)
 	require.Equal(t, 2, c.n())
-	_, err = g.Lookup(ctxFor(t), "acme", "s", "never-used")
+	_, err = g.Lookup(ctxFor(t), clientKey(t, g, "acme", "s", "never-used"))
 	require.ErrorIs(t, err, idemguard.ErrNotFound)
 }
 
@@ -434,7 +434,7 @@ func guardSameClientKeyWithOtherInputsIsAMismatch(t *testing.T, h *Harness) {
 	res, err := fresh.Do(ctxFor(t), c3, c.op(okValue, nil))
 	require.NoError(t, err)
 	require.True(t, res.Cached)
-	info, err := fresh.Lookup(ctxFor(t), "acme", "s", "order-1")
+	info, err := fresh.Lookup(ctxFor(t), clientKey(t, fresh, "acme", "s", "order-1"))
 	require.NoError(t, err)
 	require.Equal(t, store.RowSucceeded, info.Status)
 	require.Equal(t, 1, info.Attempts)
@@ -453,7 +453,7 @@ func guardTenantsAndScopesAreIndependent(t *testing.T, h *Harness) {
 		require.False(t, res.Cached, "%s/%s", tc.tenant, tc.scope)
 	}
 	require.Equal(t, 4, c.n())
-	_, err := g.Lookup(ctxFor(t), "initech", "s", "k-1")
+	_, err := g.Lookup(ctxFor(t), clientKey(t, g, "initech", "s", "k-1"))
 	require.ErrorIs(t, err, idemguard.ErrNotFound)
 }
 
@@ -478,7 +478,7 @@ func guardPolicyFailMarksAStaleRowAbandoned(t *testing.T, h *Harness) {
 		require.Equal(t, 1, res.Attempt)
 	}
 	require.Zero(t, cnt.n(), "an abandoned operation never runs again")
-	info, err := g.LookupHash(ctxFor(t), "acme", "billed", probe.KeyHash)
+	info, err := g.Lookup(ctxFor(t), hashKey(t, g, "acme", "billed", probe.KeyHash))
 	require.NoError(t, err)
 	require.Equal(t, store.RowFailed, info.Status)
 }
