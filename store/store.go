@@ -260,6 +260,9 @@ type Store interface {
 	// heartbeat_at = now and expires_at = now + TTL, and returns its id. If a
 	// row with the same (tenant, scope, key_hash) exists, Claim must return
 	// ErrDuplicate.
+	// A write the database reports as possibly applied or not (a deadlock
+	// victim, a lock wait timeout) must return an error wrapping
+	// ErrOutcomeUnknown.
 	Claim(ctx context.Context, p ClaimParams) (id uint64, err error)
 	// Get returns the row for (tenant, scope, keyHash) with Record.Now set to
 	// the store's clock. If there is none, Get must return ErrNotFound.
@@ -271,24 +274,39 @@ type Store interface {
 	GetMany(ctx context.Context, tenant, scope string, keyHashes []string) ([]Record, error)
 	// Reclaim makes the guarded transition p.Kind and reports whether it
 	// changed the row. false means another writer got there first: re-read.
+	// A write the database reports as possibly applied or not (a deadlock
+	// victim, a lock wait timeout) must return an error wrapping
+	// ErrOutcomeUnknown.
 	Reclaim(ctx context.Context, p ReclaimParams) (bool, error)
 	// Abandon marks a stale started row failed with p.Response; it reports
 	// whether it changed the row.
+	// A write the database reports as possibly applied or not (a deadlock
+	// victim, a lock wait timeout) must return an error wrapping
+	// ErrOutcomeUnknown.
 	Abandon(ctx context.Context, p AbandonParams) (bool, error)
 	// Heartbeat sets heartbeat_at = now on the started row id owned by
 	// nonce, and reports whether it still owns it.
+	// A write the database reports as possibly applied or not (a deadlock
+	// victim, a lock wait timeout) must return an error wrapping
+	// ErrOutcomeUnknown.
 	Heartbeat(ctx context.Context, id uint64, nonce string) (bool, error)
 	// Complete moves the started row id owned by nonce to p.Status with the
 	// response, completed_at = now and expires_at = now + TTL, and returns
 	// the completed_at it wrote (the store's clock), so that a replay from
 	// memory carries the same time as one read from the store. false means
 	// the row is no longer ours: nothing was written.
+	// A write the database reports as possibly applied or not (a deadlock
+	// victim, a lock wait timeout) must return an error wrapping
+	// ErrOutcomeUnknown.
 	Complete(ctx context.Context, p CompleteParams) (ok bool, completedAt time.Time, err error)
 	// Release undoes a claim whose operation never ran: guarded by id,
 	// status started and claim_nonce = p.Nonce, it deletes the row when
 	// p.Prev is nil and otherwise restores p.Prev's status, nonce, attempt
 	// count, response, times and lease, so no attempt is burnt and nothing
 	// is marked abandoned. It reports whether it changed the row.
+	// A write the database reports as possibly applied or not (a deadlock
+	// victim, a lock wait timeout) must return an error wrapping
+	// ErrOutcomeUnknown.
 	Release(ctx context.Context, p ReleaseParams) (bool, error)
 	// Ping reports whether the store can answer.
 	Ping(ctx context.Context) error
@@ -296,13 +314,22 @@ type Store interface {
 	// sets heartbeat_at = now and expires_at = at least now + p.Extend on
 	// the started row p.ID owned by p.Nonce, and reports whether it still
 	// owns it and whether a cancel was requested.
+	// A write the database reports as possibly applied or not (a deadlock
+	// victim, a lock wait timeout) must return an error wrapping
+	// ErrOutcomeUnknown.
 	Renew(ctx context.Context, p RenewParams) (RenewResult, error)
 	// RequestCancel records a cancel request (cancel_requested_at = now) on
 	// the started row p.ID owned by p.Nonce, and reports whether it changed
 	// the row; false means the row is no longer that execution: re-read.
+	// A write the database reports as possibly applied or not (a deadlock
+	// victim, a lock wait timeout) must return an error wrapping
+	// ErrOutcomeUnknown.
 	RequestCancel(ctx context.Context, p CancelParams) (bool, error)
 	// AppendAudit writes events to the audit trail, skipping any whose ID
 	// is already there (a batch retried after an unknown outcome).
+	// A write the database reports as possibly applied or not (a deadlock
+	// victim, a lock wait timeout) must return an error wrapping
+	// ErrOutcomeUnknown.
 	AppendAudit(ctx context.Context, events []AuditEvent) error
 	// History returns the audit events of (tenant, scope) whose KeyHash is
 	// one of keyHashes, oldest first (by At, then ID), at most limit.
