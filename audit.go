@@ -14,9 +14,6 @@ import (
 	"github.com/idemguard/idemguard/store"
 )
 
-// MaxActorLen is the longest Call.Actor accepted.
-const MaxActorLen = 128
-
 // AuditConfig is Config.Audit. Auditing is off (and costs nothing) unless
 // Observe is set or Store is true.
 type AuditConfig struct {
