@@ -17,22 +17,22 @@ import (
 
 // ReadFirst says when a Guard reads a row before its claim INSERT (the
 // replay fast path; see the package documentation of idemguard).
-type ReadFirst = testhooks.ReadFirst
+type ReadFirst string
 
 // The read-first policies.
 const (
 	// ReadFirstAdaptive reads first in a scope while at least half of its
 	// recent store calls found a replayable row. The default, which no
 	// workload needs to change.
-	ReadFirstAdaptive = testhooks.ReadFirstAdaptive
+	ReadFirstAdaptive ReadFirst = "adaptive"
 	// ReadFirstAlways reads before every claim.
-	ReadFirstAlways = testhooks.ReadFirstAlways
+	ReadFirstAlways ReadFirst = "always"
 	// ReadFirstClientKey reads first when the call carries a client key (a
 	// client retrying with its key is the common replay).
-	ReadFirstClientKey = testhooks.ReadFirstClientKey
+	ReadFirstClientKey ReadFirst = "client_key"
 	// ReadFirstNever always claims first (one round trip for a fresh key,
 	// two for a replay the replay cache does not hold).
-	ReadFirstNever = testhooks.ReadFirstNever
+	ReadFirstNever ReadFirst = "never"
 )
 
 // SetClock sets the guard's local clock, used only for waiting and for the
@@ -48,7 +48,9 @@ func SetHeartbeatEvery(cfg *idemguard.Config, d time.Duration) {
 
 // SetReadFirst sets when the guard reads a row before its claim INSERT.
 // Defaults to ReadFirstAdaptive. idemguard.New rejects an unknown policy.
-func SetReadFirst(cfg *idemguard.Config, r ReadFirst) { testhooks.ConfigKnobs(cfg).ReadFirst = r }
+func SetReadFirst(cfg *idemguard.Config, r ReadFirst) {
+	testhooks.ConfigKnobs(cfg).ReadFirst = testhooks.ReadFirst(r)
+}
 
 // Jobs reports how many background operations (Guard.Start) g runs in this
 // process.
