@@ -10,12 +10,13 @@ import (
 	"time"
 
 	"github.com/idemguard/idemguard/sanitize"
+	"github.com/idemguard/idemguard/store"
 )
 
 // replay answers a succeeded row. readAt is the local time taken before the
 // read, so the cache entry's lifetime (the row's remaining TTL on the
 // database's clock) is counted from before the read, never after it.
-func (g *Guard) replay(ctx context.Context, p prepared, rec Record, readAt time.Time) (Result, error) {
+func (g *Guard) replay(ctx context.Context, p prepared, rec store.Record, readAt time.Time) (Result, error) {
 	st, err := decodeStored(rec)
 	if err != nil {
 		return Result{}, g.storeErr(ctx, p, "read", err)
@@ -43,7 +44,7 @@ func (g *Guard) replay(ctx context.Context, p prepared, rec Record, readAt time.
 	return res, nil
 }
 
-func (g *Guard) storedFailure(p prepared, rec Record, env sanitize.Envelope) Result {
+func (g *Guard) storedFailure(p prepared, rec store.Record, env sanitize.Envelope) Result {
 	env.OK, env.Cached = false, true
 	body, err := sanitize.Marshal(env)
 	if err != nil {
@@ -54,7 +55,7 @@ func (g *Guard) storedFailure(p prepared, rec Record, env sanitize.Envelope) Res
 		CompletedAt: rec.CompletedAt, KeyHash: p.keyHash}
 }
 
-func (g *Guard) inProgress(p prepared, rec Record) Result {
+func (g *Guard) inProgress(p prepared, rec store.Record) Result {
 	env := sanitize.Failure(sanitize.InProgress)
 	body, _ := sanitize.Marshal(env)
 	return Result{Status: StatusInProgress, Envelope: env, Body: body, StatusCode: http.StatusConflict,
@@ -71,17 +72,17 @@ func (g *Guard) answerFromRow(ctx context.Context, p prepared) (Result, bool) {
 		return Result{}, false
 	}
 	switch rec.Status {
-	case RowStarted:
+	case store.RowStarted:
 		g.emit(Event{Kind: EventInProgress, Scope: p.scope})
-		g.noteInProgress(p, rec, InProgressAnswered)
+		g.noteInProgress(p, rec, store.InProgressAnswered)
 		return g.inProgress(p, rec), true
-	case RowSucceeded:
+	case store.RowSucceeded:
 		if res, err := g.replay(ctx, p, rec, readAt); err == nil {
 			g.emit(Event{Kind: EventReplayed, Tenant: p.tenant, Scope: p.scope, Usage: res.Usage})
 			g.noteReplay(p, res, rec.Now)
 			return res, true
 		}
-	case RowFailed:
+	case store.RowFailed:
 		if st, err := decodeStored(rec); err == nil {
 			res := g.storedFailure(p, rec, st.env)
 			g.noteReplay(p, res, rec.Now)
@@ -142,7 +143,7 @@ func encodeStored(body []byte, document bool, header http.Header, dropped []stri
 	return json.Marshal(w)
 }
 
-func decodeStored(rec Record) (stored, error) {
+func decodeStored(rec store.Record) (stored, error) {
 	if len(rec.Response) == 0 {
 		return stored{}, fmt.Errorf("%s row %d has no stored response", rec.Status, rec.ID)
 	}

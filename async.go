@@ -2,7 +2,6 @@ package idemguard
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
 	"net/http"
@@ -11,13 +10,8 @@ import (
 
 	"github.com/idemguard/idemguard/internal/live"
 	"github.com/idemguard/idemguard/sanitize"
+	"github.com/idemguard/idemguard/store"
 )
-
-// ErrCanceled is the cause (context.Cause) of an operation's context
-// cancelled because a caller asked for it (Guard.Cancel). The key is then
-// stored failed with stopReason canceled, without counting the attempt, and
-// the same call runs it again.
-var ErrCanceled = errors.New("idemguard: operation canceled on request")
 
 // Start is Do for long-running operations: it claims the key like Do, and
 // once the claim is won it returns at once, with Result.Accepted true and
@@ -83,8 +77,8 @@ func (g *Guard) WaitJobs(ctx context.Context) error {
 	}
 }
 
-// Jobs reports how many background operations run in this process.
-func (g *Guard) Jobs() int {
+// runningJobs reports how many background operations run in this process.
+func (g *Guard) runningJobs() int {
 	j := g.jobs
 	j.mu.Lock()
 	defer j.mu.Unlock()
@@ -188,7 +182,7 @@ func (g *Guard) runInBackground(ctx context.Context, p prepared, op Operation, o
 // ErrCanceled) when the row carries a cancel request.
 func (hb *heartbeat) renewOnce(ctx context.Context) (bool, error) {
 	p := hb.p
-	r, err := hb.g.store.Renew(ctx, RenewParams{ID: hb.o.id, Nonce: hb.o.nonce, Extend: p.settings.TTL + hb.lease})
+	r, err := hb.g.store.Renew(ctx, store.RenewParams{ID: hb.o.id, Nonce: hb.o.nonce, Extend: p.settings.TTL + hb.lease})
 	if err != nil || !r.Renewed {
 		return false, err
 	}

@@ -14,28 +14,30 @@ import (
 
 	"github.com/idemguard/idemguard"
 	"github.com/idemguard/idemguard/sanitize"
+	"github.com/idemguard/idemguard/store"
+	"github.com/idemguard/idemguard/store/memstore"
 )
 
 // auditSink collects what Config.Audit.Observe receives.
 type auditSink struct {
 	mu     sync.Mutex
-	events []idemguard.AuditEvent
+	events []store.AuditEvent
 }
 
-func (s *auditSink) observe(e idemguard.AuditEvent) {
+func (s *auditSink) observe(e store.AuditEvent) {
 	s.mu.Lock()
 	s.events = append(s.events, e)
 	s.mu.Unlock()
 }
 
-func (s *auditSink) all() []idemguard.AuditEvent {
+func (s *auditSink) all() []store.AuditEvent {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return append([]idemguard.AuditEvent(nil), s.events...)
+	return append([]store.AuditEvent(nil), s.events...)
 }
 
-func kindsOf(events []idemguard.AuditEvent) []idemguard.AuditKind {
-	out := make([]idemguard.AuditKind, len(events))
+func kindsOf(events []store.AuditEvent) []store.AuditKind {
+	out := make([]store.AuditKind, len(events))
 	for i, e := range events {
 		out[i] = e.Kind
 	}
@@ -51,16 +53,16 @@ func auditing(sink *auditSink) func(*idemguard.Config) {
 // closeAndCheck closes the Guard (writing the queued batch) and checks that
 // the store's trail holds exactly the events the observer saw, IDs
 // included, and returns them in the order observed.
-func closeAndCheck(t *testing.T, b *testBundle, sink *auditSink) []idemguard.AuditEvent {
+func closeAndCheck(t *testing.T, b *testBundle, sink *auditSink) []store.AuditEvent {
 	t.Helper()
 	require.NoError(t, b.guard.Close(context.Background()))
-	seen, stored := sink.all(), b.store.AuditEvents()
+	seen, stored := sink.all(), b.st.AuditEvents()
 	require.ElementsMatch(t, idsOf(seen), idsOf(stored), "the store and the observer hold the same events")
 	return seen
 }
 
-func ofKey(events []idemguard.AuditEvent, keyHash string) []idemguard.AuditEvent {
-	var out []idemguard.AuditEvent
+func ofKey(events []store.AuditEvent, keyHash string) []store.AuditEvent {
+	var out []store.AuditEvent
 	for _, e := range events {
 		if e.KeyHash == keyHash {
 			out = append(out, e)
@@ -69,7 +71,7 @@ func ofKey(events []idemguard.AuditEvent, keyHash string) []idemguard.AuditEvent
 	return out
 }
 
-func idsOf(events []idemguard.AuditEvent) []string {
+func idsOf(events []store.AuditEvent) []string {
 	out := make([]string, len(events))
 	for i, e := range events {
 		out[i] = string(e.Kind) + "/" + e.ID
@@ -94,7 +96,7 @@ func TestAuditRecordsEachDecisionOnce(t *testing.T) {
 	require.ErrorIs(t, err, idemguard.ErrFingerprintMismatch)
 
 	events := closeAndCheck(t, b, sink)
-	require.Equal(t, []idemguard.AuditKind{idemguard.AuditClaimed, idemguard.AuditReplay, idemguard.AuditConflict}, kindsOf(events))
+	require.Equal(t, []store.AuditKind{store.AuditClaimed, store.AuditReplay, store.AuditConflict}, kindsOf(events))
 	for _, e := range events {
 		require.Equal(t, "acme", e.Tenant)
 		require.Equal(t, "ai.copy", e.Scope)
@@ -105,11 +107,11 @@ func TestAuditRecordsEachDecisionOnce(t *testing.T) {
 	}
 	require.True(t, events[1].OriginalAt.Equal(first.CompletedAt), "a replay names the original's completion time")
 
-	history, err := b.guard.History(context.Background(), "acme", "ai.copy", []string{first.KeyHash})
+	history, err := b.guard.History(context.Background(), hashKey(t, b.guard, "acme", "ai.copy", first.KeyHash))
 	require.NoError(t, err)
 	require.Equal(t, kindsOf(events), kindsOf(history))
 	require.Equal(t, 1, history[1].Replay, "History numbers the replays")
-	none, err := b.guard.History(context.Background(), "other", "ai.copy", []string{first.KeyHash})
+	none, err := b.guard.History(context.Background(), hashKey(t, b.guard, "other", "ai.copy", first.KeyHash))
 	require.NoError(t, err)
 	require.Empty(t, none, "another tenant's key has no history")
 }
@@ -120,11 +122,10 @@ func TestAuditTakeoverAbandonAndRetry(t *testing.T) {
 	ctx := context.Background()
 	stale := idemguard.Settings{StaleAfter: time.Second, MaxAttempts: 3}
 	call := idemguard.Call{Tenant: "acme", Scope: "ai.copy", ClientKey: "k-2", Inputs: 1, Settings: stale}
-	hash, err := b.guard.KeyHash("acme", "ai.copy", "k-2")
-	require.NoError(t, err)
+	hash := clientKey(t, b.guard, "acme", "ai.copy", "k-2").Hash()
 
 	// A claim whose owner died: its row stays started and goes stale.
-	id, err := b.store.Claim(ctx, idemguard.ClaimParams{Tenant: "acme", Scope: "ai.copy", KeyHash: hash,
+	id, err := b.st.Claim(ctx, store.ClaimParams{Tenant: "acme", Scope: "ai.copy", KeyHash: hash,
 		Fingerprint: fingerprintOf(t, b, call), Nonce: "dead", TTL: time.Hour, Lease: time.Second})
 	require.NoError(t, err)
 	require.NotZero(t, id)
@@ -138,7 +139,7 @@ func TestAuditTakeoverAbandonAndRetry(t *testing.T) {
 	require.NoError(t, err)
 
 	events := ofKey(closeAndCheck(t, b, sink), hash)
-	require.Equal(t, []idemguard.AuditKind{idemguard.AuditTakeover, idemguard.AuditRetried}, kindsOf(events))
+	require.Equal(t, []store.AuditKind{store.AuditTakeover, store.AuditRetried}, kindsOf(events))
 	require.Equal(t, 2, events[0].Attempt)
 	require.Equal(t, 3, events[1].Attempt)
 	require.True(t, events[0].At.Equal(b.clock.Now()), "a takeover carries the store's clock at the read it came from")
@@ -150,9 +151,8 @@ func TestAuditAbandonedUnderPolicyFail(t *testing.T) {
 	ctx := context.Background()
 	call := idemguard.Call{Tenant: "acme", Scope: "ai.bill", ClientKey: "k-3", Inputs: 1,
 		Settings: idemguard.Settings{StaleAfter: time.Second, StalePolicy: idemguard.StaleFail}}
-	hash, err := b.guard.KeyHash("acme", "ai.bill", "k-3")
-	require.NoError(t, err)
-	_, err = b.store.Claim(ctx, idemguard.ClaimParams{Tenant: "acme", Scope: "ai.bill", KeyHash: hash,
+	hash := clientKey(t, b.guard, "acme", "ai.bill", "k-3").Hash()
+	_, err := b.st.Claim(ctx, store.ClaimParams{Tenant: "acme", Scope: "ai.bill", KeyHash: hash,
 		Fingerprint: fingerprintOf(t, b, call), Nonce: "dead", TTL: time.Hour, Lease: time.Second})
 	require.NoError(t, err)
 	b.clock.Advance(2 * time.Second)
@@ -163,7 +163,7 @@ func TestAuditAbandonedUnderPolicyFail(t *testing.T) {
 	require.Zero(t, runs.Load())
 
 	events := ofKey(closeAndCheck(t, b, sink), hash)
-	require.Equal(t, []idemguard.AuditKind{idemguard.AuditAbandoned, idemguard.AuditReplay}, kindsOf(events))
+	require.Equal(t, []store.AuditKind{store.AuditAbandoned, store.AuditReplay}, kindsOf(events))
 	require.Equal(t, sanitize.Abandoned, events[0].StopReason)
 }
 
@@ -177,10 +177,10 @@ func TestAuditReleasedWhenTheCallerLeftBeforeTheRun(t *testing.T) {
 	_, err := b.guard.Do(ctx, call, okOp(&runs))
 	require.ErrorIs(t, err, idemguard.ErrStoreUnavailable)
 	require.Zero(t, runs.Load())
-	require.Empty(t, b.store.Rows())
+	require.Empty(t, b.st.Rows())
 
 	events := closeAndCheck(t, b, sink)
-	require.Equal(t, []idemguard.AuditKind{idemguard.AuditClaimed, idemguard.AuditReleased}, kindsOf(events))
+	require.Equal(t, []store.AuditKind{store.AuditClaimed, store.AuditReleased}, kindsOf(events))
 }
 
 func TestAuditInProgressAndCancel(t *testing.T) {
@@ -202,13 +202,13 @@ func TestAuditInProgressAndCancel(t *testing.T) {
 	res, err := b.guard.Do(ctx, call, func(context.Context) (any, error) { return nil, errors.New("never runs") })
 	require.NoError(t, err)
 	require.Equal(t, idemguard.StatusInProgress, res.Status)
-	require.NoError(t, b.guard.Cancel(idemguard.WithActor(ctx, "key:ops"), "acme", "ai.job", res.KeyHash))
+	require.NoError(t, b.guard.Cancel(idemguard.WithActor(ctx, "key:ops"), hashKey(t, b.guard, "acme", "ai.job", res.KeyHash)))
 	close(release)
 	require.NoError(t, <-done)
 
 	events := closeAndCheck(t, b, sink)
-	require.Equal(t, []idemguard.AuditKind{idemguard.AuditClaimed, idemguard.AuditInProgress, idemguard.AuditCanceled}, kindsOf(events))
-	require.Equal(t, idemguard.InProgressAnswered, events[1].Detail)
+	require.Equal(t, []store.AuditKind{store.AuditClaimed, store.AuditInProgress, store.AuditCanceled}, kindsOf(events))
+	require.Equal(t, store.InProgressAnswered, events[1].Detail)
 	require.Equal(t, "key:ops", events[2].Actor, "a cancel names who asked for it")
 }
 
@@ -235,31 +235,31 @@ func TestAuditNeverHoldsSecrets(t *testing.T) {
 		for _, canary := range []string{key, prompt, "4111", answer, e.KeyHash} {
 			require.NotContains(t, string(j), canary)
 		}
-		require.Contains(t, string(j), `"keyPrefix":"`+e.KeyHash[:idemguard.KeyPrefixLen]+`"`)
+		require.Contains(t, string(j), `"keyPrefix":"`+e.KeyHash[:store.KeyPrefixLen]+`"`)
 	}
 }
 
 // blockingAudit is a store whose batch writes hang until released.
 type blockingAudit struct {
-	*idemguard.MemoryStore
+	*memstore.Store
 	release chan struct{}
 }
 
-func (s blockingAudit) AppendAudit(ctx context.Context, events []idemguard.AuditEvent) error {
+func (s blockingAudit) AppendAudit(ctx context.Context, events []store.AuditEvent) error {
 	select {
 	case <-s.release:
 	case <-ctx.Done():
 		return ctx.Err()
 	}
-	return s.MemoryStore.AppendAudit(ctx, events)
+	return s.Store.AppendAudit(ctx, events)
 }
 
 // TestAuditDropsBatchedEventsWhenTheQueueIsFull: replays never wait for the
 // audit writer; what does not fit is dropped and counted.
 func TestAuditDropsBatchedEventsWhenTheQueueIsFull(t *testing.T) {
-	store := blockingAudit{MemoryStore: idemguard.NewMemoryStore(), release: make(chan struct{})}
+	st := blockingAudit{Store: memstore.New(), release: make(chan struct{})}
 	var dropped atomic.Int32
-	g, err := idemguard.New(idemguard.Config{Store: store, Secret: secret,
+	g, err := idemguard.New(idemguard.Config{Store: st, Secret: secret,
 		Audit: idemguard.AuditConfig{Store: true, QueueSize: 1, BatchSize: 1, FlushEvery: time.Hour},
 		Observe: func(e idemguard.Event) {
 			if e.Kind == idemguard.EventAuditDropped && e.Field == "queue_full" {
@@ -273,13 +273,13 @@ func TestAuditDropsBatchedEventsWhenTheQueueIsFull(t *testing.T) {
 		_, err := g.Do(context.Background(), call, okOp(&runs))
 		require.NoError(t, err)
 	}
-	close(store.release)
+	close(st.release)
 	require.NoError(t, g.Close(context.Background()))
 	require.EqualValues(t, 1, runs.Load())
-	stored := store.AuditEvents()
+	stored := st.AuditEvents()
 	// The claim is durable; of 9 replays, one is held by the blocked
 	// writer, one waits in the queue, the rest were dropped.
-	require.Equal(t, idemguard.AuditClaimed, stored[0].Kind)
+	require.Equal(t, store.AuditClaimed, stored[0].Kind)
 	require.EqualValues(t, 9, int(dropped.Load())+len(stored)-1)
 	require.GreaterOrEqual(t, dropped.Load(), int32(7))
 }
@@ -292,7 +292,7 @@ func TestAuditOffWritesNothing(t *testing.T) {
 		_, err := b.guard.Do(context.Background(), call, okOp(&runs))
 		require.NoError(t, err)
 	}
-	require.Empty(t, b.store.AuditEvents())
+	require.Empty(t, b.st.AuditEvents())
 }
 
 func TestActorIsValidated(t *testing.T) {
@@ -302,7 +302,7 @@ func TestActorIsValidated(t *testing.T) {
 			func(context.Context) (any, error) { return nil, nil })
 		require.ErrorIs(t, err, idemguard.ErrInvalidInput)
 	}
-	require.Empty(t, b.store.Rows())
+	require.Empty(t, b.st.Rows())
 }
 
 func TestHashActorHidesTheName(t *testing.T) {
@@ -323,7 +323,7 @@ func fingerprintOf(t *testing.T, b *testBundle, call idemguard.Call) string {
 	probe.Settings = idemguard.Settings{}
 	res, err := b.guard.Do(context.Background(), probe, func(context.Context) (any, error) { return nil, nil })
 	require.NoError(t, err)
-	for _, r := range b.store.Rows() {
+	for _, r := range b.st.Rows() {
 		if r.KeyHash == res.KeyHash {
 			return r.Fingerprint
 		}
@@ -344,8 +344,8 @@ func TestAuditObserverWithoutStore(t *testing.T) {
 		require.NoError(t, err)
 	}
 	require.NoError(t, b.guard.Close(context.Background()))
-	require.Equal(t, []idemguard.AuditKind{idemguard.AuditClaimed, idemguard.AuditReplay}, kindsOf(sink.all()))
-	require.Empty(t, b.store.AuditEvents())
+	require.Equal(t, []store.AuditKind{store.AuditClaimed, store.AuditReplay}, kindsOf(sink.all()))
+	require.Empty(t, b.st.AuditEvents())
 }
 
 func TestContextActorIsValidated(t *testing.T) {
@@ -354,6 +354,6 @@ func TestContextActorIsValidated(t *testing.T) {
 	_, err := b.guard.Do(ctx, idemguard.Call{Tenant: "acme", Scope: "s", Inputs: 1},
 		func(context.Context) (any, error) { return nil, nil })
 	require.ErrorIs(t, err, idemguard.ErrInvalidInput)
-	require.ErrorIs(t, b.guard.Cancel(ctx, "acme", "s", strings.Repeat("0", 64)), idemguard.ErrInvalidInput)
-	require.Empty(t, b.store.Rows())
+	require.ErrorIs(t, b.guard.Cancel(ctx, hashKey(t, b.guard, "acme", "s", strings.Repeat("0", 64))), idemguard.ErrInvalidInput)
+	require.Empty(t, b.st.Rows())
 }

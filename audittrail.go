@@ -8,6 +8,8 @@ import (
 	"runtime/debug"
 	"sync"
 	"time"
+
+	"github.com/idemguard/idemguard/store"
 )
 
 // The audit trail, as the engine writes it (audit.go has its shape).
@@ -26,9 +28,9 @@ const (
 
 // auditor is a Guard's audit state; nil when auditing is off.
 type auditor struct {
-	observe func(AuditEvent)
+	observe func(store.AuditEvent)
 	store   bool
-	queue   chan AuditEvent // batched events for the store; nil without Store
+	queue   chan store.AuditEvent // batched events for the store; nil without Store
 	batch   int
 	every   time.Duration
 	stop    chan struct{}
@@ -44,37 +46,37 @@ func newAuditor(c AuditConfig) *auditor {
 	a := &auditor{observe: c.Observe, store: c.Store, batch: cmp.Or(c.BatchSize, DefaultAuditBatchSize),
 		every: cmp.Or(c.FlushEvery, DefaultAuditFlushEvery), stop: make(chan struct{}), done: make(chan struct{})}
 	if c.Store {
-		a.queue = make(chan AuditEvent, cmp.Or(c.QueueSize, DefaultAuditQueueSize))
+		a.queue = make(chan store.AuditEvent, cmp.Or(c.QueueSize, DefaultAuditQueueSize))
 	}
 	return a
 }
 
 // newAudit makes a durable event about keyHash of p's call, or nil when
 // auditing is off. at zero is the service's clock.
-func (g *Guard) newAudit(p prepared, kind AuditKind, keyHash string, attempt int, at time.Time) *AuditEvent {
+func (g *Guard) newAudit(p prepared, kind store.AuditKind, keyHash string, attempt int, at time.Time) *store.AuditEvent {
 	if g.audit == nil {
 		return nil
 	}
 	if at.IsZero() {
 		at = g.now()
 	}
-	return &AuditEvent{ID: newAuditID(time.Now()), Kind: kind, At: at.UTC(), Tenant: p.tenant, Scope: p.scope,
+	return &store.AuditEvent{ID: newAuditID(time.Now()), Kind: kind, At: at.UTC(), Tenant: p.tenant, Scope: p.scope,
 		KeyHash: keyHash, Attempt: attempt, Actor: p.actor}
 }
 
 // after makes the durable event kind that follows e (the same key, attempt
 // and actor), or nil when e is nil.
-func (g *Guard) after(e *AuditEvent, kind AuditKind) *AuditEvent {
+func (g *Guard) after(e *store.AuditEvent, kind store.AuditKind) *store.AuditEvent {
 	if e == nil {
 		return nil
 	}
-	return &AuditEvent{ID: newAuditID(time.Now()), Kind: kind, At: g.now().UTC(), Tenant: e.Tenant, Scope: e.Scope,
+	return &store.AuditEvent{ID: newAuditID(time.Now()), Kind: kind, At: g.now().UTC(), Tenant: e.Tenant, Scope: e.Scope,
 		KeyHash: e.KeyHash, Attempt: e.Attempt, Actor: e.Actor}
 }
 
 // stored is e when the store gets the trail (AuditConfig.Store), else nil:
 // what a write carries into the store.
-func (g *Guard) stored(e *AuditEvent) *AuditEvent {
+func (g *Guard) stored(e *store.AuditEvent) *store.AuditEvent {
 	if e == nil || !g.audit.store {
 		return nil
 	}
@@ -83,7 +85,7 @@ func (g *Guard) stored(e *AuditEvent) *AuditEvent {
 
 // landed reports a durable event whose write is known to have landed to
 // the observer (the store has it already).
-func (g *Guard) landed(e *AuditEvent) {
+func (g *Guard) landed(e *store.AuditEvent) {
 	if e != nil && g.audit.observe != nil {
 		g.observeAudit(*e)
 	}
@@ -92,11 +94,11 @@ func (g *Guard) landed(e *AuditEvent) {
 // note records a read-only decision: observed now, written to the store in
 // a batch (dropped and counted if the queue is full). at zero is the
 // service's clock; originalAt and detail as in AuditEvent.
-func (g *Guard) note(p prepared, kind AuditKind, attempt int, at, originalAt time.Time, detail string) {
+func (g *Guard) note(p prepared, kind store.AuditKind, attempt int, at, originalAt time.Time, detail string) {
 	if at.IsZero() {
 		at = g.now()
 	}
-	e := AuditEvent{ID: newAuditID(time.Now()), Kind: kind, At: at.UTC(), Tenant: p.tenant, Scope: p.scope,
+	e := store.AuditEvent{ID: newAuditID(time.Now()), Kind: kind, At: at.UTC(), Tenant: p.tenant, Scope: p.scope,
 		KeyHash: p.keyHash, Attempt: attempt, Actor: p.actor, OriginalAt: originalAt, Detail: detail}
 	if g.audit.observe != nil {
 		g.observeAudit(e)
@@ -115,28 +117,28 @@ func (g *Guard) note(p prepared, kind AuditKind, attempt int, at, originalAt tim
 // database's clock at the read that found it (zero: from the replay cache).
 func (g *Guard) noteReplay(p prepared, res Result, at time.Time) {
 	if g.audit != nil {
-		g.note(p, AuditReplay, res.Attempt, at, res.CompletedAt, "")
+		g.note(p, store.AuditReplay, res.Attempt, at, res.CompletedAt, "")
 	}
 }
 
 // noteInProgress records that a duplicate found rec running, and how it
 // was answered.
-func (g *Guard) noteInProgress(p prepared, rec Record, detail string) {
+func (g *Guard) noteInProgress(p prepared, rec store.Record, detail string) {
 	if g.audit != nil {
-		g.note(p, AuditInProgress, rec.Attempts, rec.Now, time.Time{}, detail)
+		g.note(p, store.AuditInProgress, rec.Attempts, rec.Now, time.Time{}, detail)
 	}
 }
 
 // noteConflict records a client key reused with other inputs.
 func (g *Guard) noteConflict(p prepared, attempt int, at time.Time) {
 	if g.audit != nil {
-		g.note(p, AuditConflict, attempt, at, time.Time{}, "")
+		g.note(p, store.AuditConflict, attempt, at, time.Time{}, "")
 	}
 }
 
 // observeAudit calls Config.Audit.Observe; a panic is logged once and the
 // event lost for that sink, never the call's protocol.
-func (g *Guard) observeAudit(e AuditEvent) {
+func (g *Guard) observeAudit(e store.AuditEvent) {
 	defer func() {
 		if r := recover(); r != nil {
 			g.audit.panics.Do(func() {
@@ -164,13 +166,13 @@ func (g *Guard) writeAudit() {
 	defer close(a.done)
 	tick := time.NewTicker(a.every)
 	defer tick.Stop()
-	batch := make([]AuditEvent, 0, a.batch)
+	batch := make([]store.AuditEvent, 0, a.batch)
 	flush := func() {
 		if len(batch) > 0 {
 			g.appendAudit(batch)
 			// A new slice, never the written one: a store call that timed
 			// out may still be sending it.
-			batch = make([]AuditEvent, 0, a.batch)
+			batch = make([]store.AuditEvent, 0, a.batch)
 		}
 	}
 	for {
@@ -199,7 +201,7 @@ func (g *Guard) writeAudit() {
 
 // appendAudit writes one batch, trying twice; a batch the store refuses is
 // dropped and counted.
-func (g *Guard) appendAudit(batch []AuditEvent) {
+func (g *Guard) appendAudit(batch []store.AuditEvent) {
 	var err error
 	for try := range 2 {
 		if try > 0 {

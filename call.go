@@ -17,6 +17,8 @@ const (
 	DefaultTTL = 24 * time.Hour
 	// MaxTTL is the longest TTL accepted.
 	MaxTTL = 7 * 24 * time.Hour
+	// MaxActorLen is the longest Call.Actor accepted, in bytes.
+	MaxActorLen = 128
 	// DefaultStaleAfter is how long a started key may go without a heartbeat
 	// before another caller may take it over.
 	DefaultStaleAfter = 5 * time.Minute

@@ -7,16 +7,10 @@ import (
 	"fmt"
 	"log/slog"
 
-	"github.com/idemguard/idemguard/internal/keys"
-	"github.com/idemguard/idemguard/tenancy"
+	"github.com/idemguard/idemguard/store"
 )
 
-// ErrKeyFinished is returned by Guard.Cancel for a key that is not running:
-// its answer is stored (succeeded or failed), so there is nothing to cancel.
-var ErrKeyFinished = errors.New("idemguard: the key has finished; there is nothing to cancel")
-
-// Cancel asks the execution running under a key (by its hash, as
-// Result.KeyHash or Guard.KeyHash give it) to stop. The request is recorded
+// Cancel asks the execution running under key to stop. The request is recorded
 // on the row, so it works from any process: the owner's next heartbeat
 // (every StaleAfter/3) reads it back and cancels the operation's context
 // with cause ErrCanceled; the key then ends failed with stopReason canceled,
@@ -27,13 +21,11 @@ var ErrKeyFinished = errors.New("idemguard: the key has finished; there is nothi
 // the store cannot be reached. A key whose owner went silent (stale) is
 // still cancelled: its row records the request, and the key runs again
 // when resubmitted.
-func (g *Guard) Cancel(ctx context.Context, tenant tenancy.ID, scope, keyHash string) error {
-	if _, err := tenancy.ParseID(string(tenant)); err != nil {
-		return fmt.Errorf("%w: %w", ErrInvalidInput, err)
+func (g *Guard) Cancel(ctx context.Context, key Key) error {
+	if err := key.check(); err != nil {
+		return err
 	}
-	if err := keys.ValidateScope(scope); err != nil {
-		return fmt.Errorf("%w: %w", ErrInvalidInput, err)
-	}
+	tenant, scope, keyHash := key.tenant, key.scope, key.hash
 	if err := validActor(ActorFrom(ctx)); err != nil {
 		return fmt.Errorf("%w: the context's actor (WithActor): %w", ErrInvalidInput, err)
 	}
@@ -49,15 +41,15 @@ func (g *Guard) Cancel(ctx context.Context, tenant tenancy.ID, scope, keyHash st
 			return &StoreError{Op: "cancel", Err: err}
 		case rec.Reclaimable(fallback):
 			return ErrNotFound
-		case rec.Status != RowStarted:
+		case rec.Status != store.RowStarted:
 			return ErrKeyFinished
 		case !rec.CancelRequestedAt.IsZero():
 			return nil // asked for already; the owner has it or will
 		}
 		audit := g.newAudit(prepared{tenant: string(tenant), scope: scope, actor: ActorFrom(ctx)},
-			AuditCanceled, keyHash, rec.Attempts, rec.Now)
+			store.AuditCanceled, keyHash, rec.Attempts, rec.Now)
 		sctx, cancel = g.storeCtx(context.WithoutCancel(ctx))
-		ok, err := g.store.RequestCancel(sctx, CancelParams{ID: rec.ID, Nonce: rec.ClaimNonce, Audit: g.stored(audit)})
+		ok, err := g.store.RequestCancel(sctx, store.CancelParams{ID: rec.ID, Nonce: rec.ClaimNonce, Audit: g.stored(audit)})
 		cancel()
 		if err == nil && ok {
 			g.landed(audit)
@@ -73,13 +65,4 @@ func (g *Guard) Cancel(ctx context.Context, tenant tenancy.ID, scope, keyHash st
 		// unknown: the row says which.
 	}
 	return &StoreError{Op: "cancel", Err: errors.New("too many lost races in a row")}
-}
-
-// KeyHash returns the hash that names a client key of tenant's scope, as
-// Result.KeyHash does for the calls made with it.
-func (g *Guard) KeyHash(tenant tenancy.ID, scope, clientKey string) (string, error) {
-	if err := keys.ValidateClientKey(clientKey); err != nil {
-		return "", fmt.Errorf("%w: %w", ErrInvalidInput, err)
-	}
-	return g.deriver.KeyHash(string(tenant), scope, clientKey, nil), nil
 }

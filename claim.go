@@ -13,6 +13,7 @@ import (
 
 	"github.com/idemguard/idemguard/internal/live"
 	"github.com/idemguard/idemguard/sanitize"
+	"github.com/idemguard/idemguard/store"
 )
 
 // maxRaces bounds how often one call re-reads after losing a guarded write
@@ -135,12 +136,12 @@ func (l *claimLoop) insert() (Result, error) {
 		return Result{}, err
 	}
 	sent := time.Now()
-	audit := l.g.newAudit(l.p, AuditClaimed, l.p.keyHash, 1, time.Time{})
+	audit := l.g.newAudit(l.p, store.AuditClaimed, l.p.keyHash, 1, time.Time{})
 	id, err := l.g.claim(l.ctx, l.p, l.nonce, audit)
 	switch {
 	case err == nil:
 		return l.own(owned{id: id, nonce: l.nonce, attempt: 1, firstSeen: l.g.now(), leaseFrom: sent, audit: audit}, EventClaimed)
-	case !errors.Is(err, ErrDuplicate):
+	case !errors.Is(err, store.ErrDuplicate):
 		l.unconfirmed = append(l.unconfirmed, pendingClaim{nonce: l.nonce, sent: sent, kind: EventClaimed, audit: audit})
 		l.unsure, l.lastErr = &unknownWrite{op: "claim", err: err}, err
 	}
@@ -149,11 +150,11 @@ func (l *claimLoop) insert() (Result, error) {
 
 // read reads the row, settling the last unknown write if there is one;
 // errAgain when there is none (see absent).
-func (l *claimLoop) read() (Record, error) {
+func (l *claimLoop) read() (store.Record, error) {
 	g, p := l.g, l.p
 	settled := l.unsure
 	l.unsure = nil
-	var rec Record
+	var rec store.Record
 	var err error
 	if settled != nil {
 		rec, err = g.settle(l.ctx, p, settled.op, settled.err)
@@ -165,14 +166,14 @@ func (l *claimLoop) read() (Record, error) {
 			// The store answered with an error (no such table or column, a
 			// value too long, ...): the write did not apply, and trying
 			// again cannot help. The row said so too.
-			return Record{}, g.storeErr(l.ctx, p, settled.op, settled.err)
+			return store.Record{}, g.storeErr(l.ctx, p, settled.op, settled.err)
 		}
 	}
 	if errors.Is(err, ErrNotFound) {
-		return Record{}, l.absent(settled != nil)
+		return store.Record{}, l.absent(settled != nil)
 	}
 	if err != nil {
-		return Record{}, g.storeErr(l.ctx, p, "read", err)
+		return store.Record{}, g.storeErr(l.ctx, p, "read", err)
 	}
 	l.needClaim = false
 	return rec, nil
@@ -196,7 +197,7 @@ func (l *claimLoop) absent(afterUnknown bool) error {
 }
 
 // onRow answers from the row, or acts on it, by its state.
-func (l *claimLoop) onRow(rec Record) (Result, error) {
+func (l *claimLoop) onRow(rec store.Record) (Result, error) {
 	if u, ok := pendingIn(l.unconfirmed, rec); ok {
 		// One of this call's own writes landed after all.
 		return l.own(owned{id: rec.ID, nonce: u.nonce, attempt: rec.Attempts, firstSeen: rec.CreatedAt,
@@ -216,11 +217,11 @@ func (l *claimLoop) onRow(rec Record) (Result, error) {
 		return Result{}, ErrFingerprintMismatch
 	}
 	switch rec.Status {
-	case RowSucceeded:
+	case store.RowSucceeded:
 		return l.succeeded(rec)
-	case RowFailed:
+	case store.RowFailed:
 		return l.failed(rec)
-	case RowStarted:
+	case store.RowStarted:
 		return l.started(rec)
 	}
 	return Result{}, l.g.storeErr(l.ctx, l.p, "read", fmt.Errorf("unknown row status %q", rec.Status))
@@ -228,19 +229,19 @@ func (l *claimLoop) onRow(rec Record) (Result, error) {
 
 // expired claims a row past its expiry as if it were absent: a new first
 // attempt, whatever inputs it held.
-func (l *claimLoop) expired(rec Record) (Result, error) {
+func (l *claimLoop) expired(rec store.Record) (Result, error) {
 	if l.backToCurrent() { // previous secrets: claim under the current one (secrets.go)
 		return Result{}, errAgain
 	}
 	p := l.p
-	return l.reclaim(ReclaimParams{Kind: ReclaimExpired, ID: rec.ID, OldNonce: rec.ClaimNonce,
+	return l.reclaim(store.ReclaimParams{Kind: store.ReclaimExpired, ID: rec.ID, OldNonce: rec.ClaimNonce,
 		OldAttempts: rec.Attempts, NewNonce: l.nonce, Fingerprint: p.fingerprint, SecretID: p.secretID,
 		TTL: p.settings.TTL, StaleAfter: p.settings.StaleAfter,
-		Audit: l.g.newAudit(p, AuditExpiredReclaim, rec.KeyHash, 1, rec.Now)}, nil, EventClaimed, 1, time.Time{})
+		Audit: l.g.newAudit(p, store.AuditExpiredReclaim, rec.KeyHash, 1, rec.Now)}, nil, EventClaimed, 1, time.Time{})
 }
 
 // succeeded replays the stored answer.
-func (l *claimLoop) succeeded(rec Record) (Result, error) {
+func (l *claimLoop) succeeded(rec store.Record) (Result, error) {
 	if l.p.stream != nil {
 		return l.streamSucceeded(rec) // stream.go
 	}
@@ -255,7 +256,7 @@ func (l *claimLoop) succeeded(rec Record) (Result, error) {
 
 // failed answers a final failure as stored, and retries any other while
 // attempts remain.
-func (l *claimLoop) failed(rec Record) (Result, error) {
+func (l *claimLoop) failed(rec store.Record) (Result, error) {
 	g, p := l.g, l.p
 	st, err := decodeStored(rec)
 	if err != nil {
@@ -272,15 +273,15 @@ func (l *claimLoop) failed(rec Record) (Result, error) {
 		return res, nil
 	}
 	prev := rec
-	return l.reclaim(ReclaimParams{Kind: ReclaimFailed, ID: rec.ID, OldNonce: rec.ClaimNonce,
+	return l.reclaim(store.ReclaimParams{Kind: store.ReclaimFailed, ID: rec.ID, OldNonce: rec.ClaimNonce,
 		OldAttempts: rec.Attempts, NewNonce: l.nonce, TTL: p.settings.TTL, MaxAttempts: p.settings.MaxAttempts,
-		Audit: g.newAudit(p, AuditRetried, rec.KeyHash, rec.Attempts+1, rec.Now)},
+		Audit: g.newAudit(p, store.AuditRetried, rec.KeyHash, rec.Attempts+1, rec.Now)},
 		&prev, EventRetried, rec.Attempts+1, rec.CreatedAt)
 }
 
 // started waits for (or reports) a live owner; a stale one is taken over,
 // or, under policy fail or without attempts left, marked failed.
-func (l *claimLoop) started(rec Record) (Result, error) {
+func (l *claimLoop) started(rec store.Record) (Result, error) {
 	g, p := l.g, l.p
 	if !rec.Stale(p.settings.StaleAfter) {
 		return l.running(rec)
@@ -297,15 +298,15 @@ func (l *claimLoop) started(rec Record) (Result, error) {
 		return Result{}, errAgain // the re-read answers with the failed row
 	}
 	prev := rec
-	return l.reclaim(ReclaimParams{Kind: ReclaimStale, ID: rec.ID, OldNonce: rec.ClaimNonce,
+	return l.reclaim(store.ReclaimParams{Kind: store.ReclaimStale, ID: rec.ID, OldNonce: rec.ClaimNonce,
 		OldAttempts: rec.Attempts, NewNonce: l.nonce, StaleAfter: p.settings.StaleAfter,
-		Audit: g.newAudit(p, AuditTakeover, rec.KeyHash, rec.Attempts+1, rec.Now)},
+		Audit: g.newAudit(p, store.AuditTakeover, rec.KeyHash, rec.Attempts+1, rec.Now)},
 		&prev, EventTakeover, rec.Attempts+1, rec.CreatedAt)
 }
 
 // running answers in progress, or, within Call.Wait, pauses before the
 // next read.
-func (l *claimLoop) running(rec Record) (Result, error) {
+func (l *claimLoop) running(rec store.Record) (Result, error) {
 	g := l.g
 	if l.waitUntil.IsZero() || !g.now().Before(l.waitUntil) || l.ctx.Err() != nil {
 		g.emit(Event{Kind: EventInProgress, Scope: l.p.scope})
@@ -326,7 +327,7 @@ func (l *claimLoop) running(rec Record) (Result, error) {
 	l.waited += g.now().Sub(start)
 	if l.ctx.Err() != nil || g.lifetime.Err() != nil { // the caller, or the Guard, stopped waiting
 		g.emit(Event{Kind: EventInProgress, Scope: l.p.scope})
-		g.noteInProgress(l.p, rec, InProgressWaited)
+		g.noteInProgress(l.p, rec, store.InProgressWaited)
 		return g.inProgress(l.p, rec), nil
 	}
 	return Result{}, errAgain
@@ -336,15 +337,15 @@ func (l *claimLoop) running(rec Record) (Result, error) {
 // waiting (Call.Wait) for the key to finish.
 func (l *claimLoop) inProgressDetail() string {
 	if l.waited > 0 {
-		return InProgressWaited
+		return store.InProgressWaited
 	}
-	return InProgressAnswered
+	return store.InProgressAnswered
 }
 
 // reclaim makes the guarded transition rp. Won, the call runs the
 // operation as attempt (firstSeen zero: now); lost or unknown, it reads the
 // row again (an unknown outcome joins the unconfirmed claims).
-func (l *claimLoop) reclaim(rp ReclaimParams, prev *Record, kind EventKind, attempt int, firstSeen time.Time) (Result, error) {
+func (l *claimLoop) reclaim(rp store.ReclaimParams, prev *store.Record, kind EventKind, attempt int, firstSeen time.Time) (Result, error) {
 	if err := l.check(); err != nil {
 		return Result{}, err
 	}
@@ -363,7 +364,7 @@ func (l *claimLoop) reclaim(rp ReclaimParams, prev *Record, kind EventKind, atte
 	won.attempt, won.firstSeen = attempt, firstSeen
 	if kind == EventTakeover {
 		l.g.log.Info("guard: took over a stale claim", l.g.attrs(l.p, slog.Int("attempt", attempt),
-			slog.Duration("silent_for", prev.Now.Sub(prev.lastSign())))...)
+			slog.Duration("silent_for", prev.Now.Sub(prev.LastBeat())))...)
 	}
 	return l.own(*won, kind)
 }
@@ -398,15 +399,15 @@ func final(r sanitize.StopReason) bool {
 	return r == sanitize.Abandoned || r == sanitize.RetryLimit || r == sanitize.InvalidInput
 }
 
-func (g *Guard) claim(ctx context.Context, p prepared, nonce string, audit *AuditEvent) (uint64, error) {
+func (g *Guard) claim(ctx context.Context, p prepared, nonce string, audit *store.AuditEvent) (uint64, error) {
 	ctx, cancel := g.storeCtx(context.WithoutCancel(ctx))
 	defer cancel()
-	return g.store.Claim(ctx, ClaimParams{Tenant: p.tenant, Scope: p.scope, KeyHash: p.keyHash,
+	return g.store.Claim(ctx, store.ClaimParams{Tenant: p.tenant, Scope: p.scope, KeyHash: p.keyHash,
 		Fingerprint: p.fingerprint, Nonce: nonce, TTL: p.settings.TTL, Lease: p.settings.StaleAfter, SecretID: p.secretID,
 		Audit: g.stored(audit)})
 }
 
-func (g *Guard) get(ctx context.Context, p prepared) (Record, error) {
+func (g *Guard) get(ctx context.Context, p prepared) (store.Record, error) {
 	ctx, cancel := g.storeCtx(ctx)
 	defer cancel()
 	return g.store.Get(ctx, p.tenant, p.scope, p.keyHash)
@@ -416,7 +417,7 @@ func (g *Guard) get(ctx context.Context, p prepared) (Record, error) {
 // detached from the caller and bounded by StoreTimeout in all, with
 // jittered pauses. ErrNotFound when there is no row. Any other error means
 // the row could not be read either: the caller is told nothing ran.
-func (g *Guard) settle(ctx context.Context, p prepared, op string, cause error) (Record, error) {
+func (g *Guard) settle(ctx context.Context, p prepared, op string, cause error) (store.Record, error) {
 	ctx = context.WithoutCancel(ctx)
 	deadline := time.Now().Add(g.cfg.StoreTimeout)
 	pause := 20 * time.Millisecond
@@ -428,7 +429,7 @@ func (g *Guard) settle(ctx context.Context, p prepared, op string, cause error) 
 			return rec, err
 		}
 		if time.Until(deadline) < pause {
-			return Record{}, g.storeErr(ctx, p, op, cause)
+			return store.Record{}, g.storeErr(ctx, p, op, cause)
 		}
 		sleepCtx(ctx, jitter(pause))
 		pause = min(2*pause, time.Second)
@@ -441,7 +442,7 @@ func (g *Guard) settle(ctx context.Context, p prepared, op string, cause error) 
 // failed.
 func outcomeUnknown(err error) bool {
 	var ne net.Error
-	return errors.Is(err, ErrOutcomeUnknown) || errors.Is(err, context.DeadlineExceeded) ||
+	return errors.Is(err, store.ErrOutcomeUnknown) || errors.Is(err, context.DeadlineExceeded) ||
 		errors.Is(err, context.Canceled) || errors.Is(err, driver.ErrBadConn) ||
 		errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) || errors.As(err, &ne)
 }
@@ -454,13 +455,13 @@ type pendingClaim struct {
 	// INSERT). The row holding neither it nor nonce does not mean the
 	// UPDATE can no longer land: a Release may put the guard back.
 	guard string
-	prev  *Record   // the row before a Reclaim, for Release
-	sent  time.Time // when the write was sent: the earliest its lease can count from
-	kind  EventKind // what owning it means
+	prev  *store.Record // the row before a Reclaim, for Release
+	sent  time.Time     // when the write was sent: the earliest its lease can count from
+	kind  EventKind     // what owning it means
 	// landed: the write is known to have landed (a release that failed).
 	landed bool
 	// audit is the durable event the write carries (nil: auditing off).
-	audit *AuditEvent
+	audit *store.AuditEvent
 }
 
 // unknownWrite is a claim write whose outcome the next read settles.
@@ -471,8 +472,8 @@ type unknownWrite struct {
 }
 
 // pendingIn returns the unconfirmed claim rec holds, if any.
-func pendingIn(unconfirmed []pendingClaim, rec Record) (pendingClaim, bool) {
-	if rec.Status != RowStarted {
+func pendingIn(unconfirmed []pendingClaim, rec store.Record) (pendingClaim, bool) {
+	if rec.Status != store.RowStarted {
 		return pendingClaim{}, false
 	}
 	for _, u := range unconfirmed {
@@ -487,7 +488,7 @@ func pendingIn(unconfirmed []pendingClaim, rec Record) (pendingClaim, bool) {
 // claim it holds. An unknown outcome is returned as u: the caller keeps the
 // claim among its unconfirmed ones and settles it by re-reading the row
 // (decide by the row, never by the error). prev is the row as read, for Release.
-func (g *Guard) tryReclaim(ctx context.Context, p prepared, rp ReclaimParams, prev *Record, kind EventKind) (won *owned, u *unknownWrite) {
+func (g *Guard) tryReclaim(ctx context.Context, p prepared, rp store.ReclaimParams, prev *store.Record, kind EventKind) (won *owned, u *unknownWrite) {
 	rp.Lease = p.settings.StaleAfter
 	sent := time.Now()
 	sctx, cancel := g.storeCtx(context.WithoutCancel(ctx))
@@ -505,18 +506,18 @@ func (g *Guard) tryReclaim(ctx context.Context, p prepared, rp ReclaimParams, pr
 	return nil, nil
 }
 
-func (g *Guard) abandon(ctx context.Context, p prepared, rec Record, reason sanitize.StopReason) error {
+func (g *Guard) abandon(ctx context.Context, p prepared, rec store.Record, reason sanitize.StopReason) error {
 	body, err := sanitize.Marshal(sanitize.Failure(reason))
 	if err != nil {
 		return g.storeErr(ctx, p, "abandon", err)
 	}
 	ctx, cancel := g.storeCtx(context.WithoutCancel(ctx))
 	defer cancel()
-	audit := g.newAudit(p, AuditAbandoned, rec.KeyHash, rec.Attempts, rec.Now)
+	audit := g.newAudit(p, store.AuditAbandoned, rec.KeyHash, rec.Attempts, rec.Now)
 	if audit != nil {
 		audit.StopReason = reason
 	}
-	won, err := g.store.Abandon(ctx, AbandonParams{ID: rec.ID, OldNonce: rec.ClaimNonce, OldAttempts: rec.Attempts,
+	won, err := g.store.Abandon(ctx, store.AbandonParams{ID: rec.ID, OldNonce: rec.ClaimNonce, OldAttempts: rec.Attempts,
 		StaleAfter: p.settings.StaleAfter, Response: body, ResponseCode: http.StatusBadGateway, TTL: p.settings.TTL, Audit: g.stored(audit)})
 	if err != nil {
 		// Unknown outcome: the caller's next read of the row decides. A

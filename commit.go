@@ -10,17 +10,18 @@ import (
 	"time"
 
 	"github.com/idemguard/idemguard/sanitize"
+	"github.com/idemguard/idemguard/store"
 )
 
 // commit stores the answer (stored: res.Body with its headers and dropped
 // names, as the row keeps them) as the row's outcome (status) while the claim holds,
 // and fills in what the store says of it: the completion time, or that the
 // claim was lost. The caller gets res either way: it paid for it.
-func (g *Guard) commit(ctx context.Context, p prepared, o owned, hb *heartbeat, res Result, stored []byte, status RowStatus, document bool) Result {
+func (g *Guard) commit(ctx context.Context, p prepared, o owned, hb *heartbeat, res Result, stored []byte, status store.RowStatus, document bool) Result {
 	committing := g.now()
-	committed, completedAt, err := g.complete(ctx, p, hb, CompleteParams{ID: o.id, Nonce: o.nonce, Status: status,
+	committed, completedAt, err := g.complete(ctx, p, hb, store.CompleteParams{ID: o.id, Nonce: o.nonce, Status: status,
 		Response: stored, ResponseCode: res.StatusCode, Events: p.stream.storedEvents(status), TTL: p.settings.TTL,
-		Canceled: status == RowFailed && res.StopReason == sanitize.Canceled})
+		Canceled: status == store.RowFailed && res.StopReason == sanitize.Canceled})
 	switch {
 	case err != nil:
 		// The row stays started and will be taken over once stale.
@@ -34,7 +35,7 @@ func (g *Guard) commit(ctx context.Context, p prepared, o owned, hb *heartbeat, 
 		// read from the store says. The entry's lifetime is counted from
 		// before the commit was sent: the row expires TTL after it landed.
 		res.CompletedAt = completedAt
-		if status == RowSucceeded && g.cache != nil { // replayOf encodes: not for a disabled cache
+		if status == store.RowSucceeded && g.cache != nil { // replayOf encodes: not for a disabled cache
 			g.cache.put(p.tenant, p.scope, p.keyHash, p.fingerprint, replayOf(res, document),
 				committing.Add(min(g.cfg.ReplayCacheMaxAge, p.settings.TTL)))
 		}
@@ -49,7 +50,7 @@ func (g *Guard) commit(ctx context.Context, p prepared, o owned, hb *heartbeat, 
 // the commit landed; our nonce still started means try again; anything else
 // means the claim was lost. completedAt is the completion time the store
 // wrote (its clock).
-func (g *Guard) complete(ctx context.Context, p prepared, hb *heartbeat, cp CompleteParams) (committed bool, completedAt time.Time, err error) {
+func (g *Guard) complete(ctx context.Context, p prepared, hb *heartbeat, cp store.CompleteParams) (committed bool, completedAt time.Time, err error) {
 	ctx = context.WithoutCancel(ctx)
 	pause := 50 * time.Millisecond
 	// Heartbeats that land keep renewing the lease, so a statement that
@@ -79,7 +80,7 @@ func (g *Guard) complete(ctx context.Context, p prepared, hb *heartbeat, cp Comp
 			lastErr = rerr
 		case rec.ID != cp.ID || rec.ClaimNonce != cp.Nonce:
 			return false, time.Time{}, nil
-		case rec.Status != RowStarted:
+		case rec.Status != store.RowStarted:
 			if rec.Status == cp.Status && rec.ResponseCode == cp.ResponseCode && sameJSON(rec.Response, cp.Response) {
 				return true, rec.CompletedAt, nil
 			}

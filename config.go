@@ -7,20 +7,22 @@ import (
 	"time"
 
 	"github.com/idemguard/idemguard/internal/keys"
+	"github.com/idemguard/idemguard/internal/testhooks"
 	"github.com/idemguard/idemguard/sanitize"
+	"github.com/idemguard/idemguard/store"
 )
 
 // Config configures a Guard.
 type Config struct {
 	// Store holds the idempotency records: a MySQL store (package
-	// github.com/idemguard/idemguard/mysql) or a MemoryStore. Required.
-	Store Store
+	// github.com/idemguard/idemguard/mysql) or memstore.New (package store/memstore). Required.
+	Store store.Store
 	// Secret keys every HMAC of keys and fingerprints; at least 32 bytes.
 	// Required. Every process sharing a store must use the same secret, or
 	// know each other's as PreviousSecrets while the secret is rotated.
 	Secret []byte
 	// SecretID names Secret in the rows made under it (secret_id): 1 to
-	// MaxSecretIDLen characters of [A-Za-z0-9._-]. Defaults to "", the
+	// 32 characters of [A-Za-z0-9._-]. Defaults to "", the
 	// unnamed secret.
 	SecretID string
 	// PreviousSecrets are secrets no longer claimed under whose rows still
@@ -68,22 +70,14 @@ type Config struct {
 	// the stream of) one running key; over it a call gets
 	// ErrTooManyWaiters at once. Defaults to DefaultMaxWaiters (100).
 	MaxWaiters int
-	// Test holds knobs for tests and benchmarks; production code leaves it
-	// zero.
-	Test TestConfig
+	// test holds the knobs only tests change (package idemguardtest sets
+	// them); production leaves it zero.
+	test testhooks.Knobs
 }
 
-// TestConfig is Config.Test: settings that only tests and benchmarks change.
-type TestConfig struct {
-	// Now is the local clock, used only for waiting and for the replay
-	// cache's own bookkeeping, never to judge a row (rows are judged by the
-	// store's clock). Defaults to time.Now.
-	Now func() time.Time
-	// HeartbeatEvery overrides the heartbeat interval (StaleAfter/3).
-	HeartbeatEvery time.Duration
-	// ReadFirst says when the row is read before the claim INSERT. Defaults
-	// to ReadFirstAdaptive, which no workload needs to change.
-	ReadFirst ReadFirst
+func init() {
+	testhooks.ConfigKnobs = func(cfg any) *testhooks.Knobs { return &cfg.(*Config).test }
+	testhooks.Jobs = func(g any) int { return g.(*Guard).runningJobs() }
 }
 
 func (s Settings) withDefaults(d Settings) Settings {
@@ -97,7 +91,7 @@ func (s Settings) withDefaults(d Settings) Settings {
 
 func (c Config) validate() error {
 	if c.Store == nil {
-		return fmt.Errorf("idemguard: Config.Store is required (a MySQL store from package mysql, or NewMemoryStore)")
+		return fmt.Errorf("idemguard: Config.Store is required (a MySQL store from package mysql, or memstore.New)")
 	}
 	if len(c.Secret) < keys.MinSecretBytes {
 		return fmt.Errorf("idemguard: Config.Secret must be at least %d bytes, got %d", keys.MinSecretBytes, len(c.Secret))
@@ -111,13 +105,13 @@ func (c Config) validate() error {
 	if c.MaxStreamBytes < 0 || c.MaxWaiters < 0 {
 		return fmt.Errorf("idemguard: Config.MaxStreamBytes and Config.MaxWaiters must not be negative (0 means the default)")
 	}
-	if c.MaxWait < 0 || c.StoreTimeout < 0 || c.ReplayCacheMaxAge < 0 || c.Test.HeartbeatEvery < 0 {
+	if c.MaxWait < 0 || c.StoreTimeout < 0 || c.ReplayCacheMaxAge < 0 || c.test.HeartbeatEvery < 0 {
 		return fmt.Errorf("idemguard: Config durations must not be negative")
 	}
 	if err := c.Audit.validate(); err != nil {
 		return err
 	}
-	if err := c.Test.ReadFirst.validate(); err != nil {
+	if err := c.test.ReadFirst.Validate(); err != nil {
 		return err
 	}
 	if c.MaxResponseBytes != 0 {

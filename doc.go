@@ -47,7 +47,7 @@ stored only as HMACs under Config.Secret.
 
 Package mysql (github.com/idemguard/idemguard/mysql) is the MySQL store;
 this package links no database driver, so tests and single-process tools can
-use NewMemoryStore alone.
+use memstore.New (package store/memstore) alone.
 
 # Long-running operations
 
@@ -56,10 +56,12 @@ operation runs in the background under the same rules; Guard.Watch follows a
 key's transitions from any process sharing the store, Guard.Cancel asks its
 running execution to stop (it ends canceled and may run again), and
 Guard.WaitJobs waits for the background operations in a shutdown's grace.
+Lookup, Watch, Cancel and History name a key by a Key the Guard makes:
+Guard.Key from a client key, Guard.KeyOfHash from Result.KeyHash.
 
 # The audit trail
 
-With Config.Audit on, every decision is an AuditEvent (a claim, a takeover, a
+With Config.Audit on, every decision is a store.AuditEvent (a claim, a takeover, a
 retry, an abandon, a release, a cancel, a replay, an in-progress answer, a
 conflict), naming the caller (Call.Actor, or WithActor on the context) and the
 key only by its HMAC. An observer gets each one; with AuditConfig.Store the
@@ -75,6 +77,9 @@ and counted when they cannot keep up). Guard.History reads a key's trail.
     own routes, and the REST API of `idemguard serve`, mountable in your gin
     router.
   - Package migrations: the schema, as goose files.
+  - Package store: the interface a store implements, with its conformance
+    suite (store/storetest) and the in-memory store (store/memstore).
+  - Package idemguardtest: the guard's clock and protocol knobs for tests.
   - The repository's README: guarantees, operations, configuration.
 */
 package idemguard

@@ -9,7 +9,9 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/idemguard/idemguard"
+	"github.com/idemguard/idemguard/idemguardtest"
 	"github.com/idemguard/idemguard/internal/faulttest"
+	"github.com/idemguard/idemguard/store/memstore"
 )
 
 // A replay cache entry lives no longer than its row: its lifetime (the
@@ -50,13 +52,15 @@ func TestReplayCacheLifetimeCountsFromBeforeTheRead(t *testing.T) {
 func TestReplayCompletionTimeIsTheStoresOnEveryReplay(t *testing.T) {
 	t.Parallel()
 	clock := &fakeClock{now: time.Date(2026, 11, 20, 3, 0, 0, 0, time.UTC)}
-	store := idemguard.NewMemoryStore(idemguard.MemoryClock(func() time.Time { return clock.Now().Add(time.Hour) }))
+	store := memstore.New(memstore.WithClock(func() time.Time { return clock.Now().Add(time.Hour) }))
 	var fromMemory atomic.Int32
-	g, err := idemguard.New(idemguard.Config{Store: store, Secret: secret, Test: idemguard.TestConfig{Now: clock.Now}, Observe: func(e idemguard.Event) {
+	cfg := idemguard.Config{Store: store, Secret: secret, Observe: func(e idemguard.Event) {
 		if e.FromMemory {
 			fromMemory.Add(1)
 		}
-	}})
+	}}
+	idemguardtest.SetClock(&cfg, clock.Now)
+	g, err := idemguard.New(cfg)
 	require.NoError(t, err)
 	t.Cleanup(func() { require.NoError(t, g.Close(context.Background())) })
 	var runs atomic.Int32

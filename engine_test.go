@@ -15,7 +15,11 @@ import (
 
 	"github.com/idemguard/idemguard"
 
+	"github.com/idemguard/idemguard/idemguardtest"
 	"github.com/idemguard/idemguard/sanitize"
+	"github.com/idemguard/idemguard/store"
+	"github.com/idemguard/idemguard/store/memstore"
+	"github.com/idemguard/idemguard/tenancy"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -23,7 +27,7 @@ func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 var secret = []byte("engine-test-secret-0123456789abcdef")
 
 type testBundle struct {
-	store *idemguard.MemoryStore
+	st    *memstore.Store
 	guard *idemguard.Guard
 	clock *fakeClock
 }
@@ -43,15 +47,16 @@ func (c *fakeClock) Advance(d time.Duration) {
 func setup(t *testing.T, mutate ...func(*idemguard.Config)) *testBundle {
 	t.Helper()
 	clock := &fakeClock{now: time.Date(2026, 11, 20, 3, 0, 0, 0, time.UTC)}
-	store := idemguard.NewMemoryStore(idemguard.MemoryClock(clock.Now))
-	cfg := idemguard.Config{Store: store, Secret: secret, Test: idemguard.TestConfig{Now: clock.Now}}
+	st := memstore.New(memstore.WithClock(clock.Now))
+	cfg := idemguard.Config{Store: st, Secret: secret}
+	idemguardtest.SetClock(&cfg, clock.Now)
 	for _, m := range mutate {
 		m(&cfg)
 	}
 	g, err := idemguard.New(cfg)
 	require.NoError(t, err)
 	t.Cleanup(func() { require.NoError(t, g.Close(context.Background())) })
-	return &testBundle{store: store, guard: g, clock: clock}
+	return &testBundle{st: st, guard: g, clock: clock}
 }
 
 func okOp(runs *atomic.Int32) idemguard.Operation {
@@ -63,17 +68,17 @@ func okOp(runs *atomic.Int32) idemguard.Operation {
 
 func TestConfigValidation(t *testing.T) {
 	t.Parallel()
-	store := idemguard.NewMemoryStore()
+	st := memstore.New()
 	for name, tc := range map[string]struct {
 		cfg  idemguard.Config
 		want string
 	}{
 		"no store":     {idemguard.Config{Secret: secret}, "Config.Store"},
-		"short secret": {idemguard.Config{Store: store, Secret: []byte("short")}, "Config.Secret"},
-		"bad default":  {idemguard.Config{Store: store, Secret: secret, Defaults: idemguard.Settings{StaleAfter: time.Millisecond}}, "StaleAfter"},
-		"bad policy":   {idemguard.Config{Store: store, Secret: secret, Defaults: idemguard.Settings{StalePolicy: "never"}}, "StalePolicy"},
-		"bad size":     {idemguard.Config{Store: store, Secret: secret, MaxResponseBytes: 10}, "MaxResponseBytes"},
-		"negative":     {idemguard.Config{Store: store, Secret: secret, MaxWait: -1}, "negative"},
+		"short secret": {idemguard.Config{Store: st, Secret: []byte("short")}, "Config.Secret"},
+		"bad default":  {idemguard.Config{Store: st, Secret: secret, Defaults: idemguard.Settings{StaleAfter: time.Millisecond}}, "StaleAfter"},
+		"bad policy":   {idemguard.Config{Store: st, Secret: secret, Defaults: idemguard.Settings{StalePolicy: "never"}}, "StalePolicy"},
+		"bad size":     {idemguard.Config{Store: st, Secret: secret, MaxResponseBytes: 10}, "MaxResponseBytes"},
+		"negative":     {idemguard.Config{Store: st, Secret: secret, MaxWait: -1}, "negative"},
 	} {
 		_, err := idemguard.New(tc.cfg)
 		require.ErrorContains(t, err, tc.want, name)
@@ -146,8 +151,8 @@ func TestCloseRecordsCutOffOperations(t *testing.T) {
 		t.Run(string(policy), func(t *testing.T) {
 			t.Parallel()
 			clock := time.Now
-			store := idemguard.NewMemoryStore(idemguard.MemoryClock(clock))
-			g, err := idemguard.New(idemguard.Config{Store: store, Secret: secret})
+			st := memstore.New(memstore.WithClock(clock))
+			g, err := idemguard.New(idemguard.Config{Store: st, Secret: secret})
 			require.NoError(t, err)
 			started := make(chan struct{})
 			var cause atomic.Value
@@ -167,9 +172,9 @@ func TestCloseRecordsCutOffOperations(t *testing.T) {
 			r := <-done
 			require.ErrorIs(t, cause.Load().(error), idemguard.ErrShuttingDown)
 			require.Equal(t, want, r.StopReason)
-			rows := store.Rows()
+			rows := st.Rows()
 			require.Len(t, rows, 1)
-			require.Equal(t, idemguard.RowFailed, rows[0].Status)
+			require.Equal(t, store.RowFailed, rows[0].Status)
 			require.Contains(t, string(rows[0].Response), string(want))
 		})
 	}
@@ -197,12 +202,12 @@ func TestDetachedOperationOutlivesItsCaller(t *testing.T) {
 
 // flakyStore loses the reply of the first Complete after applying it.
 type flakyStore struct {
-	*idemguard.MemoryStore
+	*memstore.Store
 	failed atomic.Bool
 }
 
-func (f *flakyStore) Complete(ctx context.Context, p idemguard.CompleteParams) (bool, time.Time, error) {
-	ok, at, err := f.MemoryStore.Complete(ctx, p)
+func (f *flakyStore) Complete(ctx context.Context, p store.CompleteParams) (bool, time.Time, error) {
+	ok, at, err := f.Store.Complete(ctx, p)
 	if err == nil && ok && f.failed.CompareAndSwap(false, true) {
 		return false, time.Time{}, errors.New("connection reset while reading the reply")
 	}
@@ -211,21 +216,21 @@ func (f *flakyStore) Complete(ctx context.Context, p idemguard.CompleteParams) (
 
 func TestCommitWhoseReplyWasLostCountsAsCommitted(t *testing.T) {
 	t.Parallel()
-	store := &flakyStore{MemoryStore: idemguard.NewMemoryStore()}
-	g, err := idemguard.New(idemguard.Config{Store: store, Secret: secret})
+	st := &flakyStore{Store: memstore.New()}
+	g, err := idemguard.New(idemguard.Config{Store: st, Secret: secret})
 	require.NoError(t, err)
 	defer g.Close(context.Background())
 	var runs atomic.Int32
 	r, err := g.Do(context.Background(), idemguard.Call{Tenant: "acme", Scope: "s", Inputs: 1}, okOp(&runs))
 	require.NoError(t, err)
-	require.True(t, store.failed.Load())
+	require.True(t, st.failed.Load())
 	require.False(t, r.LostClaim, "the retry found our own commit")
 	require.False(t, r.CompletedAt.IsZero())
 }
 
 func TestWaitStopsWhenTheCallerGivesUp(t *testing.T) {
 	t.Parallel()
-	b := setup(t, func(c *idemguard.Config) { c.Test.Now = time.Now })
+	b := setup(t, func(c *idemguard.Config) { idemguardtest.SetClock(c, time.Now) })
 	release := make(chan struct{})
 	started := make(chan struct{})
 	go func() {
@@ -246,7 +251,7 @@ func TestWaitStopsWhenTheCallerGivesUp(t *testing.T) {
 
 func TestMaxWaitCapsTheWait(t *testing.T) {
 	t.Parallel()
-	b := setup(t, func(c *idemguard.Config) { c.Test.Now = time.Now; c.MaxWait = 100 * time.Millisecond })
+	b := setup(t, func(c *idemguard.Config) { idemguardtest.SetClock(c, time.Now); c.MaxWait = 100 * time.Millisecond })
 	release := make(chan struct{})
 	started := make(chan struct{})
 	go func() {
@@ -292,7 +297,7 @@ func TestWaitIsReportedOncePerCall(t *testing.T) {
 	var mu sync.Mutex
 	var waits []time.Duration
 	b := setup(t, func(c *idemguard.Config) {
-		c.Test.Now = time.Now
+		idemguardtest.SetClock(c, time.Now)
 		c.Observe = func(e idemguard.Event) {
 			if e.Kind == idemguard.EventWaited {
 				mu.Lock()
@@ -325,8 +330,8 @@ func TestWaitIsReportedOncePerCall(t *testing.T) {
 
 func TestClosedGuardRefusesNewCallsAndReleasesWaiters(t *testing.T) {
 	t.Parallel()
-	store := idemguard.NewMemoryStore()
-	g, err := idemguard.New(idemguard.Config{Store: store, Secret: secret})
+	st := memstore.New()
+	g, err := idemguard.New(idemguard.Config{Store: st, Secret: secret})
 	require.NoError(t, err)
 	started := make(chan struct{})
 	runDone := make(chan struct{})
@@ -357,7 +362,7 @@ func TestClosedGuardRefusesNewCallsAndReleasesWaiters(t *testing.T) {
 	r := <-waiter
 	require.Equal(t, idemguard.StatusInProgress, r.Status, "a waiter answers in_progress when the guard closes")
 	require.False(t, waiterRan.Load(), "a closing guard starts no new execution")
-	rows := store.Rows()
+	rows := st.Rows()
 	require.Len(t, rows, 1)
 	require.Equal(t, 1, rows[0].Attempts, "the cut-off row was not retried during shutdown")
 
@@ -367,5 +372,21 @@ func TestClosedGuardRefusesNewCallsAndReleasesWaiters(t *testing.T) {
 	require.ErrorIs(t, err, idemguard.ErrStoreUnavailable)
 	require.ErrorIs(t, err, idemguard.ErrShuttingDown)
 	require.False(t, ran)
-	require.Len(t, store.Rows(), 1, "nothing claimed after Close")
+	require.Len(t, st.Rows(), 1, "nothing claimed after Close")
+}
+
+// clientKey is g.Key(tenant, scope, key), failing the test on an error.
+func clientKey(t testing.TB, g *idemguard.Guard, tenant tenancy.ID, scope, key string) idemguard.Key {
+	t.Helper()
+	k, err := g.Key(tenant, scope, key)
+	require.NoError(t, err)
+	return k
+}
+
+// hashKey is g.KeyOfHash(tenant, scope, hash), failing the test on an error.
+func hashKey(t testing.TB, g *idemguard.Guard, tenant tenancy.ID, scope, hash string) idemguard.Key {
+	t.Helper()
+	k, err := g.KeyOfHash(tenant, scope, hash)
+	require.NoError(t, err)
+	return k
 }

@@ -5,6 +5,7 @@ import (
 	"fmt"
 
 	"github.com/idemguard/idemguard/sanitize"
+	"github.com/idemguard/idemguard/store"
 )
 
 // The errors Do and Lookup return, and the causes an operation's
@@ -22,8 +23,8 @@ var (
 	// *[StoreError] matches it. The operation was not started (fail closed).
 	ErrStoreUnavailable = errors.New("idemguard: store unavailable")
 	// ErrNotFound is returned by Lookup for a key that is absent, expired or
-	// another tenant's, and by Store.Get when no row matches.
-	ErrNotFound = errors.New("idemguard: key not found")
+	// another tenant's; it is the value of store.ErrNotFound.
+	ErrNotFound = store.ErrNotFound
 	// ErrInvalidResult means the operation ran but returned a value that is
 	// not a JSON object (a string, a number, an array), or a Response whose
 	// status code is outside 100–599: a programming error, never an upstream
@@ -41,6 +42,23 @@ var (
 	// ErrShuttingDown is the cause of an operation's context cancelled by
 	// [Guard.Close]; calls made after Close return a *[StoreError] wrapping it.
 	ErrShuttingDown = errors.New("idemguard: guard shutting down")
+	// ErrCanceled is the cause (context.Cause) of an operation's context
+	// cancelled because a caller asked for it (Guard.Cancel). The key is then
+	// stored failed with stopReason canceled, without counting the attempt, and
+	// the same call runs it again.
+	ErrCanceled = errors.New("idemguard: operation canceled on request")
+	// ErrKeyFinished is returned by Guard.Cancel for a key that is not running:
+	// its answer is stored (succeeded or failed), so there is nothing to cancel.
+	ErrKeyFinished = errors.New("idemguard: the key has finished; there is nothing to cancel")
+	// ErrTooManyWaiters is returned by Do and DoStream when a call would wait for
+	// a running duplicate but Config.MaxWaiters calls of this process already
+	// wait for that key (or 1000 for its tenant). The call is
+	// refused at once, never queued; it may retry later.
+	ErrTooManyWaiters = errors.New("idemguard: too many callers wait for this key")
+	// ErrTooManyWatchers is returned by Guard.Watch when the key, or its
+	// tenant, already has as many watchers in this process as
+	// Config.MaxWatchersPerKey (MaxWatchersPerTenant) allow.
+	ErrTooManyWatchers = errors.New("idemguard: too many watchers of this key or tenant")
 )
 
 // StoreError is a store failure, with the protocol step it happened in

@@ -6,6 +6,7 @@ import (
 	"io"
 
 	"github.com/idemguard/idemguard"
+	"github.com/idemguard/idemguard/store/memstore"
 )
 
 // A long-running operation: Start answers at once while the operation runs
@@ -14,7 +15,7 @@ import (
 // the same job.
 func ExampleGuard_Start() {
 	ctx := context.Background()
-	guard, err := idemguard.New(idemguard.Config{Store: idemguard.NewMemoryStore(), Secret: exampleSecret})
+	guard, err := idemguard.New(idemguard.Config{Store: memstore.New(), Secret: exampleSecret})
 	if err != nil {
 		panic(err)
 	}
@@ -34,7 +35,11 @@ func ExampleGuard_Start() {
 	dup, _ := guard.Start(ctx, call, op)
 	fmt.Println("duplicate:", dup.Accepted, dup.Status)
 
-	w, err := guard.Watch(ctx, "acme", "research", res.KeyHash, "")
+	key, err := guard.KeyOfHash("acme", "research", res.KeyHash)
+	if err != nil {
+		panic(err)
+	}
+	w, err := guard.Watch(ctx, key, "")
 	if err != nil {
 		panic(err)
 	}
@@ -69,7 +74,7 @@ func ExampleGuard_Start() {
 // ends failed with stopReason canceled. The same call then runs it again.
 func ExampleGuard_Cancel() {
 	ctx := context.Background()
-	guard, err := idemguard.New(idemguard.Config{Store: idemguard.NewMemoryStore(), Secret: exampleSecret,
+	guard, err := idemguard.New(idemguard.Config{Store: memstore.New(), Secret: exampleSecret,
 		Defaults: idemguard.Settings{StaleAfter: idemguard.MinStaleAfter}}) // a heartbeat every 100ms
 	if err != nil {
 		panic(err)
@@ -87,12 +92,16 @@ func ExampleGuard_Cancel() {
 	if err != nil {
 		panic(err)
 	}
-	if err := guard.Cancel(ctx, "acme", "research", res.KeyHash); err != nil {
+	key, err := guard.KeyOfHash("acme", "research", res.KeyHash)
+	if err != nil {
+		panic(err)
+	}
+	if err := guard.Cancel(ctx, key); err != nil {
 		panic(err)
 	}
 	fmt.Println("cause:", <-stopped)
 
-	w, err := guard.Watch(ctx, "acme", "research", res.KeyHash, "")
+	w, err := guard.Watch(ctx, key, "")
 	if err != nil {
 		panic(err)
 	}

@@ -7,6 +7,7 @@ import (
 
 	"github.com/idemguard/idemguard"
 	"github.com/idemguard/idemguard/sanitize"
+	"github.com/idemguard/idemguard/store/memstore"
 )
 
 // printer is a StreamWriter that prints what it gets; an HTTP handler
@@ -25,7 +26,7 @@ func (printer) Write(e idemguard.StreamEvent) error {
 // Do for the key gets the assembled answer.
 func ExampleGuard_DoStream() {
 	ctx := context.Background()
-	guard, err := idemguard.New(idemguard.Config{Store: idemguard.NewMemoryStore(), Secret: exampleSecret})
+	guard, err := idemguard.New(idemguard.Config{Store: memstore.New(), Secret: exampleSecret})
 	if err != nil {
 		panic(err)
 	}

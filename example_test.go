@@ -7,6 +7,7 @@ import (
 
 	"github.com/idemguard/idemguard"
 	"github.com/idemguard/idemguard/sanitize"
+	"github.com/idemguard/idemguard/store/memstore"
 )
 
 // exampleSecret is 32 bytes; a real one comes from a secret store.
@@ -16,7 +17,7 @@ var exampleSecret = []byte("an-example-secret-of-32-bytes!!!")
 // answer, marked cached.
 func ExampleGuard_Do() {
 	ctx := context.Background()
-	guard, err := idemguard.New(idemguard.Config{Store: idemguard.NewMemoryStore(), Secret: exampleSecret})
+	guard, err := idemguard.New(idemguard.Config{Store: memstore.New(), Secret: exampleSecret})
 	if err != nil {
 		panic(err)
 	}
@@ -47,7 +48,7 @@ func ExampleGuard_Do() {
 // the next call with the same key runs the operation again.
 func ExampleOpError() {
 	ctx := context.Background()
-	guard, err := idemguard.New(idemguard.Config{Store: idemguard.NewMemoryStore(), Secret: exampleSecret})
+	guard, err := idemguard.New(idemguard.Config{Store: memstore.New(), Secret: exampleSecret})
 	if err != nil {
 		panic(err)
 	}
@@ -77,13 +78,17 @@ func ExampleOpError() {
 // Lookup tells what is stored for a client key.
 func ExampleGuard_Lookup() {
 	ctx := context.Background()
-	guard, err := idemguard.New(idemguard.Config{Store: idemguard.NewMemoryStore(), Secret: exampleSecret})
+	guard, err := idemguard.New(idemguard.Config{Store: memstore.New(), Secret: exampleSecret})
 	if err != nil {
 		panic(err)
 	}
 	defer guard.Close(ctx)
 
-	_, err = guard.Lookup(ctx, "acme", "orders.create", "order-7")
+	key, err := guard.Key("acme", "orders.create", "order-7")
+	if err != nil {
+		panic(err)
+	}
+	_, err = guard.Lookup(ctx, key)
 	fmt.Println(errors.Is(err, idemguard.ErrNotFound))
 
 	_, err = guard.Do(ctx, idemguard.Call{Tenant: "acme", Scope: "orders.create", ClientKey: "order-7"},
@@ -93,7 +98,7 @@ func ExampleGuard_Lookup() {
 	if err != nil {
 		panic(err)
 	}
-	info, err := guard.Lookup(ctx, "acme", "orders.create", "order-7")
+	info, err := guard.Lookup(ctx, key)
 	if err != nil {
 		panic(err)
 	}

@@ -16,6 +16,7 @@ import (
 	"github.com/idemguard/idemguard/internal/keys"
 	"github.com/idemguard/idemguard/internal/live"
 	"github.com/idemguard/idemguard/sanitize"
+	"github.com/idemguard/idemguard/store"
 	"github.com/idemguard/idemguard/tenancy"
 )
 
@@ -23,7 +24,7 @@ import (
 // concurrent use.
 type Guard struct {
 	cfg      Config
-	store    Store
+	store    store.Store
 	deriver  *keys.Deriver
 	log      *slog.Logger
 	cache    *replayCache
@@ -68,8 +69,8 @@ func New(cfg Config) (*Guard, error) {
 	cfg.MaxWait = cmp.Or(cfg.MaxWait, DefaultMaxWait)
 	cfg.StoreTimeout = cmp.Or(cfg.StoreTimeout, DefaultStoreTimeout)
 	cfg.ReplayCacheMaxAge = cmp.Or(cfg.ReplayCacheMaxAge, DefaultReplayCacheMaxAge)
-	if cfg.Test.Now == nil {
-		cfg.Test.Now = time.Now
+	if cfg.test.Now == nil {
+		cfg.test.Now = time.Now
 	}
 	cfg.Logger = cmp.Or(cfg.Logger, slog.Default())
 	if cfg.ReplayCacheSize == 0 {
@@ -82,7 +83,7 @@ func New(cfg Config) (*Guard, error) {
 		deriver:  d,
 		log:      cfg.Logger,
 		cache:    newReplayCache(cfg.ReplayCacheSize),
-		now:      cfg.Test.Now,
+		now:      cfg.test.Now,
 		policy:   sanitize.Policy{MaxBytes: cmp.Or(cfg.MaxResponseBytes, sanitize.DefaultMaxBytes)},
 		lifetime: lifetime,
 		shutdown: shutdown,
@@ -225,6 +226,9 @@ func (g *Guard) prepare(ctx context.Context, c Call) (prepared, error) {
 // not a JSON object (ErrInvalidResult, returned with the Result of the stored
 // failure), and Call.Check's own error. An operation's failure is a Result
 // with Status StatusFailed.
+//
+// WithIdempotency is the same call under the name the product's
+// documentation uses.
 func (g *Guard) Do(ctx context.Context, call Call, op Operation) (Result, error) {
 	if op == nil {
 		return Result{}, fmt.Errorf("%w: operation is nil", ErrInvalidInput)
@@ -252,9 +256,9 @@ func (g *Guard) Do(ctx context.Context, call Call, op Operation) (Result, error)
 	return g.readFirstOrExecute(ctx, p, op)
 }
 
-// WithIdempotency is Do.
-//
-// Deprecated: use Do; WithIdempotency remains for one release.
+// WithIdempotency is Do under the name the product's documentation uses
+// ("a backend router calls WithIdempotency"): the same call, with the same
+// arguments, results and errors.
 func (g *Guard) WithIdempotency(ctx context.Context, call Call, op Operation) (Result, error) {
 	return g.Do(ctx, call, op)
 }

@@ -15,6 +15,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/idemguard/idemguard/sanitize"
+	"github.com/idemguard/idemguard/store"
+	"github.com/idemguard/idemguard/store/memstore"
 )
 
 var testSecret = []byte("0123456789abcdef0123456789abcdef")
@@ -22,7 +24,7 @@ var testSecret = []byte("0123456789abcdef0123456789abcdef")
 func newTestGuard(t *testing.T, cfg Config) *Guard {
 	t.Helper()
 	if cfg.Store == nil {
-		cfg.Store = NewMemoryStore()
+		cfg.Store = memstore.New()
 	}
 	cfg.Secret = testSecret
 	cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
@@ -37,8 +39,8 @@ func newTestGuard(t *testing.T, cfg Config) *Guard {
 // declaration with its types.
 func TestPublicAPINamesNoInternalPackage(t *testing.T) {
 	t.Parallel()
-	internalName := regexp.MustCompile(`(internal/|\b(engine|mysqlstore|memstore|config|mysqlconn|keys|ops|dbmigrate|metrics|guarderr|storeseam|live)\.[A-Z])`)
-	for _, pkg := range []string{".", "./routers", "./mysql"} {
+	internalName := regexp.MustCompile(`(internal/|\b(engine|mysqlstore|testhooks|config|mysqlconn|keys|ops|dbmigrate|metrics|guarderr|storeseam|live)\.[A-Z])`)
+	for _, pkg := range []string{".", "./routers", "./mysql", "./store", "./store/memstore", "./store/storetest", "./idemguardtest"} {
 		out, err := exec.Command("go", "doc", "-all", pkg).CombinedOutput()
 		require.NoError(t, err, string(out))
 		require.NotEmpty(t, out)
@@ -48,18 +50,19 @@ func TestPublicAPINamesNoInternalPackage(t *testing.T) {
 	}
 	out, err := exec.Command("go", "doc", ".").CombinedOutput()
 	require.NoError(t, err, string(out))
-	for _, want := range []string{"func New(cfg Config) (*Guard, error)", "func NewMemoryStore(opts ...MemoryOption) *MemoryStore"} {
-		require.Contains(t, string(out), want)
-	}
+	require.Contains(t, string(out), "func New(cfg Config) (*Guard, error)")
+	out, err = exec.Command("go", "doc", "./store/memstore").CombinedOutput()
+	require.NoError(t, err, string(out))
+	require.Contains(t, string(out), "func New(opts ...Option) *Store")
 	out, err = exec.Command("go", "doc", ".", "Guard").CombinedOutput()
 	require.NoError(t, err, string(out))
 	require.Contains(t, string(out), "func (g *Guard) Do(ctx context.Context, call Call, op Operation) (Result, error)")
 	out, err = exec.Command("go", "doc", "./mysql").CombinedOutput()
 	require.NoError(t, err, string(out))
-	require.Contains(t, string(out), "func NewStore(db *sql.DB) idemguard.Store")
+	require.Contains(t, string(out), "func NewStore(db *sql.DB) store.Store")
 }
 
-// A program that guards with the MemoryStore links no database driver, no
+// A program that guards with the memstore.Store links no database driver, no
 // SQL toolkit, no migration tool and no JWT library: those live in package
 // mysql and under routers.
 func TestRootPackageLinksNoDatabaseOrJWT(t *testing.T) {
@@ -79,7 +82,7 @@ func TestRootPackageLinksNoDatabaseOrJWT(t *testing.T) {
 // value; calls after Close get a *StoreError.
 func TestCloseCauseIsPublicSentinel(t *testing.T) {
 	t.Parallel()
-	g, err := New(Config{Store: NewMemoryStore(), Secret: testSecret, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	g, err := New(Config{Store: memstore.New(), Secret: testSecret, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	require.NoError(t, err)
 	started := make(chan struct{})
 	causes := make(chan error, 1)
@@ -127,17 +130,48 @@ func TestOpErrorWrappedAndEvents(t *testing.T) {
 	require.ErrorIs(t, res.Err, opErr)
 	require.Equal(t, []EventKind{EventClaimed, EventOperation}, kinds)
 
-	info, err := g.LookupHash(context.Background(), "t", "s", res.KeyHash)
+	info, err := g.Lookup(context.Background(), Key{tenant: "t", scope: "s", hash: res.KeyHash})
 	require.NoError(t, err)
-	require.Equal(t, KeyFailed, info.Status)
+	require.Equal(t, store.RowFailed, info.Status)
 }
 
 func TestNewValidates(t *testing.T) {
 	t.Parallel()
 	_, err := New(Config{Secret: testSecret})
 	require.ErrorContains(t, err, "Config.Store is required")
-	_, err = New(Config{Store: NewMemoryStore(), Secret: []byte("short")})
+	_, err = New(Config{Store: memstore.New(), Secret: []byte("short")})
 	require.ErrorContains(t, err, "idemguard: Config.Secret must be at least 32 bytes")
-	_, err = New(Config{Store: NewMemoryStore(), Secret: testSecret, Defaults: Settings{TTL: time.Millisecond}})
+	_, err = New(Config{Store: memstore.New(), Secret: testSecret, Defaults: Settings{TTL: time.Millisecond}})
 	require.ErrorContains(t, err, "TTL")
+}
+
+// A Key is made only by a Guard: a malformed hash or client key is
+// ErrInvalidInput when the Key is made, and the zero Key is refused by every
+// verb that takes one.
+func TestKeyIsValidatedWhereItIsMade(t *testing.T) {
+	t.Parallel()
+	g := newTestGuard(t, Config{})
+	ctx := context.Background()
+	_, err := g.KeyOfHash("acme", "s", "not-a-hash")
+	require.ErrorIs(t, err, ErrInvalidInput)
+	_, err = g.KeyOfHash("acme", "s", strings.Repeat("A", 64))
+	require.ErrorIs(t, err, ErrInvalidInput, "upper-case hex is not a key hash")
+	_, err = g.Key("acme", "s", "bad key")
+	require.ErrorIs(t, err, ErrInvalidInput)
+	_, err = g.Key("", "s", "k")
+	require.ErrorIs(t, err, ErrInvalidInput)
+	k, err := g.Key("acme", "s", "k")
+	require.NoError(t, err)
+	byHash, err := g.KeyOfHash("acme", "s", k.Hash())
+	require.NoError(t, err)
+	require.Equal(t, k.Hash(), byHash.Hash())
+
+	var zero Key
+	_, err = g.Lookup(ctx, zero)
+	require.ErrorIs(t, err, ErrInvalidInput)
+	require.ErrorIs(t, g.Cancel(ctx, zero), ErrInvalidInput)
+	_, err = g.Watch(ctx, zero, "")
+	require.ErrorIs(t, err, ErrInvalidInput)
+	_, err = g.History(ctx, zero)
+	require.ErrorIs(t, err, ErrInvalidInput)
 }

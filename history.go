@@ -2,40 +2,35 @@ package idemguard
 
 import (
 	"context"
-	"fmt"
 
-	"github.com/idemguard/idemguard/internal/keys"
-	"github.com/idemguard/idemguard/tenancy"
+	"github.com/idemguard/idemguard/store"
 )
 
-// MaxHistory is the most events Guard.History returns.
-const MaxHistory = 1000
+// maxHistory is the most events Guard.History returns.
+const maxHistory = 1000
 
-// History returns the audit trail of one key of tenant's scope, oldest
-// first (at most MaxHistory events), from the store (Config.Audit.Store).
-// keyHashes are the key's hashes: Result.KeyHash, or KeyHashes for a
-// client key, which names it under every configured secret. Each replay
+// History returns the audit trail of key, oldest first (at most 1000
+// events), from the store (Config.Audit.Store). A Key made from a client key
+// finds the key's events under every configured secret. Each replay
 // carries its number among the key's replays (AuditEvent.Replay). Another
 // tenant's key has no events.
-func (g *Guard) History(ctx context.Context, tenant tenancy.ID, scope string, keyHashes []string) ([]AuditEvent, error) {
-	if _, err := tenancy.ParseID(string(tenant)); err != nil {
-		return nil, fmt.Errorf("%w: %w", ErrInvalidInput, err)
+func (g *Guard) History(ctx context.Context, key Key) ([]store.AuditEvent, error) {
+	if err := key.check(); err != nil {
+		return nil, err
 	}
-	if err := keys.ValidateScope(scope); err != nil {
-		return nil, fmt.Errorf("%w: %w", ErrInvalidInput, err)
-	}
-	if len(keyHashes) == 0 {
-		return nil, fmt.Errorf("%w: no key hash", ErrInvalidInput)
+	tenant, scope, keyHashes := key.tenant, key.scope, []string{key.hash}
+	if key.clientKey != "" {
+		keyHashes = g.keyHashes(key)
 	}
 	sctx, cancel := g.storeCtx(ctx)
 	defer cancel()
-	events, err := g.store.History(sctx, string(tenant), scope, keyHashes, MaxHistory)
+	events, err := g.store.History(sctx, string(tenant), scope, keyHashes, maxHistory)
 	if err != nil {
 		return nil, &StoreError{Op: "history", Err: err}
 	}
 	n := 0
 	for i := range events {
-		if events[i].Kind == AuditReplay {
+		if events[i].Kind == store.AuditReplay {
 			n++
 			events[i].Replay = n
 		}
@@ -43,17 +38,14 @@ func (g *Guard) History(ctx context.Context, tenant tenancy.ID, scope string, ke
 	return events, nil
 }
 
-// KeyHashes returns the hashes that name a client key of tenant's scope:
-// under the current secret first, then under each previous one.
-func (g *Guard) KeyHashes(tenant tenancy.ID, scope, clientKey string) ([]string, error) {
-	if err := keys.ValidateClientKey(clientKey); err != nil {
-		return nil, fmt.Errorf("%w: %w", ErrInvalidInput, err)
-	}
-	out := []string{g.deriver.KeyHash(string(tenant), scope, clientKey, nil)}
+// keyHashes returns the hashes that name a client key: under the current
+// secret first, then under each previous one.
+func (g *Guard) keyHashes(k Key) []string {
+	out := []string{k.hash}
 	for _, s := range g.previous {
-		out = append(out, s.deriver.KeyHash(string(tenant), scope, clientKey, nil))
+		out = append(out, s.deriver.KeyHash(string(k.tenant), k.scope, k.clientKey, nil))
 	}
-	return out, nil
+	return out
 }
 
 // HashActor returns "h:" and the first 32 hex characters of the HMAC of

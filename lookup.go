@@ -4,37 +4,31 @@ import (
 	"cmp"
 	"context"
 	"errors"
-	"fmt"
 	"time"
 
-	"github.com/idemguard/idemguard/internal/keys"
+	"github.com/idemguard/idemguard/store"
 	"github.com/idemguard/idemguard/tenancy"
 )
 
-// Lookup returns the record of a client key in tenant's scope. An absent or
-// expired key is ErrNotFound; so is another tenant's key.
-func (g *Guard) Lookup(ctx context.Context, tenant tenancy.ID, scope, clientKey string) (KeyInfo, error) {
-	if err := keys.ValidateClientKey(clientKey); err != nil {
-		return KeyInfo{}, fmt.Errorf("%w: %w", ErrInvalidInput, err)
+// Lookup returns the record of key. An absent or expired key is
+// ErrNotFound; so is another tenant's key. A Key made from a client key
+// finds a row made under any configured secret.
+func (g *Guard) Lookup(ctx context.Context, key Key) (KeyInfo, error) {
+	if err := key.check(); err != nil {
+		return KeyInfo{}, err
 	}
-	hash := g.deriver.KeyHash(string(tenant), scope, clientKey, nil)
-	if len(g.previous) > 0 { // the key's row may have been made under a previous secret (secrets.go)
+	tenant, scope, hash := key.tenant, key.scope, key.hash
+	if key.clientKey != "" && len(g.previous) > 0 { // the key's row may have been made under a previous secret (secrets.go)
 		var err error
-		if hash, err = g.lookupHashAny(ctx, tenant, scope, clientKey, hash); err != nil {
+		if hash, err = g.lookupHashAny(ctx, tenant, scope, key.clientKey, hash); err != nil {
 			return KeyInfo{}, err
 		}
 	}
-	return g.LookupHash(ctx, tenant, scope, hash)
+	return g.lookupHash(ctx, tenant, scope, hash)
 }
 
-// LookupHash is Lookup by the key hash a Result carries (for derived keys).
-func (g *Guard) LookupHash(ctx context.Context, tenant tenancy.ID, scope, keyHash string) (KeyInfo, error) {
-	if _, err := tenancy.ParseID(string(tenant)); err != nil {
-		return KeyInfo{}, fmt.Errorf("%w: %w", ErrInvalidInput, err)
-	}
-	if err := keys.ValidateScope(scope); err != nil {
-		return KeyInfo{}, fmt.Errorf("%w: %w", ErrInvalidInput, err)
-	}
+// lookupHash is Lookup by one key hash.
+func (g *Guard) lookupHash(ctx context.Context, tenant tenancy.ID, scope, keyHash string) (KeyInfo, error) {
 	ctx, cancel := g.storeCtx(ctx)
 	defer cancel()
 	rec, err := g.store.Get(ctx, string(tenant), scope, keyHash)
@@ -58,11 +52,11 @@ func (g *Guard) LookupHash(ctx context.Context, tenant tenancy.ID, scope, keyHas
 
 // keyInfoOf is what a row tells about its key; fallback is the lease of a
 // row that carries none.
-func keyInfoOf(keyHash string, rec Record, fallback time.Duration) (KeyInfo, error) {
-	info := KeyInfo{KeyHash: keyHash, SecretID: rec.SecretID, Status: KeyStatus(rec.Status), Attempts: rec.Attempts, CreatedAt: rec.CreatedAt,
+func keyInfoOf(keyHash string, rec store.Record, fallback time.Duration) (KeyInfo, error) {
+	info := KeyInfo{KeyHash: keyHash, SecretID: rec.SecretID, Status: rec.Status, Attempts: rec.Attempts, CreatedAt: rec.CreatedAt,
 		StartedAt: rec.StartedAt, HeartbeatAt: rec.HeartbeatAt, CompletedAt: rec.CompletedAt, ExpiresAt: rec.ExpiresAt,
-		Stale: rec.Stale(fallback), CancelRequested: rec.Status == RowStarted && !rec.CancelRequestedAt.IsZero()}
-	if rec.Status != RowStarted {
+		Stale: rec.Stale(fallback), CancelRequested: rec.Status == store.RowStarted && !rec.CancelRequestedAt.IsZero()}
+	if rec.Status != store.RowStarted {
 		st, err := decodeStored(rec)
 		if err != nil {
 			return KeyInfo{}, err

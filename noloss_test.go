@@ -15,6 +15,8 @@ import (
 	"github.com/idemguard/idemguard"
 	"github.com/idemguard/idemguard/internal/metrics"
 	"github.com/idemguard/idemguard/sanitize"
+	"github.com/idemguard/idemguard/store"
+	"github.com/idemguard/idemguard/store/memstore"
 )
 
 type lockedBuffer struct {
@@ -55,7 +57,7 @@ func noLossBundle(t *testing.T) (*idemguard.Guard, *metrics.Metrics, *lockedBuff
 	t.Helper()
 	logs := &lockedBuffer{}
 	m := metrics.New()
-	g, err := idemguard.New(idemguard.Config{Store: idemguard.NewMemoryStore(), Secret: noLossSecret,
+	g, err := idemguard.New(idemguard.Config{Store: memstore.New(), Secret: noLossSecret,
 		Logger: slog.New(slog.NewJSONHandler(logs, nil)),
 		Observe: func(e idemguard.Event) {
 			m.Observe(e)
@@ -149,9 +151,9 @@ func TestNoSilentLoss(t *testing.T) {
 		require.EqualValues(t, 0, failureCount(t, m, "summarize", "provider_error"))
 		require.EqualValues(t, 1, failureCount(t, m, "summarize", "unknown"))
 
-		info, err := g.Lookup(ctx, "acme", "summarize", "k1")
+		info, err := g.Lookup(ctx, clientKey(t, g, "acme", "summarize", "k1"))
 		require.NoError(t, err)
-		require.Equal(t, idemguard.KeyFailed, info.Status)
+		require.Equal(t, store.RowFailed, info.Status)
 		require.Equal(t, http.StatusInternalServerError, info.StatusCode)
 
 		res, err = g.Do(ctx, call, func(ctx context.Context) (any, error) {

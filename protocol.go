@@ -13,7 +13,7 @@ inputs, settings) and an Operation. The guard derives
 	key_hash    = HMAC(secret, tagged(tenant, scope, client key | canonical inputs))
 	fingerprint = HMAC(secret, tagged("fp", canonical inputs))
 
-(package keys) and then works one row of idempotency_keys through a Store.
+(package keys) and then works one row of idempotency_keys through a store.Store.
 Ownership of a row is decided only by two kinds of statement, never by what a
 read saw:
 
@@ -89,11 +89,11 @@ by itself; only the lease timer does.
 Decide by the row, never by the error. Every write runs
 detached from the caller's cancellation, bounded by StoreTimeout.
 
-  - Store down before the operation: Do returns a StoreError
+  - store.Store down before the operation: Do returns a StoreError
     (errors.Is ErrStoreUnavailable) and the operation does not run. Fail closed.
   - A claim INSERT or a retry/takeover UPDATE whose outcome is unknown (a
     dropped connection after sending, a timeout, error 1213 or 1205, which
-    the store reports as ErrOutcomeUnknown): the row is re-read, with
+    the store reports as store.ErrOutcomeUnknown): the row is re-read, with
     jittered pauses, for up to StoreTimeout. Our nonce → we own it; another
     nonce → we lost, and the row answers; no row → claim again. Such a
     write may still land later (an INSERT waiting on a row lock goes on
@@ -101,7 +101,7 @@ detached from the caller's cancellation, bounded by StoreTimeout.
     confirmed: any later read that shows one of them is our claim. If the
     call ends without owning the row (the row cannot be read, the caller
     hung up, another answer), a background task gives each unconfirmed
-    claim back (Store.Release) if it turns up, for as long as the Guard
+    claim back (store.Store.Release) if it turns up, for as long as the Guard
     lives.
   - A claim write the store refused outright (an error that is neither
     ErrOutcomeUnknown nor a timeout or broken connection: no such table or
@@ -144,7 +144,7 @@ detached from the caller's cancellation, bounded by StoreTimeout.
 Start claims exactly like Do; the call that owns the claim hands the
 operation to a goroutine (runInBackground) and answers Accepted, so the
 claim, lease, heartbeat and commit rules are the same code. The heartbeat of
-every owner is Store.Renew:
+every owner is store.Store.Renew:
 
 	UPDATE ... SET heartbeat_at = now (forced forward),
 	               expires_at = GREATEST(expires_at, now + TTL + lease)
@@ -152,7 +152,7 @@ every owner is Store.Renew:
 
 which also reports whether cancel_requested_at is set (in the OK packet, one
 round trip). A running key therefore never expires under its owner, and a
-cancel recorded by any process (Store.RequestCancel, guarded by the
+cancel recorded by any process (store.Store.RequestCancel, guarded by the
 execution's id and nonce) reaches the owner within one heartbeat: it
 cancels the operation with cause ErrCanceled, which is stored as failed /
 canceled with the attempt given back (attempt_count - 1), so the same call
@@ -185,9 +185,9 @@ records its secret's id (secret_id; NULL for the unnamed secret). The rules:
     its own) reads, before the operation starts, the request's rows under
     every other configured secret: one SELECT by the unique key with all
     the other hashes in one IN list. A row there that is not reclaimable
-    (Record.Reclaimable: not expired, or a started row within its lease)
+    (store.Record.Reclaimable: not expired, or a started row within its lease)
     "counts". If none counts, the call runs. If one counts, the call gives
-    its claim back (Store.Release: the row is deleted or restored, nothing
+    its claim back (store.Store.Release: the row is deleted or restored, nothing
     ran) and goes on with that row, exactly as with a row of its own: replay
     if succeeded, in progress (or wait) if started, ErrFingerprintMismatch
     judged with that secret's fingerprint, retry or takeover by that row's

@@ -3,9 +3,11 @@ package idemguard
 import (
 	"context"
 	"errors"
-	"fmt"
 	"sync"
 	"sync/atomic"
+
+	"github.com/idemguard/idemguard/internal/testhooks"
+	"github.com/idemguard/idemguard/store"
 )
 
 // Read-first replay
@@ -25,7 +27,7 @@ import (
 // which claims with the INSERT or a guarded UPDATE and reads the row again
 // for itself: what the first read saw may have changed since.
 //
-// When to read first is Config.Test.ReadFirst. The default, ReadFirstAdaptive,
+// When to read first is a test knob (idemguardtest.SetReadFirst). The default, testhooks.ReadFirstAdaptive,
 // keeps per scope an exponentially weighted share of recent store calls that
 // found a replayable row ("the claim INSERT would hit 1062 and replay") and
 // reads first while that share is at least readFirstThreshold. Fresh keys
@@ -33,32 +35,6 @@ import (
 // (share near 1) get SELECT-speed replays. Every call updates the share,
 // whichever path it took, so a scope whose mix changes switches within a
 // few dozen calls. docs/BENCHMARKS.md has the measurements behind the choice.
-
-// ReadFirst says when a Guard reads a row before its claim INSERT.
-type ReadFirst string
-
-const (
-	// ReadFirstAdaptive reads first in a scope while at least half of its
-	// recent store calls found a replayable row. The default.
-	ReadFirstAdaptive ReadFirst = "adaptive"
-	// ReadFirstAlways reads before every claim.
-	ReadFirstAlways ReadFirst = "always"
-	// ReadFirstClientKey reads first when the call carries a client key (a
-	// client retrying with its key is the common replay).
-	ReadFirstClientKey ReadFirst = "client_key"
-	// ReadFirstNever always claims first (one round trip for a fresh key,
-	// two for a replay the cache does not hold).
-	ReadFirstNever ReadFirst = "never"
-)
-
-func (r ReadFirst) validate() error {
-	switch r {
-	case "", ReadFirstAdaptive, ReadFirstAlways, ReadFirstClientKey, ReadFirstNever:
-		return nil
-	}
-	return fmt.Errorf("idemguard: Config.Test.ReadFirst must be %q, %q, %q or %q, got %q",
-		ReadFirstAdaptive, ReadFirstAlways, ReadFirstClientKey, ReadFirstNever, r)
-}
 
 // Adaptive read-first tuning. The share is kept as a fixed-point fraction of
 // rateOne; each call moves it 1/rateWeight of the way toward 0 (no replayable
@@ -122,19 +98,19 @@ func (r *hitRate) high() bool { return r.v.Load() >= readFirstThreshold }
 func (g *Guard) readFirstOrExecute(ctx context.Context, p prepared, op Operation) (Result, error) {
 	var rate *hitRate
 	read := false
-	switch g.cfg.Test.ReadFirst {
-	case ReadFirstAlways:
+	switch g.cfg.test.ReadFirst {
+	case testhooks.ReadFirstAlways:
 		read = true
-	case ReadFirstClientKey:
+	case testhooks.ReadFirstClientKey:
 		read = p.hasKey
-	case ReadFirstNever:
-	default: // ReadFirstAdaptive
+	case testhooks.ReadFirstNever:
+	default: // testhooks.ReadFirstAdaptive
 		rate = g.readFirst.of(p.scope)
 		read = rate.high()
 	}
 	if read {
 		readAt := g.now() // the cache entry's lifetime counts from before the read
-		rp, rec, err := p, Record{}, error(nil)
+		rp, rec, err := p, store.Record{}, error(nil)
 		if len(p.versions) > 0 { // previous secrets: one read under every one (secrets.go)
 			rp, rec, err = g.readFirstAny(ctx, p)
 		} else {
@@ -168,6 +144,6 @@ func (g *Guard) readFirstOrExecute(ctx context.Context, p prepared, op Operation
 // replayable reports whether a row read before claiming may answer the call
 // as a replay: succeeded (final until it expires), not expired on the
 // store's clock, and made from the same inputs.
-func replayable(rec Record, p prepared) bool {
-	return rec.Status == RowSucceeded && !rec.Expired() && rec.Fingerprint == p.fingerprint
+func replayable(rec store.Record, p prepared) bool {
+	return rec.Status == store.RowSucceeded && !rec.Expired() && rec.Fingerprint == p.fingerprint
 }

@@ -13,33 +13,36 @@ import (
 
 	"github.com/idemguard/idemguard"
 
+	"github.com/idemguard/idemguard/idemguardtest"
 	"github.com/idemguard/idemguard/internal/mysqlstore"
 	"github.com/idemguard/idemguard/internal/testdb"
+	"github.com/idemguard/idemguard/store"
+	"github.com/idemguard/idemguard/store/memstore"
 )
 
 // spyStore counts Claim and Get calls and can run a hook right after a Get
 // returns (between the read-first SELECT and the claim INSERT).
 type spyStore struct {
-	idemguard.Store
+	store.Store
 	claims, gets atomic.Int32
 	mu           sync.Mutex
 	afterGet     func() // runs once, after the next Get
 	getErr       error  // when set, Get fails with it
 }
 
-func (s *spyStore) Claim(ctx context.Context, p idemguard.ClaimParams) (uint64, error) {
+func (s *spyStore) Claim(ctx context.Context, p store.ClaimParams) (uint64, error) {
 	s.claims.Add(1)
 	return s.Store.Claim(ctx, p)
 }
 
-func (s *spyStore) Get(ctx context.Context, tenant, scope, keyHash string) (idemguard.Record, error) {
+func (s *spyStore) Get(ctx context.Context, tenant, scope, keyHash string) (store.Record, error) {
 	s.gets.Add(1)
 	s.mu.Lock()
 	hook, getErr := s.afterGet, s.getErr
 	s.afterGet = nil
 	s.mu.Unlock()
 	if getErr != nil {
-		return idemguard.Record{}, getErr
+		return store.Record{}, getErr
 	}
 	rec, err := s.Store.Get(ctx, tenant, scope, keyHash)
 	if hook != nil {
@@ -66,32 +69,35 @@ type readFirstBundle struct {
 
 // setupReadFirst gives two guards (cache off) on one in-memory store with a
 // fake clock; setupReadFirstOn takes the store (and the clock of the guards).
-func setupReadFirst(t *testing.T, policy idemguard.ReadFirst) *readFirstBundle {
+func setupReadFirst(t *testing.T, policy idemguardtest.ReadFirst) *readFirstBundle {
 	t.Helper()
 	clock := &fakeClock{now: time.Date(2026, 11, 20, 3, 0, 0, 0, time.UTC)}
-	return setupReadFirstOn(t, policy, idemguard.NewMemoryStore(idemguard.MemoryClock(clock.Now)), clock)
+	return setupReadFirstOn(t, policy, memstore.New(memstore.WithClock(clock.Now)), clock)
 }
 
-func setupReadFirstOn(t *testing.T, policy idemguard.ReadFirst, store idemguard.Store, clock *fakeClock) *readFirstBundle {
+func setupReadFirstOn(t *testing.T, policy idemguardtest.ReadFirst, st store.Store, clock *fakeClock) *readFirstBundle {
 	t.Helper()
-	spy := &spyStore{Store: store}
+	spy := &spyStore{Store: st}
 	var now func() time.Time
 	if clock != nil {
 		now = clock.Now
 	}
-	newGuard := func(s idemguard.Store) *idemguard.Guard {
-		g, err := idemguard.New(idemguard.Config{Store: s, Secret: secret, ReplayCacheSize: -1, Test: idemguard.TestConfig{Now: now, ReadFirst: policy}})
+	newGuard := func(s store.Store) *idemguard.Guard {
+		cfg := idemguard.Config{Store: s, Secret: secret, ReplayCacheSize: -1}
+		idemguardtest.SetClock(&cfg, now)
+		idemguardtest.SetReadFirst(&cfg, policy)
+		g, err := idemguard.New(cfg)
 		require.NoError(t, err)
 		t.Cleanup(func() { require.NoError(t, g.Close(context.Background())) })
 		return g
 	}
-	return &readFirstBundle{spy: spy, guard: newGuard(spy), other: newGuard(store), clock: clock}
+	return &readFirstBundle{spy: spy, guard: newGuard(spy), other: newGuard(st), clock: clock}
 }
 
 // onStores runs a read-first case on the in-memory store and on MariaDB
 // (committed rows, separate connections; skipped only without a server
 // outside CI, see testdb).
-func onStores(t *testing.T, policy idemguard.ReadFirst, run func(t *testing.T, b *readFirstBundle)) {
+func onStores(t *testing.T, policy idemguardtest.ReadFirst, run func(t *testing.T, b *readFirstBundle)) {
 	t.Helper()
 	t.Run("memstore", func(t *testing.T) {
 		t.Parallel()
@@ -111,12 +117,12 @@ func keyCall(key string, inputs any) idemguard.Call {
 func TestReadFirstReplayIsOneRead(t *testing.T) {
 	t.Parallel()
 	for _, tc := range []struct {
-		policy              idemguard.ReadFirst
+		policy              idemguardtest.ReadFirst
 		wantGets, wantClaim int32
 	}{
-		{idemguard.ReadFirstAlways, 1, 0},
-		{idemguard.ReadFirstClientKey, 1, 0},
-		{idemguard.ReadFirstNever, 1, 1}, // the INSERT hits 1062, then the read
+		{idemguardtest.ReadFirstAlways, 1, 0},
+		{idemguardtest.ReadFirstClientKey, 1, 0},
+		{idemguardtest.ReadFirstNever, 1, 1}, // the INSERT hits 1062, then the read
 	} {
 		t.Run(string(tc.policy), func(t *testing.T) {
 			t.Parallel()
@@ -147,7 +153,7 @@ func testReplayIsOneRead(t *testing.T, b *readFirstBundle, wantGets, wantClaim i
 // this call's INSERT. The INSERT decides: this call replays and never runs.
 func TestReadFirstAbsentRowDoesNotGrantOwnership(t *testing.T) {
 	t.Parallel()
-	onStores(t, idemguard.ReadFirstAlways, testAbsentRowDoesNotGrantOwnership)
+	onStores(t, idemguardtest.ReadFirstAlways, testAbsentRowDoesNotGrantOwnership)
 }
 
 func testAbsentRowDoesNotGrantOwnership(t *testing.T, b *readFirstBundle) {
@@ -167,7 +173,7 @@ func testAbsentRowDoesNotGrantOwnership(t *testing.T, b *readFirstBundle) {
 // claim path reads again for itself and replays the result.
 func TestReadFirstStartedRowFallsThroughToTheClaim(t *testing.T) {
 	t.Parallel()
-	onStores(t, idemguard.ReadFirstAlways, testStartedRowFallsThroughToTheClaim)
+	onStores(t, idemguardtest.ReadFirstAlways, testStartedRowFallsThroughToTheClaim)
 }
 
 func testStartedRowFallsThroughToTheClaim(t *testing.T, b *readFirstBundle) {
@@ -196,7 +202,7 @@ func testStartedRowFallsThroughToTheClaim(t *testing.T, b *readFirstBundle) {
 // with a guarded UPDATE and runs the operation again.
 func TestReadFirstExpiredRowIsNotReplayed(t *testing.T) {
 	t.Parallel()
-	b := setupReadFirst(t, idemguard.ReadFirstAlways)
+	b := setupReadFirst(t, idemguardtest.ReadFirstAlways)
 	var runs atomic.Int32
 	c := keyCall("k1", 1)
 	c.Settings.TTL = time.Minute
@@ -213,7 +219,7 @@ func TestReadFirstExpiredRowIsNotReplayed(t *testing.T) {
 // the first inputs' answer.
 func TestReadFirstOtherFingerprintIsAMismatch(t *testing.T) {
 	t.Parallel()
-	onStores(t, idemguard.ReadFirstAlways, testOtherFingerprintIsAMismatch)
+	onStores(t, idemguardtest.ReadFirstAlways, testOtherFingerprintIsAMismatch)
 }
 
 func testOtherFingerprintIsAMismatch(t *testing.T, b *readFirstBundle) {
@@ -230,7 +236,7 @@ func testOtherFingerprintIsAMismatch(t *testing.T, b *readFirstBundle) {
 // finds it running and does not run the operation.
 func TestReadFirstFailedRowRetriedByAnotherReplica(t *testing.T) {
 	t.Parallel()
-	onStores(t, idemguard.ReadFirstAlways, testFailedRowRetriedByAnotherReplica)
+	onStores(t, idemguardtest.ReadFirstAlways, testFailedRowRetriedByAnotherReplica)
 }
 
 func testFailedRowRetriedByAnotherReplica(t *testing.T, b *readFirstBundle) {
@@ -264,7 +270,7 @@ func testFailedRowRetriedByAnotherReplica(t *testing.T, b *readFirstBundle) {
 
 func TestReadFirstStoreDownFailsClosed(t *testing.T) {
 	t.Parallel()
-	b := setupReadFirst(t, idemguard.ReadFirstAlways)
+	b := setupReadFirst(t, idemguardtest.ReadFirstAlways)
 	b.spy.getErr = errors.New("connection refused")
 	var runs atomic.Int32
 	_, err := b.guard.Do(context.Background(), keyCall("k1", 1), okOp(&runs))
@@ -277,7 +283,7 @@ func TestReadFirstStoreDownFailsClosed(t *testing.T) {
 // switches to reading first; when the mix turns fresh again it switches back.
 func TestReadFirstAdaptiveFollowsTheMix(t *testing.T) {
 	t.Parallel()
-	b := setupReadFirst(t, idemguard.ReadFirstAdaptive)
+	b := setupReadFirst(t, idemguardtest.ReadFirstAdaptive)
 	ctx := context.Background()
 	var runs atomic.Int32
 	for i := range 50 {
@@ -317,6 +323,8 @@ func TestReadFirstAdaptiveFollowsTheMix(t *testing.T) {
 
 func TestReadFirstConfigValidation(t *testing.T) {
 	t.Parallel()
-	_, err := idemguard.New(idemguard.Config{Store: idemguard.NewMemoryStore(), Secret: secret, Test: idemguard.TestConfig{ReadFirst: "sometimes"}})
-	require.ErrorContains(t, err, "ReadFirst")
+	cfg := idemguard.Config{Store: memstore.New(), Secret: secret}
+	idemguardtest.SetReadFirst(&cfg, "sometimes")
+	_, err := idemguard.New(cfg)
+	require.ErrorContains(t, err, "read-first")
 }

@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"time"
+
+	"github.com/idemguard/idemguard/store"
 )
 
 // releaseLaterFor is how long, at least, a Guard keeps trying to give back
@@ -18,8 +20,8 @@ const releaseLaterFor = time.Minute
 func (g *Guard) release(p prepared, o owned) {
 	ctx, cancel := g.storeCtx(context.Background())
 	defer cancel()
-	audit := g.after(o.audit, AuditReleased)
-	won, err := g.store.Release(ctx, ReleaseParams{ID: o.id, Nonce: o.nonce, Prev: o.prev, Audit: g.stored(audit)})
+	audit := g.after(o.audit, store.AuditReleased)
+	won, err := g.store.Release(ctx, store.ReleaseParams{ID: o.id, Nonce: o.nonce, Prev: o.prev, Audit: g.stored(audit)})
 	if err != nil {
 		g.releaseLater(p, []pendingClaim{{nonce: o.nonce, prev: o.prev, sent: o.leaseFrom, landed: true, audit: o.audit}})
 		return
@@ -81,9 +83,9 @@ func (g *Guard) releaseIfMine(p prepared, us []pendingClaim) []pendingClaim {
 	left := us[:0]
 	for _, u := range us {
 		switch {
-		case found && rec.Status == RowStarted && rec.ClaimNonce == u.nonce:
-			audit := g.after(u.audit, AuditReleased)
-			won, err := g.store.Release(ctx, ReleaseParams{ID: rec.ID, Nonce: u.nonce, Prev: u.prev, Audit: g.stored(audit)})
+		case found && rec.Status == store.RowStarted && rec.ClaimNonce == u.nonce:
+			audit := g.after(u.audit, store.AuditReleased)
+			won, err := g.store.Release(ctx, store.ReleaseParams{ID: rec.ID, Nonce: u.nonce, Prev: u.prev, Audit: g.stored(audit)})
 			if err != nil {
 				left = append(left, u)
 				continue
@@ -108,9 +110,9 @@ func (g *Guard) releaseIfMine(p prepared, us []pendingClaim) []pendingClaim {
 // nonce the row no longer holds is not settled by that: a Release puts a
 // row's previous nonce and attempt count back, and with them the very
 // state the pending UPDATE is guarded by.
-func (u pendingClaim) settledFor(rec Record, found bool) bool {
+func (u pendingClaim) settledFor(rec store.Record, found bool) bool {
 	if found && rec.ClaimNonce == u.nonce {
-		return rec.Status != RowStarted
+		return rec.Status != store.RowStarted
 	}
 	return u.landed || time.Since(u.sent) >= landWindow
 }

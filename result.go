@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/idemguard/idemguard/sanitize"
+	"github.com/idemguard/idemguard/store"
 )
 
 // Status is the outcome of Do.
@@ -45,8 +46,8 @@ type Result struct {
 	FirstSeen time.Time
 	// CompletedAt is when the stored answer was written (zero if not stored).
 	CompletedAt time.Time
-	// KeyHash names the key (with the tenant and scope); Guard.LookupHash
-	// takes it.
+	// KeyHash names the key (with the tenant and scope); Guard.KeyOfHash
+	// makes the Key that Lookup, Watch, Cancel and History take from it.
 	KeyHash string
 	// Err is the operation's own error when it ran in this call and failed
 	// (an *OpError, a *PanicError, ...). It is never stored.
@@ -68,22 +69,10 @@ type Result struct {
 	Accepted bool
 }
 
-// KeyStatus is the state of a stored key.
-type KeyStatus string
-
-const (
-	// KeyStarted: an execution holds the key (or held it and went silent).
-	KeyStarted KeyStatus = "started"
-	// KeySucceeded: the answer is stored and replayed.
-	KeySucceeded KeyStatus = "succeeded"
-	// KeyFailed: the last execution failed.
-	KeyFailed KeyStatus = "failed"
-)
-
 // KeyInfo is what Lookup tells about a key. Times are the store's clock.
 type KeyInfo struct {
 	KeyHash     string
-	Status      KeyStatus
+	Status      store.RowStatus
 	Attempts    int
 	CreatedAt   time.Time
 	StartedAt   time.Time

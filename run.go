@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/idemguard/idemguard/sanitize"
+	"github.com/idemguard/idemguard/store"
 )
 
 // owned is a claim this call holds.
@@ -26,9 +27,9 @@ type owned struct {
 	leaseFrom time.Time
 	// prev is the row before a Reclaim took it (nil after a Claim or an
 	// expired re-claim), for Release.
-	prev *Record
+	prev *store.Record
 	// audit is the durable event of the claim (nil: auditing off).
-	audit *AuditEvent
+	audit *store.AuditEvent
 }
 
 // own starts the operation on a claim this call took, unless nothing may
@@ -97,7 +98,7 @@ func (g *Guard) runOwned(ctx context.Context, p prepared, op Operation, o owned)
 
 	out := g.outcomeOf(p, o, runCtx, value, opErr)
 	g.emit(Event{Kind: EventOperation, Tenant: p.tenant, Scope: p.scope, Duration: elapsed, StopReason: out.env.StopReason,
-		Failed: out.status == RowFailed, Usage: out.usage})
+		Failed: out.status == store.RowFailed, Usage: out.usage})
 	res, stored := g.encodeOutcome(p, o, &out)
 	if hb.takenOver() {
 		// Another caller owns the row now; writing would overwrite its state.
@@ -119,7 +120,7 @@ type outcome struct {
 	dropped  []string
 	usage    Usage
 	code     int
-	status   RowStatus
+	status   store.RowStatus
 	// opErr is the operation's own error (Result.Err); invalid is a
 	// programming error of the operation, never an upstream failure: a
 	// result that is not a JSON object, or an error the operation itself
@@ -129,7 +130,7 @@ type outcome struct {
 
 // outcomeOf sanitizes the operation's value, or classifies its error.
 func (g *Guard) outcomeOf(p prepared, o owned, runCtx context.Context, value any, opErr error) outcome {
-	out := outcome{status: RowSucceeded}
+	out := outcome{status: store.RowSucceeded}
 	switch {
 	case opErr == nil:
 		report := func(name string) { out.dropped = append(out.dropped, name) }
@@ -149,12 +150,12 @@ func (g *Guard) outcomeOf(p prepared, o owned, runCtx context.Context, value any
 	}
 	switch {
 	case out.invalid != nil:
-		out = outcome{status: RowFailed, opErr: out.invalid, invalid: out.invalid,
+		out = outcome{status: store.RowFailed, opErr: out.invalid, invalid: out.invalid,
 			env: sanitize.Failure(sanitize.Unknown), code: http.StatusInternalServerError}
 		g.log.Error("guard: the operation's result is invalid (a programming error, not an upstream failure); stored as failed with stop reason unknown",
 			g.attrs(p, slog.Int("attempt", o.attempt), slog.String("value_type", fmt.Sprintf("%T", value)), slog.Any("err", out.invalid))...)
 	case opErr != nil:
-		out.status, out.opErr = RowFailed, opErr
+		out.status, out.opErr = store.RowFailed, opErr
 		reason := g.classify(p, runCtx, opErr)
 		out.env, out.code = sanitize.Failure(reason), http.StatusBadGateway
 		if reason == sanitize.InvalidInput {
@@ -177,7 +178,7 @@ func (g *Guard) encodeOutcome(p prepared, o owned, out *outcome) (Result, []byte
 		if err != nil {
 			// Unreachable for a sanitized envelope; store a bare failure rather than nothing.
 			g.log.Error("guard: encoding the envelope failed", g.attrs(p, slog.Any("err", err))...)
-			out.env, out.code, out.status = sanitize.Failure(sanitize.Unknown), http.StatusBadGateway, RowFailed
+			out.env, out.code, out.status = sanitize.Failure(sanitize.Unknown), http.StatusBadGateway, store.RowFailed
 			body, _ = sanitize.Marshal(out.env)
 		}
 		if dropped {
@@ -190,7 +191,7 @@ func (g *Guard) encodeOutcome(p prepared, o owned, out *outcome) (Result, []byte
 	res := Result{Status: StatusSucceeded, Envelope: out.env, Body: body, StatusCode: out.code,
 		StopReason: cmp.Or(out.env.StopReason, sanitize.Completed), Attempt: o.attempt, FirstSeen: o.firstSeen,
 		KeyHash: p.keyHash, Err: out.opErr, Header: out.header, DroppedFields: out.dropped, Usage: out.usage}
-	if out.status == RowFailed {
+	if out.status == store.RowFailed {
 		res.Status = StatusFailed
 	}
 	stored, err := encodeStored(body, out.document != nil, out.header, out.dropped, out.usage)

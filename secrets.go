@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/idemguard/idemguard/internal/keys"
+	"github.com/idemguard/idemguard/store"
 	"github.com/idemguard/idemguard/tenancy"
 )
 
@@ -22,9 +23,6 @@ import (
 // from both running is in the package's protocol documentation (protocol.go,
 // "Secret Rotation"); this file holds all of it that the claim path needs.
 
-// MaxSecretIDLen is the longest secret id (Config.SecretID, SecretVersion.ID).
-const MaxSecretIDLen = 32
-
 // SecretVersion is a secret the Guard no longer claims under but still
 // recognises: a row made under it is found, replayed, retried or taken over
 // like a row made under Config.Secret.
@@ -36,30 +34,15 @@ type SecretVersion struct {
 	Secret []byte
 }
 
-// ValidateSecretID reports whether id may name a secret: empty (the unnamed
-// secret), or 1 to MaxSecretIDLen characters of [A-Za-z0-9._-].
-func ValidateSecretID(id string) error {
-	if len(id) > MaxSecretIDLen {
-		return fmt.Errorf("secret id %q is longer than %d characters", id, MaxSecretIDLen)
-	}
-	for i := 0; i < len(id); i++ {
-		c := id[i]
-		if !('a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || c == '.' || c == '_' || c == '-') {
-			return fmt.Errorf("secret id %q holds a character outside [A-Za-z0-9._-]", id)
-		}
-	}
-	return nil
-}
-
 // validateSecrets checks the current and previous secrets: each long
 // enough, every id well formed and used once, no secret configured twice.
 // Messages name the setting, never a secret's value.
 func (c Config) validateSecrets() error {
-	if err := ValidateSecretID(c.SecretID); err != nil {
+	if err := keys.ValidateSecretID(c.SecretID); err != nil {
 		return fmt.Errorf("idemguard: Config.SecretID: %w", err)
 	}
 	for i, v := range c.PreviousSecrets {
-		if err := ValidateSecretID(v.ID); err != nil {
+		if err := keys.ValidateSecretID(v.ID); err != nil {
 			return fmt.Errorf("idemguard: Config.PreviousSecrets[%d]: %w", i, err)
 		}
 		if len(v.Secret) < keys.MinSecretBytes {
@@ -196,7 +179,7 @@ func (l *claimLoop) crossCheck(o owned) error {
 		if !found {
 			return nil
 		}
-		if other.Status == RowStarted && p.keyHash < other.KeyHash && time.Now().Before(deadline) && g.lifetime.Err() == nil {
+		if other.Status == store.RowStarted && p.keyHash < other.KeyHash && time.Now().Before(deadline) && g.lifetime.Err() == nil {
 			// Favoured, and the other claim may be about to yield to this
 			// one: read again shortly.
 			sleepCtx(g.lifetime, min(jitter(poll), time.Until(deadline)))
@@ -217,8 +200,8 @@ func (l *claimLoop) crossCheck(o owned) error {
 // liveRow returns a row of rows that is not reclaimable (a row made under
 // another secret that counts for the request), if there is one; the oldest
 // by id if there are several.
-func liveRow(rows []Record, staleAfter time.Duration) (Record, bool) {
-	var live Record
+func liveRow(rows []store.Record, staleAfter time.Duration) (store.Record, bool) {
+	var live store.Record
 	found := false
 	for _, r := range rows {
 		if !r.Reclaimable(staleAfter) && (!found || r.ID < live.ID) {
@@ -261,7 +244,7 @@ func (l *claimLoop) backToCurrent() bool {
 // configured: the request's rows under every configured secret, in one
 // read, and a replayable one with p on its secret, if there is one (else
 // ErrNotFound: the claim path decides, as after any read first).
-func (g *Guard) readFirstAny(ctx context.Context, p prepared) (prepared, Record, error) {
+func (g *Guard) readFirstAny(ctx context.Context, p prepared) (prepared, store.Record, error) {
 	hashes := make([]string, len(p.versions))
 	for i, v := range p.versions {
 		hashes[i] = v.keyHash
@@ -270,20 +253,20 @@ func (g *Guard) readFirstAny(ctx context.Context, p prepared) (prepared, Record,
 	defer cancel()
 	rows, err := g.store.GetMany(sctx, p.tenant, p.scope, hashes)
 	if err != nil {
-		return p, Record{}, err
+		return p, store.Record{}, err
 	}
 	for _, r := range rows {
 		if v, ok := p.version(r.KeyHash); ok && replayable(r, p.on(v)) {
 			return p.on(v), r, nil
 		}
 	}
-	return p, Record{}, ErrNotFound
+	return p, store.Record{}, ErrNotFound
 }
 
 // lookupHashAny is Lookup's key hash when previous secrets are configured:
 // the hash of the key's row under any configured secret, found in one read;
 // a live row first, the current secret's before others. Without a row it is
-// current, for LookupHash to report ErrNotFound.
+// current, for Lookup to report ErrNotFound.
 func (g *Guard) lookupHashAny(ctx context.Context, tenant tenancy.ID, scope, clientKey, current string) (string, error) {
 	hashes := []string{current}
 	for _, s := range g.previous {

@@ -15,6 +15,7 @@ import (
 
 	"github.com/idemguard/idemguard/internal/live"
 	"github.com/idemguard/idemguard/sanitize"
+	"github.com/idemguard/idemguard/store"
 )
 
 // Streams
@@ -49,12 +50,6 @@ const (
 	// following) one running key.
 	DefaultMaxWaiters = 100
 )
-
-// ErrTooManyWaiters is returned by Do and DoStream when a call would wait for
-// a running duplicate but Config.MaxWaiters calls of this process already
-// wait for that key (or 1000 for its tenant). The call is
-// refused at once, never queued; it may retry later.
-var ErrTooManyWaiters = errors.New("idemguard: too many callers wait for this key")
 
 // StreamEvent is one server-sent event of a streamed operation. The
 // operation builds it from the fields it chose to keep, never from an
@@ -261,8 +256,8 @@ func (s *streamCall) emit(e StreamEvent) {
 // storedEvents is what the commit stores as response_events: the sequence
 // of a succeeded stream, empty when it was over the limit (reported here,
 // once), nil for a failure or a call that did not stream.
-func (s *streamCall) storedEvents(status RowStatus) []byte {
-	if s == nil || status != RowSucceeded {
+func (s *streamCall) storedEvents(status store.RowStatus) []byte {
+	if s == nil || status != store.RowSucceeded {
 		return nil
 	}
 	s.mu.Lock()
@@ -301,7 +296,7 @@ func (e *streamEnded) Error() string { return "stream ended: " + string(e.reason
 
 // streamSucceeded replays a succeeded row as events: the stored sequence,
 // or the envelope rendered by StreamOperation.Replay.
-func (l *claimLoop) streamSucceeded(rec Record) (Result, error) {
+func (l *claimLoop) streamSucceeded(rec store.Record) (Result, error) {
 	s := l.p.stream
 	res, err := l.g.replay(l.ctx, l.p, rec, l.readAt)
 	if err != nil {
@@ -325,7 +320,7 @@ func (l *claimLoop) streamSucceeded(rec Record) (Result, error) {
 // from its first event. done is false when there is none to follow here
 // (the owner runs elsewhere, or this call followed one already): the call
 // then waits for the row like any other.
-func (l *claimLoop) streamRunning(rec Record) (res Result, err error, done bool) {
+func (l *claimLoop) streamRunning(rec store.Record) (res Result, err error, done bool) {
 	s := l.p.stream
 	if s.follow {
 		return Result{}, nil, false
@@ -340,7 +335,7 @@ func (l *claimLoop) streamRunning(rec Record) (res Result, err error, done bool)
 	defer cur.Close()
 	s.follow, s.attempt = true, rec.Attempts
 	s.begin(StreamStart{Origin: StreamAttached, KeyHash: l.p.keyHash})
-	l.g.noteInProgress(l.p, rec, InProgressAttached)
+	l.g.noteInProgress(l.p, rec, store.InProgressAttached)
 	for {
 		e, err := cur.Next(l.ctx)
 		if err == nil {
@@ -377,15 +372,15 @@ func (l *claimLoop) streamRunning(rec Record) (res Result, err error, done bool)
 // attempt completes it. Its caller has part of a stream, so this call never
 // claims the key itself: any other state (a failure, another attempt, an
 // expired row) ends the stream as failed.
-func (l *claimLoop) streamBegun(rec Record) (Result, error) {
+func (l *claimLoop) streamBegun(rec store.Record) (Result, error) {
 	s := l.p.stream
 	sameRun := rec.Attempts == s.attempt && rec.Fingerprint == l.p.fingerprint && !rec.Expired()
 	switch {
-	case sameRun && rec.Status == RowSucceeded:
+	case sameRun && rec.Status == store.RowSucceeded:
 		return l.streamSucceeded(rec)
-	case sameRun && rec.Status == RowStarted && !rec.Stale(l.p.settings.StaleAfter):
+	case sameRun && rec.Status == store.RowStarted && !rec.Stale(l.p.settings.StaleAfter):
 		return l.running(rec)
-	case sameRun && rec.Status == RowFailed:
+	case sameRun && rec.Status == store.RowFailed:
 		if st, err := decodeStored(rec); err == nil {
 			res := l.g.storedFailure(l.p, rec, st.env)
 			l.g.noteReplay(l.p, res, rec.Now)
@@ -447,7 +442,7 @@ func parseWire(b []byte) ([]StreamEvent, error) {
 }
 
 // streamEventsState is KeyInfo.StreamEvents of a completed row.
-func streamEventsState(rec Record) string {
+func streamEventsState(rec store.Record) string {
 	switch {
 	case rec.Events == nil:
 		return ""

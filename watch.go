@@ -11,16 +11,15 @@ import (
 	"strings"
 	"time"
 
-	"github.com/idemguard/idemguard/internal/keys"
 	"github.com/idemguard/idemguard/internal/live"
 	"github.com/idemguard/idemguard/sanitize"
+	"github.com/idemguard/idemguard/store"
 	"github.com/idemguard/idemguard/tenancy"
 )
 
-// ErrTooManyWatchers is returned by Guard.Watch when the key, or its
-// tenant, already has as many watchers in this process as
-// Config.MaxWatchersPerKey (MaxWatchersPerTenant) allow.
-var ErrTooManyWatchers = errors.New("idemguard: too many watchers of this key or tenant")
+// EventID identifies a KeyEvent of one key; Watch resumes after it. It is
+// its own type so that it cannot be passed where a key is expected.
+type EventID string
 
 // KeyEventKind names a transition of a key.
 type KeyEventKind string
@@ -69,7 +68,7 @@ func (k KeyEventKind) rank() int {
 type KeyEvent struct {
 	// ID is "<attempt>.<kind>.<unix-micros>": the same transition has the
 	// same ID whichever process reports it, and Watch resumes after it.
-	ID      string
+	ID      EventID
 	Kind    KeyEventKind
 	Attempt int
 	// At is when the transition happened, on the store's clock (for
@@ -135,7 +134,7 @@ type Watcher struct {
 	poll    backoff
 }
 
-// Watch follows a key (by its hash) of tenant's scope: Next reports each
+// Watch follows key: Next reports each
 // transition in order — started (with the attempt), alive (each heartbeat),
 // cancel_requested, stale — and finally succeeded, failed or canceled with
 // the stored answer, then io.EOF. The store is the authority, so a Watch in
@@ -150,15 +149,12 @@ type Watcher struct {
 // It returns ErrNotFound for an absent or expired key (or another
 // tenant's), ErrTooManyWatchers over the bounds of this process, and a
 // *StoreError when the store cannot be read.
-func (g *Guard) Watch(ctx context.Context, tenant tenancy.ID, scope, keyHash, after string) (*Watcher, error) {
-	if _, err := tenancy.ParseID(string(tenant)); err != nil {
-		return nil, fmt.Errorf("%w: %w", ErrInvalidInput, err)
+func (g *Guard) Watch(ctx context.Context, key Key, after EventID) (*Watcher, error) {
+	if err := key.check(); err != nil {
+		return nil, err
 	}
-	if err := keys.ValidateScope(scope); err != nil {
-		return nil, fmt.Errorf("%w: %w", ErrInvalidInput, err)
-	}
-	w := &Watcher{g: g, k: keyOfHash(tenant, scope, keyHash), fallback: cmp.Or(g.cfg.Defaults.StaleAfter, DefaultStaleAfter)}
-	w.last, w.hasLast = parseEventID(after)
+	w := &Watcher{g: g, k: keyOfHash(key.tenant, key.scope, key.hash), fallback: cmp.Or(g.cfg.Defaults.StaleAfter, DefaultStaleAfter)}
+	w.last, w.hasLast = parseEventID(string(after))
 	rec, err := w.read(ctx)
 	if err != nil {
 		return nil, err
@@ -185,24 +181,24 @@ func keyOfHash(tenant tenancy.ID, scope, keyHash string) live.Key {
 }
 
 // read reads the key's row; an expired one is absent.
-func (w *Watcher) read(ctx context.Context) (Record, error) {
+func (w *Watcher) read(ctx context.Context) (store.Record, error) {
 	sctx, cancel := w.g.storeCtx(ctx)
 	defer cancel()
 	rec, err := w.g.store.Get(sctx, w.k.Tenant, w.k.Scope, w.k.KeyHash)
 	switch {
 	case errors.Is(err, ErrNotFound):
-		return Record{}, ErrNotFound
+		return store.Record{}, ErrNotFound
 	case err != nil:
-		return Record{}, &StoreError{Op: "watch", Err: err}
+		return store.Record{}, &StoreError{Op: "watch", Err: err}
 	case rec.Reclaimable(w.fallback):
-		return Record{}, ErrNotFound
+		return store.Record{}, ErrNotFound
 	}
 	return rec, nil
 }
 
 // take queues the events of rec that come after the last one reported, and
 // reports whether there were any.
-func (w *Watcher) take(rec Record) bool {
+func (w *Watcher) take(rec store.Record) bool {
 	evs := eventsOf(w.k.KeyHash, rec, w.fallback)
 	n := len(w.pending)
 	for _, e := range evs {
@@ -219,7 +215,7 @@ func (w *Watcher) take(rec Record) bool {
 
 // eventsOf is the transitions a row shows, in order: the current attempt's
 // start, its latest heartbeat, cancel request and staleness, or its end.
-func eventsOf(keyHash string, rec Record, fallback time.Duration) []KeyEvent {
+func eventsOf(keyHash string, rec store.Record, fallback time.Duration) []KeyEvent {
 	info, err := keyInfoOf(keyHash, rec, fallback)
 	if err != nil {
 		return nil
@@ -227,9 +223,9 @@ func eventsOf(keyHash string, rec Record, fallback time.Duration) []KeyEvent {
 	attempt := rec.Attempts
 	var end KeyEventKind
 	switch rec.Status {
-	case RowSucceeded:
+	case store.RowSucceeded:
 		end = KeyEventSucceeded
-	case RowFailed:
+	case store.RowFailed:
 		end = KeyEventFailed
 		if info.Envelope != nil && info.Envelope.StopReason == sanitize.Canceled {
 			// A canceled execution gave its attempt back.
@@ -238,7 +234,7 @@ func eventsOf(keyHash string, rec Record, fallback time.Duration) []KeyEvent {
 	}
 	ev := func(kind KeyEventKind, at time.Time) KeyEvent {
 		at = at.UTC().Truncate(time.Microsecond)
-		return KeyEvent{ID: fmt.Sprintf("%d.%s.%d", attempt, kind, at.UnixMicro()), Kind: kind, Attempt: attempt, At: at, Info: info}
+		return KeyEvent{ID: EventID(fmt.Sprintf("%d.%s.%d", attempt, kind, at.UnixMicro())), Kind: kind, Attempt: attempt, At: at, Info: info}
 	}
 	evs := []KeyEvent{ev(KeyEventStarted, rec.StartedAt)}
 	if end != "" {
@@ -251,7 +247,7 @@ func eventsOf(keyHash string, rec Record, fallback time.Duration) []KeyEvent {
 		evs = append(evs, ev(KeyEventCancelRequested, rec.CancelRequestedAt))
 	}
 	if info.Stale {
-		evs = append(evs, ev(KeyEventStale, rec.lastSign().Add(rec.LeaseOr(fallback))))
+		evs = append(evs, ev(KeyEventStale, rec.LastBeat().Add(rec.LeaseOr(fallback))))
 	}
 	slices.SortStableFunc(evs, func(a, b KeyEvent) int {
 		switch {

@@ -169,7 +169,7 @@ func TestAuditTrailOfAStormAConflictAReplayAndATakeover(t *testing.T) {
 	requireReplayOf(t, first, post(t, c, a, "chat", acmeKey, canaryKey, stormBody))
 	requireProblem(t, post(t, c, a, "chat", acmeKey, canaryKey, otherBody), http.StatusUnprocessableEntity, "")
 
-	stormWant := map[string]int{"key.claimed": 1, "in_progress": 19, "replay": 1, "conflict": 1}
+	stormWant := map[string]int{"claimed": 1, "in_progress": 19, "replay": 1, "conflict": 1}
 	var table []tableEvent
 	eventually(t, 10*time.Second, "the storm's 22 events in the table", func() bool {
 		table = tableOfKey(t, db, stormHash)
@@ -201,7 +201,7 @@ func TestAuditTrailOfAStormAConflictAReplayAndATakeover(t *testing.T) {
 	}
 	require.NoError(t, json.Unmarshal(hist.body, &h))
 	require.Len(t, h.Events, 22)
-	require.Equal(t, "key.claimed", h.Events[0].Kind)
+	require.Equal(t, "claimed", h.Events[0].Kind)
 	replays := 0
 	for _, e := range h.Events {
 		if e.Kind == "replay" {
@@ -226,7 +226,7 @@ func TestAuditTrailOfAStormAConflictAReplayAndATakeover(t *testing.T) {
 		headers: [][2]string{{"Prefer", "wait=20"}}})
 	requireEnvelope(t, ans)
 	taken := tableOfKey(t, db, takeoverHash)
-	require.Equal(t, []string{"key.claimed", "takeover"}, []string{taken[0].Kind, taken[1].Kind})
+	require.Equal(t, []string{"claimed", "takeover"}, []string{taken[0].Kind, taken[1].Kind})
 	require.Len(t, taken, 2)
 	require.Equal(t, []int{1, 2}, []int{taken[0].Attempt, taken[1].Attempt})
 	streamedA, streamedB := streamOfKey(readStream(t, streamA), takeoverHash), streamOfKey(readStream(t, streamB), takeoverHash)

@@ -6,6 +6,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"encoding/json"
+	"github.com/idemguard/idemguard/store"
 	"os"
 	"os/exec"
 	"regexp"
@@ -18,7 +19,6 @@ import (
 	"github.com/jmoiron/sqlx"
 	"github.com/stretchr/testify/require"
 
-	"github.com/idemguard/idemguard"
 	"github.com/idemguard/idemguard/internal/testdb"
 	igmysql "github.com/idemguard/idemguard/mysql"
 )
@@ -182,21 +182,21 @@ func TestLeastPrivilegeGrants(t *testing.T) {
 	app, err := igmysql.Open(ctx, appDSN, igmysql.PoolConfig{})
 	require.NoError(t, err)
 	defer app.Close()
-	store := igmysql.NewStore(app)
+	st := igmysql.NewStore(app)
 	kh := strings.Repeat("ab", 32)
 	now := time.Now().UTC().Truncate(time.Microsecond)
-	claimed := idemguard.AuditEvent{ID: strings.Repeat("1", 32), Kind: idemguard.AuditClaimed, At: now, Tenant: "acme",
+	claimed := store.AuditEvent{ID: strings.Repeat("1", 32), Kind: store.AuditClaimed, At: now, Tenant: "acme",
 		Scope: "grants", KeyHash: kh, Attempt: 1, Actor: "h:grants"}
-	_, err = store.Claim(ctx, idemguard.ClaimParams{Tenant: "acme", Scope: "grants", KeyHash: kh, Fingerprint: kh,
+	_, err = st.Claim(ctx, store.ClaimParams{Tenant: "acme", Scope: "grants", KeyHash: kh, Fingerprint: kh,
 		Nonce: strings.Repeat("n", 32), TTL: time.Hour, Audit: &claimed})
 	require.NoError(t, err)
 	replay := claimed
-	replay.ID, replay.Kind, replay.At, replay.OriginalAt = strings.Repeat("2", 32), idemguard.AuditReplay, now.Add(time.Second), now
-	require.NoError(t, store.AppendAudit(ctx, []idemguard.AuditEvent{replay}))
-	require.NoError(t, store.AppendAudit(ctx, []idemguard.AuditEvent{claimed, replay}))
-	history, err := store.History(ctx, "acme", "grants", []string{kh}, 10)
+	replay.ID, replay.Kind, replay.At, replay.OriginalAt = strings.Repeat("2", 32), store.AuditReplay, now.Add(time.Second), now
+	require.NoError(t, st.AppendAudit(ctx, []store.AuditEvent{replay}))
+	require.NoError(t, st.AppendAudit(ctx, []store.AuditEvent{claimed, replay}))
+	history, err := st.History(ctx, "acme", "grants", []string{kh}, 10)
 	require.NoError(t, err)
-	require.Equal(t, []idemguard.AuditEvent{claimed, replay}, history)
+	require.Equal(t, []store.AuditEvent{claimed, replay}, history)
 }
 
 // runAs runs the binary with IDEMGUARD_MYSQL_DSN=dsn, requires exit code want and no denied

@@ -141,7 +141,7 @@ func TestOutsideModule(t *testing.T) {
 	require.Equal(t, `readme: succeeded cached=true model_calls=1 {"ok":true,"stopReason":"completed","needsHuman":false,"cached":true,"data":{"copy":"a fine copy of 16 characters"}}`, next())
 	// README's "The audit trail": a claim and a replay, by a hashed user, in the table.
 	audit := next()
-	require.Regexp(t, `^audit: key\.claimed,replay actor=user:h:[0-9a-f]{32} replay=1$`, audit)
+	require.Regexp(t, `^audit: claimed,replay actor=user:h:[0-9a-f]{32} replay=1$`, audit)
 	listening := next()
 	var ginAddr, httpAddr string
 	_, err = fmt.Sscanf(listening, "listening gin=%s http=%s", &ginAddr, &httpAddr)
@@ -327,4 +327,23 @@ func (w *lockedWriter) String() string {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	return w.buf.String()
+}
+
+// TestOutsideModuleRunsTheConformanceSuite: a module that is not idemguard
+// runs store/storetest against both stores the module ships (memstore.New,
+// and mysql.NewStore on MariaDB) through their public packages only, as a
+// store written in another module would.
+func TestOutsideModuleRunsTheConformanceSuite(t *testing.T) {
+	t.Parallel()
+	dir := filepath.Dir(buildOutsideModule(t))
+	src, err := os.ReadFile("testdata/outside/conformance_test.go")
+	require.NoError(t, err)
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "conformance_test.go"), src, 0o600))
+	test := exec.Command("go", "test", "-count=1", "-run", "Conformance", ".")
+	test.Dir = dir
+	test.Env = append(os.Environ(), "GOFLAGS=-mod=mod", "GOPROXY=off", "GOWORK=off", "GOSUMDB=off",
+		"OUTSIDE_SERVER_DSN="+testdb.ServerDSN(t))
+	out, err := test.CombinedOutput()
+	require.NoError(t, err, "go test of the outside module's conformance suite:\n%s", out)
+	require.Contains(t, string(out), "ok")
 }

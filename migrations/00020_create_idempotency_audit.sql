@@ -1,4 +1,4 @@
--- idempotency_audit is the audit trail: one row per idempotency decision (idemguard.AuditEvent).
+-- idempotency_audit is the audit trail: one row per idempotency decision (store.AuditEvent).
 -- The decisions that change a key's row (claimed, expired_reclaim, takeover, retried, abandoned,
 -- released, canceled) are written in the same transaction as that change, so the trail never
 -- shows a change the table does not have, nor misses one it does; replays, in_progress answers

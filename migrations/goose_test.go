@@ -38,3 +38,29 @@ func TestOwnGooseAppliesFS(t *testing.T) {
 	require.NoError(t, err)
 	require.True(t, res.Cached)
 }
+
+// An audit row written with the old kind "key.claimed" reads "claimed" after
+// the rename migration, and the old form again after it is rolled back.
+func TestAuditKindClaimedIsRenamed(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	db := testdb.NewEmpty(t).DB.DB
+	p, err := goose.NewProvider(goose.DialectMySQL, db, migrations.FS)
+	require.NoError(t, err)
+	_, err = p.UpTo(ctx, 20)
+	require.NoError(t, err)
+	_, err = db.ExecContext(ctx, `INSERT INTO idempotency_audit (event_id, kind, at, tenant, scope, key_hash, attempt)
+		VALUES (REPEAT('0', 32), 'key.claimed', UTC_TIMESTAMP(6), 'acme', 's', REPEAT('a', 64), 1)`)
+	require.NoError(t, err)
+	kind := func() string {
+		var k string
+		require.NoError(t, db.QueryRowContext(ctx, `SELECT kind FROM idempotency_audit`).Scan(&k))
+		return k
+	}
+	_, err = p.UpTo(ctx, 21)
+	require.NoError(t, err)
+	require.Equal(t, "claimed", kind())
+	_, err = p.DownTo(ctx, 20)
+	require.NoError(t, err)
+	require.Equal(t, "key.claimed", kind())
+}

@@ -1,6 +1,6 @@
 // Package mysql is idemguard's MySQL store: MySQL 8, MariaDB 10.11+ and TiDB.
 // It keeps the database driver, sqlx and goose out of package idemguard, so a
-// program that guards with the MemoryStore links none of them.
+// program that guards with the in-memory store (package store/memstore) links none of them.
 //
 //	db, err := mysql.Open(ctx, dsn, mysql.PoolConfig{})
 //	if err != nil { ... }

@@ -5,9 +5,9 @@ import (
 	"database/sql"
 	"time"
 
-	"github.com/idemguard/idemguard"
 	"github.com/idemguard/idemguard/internal/mysqlconn"
 	"github.com/idemguard/idemguard/internal/mysqlstore"
+	"github.com/idemguard/idemguard/store"
 	"github.com/jmoiron/sqlx"
 )
 
@@ -40,10 +40,10 @@ func Open(ctx context.Context, dsn string, pool PoolConfig) (*sql.DB, error) {
 	return db.DB, nil
 }
 
-// NewStore returns the idemguard.Store on db, a MySQL 8 / MariaDB 10.11+ pool
+// NewStore returns the store.Store on db, a MySQL 8 / MariaDB 10.11+ pool
 // with the idemguard migrations applied (Migrate). db must have been opened
 // with the DSN parameters parseTime=true, loc=UTC and time_zone='+00:00';
 // Open sets them. The Store does not close db.
-func NewStore(db *sql.DB) idemguard.Store {
+func NewStore(db *sql.DB) store.Store {
 	return mysqlstore.New(sqlx.NewDb(db, "mysql"))
 }

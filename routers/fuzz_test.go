@@ -23,6 +23,8 @@ import (
 	"github.com/idemguard/idemguard/internal/ops"
 	"github.com/idemguard/idemguard/routers/auth"
 	"github.com/idemguard/idemguard/sanitize"
+	"github.com/idemguard/idemguard/store"
+	"github.com/idemguard/idemguard/store/memstore"
 	"github.com/idemguard/idemguard/tenancy"
 )
 
@@ -59,8 +61,8 @@ func primeFuzzAPI(t *testing.T, api http.Handler) {
 // *panicked first), so the router's own panic recovery is on the fuzzed
 // path. It is the only place the target constructs the router: adapt it here
 // when routers.Options changes.
-func newFuzzAPI(t *testing.T, store idemguard.Store, logger *slog.Logger, panicked *atomic.Bool) http.Handler {
-	guard, err := idemguard.New(idemguard.Config{Store: store, Secret: testSecret, Logger: logger})
+func newFuzzAPI(t *testing.T, st store.Store, logger *slog.Logger, panicked *atomic.Bool) http.Handler {
+	guard, err := idemguard.New(idemguard.Config{Store: st, Secret: testSecret, Logger: logger})
 	require.NoError(t, err)
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
@@ -298,7 +300,7 @@ func TestFuzzHarness(t *testing.T) {
 		"healthz, odd method": {fuzzSeed{method: "PROPFIND", target: "/healthz"}, 405},
 	} {
 		var panicked atomic.Bool
-		api := newFuzzAPI(t, idemguard.NewMemoryStore(), slog.New(slog.DiscardHandler), &panicked)
+		api := newFuzzAPI(t, memstore.New(), slog.New(slog.DiscardHandler), &panicked)
 		primeFuzzAPI(t, api)
 		raw, ok := rawRequest(tc.s.method, tc.s.target, tc.s.header, padBody(tc.s.body, tc.s.pad), tc.s.chunked)
 		require.True(t, ok, name)
@@ -347,19 +349,19 @@ func FuzzRequestPath(f *testing.F) {
 		if !ok {
 			return
 		}
-		store := idemguard.NewMemoryStore()
+		st := memstore.New()
 		logs := &syncBuffer{}
 		logger := slog.New(slog.NewJSONHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
 		var panicked atomic.Bool
-		api := newFuzzAPI(t, store, logger, &panicked)
+		api := newFuzzAPI(t, st, logger, &panicked)
 		primeFuzzAPI(t, api)
-		primed := len(store.Rows())
+		primed := len(st.Rows())
 
 		first, r, ok := serveRaw(api, raw)
 		if !ok {
 			return // net/http would have answered 400 without calling the handler
 		}
-		rows := len(store.Rows())
+		rows := len(st.Rows())
 		checkAnswer(t, r, first, panicked.Load())
 		if first.Code >= 400 && first.Code < 500 {
 			require.Equal(t, primed, rows, "a %d stored a row", first.Code)
@@ -369,12 +371,12 @@ func FuzzRequestPath(f *testing.F) {
 		second, r, _ := serveRaw(api, raw)
 		checkAnswer(t, r, second, panicked.Load())
 		require.Equal(t, first.Code, second.Code, "the same request answered differently the second time:\n%s\n%s", first.Body, second.Body)
-		require.Len(t, store.Rows(), rows, "the second send added a row")
+		require.Len(t, st.Rows(), rows, "the second send added a row")
 		if isOpsRoute(r) && first.Code < 300 {
 			require.Equal(t, "true", second.Header().Get(headerReplayed))
 			require.Equal(t, string(asFresh(first.Body.Bytes())), string(asFresh(second.Body.Bytes())))
 		}
-		for _, row := range store.Rows() {
+		for _, row := range st.Rows() {
 			require.Equal(t, fuzzTenant, row.Tenant)
 		}
 		require.NotContains(t, logs.String(), fuzzAPIKey, "the API key reached the logs")

@@ -12,6 +12,7 @@ import (
 	"github.com/idemguard/idemguard"
 	"github.com/idemguard/idemguard/internal/keys"
 	"github.com/idemguard/idemguard/sanitize"
+	"github.com/idemguard/idemguard/store"
 	"github.com/idemguard/idemguard/tenancy"
 )
 
@@ -19,14 +20,14 @@ import (
 const routeKeyHistory = "/v1/ops/:scope/keys/:key/history"
 
 // historyAnswer is the answer of GET …/keys/{key}/history: each event as
-// idemguard.AuditEvent's own JSON (the key hash only as its keyPrefix).
+// store.AuditEvent's own JSON (the key hash only as its keyPrefix).
 type historyAnswer struct {
-	Events []idemguard.AuditEvent `json:"events"`
+	Events []store.AuditEvent `json:"events"`
 }
 
 // keyHistory serves GET /v1/ops/:scope/keys/:key/history: the key's audit
 // trail, oldest first. A client key is looked up under every configured
-// secret (Guard.KeyHashes); "~" and a hash under that hash. A key without
+// secret (Guard.History of a Key made with Guard.Key); "~" and a hash under that hash. A key without
 // events, and another tenant's key, are the same 404; a store failure is a
 // 503.
 func (h *handlers) keyHistory(c *gin.Context) {
@@ -34,11 +35,11 @@ func (h *handlers) keyHistory(c *gin.Context) {
 	if !ok {
 		return
 	}
-	hashes, ok := h.historyHashes(c, tenant, scope.Name)
+	key, ok := h.historyKey(c, tenant, scope.Name)
 	if !ok {
 		return
 	}
-	events, err := h.guard.History(c.Request.Context(), tenant, scope.Name, hashes)
+	events, err := h.guard.History(c.Request.Context(), key)
 	switch {
 	case err != nil && errors.Is(err, idemguard.ErrStoreUnavailable):
 		// The cause to the log only: it may name hosts or settings.
@@ -62,25 +63,25 @@ func (h *handlers) keyHistory(c *gin.Context) {
 	c.Data(http.StatusOK, contentJSON, body)
 }
 
-// historyHashes resolves the :key of the history route as keyOfRef does,
-// but to every hash the key may be stored under: a client key names one
-// per configured secret (its events may predate a rotation). It answers
-// 400 itself.
-func (h *handlers) historyHashes(c *gin.Context, tenant tenancy.ID, scope string) ([]string, bool) {
+// historyKey resolves the :key of the history route without reading the
+// row: History finds a client key's events under every configured secret
+// (they may predate a rotation). It answers 400 itself.
+func (h *handlers) historyKey(c *gin.Context, tenant tenancy.ID, scope string) (idemguard.Key, bool) {
 	ref := c.Param("key")
 	if hash, derived := strings.CutPrefix(ref, derivedRefPrefix); derived {
-		if !isKeyHash(hash) {
+		key, err := h.guard.KeyOfHash(tenant, scope, hash)
+		if err != nil || !isKeyHash(hash) {
 			h.fail(c, reject(errInvalidRef, "a derived key reference is ~ followed by the 64 lower-case hex digits of the key hash"))
-			return nil, false
+			return idemguard.Key{}, false
 		}
 		c.Set(keyHashKey, shortHash(hash))
-		return []string{hash}, true
+		return key, true
 	}
-	hashes, err := h.guard.KeyHashes(tenant, scope, ref) // validates the client key
+	key, err := h.guard.Key(tenant, scope, ref) // validates the client key
 	if err != nil {
 		h.fail(c, reject(errInvalidRef, "a key reference is an Idempotency-Key (1 to %d characters of [A-Za-z0-9_.:-]) or ~ followed by a key hash", keys.MaxClientKeyLen))
-		return nil, false
+		return idemguard.Key{}, false
 	}
-	c.Set(keyHashKey, shortHash(hashes[0]))
-	return hashes, true
+	c.Set(keyHashKey, shortHash(key.Hash()))
+	return key, true
 }

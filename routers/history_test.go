@@ -19,6 +19,8 @@ import (
 	"github.com/idemguard/idemguard"
 	"github.com/idemguard/idemguard/routers/auth"
 	"github.com/idemguard/idemguard/routers/auth/authtest"
+	"github.com/idemguard/idemguard/store"
+	"github.com/idemguard/idemguard/store/memstore"
 	"github.com/idemguard/idemguard/tenancy"
 )
 
@@ -56,7 +58,7 @@ func auditSetup(t *testing.T, jwtKeys ...authtest.Key) *auditBundle {
 	}
 	ab.testBundle = setup(t, setupOpts{
 		guard: func(c *idemguard.Config) {
-			c.Audit = idemguard.AuditConfig{Store: true, Observe: func(e idemguard.AuditEvent) {
+			c.Audit = idemguard.AuditConfig{Store: true, Observe: func(e store.AuditEvent) {
 				line, err := json.Marshal(e)
 				if err != nil {
 					panic(err)
@@ -142,31 +144,38 @@ func TestKeyHistoryOfSeededTrail(t *testing.T) {
 		c.PreviousSecrets = []idemguard.SecretVersion{{ID: "old", Secret: []byte("routers-previous-secret-0123456789ab")}}
 		c.SecretID = "new"
 	}})
-	hashes, err := b.guard.KeyHashes("acme", "echo", "seeded-1")
+	// The key's hash under the current secret, then under the previous one
+	// (what a guard that still claims under the previous secret derives).
+	cur, err := b.guard.Key("acme", "echo", "seeded-1")
 	require.NoError(t, err)
-	require.Len(t, hashes, 2)
+	oldGuard, err := idemguard.New(idemguard.Config{Store: memstore.New(), Secret: []byte("routers-previous-secret-0123456789ab")})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = oldGuard.Close(context.Background()) })
+	old, err := oldGuard.Key("acme", "echo", "seeded-1")
+	require.NoError(t, err)
+	hashes := []string{cur.Hash(), old.Hash()}
 	t0 := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
-	seed := []idemguard.AuditEvent{
+	seed := []store.AuditEvent{
 		// Written out of order: the answer is oldest first.
-		{ID: strings.Repeat("2", 32), Kind: idemguard.AuditReplay, At: t0.Add(2 * time.Second), Tenant: "acme", Scope: "echo",
+		{ID: strings.Repeat("2", 32), Kind: store.AuditReplay, At: t0.Add(2 * time.Second), Tenant: "acme", Scope: "echo",
 			KeyHash: hashes[0], Attempt: 1, Actor: "key:billing", OriginalAt: t0.Add(time.Second)},
-		{ID: strings.Repeat("1", 32), Kind: idemguard.AuditClaimed, At: t0, Tenant: "acme", Scope: "echo",
+		{ID: strings.Repeat("1", 32), Kind: store.AuditClaimed, At: t0, Tenant: "acme", Scope: "echo",
 			KeyHash: hashes[1], Attempt: 1, Actor: "key:billing"}, // made under the previous secret
-		{ID: strings.Repeat("3", 32), Kind: idemguard.AuditReplay, At: t0.Add(3 * time.Second), Tenant: "acme", Scope: "echo",
+		{ID: strings.Repeat("3", 32), Kind: store.AuditReplay, At: t0.Add(3 * time.Second), Tenant: "acme", Scope: "echo",
 			KeyHash: hashes[0], Attempt: 1, OriginalAt: t0.Add(time.Second)},
 		// Not this key's: another scope, another tenant, another key.
-		{ID: strings.Repeat("4", 32), Kind: idemguard.AuditClaimed, At: t0, Tenant: "acme", Scope: "slow", KeyHash: hashes[0], Attempt: 1},
-		{ID: strings.Repeat("5", 32), Kind: idemguard.AuditClaimed, At: t0, Tenant: "beta", Scope: "echo", KeyHash: strings.Repeat("d", 64), Attempt: 1},
-		{ID: strings.Repeat("6", 32), Kind: idemguard.AuditClaimed, At: t0, Tenant: "acme", Scope: "echo", KeyHash: strings.Repeat("e", 64), Attempt: 1},
+		{ID: strings.Repeat("4", 32), Kind: store.AuditClaimed, At: t0, Tenant: "acme", Scope: "slow", KeyHash: hashes[0], Attempt: 1},
+		{ID: strings.Repeat("5", 32), Kind: store.AuditClaimed, At: t0, Tenant: "beta", Scope: "echo", KeyHash: strings.Repeat("d", 64), Attempt: 1},
+		{ID: strings.Repeat("6", 32), Kind: store.AuditClaimed, At: t0, Tenant: "acme", Scope: "echo", KeyHash: strings.Repeat("e", 64), Attempt: 1},
 	}
 	require.NoError(t, b.store.AppendAudit(context.Background(), seed))
 
 	w, events := b.history(t, "echo", "seeded-1", acmeKey1)
 	require.Equal(t, http.StatusOK, w.Code, w.Body.String())
-	require.Equal(t, []string{"key.claimed", "replay", "replay"}, kinds(events))
+	require.Equal(t, []string{"claimed", "replay", "replay"}, kinds(events))
 	require.Equal(t, strings.Repeat("1", 32), events[0]["id"])
-	require.Equal(t, hashes[1][:idemguard.KeyPrefixLen], events[0]["keyPrefix"])
-	require.Equal(t, hashes[0][:idemguard.KeyPrefixLen], events[1]["keyPrefix"])
+	require.Equal(t, hashes[1][:store.KeyPrefixLen], events[0]["keyPrefix"])
+	require.Equal(t, hashes[0][:store.KeyPrefixLen], events[1]["keyPrefix"])
 	require.Equal(t, "key:billing", events[0]["actor"])
 	require.NotContains(t, events[2], "actor", "an unknown actor is absent, not empty")
 	require.EqualValues(t, 1, events[1]["replay"])
@@ -229,9 +238,9 @@ func TestAuditEventNamesMatchDocument(t *testing.T) {
 	t.Parallel()
 	doc := loadOpenAPI(t)
 	props := doc["components"].(yamlMap)["schemas"].(yamlMap)["AuditEvent"].(yamlMap)["properties"].(yamlMap)
-	e := idemguard.AuditEvent{ID: strings.Repeat("a", 32), Kind: idemguard.AuditReplay, At: time.Now(), Tenant: "acme",
+	e := store.AuditEvent{ID: strings.Repeat("a", 32), Kind: store.AuditReplay, At: time.Now(), Tenant: "acme",
 		Scope: "echo", KeyHash: strings.Repeat("b", 64), Attempt: 2, Actor: "key:x", OriginalAt: time.Now(),
-		StopReason: "timeout", Detail: idemguard.InProgressWaited, Replay: 3}
+		StopReason: "timeout", Detail: store.InProgressWaited, Replay: 3}
 	raw, err := json.Marshal(e)
 	require.NoError(t, err)
 	var m map[string]any
@@ -241,8 +250,8 @@ func TestAuditEventNamesMatchDocument(t *testing.T) {
 		require.Contains(t, props, name, "the event's %q is not in the document's AuditEvent", name)
 	}
 	kindsDoc := props["kind"].(yamlMap)["enum"].([]any)
-	require.Len(t, kindsDoc, len(idemguard.AuditKinds))
-	for i, k := range idemguard.AuditKinds {
+	require.Len(t, kindsDoc, len(store.AuditKinds()))
+	for i, k := range store.AuditKinds() {
 		require.Equal(t, string(k), kindsDoc[i])
 	}
 }
@@ -286,7 +295,7 @@ func TestAuditActor(t *testing.T) {
 }
 
 // TestAuditTrailThroughAPI: a claim and a replay through the REST API are
-// key.claimed then replay, in the key's history and in the observed stream
+// claimed then replay, in the key's history and in the observed stream
 // (the same events, by id), with the caller's actor; no canary (API key,
 // client key, prompt) reaches the stream, the history or the log. This
 // needs the engine to emit its events (Config.Audit).
@@ -318,7 +327,7 @@ func TestAuditTrailThroughAPI(t *testing.T) {
 		time.Sleep(10 * time.Millisecond)
 	}
 	require.Equal(t, http.StatusOK, w.Code, w.Body.String())
-	require.Equal(t, []string{"key.claimed", "replay"}, kinds(events))
+	require.Equal(t, []string{"claimed", "replay"}, kinds(events))
 	for _, e := range events {
 		require.Equal(t, "key:billing", e["actor"])
 		require.Equal(t, "acme", e["tenant"])

@@ -17,6 +17,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/idemguard/idemguard"
+	"github.com/idemguard/idemguard/store/memstore"
 	"github.com/idemguard/idemguard/tenancy"
 )
 
@@ -31,7 +32,7 @@ func TestMiddlewareCapturesAndReplaysAHandlersStream(t *testing.T) {
 	for _, kind := range []string{"gin", "net/http"} {
 		t.Run(kind, func(t *testing.T) {
 			t.Parallel()
-			g, err := idemguard.New(idemguard.Config{Store: idemguard.NewMemoryStore(), Secret: testSecret})
+			g, err := idemguard.New(idemguard.Config{Store: memstore.New(), Secret: testSecret})
 			require.NoError(t, err)
 			t.Cleanup(func() { _ = g.Close(context.Background()) })
 			opts := MiddlewareOptions{Guard: g, Scope: "chat.stream",

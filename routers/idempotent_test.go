@@ -17,6 +17,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/idemguard/idemguard"
+	"github.com/idemguard/idemguard/store"
+	"github.com/idemguard/idemguard/store/memstore"
 	"github.com/idemguard/idemguard/tenancy"
 )
 
@@ -34,7 +36,7 @@ func mwSetup(t *testing.T) *mwBundle {
 	t.Helper()
 	b := &mwBundle{logs: &syncBuffer{}, release: make(chan struct{})}
 	logger := slog.New(slog.NewJSONHandler(b.logs, nil))
-	g, err := idemguard.New(idemguard.Config{Store: idemguard.NewMemoryStore(), Secret: testSecret, Logger: logger})
+	g, err := idemguard.New(idemguard.Config{Store: memstore.New(), Secret: testSecret, Logger: logger})
 	require.NoError(t, err)
 	t.Cleanup(func() { require.NoError(t, g.Close(context.Background())) })
 	b.guard = g
@@ -141,9 +143,11 @@ func TestIdempotentGinReplays(t *testing.T) {
 	require.EqualValues(t, 2, b.runs.Load())
 
 	// The scope is the route; the row is there under it.
-	info, err := b.guard.Lookup(context.Background(), "acme", "POST:orders.:id", "k1")
+	key, err := b.guard.Key("acme", "POST:orders.:id", "k1")
 	require.NoError(t, err)
-	require.Equal(t, idemguard.KeySucceeded, info.Status)
+	info, err := b.guard.Lookup(context.Background(), key)
+	require.NoError(t, err)
+	require.Equal(t, store.RowSucceeded, info.Status)
 	require.Equal(t, http.StatusCreated, info.StatusCode)
 }
 
@@ -249,7 +253,9 @@ func TestIdempotentHTTPServeMux(t *testing.T) {
 	require.EqualValues(t, 1, b.runs.Load())
 	require.Contains(t, b.logs.String(), `"field":"data.echo"`, "the dropped field is logged by name")
 
-	_, err := b.guard.Lookup(context.Background(), "acme", "POST:orders._id_", "k1")
+	key, err := b.guard.Key("acme", "POST:orders._id_", "k1")
+	require.NoError(t, err)
+	_, err = b.guard.Lookup(context.Background(), key)
 	require.NoError(t, err, "the scope comes from the ServeMux pattern")
 }
 
@@ -266,7 +272,7 @@ func TestIdempotentOptions(t *testing.T) {
 // 429 and 5xx, never stored as success and replayed for the TTL.
 func TestIdempotentRetryableHandlerStatuses(t *testing.T) {
 	t.Parallel()
-	g, err := idemguard.New(idemguard.Config{Store: idemguard.NewMemoryStore(), Secret: testSecret})
+	g, err := idemguard.New(idemguard.Config{Store: memstore.New(), Secret: testSecret})
 	require.NoError(t, err)
 	t.Cleanup(func() { require.NoError(t, g.Close(context.Background())) })
 	opts := MiddlewareOptions{Guard: g, Tenant: func(r *http.Request) (tenancy.ID, error) { return "acme", nil }}

@@ -14,6 +14,7 @@ import (
 	"github.com/idemguard/idemguard/internal/keys"
 	"github.com/idemguard/idemguard/internal/live"
 	"github.com/idemguard/idemguard/sanitize"
+	"github.com/idemguard/idemguard/store"
 	"github.com/idemguard/idemguard/tenancy"
 )
 
@@ -92,10 +93,12 @@ func (h *handlers) runAsync(c *gin.Context, tenant tenancy.ID, scope *Scope, req
 	}
 	if res.Status == idemguard.StatusInProgress {
 		c.Header(headerPreferenceApplied, preferAsync)
-		rec := keyRecord{Ref: ref, Scope: scope.Name, Status: string(idemguard.KeyStarted), AttemptCount: res.Attempt}
-		if info, err := h.guard.LookupHash(c.Request.Context(), tenant, scope.Name, res.KeyHash); err == nil {
-			if r, err := keyRecordOf(ref, scope.Name, info); err == nil {
-				rec = r
+		rec := keyRecord{Ref: ref, Scope: scope.Name, Status: string(store.RowStarted), AttemptCount: res.Attempt}
+		if key, err := h.guard.KeyOfHash(tenant, scope.Name, res.KeyHash); err == nil {
+			if info, err := h.guard.Lookup(c.Request.Context(), key); err == nil {
+				if r, err := keyRecordOf(ref, scope.Name, info); err == nil {
+					rec = r
+				}
 			}
 		}
 		c.Set(stopReasonKey, string(sanitize.InProgress))
@@ -118,7 +121,11 @@ func (h *handlers) runAsync(c *gin.Context, tenant tenancy.ID, scope *Scope, req
 func (h *handlers) awaitOutcome(ctx context.Context, tenant tenancy.ID, scope string, res idemguard.Result, wait time.Duration) (idemguard.Result, bool) {
 	ctx, cancel := context.WithTimeout(ctx, wait)
 	defer cancel()
-	w, err := h.guard.Watch(ctx, tenant, scope, res.KeyHash, "")
+	key, err := h.guard.KeyOfHash(tenant, scope, res.KeyHash)
+	if err != nil {
+		return idemguard.Result{}, false
+	}
+	w, err := h.guard.Watch(ctx, key, "")
 	if err != nil {
 		return idemguard.Result{}, false
 	}
@@ -178,32 +185,36 @@ const staleAdvice = "the process running this key stopped answering; send the sa
 	"Idempotency-Key again to run it (it is taken over, or marked abandoned where the scope never runs twice): " +
 	"idemguard never stores the inputs, so it cannot re-run the key by itself"
 
-// keyOfRef resolves the :key of a key route to its hash: a client key, or
-// "~" and the key hash of a derived key. It answers 400 itself.
-func (h *handlers) keyOfRef(c *gin.Context, tenant tenancy.ID, scope string) (ref, hash string, ok bool) {
+// keyOfRef resolves the :key of a key route to the Key of its row: a
+// client key, or "~" and the key hash of a derived key. It answers 400
+// itself.
+func (h *handlers) keyOfRef(c *gin.Context, tenant tenancy.ID, scope string) (ref string, key idemguard.Key, ok bool) {
 	ref = c.Param("key")
 	if hash, derived := strings.CutPrefix(ref, derivedRefPrefix); derived {
-		if !isKeyHash(hash) {
+		key, err := h.guard.KeyOfHash(tenant, scope, hash)
+		if err != nil || !isKeyHash(hash) {
 			h.fail(c, reject(errInvalidRef, "a derived key reference is ~ followed by the 64 lower-case hex digits of the key hash"))
-			return "", "", false
+			return "", idemguard.Key{}, false
 		}
 		c.Set(keyHashKey, shortHash(hash))
-		return ref, hash, true
+		return ref, key, true
 	}
-	hash, err := h.guard.KeyHash(tenant, scope, ref) // validates the client key
+	key, err := h.guard.Key(tenant, scope, ref) // validates the client key
 	if err != nil {
 		h.fail(c, reject(errInvalidRef, "a key reference is an Idempotency-Key (1 to %d characters of [A-Za-z0-9_.:-]) or ~ followed by a key hash", keys.MaxClientKeyLen))
-		return "", "", false
+		return "", idemguard.Key{}, false
 	}
 	// While the secret is rotated the key's row may have been made under a
 	// previous secret: Lookup finds it under every configured one and names
 	// the hash it is stored under. Without a row the current hash stands,
 	// and the route's own read answers.
-	if info, err := h.guard.Lookup(c.Request.Context(), tenant, scope, ref); err == nil {
-		hash = info.KeyHash
+	if info, err := h.guard.Lookup(c.Request.Context(), key); err == nil && info.KeyHash != key.Hash() {
+		if stored, err := h.guard.KeyOfHash(tenant, scope, info.KeyHash); err == nil {
+			key = stored
+		}
 	}
-	c.Set(keyHashKey, shortHash(hash))
-	return ref, hash, true
+	c.Set(keyHashKey, shortHash(key.Hash()))
+	return ref, key, true
 }
 
 // cancelKey serves POST /v1/ops/:scope/keys/:key/cancel: 202 with the key
@@ -215,16 +226,16 @@ func (h *handlers) cancelKey(c *gin.Context) {
 	if !ok {
 		return
 	}
-	ref, hash, ok := h.keyOfRef(c, tenant, scope.Name)
+	ref, key, ok := h.keyOfRef(c, tenant, scope.Name)
 	if !ok {
 		return
 	}
-	if err := h.guard.Cancel(c.Request.Context(), tenant, scope.Name, hash); err != nil {
+	if err := h.guard.Cancel(c.Request.Context(), key); err != nil {
 		h.fail(c, err)
 		return
 	}
-	rec := keyRecord{Ref: ref, Scope: scope.Name, Status: string(idemguard.KeyStarted), CancelRequested: true}
-	if info, err := h.guard.LookupHash(c.Request.Context(), tenant, scope.Name, hash); err == nil {
+	rec := keyRecord{Ref: ref, Scope: scope.Name, Status: string(store.RowStarted), CancelRequested: true}
+	if info, err := h.guard.Lookup(c.Request.Context(), key); err == nil {
 		if r, err := keyRecordOf(ref, scope.Name, info); err == nil {
 			rec = r
 		}
@@ -251,12 +262,12 @@ func (h *handlers) watchKey(c *gin.Context) {
 	if !ok {
 		return
 	}
-	ref, hash, ok := h.keyOfRef(c, tenant, scope.Name)
+	ref, key, ok := h.keyOfRef(c, tenant, scope.Name)
 	if !ok {
 		return
 	}
 	ctx := c.Request.Context()
-	w, err := h.guard.Watch(ctx, tenant, scope.Name, hash, c.GetHeader(headerLastEventID))
+	w, err := h.guard.Watch(ctx, key, idemguard.EventID(c.GetHeader(headerLastEventID)))
 	if err != nil {
 		h.fail(c, err)
 		return
@@ -289,7 +300,7 @@ func (h *handlers) watchKey(c *gin.Context) {
 			return
 		}
 		data := encodeJSON(keyEvent{Event: string(e.Kind), Attempt: e.Attempt, At: formatTime(e.At), Record: rec})
-		if out.send(live.Event{ID: e.ID, Type: string(e.Kind), Data: data}) != nil {
+		if out.send(live.Event{ID: string(e.ID), Type: string(e.Kind), Data: data}) != nil {
 			return
 		}
 	}

@@ -13,6 +13,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/idemguard/idemguard"
+	"github.com/idemguard/idemguard/idemguardtest"
 )
 
 // sseEvent is one event of a stream as a client reads it.
@@ -78,7 +79,7 @@ func nextEvent(t *testing.T, ch <-chan sseEvent) (sseEvent, bool) {
 func TestRespondAsyncWatchAndCancel(t *testing.T) {
 	t.Parallel()
 	b := setup(t, setupOpts{guard: func(c *idemguard.Config) {
-		c.Test.HeartbeatEvery = 20 * time.Millisecond
+		idemguardtest.SetHeartbeatEvery(c, 20*time.Millisecond)
 		c.MaxWatchersPerKey = 1
 	}})
 	srv := httptest.NewServer(b.handler)
@@ -178,7 +179,7 @@ func TestPreferRespondAsyncParsing(t *testing.T) {
 // change of net/http) would cancel the request after 200ms and fail this.
 func TestEventStreamOutlivesReadTimeout(t *testing.T) {
 	t.Parallel()
-	b := setup(t, setupOpts{guard: func(c *idemguard.Config) { c.Test.HeartbeatEvery = 20 * time.Millisecond }})
+	b := setup(t, setupOpts{guard: func(c *idemguard.Config) { idemguardtest.SetHeartbeatEvery(c, 20*time.Millisecond) }})
 	srv := httptest.NewUnstartedServer(b.handler)
 	srv.Config.ReadTimeout = 200 * time.Millisecond
 	srv.Start()
@@ -220,7 +221,7 @@ func TestRespondAsyncChecksTheInputsBeforeTheClaim(t *testing.T) {
 // on its own), and the same request runs it again.
 func TestCancelOfASynchronousCall(t *testing.T) {
 	t.Parallel()
-	b := setup(t, setupOpts{guard: func(c *idemguard.Config) { c.Test.HeartbeatEvery = 20 * time.Millisecond }})
+	b := setup(t, setupOpts{guard: func(c *idemguard.Config) { idemguardtest.SetHeartbeatEvery(c, 20*time.Millisecond) }})
 	answered := make(chan *httptest.ResponseRecorder, 1)
 	go func() { answered <- b.post("slow", "sync-1", `{"n":1}`) }()
 	<-b.started
@@ -248,7 +249,7 @@ func TestCancelOfASynchronousCall(t *testing.T) {
 // cancel computes the new secret's hash and answers 404.
 func TestCancelFindsAKeyMadeUnderAPreviousSecret(t *testing.T) {
 	t.Parallel()
-	old := setup(t, setupOpts{guard: func(c *idemguard.Config) { c.Test.HeartbeatEvery = 20 * time.Millisecond }})
+	old := setup(t, setupOpts{guard: func(c *idemguard.Config) { idemguardtest.SetHeartbeatEvery(c, 20*time.Millisecond) }})
 	rotated := setup(t, setupOpts{guard: func(c *idemguard.Config) {
 		c.Store, c.Secret, c.SecretID = old.store, []byte("a-new-secret-0123456789abcdef-0123456789"), "new"
 		c.PreviousSecrets = []idemguard.SecretVersion{{Secret: testSecret}}

@@ -21,6 +21,8 @@ import (
 
 	"github.com/idemguard/idemguard"
 	"github.com/idemguard/idemguard/routers/auth"
+	"github.com/idemguard/idemguard/store"
+	"github.com/idemguard/idemguard/store/memstore"
 	"github.com/idemguard/idemguard/tenancy"
 )
 
@@ -73,7 +75,7 @@ func (b *syncBuffer) lines(t *testing.T, msg string) []map[string]any {
 // their calls.
 type testBundle struct {
 	t       *testing.T
-	store   *idemguard.MemoryStore
+	store   *memstore.Store
 	guard   *idemguard.Guard
 	handler http.Handler
 	opts    Options
@@ -94,14 +96,14 @@ func setup(t *testing.T, so ...setupOpts) *testBundle {
 	t.Helper()
 	b := &testBundle{
 		t:       t,
-		store:   idemguard.NewMemoryStore(),
+		store:   memstore.New(),
 		logs:    &syncBuffer{},
 		calls:   map[string]*atomic.Int32{},
 		release: make(chan struct{}),
 		started: make(chan struct{}, 16),
 	}
 	logger := slog.New(slog.NewJSONHandler(b.logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
-	cfg := idemguard.Config{Store: &countingStore{MemoryStore: b.store, gets: &b.gets},
+	cfg := idemguard.Config{Store: &countingStore{Store: b.store, gets: &b.gets},
 		Secret: testSecret, Logger: logger}
 	for _, o := range so {
 		if o.guard != nil {
@@ -138,13 +140,13 @@ func setup(t *testing.T, so ...setupOpts) *testBundle {
 
 // countingStore counts the reads of the guard, to see a waiter polling.
 type countingStore struct {
-	*idemguard.MemoryStore
+	*memstore.Store
 	gets *atomic.Int32
 }
 
-func (s *countingStore) Get(ctx context.Context, tenant, scope, keyHash string) (idemguard.Record, error) {
+func (s *countingStore) Get(ctx context.Context, tenant, scope, keyHash string) (store.Record, error) {
 	s.gets.Add(1)
-	return s.MemoryStore.Get(ctx, tenant, scope, keyHash)
+	return s.Store.Get(ctx, tenant, scope, keyHash)
 }
 
 // releaseNow lets every "slow" operation finish; it may be called twice.

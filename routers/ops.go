@@ -202,13 +202,17 @@ func (h *handlers) lookupKey(c *gin.Context) {
 			return
 		}
 		c.Set(keyHashKey, shortHash(hash))
-		info, err = h.guard.LookupHash(c.Request.Context(), tenant, scope.Name, hash)
+		var key idemguard.Key
+		if key, err = h.guard.KeyOfHash(tenant, scope.Name, hash); err == nil {
+			info, err = h.guard.Lookup(c.Request.Context(), key)
+		}
 	} else {
-		if err := keys.ValidateClientKey(ref); err != nil {
+		key, kerr := h.guard.Key(tenant, scope.Name, ref)
+		if kerr != nil {
 			h.fail(c, reject(errInvalidRef, "a key reference is an Idempotency-Key (1 to %d characters of [A-Za-z0-9_.:-]) or ~ followed by a key hash", keys.MaxClientKeyLen))
 			return
 		}
-		info, err = h.guard.Lookup(c.Request.Context(), tenant, scope.Name, ref)
+		info, err = h.guard.Lookup(c.Request.Context(), key)
 	}
 	if err != nil {
 		h.fail(c, err)

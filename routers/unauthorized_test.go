@@ -17,6 +17,7 @@ import (
 	"github.com/idemguard/idemguard"
 	"github.com/idemguard/idemguard/routers/auth"
 	"github.com/idemguard/idemguard/routers/auth/authtest"
+	"github.com/idemguard/idemguard/store/memstore"
 	"github.com/idemguard/idemguard/tenancy"
 )
 
@@ -104,7 +105,7 @@ func TestUnauthorizedSaysWhy(t *testing.T) {
 // idemguard's bearer authentication, whose reason it then gives.
 func TestIdempotentUnauthorizedNamesNoOtherScheme(t *testing.T) {
 	t.Parallel()
-	g, err := idemguard.New(idemguard.Config{Store: idemguard.NewMemoryStore(), Secret: testSecret,
+	g, err := idemguard.New(idemguard.Config{Store: memstore.New(), Secret: testSecret,
 		Logger: slog.New(slog.DiscardHandler)})
 	require.NoError(t, err)
 	t.Cleanup(func() { require.NoError(t, g.Close(context.Background())) })

@@ -10,6 +10,7 @@ import (
 	"github.com/idemguard/idemguard"
 	"github.com/idemguard/idemguard/internal/config"
 	"github.com/idemguard/idemguard/internal/metrics"
+	"github.com/idemguard/idemguard/store"
 )
 
 // auditQueueSize bounds the audit events waiting for the stream's writer.
@@ -29,7 +30,7 @@ type auditStream struct {
 	w       io.Writer
 	closer  io.Closer // the file opened for the stream; nil for stdout/stderr
 	dropped func(reason string)
-	queue   chan idemguard.AuditEvent
+	queue   chan store.AuditEvent
 	stop    chan struct{}
 	done    chan struct{}
 	once    sync.Once
@@ -56,7 +57,7 @@ func openAuditStream(dest string, stdout, stderr io.Writer, dropped func(string)
 }
 
 func newAuditStream(w io.Writer, closer io.Closer, size int, dropped func(string)) *auditStream {
-	a := &auditStream{w: w, closer: closer, dropped: dropped, queue: make(chan idemguard.AuditEvent, size),
+	a := &auditStream{w: w, closer: closer, dropped: dropped, queue: make(chan store.AuditEvent, size),
 		stop: make(chan struct{}), done: make(chan struct{})}
 	go a.run()
 	return a
@@ -64,7 +65,7 @@ func newAuditStream(w io.Writer, closer io.Closer, size int, dropped func(string
 
 // Observe queues e for the writer, or drops and counts it when the queue is
 // full. Safe for concurrent use; it never blocks.
-func (a *auditStream) Observe(e idemguard.AuditEvent) {
+func (a *auditStream) Observe(e store.AuditEvent) {
 	select {
 	case a.queue <- e:
 	default:
@@ -95,9 +96,9 @@ func (a *auditStream) run() {
 
 // writeBatch writes e and the events queued behind it (up to about
 // auditBatchBytes) in one write.
-func (a *auditStream) writeBatch(buf []byte, e idemguard.AuditEvent) []byte {
+func (a *auditStream) writeBatch(buf []byte, e store.AuditEvent) []byte {
 	n := 0
-	add := func(e idemguard.AuditEvent) {
+	add := func(e store.AuditEvent) {
 		line, err := json.Marshal(e)
 		if err != nil { // AuditEvent's MarshalJSON cannot fail; counted if it ever does
 			a.dropped(metrics.AuditDropWriteError)
@@ -158,7 +159,7 @@ func (s *server) auditConfig(m *metrics.Metrics) (idemguard.AuditConfig, *auditS
 	}
 	observe := m.ObserveAudit
 	if stream != nil {
-		observe = func(e idemguard.AuditEvent) {
+		observe = func(e store.AuditEvent) {
 			m.ObserveAudit(e)
 			stream.Observe(e)
 		}

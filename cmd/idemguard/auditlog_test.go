@@ -15,10 +15,10 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/idemguard/idemguard"
 	"github.com/idemguard/idemguard/internal/metrics"
 	"github.com/idemguard/idemguard/internal/testdb"
 	"github.com/idemguard/idemguard/routers/auth"
+	"github.com/idemguard/idemguard/store"
 )
 
 // dropCounter counts drops by reason.
@@ -42,8 +42,8 @@ func (d *dropCounter) get(reason string) int {
 	return d.n[reason]
 }
 
-func auditEvent(i int) idemguard.AuditEvent {
-	return idemguard.AuditEvent{ID: fmt.Sprintf("%032x", i), Kind: idemguard.AuditReplay, At: time.Unix(int64(i), 0),
+func auditEvent(i int) store.AuditEvent {
+	return store.AuditEvent{ID: fmt.Sprintf("%032x", i), Kind: store.AuditReplay, At: time.Unix(int64(i), 0),
 		Tenant: "acme", Scope: "chat", KeyHash: strings.Repeat("ab", 32), Attempt: 1, Actor: "key:billing"}
 }
 
@@ -208,7 +208,7 @@ func auditServe(t *testing.T, extra map[string]string, flags ...string) (*served
 	return startServeArgs(t, env, "scopes: [{name: demo, operation: demo, delay: 1ms}]\n", flags...), path
 }
 
-// TestServeAuditTrail: on MySQL, a claim and a replay are key.claimed then
+// TestServeAuditTrail: on MySQL, a claim and a replay are claimed then
 // replay in the audit stream (valid JSON lines) and in the key's history,
 // named by the API key's configured name; another tenant gets a 404; no
 // canary (API key, client key, prompt) reaches the stream, the history or
@@ -247,13 +247,13 @@ func TestServeAuditTrail(t *testing.T) {
 		kinds = append(kinds, e["kind"].(string))
 		require.Equal(t, "key:billing", e["actor"])
 	}
-	require.Equal(t, []string{"key.claimed", "replay"}, kinds)
+	require.Equal(t, []string{"claimed", "replay"}, kinds)
 
 	other, b := s.get(t, hist, "beta-key")
 	require.Equal(t, http.StatusNotFound, other.StatusCode, string(b))
 
 	_, metricsText := s.get(t, "/metrics", "")
-	require.Contains(t, string(metricsText), `idemguard_audit_events_total{kind="key.claimed"} 1`)
+	require.Contains(t, string(metricsText), `idemguard_audit_events_total{kind="claimed"} 1`)
 
 	s.stop() // Close flushes the stream
 	require.Equal(t, exitOK, s.wait(t))

@@ -27,6 +27,8 @@ import (
 	"github.com/idemguard/idemguard/mysql"
 	"github.com/idemguard/idemguard/routers"
 	"github.com/idemguard/idemguard/routers/auth"
+	"github.com/idemguard/idemguard/store"
+	"github.com/idemguard/idemguard/store/memstore"
 )
 
 const serveUsage = `usage: idemguard serve [--config FILE]
@@ -119,7 +121,7 @@ type server struct {
 	env env
 
 	db       *sqlx.DB // nil on the in-memory store
-	store    idemguard.Store
+	store    store.Store
 	migrated atomic.Bool
 	// commitErrors counts outcomes the guard could not store.
 	commitErrors atomic.Int64
@@ -348,7 +350,7 @@ func (s *server) openStore(ctx context.Context) error {
 	if cfg.MySQLDSN == "" {
 		log.Warn("serve: no database configured; using the in-memory store (development mode): " +
 			"nothing survives a restart and replicas do not share keys")
-		s.store = idemguard.NewMemoryStore()
+		s.store = memstore.New()
 		return nil
 	}
 	ctx, cancel := context.WithTimeout(ctx, startTimeout)

@@ -3,13 +3,13 @@ package main
 import (
 	"encoding/json"
 	"fmt"
+	"github.com/idemguard/idemguard/store"
 	"regexp"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/idemguard/idemguard"
 	"github.com/idemguard/idemguard/internal/mysqlstore"
 	"github.com/idemguard/idemguard/internal/testdb"
 )
@@ -19,18 +19,18 @@ import (
 func TestStatsSecrets(t *testing.T) {
 	t.Parallel()
 	d := testdb.New(t)
-	store := mysqlstore.New(d.DB)
+	st := mysqlstore.New(d.DB)
 	ctx := t.Context()
 	n := 0
 	claim := func(secretID string, ttl time.Duration) uint64 {
 		n++
-		id, err := store.Claim(ctx, idemguard.ClaimParams{Tenant: "acme", Scope: "s", KeyHash: fmt.Sprintf("%064d", n),
+		id, err := st.Claim(ctx, store.ClaimParams{Tenant: "acme", Scope: "s", KeyHash: fmt.Sprintf("%064d", n),
 			Fingerprint: fmt.Sprintf("%064d", 0), SecretID: secretID, Nonce: fmt.Sprintf("n%d", n), TTL: ttl, Lease: time.Minute})
 		require.NoError(t, err)
 		return id
 	}
 	complete := func(id uint64, ttl time.Duration) {
-		ok, _, err := store.Complete(ctx, idemguard.CompleteParams{ID: id, Nonce: fmt.Sprintf("n%d", id), Status: idemguard.RowSucceeded,
+		ok, _, err := st.Complete(ctx, store.CompleteParams{ID: id, Nonce: fmt.Sprintf("n%d", id), Status: store.RowSucceeded,
 			Response: []byte(`{"ok":true}`), ResponseCode: 200, TTL: ttl})
 		require.NoError(t, err)
 		require.True(t, ok)

@@ -10,6 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/idemguard/idemguard"
+	"github.com/idemguard/idemguard/idemguardtest"
 	"github.com/idemguard/idemguard/internal/testdb"
 )
 
@@ -133,7 +134,7 @@ func TestDeadlockOnAHeartbeatDoesNotCancelTheOperation(t *testing.T) {
 	b := newBench(t)
 	var beatErrors atomic.Int32
 	g := guard(t, b.db.DB, noCache, func(c *idemguard.Config) {
-		c.Test.HeartbeatEvery = time.Second
+		idemguardtest.SetHeartbeatEvery(c, time.Second)
 		c.Observe = func(e idemguard.Event) {
 			if e.Kind == idemguard.EventStoreError && e.StoreOp == "heartbeat" {
 				beatErrors.Add(1)

@@ -48,6 +48,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/idemguard/idemguard"
+	"github.com/idemguard/idemguard/idemguardtest"
 	"github.com/idemguard/idemguard/internal/cleanup"
 	"github.com/idemguard/idemguard/internal/cleanup/cleanuptest"
 	"github.com/idemguard/idemguard/internal/dbmigrate"
@@ -348,7 +349,7 @@ func testTakeover(t *testing.T, c *cluster, syncWait string) int64 {
 	guards := c.guards(t, ev.observe, rec.wrap)
 	// The crashed owner never heartbeats within the test.
 	crashedGuard := c.guards(t, func(int, idemguard.Event) {}, func(cfg *idemguard.Config) {
-		cfg.Test.HeartbeatEvery = time.Hour
+		idemguardtest.SetHeartbeatEvery(cfg, time.Hour)
 		rec.wrap(cfg)
 	})[0]
 	var seen int64

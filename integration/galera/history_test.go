@@ -13,6 +13,7 @@ import (
 
 	"github.com/idemguard/idemguard"
 	"github.com/idemguard/idemguard/internal/sim"
+	"github.com/idemguard/idemguard/store/memstore"
 )
 
 // recording writes a test's history the way internal/sim does: every statement each node's
@@ -91,7 +92,7 @@ func (r *recording) check(t *testing.T, setting string) {
 // TestRecordingWithoutACluster runs the storm's recording and check over one MemoryStore
 // shared by three Guards, so the helpers above are exercised where no cluster is configured.
 func TestRecordingWithoutACluster(t *testing.T) {
-	store := idemguard.NewMemoryStore()
+	store := memstore.New()
 	rec := newRecording()
 	var guards []*idemguard.Guard
 	for range 3 {

@@ -15,8 +15,10 @@ import (
 	"github.com/go-sql-driver/mysql"
 
 	"github.com/idemguard/idemguard"
+	"github.com/idemguard/idemguard/idemguardtest"
 	"github.com/idemguard/idemguard/internal/keys"
 	"github.com/idemguard/idemguard/sanitize"
+	"github.com/idemguard/idemguard/store"
 	"github.com/idemguard/idemguard/tenancy"
 )
 
@@ -140,7 +142,7 @@ func runFresh(ctx context.Context, e *env) ([]row, error) {
 		if err != nil {
 			return err
 		}
-		res, err = e.db.ExecContext(ctx, rawCompleteSQL, string(idemguard.RowSucceeded), string(body), 200, ttl, id, nonce)
+		res, err = e.db.ExecContext(ctx, rawCompleteSQL, string(store.RowSucceeded), string(body), 200, ttl, id, nonce)
 		if err != nil {
 			return fmt.Errorf("complete update: %w", err)
 		}
@@ -150,10 +152,10 @@ func runFresh(ctx context.Context, e *env) ([]row, error) {
 		return nil
 	}}
 
-	// readFirst reads before every claim (idemguard.ReadFirstAlways; the same
+	// readFirst reads before every claim (idemguardtest.ReadFirstAlways; the same
 	// as ReadFirstClientKey here, where every call has a client key): what a
 	// fresh key pays when the guard reads first.
-	readFirst, err := e.newGuard(func(c *idemguard.Config) { c.Test.ReadFirst = idemguard.ReadFirstAlways })
+	readFirst, err := e.newGuard(func(c *idemguard.Config) { idemguardtest.SetReadFirst(c, idemguardtest.ReadFirstAlways) })
 	if err != nil {
 		return nil, err
 	}
@@ -220,7 +222,8 @@ func runReplay(ctx context.Context, e *env) ([]row, error) {
 	defer closeGuard(storeOnly)
 	// claimFirst is the store path without read-first: INSERT (1062), SELECT.
 	claimFirst, err := e.newGuard(func(c *idemguard.Config) {
-		c.ReplayCacheSize, c.Test.ReadFirst = -1, idemguard.ReadFirstNever
+		c.ReplayCacheSize = -1
+		idemguardtest.SetReadFirst(c, idemguardtest.ReadFirstNever)
 	})
 	if err != nil {
 		return nil, err
@@ -286,7 +289,7 @@ func selectRow(ctx context.Context, e *env, h string) error {
 	if err != nil {
 		return fmt.Errorf("select: %w", err)
 	}
-	if r.status != string(idemguard.RowSucceeded) {
+	if r.status != string(store.RowSucceeded) {
 		return fmt.Errorf("select found status %s, want succeeded", r.status)
 	}
 	return nil

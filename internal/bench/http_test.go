@@ -16,6 +16,7 @@ import (
 	"github.com/idemguard/idemguard/internal/ops"
 	"github.com/idemguard/idemguard/routers"
 	"github.com/idemguard/idemguard/routers/auth"
+	"github.com/idemguard/idemguard/store/memstore"
 	"github.com/idemguard/idemguard/tenancy"
 )
 
@@ -35,7 +36,7 @@ func newHTTPHandler(b *testing.B, cacheSize int) (http.Handler, *fakeUpstream) {
 	up := newFakeUpstream()
 	b.Cleanup(up.close)
 	log := slog.New(slog.NewJSONHandler(io.Discard, nil))
-	g, err := idemguard.New(idemguard.Config{Store: idemguard.NewMemoryStore(), Secret: []byte("bench-secret-0123456789abcdef-0123"),
+	g, err := idemguard.New(idemguard.Config{Store: memstore.New(), Secret: []byte("bench-secret-0123456789abcdef-0123"),
 		Logger: log, ReplayCacheSize: cacheSize})
 	require.NoError(b, err)
 	b.Cleanup(func() { require.NoError(b, g.Close(context.Background())) })

@@ -23,9 +23,9 @@ import (
 	"github.com/go-sql-driver/mysql"
 	"github.com/jmoiron/sqlx"
 
-	"github.com/idemguard/idemguard"
 	"github.com/idemguard/idemguard/internal/mysqlconn"
 	"github.com/idemguard/idemguard/routers/auth"
+	"github.com/idemguard/idemguard/store"
 	"github.com/idemguard/idemguard/tenancy"
 )
 
@@ -160,7 +160,7 @@ func (f *floor) fresh(c *gin.Context) {
 		c.Status(http.StatusBadGateway)
 		return
 	}
-	if _, err := f.db.ExecContext(ctx, rawCompleteSQL, string(idemguard.RowSucceeded), envelope, 200, ttl, id, nonce); err != nil {
+	if _, err := f.db.ExecContext(ctx, rawCompleteSQL, string(store.RowSucceeded), envelope, 200, ttl, id, nonce); err != nil {
 		c.Status(http.StatusServiceUnavailable)
 		return
 	}
@@ -181,7 +181,7 @@ func (f *floor) answerStored(c *gin.Context, tenant, scope, keyHash string) {
 	switch {
 	case err != nil:
 		c.Status(http.StatusServiceUnavailable)
-	case r.status != string(idemguard.RowSucceeded):
+	case r.status != string(store.RowSucceeded):
 		c.Status(http.StatusConflict)
 	default:
 		c.Data(int(r.code.Int32), "application/json", r.response)

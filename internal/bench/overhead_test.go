@@ -9,6 +9,8 @@ import (
 
 	"github.com/idemguard/idemguard"
 	"github.com/idemguard/idemguard/sanitize"
+	"github.com/idemguard/idemguard/store"
+	"github.com/idemguard/idemguard/store/memstore"
 )
 
 // The guard's own CPU cost per call, without a database: the same calls as
@@ -17,7 +19,7 @@ import (
 
 func newMemGuard(b *testing.B, mutate func(*idemguard.Config)) *idemguard.Guard {
 	b.Helper()
-	cfg := idemguard.Config{Store: idemguard.NewMemoryStore(), Secret: []byte("bench-secret-0123456789abcdef-0123")}
+	cfg := idemguard.Config{Store: memstore.New(), Secret: []byte("bench-secret-0123456789abcdef-0123")}
 	if mutate != nil {
 		mutate(&cfg)
 	}
@@ -36,7 +38,7 @@ func BenchmarkGuardReplayCachedMemstoreAudited(b *testing.B) { benchmarkReplay(b
 func BenchmarkGuardReplayStoreMemstoreAudited(b *testing.B)  { benchmarkReplay(b, -1, auditOn) }
 
 func auditOn(c *idemguard.Config) {
-	c.Audit = idemguard.AuditConfig{Store: true, Observe: func(idemguard.AuditEvent) {}}
+	c.Audit = idemguard.AuditConfig{Store: true, Observe: func(store.AuditEvent) {}}
 }
 
 func benchmarkFresh(b *testing.B, mutate func(*idemguard.Config)) {

@@ -55,7 +55,7 @@
 //
 // # Audit trail
 //
-// Last, Run prunes idempotency_audit (idemguard.AuditEvent): the events whose at is older than
+// Last, Run prunes idempotency_audit (store.AuditEvent): the events whose at is older than
 // [Options.AuditRetention] (default 90 days), in batches the same way, walking
 // idx_idempotency_audit_at from its oldest end:
 //

@@ -66,7 +66,7 @@ func PreviousSecrets(value string) ([]idemguard.SecretVersion, error) {
 			return nil, fmt.Errorf("%s entry %d has no id: write id:secret (an empty id, :secret, names the unnamed secret)",
 				EnvPreviousSecrets, i+1)
 		}
-		if err := idemguard.ValidateSecretID(id); err != nil {
+		if err := keys.ValidateSecretID(id); err != nil {
 			return nil, fmt.Errorf("%s entry %d: %w", EnvPreviousSecrets, i+1, err)
 		}
 		if len(secret) < keys.MinSecretBytes {
@@ -81,7 +81,7 @@ func PreviousSecrets(value string) ([]idemguard.SecretVersion, error) {
 // checkSecrets reports a secret id or a previous-secret list that the guard
 // would refuse, named by its environment variable.
 func checkSecrets(current []byte, id string, previous []idemguard.SecretVersion) error {
-	if err := idemguard.ValidateSecretID(id); err != nil {
+	if err := keys.ValidateSecretID(id); err != nil {
 		return fmt.Errorf("%s: %w", EnvSecretID, err)
 	}
 	seen := map[string]bool{id: true}

@@ -5,7 +5,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/idemguard/idemguard"
+	"github.com/idemguard/idemguard/store"
 )
 
 // Op names a Store method.
@@ -42,18 +42,18 @@ type Fault struct {
 	Times int
 }
 
-// Store wraps an idemguard.Store and injects faults. It is safe for concurrent use.
+// Store wraps an store.Store and injects faults. It is safe for concurrent use.
 type Store struct {
-	idemguard.Store
+	store.Store
 	mu     sync.Mutex
 	faults map[Op]*Fault
 	calls  map[Op]int
 }
 
-var _ idemguard.Store = (*Store)(nil)
+var _ store.Store = (*Store)(nil)
 
 // NewStore wraps s.
-func NewStore(s idemguard.Store) *Store {
+func NewStore(s store.Store) *Store {
 	return &Store{Store: s, faults: map[Op]*Fault{}, calls: map[Op]int{}}
 }
 
@@ -120,35 +120,35 @@ func run[T any](ctx context.Context, f *Fault, do func(context.Context) (T, erro
 	return zero, f.Err
 }
 
-// Claim implements idemguard.Store.
-func (s *Store) Claim(ctx context.Context, p idemguard.ClaimParams) (uint64, error) {
+// Claim implements store.Store.
+func (s *Store) Claim(ctx context.Context, p store.ClaimParams) (uint64, error) {
 	return run(ctx, s.take(OpClaim), func(ctx context.Context) (uint64, error) { return s.Store.Claim(ctx, p) })
 }
 
-// Get implements idemguard.Store.
-func (s *Store) Get(ctx context.Context, tenant, scope, keyHash string) (idemguard.Record, error) {
-	return run(ctx, s.take(OpGet), func(ctx context.Context) (idemguard.Record, error) {
+// Get implements store.Store.
+func (s *Store) Get(ctx context.Context, tenant, scope, keyHash string) (store.Record, error) {
+	return run(ctx, s.take(OpGet), func(ctx context.Context) (store.Record, error) {
 		return s.Store.Get(ctx, tenant, scope, keyHash)
 	})
 }
 
-// Reclaim implements idemguard.Store.
-func (s *Store) Reclaim(ctx context.Context, p idemguard.ReclaimParams) (bool, error) {
+// Reclaim implements store.Store.
+func (s *Store) Reclaim(ctx context.Context, p store.ReclaimParams) (bool, error) {
 	return run(ctx, s.take(OpReclaim), func(ctx context.Context) (bool, error) { return s.Store.Reclaim(ctx, p) })
 }
 
-// Abandon implements idemguard.Store.
-func (s *Store) Abandon(ctx context.Context, p idemguard.AbandonParams) (bool, error) {
+// Abandon implements store.Store.
+func (s *Store) Abandon(ctx context.Context, p store.AbandonParams) (bool, error) {
 	return run(ctx, s.take(OpAbandon), func(ctx context.Context) (bool, error) { return s.Store.Abandon(ctx, p) })
 }
 
-// Heartbeat implements idemguard.Store.
+// Heartbeat implements store.Store.
 func (s *Store) Heartbeat(ctx context.Context, id uint64, nonce string) (bool, error) {
 	return run(ctx, s.take(OpHeartbeat), func(ctx context.Context) (bool, error) { return s.Store.Heartbeat(ctx, id, nonce) })
 }
 
-// Complete implements idemguard.Store.
-func (s *Store) Complete(ctx context.Context, p idemguard.CompleteParams) (bool, time.Time, error) {
+// Complete implements store.Store.
+func (s *Store) Complete(ctx context.Context, p store.CompleteParams) (bool, time.Time, error) {
 	type answer struct {
 		ok bool
 		at time.Time
@@ -160,13 +160,13 @@ func (s *Store) Complete(ctx context.Context, p idemguard.CompleteParams) (bool,
 	return a.ok, a.at, err
 }
 
-// Release implements idemguard.Store.
-func (s *Store) Release(ctx context.Context, p idemguard.ReleaseParams) (bool, error) {
+// Release implements store.Store.
+func (s *Store) Release(ctx context.Context, p store.ReleaseParams) (bool, error) {
 	return run(ctx, s.take(OpRelease), func(ctx context.Context) (bool, error) { return s.Store.Release(ctx, p) })
 }
 
-// Renew implements idemguard.Store. It is the running execution's
+// Renew implements store.Store. It is the running execution's
 // heartbeat, so faults injected for OpHeartbeat apply to it.
-func (s *Store) Renew(ctx context.Context, p idemguard.RenewParams) (idemguard.RenewResult, error) {
-	return run(ctx, s.take(OpHeartbeat), func(ctx context.Context) (idemguard.RenewResult, error) { return s.Store.Renew(ctx, p) })
+func (s *Store) Renew(ctx context.Context, p store.RenewParams) (store.RenewResult, error) {
+	return run(ctx, s.take(OpHeartbeat), func(ctx context.Context) (store.RenewResult, error) { return s.Store.Renew(ctx, p) })
 }

@@ -355,3 +355,21 @@ func plainJSONString(s string) bool {
 	}
 	return true
 }
+
+// MaxSecretIDLen is the longest secret id (Config.SecretID, SecretVersion.ID).
+const MaxSecretIDLen = 32
+
+// ValidateSecretID reports whether id may name a secret: empty (the unnamed
+// secret), or 1 to MaxSecretIDLen characters of [A-Za-z0-9._-].
+func ValidateSecretID(id string) error {
+	if len(id) > MaxSecretIDLen {
+		return fmt.Errorf("secret id %q is longer than %d characters", id, MaxSecretIDLen)
+	}
+	for i := 0; i < len(id); i++ {
+		c := id[i]
+		if !('a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || c == '.' || c == '_' || c == '-') {
+			return fmt.Errorf("secret id %q holds a character outside [A-Za-z0-9._-]", id)
+		}
+	}
+	return nil
+}

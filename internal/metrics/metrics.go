@@ -26,7 +26,7 @@
 //	idemguard_avoided_calls_total{scope}                operations not run again because a stored result answered
 //	idemguard_avoided_tokens_total{scope,kind}          model tokens those calls would have used, kind prompt|completion
 //	idemguard_avoided_cost_total{scope}                 what those calls would have cost, in the scope's price currency
-//	idemguard_audit_events_total{kind}                  audit events decided (idemguard.AuditKinds), whatever their sinks
+//	idemguard_audit_events_total{kind}                  audit events decided (store.AuditKinds), whatever their sinks
 //	idemguard_audit_dropped_total{sink,reason}          audit events a sink lost: sink store (the batched
 //	                                                    table writes: queue_full|store) or stream (serve's
 //	                                                    --audit-log: queue_full|write_error)
@@ -56,6 +56,7 @@ import (
 
 	"github.com/idemguard/idemguard"
 	"github.com/idemguard/idemguard/sanitize"
+	"github.com/idemguard/idemguard/store"
 )
 
 // Namespace prefixes every metric name.
@@ -154,7 +155,7 @@ func New() *Metrics {
 	m.droppedFields = counter("dropped_fields_total", "Fields of operation results that the response allowlist dropped, by field name (never the value); (other) past 1000 names.", "scope", "field")
 	m.auditEvents = counter("audit_events_total", "Idempotency decisions recorded by the audit trail, by kind (counted once, whatever the sinks).", "kind")
 	m.auditDropped = counter("audit_dropped_total", "Audit events a sink lost, by sink (store: the batched table writes; stream: the --audit-log stream) and reason. The table's durable kinds are never dropped.", "sink", "reason")
-	for _, k := range idemguard.AuditKinds {
+	for _, k := range store.AuditKinds() {
 		m.auditEvents.WithLabelValues(string(k))
 	}
 	for sink, reasons := range AuditDropReasons {
@@ -235,12 +236,12 @@ func auditReason(sink, reason string) string {
 
 // ObserveAudit counts one audit event by kind. Call it once per event (from
 // Config.Audit.Observe), whatever sinks it goes to.
-func (m *Metrics) ObserveAudit(e idemguard.AuditEvent) {
+func (m *Metrics) ObserveAudit(e store.AuditEvent) {
 	m.auditEvents.WithLabelValues(auditKind(e.Kind)).Inc()
 }
 
-func auditKind(k idemguard.AuditKind) string {
-	for _, known := range idemguard.AuditKinds {
+func auditKind(k store.AuditKind) string {
+	for _, known := range store.AuditKinds() {
 		if k == known {
 			return string(k)
 		}

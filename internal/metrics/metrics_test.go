@@ -20,6 +20,8 @@ import (
 	"github.com/idemguard/idemguard"
 	"github.com/idemguard/idemguard/internal/metrics"
 	"github.com/idemguard/idemguard/sanitize"
+	"github.com/idemguard/idemguard/store"
+	"github.com/idemguard/idemguard/store/memstore"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -133,7 +135,7 @@ func TestHandlerServesTheOwnRegistry(t *testing.T) {
 func TestObserveFromTheGuard(t *testing.T) {
 	t.Parallel()
 	m := metrics.New()
-	g, err := idemguard.New(idemguard.Config{Store: idemguard.NewMemoryStore(), Secret: []byte(strings.Repeat("s", 32)), Observe: m.Observe})
+	g, err := idemguard.New(idemguard.Config{Store: memstore.New(), Secret: []byte(strings.Repeat("s", 32)), Observe: m.Observe})
 	require.NoError(t, err)
 	t.Cleanup(func() { require.NoError(t, g.Close(context.Background())) })
 	call := idemguard.Call{Tenant: "t", Scope: "demo", ClientKey: "k", Inputs: map[string]any{"a": 1}}
@@ -281,7 +283,7 @@ func TestStoreOpsCoverTheEngine(t *testing.T) {
 		}
 		// "reclaim "+kind.String(): every reclaim kind.
 		if strings.Contains(string(b), `"reclaim "+`) {
-			for _, k := range []idemguard.ReclaimKind{idemguard.ReclaimExpired, idemguard.ReclaimStale, idemguard.ReclaimFailed} {
+			for _, k := range []store.ReclaimKind{store.ReclaimExpired, store.ReclaimStale, store.ReclaimFailed} {
 				require.Contains(t, metrics.StoreOps, "reclaim "+k.String())
 			}
 		}
@@ -297,7 +299,7 @@ func TestAuditMetrics(t *testing.T) {
 	m := metrics.New()
 	before := scrape(t, m)
 	text := strings.Join(before, "\n") + "\n"
-	for _, k := range idemguard.AuditKinds {
+	for _, k := range store.AuditKinds() {
 		require.Contains(t, text, `idemguard_audit_events_total{kind="`+string(k)+`"} 0`+"\n")
 	}
 	for _, want := range []string{
@@ -309,10 +311,10 @@ func TestAuditMetrics(t *testing.T) {
 		require.Contains(t, text, want+"\n")
 	}
 
-	for _, k := range idemguard.AuditKinds {
-		m.ObserveAudit(idemguard.AuditEvent{Kind: k})
+	for _, k := range store.AuditKinds() {
+		m.ObserveAudit(store.AuditEvent{Kind: k})
 	}
-	m.ObserveAudit(idemguard.AuditEvent{Kind: idemguard.AuditReplay})
+	m.ObserveAudit(store.AuditEvent{Kind: store.AuditReplay})
 	m.Observe(idemguard.Event{Kind: idemguard.EventAuditDropped, Scope: "chat", Field: "queue_full"})
 	m.Observe(idemguard.Event{Kind: idemguard.EventAuditDropped, Scope: "chat", Field: "store"})
 	m.Observe(idemguard.Event{Kind: idemguard.EventAuditDropped, Scope: "chat", Field: "store"})
@@ -322,7 +324,7 @@ func TestAuditMetrics(t *testing.T) {
 	m.AuditStreamDropped(metrics.AuditDropWriteError)
 	reg := m.Registry()
 	require.Equal(t, 2.0, value(t, reg, "idemguard_audit_events_total", map[string]string{"kind": "replay"}))
-	require.Equal(t, 1.0, value(t, reg, "idemguard_audit_events_total", map[string]string{"kind": "key.claimed"}))
+	require.Equal(t, 1.0, value(t, reg, "idemguard_audit_events_total", map[string]string{"kind": "claimed"}))
 	for labels, want := range map[[2]string]float64{
 		{"store", "queue_full"}: 1, {"store", "store"}: 2, {"stream", "queue_full"}: 1, {"stream", "write_error"}: 3,
 	} {
@@ -330,7 +332,7 @@ func TestAuditMetrics(t *testing.T) {
 	}
 	require.Len(t, scrape(t, m), len(before), "a known kind or reason created a series not exported from the start")
 
-	m.ObserveAudit(idemguard.AuditEvent{Kind: "made-up"})
+	m.ObserveAudit(store.AuditEvent{Kind: "made-up"})
 	m.Observe(idemguard.Event{Kind: idemguard.EventAuditDropped, Field: "made-up"})
 	require.Equal(t, 1.0, value(t, reg, "idemguard_audit_events_total", map[string]string{"kind": "other"}))
 	require.Equal(t, 1.0, value(t, reg, "idemguard_audit_dropped_total", map[string]string{"sink": "store", "reason": "other"}))

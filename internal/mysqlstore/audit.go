@@ -12,8 +12,8 @@ import (
 	"github.com/go-sql-driver/mysql"
 	"github.com/jmoiron/sqlx"
 
-	"github.com/idemguard/idemguard"
 	"github.com/idemguard/idemguard/sanitize"
+	"github.com/idemguard/idemguard/store"
 )
 
 // execer runs a statement: the pool (autocommit) or a transaction.
@@ -37,7 +37,7 @@ const (
 // A commit whose reply is lost may have applied: its error is
 // ErrOutcomeUnknown, and the engine re-reads the row. Whichever way it
 // went, the event went the same way.
-func (s *Store) write(ctx context.Context, e *idemguard.AuditEvent, row func(ex execer) (bool, error)) (bool, error) {
+func (s *Store) write(ctx context.Context, e *store.AuditEvent, row func(ex execer) (bool, error)) (bool, error) {
 	if e == nil {
 		return row(s.db)
 	}
@@ -52,7 +52,7 @@ func (s *Store) write(ctx context.Context, e *idemguard.AuditEvent, row func(ex 
 	}
 	s.hook(ctx, stageRowChanged, tx)
 	if _, err := tx.ExecContext(ctx, appendOneSQL, auditArgs(nil, e)...); err != nil {
-		if err := interpretError(err); !errors.Is(err, idemguard.ErrDuplicate) {
+		if err := interpretError(err); !errors.Is(err, store.ErrDuplicate) {
 			_ = tx.Rollback()
 			return false, err
 		}
@@ -77,10 +77,10 @@ func (s *Store) hook(ctx context.Context, stage string, tx *sqlx.Tx) {
 // committed before the reply was lost, so the outcome is unknown.
 func commitError(err error) error {
 	err = interpretError(err)
-	if errors.Is(err, idemguard.ErrOutcomeUnknown) {
+	if errors.Is(err, store.ErrOutcomeUnknown) {
 		return err
 	}
-	return fmt.Errorf("%w: commit: %w", idemguard.ErrOutcomeUnknown, err)
+	return fmt.Errorf("%w: commit: %w", store.ErrOutcomeUnknown, err)
 }
 
 const auditColumns = `event_id, kind, at, tenant, scope, key_hash, attempt, actor, original_at, stop_reason, detail`
@@ -112,7 +112,7 @@ const maxAppendRows = 1000
 
 // auditArgs appends e's values in auditColumns' order. Times are stored in
 // UTC, truncated to the column's microsecond (MySQL would round).
-func auditArgs(args []any, e *idemguard.AuditEvent) []any {
+func auditArgs(args []any, e *store.AuditEvent) []any {
 	var original any
 	if !e.OriginalAt.IsZero() {
 		original = dbTime(e.OriginalAt)
@@ -123,10 +123,10 @@ func auditArgs(args []any, e *idemguard.AuditEvent) []any {
 
 func dbTime(t time.Time) time.Time { return t.UTC().Truncate(time.Microsecond) }
 
-// AppendAudit implements idemguard.Store: one multi-row INSERT per
+// AppendAudit implements store.Store: one multi-row INSERT per
 // maxAppendRows events, each its own autocommit statement; an event id
 // already stored (or twice in events) is skipped, never an error.
-func (s *Store) AppendAudit(ctx context.Context, events []idemguard.AuditEvent) error {
+func (s *Store) AppendAudit(ctx context.Context, events []store.AuditEvent) error {
 	events = firstOfEachID(events)
 	for len(events) > 0 {
 		n := min(len(events), maxAppendRows)
@@ -150,7 +150,7 @@ func (s *Store) AppendAudit(ctx context.Context, events []idemguard.AuditEvent) 
 // it retries) can deadlock on the duplicate keys' locks: the victim's
 // INSERT was rolled back whole, and an INSERT of events is idempotent, so
 // it is simply run again, up to appendDeadlockRetries times.
-func (s *Store) appendBatch(ctx context.Context, batch []idemguard.AuditEvent) error {
+func (s *Store) appendBatch(ctx context.Context, batch []store.AuditEvent) error {
 	deadlocks := 0
 	for {
 		args := make([]any, 0, len(batch)*11)
@@ -167,7 +167,7 @@ func (s *Store) appendBatch(ctx context.Context, batch []idemguard.AuditEvent) e
 			deadlocks++
 			continue
 		}
-		if err := interpretError(err); !errors.Is(err, idemguard.ErrDuplicate) {
+		if err := interpretError(err); !errors.Is(err, store.ErrDuplicate) {
 			return err
 		}
 		ids := make([]string, len(batch))
@@ -189,7 +189,7 @@ func (s *Store) appendBatch(ctx context.Context, batch []idemguard.AuditEvent) e
 		for _, id := range stored {
 			have[id] = true
 		}
-		batch = slices.DeleteFunc(slices.Clone(batch), func(e idemguard.AuditEvent) bool { return have[e.ID] })
+		batch = slices.DeleteFunc(slices.Clone(batch), func(e store.AuditEvent) bool { return have[e.ID] })
 		if len(batch) == 0 {
 			return nil
 		}
@@ -198,9 +198,9 @@ func (s *Store) appendBatch(ctx context.Context, batch []idemguard.AuditEvent) e
 
 // firstOfEachID returns events without the repeats of an id (the first is
 // kept), as one INSERT cannot hold an id twice.
-func firstOfEachID(events []idemguard.AuditEvent) []idemguard.AuditEvent {
+func firstOfEachID(events []store.AuditEvent) []store.AuditEvent {
 	seen := make(map[string]bool, len(events))
-	var out []idemguard.AuditEvent
+	var out []store.AuditEvent
 	for i, e := range events {
 		if seen[e.ID] {
 			if out == nil {
@@ -239,8 +239,8 @@ type auditRecord struct {
 	Detail     sql.NullString `db:"detail"`
 }
 
-// History implements idemguard.Store.
-func (s *Store) History(ctx context.Context, tenant, scope string, keyHashes []string, limit int) ([]idemguard.AuditEvent, error) {
+// History implements store.Store.
+func (s *Store) History(ctx context.Context, tenant, scope string, keyHashes []string, limit int) ([]store.AuditEvent, error) {
 	if len(keyHashes) == 0 || limit <= 0 {
 		return nil, nil
 	}
@@ -252,9 +252,9 @@ func (s *Store) History(ctx context.Context, tenant, scope string, keyHashes []s
 	if err := s.db.SelectContext(ctx, &recs, query, args...); err != nil {
 		return nil, interpretError(err)
 	}
-	out := make([]idemguard.AuditEvent, len(recs))
+	out := make([]store.AuditEvent, len(recs))
 	for i, r := range recs {
-		out[i] = idemguard.AuditEvent{ID: r.ID, Kind: idemguard.AuditKind(r.Kind), At: r.At.UTC(), Tenant: r.Tenant,
+		out[i] = store.AuditEvent{ID: r.ID, Kind: store.AuditKind(r.Kind), At: r.At.UTC(), Tenant: r.Tenant,
 			Scope: r.Scope, KeyHash: r.KeyHash, Attempt: r.Attempt, Actor: r.Actor,
 			StopReason: sanitize.StopReason(r.StopReason.String), Detail: r.Detail.String}
 		if r.OriginalAt.Valid {

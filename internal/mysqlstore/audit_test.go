@@ -12,19 +12,19 @@ import (
 	"github.com/jmoiron/sqlx"
 	"github.com/stretchr/testify/require"
 
-	"github.com/idemguard/idemguard"
 	"github.com/idemguard/idemguard/internal/mysqlstore"
 	"github.com/idemguard/idemguard/internal/testdb"
 	"github.com/idemguard/idemguard/sanitize"
+	"github.com/idemguard/idemguard/store"
 )
 
 // auditedOp is one audited write, set up on its own key so that it wins
 // when run.
 type auditedOp struct {
 	name string
-	kind idemguard.AuditKind
+	kind store.AuditKind
 	// setup prepares the key's row and returns the write (given its event).
-	setup func(t *testing.T, s *mysqlstore.Store, db *sqlx.DB, kh string) func(e *idemguard.AuditEvent) (bool, error)
+	setup func(t *testing.T, s *mysqlstore.Store, db *sqlx.DB, kh string) func(e *store.AuditEvent) (bool, error)
 }
 
 func newID() string {
@@ -36,7 +36,7 @@ func newID() string {
 func claimRow(t *testing.T, s *mysqlstore.Store, kh string) (uint64, string) {
 	t.Helper()
 	n := newID()
-	id, err := s.Claim(t.Context(), idemguard.ClaimParams{Tenant: "acme", Scope: "s", KeyHash: kh,
+	id, err := s.Claim(t.Context(), store.ClaimParams{Tenant: "acme", Scope: "s", KeyHash: kh,
 		Fingerprint: strings.Repeat("f", 64), Nonce: n, TTL: time.Hour, Lease: time.Minute})
 	require.NoError(t, err)
 	return id, n
@@ -53,80 +53,80 @@ func age(t *testing.T, db *sqlx.DB, kh string, d time.Duration) {
 	require.NoError(t, err)
 }
 
-func complete(t *testing.T, s *mysqlstore.Store, id uint64, n string, st idemguard.RowStatus) {
+func complete(t *testing.T, s *mysqlstore.Store, id uint64, n string, st store.RowStatus) {
 	t.Helper()
-	ok, _, err := s.Complete(t.Context(), idemguard.CompleteParams{ID: id, Nonce: n, Status: st,
+	ok, _, err := s.Complete(t.Context(), store.CompleteParams{ID: id, Nonce: n, Status: st,
 		Response: []byte(`{"ok":false}`), ResponseCode: 502, TTL: time.Hour})
 	require.NoError(t, err)
 	require.True(t, ok)
 }
 
 var auditedOps = []auditedOp{
-	{"Claim", idemguard.AuditClaimed, func(t *testing.T, s *mysqlstore.Store, _ *sqlx.DB, kh string) func(*idemguard.AuditEvent) (bool, error) {
-		return func(e *idemguard.AuditEvent) (bool, error) {
-			_, err := s.Claim(t.Context(), idemguard.ClaimParams{Tenant: "acme", Scope: "s", KeyHash: kh,
+	{"Claim", store.AuditClaimed, func(t *testing.T, s *mysqlstore.Store, _ *sqlx.DB, kh string) func(*store.AuditEvent) (bool, error) {
+		return func(e *store.AuditEvent) (bool, error) {
+			_, err := s.Claim(t.Context(), store.ClaimParams{Tenant: "acme", Scope: "s", KeyHash: kh,
 				Fingerprint: strings.Repeat("f", 64), Nonce: newID(), TTL: time.Hour, Audit: e})
 			return err == nil, err
 		}
 	}},
-	{"ReclaimExpired", idemguard.AuditExpiredReclaim, func(t *testing.T, s *mysqlstore.Store, db *sqlx.DB, kh string) func(*idemguard.AuditEvent) (bool, error) {
+	{"ReclaimExpired", store.AuditExpiredReclaim, func(t *testing.T, s *mysqlstore.Store, db *sqlx.DB, kh string) func(*store.AuditEvent) (bool, error) {
 		id, n := claimRow(t, s, kh)
-		complete(t, s, id, n, idemguard.RowSucceeded)
+		complete(t, s, id, n, store.RowSucceeded)
 		age(t, db, kh, 2*time.Hour)
-		return func(e *idemguard.AuditEvent) (bool, error) {
-			return s.Reclaim(t.Context(), idemguard.ReclaimParams{Kind: idemguard.ReclaimExpired, ID: id, OldNonce: n,
+		return func(e *store.AuditEvent) (bool, error) {
+			return s.Reclaim(t.Context(), store.ReclaimParams{Kind: store.ReclaimExpired, ID: id, OldNonce: n,
 				OldAttempts: 1, NewNonce: newID(), Fingerprint: strings.Repeat("e", 64), TTL: time.Hour,
 				StaleAfter: time.Minute, Audit: e})
 		}
 	}},
-	{"ReclaimStale", idemguard.AuditTakeover, func(t *testing.T, s *mysqlstore.Store, db *sqlx.DB, kh string) func(*idemguard.AuditEvent) (bool, error) {
+	{"ReclaimStale", store.AuditTakeover, func(t *testing.T, s *mysqlstore.Store, db *sqlx.DB, kh string) func(*store.AuditEvent) (bool, error) {
 		id, n := claimRow(t, s, kh)
 		age(t, db, kh, 10*time.Minute)
-		return func(e *idemguard.AuditEvent) (bool, error) {
-			return s.Reclaim(t.Context(), idemguard.ReclaimParams{Kind: idemguard.ReclaimStale, ID: id, OldNonce: n,
+		return func(e *store.AuditEvent) (bool, error) {
+			return s.Reclaim(t.Context(), store.ReclaimParams{Kind: store.ReclaimStale, ID: id, OldNonce: n,
 				OldAttempts: 1, NewNonce: newID(), StaleAfter: time.Minute, Lease: time.Minute, Audit: e})
 		}
 	}},
-	{"ReclaimFailed", idemguard.AuditRetried, func(t *testing.T, s *mysqlstore.Store, _ *sqlx.DB, kh string) func(*idemguard.AuditEvent) (bool, error) {
+	{"ReclaimFailed", store.AuditRetried, func(t *testing.T, s *mysqlstore.Store, _ *sqlx.DB, kh string) func(*store.AuditEvent) (bool, error) {
 		id, n := claimRow(t, s, kh)
-		complete(t, s, id, n, idemguard.RowFailed)
-		return func(e *idemguard.AuditEvent) (bool, error) {
-			return s.Reclaim(t.Context(), idemguard.ReclaimParams{Kind: idemguard.ReclaimFailed, ID: id, OldNonce: n,
+		complete(t, s, id, n, store.RowFailed)
+		return func(e *store.AuditEvent) (bool, error) {
+			return s.Reclaim(t.Context(), store.ReclaimParams{Kind: store.ReclaimFailed, ID: id, OldNonce: n,
 				OldAttempts: 1, NewNonce: newID(), TTL: time.Hour, MaxAttempts: 3, Audit: e})
 		}
 	}},
-	{"Abandon", idemguard.AuditAbandoned, func(t *testing.T, s *mysqlstore.Store, db *sqlx.DB, kh string) func(*idemguard.AuditEvent) (bool, error) {
+	{"Abandon", store.AuditAbandoned, func(t *testing.T, s *mysqlstore.Store, db *sqlx.DB, kh string) func(*store.AuditEvent) (bool, error) {
 		id, n := claimRow(t, s, kh)
 		age(t, db, kh, 10*time.Minute)
-		return func(e *idemguard.AuditEvent) (bool, error) {
-			return s.Abandon(t.Context(), idemguard.AbandonParams{ID: id, OldNonce: n, OldAttempts: 1,
+		return func(e *store.AuditEvent) (bool, error) {
+			return s.Abandon(t.Context(), store.AbandonParams{ID: id, OldNonce: n, OldAttempts: 1,
 				StaleAfter: time.Minute, Response: []byte(`{"ok":false}`), ResponseCode: 502, TTL: time.Hour, Audit: e})
 		}
 	}},
-	{"ReleaseDelete", idemguard.AuditReleased, func(t *testing.T, s *mysqlstore.Store, _ *sqlx.DB, kh string) func(*idemguard.AuditEvent) (bool, error) {
+	{"ReleaseDelete", store.AuditReleased, func(t *testing.T, s *mysqlstore.Store, _ *sqlx.DB, kh string) func(*store.AuditEvent) (bool, error) {
 		id, n := claimRow(t, s, kh)
-		return func(e *idemguard.AuditEvent) (bool, error) {
-			return s.Release(t.Context(), idemguard.ReleaseParams{ID: id, Nonce: n, Audit: e})
+		return func(e *store.AuditEvent) (bool, error) {
+			return s.Release(t.Context(), store.ReleaseParams{ID: id, Nonce: n, Audit: e})
 		}
 	}},
-	{"ReleaseRestore", idemguard.AuditReleased, func(t *testing.T, s *mysqlstore.Store, _ *sqlx.DB, kh string) func(*idemguard.AuditEvent) (bool, error) {
+	{"ReleaseRestore", store.AuditReleased, func(t *testing.T, s *mysqlstore.Store, _ *sqlx.DB, kh string) func(*store.AuditEvent) (bool, error) {
 		id, n := claimRow(t, s, kh)
-		complete(t, s, id, n, idemguard.RowFailed)
+		complete(t, s, id, n, store.RowFailed)
 		prev, err := s.Get(t.Context(), "acme", "s", kh)
 		require.NoError(t, err)
 		retry := newID()
-		won, err := s.Reclaim(t.Context(), idemguard.ReclaimParams{Kind: idemguard.ReclaimFailed, ID: id, OldNonce: n,
+		won, err := s.Reclaim(t.Context(), store.ReclaimParams{Kind: store.ReclaimFailed, ID: id, OldNonce: n,
 			OldAttempts: 1, NewNonce: retry, TTL: time.Hour, MaxAttempts: 3})
 		require.NoError(t, err)
 		require.True(t, won)
-		return func(e *idemguard.AuditEvent) (bool, error) {
-			return s.Release(t.Context(), idemguard.ReleaseParams{ID: id, Nonce: retry, Prev: &prev, Audit: e})
+		return func(e *store.AuditEvent) (bool, error) {
+			return s.Release(t.Context(), store.ReleaseParams{ID: id, Nonce: retry, Prev: &prev, Audit: e})
 		}
 	}},
-	{"RequestCancel", idemguard.AuditCanceled, func(t *testing.T, s *mysqlstore.Store, _ *sqlx.DB, kh string) func(*idemguard.AuditEvent) (bool, error) {
+	{"RequestCancel", store.AuditCanceled, func(t *testing.T, s *mysqlstore.Store, _ *sqlx.DB, kh string) func(*store.AuditEvent) (bool, error) {
 		id, n := claimRow(t, s, kh)
-		return func(e *idemguard.AuditEvent) (bool, error) {
-			return s.RequestCancel(t.Context(), idemguard.CancelParams{ID: id, Nonce: n, Audit: e})
+		return func(e *store.AuditEvent) (bool, error) {
+			return s.RequestCancel(t.Context(), store.CancelParams{ID: id, Nonce: n, Audit: e})
 		}
 	}},
 }
@@ -196,8 +196,8 @@ func TestAuditedWriteIsAtomic(t *testing.T) {
 			s := mysqlstore.New(d.DB)
 			kh := fmt.Sprintf("%064x", len(op.name))
 			write := op.setup(t, s, d.DB, kh)
-			event := func() *idemguard.AuditEvent {
-				return &idemguard.AuditEvent{ID: newID(), Kind: op.kind, At: time.Now().Add(-time.Second), Tenant: "acme",
+			event := func() *store.AuditEvent {
+				return &store.AuditEvent{ID: newID(), Kind: op.kind, At: time.Now().Add(-time.Second), Tenant: "acme",
 					Scope: "s", KeyHash: kh, Attempt: 2, Actor: "h:ops", StopReason: sanitize.StopReason("abandoned")}
 			}
 
@@ -209,7 +209,7 @@ func TestAuditedWriteIsAtomic(t *testing.T) {
 				mysqlstore.OnAuditTx(s, nil)
 				require.Equal(t, 1, killed, "stage %s: the hook ran", stage)
 				t.Logf("killed at %s: %v", stage, err)
-				require.ErrorIs(t, err, idemguard.ErrOutcomeUnknown, "stage %s", stage)
+				require.ErrorIs(t, err, store.ErrOutcomeUnknown, "stage %s", stage)
 				require.False(t, won)
 				require.Equal(t, before, tableDump(t, d.DB), "stage %s: the row change was rolled back with the event", stage)
 				require.Empty(t, auditIDs(t, d.DB), "stage %s: the event was rolled back with the row change", stage)
@@ -229,7 +229,7 @@ func TestAuditedWriteIsAtomic(t *testing.T) {
 			require.NoError(t, err)
 			want := *e
 			want.At = want.At.UTC().Truncate(time.Microsecond)
-			require.Equal(t, []idemguard.AuditEvent{want}, h)
+			require.Equal(t, []store.AuditEvent{want}, h)
 		})
 	}
 }
@@ -262,9 +262,9 @@ func TestConcurrentOverlappingAppendsStoreEachEventOnce(t *testing.T) {
 	d := testdb.New(t)
 	s := mysqlstore.New(d.DB)
 	kh := strings.Repeat("c", 64)
-	events := make([]idemguard.AuditEvent, 300)
+	events := make([]store.AuditEvent, 300)
 	for i := range events {
-		events[i] = idemguard.AuditEvent{ID: fmt.Sprintf("%032x", i), Kind: idemguard.AuditReplay,
+		events[i] = store.AuditEvent{ID: fmt.Sprintf("%032x", i), Kind: store.AuditReplay,
 			At: time.Now().Add(time.Duration(i) * time.Microsecond), Tenant: "acme", Scope: "s", KeyHash: kh, Attempt: 1}
 	}
 	require.NoError(t, s.AppendAudit(t.Context(), events[100:150]))

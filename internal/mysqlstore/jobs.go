@@ -3,7 +3,7 @@ package mysqlstore
 import (
 	"context"
 
-	"github.com/idemguard/idemguard"
+	"github.com/idemguard/idemguard/store"
 )
 
 // renewSQL is the heartbeat of a running execution. heartbeat_at always
@@ -19,16 +19,16 @@ const renewSQL = `UPDATE idempotency_keys SET
   expires_at = GREATEST(expires_at, UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND)
 WHERE id = ? AND status = 'started' AND claim_nonce = ?`
 
-// Renew implements idemguard.Store.
-func (s *Store) Renew(ctx context.Context, p idemguard.RenewParams) (idemguard.RenewResult, error) {
+// Renew implements store.Store.
+func (s *Store) Renew(ctx context.Context, p store.RenewParams) (store.RenewResult, error) {
 	res, err := s.db.ExecContext(ctx, renewSQL, micros(p.Extend), p.ID, p.Nonce)
 	ok, err := changedOne(res, err)
 	if !ok || err != nil {
-		return idemguard.RenewResult{}, err
+		return store.RenewResult{}, err
 	}
 	flag, err := s.okPacketTime(res)
 	if err != nil {
-		return idemguard.RenewResult{}, err
+		return store.RenewResult{}, err
 	}
 	if flag == 0 {
 		// Not in the OK packet: read it back. If that read fails, the
@@ -38,11 +38,11 @@ func (s *Store) Renew(ctx context.Context, p idemguard.RenewParams) (idemguard.R
 		err := s.db.GetContext(ctx, &requested,
 			`SELECT cancel_requested_at IS NOT NULL FROM idempotency_keys WHERE id = ? AND claim_nonce = ?`, p.ID, p.Nonce)
 		if err != nil {
-			return idemguard.RenewResult{}, interpretError(err)
+			return store.RenewResult{}, interpretError(err)
 		}
-		return idemguard.RenewResult{Renewed: true, CancelRequested: requested}, nil
+		return store.RenewResult{Renewed: true, CancelRequested: requested}, nil
 	}
-	return idemguard.RenewResult{Renewed: true, CancelRequested: flag == 2}, nil
+	return store.RenewResult{Renewed: true, CancelRequested: flag == 2}, nil
 }
 
 // requestCancelSQL marks a cancel request on one execution. The time moves
@@ -52,7 +52,7 @@ const requestCancelSQL = `UPDATE idempotency_keys SET
   cancel_requested_at = GREATEST(UTC_TIMESTAMP(6), COALESCE(cancel_requested_at + INTERVAL 1 MICROSECOND, UTC_TIMESTAMP(6)))
 WHERE id = ? AND status = 'started' AND claim_nonce = ?`
 
-// RequestCancel implements idemguard.Store.
-func (s *Store) RequestCancel(ctx context.Context, p idemguard.CancelParams) (bool, error) {
+// RequestCancel implements store.Store.
+func (s *Store) RequestCancel(ctx context.Context, p store.CancelParams) (bool, error) {
 	return s.audited(ctx, p.Audit, requestCancelSQL, p.ID, p.Nonce)
 }

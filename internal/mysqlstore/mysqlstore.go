@@ -1,6 +1,6 @@
-// Package mysqlstore is the idemguard.Store on MySQL 8.x / MariaDB 10.11+ (and
+// Package mysqlstore is the store.Store on MySQL 8.x / MariaDB 10.11+ (and
 // TiDB), through sqlx. Every method is one autocommit statement, except a
-// write whose params carry an audit event (idemguard.AuditEvent): Claim,
+// write whose params carry an audit event (store.AuditEvent): Claim,
 // Reclaim, Abandon, Release and RequestCancel then run the same statement and
 // the event's INSERT into idempotency_audit in one transaction, committed
 // only when the statement won, so the row change and its event are stored
@@ -29,9 +29,10 @@ import (
 	"github.com/jmoiron/sqlx"
 
 	"github.com/idemguard/idemguard"
+	"github.com/idemguard/idemguard/store"
 )
 
-var _ idemguard.Store = (*Store)(nil)
+var _ store.Store = (*Store)(nil)
 
 // MySQL error numbers the store acts on. They are matched by number, never
 // by message text (MySQL and MariaDB word them differently).
@@ -46,7 +47,7 @@ const (
 	errTiDBWriteConflict = 9007
 )
 
-// Store is the MySQL idemguard.Store. It is safe for concurrent use.
+// Store is the MySQL store.Store. It is safe for concurrent use.
 type Store struct {
 	db *sqlx.DB
 	// completedAtOf reads the value of LAST_INSERT_ID(expr) from an OK
@@ -77,7 +78,7 @@ func interpretError(err error) error {
 	if errors.As(err, &me) {
 		switch me.Number {
 		case errDupEntry:
-			return idemguard.ErrDuplicate
+			return store.ErrDuplicate
 		case errDeadlock, errLockWaitTimeout, errGRRollback, errTiDBWriteConflict:
 			// The statement was rolled back, but "lost the race" is not
 			// what it means: a deadlock victim on one server still owns
@@ -85,13 +86,13 @@ func interpretError(err error) error {
 			// decided by the row, never by the error.
 			// Read as unknown, an error whose statement surely did not
 			// apply costs a read, never a second execution.
-			return fmt.Errorf("%w: %w", idemguard.ErrOutcomeUnknown, err)
+			return fmt.Errorf("%w: %w", store.ErrOutcomeUnknown, err)
 		}
 	}
 	if errors.Is(err, mysql.ErrInvalidConn) {
 		// The connection broke after the statement was sent: it may
 		// have applied.
-		return fmt.Errorf("%w: %w", idemguard.ErrOutcomeUnknown, err)
+		return fmt.Errorf("%w: %w", store.ErrOutcomeUnknown, err)
 	}
 	return err
 }
@@ -104,9 +105,9 @@ const claimSQL = `INSERT INTO idempotency_keys
 VALUES (?, ?, ?, ?, NULLIF(?, ''), 'started', 1, ?,
    UTC_TIMESTAMP(6), UTC_TIMESTAMP(6), UTC_TIMESTAMP(6), NULLIF(?, 0), UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND)`
 
-// Claim implements idemguard.Store. Never INSERT IGNORE: it would turn a
+// Claim implements store.Store. Never INSERT IGNORE: it would turn a
 // truncation or a bad value into a warning and a silently different row.
-func (s *Store) Claim(ctx context.Context, p idemguard.ClaimParams) (uint64, error) {
+func (s *Store) Claim(ctx context.Context, p store.ClaimParams) (uint64, error) {
 	if p.Audit == nil {
 		return claim(ctx, s.db, p)
 	}
@@ -122,7 +123,7 @@ func (s *Store) Claim(ctx context.Context, p idemguard.ClaimParams) (uint64, err
 	return id, nil
 }
 
-func claim(ctx context.Context, ex execer, p idemguard.ClaimParams) (uint64, error) {
+func claim(ctx context.Context, ex execer, p store.ClaimParams) (uint64, error) {
 	res, err := ex.ExecContext(ctx, claimSQL, p.Tenant, p.Scope, p.KeyHash, p.Fingerprint, p.SecretID, p.Nonce,
 		micros(p.Lease), micros(p.TTL))
 	if err := interpretError(err); err != nil {
@@ -170,15 +171,15 @@ const getSQL = `SELECT id, tenant, scope, key_hash, request_fingerprint, status,
   lease_micros, cancel_requested_at, secret_id, UTC_TIMESTAMP(6) AS db_now
 FROM idempotency_keys WHERE tenant = ? AND scope = ? AND key_hash = ?`
 
-// Get implements idemguard.Store.
-func (s *Store) Get(ctx context.Context, tenant, scope, keyHash string) (idemguard.Record, error) {
+// Get implements store.Store.
+func (s *Store) Get(ctx context.Context, tenant, scope, keyHash string) (store.Record, error) {
 	// A plain Scan in getSQL's column order: sqlx's StructScan maps columns to
 	// fields by reflection on every call, and Get is the whole of a store
 	// replay. TestGetScansEveryColumn checks the order against the struct tags.
 	var r row
 	err := s.db.QueryRowContext(ctx, getSQL, tenant, scope, keyHash).Scan(r.dest()...)
 	if err := interpretError(err); err != nil {
-		return idemguard.Record{}, err
+		return store.Record{}, err
 	}
 	return r.record(), nil
 }
@@ -188,8 +189,8 @@ func (s *Store) Get(ctx context.Context, tenant, scope, keyHash string) (idemgua
 // points as hashes.
 var getManySQL = strings.Replace(getSQL, "AND key_hash = ?", "AND key_hash IN (?)", 1)
 
-// GetMany implements idemguard.Store.
-func (s *Store) GetMany(ctx context.Context, tenant, scope string, keyHashes []string) ([]idemguard.Record, error) {
+// GetMany implements store.Store.
+func (s *Store) GetMany(ctx context.Context, tenant, scope string, keyHashes []string) ([]store.Record, error) {
 	if len(keyHashes) == 0 {
 		return nil, nil
 	}
@@ -202,7 +203,7 @@ func (s *Store) GetMany(ctx context.Context, tenant, scope string, keyHashes []s
 		return nil, err
 	}
 	defer rows.Close()
-	var out []idemguard.Record
+	var out []store.Record
 	for rows.Next() {
 		var r row
 		if err := rows.Scan(r.dest()...); err != nil {
@@ -213,9 +214,9 @@ func (s *Store) GetMany(ctx context.Context, tenant, scope string, keyHashes []s
 	return out, interpretError(rows.Err())
 }
 
-func (r *row) record() idemguard.Record {
-	return idemguard.Record{ID: r.ID, Tenant: r.Tenant, Scope: r.Scope, KeyHash: r.KeyHash, Fingerprint: r.Fingerprint,
-		Status: idemguard.RowStatus(r.Status), Attempts: r.Attempts, ClaimNonce: r.ClaimNonce, Response: r.Response,
+func (r *row) record() store.Record {
+	return store.Record{ID: r.ID, Tenant: r.Tenant, Scope: r.Scope, KeyHash: r.KeyHash, Fingerprint: r.Fingerprint,
+		Status: store.RowStatus(r.Status), Attempts: r.Attempts, ClaimNonce: r.ClaimNonce, Response: r.Response,
 		ResponseCode: int(r.ResponseCode.Int32), Events: r.Events, CreatedAt: r.CreatedAt, StartedAt: r.StartedAt,
 		HeartbeatAt: r.HeartbeatAt.Time, CompletedAt: r.CompletedAt.Time, ExpiresAt: r.ExpiresAt,
 		Lease: time.Duration(r.LeaseMicros.Int64) * time.Microsecond, CancelRequestedAt: r.CancelAt.Time, Now: r.Now,
@@ -254,15 +255,15 @@ WHERE id = ? AND status = 'failed' AND claim_nonce = ? AND attempt_count = ?
   AND attempt_count < ? AND expires_at >= UTC_TIMESTAMP(6)`
 )
 
-// Reclaim implements idemguard.Store.
-func (s *Store) Reclaim(ctx context.Context, p idemguard.ReclaimParams) (bool, error) {
+// Reclaim implements store.Store.
+func (s *Store) Reclaim(ctx context.Context, p store.ReclaimParams) (bool, error) {
 	switch p.Kind {
-	case idemguard.ReclaimExpired:
+	case store.ReclaimExpired:
 		return s.audited(ctx, p.Audit, reclaimExpiredSQL, p.NewNonce, p.Fingerprint, p.SecretID, micros(p.Lease), micros(p.TTL),
 			p.ID, p.OldNonce, p.OldAttempts, micros(p.StaleAfter))
-	case idemguard.ReclaimStale:
+	case store.ReclaimStale:
 		return s.audited(ctx, p.Audit, reclaimStaleSQL, p.NewNonce, micros(p.Lease), p.ID, p.OldNonce, p.OldAttempts, micros(p.StaleAfter))
-	case idemguard.ReclaimFailed:
+	case store.ReclaimFailed:
 		return s.audited(ctx, p.Audit, reclaimFailedSQL, p.NewNonce, micros(p.Lease), micros(p.TTL), p.ID, p.OldNonce, p.OldAttempts, p.MaxAttempts)
 	}
 	return false, fmt.Errorf("mysqlstore: unknown reclaim kind %d", p.Kind)
@@ -274,8 +275,8 @@ const abandonSQL = `UPDATE idempotency_keys SET
   completed_at = UTC_TIMESTAMP(6), expires_at = UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND
 WHERE id = ? AND claim_nonce = ? AND attempt_count = ? AND ` + staleSQL
 
-// Abandon implements idemguard.Store.
-func (s *Store) Abandon(ctx context.Context, p idemguard.AbandonParams) (bool, error) {
+// Abandon implements store.Store.
+func (s *Store) Abandon(ctx context.Context, p store.AbandonParams) (bool, error) {
 	// JSON goes in as a string: MySQL 8 refuses binary-charset values in a JSON column.
 	return s.audited(ctx, p.Audit, abandonSQL, string(p.Response), p.ResponseCode, micros(p.TTL),
 		p.ID, p.OldNonce, p.OldAttempts, micros(p.StaleAfter))
@@ -287,7 +288,7 @@ const heartbeatSQL = `UPDATE idempotency_keys
 SET heartbeat_at = GREATEST(UTC_TIMESTAMP(6), COALESCE(heartbeat_at, started_at) + INTERVAL 1 MICROSECOND)
 WHERE id = ? AND status = 'started' AND claim_nonce = ?`
 
-// Heartbeat implements idemguard.Store.
+// Heartbeat implements store.Store.
 func (s *Store) Heartbeat(ctx context.Context, id uint64, nonce string) (bool, error) {
 	return s.guarded(ctx, heartbeatSQL, id, nonce)
 }
@@ -306,9 +307,9 @@ const completeSQL = `UPDATE idempotency_keys SET
   expires_at = UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND
 WHERE id = ? AND status = 'started' AND claim_nonce = ?`
 
-// Complete implements idemguard.Store.
-func (s *Store) Complete(ctx context.Context, p idemguard.CompleteParams) (bool, time.Time, error) {
-	if p.Status != idemguard.RowSucceeded && p.Status != idemguard.RowFailed {
+// Complete implements store.Store.
+func (s *Store) Complete(ctx context.Context, p store.CompleteParams) (bool, time.Time, error) {
+	if p.Status != store.RowSucceeded && p.Status != store.RowFailed {
 		return false, time.Time{}, fmt.Errorf("mysqlstore: cannot complete with status %q", p.Status)
 	}
 	giveBack := 0
@@ -352,8 +353,8 @@ const (
 WHERE id = ? AND status = 'started' AND claim_nonce = ?`
 )
 
-// Release implements idemguard.Store.
-func (s *Store) Release(ctx context.Context, p idemguard.ReleaseParams) (bool, error) {
+// Release implements store.Store.
+func (s *Store) Release(ctx context.Context, p store.ReleaseParams) (bool, error) {
 	if p.Prev == nil {
 		return s.audited(ctx, p.Audit, releaseDeleteSQL, p.ID, p.Nonce)
 	}
@@ -382,7 +383,7 @@ func (s *Store) guarded(ctx context.Context, query string, args ...any) (bool, e
 
 // audited is guarded with an audit event written in the same transaction
 // when the UPDATE changed the row; without one (e nil) it is guarded.
-func (s *Store) audited(ctx context.Context, e *idemguard.AuditEvent, query string, args ...any) (bool, error) {
+func (s *Store) audited(ctx context.Context, e *store.AuditEvent, query string, args ...any) (bool, error) {
 	if e == nil {
 		return s.guarded(ctx, query, args...)
 	}
@@ -404,7 +405,7 @@ func changedOne(res sql.Result, err error) (bool, error) {
 	return n == 1, nil
 }
 
-// Ping implements idemguard.Store.
+// Ping implements store.Store.
 func (s *Store) Ping(ctx context.Context) error { return s.db.PingContext(ctx) }
 
 // okPacketTime is completed_at as Complete's OK packet reported it.

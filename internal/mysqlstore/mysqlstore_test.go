@@ -14,8 +14,9 @@ import (
 	"github.com/idemguard/idemguard"
 	"github.com/idemguard/idemguard/internal/mysqlconn"
 	"github.com/idemguard/idemguard/internal/mysqlstore"
-	"github.com/idemguard/idemguard/internal/storetest"
 	"github.com/idemguard/idemguard/internal/testdb"
+	"github.com/idemguard/idemguard/store"
+	"github.com/idemguard/idemguard/store/storetest"
 )
 
 func TestMain(m *testing.M) {
@@ -32,7 +33,7 @@ func TestMain(m *testing.M) {
 // connections with committed rows.
 func TestConformance(t *testing.T) {
 	t.Parallel()
-	storetest.Exercise(t, func(t *testing.T) *storetest.Harness {
+	storetest.Exercise(context.Background(), t, func(_ context.Context, t *testing.T) *storetest.Harness {
 		db := testdb.New(t)
 		return &storetest.Harness{
 			Store: mysqlstore.New(db.DB),
@@ -80,8 +81,8 @@ func TestUnreachableDatabaseFailsClosed(t *testing.T) {
 
 	// A pool whose server went away after start.
 	db := testdb.New(t)
-	store := mysqlstore.New(db.DB)
-	g, err := idemguard.New(idemguard.Config{Store: store, Secret: storetest.Secret, StoreTimeout: 2 * time.Second})
+	st := mysqlstore.New(db.DB)
+	g, err := idemguard.New(idemguard.Config{Store: st, Secret: storetest.Secret, StoreTimeout: 2 * time.Second})
 	require.NoError(t, err)
 	defer g.Close(context.Background())
 	_, err = db.DB.ExecContext(context.Background(), "DROP TABLE idempotency_keys")
@@ -97,18 +98,18 @@ func TestDuplicateIsMatchedByNumber(t *testing.T) {
 	t.Parallel()
 	db := testdb.New(t)
 	s := mysqlstore.New(db.DB)
-	p := idemguard.ClaimParams{Tenant: "acme", Scope: "s", KeyHash: strings.Repeat("a", 64),
+	p := store.ClaimParams{Tenant: "acme", Scope: "s", KeyHash: strings.Repeat("a", 64),
 		Fingerprint: strings.Repeat("b", 64), Nonce: "n1", TTL: time.Hour}
 	_, err := s.Claim(context.Background(), p)
 	require.NoError(t, err)
 	_, err = s.Claim(context.Background(), p)
-	require.ErrorIs(t, err, idemguard.ErrDuplicate)
+	require.ErrorIs(t, err, store.ErrDuplicate)
 
 	// Strict mode: a value that does not fit is an error, never a truncated row.
 	p.Tenant = strings.Repeat("t", 65)
 	_, err = s.Claim(context.Background(), p)
 	require.Error(t, err)
-	require.False(t, errors.Is(err, idemguard.ErrDuplicate))
+	require.False(t, errors.Is(err, store.ErrDuplicate))
 	var me *mysql.MySQLError
 	require.ErrorAs(t, err, &me)
 	require.EqualValues(t, 1406, me.Number) // ER_DATA_TOO_LONG
@@ -120,7 +121,7 @@ func TestTimesAreUTCDatabaseClock(t *testing.T) {
 	t.Parallel()
 	db := testdb.New(t)
 	s := mysqlstore.New(db.DB)
-	_, err := s.Claim(context.Background(), idemguard.ClaimParams{Tenant: "acme", Scope: "s", KeyHash: strings.Repeat("c", 64),
+	_, err := s.Claim(context.Background(), store.ClaimParams{Tenant: "acme", Scope: "s", KeyHash: strings.Repeat("c", 64),
 		Fingerprint: strings.Repeat("d", 64), Nonce: "n1", TTL: 90 * time.Second})
 	require.NoError(t, err)
 	r, err := s.Get(context.Background(), "acme", "s", strings.Repeat("c", 64))
@@ -140,10 +141,10 @@ func TestCompleteReadsCompletedAtBackWithoutTheOKPacket(t *testing.T) {
 	mysqlstore.ZeroOKPacketTime(s)
 	ctx := context.Background()
 	nonce := strings.Repeat("ab", 16)
-	id, err := s.Claim(ctx, idemguard.ClaimParams{Tenant: "acme", Scope: "s", KeyHash: strings.Repeat("c", 64),
+	id, err := s.Claim(ctx, store.ClaimParams{Tenant: "acme", Scope: "s", KeyHash: strings.Repeat("c", 64),
 		Fingerprint: strings.Repeat("d", 64), Nonce: nonce, TTL: time.Hour, Lease: time.Minute})
 	require.NoError(t, err)
-	ok, at, err := s.Complete(ctx, idemguard.CompleteParams{ID: id, Nonce: nonce, Status: idemguard.RowSucceeded,
+	ok, at, err := s.Complete(ctx, store.CompleteParams{ID: id, Nonce: nonce, Status: store.RowSucceeded,
 		Response: []byte(`{"ok":true}`), ResponseCode: 200, TTL: time.Hour})
 	require.NoError(t, err)
 	require.True(t, ok)
@@ -165,17 +166,17 @@ func TestRenewReadsTheCancelFlagBackWithoutTheOKPacket(t *testing.T) {
 		}
 		ctx := context.Background()
 		nonce := strings.Repeat("ef", 16)
-		id, err := s.Claim(ctx, idemguard.ClaimParams{Tenant: "acme", Scope: "s", KeyHash: strings.Repeat("e", 64),
+		id, err := s.Claim(ctx, store.ClaimParams{Tenant: "acme", Scope: "s", KeyHash: strings.Repeat("e", 64),
 			Fingerprint: strings.Repeat("d", 64), Nonce: nonce, TTL: time.Hour, Lease: time.Minute})
 		require.NoError(t, err)
-		r, err := s.Renew(ctx, idemguard.RenewParams{ID: id, Nonce: nonce, Extend: time.Hour})
+		r, err := s.Renew(ctx, store.RenewParams{ID: id, Nonce: nonce, Extend: time.Hour})
 		require.NoError(t, err)
-		require.Equal(t, idemguard.RenewResult{Renewed: true}, r, "zero OK packet %v", zero)
-		ok, err := s.RequestCancel(ctx, idemguard.CancelParams{ID: id, Nonce: nonce})
+		require.Equal(t, store.RenewResult{Renewed: true}, r, "zero OK packet %v", zero)
+		ok, err := s.RequestCancel(ctx, store.CancelParams{ID: id, Nonce: nonce})
 		require.NoError(t, err)
 		require.True(t, ok)
-		r, err = s.Renew(ctx, idemguard.RenewParams{ID: id, Nonce: nonce, Extend: time.Hour})
+		r, err = s.Renew(ctx, store.RenewParams{ID: id, Nonce: nonce, Extend: time.Hour})
 		require.NoError(t, err)
-		require.Equal(t, idemguard.RenewResult{Renewed: true, CancelRequested: true}, r, "zero OK packet %v", zero)
+		require.Equal(t, store.RenewResult{Renewed: true, CancelRequested: true}, r, "zero OK packet %v", zero)
 	}
 }

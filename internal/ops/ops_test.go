@@ -20,6 +20,7 @@ import (
 	"github.com/idemguard/idemguard/internal/config"
 	"github.com/idemguard/idemguard/internal/ops"
 	"github.com/idemguard/idemguard/sanitize"
+	"github.com/idemguard/idemguard/store/memstore"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -248,7 +249,7 @@ func TestOpenAIChatRejectsBadInputsWithoutCalling(t *testing.T) {
 
 func TestOpenAIChatThroughTheGuard(t *testing.T) {
 	t.Parallel()
-	g, err := idemguard.New(idemguard.Config{Store: idemguard.NewMemoryStore(), Secret: []byte(strings.Repeat("k", 32))})
+	g, err := idemguard.New(idemguard.Config{Store: memstore.New(), Secret: []byte(strings.Repeat("k", 32))})
 	require.NoError(t, err)
 	t.Cleanup(func() { require.NoError(t, g.Close(context.Background())) })
 	run := func(f ops.Func, key string, timeout time.Duration) idemguard.Result {

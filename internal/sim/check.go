@@ -12,6 +12,7 @@ import (
 
 	"github.com/idemguard/idemguard"
 	"github.com/idemguard/idemguard/sanitize"
+	"github.com/idemguard/idemguard/store"
 )
 
 // Violation kinds: each is one promise of the guard, as a history can show it broken.
@@ -232,7 +233,7 @@ func (c *checker) nonceOf(e *Execution) string {
 		}
 		switch {
 		case (o.Kind == KindClaim || o.Kind == KindReclaim) && o.CallID == e.CallID && o.Applied():
-		case o.Kind == KindGet && o.Err == nil && !o.NotFound && o.Rec.Status == idemguard.RowStarted && mine(o.Rec.ClaimNonce):
+		case o.Kind == KindGet && o.Err == nil && !o.NotFound && o.Rec.Status == store.RowStarted && mine(o.Rec.ClaimNonce):
 		default:
 			continue
 		}
@@ -352,11 +353,11 @@ func (c *checker) secondExecutions() {
 				continue
 			}
 			switch {
-			case w.Kind == KindClaim || w.Reclaim == idemguard.ReclaimExpired:
+			case w.Kind == KindClaim || w.Reclaim == store.ReclaimExpired:
 				count = 0 // a new first attempt
-			case w.Reclaim == idemguard.ReclaimStale && spec.Policy == idemguard.StaleFail:
+			case w.Reclaim == store.ReclaimStale && spec.Policy == idemguard.StaleFail:
 				c.add(VSecondExecution, key, "call %d took over a stale claim under policy fail", e.CallID)
-			case w.Reclaim == idemguard.ReclaimFailed:
+			case w.Reclaim == store.ReclaimFailed:
 				if f := c.lastFailure(key, w.Seq0, true); f != "" && finalStop[f] {
 					c.add(VSecondExecution, key, "call %d retried a final failure (%s)", e.CallID, f)
 				}
@@ -391,7 +392,7 @@ func (c *checker) lastFailure(key string, seq int64, surely bool) sanitize.StopR
 		if o.Seq0 > seq || surely && (o.Seq1 > seq || !o.Applied()) || !o.MayHaveApplied() {
 			continue
 		}
-		if o.Kind == KindAbandon || (o.Kind == KindComplete && o.Status == idemguard.RowFailed) {
+		if o.Kind == KindAbandon || (o.Kind == KindComplete && o.Status == store.RowFailed) {
 			if env, err := sanitize.FromJSON(o.Response); err == nil {
 				r = env.StopReason
 			}
@@ -405,7 +406,7 @@ func (c *checker) lastFailure(key string, seq int64, surely bool) sanitize.StopR
 func (c *checker) committed(key string, seq int64) []*StoreOp {
 	var out []*StoreOp
 	for _, o := range c.byKey[key] {
-		if o.Kind == KindComplete && o.Status == idemguard.RowSucceeded && o.MayHaveApplied() && o.Seq0 < seq {
+		if o.Kind == KindComplete && o.Status == store.RowSucceeded && o.MayHaveApplied() && o.Seq0 < seq {
 			out = append(out, o)
 		}
 	}
@@ -432,10 +433,10 @@ func (c *checker) movedOff(key, n string, seq int64) bool {
 func (c *checker) answersHold() {
 	succeeded := map[string]int{}
 	for _, o := range c.ops {
-		if o.Kind == KindClaim && o.Applied() || o.Kind == KindReclaim && o.Applied() && o.Reclaim == idemguard.ReclaimExpired {
+		if o.Kind == KindClaim && o.Applied() || o.Kind == KindReclaim && o.Applied() && o.Reclaim == store.ReclaimExpired {
 			succeeded[o.Key] = 0
 		}
-		if o.Kind == KindComplete && o.Status == idemguard.RowSucceeded && o.Applied() {
+		if o.Kind == KindComplete && o.Status == store.RowSucceeded && o.Applied() {
 			succeeded[o.Key]++
 			if succeeded[o.Key] > 1 {
 				c.add(VOverwrite, o.Key, "a second success was stored (call %d)", o.CallID)
@@ -631,7 +632,7 @@ func (c *checker) givenBack(a *Answer, w *StoreOp) {
 			return
 		case !o.Applied():
 			continue // an unknown outcome is no evidence of a takeover
-		case o.Kind == KindReclaim && o.OldNonce == w.Nonce && o.Reclaim == idemguard.ReclaimExpired:
+		case o.Kind == KindReclaim && o.OldNonce == w.Nonce && o.Reclaim == store.ReclaimExpired:
 			return
 		case (o.Kind == KindReclaim || o.Kind == KindAbandon) && o.OldNonce == w.Nonce && !c.couldRelease(a, w, o):
 			return
@@ -692,7 +693,7 @@ func outcome(a *Answer) string {
 // has returned and the probes have run.
 func (c *checker) orphans() {
 	for _, r := range c.h.Final {
-		if r.Status == idemguard.RowStarted {
+		if r.Status == store.RowStarted {
 			c.add(VOrphan, KeyOf(r.Tenant, r.Scope, r.KeyHash), "row %d is left started (attempt %d) with no living owner", r.ID, r.Attempts)
 		}
 	}

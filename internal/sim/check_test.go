@@ -10,6 +10,7 @@ import (
 
 	"github.com/idemguard/idemguard"
 	"github.com/idemguard/idemguard/sanitize"
+	"github.com/idemguard/idemguard/store"
 )
 
 // builder writes a history by hand: each step one unit of the sequence, times in
@@ -83,7 +84,7 @@ func clean(t *testing.T) *builder {
 	b := newBuilder(time.Second)
 	b.op(0, StoreOp{Kind: KindClaim, CallID: 1, Nonce: "n1", RetID: 7, OK: true})
 	b.exec(1, 0, 500, okBody)
-	b.op(500, StoreOp{Kind: KindComplete, CallID: 1, ID: 7, Nonce: "n1", Status: idemguard.RowSucceeded, Response: body(t, false), Code: 200, OK: true})
+	b.op(500, StoreOp{Kind: KindComplete, CallID: 1, ID: 7, Nonce: "n1", Status: store.RowSucceeded, Response: body(t, false), Code: 200, OK: true})
 	b.answer(1, 0, 500, idemguard.Result{Status: idemguard.StatusSucceeded, Body: body(t, false), StatusCode: 200, CompletedAt: b.at(500)}, nil)
 	b.answer(2, 600, 600, idemguard.Result{Status: idemguard.StatusSucceeded, Cached: true, Body: body(t, true), StatusCode: 200}, nil)
 	return b
@@ -96,7 +97,7 @@ func TestCheckAcceptsACleanHistory(t *testing.T) {
 
 func TestCheckFindsOverlappingExecutions(t *testing.T) {
 	b := clean(t)
-	b.op(100, StoreOp{Kind: KindReclaim, Reclaim: idemguard.ReclaimStale, CallID: 3, ID: 7, Nonce: "n3", OldNonce: "n1", OldAttempts: 1, OK: true})
+	b.op(100, StoreOp{Kind: KindReclaim, Reclaim: store.ReclaimStale, CallID: 3, ID: 7, Nonce: "n3", OldNonce: "n1", OldAttempts: 1, OK: true})
 	b.exec(3, 100, 300, okBody)
 	require.Contains(t, kinds(Check(b.h)), VOverlap)
 }
@@ -123,7 +124,7 @@ func TestCheckFindsAReplayThatDiffers(t *testing.T) {
 
 func TestCheckFindsASecondSuccess(t *testing.T) {
 	b := clean(t)
-	b.op(700, StoreOp{Kind: KindComplete, CallID: 1, ID: 7, Nonce: "n1", Status: idemguard.RowSucceeded, Response: body(t, false), Code: 200, OK: true})
+	b.op(700, StoreOp{Kind: KindComplete, CallID: 1, ID: 7, Nonce: "n1", Status: store.RowSucceeded, Response: body(t, false), Code: 200, OK: true})
 	require.Contains(t, kinds(Check(b.h)), VOverwrite)
 }
 
@@ -132,7 +133,7 @@ func TestCheckFindsAnAttemptBurntByAClaimThatNeverRan(t *testing.T) {
 	// The claim landed and its caller knew it (then hung up): it must be given back.
 	b.op(0, StoreOp{Kind: KindClaim, CallID: 1, Nonce: "n1", RetID: 7, OK: true})
 	b.answer(1, 0, 10, idemguard.Result{}, &idemguard.StoreError{Op: "claim", Err: errors.New("caller hung up")})
-	b.op(2000, StoreOp{Kind: KindReclaim, Reclaim: idemguard.ReclaimStale, CallID: 2, ID: 7, Nonce: "n2", OldNonce: "n1", OldAttempts: 1, OK: true})
+	b.op(2000, StoreOp{Kind: KindReclaim, Reclaim: store.ReclaimStale, CallID: 2, ID: 7, Nonce: "n2", OldNonce: "n1", OldAttempts: 1, OK: true})
 	require.Contains(t, kinds(Check(b.h)), VBurntAttempt)
 	// Not when the replica could not reach the store until just before the takeover.
 	b.h.ReachableFrom = func(int, time.Time, time.Time) time.Time { return b.at(1900) }
@@ -179,7 +180,7 @@ func TestCheckFindsACommitThatGaveUpEarly(t *testing.T) {
 
 func TestCheckFindsAnOrphanRow(t *testing.T) {
 	b := clean(t)
-	b.h.Final = []idemguard.Record{{ID: 9, Tenant: "t", Scope: "s", KeyHash: "k", Status: idemguard.RowStarted}}
+	b.h.Final = []store.Record{{ID: 9, Tenant: "t", Scope: "s", KeyHash: "k", Status: store.RowStarted}}
 	require.Contains(t, kinds(Check(b.h)), VOrphan)
 }
 
@@ -196,9 +197,9 @@ func TestCheckFindsAHungCall(t *testing.T) {
 // causal reads shows).
 func TestLinearizabilityFindsAStaleRead(t *testing.T) {
 	b := clean(t)
-	b.op(800, StoreOp{Kind: KindGet, Rec: idemguard.Record{ID: 7, Status: idemguard.RowStarted, ClaimNonce: "n1", Attempts: 1}})
+	b.op(800, StoreOp{Kind: KindGet, Rec: store.Record{ID: 7, Status: store.RowStarted, ClaimNonce: "n1", Attempts: 1}})
 	require.Equal(t, porcupine.Illegal, CheckLinearizable(b.h, time.Second).Result)
-	b.h.Ops[len(b.h.Ops)-1].Rec = idemguard.Record{ID: 7, Status: idemguard.RowSucceeded, ClaimNonce: "n1", Attempts: 1,
+	b.h.Ops[len(b.h.Ops)-1].Rec = store.Record{ID: 7, Status: store.RowSucceeded, ClaimNonce: "n1", Attempts: 1,
 		Response: body(t, false), ResponseCode: 200}
 	require.Equal(t, porcupine.Ok, CheckLinearizable(b.h, time.Second).Result)
 }
@@ -211,7 +212,7 @@ func TestLinearizabilityAllowsAnUnknownOutcomeEitherWay(t *testing.T) {
 		o := b.op(0, StoreOp{Kind: KindClaim, CallID: 1, Nonce: "n1", Err: errors.New("connection lost")})
 		o.Seq1 = 1 << 62
 		if landed {
-			b.op(10, StoreOp{Kind: KindGet, Rec: idemguard.Record{ID: 7, Status: idemguard.RowStarted, ClaimNonce: "n1", Attempts: 1}})
+			b.op(10, StoreOp{Kind: KindGet, Rec: store.Record{ID: 7, Status: store.RowStarted, ClaimNonce: "n1", Attempts: 1}})
 			b.h.Ops[0].RetID = 7
 		} else {
 			b.op(10, StoreOp{Kind: KindGet, NotFound: true})
@@ -232,12 +233,12 @@ func TestLinearizabilityFindsTwoWinners(t *testing.T) {
 // event of a claim that lost, and a durable event no write carried are each found; the
 // trail that matches the writes passes.
 func TestCheckFindsAnAuditTrailThatDisagrees(t *testing.T) {
-	build := func(trail ...idemguard.AuditEvent) []Violation {
+	build := func(trail ...store.AuditEvent) []Violation {
 		b := newBuilder(time.Second)
 		b.op(0, StoreOp{Kind: KindClaim, CallID: 1, Nonce: "n1", RetID: 7, OK: true, AuditID: "won"})
 		b.op(1, StoreOp{Kind: KindClaim, CallID: 2, Nonce: "n2", Dup: true, AuditID: "lost"})
 		b.exec(1, 2, 100, okBody)
-		b.h.Trail = append([]idemguard.AuditEvent{}, trail...) // not nil: auditing was on
+		b.h.Trail = append([]store.AuditEvent{}, trail...) // not nil: auditing was on
 		var out []Violation
 		for _, v := range Check(b.h) {
 			if v.Kind == VAudit {
@@ -246,8 +247,8 @@ func TestCheckFindsAnAuditTrailThatDisagrees(t *testing.T) {
 		}
 		return out
 	}
-	claimed := func(id string) idemguard.AuditEvent {
-		return idemguard.AuditEvent{ID: id, Kind: idemguard.AuditClaimed}
+	claimed := func(id string) store.AuditEvent {
+		return store.AuditEvent{ID: id, Kind: store.AuditClaimed}
 	}
 	require.Empty(t, build(claimed("won")))
 	require.Len(t, build(), 2, "the claim that applied, and the execution under it, have no event")

@@ -6,7 +6,7 @@
 //
 //   - [Recorder] is a Store wrapper that writes every statement that reached the store into a
 //     [History]: its inputs, what the store answered, and the order of calls and returns.
-//     It sits directly above the real store (MemoryStore, MySQL, Galera), so it sees the truth:
+//     It sits directly above the real store (the in-memory store, MySQL, Galera), so it sees the truth:
 //     a write whose reply the fault layer later "loses" is recorded as applied.
 //   - [Faults] is a Store wrapper, one per replica, that injects what its [Plan] (chosen by a
 //     seed) says: lost replies (applied, error returned), outcomes the store cannot report
@@ -14,7 +14,7 @@
 //     lease (the write landing late, after its caller gave up), outages, owner pauses (every
 //     store call of the replica held, so its heartbeats stall) and crashes (every later call of
 //     the replica blocks until the run ends and never applies).
-//   - [Simulate] runs one seed: several Guards (replicas) share one MemoryStore whose clock is
+//   - [Simulate] runs one seed: several Guards (replicas) share one in-memory store whose clock is
 //     skewed from the application's, callers race on a few keys, the faults stop, callers that
 //     said nothing ran are given time to release, and a probe per key proves no row is left
 //     started without a living owner. Under testing/synctest time is virtual, so a seed costs

@@ -9,7 +9,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/idemguard/idemguard"
+	"github.com/idemguard/idemguard/store"
 )
 
 // Window is a stretch of time, as offsets from the start of a run.
@@ -70,7 +70,7 @@ var (
 	// after sending): the outcome is unknown to the engine.
 	ErrLostReply = fmt.Errorf("sim: connection lost after the statement was sent: %w", driver.ErrBadConn)
 	// ErrDeadlock is MySQL's 1213 as the store reports it: not applied, outcome unknown.
-	ErrDeadlock = fmt.Errorf("sim: Error 1213 (40001): Deadlock found when trying to get lock: %w", idemguard.ErrOutcomeUnknown)
+	ErrDeadlock = fmt.Errorf("sim: Error 1213 (40001): Deadlock found when trying to get lock: %w", store.ErrOutcomeUnknown)
 	// ErrRefused is a call made during an outage.
 	ErrRefused = fmt.Errorf("sim: connection refused: %w", driver.ErrBadConn)
 	// ErrDead is what a crashed replica's calls return once the run has ended.
@@ -80,7 +80,7 @@ var (
 // Faults wraps a Store (a Recorder, normally) and injects the faults of a Plan for one
 // replica. Times are measured from start. It is safe for concurrent use.
 type Faults struct {
-	store   idemguard.Store
+	st      store.Store
 	h       *History
 	replica int
 	plan    Plan
@@ -94,13 +94,13 @@ type Faults struct {
 	late sync.WaitGroup
 }
 
-var _ idemguard.Store = (*Faults)(nil)
+var _ store.Store = (*Faults)(nil)
 
 // NewFaults wraps store for replica with plan; ended is closed when the run ends (it
 // releases a crashed replica's blocked calls).
-func NewFaults(store idemguard.Store, h *History, replica int, plan Plan, seed uint64, start time.Time,
+func NewFaults(st store.Store, h *History, replica int, plan Plan, seed uint64, start time.Time,
 	defect Defect, ended <-chan struct{}) *Faults {
-	return &Faults{store: store, h: h, replica: replica, plan: plan, start: start, defect: defect, ended: ended,
+	return &Faults{st: st, h: h, replica: replica, plan: plan, start: start, defect: defect, ended: ended,
 		rng: rand.New(rand.NewPCG(seed, uint64(replica)+0x5eed))}
 }
 
@@ -243,22 +243,22 @@ func (f *Faults) lostRace(err error) bool {
 	return f.defect == DefectUnknownAsLostRace && errors.Is(err, ErrDeadlock)
 }
 
-// Claim implements idemguard.Store.
-func (f *Faults) Claim(ctx context.Context, p idemguard.ClaimParams) (uint64, error) {
+// Claim implements store.Store.
+func (f *Faults) Claim(ctx context.Context, p store.ClaimParams) (uint64, error) {
 	f.h.claimSent(p.Nonce, time.Now())
 	id, err := call(f, ctx, true, func(id uint64) bool { return id != 0 }, func(ctx context.Context) (uint64, error) {
-		return f.store.Claim(ctx, p)
+		return f.st.Claim(ctx, p)
 	})
 	if f.lostRace(err) {
-		return 0, idemguard.ErrDuplicate
+		return 0, store.ErrDuplicate
 	}
 	return id, err
 }
 
-// Get implements idemguard.Store.
-func (f *Faults) Get(ctx context.Context, tenant, scope, keyHash string) (idemguard.Record, error) {
-	return call(f, ctx, false, func(idemguard.Record) bool { return true }, func(ctx context.Context) (idemguard.Record, error) {
-		return f.store.Get(ctx, tenant, scope, keyHash)
+// Get implements store.Store.
+func (f *Faults) Get(ctx context.Context, tenant, scope, keyHash string) (store.Record, error) {
+	return call(f, ctx, false, func(store.Record) bool { return true }, func(ctx context.Context) (store.Record, error) {
+		return f.st.Get(ctx, tenant, scope, keyHash)
 	})
 }
 
@@ -270,30 +270,30 @@ func (f *Faults) guarded(ctx context.Context, do func(context.Context) (bool, er
 	return ok, err
 }
 
-// Reclaim implements idemguard.Store.
-func (f *Faults) Reclaim(ctx context.Context, p idemguard.ReclaimParams) (bool, error) {
+// Reclaim implements store.Store.
+func (f *Faults) Reclaim(ctx context.Context, p store.ReclaimParams) (bool, error) {
 	f.h.claimSent(p.NewNonce, time.Now())
-	return f.guarded(ctx, func(ctx context.Context) (bool, error) { return f.store.Reclaim(ctx, p) })
+	return f.guarded(ctx, func(ctx context.Context) (bool, error) { return f.st.Reclaim(ctx, p) })
 }
 
-// Abandon implements idemguard.Store.
-func (f *Faults) Abandon(ctx context.Context, p idemguard.AbandonParams) (bool, error) {
-	return f.guarded(ctx, func(ctx context.Context) (bool, error) { return f.store.Abandon(ctx, p) })
+// Abandon implements store.Store.
+func (f *Faults) Abandon(ctx context.Context, p store.AbandonParams) (bool, error) {
+	return f.guarded(ctx, func(ctx context.Context) (bool, error) { return f.st.Abandon(ctx, p) })
 }
 
-// Heartbeat implements idemguard.Store.
+// Heartbeat implements store.Store.
 func (f *Faults) Heartbeat(ctx context.Context, id uint64, nonce string) (bool, error) {
-	return f.guarded(ctx, func(ctx context.Context) (bool, error) { return f.store.Heartbeat(ctx, id, nonce) })
+	return f.guarded(ctx, func(ctx context.Context) (bool, error) { return f.st.Heartbeat(ctx, id, nonce) })
 }
 
-// Complete implements idemguard.Store.
-func (f *Faults) Complete(ctx context.Context, p idemguard.CompleteParams) (bool, time.Time, error) {
+// Complete implements store.Store.
+func (f *Faults) Complete(ctx context.Context, p store.CompleteParams) (bool, time.Time, error) {
 	type answer struct {
 		ok bool
 		at time.Time
 	}
 	a, err := call(f, ctx, true, func(a answer) bool { return a.ok }, func(ctx context.Context) (answer, error) {
-		ok, at, err := f.store.Complete(ctx, p)
+		ok, at, err := f.st.Complete(ctx, p)
 		return answer{ok, at}, err
 	})
 	if f.lostRace(err) || f.defect == DefectCommitUnknownAsLostRace && errors.Is(err, ErrDeadlock) {
@@ -302,54 +302,54 @@ func (f *Faults) Complete(ctx context.Context, p idemguard.CompleteParams) (bool
 	return a.ok, a.at, err
 }
 
-// Release implements idemguard.Store.
-func (f *Faults) Release(ctx context.Context, p idemguard.ReleaseParams) (bool, error) {
+// Release implements store.Store.
+func (f *Faults) Release(ctx context.Context, p store.ReleaseParams) (bool, error) {
 	if f.defect == DefectNoRelease {
 		return true, nil
 	}
 	f.h.releaseSent(p.Nonce, time.Now())
-	return f.guarded(ctx, func(ctx context.Context) (bool, error) { return f.store.Release(ctx, p) })
+	return f.guarded(ctx, func(ctx context.Context) (bool, error) { return f.st.Release(ctx, p) })
 }
 
-// Ping implements idemguard.Store.
+// Ping implements store.Store.
 func (f *Faults) Ping(ctx context.Context) error {
-	_, err := call(f, ctx, false, isTrue, func(ctx context.Context) (bool, error) { return true, f.store.Ping(ctx) })
+	_, err := call(f, ctx, false, isTrue, func(ctx context.Context) (bool, error) { return true, f.st.Ping(ctx) })
 	return err
 }
 
-// Renew implements idemguard.Store: the running owner's heartbeat, faulted like any guarded
+// Renew implements store.Store: the running owner's heartbeat, faulted like any guarded
 // write.
-func (f *Faults) Renew(ctx context.Context, p idemguard.RenewParams) (idemguard.RenewResult, error) {
-	r, err := call(f, ctx, true, func(r idemguard.RenewResult) bool { return r.Renewed },
-		func(ctx context.Context) (idemguard.RenewResult, error) { return f.store.Renew(ctx, p) })
+func (f *Faults) Renew(ctx context.Context, p store.RenewParams) (store.RenewResult, error) {
+	r, err := call(f, ctx, true, func(r store.RenewResult) bool { return r.Renewed },
+		func(ctx context.Context) (store.RenewResult, error) { return f.st.Renew(ctx, p) })
 	if f.lostRace(err) {
-		return idemguard.RenewResult{}, nil
+		return store.RenewResult{}, nil
 	}
 	return r, err
 }
 
-// GetMany implements idemguard.Store, faulted like Get.
-func (f *Faults) GetMany(ctx context.Context, tenant, scope string, keyHashes []string) ([]idemguard.Record, error) {
-	return call(f, ctx, false, func([]idemguard.Record) bool { return true }, func(ctx context.Context) ([]idemguard.Record, error) {
-		return f.store.GetMany(ctx, tenant, scope, keyHashes)
+// GetMany implements store.Store, faulted like Get.
+func (f *Faults) GetMany(ctx context.Context, tenant, scope string, keyHashes []string) ([]store.Record, error) {
+	return call(f, ctx, false, func([]store.Record) bool { return true }, func(ctx context.Context) ([]store.Record, error) {
+		return f.st.GetMany(ctx, tenant, scope, keyHashes)
 	})
 }
 
-// RequestCancel implements idemguard.Store, faulted like any guarded write.
-func (f *Faults) RequestCancel(ctx context.Context, p idemguard.CancelParams) (bool, error) {
-	return f.guarded(ctx, func(ctx context.Context) (bool, error) { return f.store.RequestCancel(ctx, p) })
+// RequestCancel implements store.Store, faulted like any guarded write.
+func (f *Faults) RequestCancel(ctx context.Context, p store.CancelParams) (bool, error) {
+	return f.guarded(ctx, func(ctx context.Context) (bool, error) { return f.st.RequestCancel(ctx, p) })
 }
 
-// AppendAudit implements idemguard.Store, faulted like any write whose
+// AppendAudit implements store.Store, faulted like any write whose
 // outcome the caller may not learn.
-func (f *Faults) AppendAudit(ctx context.Context, events []idemguard.AuditEvent) error {
-	_, err := f.guarded(ctx, func(ctx context.Context) (bool, error) { return true, f.store.AppendAudit(ctx, events) })
+func (f *Faults) AppendAudit(ctx context.Context, events []store.AuditEvent) error {
+	_, err := f.guarded(ctx, func(ctx context.Context) (bool, error) { return true, f.st.AppendAudit(ctx, events) })
 	return err
 }
 
-// History implements idemguard.Store, faulted like Get.
-func (f *Faults) History(ctx context.Context, tenant, scope string, keyHashes []string, limit int) ([]idemguard.AuditEvent, error) {
-	return call(f, ctx, false, func([]idemguard.AuditEvent) bool { return true }, func(ctx context.Context) ([]idemguard.AuditEvent, error) {
-		return f.store.History(ctx, tenant, scope, keyHashes, limit)
+// History implements store.Store, faulted like Get.
+func (f *Faults) History(ctx context.Context, tenant, scope string, keyHashes []string, limit int) ([]store.AuditEvent, error) {
+	return call(f, ctx, false, func([]store.AuditEvent) bool { return true }, func(ctx context.Context) ([]store.AuditEvent, error) {
+		return f.st.History(ctx, tenant, scope, keyHashes, limit)
 	})
 }

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/idemguard/idemguard"
+	"github.com/idemguard/idemguard/store"
 )
 
 // Kind names a Store method in a history.
@@ -54,14 +55,14 @@ type StoreOp struct {
 	Nonce       string // Claim, Heartbeat, Complete, Release; Reclaim: the new nonce
 	OldNonce    string // Reclaim, Abandon
 	OldAttempts int
-	Reclaim     idemguard.ReclaimKind
+	Reclaim     store.ReclaimKind
 	MaxAttempts int
 	Fingerprint string
-	Status      idemguard.RowStatus // Complete
-	Canceled    bool                // Complete: the attempt is given back
-	Response    []byte              // Complete, Abandon
+	Status      store.RowStatus // Complete
+	Canceled    bool            // Complete: the attempt is given back
+	Response    []byte          // Complete, Abandon
 	Code        int
-	Prev        *idemguard.Record // Release
+	Prev        *store.Record // Release
 	// AuditID is the id of the durable audit event the write carried ("" for none).
 	AuditID string
 
@@ -70,7 +71,7 @@ type StoreOp struct {
 	RetID    uint64
 	Dup      bool // Claim: ErrDuplicate
 	NotFound bool // Get: ErrNotFound
-	Rec      idemguard.Record
+	Rec      store.Record
 	Err      error // any other error: the outcome is unknown
 
 	// What the engine was told (set by Faults; without them, what the store answered).
@@ -163,9 +164,9 @@ type History struct {
 	releases map[string][]time.Time
 	claims   map[string]time.Time
 	// Final is the store's rows when the run ended (nil: not taken).
-	Final []idemguard.Record
+	Final []store.Record
 	// Trail is the store's audit trail when the run ended (nil: auditing was off).
-	Trail []idemguard.AuditEvent
+	Trail []store.AuditEvent
 	// StoreTime converts a local time to the store's clock (nil: the same clock).
 	StoreTime func(time.Time) time.Time
 	// Limits holds the engine constants the invariants refer to.
@@ -368,14 +369,14 @@ func withSlot(ctx context.Context, s *slot) context.Context {
 
 // Recorder is a Store that records every call to the store it wraps into a History.
 type Recorder struct {
-	store idemguard.Store
-	h     *History
+	st store.Store
+	h  *History
 }
 
-var _ idemguard.Store = (*Recorder)(nil)
+var _ store.Store = (*Recorder)(nil)
 
 // NewRecorder wraps store, recording into h.
-func NewRecorder(store idemguard.Store, h *History) *Recorder { return &Recorder{store: store, h: h} }
+func NewRecorder(st store.Store, h *History) *Recorder { return &Recorder{st: st, h: h} }
 
 // begin opens a StoreOp.
 func (r *Recorder) begin(ctx context.Context, op *StoreOp) {
@@ -415,7 +416,7 @@ func (r *Recorder) end(op *StoreOp, err error, set func()) {
 	op.Return = time.Now()
 	switch {
 	case err == nil:
-	case errors.Is(err, idemguard.ErrDuplicate):
+	case errors.Is(err, store.ErrDuplicate):
 		op.Dup = true
 	case errors.Is(err, idemguard.ErrNotFound):
 		op.NotFound = true
@@ -439,78 +440,78 @@ func (r *Recorder) end(op *StoreOp, err error, set func()) {
 	}
 }
 
-// Claim implements idemguard.Store.
-func (r *Recorder) Claim(ctx context.Context, p idemguard.ClaimParams) (uint64, error) {
+// Claim implements store.Store.
+func (r *Recorder) Claim(ctx context.Context, p store.ClaimParams) (uint64, error) {
 	op := &StoreOp{Kind: KindClaim, Key: KeyOf(p.Tenant, p.Scope, p.KeyHash), Nonce: p.Nonce, Fingerprint: p.Fingerprint,
 		AuditID: auditID(p.Audit)}
 	r.begin(ctx, op)
-	id, err := r.store.Claim(ctx, p)
+	id, err := r.st.Claim(ctx, p)
 	r.end(op, err, func() { op.RetID, op.OK = id, err == nil })
 	return id, err
 }
 
-// Get implements idemguard.Store.
-func (r *Recorder) Get(ctx context.Context, tenant, scope, keyHash string) (idemguard.Record, error) {
+// Get implements store.Store.
+func (r *Recorder) Get(ctx context.Context, tenant, scope, keyHash string) (store.Record, error) {
 	op := &StoreOp{Kind: KindGet, Key: KeyOf(tenant, scope, keyHash)}
 	r.begin(ctx, op)
-	rec, err := r.store.Get(ctx, tenant, scope, keyHash)
+	rec, err := r.st.Get(ctx, tenant, scope, keyHash)
 	r.end(op, err, func() { op.Rec = rec })
 	return rec, err
 }
 
-// Reclaim implements idemguard.Store.
-func (r *Recorder) Reclaim(ctx context.Context, p idemguard.ReclaimParams) (bool, error) {
+// Reclaim implements store.Store.
+func (r *Recorder) Reclaim(ctx context.Context, p store.ReclaimParams) (bool, error) {
 	op := &StoreOp{Kind: KindReclaim, ID: p.ID, Nonce: p.NewNonce, OldNonce: p.OldNonce, OldAttempts: p.OldAttempts,
 		Reclaim: p.Kind, MaxAttempts: p.MaxAttempts, Fingerprint: p.Fingerprint, AuditID: auditID(p.Audit)}
 	r.begin(ctx, op)
-	ok, err := r.store.Reclaim(ctx, p)
+	ok, err := r.st.Reclaim(ctx, p)
 	r.end(op, err, func() { op.OK = ok })
 	return ok, err
 }
 
-// Abandon implements idemguard.Store.
-func (r *Recorder) Abandon(ctx context.Context, p idemguard.AbandonParams) (bool, error) {
+// Abandon implements store.Store.
+func (r *Recorder) Abandon(ctx context.Context, p store.AbandonParams) (bool, error) {
 	op := &StoreOp{Kind: KindAbandon, ID: p.ID, OldNonce: p.OldNonce, OldAttempts: p.OldAttempts,
 		Response: p.Response, Code: p.ResponseCode, AuditID: auditID(p.Audit)}
 	r.begin(ctx, op)
-	ok, err := r.store.Abandon(ctx, p)
+	ok, err := r.st.Abandon(ctx, p)
 	r.end(op, err, func() { op.OK = ok })
 	return ok, err
 }
 
-// Heartbeat implements idemguard.Store.
+// Heartbeat implements store.Store.
 func (r *Recorder) Heartbeat(ctx context.Context, id uint64, nonce string) (bool, error) {
 	op := &StoreOp{Kind: KindHeartbeat, ID: id, Nonce: nonce}
 	r.begin(ctx, op)
-	ok, err := r.store.Heartbeat(ctx, id, nonce)
+	ok, err := r.st.Heartbeat(ctx, id, nonce)
 	r.end(op, err, func() { op.OK = ok })
 	return ok, err
 }
 
-// Complete implements idemguard.Store.
-func (r *Recorder) Complete(ctx context.Context, p idemguard.CompleteParams) (bool, time.Time, error) {
+// Complete implements store.Store.
+func (r *Recorder) Complete(ctx context.Context, p store.CompleteParams) (bool, time.Time, error) {
 	op := &StoreOp{Kind: KindComplete, ID: p.ID, Nonce: p.Nonce, Status: p.Status, Response: p.Response, Code: p.ResponseCode,
 		Canceled: p.Canceled}
 	r.begin(ctx, op)
-	ok, at, err := r.store.Complete(ctx, p)
+	ok, at, err := r.st.Complete(ctx, p)
 	r.end(op, err, func() { op.OK = ok })
 	return ok, at, err
 }
 
-// Release implements idemguard.Store.
-func (r *Recorder) Release(ctx context.Context, p idemguard.ReleaseParams) (bool, error) {
+// Release implements store.Store.
+func (r *Recorder) Release(ctx context.Context, p store.ReleaseParams) (bool, error) {
 	op := &StoreOp{Kind: KindRelease, ID: p.ID, Nonce: p.Nonce, Prev: p.Prev, AuditID: auditID(p.Audit)}
 	if _, faulted := ctx.Value(slotKey{}).(*slot); !faulted {
 		r.h.releaseSent(p.Nonce, time.Now())
 	}
 	r.begin(ctx, op)
-	ok, err := r.store.Release(ctx, p)
+	ok, err := r.st.Release(ctx, p)
 	r.end(op, err, func() { op.OK = ok })
 	return ok, err
 }
 
-// Ping implements idemguard.Store.
-func (r *Recorder) Ping(ctx context.Context) error { return r.store.Ping(ctx) }
+// Ping implements store.Store.
+func (r *Recorder) Ping(ctx context.Context) error { return r.st.Ping(ctx) }
 
 // Dump describes key's history (every key's if key is ""), one event a line, in order: for
 // reading a failing seed.
@@ -573,45 +574,45 @@ func (h *History) Dump(key string) string {
 	return b.String()
 }
 
-// Renew implements idemguard.Store. The owner's heartbeat is recorded as one: it moves the
+// Renew implements store.Store. The owner's heartbeat is recorded as one: it moves the
 // row's heartbeat forward for its nonce (and keeps the row alive, which no checked rule reads).
-func (r *Recorder) Renew(ctx context.Context, p idemguard.RenewParams) (idemguard.RenewResult, error) {
+func (r *Recorder) Renew(ctx context.Context, p store.RenewParams) (store.RenewResult, error) {
 	op := &StoreOp{Kind: KindHeartbeat, ID: p.ID, Nonce: p.Nonce}
 	r.begin(ctx, op)
-	res, err := r.store.Renew(ctx, p)
+	res, err := r.st.Renew(ctx, p)
 	r.end(op, err, func() { op.OK = res.Renewed })
 	return res, err
 }
 
-// GetMany implements idemguard.Store; the simulation configures one secret, so the guard never
+// GetMany implements store.Store; the simulation configures one secret, so the guard never
 // calls it.
-func (r *Recorder) GetMany(ctx context.Context, tenant, scope string, keyHashes []string) ([]idemguard.Record, error) {
-	return r.store.GetMany(ctx, tenant, scope, keyHashes)
+func (r *Recorder) GetMany(ctx context.Context, tenant, scope string, keyHashes []string) ([]store.Record, error) {
+	return r.st.GetMany(ctx, tenant, scope, keyHashes)
 }
 
-// RequestCancel implements idemguard.Store: a guarded write on the owner's nonce that
+// RequestCancel implements store.Store: a guarded write on the owner's nonce that
 // changes nothing the model sees (cancel_requested_at).
-func (r *Recorder) RequestCancel(ctx context.Context, p idemguard.CancelParams) (bool, error) {
+func (r *Recorder) RequestCancel(ctx context.Context, p store.CancelParams) (bool, error) {
 	op := &StoreOp{Kind: KindCancel, ID: p.ID, Nonce: p.Nonce, AuditID: auditID(p.Audit)}
 	r.begin(ctx, op)
-	ok, err := r.store.RequestCancel(ctx, p)
+	ok, err := r.st.RequestCancel(ctx, p)
 	r.end(op, err, func() { op.OK = ok })
 	return ok, err
 }
 
-// AppendAudit implements idemguard.Store; the audit trail is not part of
+// AppendAudit implements store.Store; the audit trail is not part of
 // the history the checker reads.
-func (r *Recorder) AppendAudit(ctx context.Context, events []idemguard.AuditEvent) error {
-	return r.store.AppendAudit(ctx, events)
+func (r *Recorder) AppendAudit(ctx context.Context, events []store.AuditEvent) error {
+	return r.st.AppendAudit(ctx, events)
 }
 
-// History implements idemguard.Store.
-func (r *Recorder) History(ctx context.Context, tenant, scope string, keyHashes []string, limit int) ([]idemguard.AuditEvent, error) {
-	return r.store.History(ctx, tenant, scope, keyHashes, limit)
+// History implements store.Store.
+func (r *Recorder) History(ctx context.Context, tenant, scope string, keyHashes []string, limit int) ([]store.AuditEvent, error) {
+	return r.st.History(ctx, tenant, scope, keyHashes, limit)
 }
 
 // auditID is the id of a write's durable audit event, or "".
-func auditID(e *idemguard.AuditEvent) string {
+func auditID(e *store.AuditEvent) string {
 	if e == nil {
 		return ""
 	}

@@ -6,8 +6,7 @@ import (
 	"time"
 
 	"github.com/anishathalye/porcupine"
-
-	"github.com/idemguard/idemguard"
+	"github.com/idemguard/idemguard/store"
 )
 
 // row is the model of one key's row: what every statement of the Store reads or guards on.
@@ -16,7 +15,7 @@ import (
 type row struct {
 	exists      bool
 	id          uint64
-	status      idemguard.RowStatus
+	status      store.RowStatus
 	nonce       string
 	attempts    int
 	fingerprint string
@@ -49,24 +48,24 @@ func apply(r row, o *StoreOp) (row, bool) {
 		if r.exists {
 			return r, false
 		}
-		return row{exists: true, id: o.RetID, status: idemguard.RowStarted, nonce: o.Nonce, attempts: 1, fingerprint: o.Fingerprint}, true
+		return row{exists: true, id: o.RetID, status: store.RowStarted, nonce: o.Nonce, attempts: 1, fingerprint: o.Fingerprint}, true
 	case KindReclaim:
 		if !own || r.nonce != o.OldNonce || r.attempts != o.OldAttempts {
 			return r, false
 		}
 		switch o.Reclaim {
-		case idemguard.ReclaimExpired:
-			return row{exists: true, id: r.id, status: idemguard.RowStarted, nonce: o.Nonce, attempts: 1, fingerprint: o.Fingerprint}, true
-		case idemguard.ReclaimStale:
-			if r.status != idemguard.RowStarted {
+		case store.ReclaimExpired:
+			return row{exists: true, id: r.id, status: store.RowStarted, nonce: o.Nonce, attempts: 1, fingerprint: o.Fingerprint}, true
+		case store.ReclaimStale:
+			if r.status != store.RowStarted {
 				return r, false
 			}
 			r.attempts++
-		case idemguard.ReclaimFailed:
-			if r.status != idemguard.RowFailed || r.attempts >= o.MaxAttempts {
+		case store.ReclaimFailed:
+			if r.status != store.RowFailed || r.attempts >= o.MaxAttempts {
 				return r, false
 			}
-			r.status, r.response, r.code = idemguard.RowStarted, "", 0
+			r.status, r.response, r.code = store.RowStarted, "", 0
 			r.attempts++
 		default:
 			return r, false
@@ -74,15 +73,15 @@ func apply(r row, o *StoreOp) (row, bool) {
 		r.nonce = o.Nonce
 		return r, true
 	case KindAbandon:
-		if !own || r.nonce != o.OldNonce || r.attempts != o.OldAttempts || r.status != idemguard.RowStarted {
+		if !own || r.nonce != o.OldNonce || r.attempts != o.OldAttempts || r.status != store.RowStarted {
 			return r, false
 		}
-		r.status, r.response, r.code = idemguard.RowFailed, canonicalJSON(o.Response), o.Code
+		r.status, r.response, r.code = store.RowFailed, canonicalJSON(o.Response), o.Code
 		return r, true
 	case KindHeartbeat, KindCancel:
-		return r, own && r.status == idemguard.RowStarted && r.nonce == o.Nonce
+		return r, own && r.status == store.RowStarted && r.nonce == o.Nonce
 	case KindComplete:
-		if !own || r.status != idemguard.RowStarted || r.nonce != o.Nonce {
+		if !own || r.status != store.RowStarted || r.nonce != o.Nonce {
 			return r, false
 		}
 		r.status, r.response, r.code = o.Status, canonicalJSON(o.Response), o.Code
@@ -91,7 +90,7 @@ func apply(r row, o *StoreOp) (row, bool) {
 		}
 		return r, true
 	case KindRelease:
-		if !own || r.status != idemguard.RowStarted || r.nonce != o.Nonce {
+		if !own || r.status != store.RowStarted || r.nonce != o.Nonce {
 			return r, false
 		}
 		if o.Prev == nil {

@@ -9,10 +9,10 @@ import (
 	"github.com/anishathalye/porcupine"
 	"github.com/stretchr/testify/require"
 
-	"github.com/idemguard/idemguard"
 	"github.com/idemguard/idemguard/internal/mysqlstore"
 	"github.com/idemguard/idemguard/internal/sim"
 	"github.com/idemguard/idemguard/internal/testdb"
+	"github.com/idemguard/idemguard/store"
 )
 
 var flagMySQLSeeds = flag.Int("sim.mysql-seeds", 2, "seeds run in real time over MySQL/MariaDB (TestSimulationMariaDB)")
@@ -30,32 +30,32 @@ func TestSimulationMariaDB(t *testing.T) {
 	for seed := start; seed < start+uint64(*flagMySQLSeeds); seed++ {
 		db := testdb.New(t)
 		sc := sim.Generate(seed, sim.Defect(*flagDefect), true)
-		rows := func() []idemguard.Record {
+		rows := func() []store.Record {
 			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 			defer cancel()
-			var out []idemguard.Record
+			var out []store.Record
 			rs, err := db.DB.QueryxContext(ctx, `SELECT id, tenant, scope, key_hash, status, attempt_count FROM idempotency_keys`)
 			require.NoError(t, err)
 			defer rs.Close()
 			for rs.Next() {
-				var r idemguard.Record
+				var r store.Record
 				var status string
 				require.NoError(t, rs.Scan(&r.ID, &r.Tenant, &r.Scope, &r.KeyHash, &status, &r.Attempts))
-				r.Status = idemguard.RowStatus(status)
+				r.Status = store.RowStatus(status)
 				out = append(out, r)
 			}
 			require.NoError(t, rs.Err())
 			return out
 		}
-		trail := func() []idemguard.AuditEvent {
-			out := []idemguard.AuditEvent{} // not nil: the trail is checked even when empty
+		trail := func() []store.AuditEvent {
+			out := []store.AuditEvent{} // not nil: the trail is checked even when empty
 			var ids []struct {
 				ID   string `db:"event_id"`
 				Kind string `db:"kind"`
 			}
 			require.NoError(t, db.DB.Select(&ids, `SELECT event_id, kind FROM idempotency_audit`))
 			for _, e := range ids {
-				out = append(out, idemguard.AuditEvent{ID: e.ID, Kind: idemguard.AuditKind(e.Kind)})
+				out = append(out, store.AuditEvent{ID: e.ID, Kind: store.AuditKind(e.Kind)})
 			}
 			return out
 		}

@@ -11,8 +11,11 @@ import (
 	"time"
 
 	"github.com/idemguard/idemguard"
+	"github.com/idemguard/idemguard/idemguardtest"
 	"github.com/idemguard/idemguard/internal/keys"
 	"github.com/idemguard/idemguard/sanitize"
+	"github.com/idemguard/idemguard/store"
+	"github.com/idemguard/idemguard/store/memstore"
 )
 
 // Secret is the HMAC secret of the simulated guards.
@@ -65,7 +68,7 @@ type Scenario struct {
 	// Skew is the store's clock minus the application's; Steps move it during the run.
 	Skew      time.Duration
 	Steps     []Step
-	ReadFirst idemguard.ReadFirst
+	ReadFirst idemguardtest.ReadFirst
 	CacheSize int
 	// Quiet is when the faults stop; Horizon is when every living call must have returned.
 	Quiet, Horizon time.Duration
@@ -92,7 +95,7 @@ func Generate(seed uint64, defect Defect, real Real) Scenario {
 		sc.Lease, sc.StoreTimeout, sc.Replicas = time.Second, 300*time.Millisecond, 2
 	}
 	L := sc.Lease
-	sc.ReadFirst = []idemguard.ReadFirst{idemguard.ReadFirstAdaptive, idemguard.ReadFirstAlways, idemguard.ReadFirstNever}[rng.IntN(3)]
+	sc.ReadFirst = []idemguardtest.ReadFirst{idemguardtest.ReadFirstAdaptive, idemguardtest.ReadFirstAlways, idemguardtest.ReadFirstNever}[rng.IntN(3)]
 	sc.CacheSize = []int{-1, 0}[rng.IntN(2)]
 	nkeys := 1 + rng.IntN(2)
 	for k := range nkeys {
@@ -185,20 +188,20 @@ func (sc Scenario) skewAt(d time.Duration) time.Duration {
 
 // Env is the store a scenario runs on.
 type Env struct {
-	// Store is the shared store (a MemoryStore, MySQL); the run wraps it in a Recorder and
+	// Store is the shared store (the in-memory store, MySQL); the run wraps it in a Recorder and
 	// one Faults layer per replica.
-	Store idemguard.Store
+	Store store.Store
 	// Rows returns the store's rows when the run ends (nil: not checked).
-	Rows func() []idemguard.Record
+	Rows func() []store.Record
 	// Start is the run's time zero; StoreTime (nil: the same clock) maps a local time to the
 	// store's clock.
 	Start     time.Time
 	StoreTime func(time.Time) time.Time
-	// StrictLease: see Limits.StrictLease (true for the MemoryStore in virtual time).
+	// StrictLease: see Limits.StrictLease (true for the in-memory store in virtual time).
 	StrictLease bool
 	// Trail, when set, turns the guards' audit trail on (written to the store) and returns
 	// the store's trail when the run ends, for the audit invariant (VAudit).
-	Trail func() []idemguard.AuditEvent
+	Trail func() []store.AuditEvent
 }
 
 // Sync returns sc with every client calling Do: a seed as it ran before Async clients
@@ -211,10 +214,10 @@ func (sc Scenario) Sync() Scenario {
 	return sc
 }
 
-// NewMemoryEnv returns a MemoryStore whose clock is sc's skewed clock, starting now.
+// NewMemoryEnv returns an in-memory store whose clock is sc's skewed clock, starting now.
 func NewMemoryEnv(sc Scenario) Env {
 	start := time.Now()
-	ms := idemguard.NewMemoryStore(idemguard.MemoryClock(func() time.Time {
+	ms := memstore.New(memstore.WithClock(func() time.Time {
 		now := time.Now()
 		return now.Add(sc.skewAt(now.Sub(start)))
 	}))
@@ -269,9 +272,11 @@ func Simulate(sc Scenario, env Env) *History {
 	rec := NewRecorder(env.Store, h)
 	for i, p := range sc.Plans {
 		f := NewFaults(rec, h, i, p, sc.Seed, env.Start, sc.Defect, r.ended)
-		g, err := idemguard.New(idemguard.Config{Store: f, Secret: Secret, Logger: slog.New(slog.DiscardHandler),
+		cfg := idemguard.Config{Store: f, Secret: Secret, Logger: slog.New(slog.DiscardHandler),
 			StoreTimeout: sc.StoreTimeout, MaxWait: 3 * sc.Lease, ReplayCacheSize: sc.CacheSize,
-			Test: idemguard.TestConfig{ReadFirst: sc.ReadFirst}, Audit: idemguard.AuditConfig{Store: env.Trail != nil}})
+			Audit: idemguard.AuditConfig{Store: env.Trail != nil}}
+		idemguardtest.SetReadFirst(&cfg, sc.ReadFirst)
+		g, err := idemguard.New(cfg)
 		if err != nil {
 			panic(err)
 		}
@@ -373,7 +378,10 @@ func (r *run) cancels(c Client) {
 	hash := KeyHash(Secret, string(Tenant), Scope, k.ClientKey, inputs(k))
 	for i := range c.Calls {
 		ctx, cancel := context.WithTimeout(context.Background(), r.sc.Lease)
-		_ = r.guards[r.living(c.Replica+i)].Cancel(ctx, Tenant, Scope, hash)
+		g := r.guards[r.living(c.Replica+i)]
+		if key, err := g.KeyOfHash(Tenant, Scope, hash); err == nil {
+			_ = g.Cancel(ctx, key)
+		}
 		cancel()
 		time.Sleep(r.sc.Lease)
 	}

@@ -182,7 +182,7 @@ export interface paths {
         /**
          * The audit trail of a key.
          * @description Every idempotency decision recorded for this key, oldest first (at
-         *     most 1000): its claims (`key.claimed`, `expired_reclaim`, `takeover`,
+         *     most 1000): its claims (`claimed`, `expired_reclaim`, `takeover`,
          *     `retried`), `abandoned`, `released`, `canceled`, and the duplicates
          *     it answered (`replay`, numbered; `in_progress`; `conflict`). A
          *     client key is looked up under every configured secret, so events
@@ -514,7 +514,7 @@ export interface components {
             /** @description Unique; ordered by creation time. The same event has the same id in the table and in the stream. */
             id: string;
             /** @enum {string} */
-            kind: "key.claimed" | "expired_reclaim" | "takeover" | "retried" | "abandoned" | "released" | "canceled" | "replay" | "in_progress" | "conflict";
+            kind: "claimed" | "expired_reclaim" | "takeover" | "retried" | "abandoned" | "released" | "canceled" | "replay" | "in_progress" | "conflict";
             /**
              * Format: date-time
              * @description When it was decided (the database clock, where a read preceded the decision).

@@ -113,7 +113,7 @@ describe("cancelJob", () => {
 describe("keyHistory", () => {
   it("reads the key's history route and reports a key without events", async () => {
     const events = [
-      { id: "a".repeat(32), kind: "key.claimed", at: "2026-01-01T00:00:00Z", tenant: "acme", scope: "jobs", keyPrefix: "0123456789abcdef", attempt: 1, actor: "key:billing" },
+      { id: "a".repeat(32), kind: "claimed", at: "2026-01-01T00:00:00Z", tenant: "acme", scope: "jobs", keyPrefix: "0123456789abcdef", attempt: 1, actor: "key:billing" },
       { id: "b".repeat(32), kind: "replay", at: "2026-01-01T00:00:01Z", tenant: "acme", scope: "jobs", keyPrefix: "0123456789abcdef", attempt: 1, originalAt: "2026-01-01T00:00:00.5Z", replay: 1 },
     ];
     const srv = fakeServer([

@@ -106,7 +106,12 @@ func main() {
 	g := ginApp(guard, tenantOf)
 	g.GET("/runs", func(c *gin.Context) { c.String(http.StatusOK, strconv.FormatInt(widgets.Load(), 10)) })
 	g.GET("/dropped/:key", func(c *gin.Context) {
-		info, err := guard.Lookup(c.Request.Context(), "acme", c.Query("scope"), c.Param("key"))
+		key, err := guard.Key("acme", c.Query("scope"), c.Param("key"))
+		if err != nil {
+			c.String(http.StatusBadRequest, err.Error())
+			return
+		}
+		info, err := guard.Lookup(c.Request.Context(), key)
 		if err != nil {
 			c.String(http.StatusNotFound, err.Error())
 			return

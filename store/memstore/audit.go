@@ -1,14 +1,16 @@
-package idemguard
+package memstore
 
 import (
 	"context"
 	"slices"
 	"time"
+
+	"github.com/idemguard/idemguard/store"
 )
 
 // appendAudit adds e to the trail unless its ID is there already; the
 // caller holds s.mu, so a durable event lands with its row change.
-func (s *MemoryStore) appendAudit(e *AuditEvent) {
+func (s *Store) appendAudit(e *store.AuditEvent) {
 	if e == nil || s.auditIDs[e.ID] {
 		return
 	}
@@ -22,8 +24,8 @@ func (s *MemoryStore) appendAudit(e *AuditEvent) {
 	s.audit = append(s.audit, c)
 }
 
-// AppendAudit implements Store.
-func (s *MemoryStore) AppendAudit(ctx context.Context, events []AuditEvent) error {
+// AppendAudit implements store.Store.
+func (s *Store) AppendAudit(ctx context.Context, events []store.AuditEvent) error {
 	if err := s.lock(ctx); err != nil {
 		return err
 	}
@@ -34,8 +36,8 @@ func (s *MemoryStore) AppendAudit(ctx context.Context, events []AuditEvent) erro
 	return nil
 }
 
-// History implements Store.
-func (s *MemoryStore) History(ctx context.Context, tenant, scope string, keyHashes []string, limit int) ([]AuditEvent, error) {
+// History implements store.Store.
+func (s *Store) History(ctx context.Context, tenant, scope string, keyHashes []string, limit int) ([]store.AuditEvent, error) {
 	if err := s.lock(ctx); err != nil {
 		return nil, err
 	}
@@ -43,7 +45,7 @@ func (s *MemoryStore) History(ctx context.Context, tenant, scope string, keyHash
 	if limit <= 0 {
 		return nil, nil
 	}
-	var out []AuditEvent
+	var out []store.AuditEvent
 	for _, e := range s.audit {
 		if e.Tenant == tenant && e.Scope == scope && slices.Contains(keyHashes, e.KeyHash) {
 			out = append(out, e)
@@ -55,30 +57,14 @@ func (s *MemoryStore) History(ctx context.Context, tenant, scope string, keyHash
 
 // AuditEvents returns a copy of the whole audit trail, in the order
 // written. For tests.
-func (s *MemoryStore) AuditEvents() []AuditEvent {
+func (s *Store) AuditEvents() []store.AuditEvent {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return slices.Clone(s.audit)
 }
 
-// DeleteAuditBefore removes the audit events older than t and returns how
-// many it removed: the in-memory counterpart of cleanup's audit retention.
-func (s *MemoryStore) DeleteAuditBefore(t time.Time) int {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	n := len(s.audit)
-	s.audit = slices.DeleteFunc(s.audit, func(e AuditEvent) bool {
-		if e.At.Before(t) {
-			delete(s.auditIDs, e.ID)
-			return true
-		}
-		return false
-	})
-	return n - len(s.audit)
-}
-
 // compareAudit orders events by At, then ID.
-func compareAudit(a, b AuditEvent) int {
+func compareAudit(a, b store.AuditEvent) int {
 	if c := a.At.Compare(b.At); c != 0 {
 		return c
 	}

@@ -1,12 +1,26 @@
-package idemguard
+// Package store is the seam between the guard (package idemguard) and the
+// database that holds its idempotency records: the Store interface, the row
+// it reads (Record), one parameter type per guarded write, the sentinel
+// errors every implementation returns, and the audit-trail row.
+//
+// Two stores ship with the module: the MySQL store (package
+// github.com/idemguard/idemguard/mysql) and the in-memory store (package
+// github.com/idemguard/idemguard/store/memstore). A store written in another
+// module proves itself against the same conformance suite,
+// github.com/idemguard/idemguard/store/storetest.
+package store
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"time"
+
+	"github.com/idemguard/idemguard/sanitize"
 )
 
-// RowStatus is the status column of idempotency_keys.
+// RowStatus is the state of a stored key: the status column of
+// idempotency_keys, and what idemguard.KeyInfo reports.
 type RowStatus string
 
 // The row states (see the package documentation for the transitions).
@@ -18,8 +32,13 @@ const (
 
 // Store errors. A Store returns exactly these sentinels for the protocol
 // outcomes named on its methods; any other error means the store could not
-// answer and is reported to callers as ErrStoreUnavailable.
+// answer and is reported to the guard's callers as
+// idemguard.ErrStoreUnavailable.
 var (
+	// ErrNotFound is returned by Store.Get when no row matches. The guard
+	// returns the same value (idemguard.ErrNotFound) for a key that is
+	// absent, expired or another tenant's.
+	ErrNotFound = errors.New("idemguard: key not found")
 	// ErrDuplicate is returned by Store.Claim when a row with the same
 	// (tenant, scope, key_hash) exists.
 	ErrDuplicate = errors.New("idemguard: row already exists")
@@ -80,7 +99,7 @@ func (r Record) Expired() bool { return !r.ExpiresAt.After(r.Now) }
 // StaleAfter differs (a rolling configuration change) judges the owner by
 // what the owner promised; fallback is used only for rows without a lease.
 func (r Record) Stale(fallback time.Duration) bool {
-	return r.Status == RowStarted && r.lastSign().Before(r.Now.Add(-r.LeaseOr(fallback)))
+	return r.Status == RowStarted && r.LastBeat().Before(r.Now.Add(-r.LeaseOr(fallback)))
 }
 
 // Reclaimable reports whether the row may be claimed afresh, as if it were
@@ -99,7 +118,9 @@ func (r Record) LeaseOr(fallback time.Duration) time.Duration {
 	return fallback
 }
 
-func (r Record) lastSign() time.Time {
+// LastBeat is the owner's last sign of life: heartbeat_at, or started_at
+// when heartbeat_at is NULL.
+func (r Record) LastBeat() time.Time {
 	if r.HeartbeatAt.IsZero() {
 		return r.StartedAt
 	}
@@ -212,29 +233,36 @@ type ReleaseParams struct {
 	Audit *AuditEvent // written atomically with a winning release
 }
 
-// Store keeps the idempotency records: NewMemoryStore, or package mysql's
-// NewStore. It is exported so that the MySQL store can live in its own
-// package, not as an invitation: a Store is not meant to be implemented
-// outside this module. The guarantees of Guard.Do (one execution in flight
-// per key, a replaced owner never overwrites the new owner's answer) rest on
-// the exact semantics of every method below (which write wins a race, what a
-// guarded update reports), and each implementation here is proven against
-// one conformance suite that other modules cannot run. Methods may be added
-// in any release.
+// Store keeps the idempotency records. The guard's promises (one execution
+// in flight per key, a replaced owner never overwrites the new owner's
+// answer) rest on the exact semantics of every method below: which write
+// wins a race and what a guarded update reports. An implementation is held
+// to them by the conformance suite in package storetest; methods may be
+// added before a v1 release.
 //
 // Implementations are safe for concurrent use, by many goroutines and (for
 // shared stores) many processes; every method is a single atomic statement
 // (or, when its params carry an Audit event, one transaction that writes
-// the row change and the event together, or neither), and the bool results report whether exactly one row was changed by a
-// guarded update. Every guarded update changes at least one column of the
-// row it matches (a new nonce, a new status or a new microsecond
-// timestamp), so "rows changed", which is what MySQL reports, equals "rows
-// matched".
+// the row change and the event together, or neither), and the bool results
+// report whether exactly one row was changed by a guarded update. Every
+// guarded update changes at least one column of the row it matches (a new
+// nonce, a new status or a new microsecond timestamp), so "rows changed",
+// which is what MySQL reports, equals "rows matched".
+//
+// Errors: Claim and Get return the sentinels they name (ErrDuplicate,
+// ErrNotFound). A guarded write that matches no row returns false and a nil
+// error, never ErrNotFound. A write that may or may not have applied (a
+// deadlock victim, a lock wait timeout) must return an error wrapping
+// ErrOutcomeUnknown. Any other error means the store could not answer; the
+// guard decides every unknown outcome by re-reading the row.
 type Store interface {
 	// Claim inserts a started row with attempt_count 1, started_at =
 	// heartbeat_at = now and expires_at = now + TTL, and returns its id. If a
 	// row with the same (tenant, scope, key_hash) exists, Claim must return
 	// ErrDuplicate.
+	// A write the database reports as possibly applied or not (a deadlock
+	// victim, a lock wait timeout) must return an error wrapping
+	// ErrOutcomeUnknown.
 	Claim(ctx context.Context, p ClaimParams) (id uint64, err error)
 	// Get returns the row for (tenant, scope, keyHash) with Record.Now set to
 	// the store's clock. If there is none, Get must return ErrNotFound.
@@ -246,24 +274,39 @@ type Store interface {
 	GetMany(ctx context.Context, tenant, scope string, keyHashes []string) ([]Record, error)
 	// Reclaim makes the guarded transition p.Kind and reports whether it
 	// changed the row. false means another writer got there first: re-read.
+	// A write the database reports as possibly applied or not (a deadlock
+	// victim, a lock wait timeout) must return an error wrapping
+	// ErrOutcomeUnknown.
 	Reclaim(ctx context.Context, p ReclaimParams) (bool, error)
 	// Abandon marks a stale started row failed with p.Response; it reports
 	// whether it changed the row.
+	// A write the database reports as possibly applied or not (a deadlock
+	// victim, a lock wait timeout) must return an error wrapping
+	// ErrOutcomeUnknown.
 	Abandon(ctx context.Context, p AbandonParams) (bool, error)
 	// Heartbeat sets heartbeat_at = now on the started row id owned by
 	// nonce, and reports whether it still owns it.
+	// A write the database reports as possibly applied or not (a deadlock
+	// victim, a lock wait timeout) must return an error wrapping
+	// ErrOutcomeUnknown.
 	Heartbeat(ctx context.Context, id uint64, nonce string) (bool, error)
 	// Complete moves the started row id owned by nonce to p.Status with the
 	// response, completed_at = now and expires_at = now + TTL, and returns
 	// the completed_at it wrote (the store's clock), so that a replay from
 	// memory carries the same time as one read from the store. false means
 	// the row is no longer ours: nothing was written.
+	// A write the database reports as possibly applied or not (a deadlock
+	// victim, a lock wait timeout) must return an error wrapping
+	// ErrOutcomeUnknown.
 	Complete(ctx context.Context, p CompleteParams) (ok bool, completedAt time.Time, err error)
 	// Release undoes a claim whose operation never ran: guarded by id,
 	// status started and claim_nonce = p.Nonce, it deletes the row when
 	// p.Prev is nil and otherwise restores p.Prev's status, nonce, attempt
 	// count, response, times and lease, so no attempt is burnt and nothing
 	// is marked abandoned. It reports whether it changed the row.
+	// A write the database reports as possibly applied or not (a deadlock
+	// victim, a lock wait timeout) must return an error wrapping
+	// ErrOutcomeUnknown.
 	Release(ctx context.Context, p ReleaseParams) (bool, error)
 	// Ping reports whether the store can answer.
 	Ping(ctx context.Context) error
@@ -271,15 +314,166 @@ type Store interface {
 	// sets heartbeat_at = now and expires_at = at least now + p.Extend on
 	// the started row p.ID owned by p.Nonce, and reports whether it still
 	// owns it and whether a cancel was requested.
+	// A write the database reports as possibly applied or not (a deadlock
+	// victim, a lock wait timeout) must return an error wrapping
+	// ErrOutcomeUnknown.
 	Renew(ctx context.Context, p RenewParams) (RenewResult, error)
 	// RequestCancel records a cancel request (cancel_requested_at = now) on
 	// the started row p.ID owned by p.Nonce, and reports whether it changed
 	// the row; false means the row is no longer that execution: re-read.
+	// A write the database reports as possibly applied or not (a deadlock
+	// victim, a lock wait timeout) must return an error wrapping
+	// ErrOutcomeUnknown.
 	RequestCancel(ctx context.Context, p CancelParams) (bool, error)
 	// AppendAudit writes events to the audit trail, skipping any whose ID
 	// is already there (a batch retried after an unknown outcome).
+	// A write the database reports as possibly applied or not (a deadlock
+	// victim, a lock wait timeout) must return an error wrapping
+	// ErrOutcomeUnknown.
 	AppendAudit(ctx context.Context, events []AuditEvent) error
 	// History returns the audit events of (tenant, scope) whose KeyHash is
 	// one of keyHashes, oldest first (by At, then ID), at most limit.
 	History(ctx context.Context, tenant, scope string, keyHashes []string, limit int) ([]AuditEvent, error)
+}
+
+// RenewParams are the arguments of Store.Renew.
+type RenewParams struct {
+	ID    uint64
+	Nonce string
+	// Extend keeps the row alive while it runs: expires_at becomes at
+	// least now + Extend (never earlier than it was), so neither cleanup
+	// nor an expired re-claim can touch a running execution, however much
+	// longer than its TTL it runs.
+	Extend time.Duration
+}
+
+// RenewResult is what Store.Renew reports.
+type RenewResult struct {
+	// Renewed is true when the row was still the caller's (started, its
+	// nonce) and its heartbeat moved forward.
+	Renewed bool
+	// CancelRequested is true when the renewed row carries a cancel
+	// request.
+	CancelRequested bool
+}
+
+// CancelParams are the arguments of Store.RequestCancel: the execution the
+// caller read (row ID, its claim nonce).
+type CancelParams struct {
+	ID    uint64
+	Nonce string
+	Audit *AuditEvent // written atomically with a recorded request
+}
+
+// AuditKind names an idempotency decision in the audit trail.
+type AuditKind string
+
+// The decisions the audit trail records. The first seven change the row and
+// are durable with that change (see AuditConfig.Store); the last three only
+// read it and are written in batches.
+const (
+	AuditClaimed        AuditKind = "claimed"         // a key absent until now was claimed (attempt 1)
+	AuditExpiredReclaim AuditKind = "expired_reclaim" // an expired row was claimed afresh (attempt 1)
+	AuditTakeover       AuditKind = "takeover"        // a stale claim was taken over (the next attempt)
+	AuditRetried        AuditKind = "retried"         // a stored retryable failure was claimed again
+	AuditAbandoned      AuditKind = "abandoned"       // a stale claim was stored failed; StopReason says why
+	AuditReleased       AuditKind = "released"        // a claim whose operation never ran was given back
+	AuditCanceled       AuditKind = "canceled"        // a cancel of the running execution was recorded
+	AuditReplay         AuditKind = "replay"          // a stored answer was replayed; OriginalAt is its completion
+	AuditInProgress     AuditKind = "in_progress"     // a duplicate found the key running; Detail says how it was answered
+	AuditConflict       AuditKind = "conflict"        // a client key was reused with other inputs (422)
+)
+
+// Durable reports whether events of kind k change the row, and so are
+// written in the same transaction as the change.
+func (k AuditKind) Durable() bool {
+	switch k {
+	case AuditReplay, AuditInProgress, AuditConflict:
+		return false
+	}
+	return true
+}
+
+// AuditKinds returns every kind, in the order above (a new slice each call).
+func AuditKinds() []AuditKind {
+	return []AuditKind{AuditClaimed, AuditExpiredReclaim, AuditTakeover, AuditRetried, AuditAbandoned,
+		AuditReleased, AuditCanceled, AuditReplay, AuditInProgress, AuditConflict}
+}
+
+// How an in_progress answer was given (AuditEvent.Detail).
+const (
+	InProgressAnswered = "answered" // told at once (409, or 202 for an async start)
+	InProgressWaited   = "waited"   // waited (Call.Wait) and then told it still runs
+	InProgressAttached = "attached" // followed the running stream's events
+)
+
+// KeyPrefixLen is how many hex characters of a key hash an audit event
+// shows (64 bits): enough to tell keys apart in a tenant's trail, and
+// useless for guessing the key, which only the HMAC secret's holder could
+// check anyway.
+const KeyPrefixLen = 16
+
+// AuditEvent is one idempotency decision. It never holds a raw key, the
+// inputs, the answer or a credential: the key appears as its HMAC (and only
+// a prefix of it in JSON), the caller as Actor.
+type AuditEvent struct {
+	// ID identifies the event in every sink (32 hex characters, ordered by
+	// creation time to the millisecond); a sink that sees an ID twice saw
+	// one event twice.
+	ID   string
+	Kind AuditKind
+	// At is the database's clock at the read the decision came from
+	// (Record.Now); the service's clock for the decisions no read precedes
+	// (the claim of a key not seen before, a release, a replay from the
+	// replay cache).
+	At      time.Time
+	Tenant  string
+	Scope   string
+	KeyHash string // the key's HMAC (the row's key_hash); JSON shows KeyPrefixLen characters of it
+	// Attempt is the execution the event is about: the one a claim starts,
+	// a replay answers, a conflict or a duplicate met.
+	Attempt int
+	// Actor is who asked (Call.Actor): "" when the caller is not known.
+	Actor string
+	// OriginalAt is, on a replay, when the replayed answer was stored.
+	OriginalAt time.Time
+	// StopReason is, on abandoned, why the claim was stored failed.
+	StopReason sanitize.StopReason
+	// Detail is, on in_progress, how the duplicate was answered
+	// (InProgressAnswered, InProgressWaited, InProgressAttached).
+	Detail string
+	// Replay is, on a replay read back by Guard.History, its number among
+	// the key's replays (1 for the first); 0 everywhere else.
+	Replay int
+}
+
+// KeyPrefix is the part of KeyHash the event shows.
+func (e AuditEvent) KeyPrefix() string { return e.KeyHash[:min(KeyPrefixLen, len(e.KeyHash))] }
+
+// auditJSON is an AuditEvent as JSON: the key hash only as its prefix.
+type auditJSON struct {
+	ID         string              `json:"id"`
+	Kind       AuditKind           `json:"kind"`
+	At         time.Time           `json:"at"`
+	Tenant     string              `json:"tenant"`
+	Scope      string              `json:"scope"`
+	KeyPrefix  string              `json:"keyPrefix"`
+	Attempt    int                 `json:"attempt"`
+	Actor      string              `json:"actor,omitempty"`
+	OriginalAt *time.Time          `json:"originalAt,omitempty"`
+	StopReason sanitize.StopReason `json:"stopReason,omitempty"`
+	Detail     string              `json:"detail,omitempty"`
+	Replay     int                 `json:"replay,omitempty"`
+}
+
+// MarshalJSON writes the event for an audit stream or a key's history: the
+// key hash appears only as KeyPrefix.
+func (e AuditEvent) MarshalJSON() ([]byte, error) {
+	j := auditJSON{ID: e.ID, Kind: e.Kind, At: e.At.UTC(), Tenant: e.Tenant, Scope: e.Scope, KeyPrefix: e.KeyPrefix(),
+		Attempt: e.Attempt, Actor: e.Actor, StopReason: e.StopReason, Detail: e.Detail, Replay: e.Replay}
+	if !e.OriginalAt.IsZero() {
+		t := e.OriginalAt.UTC()
+		j.OriginalAt = &t
+	}
+	return json.Marshal(j)
 }

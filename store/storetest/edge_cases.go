@@ -14,6 +14,7 @@ import (
 	"github.com/idemguard/idemguard"
 	"github.com/idemguard/idemguard/internal/faulttest"
 	"github.com/idemguard/idemguard/sanitize"
+	"github.com/idemguard/idemguard/store"
 )
 
 // The guarantee at its edges: the lease is the owner's promise (the owner
@@ -22,14 +23,14 @@ import (
 // the row. The guard-level cases inject faults with a faulttest.Store around
 // the harness's store, so both stores prove them.
 
-func withStore(s idemguard.Store) guardOpt { return func(c *idemguard.Config) { c.Store = s } }
+func withStore(s store.Store) guardOpt { return func(c *idemguard.Config) { c.Store = s } }
 func withStoreTimeout(d time.Duration) guardOpt {
 	return func(c *idemguard.Config) { c.StoreTimeout = d }
 }
 
 // errUnknown stands for a write whose reply never came (a dropped
 // connection, a timeout, a deadlock victim).
-var errUnknown = fmt.Errorf("%w: %w", idemguard.ErrOutcomeUnknown, faulttest.ErrInjected)
+var errUnknown = fmt.Errorf("%w: %w", store.ErrOutcomeUnknown, faulttest.ErrInjected)
 
 // rowsIn returns the dump lines of (tenant, scope).
 func (h *Harness) rowsIn(t testing.TB, tenant, scope string) []string {
@@ -48,18 +49,18 @@ func (h *Harness) rowsIn(t testing.TB, tenant, scope string) []string {
 func storeStalenessIsJudgedByTheOwnersLease(t *testing.T, h *Harness) {
 	kh := hash("lease")
 	n := nonce()
-	id, err := h.Store.Claim(ctxFor(t), idemguard.ClaimParams{Tenant: "acme", Scope: "s", KeyHash: kh,
+	id, err := h.Store.Claim(ctxFor(t), store.ClaimParams{Tenant: "acme", Scope: "s", KeyHash: kh,
 		Fingerprint: hash("fp"), Nonce: n, TTL: time.Hour, Lease: 10 * time.Minute})
 	require.NoError(t, err)
 	h.Age(t, "acme", "s", kh, 6*time.Minute)
 	r := get(t, h, "acme", "s", kh)
 	require.Equal(t, 10*time.Minute, r.Lease)
 	require.False(t, r.Stale(5*time.Minute), "the owner promised 10m")
-	won, err := h.Store.Reclaim(ctxFor(t), idemguard.ReclaimParams{Kind: idemguard.ReclaimStale, ID: id, OldNonce: n,
+	won, err := h.Store.Reclaim(ctxFor(t), store.ReclaimParams{Kind: store.ReclaimStale, ID: id, OldNonce: n,
 		OldAttempts: 1, NewNonce: nonce(), StaleAfter: 5 * time.Minute, Lease: 5 * time.Minute})
 	require.NoError(t, err)
 	require.False(t, won, "a reader with a shorter StaleAfter took over a healthy run")
-	won, err = h.Store.Abandon(ctxFor(t), idemguard.AbandonParams{ID: id, OldNonce: n, OldAttempts: 1,
+	won, err = h.Store.Abandon(ctxFor(t), store.AbandonParams{ID: id, OldNonce: n, OldAttempts: 1,
 		StaleAfter: 5 * time.Minute, Response: []byte(`{"ok":false,"stopReason":"abandoned"}`), ResponseCode: 502, TTL: time.Hour})
 	require.NoError(t, err)
 	require.False(t, won, "a reader with a shorter StaleAfter abandoned a healthy run")
@@ -68,7 +69,7 @@ func storeStalenessIsJudgedByTheOwnersLease(t *testing.T, h *Harness) {
 	r = get(t, h, "acme", "s", kh)
 	require.True(t, r.Stale(time.Hour), "a reader with a longer StaleAfter still honours the shorter lease")
 	next := nonce()
-	won, err = h.Store.Reclaim(ctxFor(t), idemguard.ReclaimParams{Kind: idemguard.ReclaimStale, ID: id, OldNonce: n,
+	won, err = h.Store.Reclaim(ctxFor(t), store.ReclaimParams{Kind: store.ReclaimStale, ID: id, OldNonce: n,
 		OldAttempts: 1, NewNonce: next, StaleAfter: time.Hour, Lease: 2 * time.Minute})
 	require.NoError(t, err)
 	require.True(t, won)
@@ -92,10 +93,10 @@ func storeStalenessIsJudgedByTheOwnersLease(t *testing.T, h *Harness) {
 func storeReleaseGivesBackAClaimThatNeverRan(t *testing.T, h *Harness) {
 	kh := hash("release")
 	id, n := claimOne(t, h, "acme", "s", kh)
-	won, err := h.Store.Release(ctxFor(t), idemguard.ReleaseParams{ID: id, Nonce: nonce()})
+	won, err := h.Store.Release(ctxFor(t), store.ReleaseParams{ID: id, Nonce: nonce()})
 	require.NoError(t, err)
 	require.False(t, won, "another nonce releases nothing")
-	won, err = h.Store.Release(ctxFor(t), idemguard.ReleaseParams{ID: id, Nonce: n})
+	won, err = h.Store.Release(ctxFor(t), store.ReleaseParams{ID: id, Nonce: n})
 	require.NoError(t, err)
 	require.True(t, won)
 	_, err = h.Store.Get(ctxFor(t), "acme", "s", kh)
@@ -103,17 +104,17 @@ func storeReleaseGivesBackAClaimThatNeverRan(t *testing.T, h *Harness) {
 
 	// A retry of a failed row, released: the failed row comes back as it was.
 	id, n = claimOne(t, h, "acme", "s", kh)
-	ok, _, err := h.Store.Complete(ctxFor(t), idemguard.CompleteParams{ID: id, Nonce: n, Status: idemguard.RowFailed,
+	ok, _, err := h.Store.Complete(ctxFor(t), store.CompleteParams{ID: id, Nonce: n, Status: store.RowFailed,
 		Response: []byte(`{"ok":false,"stopReason":"provider_error"}`), ResponseCode: 502, TTL: time.Hour})
 	require.NoError(t, err)
 	require.True(t, ok)
 	failed := get(t, h, "acme", "s", kh)
 	retry := nonce()
-	won, err = h.Store.Reclaim(ctxFor(t), idemguard.ReclaimParams{Kind: idemguard.ReclaimFailed, ID: id, OldNonce: n,
+	won, err = h.Store.Reclaim(ctxFor(t), store.ReclaimParams{Kind: store.ReclaimFailed, ID: id, OldNonce: n,
 		OldAttempts: 1, NewNonce: retry, TTL: time.Hour, MaxAttempts: 3, Lease: time.Minute})
 	require.NoError(t, err)
 	require.True(t, won)
-	won, err = h.Store.Release(ctxFor(t), idemguard.ReleaseParams{ID: id, Nonce: retry, Prev: &failed})
+	won, err = h.Store.Release(ctxFor(t), store.ReleaseParams{ID: id, Nonce: retry, Prev: &failed})
 	require.NoError(t, err)
 	require.True(t, won)
 	back := get(t, h, "acme", "s", kh)
@@ -126,18 +127,18 @@ func storeReleaseGivesBackAClaimThatNeverRan(t *testing.T, h *Harness) {
 	h.Age(t, "acme", "s", kh, 10*time.Minute)
 	stale := get(t, h, "acme", "s", kh)
 	took := nonce()
-	won, err = h.Store.Reclaim(ctxFor(t), idemguard.ReclaimParams{Kind: idemguard.ReclaimStale, ID: id, OldNonce: n,
+	won, err = h.Store.Reclaim(ctxFor(t), store.ReclaimParams{Kind: store.ReclaimStale, ID: id, OldNonce: n,
 		OldAttempts: 1, NewNonce: took, StaleAfter: 5 * time.Minute, Lease: 5 * time.Minute})
 	require.NoError(t, err)
 	require.True(t, won)
-	won, err = h.Store.Release(ctxFor(t), idemguard.ReleaseParams{ID: id, Nonce: took, Prev: &stale})
+	won, err = h.Store.Release(ctxFor(t), store.ReleaseParams{ID: id, Nonce: took, Prev: &stale})
 	require.NoError(t, err)
 	require.True(t, won)
 	back = get(t, h, "acme", "s", kh)
 	require.Equal(t, stale.ClaimNonce, back.ClaimNonce)
 	require.Equal(t, 1, back.Attempts)
 	require.True(t, back.Stale(5*time.Minute))
-	won, err = h.Store.Release(ctxFor(t), idemguard.ReleaseParams{ID: id, Nonce: took, Prev: &stale})
+	won, err = h.Store.Release(ctxFor(t), store.ReleaseParams{ID: id, Nonce: took, Prev: &stale})
 	require.NoError(t, err)
 	require.False(t, won, "a release is guarded by the nonce: twice changes nothing")
 }
@@ -255,7 +256,7 @@ func guardLostReclaimReplyIsSettledByTheRow(t *testing.T, h *Harness) {
 	require.Equal(t, 2, res.Attempt)
 	require.Equal(t, 2, cnt.n())
 	row := h.find(t, "acme", "s")
-	require.Equal(t, idemguard.RowSucceeded, row.Status)
+	require.Equal(t, store.RowSucceeded, row.Status)
 	require.Equal(t, 2, row.Attempts)
 
 	// And a reclaim that did not land (the reply says nothing either):
@@ -307,7 +308,7 @@ func guardCommitThatAlwaysFailsIsBoundedByTheLease(t *testing.T, h *Harness) {
 	require.Equal(t, idemguard.StatusSucceeded, res.Status, "the caller still gets what it paid for")
 	require.Less(t, time.Since(began), 5*time.Second)
 	require.Greater(t, fs.Calls(faulttest.OpComplete), 1, "the commit was retried")
-	require.Equal(t, idemguard.RowStarted, h.find(t, "acme", "s").Status, "nothing was stored")
+	require.Equal(t, store.RowStarted, h.find(t, "acme", "s").Status, "nothing was stored")
 }
 
 // Heartbeats that fail (a deadlock victim, a timeout) never cancel a
@@ -333,7 +334,7 @@ func guardFailingHeartbeatsDoNotCancelAHealthyOperation(t *testing.T, h *Harness
 	require.False(t, cancelled.Load(), "a healthy operation was cancelled")
 	require.Equal(t, idemguard.StatusSucceeded, res.Status)
 	require.GreaterOrEqual(t, fs.Calls(faulttest.OpHeartbeat), 3, "the failed beats were retried")
-	require.Equal(t, idemguard.RowSucceeded, h.find(t, "acme", "s").Status)
+	require.Equal(t, store.RowSucceeded, h.find(t, "acme", "s").Status)
 }
 
 // The store goes silent while the operation runs: the owner cancels it
@@ -450,15 +451,15 @@ func guardLookupJudgesStalenessByTheRowsLease(t *testing.T, h *Harness) {
 	probe, err := g.Do(ctxFor(t), call("s", "lookup"), func(context.Context) (any, error) { return okValue, nil })
 	require.NoError(t, err)
 	kh := hash("lookup-lease")
-	_, err = h.Store.Claim(ctxFor(t), idemguard.ClaimParams{Tenant: "acme", Scope: "s2", KeyHash: kh,
+	_, err = h.Store.Claim(ctxFor(t), store.ClaimParams{Tenant: "acme", Scope: "s2", KeyHash: kh,
 		Fingerprint: hash("fp"), Nonce: nonce(), TTL: time.Second, Lease: time.Second})
 	require.NoError(t, err)
 	h.Age(t, "acme", "s2", kh, 10*time.Second) // expired, silent for 10 × its lease
-	_, err = g.LookupHash(ctxFor(t), "acme", "s2", kh)
+	_, err = g.Lookup(ctxFor(t), hashKey(t, g, "acme", "s2", kh))
 	require.ErrorIs(t, err, idemguard.ErrNotFound, "a dead, expired claim was reported as running")
-	info, err := g.LookupHash(ctxFor(t), "acme", "s", probe.KeyHash)
+	info, err := g.Lookup(ctxFor(t), hashKey(t, g, "acme", "s", probe.KeyHash))
 	require.NoError(t, err)
-	require.Equal(t, idemguard.KeySucceeded, info.Status)
+	require.Equal(t, store.RowSucceeded, info.Status)
 }
 
 // An upstream that rejects the inputs themselves: final for those

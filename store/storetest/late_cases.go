@@ -11,6 +11,7 @@ import (
 
 	"github.com/idemguard/idemguard"
 	"github.com/idemguard/idemguard/internal/faulttest"
+	"github.com/idemguard/idemguard/store"
 )
 
 // A write whose outcome was unknown may land after its caller's re-read
@@ -23,7 +24,7 @@ import (
 // it, and applies it later: right after the next Get has answered (the
 // caller's re-read saw the row without it), or when the test calls land.
 type lateStore struct {
-	idemguard.Store
+	store.Store
 	mu        sync.Mutex
 	claim     bool // arm Claim
 	reclaim   bool // arm Reclaim
@@ -54,7 +55,7 @@ func (s *lateStore) land() {
 	}
 }
 
-func (s *lateStore) Claim(ctx context.Context, p idemguard.ClaimParams) (uint64, error) {
+func (s *lateStore) Claim(ctx context.Context, p store.ClaimParams) (uint64, error) {
 	if s.take(&s.claim, func() { _, s.landedErr = s.Store.Claim(context.Background(), p) }) {
 		if s.onWrite != nil {
 			s.onWrite()
@@ -64,7 +65,7 @@ func (s *lateStore) Claim(ctx context.Context, p idemguard.ClaimParams) (uint64,
 	return s.Store.Claim(ctx, p)
 }
 
-func (s *lateStore) Reclaim(ctx context.Context, p idemguard.ReclaimParams) (bool, error) {
+func (s *lateStore) Reclaim(ctx context.Context, p store.ReclaimParams) (bool, error) {
 	if s.take(&s.reclaim, func() { _, s.landedErr = s.Store.Reclaim(context.Background(), p) }) {
 		if s.onWrite != nil {
 			s.onWrite()
@@ -74,7 +75,7 @@ func (s *lateStore) Reclaim(ctx context.Context, p idemguard.ReclaimParams) (boo
 	return s.Store.Reclaim(ctx, p)
 }
 
-func (s *lateStore) Get(ctx context.Context, tenant, scope, keyHash string) (idemguard.Record, error) {
+func (s *lateStore) Get(ctx context.Context, tenant, scope, keyHash string) (store.Record, error) {
 	r, err := s.Store.Get(ctx, tenant, scope, keyHash)
 	s.mu.Lock()
 	now := s.afterGet && s.deferred != nil
@@ -178,7 +179,7 @@ func guardUnknownClaimOutcomeIsRetriedThenReported(t *testing.T, h *Harness) {
 	var c counter
 	_, err := g.Do(ctxFor(t), call("unknown", 1), c.op(okValue, nil))
 	require.ErrorIs(t, err, idemguard.ErrStoreUnavailable)
-	require.ErrorIs(t, err, idemguard.ErrOutcomeUnknown, "the last error is kept")
+	require.ErrorIs(t, err, store.ErrOutcomeUnknown, "the last error is kept")
 	require.Greater(t, fs.Calls(faulttest.OpClaim), 1)
 	require.Equal(t, 0, c.n())
 }
@@ -198,7 +199,7 @@ func guardRenewalThatFindsTheClaimTakenOverAnswersFromTheRow(t *testing.T, h *Ha
 		// Another process takes the claim over just before the renewal.
 		r := h.find(t, "acme", "renew.lost")
 		h.Age(t, "acme", "renew.lost", r.KeyHash, time.Hour)
-		won, err := h.Store.Reclaim(context.Background(), idemguard.ReclaimParams{Kind: idemguard.ReclaimStale, ID: r.ID,
+		won, err := h.Store.Reclaim(context.Background(), store.ReclaimParams{Kind: store.ReclaimStale, ID: r.ID,
 			OldNonce: r.ClaimNonce, OldAttempts: r.Attempts, NewNonce: nonce(), StaleAfter: staleAfter, Lease: time.Hour})
 		require.NoError(t, err)
 		require.True(t, won)

@@ -1,4 +1,11 @@
-package idemguard
+// Package memstore is the in-memory store.Store: for tests, examples and
+// single-process development. Nothing survives the process and two
+// processes never share a key, so it guards nothing across replicas. It is
+// held to the same conformance suite (package storetest) as the MySQL store.
+//
+// Rows, AuditEvents and Age exist for tests: they read or age the store's
+// rows directly, which a database-backed store does with SQL.
+package memstore
 
 import (
 	"bytes"
@@ -6,84 +13,84 @@ import (
 	"errors"
 	"sync"
 	"time"
+
+	"github.com/idemguard/idemguard/store"
 )
 
-var _ Store = (*MemoryStore)(nil)
+var _ store.Store = (*Store)(nil)
 
-// ErrMemoryStoreClosed is returned by every method after Close.
-var ErrMemoryStoreClosed = errors.New("idemguard: memory store closed")
+// ErrClosed is returned by every method after Close: to a guard, a store
+// that cannot answer.
+var ErrClosed = errors.New("idemguard: memory store closed")
 
-// MemoryStore is the in-memory Store: for tests, examples and single-process
-// development. Nothing survives the process and two processes never share a
-// key, so it guards nothing across replicas. It is held to the same
-// conformance suite as the MySQL store and is safe for concurrent use.
-type MemoryStore struct {
+// Store is the in-memory store.Store. It is safe for concurrent use.
+type Store struct {
 	mu     sync.Mutex
 	now    func() time.Time
 	nextID uint64
-	rows   map[memKey]*Record
-	ids    map[uint64]*Record
+	rows   map[memKey]*store.Record
+	ids    map[uint64]*store.Record
 	closed bool
 	// audit is the audit trail, in the order written (memstore_audit.go).
-	audit    []AuditEvent
+	audit    []store.AuditEvent
 	auditIDs map[string]bool
 }
 
 type memKey struct{ tenant, scope, keyHash string }
 
-// MemoryOption configures a MemoryStore.
-type MemoryOption func(*MemoryStore)
+// Option configures a Store.
+type Option func(*Store)
 
-// MemoryClock sets the store's clock (the stand-in for the database clock).
-func MemoryClock(now func() time.Time) MemoryOption { return func(s *MemoryStore) { s.now = now } }
+// WithClock sets the store's clock (the stand-in for the database clock).
+func WithClock(now func() time.Time) Option { return func(s *Store) { s.now = now } }
 
-// NewMemoryStore returns an empty MemoryStore.
-func NewMemoryStore(opts ...MemoryOption) *MemoryStore {
-	s := &MemoryStore{now: time.Now, rows: make(map[memKey]*Record), ids: make(map[uint64]*Record)}
+// New returns an empty Store.
+func New(opts ...Option) *Store {
+	s := &Store{now: time.Now, rows: make(map[memKey]*store.Record), ids: make(map[uint64]*store.Record)}
 	for _, o := range opts {
 		o(s)
 	}
 	return s
 }
 
-func (s *MemoryStore) clock() time.Time { return s.now().UTC().Truncate(time.Microsecond) }
+func (s *Store) clock() time.Time { return s.now().UTC().Truncate(time.Microsecond) }
 
 // lock takes the mutex unless the store is closed or ctx is done, mirroring
 // a database that cannot be reached.
-func (s *MemoryStore) lock(ctx context.Context) error {
+func (s *Store) lock(ctx context.Context) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
 	s.mu.Lock()
 	if s.closed {
 		s.mu.Unlock()
-		return ErrMemoryStoreClosed
+		return ErrClosed
 	}
 	return nil
 }
 
 // Close makes every later call fail, like a database that went away.
-func (s *MemoryStore) Close() error {
+func (s *Store) Close() error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.closed = true
 	return nil
 }
 
-// Claim implements Store.
-func (s *MemoryStore) Claim(ctx context.Context, p ClaimParams) (uint64, error) {
+// Claim implements store.Store.
+func (s *Store) Claim(ctx context.Context, p store.ClaimParams) (uint64, error) {
 	if err := s.lock(ctx); err != nil {
 		return 0, err
 	}
 	defer s.mu.Unlock()
 	k := memKey{p.Tenant, p.Scope, p.KeyHash}
 	if _, ok := s.rows[k]; ok {
-		return 0, ErrDuplicate
+		return 0, store.ErrDuplicate
 	}
 	now := s.clock()
 	s.nextID++
-	r := &Record{ID: s.nextID, Tenant: p.Tenant, Scope: p.Scope, KeyHash: p.KeyHash,
-		Fingerprint: p.Fingerprint, Status: RowStarted, Attempts: 1, ClaimNonce: p.Nonce,
+	r := &store.Record{ID: s.nextID, Tenant: p.Tenant, Scope: p.Scope, KeyHash: p.KeyHash,
+		Fingerprint: p.Fingerprint, Status: store.RowStarted, Attempts: 1, ClaimNonce: p.Nonce,
 		CreatedAt: now, StartedAt: now, HeartbeatAt: now, ExpiresAt: now.Add(p.TTL), Lease: p.Lease,
 		SecretID: p.SecretID}
 	s.rows[k], s.ids[r.ID] = r, r
@@ -91,15 +98,15 @@ func (s *MemoryStore) Claim(ctx context.Context, p ClaimParams) (uint64, error) 
 	return r.ID, nil
 }
 
-// Get implements Store.
-func (s *MemoryStore) Get(ctx context.Context, tenant, scope, keyHash string) (Record, error) {
+// Get implements store.Store.
+func (s *Store) Get(ctx context.Context, tenant, scope, keyHash string) (store.Record, error) {
 	if err := s.lock(ctx); err != nil {
-		return Record{}, err
+		return store.Record{}, err
 	}
 	defer s.mu.Unlock()
 	r, ok := s.rows[memKey{tenant, scope, keyHash}]
 	if !ok {
-		return Record{}, ErrNotFound
+		return store.Record{}, store.ErrNotFound
 	}
 	out := *r
 	out.Response = bytes.Clone(r.Response)
@@ -108,14 +115,14 @@ func (s *MemoryStore) Get(ctx context.Context, tenant, scope, keyHash string) (R
 	return out, nil
 }
 
-// GetMany implements Store.
-func (s *MemoryStore) GetMany(ctx context.Context, tenant, scope string, keyHashes []string) ([]Record, error) {
+// GetMany implements store.Store.
+func (s *Store) GetMany(ctx context.Context, tenant, scope string, keyHashes []string) ([]store.Record, error) {
 	if err := s.lock(ctx); err != nil {
 		return nil, err
 	}
 	defer s.mu.Unlock()
 	now := s.clock()
-	var out []Record
+	var out []store.Record
 	for _, h := range keyHashes {
 		if r, ok := s.rows[memKey{tenant, scope, h}]; ok {
 			c := *r
@@ -126,10 +133,10 @@ func (s *MemoryStore) GetMany(ctx context.Context, tenant, scope string, keyHash
 	return out, nil
 }
 
-func (s *MemoryStore) byID(id uint64) *Record { return s.ids[id] }
+func (s *Store) byID(id uint64) *store.Record { return s.ids[id] }
 
-// Reclaim implements Store.
-func (s *MemoryStore) Reclaim(ctx context.Context, p ReclaimParams) (bool, error) {
+// Reclaim implements store.Store.
+func (s *Store) Reclaim(ctx context.Context, p store.ReclaimParams) (bool, error) {
 	if err := s.lock(ctx); err != nil {
 		return false, err
 	}
@@ -141,25 +148,25 @@ func (s *MemoryStore) Reclaim(ctx context.Context, p ReclaimParams) (bool, error
 	now := s.clock()
 	stale := memStale(r, now, p.StaleAfter)
 	switch p.Kind {
-	case ReclaimExpired:
-		if !r.ExpiresAt.Before(now) || (r.Status == RowStarted && !stale) {
+	case store.ReclaimExpired:
+		if !r.ExpiresAt.Before(now) || (r.Status == store.RowStarted && !stale) {
 			return false, nil
 		}
-		*r = Record{ID: r.ID, Tenant: r.Tenant, Scope: r.Scope, KeyHash: r.KeyHash,
-			Fingerprint: p.Fingerprint, Status: RowStarted, Attempts: 1,
+		*r = store.Record{ID: r.ID, Tenant: r.Tenant, Scope: r.Scope, KeyHash: r.KeyHash,
+			Fingerprint: p.Fingerprint, Status: store.RowStarted, Attempts: 1,
 			CreatedAt: now, StartedAt: now, HeartbeatAt: now, ExpiresAt: now.Add(p.TTL), Lease: p.Lease,
 			SecretID: p.SecretID}
-	case ReclaimStale:
+	case store.ReclaimStale:
 		if !stale {
 			return false, nil
 		}
 		r.Attempts++
 		r.StartedAt, r.HeartbeatAt, r.Lease = now, now, p.Lease
-	case ReclaimFailed:
-		if r.Status != RowFailed || r.Attempts >= p.MaxAttempts || r.ExpiresAt.Before(now) {
+	case store.ReclaimFailed:
+		if r.Status != store.RowFailed || r.Attempts >= p.MaxAttempts || r.ExpiresAt.Before(now) {
 			return false, nil
 		}
-		r.Status = RowStarted
+		r.Status = store.RowStarted
 		r.Attempts++
 		r.Response, r.ResponseCode, r.CompletedAt, r.Events = nil, 0, time.Time{}, nil
 		r.StartedAt, r.HeartbeatAt, r.Lease = now, now, p.Lease
@@ -172,8 +179,8 @@ func (s *MemoryStore) Reclaim(ctx context.Context, p ReclaimParams) (bool, error
 	return true, nil
 }
 
-// Abandon implements Store.
-func (s *MemoryStore) Abandon(ctx context.Context, p AbandonParams) (bool, error) {
+// Abandon implements store.Store.
+func (s *Store) Abandon(ctx context.Context, p store.AbandonParams) (bool, error) {
 	if err := s.lock(ctx); err != nil {
 		return false, err
 	}
@@ -183,35 +190,35 @@ func (s *MemoryStore) Abandon(ctx context.Context, p AbandonParams) (bool, error
 	if r == nil || r.ClaimNonce != p.OldNonce || r.Attempts != p.OldAttempts || !memStale(r, now, p.StaleAfter) {
 		return false, nil
 	}
-	r.Status = RowFailed
+	r.Status = store.RowFailed
 	r.Response, r.ResponseCode = bytes.Clone(p.Response), p.ResponseCode
 	r.CompletedAt, r.ExpiresAt = now, now.Add(p.TTL)
 	s.appendAudit(p.Audit)
 	return true, nil
 }
 
-// Heartbeat implements Store.
-func (s *MemoryStore) Heartbeat(ctx context.Context, id uint64, nonce string) (bool, error) {
+// Heartbeat implements store.Store.
+func (s *Store) Heartbeat(ctx context.Context, id uint64, nonce string) (bool, error) {
 	if err := s.lock(ctx); err != nil {
 		return false, err
 	}
 	defer s.mu.Unlock()
 	r := s.byID(id)
-	if r == nil || r.Status != RowStarted || r.ClaimNonce != nonce {
+	if r == nil || r.Status != store.RowStarted || r.ClaimNonce != nonce {
 		return false, nil
 	}
 	r.HeartbeatAt = s.clock()
 	return true, nil
 }
 
-// Complete implements Store.
-func (s *MemoryStore) Complete(ctx context.Context, p CompleteParams) (bool, time.Time, error) {
+// Complete implements store.Store.
+func (s *Store) Complete(ctx context.Context, p store.CompleteParams) (bool, time.Time, error) {
 	if err := s.lock(ctx); err != nil {
 		return false, time.Time{}, err
 	}
 	defer s.mu.Unlock()
 	r := s.byID(p.ID)
-	if r == nil || r.Status != RowStarted || r.ClaimNonce != p.Nonce {
+	if r == nil || r.Status != store.RowStarted || r.ClaimNonce != p.Nonce {
 		return false, time.Time{}, nil
 	}
 	now := s.clock()
@@ -225,14 +232,14 @@ func (s *MemoryStore) Complete(ctx context.Context, p CompleteParams) (bool, tim
 	return true, now, nil
 }
 
-// Release implements Store.
-func (s *MemoryStore) Release(ctx context.Context, p ReleaseParams) (bool, error) {
+// Release implements store.Store.
+func (s *Store) Release(ctx context.Context, p store.ReleaseParams) (bool, error) {
 	if err := s.lock(ctx); err != nil {
 		return false, err
 	}
 	defer s.mu.Unlock()
 	r := s.byID(p.ID)
-	if r == nil || r.Status != RowStarted || r.ClaimNonce != p.Nonce {
+	if r == nil || r.Status != store.RowStarted || r.ClaimNonce != p.Nonce {
 		return false, nil
 	}
 	if p.Prev == nil {
@@ -261,12 +268,12 @@ func cloneEvents(b []byte) []byte {
 
 // stale reports whether r is a started row whose heartbeat is older than its
 // lease (fallback for a row without one) at now.
-func memStale(r *Record, now time.Time, fallback time.Duration) bool {
-	return r.Status == RowStarted && r.HeartbeatAt.Before(now.Add(-r.LeaseOr(fallback)))
+func memStale(r *store.Record, now time.Time, fallback time.Duration) bool {
+	return r.Status == store.RowStarted && r.HeartbeatAt.Before(now.Add(-r.LeaseOr(fallback)))
 }
 
-// Ping implements Store.
-func (s *MemoryStore) Ping(ctx context.Context) error {
+// Ping implements store.Store.
+func (s *Store) Ping(ctx context.Context) error {
 	if err := s.lock(ctx); err != nil {
 		return err
 	}
@@ -276,7 +283,7 @@ func (s *MemoryStore) Ping(ctx context.Context) error {
 
 // Age moves every time of the row back by d, as if d had passed for it alone.
 // For tests.
-func (s *MemoryStore) Age(tenant, scope, keyHash string, d time.Duration) bool {
+func (s *Store) Age(tenant, scope, keyHash string, d time.Duration) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	r, ok := s.rows[memKey{tenant, scope, keyHash}]
@@ -292,35 +299,16 @@ func (s *MemoryStore) Age(tenant, scope, keyHash string, d time.Duration) bool {
 }
 
 // Rows returns a copy of every row. For tests.
-func (s *MemoryStore) Rows() []Record {
+func (s *Store) Rows() []store.Record {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	out := make([]Record, 0, len(s.rows))
+	out := make([]store.Record, 0, len(s.rows))
 	for _, r := range s.rows {
 		c := *r
 		c.Response = bytes.Clone(r.Response)
 		out = append(out, c)
 	}
 	return out
-}
-
-// DeleteExpired removes rows whose expires_at has passed, except started
-// rows whose heartbeat is younger than staleAfter, and returns how many it
-// removed. It is the in-memory counterpart of the cleanup job.
-func (s *MemoryStore) DeleteExpired(staleAfter time.Duration) int {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	now := s.clock()
-	n := 0
-	for k, r := range s.rows {
-		live := r.Status == RowStarted && !memStale(r, now, staleAfter)
-		if r.ExpiresAt.Before(now) && !live {
-			delete(s.rows, k)
-			delete(s.ids, r.ID)
-			n++
-		}
-	}
-	return n
 }
 
 func laterOf(a, b time.Time) time.Time {

@@ -10,22 +10,10 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/idemguard/idemguard"
+	"github.com/idemguard/idemguard/idemguardtest"
 	"github.com/idemguard/idemguard/sanitize"
+	"github.com/idemguard/idemguard/store"
 )
-
-// jobCases calls run for the cases of background operations: cancel
-// requests, the renewal that reads them back and keeps a running row
-// alive, Start, Cancel and Watch.
-func jobCases(run func(name string, tc caseFunc)) {
-	run("Store/RequestCancelIsGuardedByTheExecution", jobRequestCancelIsGuardedByTheExecution)
-	run("Store/RenewReportsCancelAndKeepsTheRowAlive", jobRenewReportsCancelAndKeepsTheRowAlive)
-	run("Store/ReclaimClearsTheCancelAndCanceledGivesTheAttemptBack", jobReclaimClearsTheCancel)
-	run("Guard/StartAnswersAtOnceAndRunsOnce", jobStartAnswersAtOnceAndRunsOnce)
-	run("Guard/CancelFromAnotherProcessStopsTheOwnerAndTheKeyRunsAgain", jobCancelFromAnotherProcess)
-	run("Guard/WatchFromAnotherProcessReportsEveryTransitionInOrder", jobWatchReportsEveryTransition)
-	run("Guard/WatchersAreBounded", jobWatchersAreBounded)
-	run("Guard/WaitJobsRefusesNewJobsAndWaitsForRunningOnes", jobWaitJobs)
-}
 
 // Removing "claim_nonce = ?" (or the status) from the request's guard
 // makes this fail: a stale reader would cancel another execution, or a
@@ -33,23 +21,23 @@ func jobCases(run func(name string, tc caseFunc)) {
 func jobRequestCancelIsGuardedByTheExecution(t *testing.T, h *Harness) {
 	kh := hash("cancel-guard")
 	id, n := claimOne(t, h, "acme", "s", kh)
-	ok, err := h.Store.RequestCancel(ctxFor(t), idemguard.CancelParams{ID: id, Nonce: nonce()})
+	ok, err := h.Store.RequestCancel(ctxFor(t), store.CancelParams{ID: id, Nonce: nonce()})
 	require.NoError(t, err)
 	require.False(t, ok, "another execution's nonce")
 	require.True(t, get(t, h, "acme", "s", kh).CancelRequestedAt.IsZero())
 	for range 2 { // changed = matched: a repeated request still changes the row
-		ok, err = h.Store.RequestCancel(ctxFor(t), idemguard.CancelParams{ID: id, Nonce: n})
+		ok, err = h.Store.RequestCancel(ctxFor(t), store.CancelParams{ID: id, Nonce: n})
 		require.NoError(t, err)
 		require.True(t, ok)
 	}
 	r := get(t, h, "acme", "s", kh)
 	require.False(t, r.CancelRequestedAt.IsZero())
 	require.WithinDuration(t, r.Now, r.CancelRequestedAt, time.Minute)
-	ok, _, err = h.Store.Complete(ctxFor(t), idemguard.CompleteParams{ID: id, Nonce: n, Status: idemguard.RowSucceeded,
+	ok, _, err = h.Store.Complete(ctxFor(t), store.CompleteParams{ID: id, Nonce: n, Status: store.RowSucceeded,
 		Response: []byte(`{"ok":true}`), ResponseCode: 200, TTL: time.Hour})
 	require.NoError(t, err)
 	require.True(t, ok)
-	ok, err = h.Store.RequestCancel(ctxFor(t), idemguard.CancelParams{ID: id, Nonce: n})
+	ok, err = h.Store.RequestCancel(ctxFor(t), store.CancelParams{ID: id, Nonce: n})
 	require.NoError(t, err)
 	require.False(t, ok, "a finished row has nothing to cancel")
 }
@@ -63,29 +51,29 @@ func jobRenewReportsCancelAndKeepsTheRowAlive(t *testing.T, h *Harness) {
 	h.Age(t, "acme", "s", kh, 2*time.Hour)   // a run longer than its TTL
 	require.True(t, get(t, h, "acme", "s", kh).Expired())
 	for range 3 {
-		r, err := h.Store.Renew(ctxFor(t), idemguard.RenewParams{ID: id, Nonce: n, Extend: time.Hour})
+		r, err := h.Store.Renew(ctxFor(t), store.RenewParams{ID: id, Nonce: n, Extend: time.Hour})
 		require.NoError(t, err)
-		require.Equal(t, idemguard.RenewResult{Renewed: true}, r)
+		require.Equal(t, store.RenewResult{Renewed: true}, r)
 	}
 	row := get(t, h, "acme", "s", kh)
 	require.False(t, row.Expired())
 	require.False(t, row.Stale(time.Minute))
 	require.False(t, row.ExpiresAt.Before(row.HeartbeatAt.Add(time.Hour)), "expires_at >= now + Extend")
 	before := row.ExpiresAt
-	r, err := h.Store.Renew(ctxFor(t), idemguard.RenewParams{ID: id, Nonce: n, Extend: time.Minute})
+	r, err := h.Store.Renew(ctxFor(t), store.RenewParams{ID: id, Nonce: n, Extend: time.Minute})
 	require.NoError(t, err)
 	require.True(t, r.Renewed)
 	require.Equal(t, before, get(t, h, "acme", "s", kh).ExpiresAt, "expires_at never moves back")
 
-	ok, err := h.Store.RequestCancel(ctxFor(t), idemguard.CancelParams{ID: id, Nonce: n})
+	ok, err := h.Store.RequestCancel(ctxFor(t), store.CancelParams{ID: id, Nonce: n})
 	require.NoError(t, err)
 	require.True(t, ok)
-	r, err = h.Store.Renew(ctxFor(t), idemguard.RenewParams{ID: id, Nonce: n, Extend: time.Hour})
+	r, err = h.Store.Renew(ctxFor(t), store.RenewParams{ID: id, Nonce: n, Extend: time.Hour})
 	require.NoError(t, err)
-	require.Equal(t, idemguard.RenewResult{Renewed: true, CancelRequested: true}, r)
-	r, err = h.Store.Renew(ctxFor(t), idemguard.RenewParams{ID: id, Nonce: nonce(), Extend: time.Hour})
+	require.Equal(t, store.RenewResult{Renewed: true, CancelRequested: true}, r)
+	r, err = h.Store.Renew(ctxFor(t), store.RenewParams{ID: id, Nonce: nonce(), Extend: time.Hour})
 	require.NoError(t, err)
-	require.Equal(t, idemguard.RenewResult{}, r, "another execution's nonce renews nothing")
+	require.Equal(t, store.RenewResult{}, r, "another execution's nonce renews nothing")
 }
 
 // Without "cancel_requested_at = NULL" in the reclaims, the new execution
@@ -94,12 +82,12 @@ func jobRenewReportsCancelAndKeepsTheRowAlive(t *testing.T, h *Harness) {
 func jobReclaimClearsTheCancel(t *testing.T, h *Harness) {
 	kh := hash("reclaim-cancel")
 	id, n := claimOne(t, h, "acme", "s", kh)
-	ok, err := h.Store.RequestCancel(ctxFor(t), idemguard.CancelParams{ID: id, Nonce: n})
+	ok, err := h.Store.RequestCancel(ctxFor(t), store.CancelParams{ID: id, Nonce: n})
 	require.NoError(t, err)
 	require.True(t, ok)
 	h.Age(t, "acme", "s", kh, 10*time.Minute)
 	owner := nonce()
-	won, err := h.Store.Reclaim(ctxFor(t), idemguard.ReclaimParams{Kind: idemguard.ReclaimStale, ID: id,
+	won, err := h.Store.Reclaim(ctxFor(t), store.ReclaimParams{Kind: store.ReclaimStale, ID: id,
 		OldNonce: n, OldAttempts: 1, NewNonce: owner, StaleAfter: time.Minute})
 	require.NoError(t, err)
 	require.True(t, won)
@@ -107,23 +95,23 @@ func jobReclaimClearsTheCancel(t *testing.T, h *Harness) {
 	require.True(t, r.CancelRequestedAt.IsZero(), "a takeover starts without the old cancel request")
 	require.Equal(t, 2, r.Attempts)
 
-	ok, err = h.Store.RequestCancel(ctxFor(t), idemguard.CancelParams{ID: id, Nonce: owner})
+	ok, err = h.Store.RequestCancel(ctxFor(t), store.CancelParams{ID: id, Nonce: owner})
 	require.NoError(t, err)
 	require.True(t, ok)
-	ok, _, err = h.Store.Complete(ctxFor(t), idemguard.CompleteParams{ID: id, Nonce: owner, Status: idemguard.RowFailed,
+	ok, _, err = h.Store.Complete(ctxFor(t), store.CompleteParams{ID: id, Nonce: owner, Status: store.RowFailed,
 		Response: []byte(`{"ok":false,"stopReason":"canceled"}`), ResponseCode: 409, TTL: time.Hour, Canceled: true})
 	require.NoError(t, err)
 	require.True(t, ok)
 	r = get(t, h, "acme", "s", kh)
-	require.Equal(t, idemguard.RowFailed, r.Status)
+	require.Equal(t, store.RowFailed, r.Status)
 	require.Equal(t, 1, r.Attempts, "a canceled execution gives its attempt back")
 
-	won, err = h.Store.Reclaim(ctxFor(t), idemguard.ReclaimParams{Kind: idemguard.ReclaimFailed, ID: id,
+	won, err = h.Store.Reclaim(ctxFor(t), store.ReclaimParams{Kind: store.ReclaimFailed, ID: id,
 		OldNonce: owner, OldAttempts: 1, NewNonce: nonce(), TTL: time.Hour, MaxAttempts: 2})
 	require.NoError(t, err)
 	require.True(t, won)
 	r = get(t, h, "acme", "s", kh)
-	require.Equal(t, idemguard.RowStarted, r.Status)
+	require.Equal(t, store.RowStarted, r.Status)
 	require.Equal(t, 2, r.Attempts)
 	require.True(t, r.CancelRequestedAt.IsZero(), "a retry starts without the old cancel request")
 }
@@ -132,9 +120,9 @@ func jobCall(key string) idemguard.Call {
 	return idemguard.Call{Tenant: "acme", Scope: "jobs", ClientKey: key, Inputs: map[string]any{"q": key}}
 }
 
-func waitForStatus(t *testing.T, h *Harness, keyHash string, st idemguard.RowStatus) idemguard.Record {
+func waitForStatus(t *testing.T, h *Harness, keyHash string, st store.RowStatus) store.Record {
 	t.Helper()
-	var r idemguard.Record
+	var r store.Record
 	pollUntil(t, "row "+string(st), func() bool {
 		var err error
 		r, err = h.Store.Get(ctxFor(t), "acme", "jobs", keyHash)
@@ -160,7 +148,7 @@ func jobStartAnswersAtOnceAndRunsOnce(t *testing.T, h *Harness) {
 		require.Equal(t, res.KeyHash, dup.KeyHash)
 	}
 	close(b.release)
-	waitForStatus(t, h, res.KeyHash, idemguard.RowSucceeded)
+	waitForStatus(t, h, res.KeyHash, store.RowSucceeded)
 	replay, err := other.Start(ctxFor(t), jobCall("start-1"), b.op)
 	require.NoError(t, err)
 	require.True(t, replay.Cached)
@@ -178,22 +166,20 @@ func jobCancelFromAnotherProcess(t *testing.T, h *Harness) {
 	require.NoError(t, err)
 	waitStarted(t, b)
 
-	unknown, err := other.KeyHash("acme", "jobs", "no-such-key")
-	require.NoError(t, err)
-	require.ErrorIs(t, other.Cancel(ctxFor(t), "acme", "jobs", unknown), idemguard.ErrNotFound)
-	require.ErrorIs(t, other.Cancel(ctxFor(t), "globex", "jobs", res.KeyHash), idemguard.ErrNotFound)
-	require.NoError(t, other.Cancel(ctxFor(t), "acme", "jobs", res.KeyHash))
-	require.True(t, other.Jobs() == 0 && g.Jobs() <= 1)
+	require.ErrorIs(t, other.Cancel(ctxFor(t), clientKey(t, other, "acme", "jobs", "no-such-key")), idemguard.ErrNotFound)
+	require.ErrorIs(t, other.Cancel(ctxFor(t), hashKey(t, other, "globex", "jobs", res.KeyHash)), idemguard.ErrNotFound)
+	require.NoError(t, other.Cancel(ctxFor(t), hashKey(t, other, "acme", "jobs", res.KeyHash)))
+	require.True(t, idemguardtest.Jobs(other) == 0 && idemguardtest.Jobs(g) <= 1)
 
-	r := waitForStatus(t, h, res.KeyHash, idemguard.RowFailed)
+	r := waitForStatus(t, h, res.KeyHash, store.RowFailed)
 	require.ErrorIs(t, b.cause.Load().(error), idemguard.ErrCanceled)
 	env, err := sanitize.FromJSON(r.Response)
 	require.NoError(t, err)
 	require.Equal(t, sanitize.Canceled, env.StopReason)
-	require.ErrorIs(t, other.Cancel(ctxFor(t), "acme", "jobs", res.KeyHash), idemguard.ErrKeyFinished)
-	info, err := other.LookupHash(ctxFor(t), "acme", "jobs", res.KeyHash)
+	require.ErrorIs(t, other.Cancel(ctxFor(t), hashKey(t, other, "acme", "jobs", res.KeyHash)), idemguard.ErrKeyFinished)
+	info, err := other.Lookup(ctxFor(t), hashKey(t, other, "acme", "jobs", res.KeyHash))
 	require.NoError(t, err)
-	require.Equal(t, idemguard.KeyFailed, info.Status)
+	require.Equal(t, store.RowFailed, info.Status)
 	require.False(t, info.CancelRequested)
 
 	// The same call runs the key again, and nothing cancels it.
@@ -204,7 +190,7 @@ func jobCancelFromAnotherProcess(t *testing.T, h *Harness) {
 	require.Equal(t, 1, again.Attempt, "the canceled attempt was not counted")
 	waitStarted(t, b2)
 	close(b2.release)
-	waitForStatus(t, h, res.KeyHash, idemguard.RowSucceeded)
+	waitForStatus(t, h, res.KeyHash, store.RowSucceeded)
 	require.EqualValues(t, 1, b2.runs.Load())
 }
 
@@ -230,10 +216,10 @@ func jobWatchReportsEveryTransition(t *testing.T, h *Harness) {
 	require.NoError(t, err)
 	waitStarted(t, b)
 
-	remote, err := other.Watch(ctxFor(t), "acme", "jobs", res.KeyHash, "")
+	remote, err := other.Watch(ctxFor(t), hashKey(t, other, "acme", "jobs", res.KeyHash), "")
 	require.NoError(t, err)
 	defer remote.Close()
-	local, err := owner.Watch(ctxFor(t), "acme", "jobs", res.KeyHash, "")
+	local, err := owner.Watch(ctxFor(t), hashKey(t, owner, "acme", "jobs", res.KeyHash), "")
 	require.NoError(t, err)
 	defer local.Close()
 	first, err := remote.Next(ctxFor(t))
@@ -262,13 +248,13 @@ func jobWatchReportsEveryTransition(t *testing.T, h *Harness) {
 
 	// A reconnect after the started event resumes after it; after the
 	// final one, there is nothing more.
-	resumed, err := other.Watch(ctxFor(t), "acme", "jobs", res.KeyHash, first.ID)
+	resumed, err := other.Watch(ctxFor(t), hashKey(t, other, "acme", "jobs", res.KeyHash), first.ID)
 	require.NoError(t, err)
 	evs := collect(t, resumed)
 	resumed.Close()
 	require.Len(t, evs, 1)
 	require.Equal(t, idemguard.KeyEventSucceeded, evs[0].Kind)
-	done, err := other.Watch(ctxFor(t), "acme", "jobs", res.KeyHash, evs[0].ID)
+	done, err := other.Watch(ctxFor(t), hashKey(t, other, "acme", "jobs", res.KeyHash), evs[0].ID)
 	require.NoError(t, err)
 	require.Empty(t, collect(t, done))
 	done.Close()
@@ -284,18 +270,18 @@ func jobWatchersAreBounded(t *testing.T, h *Harness) {
 	res, err := g.Start(ctxFor(t), jobCall("bounded-1"), b.op)
 	require.NoError(t, err)
 	defer close(b.release)
-	w1, err := other.Watch(ctxFor(t), "acme", "jobs", res.KeyHash, "")
+	w1, err := other.Watch(ctxFor(t), hashKey(t, other, "acme", "jobs", res.KeyHash), "")
 	require.NoError(t, err)
-	w2, err := other.Watch(ctxFor(t), "acme", "jobs", res.KeyHash, "")
+	w2, err := other.Watch(ctxFor(t), hashKey(t, other, "acme", "jobs", res.KeyHash), "")
 	require.NoError(t, err)
 	defer w2.Close()
-	_, err = other.Watch(ctxFor(t), "acme", "jobs", res.KeyHash, "")
+	_, err = other.Watch(ctxFor(t), hashKey(t, other, "acme", "jobs", res.KeyHash), "")
 	require.ErrorIs(t, err, idemguard.ErrTooManyWatchers)
 	w1.Close()
-	w3, err := other.Watch(ctxFor(t), "acme", "jobs", res.KeyHash, "")
+	w3, err := other.Watch(ctxFor(t), hashKey(t, other, "acme", "jobs", res.KeyHash), "")
 	require.NoError(t, err)
 	w3.Close()
-	local, err := g.Watch(ctxFor(t), "acme", "jobs", res.KeyHash, "")
+	local, err := g.Watch(ctxFor(t), hashKey(t, g, "acme", "jobs", res.KeyHash), "")
 	require.NoError(t, err, "each process counts its own watchers")
 	local.Close()
 }
@@ -306,7 +292,7 @@ func jobWaitJobs(t *testing.T, h *Harness) {
 	res, err := g.Start(ctxFor(t), jobCall("drain-1"), b.op)
 	require.NoError(t, err)
 	waitStarted(t, b)
-	w, err := g.Watch(ctxFor(t), "acme", "jobs", res.KeyHash, "")
+	w, err := g.Watch(ctxFor(t), hashKey(t, g, "acme", "jobs", res.KeyHash), "")
 	require.NoError(t, err)
 	defer w.Close()
 	_, err = w.Next(ctxFor(t)) // started
@@ -322,5 +308,5 @@ func jobWaitJobs(t *testing.T, h *Harness) {
 	require.NoError(t, g.WaitJobs(ctxFor(t)))
 	r, err := h.Store.Get(ctxFor(t), "acme", "jobs", res.KeyHash)
 	require.NoError(t, err)
-	require.Equal(t, idemguard.RowSucceeded, r.Status, "WaitJobs returns once the outcome is stored")
+	require.Equal(t, store.RowSucceeded, r.Status, "WaitJobs returns once the outcome is stored")
 }

@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/idemguard/idemguard"
+	"github.com/idemguard/idemguard/store"
 )
 
 func nonce() string {
@@ -28,13 +29,13 @@ func hash(name string) string {
 func claimOne(t testing.TB, h *Harness, tenant, scope, keyHash string) (uint64, string) {
 	t.Helper()
 	n := nonce()
-	id, err := h.Store.Claim(ctxFor(t), idemguard.ClaimParams{Tenant: tenant, Scope: scope, KeyHash: keyHash,
+	id, err := h.Store.Claim(ctxFor(t), store.ClaimParams{Tenant: tenant, Scope: scope, KeyHash: keyHash,
 		Fingerprint: hash("fp"), Nonce: n, TTL: time.Hour})
 	require.NoError(t, err)
 	return id, n
 }
 
-func get(t testing.TB, h *Harness, tenant, scope, keyHash string) idemguard.Record {
+func get(t testing.TB, h *Harness, tenant, scope, keyHash string) store.Record {
 	t.Helper()
 	r, err := h.Store.Get(ctxFor(t), tenant, scope, keyHash)
 	require.NoError(t, err)
@@ -46,7 +47,7 @@ func storeFreshClaimIsStarted(t *testing.T, h *Harness) {
 	id, n := claimOne(t, h, "acme", "s", kh)
 	r := get(t, h, "acme", "s", kh)
 	require.Equal(t, id, r.ID)
-	require.Equal(t, idemguard.RowStarted, r.Status)
+	require.Equal(t, store.RowStarted, r.Status)
 	require.Equal(t, 1, r.Attempts)
 	require.Equal(t, n, r.ClaimNonce)
 	require.Equal(t, hash("fp"), r.Fingerprint)
@@ -65,9 +66,9 @@ func storeFreshClaimIsStarted(t *testing.T, h *Harness) {
 func storeClaimOfExistingKeyIsDuplicate(t *testing.T, h *Harness) {
 	kh := hash("dup")
 	claimOne(t, h, "acme", "s", kh)
-	_, err := h.Store.Claim(ctxFor(t), idemguard.ClaimParams{Tenant: "acme", Scope: "s", KeyHash: kh,
+	_, err := h.Store.Claim(ctxFor(t), store.ClaimParams{Tenant: "acme", Scope: "s", KeyHash: kh,
 		Fingerprint: hash("fp"), Nonce: nonce(), TTL: time.Hour})
-	require.ErrorIs(t, err, idemguard.ErrDuplicate)
+	require.ErrorIs(t, err, store.ErrDuplicate)
 	_, err = h.Store.Get(ctxFor(t), "acme", "s", hash("absent"))
 	require.ErrorIs(t, err, idemguard.ErrNotFound)
 }
@@ -89,7 +90,7 @@ func storeOfFiftyConcurrentClaimsExactlyOneWins(t *testing.T, h *Harness) {
 	for i := range n {
 		wg.Go(func() {
 			<-start
-			_, errs[i] = h.Store.Claim(ctxFor(t), idemguard.ClaimParams{Tenant: "acme", Scope: "s", KeyHash: kh,
+			_, errs[i] = h.Store.Claim(ctxFor(t), store.ClaimParams{Tenant: "acme", Scope: "s", KeyHash: kh,
 				Fingerprint: hash("fp"), Nonce: nonce(), TTL: time.Hour})
 		})
 	}
@@ -101,7 +102,7 @@ func storeOfFiftyConcurrentClaimsExactlyOneWins(t *testing.T, h *Harness) {
 			won++
 			continue
 		}
-		require.ErrorIs(t, err, idemguard.ErrDuplicate)
+		require.ErrorIs(t, err, store.ErrDuplicate)
 	}
 	require.Equal(t, 1, won)
 }
@@ -122,7 +123,7 @@ func storeOfTwentyConcurrentStaleTakeoversExactlyOneWins(t *testing.T, h *Harnes
 		nonces[i] = nonce()
 		wg.Go(func() {
 			<-start
-			won[i], errs[i] = h.Store.Reclaim(ctxFor(t), idemguard.ReclaimParams{Kind: idemguard.ReclaimStale, ID: old.ID,
+			won[i], errs[i] = h.Store.Reclaim(ctxFor(t), store.ReclaimParams{Kind: store.ReclaimStale, ID: old.ID,
 				OldNonce: old.ClaimNonce, OldAttempts: old.Attempts, NewNonce: nonces[i], StaleAfter: 5 * time.Minute})
 		})
 	}
@@ -140,7 +141,7 @@ func storeOfTwentyConcurrentStaleTakeoversExactlyOneWins(t *testing.T, h *Harnes
 	r := get(t, h, "acme", "s", kh)
 	require.Equal(t, 2, r.Attempts)
 	require.Equal(t, nonces[winner], r.ClaimNonce)
-	require.Equal(t, idemguard.RowStarted, r.Status)
+	require.Equal(t, store.RowStarted, r.Status)
 	require.False(t, r.Stale(5*time.Minute), "takeover must refresh heartbeat_at")
 }
 
@@ -148,11 +149,11 @@ func storeFreshClaimCannotBeTakenOver(t *testing.T, h *Harness) {
 	kh := hash("fresh-takeover")
 	claimOne(t, h, "acme", "s", kh)
 	old := get(t, h, "acme", "s", kh)
-	won, err := h.Store.Reclaim(ctxFor(t), idemguard.ReclaimParams{Kind: idemguard.ReclaimStale, ID: old.ID,
+	won, err := h.Store.Reclaim(ctxFor(t), store.ReclaimParams{Kind: store.ReclaimStale, ID: old.ID,
 		OldNonce: old.ClaimNonce, OldAttempts: 1, NewNonce: nonce(), StaleAfter: 5 * time.Minute})
 	require.NoError(t, err)
 	require.False(t, won)
-	won, err = h.Store.Abandon(ctxFor(t), idemguard.AbandonParams{ID: old.ID, OldNonce: old.ClaimNonce,
+	won, err = h.Store.Abandon(ctxFor(t), store.AbandonParams{ID: old.ID, OldNonce: old.ClaimNonce,
 		OldAttempts: 1, StaleAfter: 5 * time.Minute, Response: []byte(`{"ok":false}`), ResponseCode: 502, TTL: time.Hour})
 	require.NoError(t, err)
 	require.False(t, won)
@@ -165,14 +166,14 @@ func storeZombieCommitAfterTakeoverChangesNothing(t *testing.T, h *Harness) {
 	h.Age(t, "acme", "s", kh, 10*time.Minute)
 	old := get(t, h, "acme", "s", kh)
 	owner := nonce()
-	won, err := h.Store.Reclaim(ctxFor(t), idemguard.ReclaimParams{Kind: idemguard.ReclaimStale, ID: id,
+	won, err := h.Store.Reclaim(ctxFor(t), store.ReclaimParams{Kind: store.ReclaimStale, ID: id,
 		OldNonce: zombie, OldAttempts: 1, NewNonce: owner, StaleAfter: 5 * time.Minute})
 	require.NoError(t, err)
 	require.True(t, won)
 	before := get(t, h, "acme", "s", kh)
 
-	for _, st := range []idemguard.RowStatus{idemguard.RowSucceeded, idemguard.RowFailed} {
-		ok, _, err := h.Store.Complete(ctxFor(t), idemguard.CompleteParams{ID: id, Nonce: zombie, Status: st,
+	for _, st := range []store.RowStatus{store.RowSucceeded, store.RowFailed} {
+		ok, _, err := h.Store.Complete(ctxFor(t), store.CompleteParams{ID: id, Nonce: zombie, Status: st,
 			Response: []byte(`{"ok":true,"stopReason":"completed"}`), ResponseCode: 200, TTL: time.Hour})
 		require.NoError(t, err)
 		require.False(t, ok, "a replaced owner's commit must change nothing")
@@ -185,13 +186,13 @@ func storeZombieCommitAfterTakeoverChangesNothing(t *testing.T, h *Harness) {
 	require.Equal(t, before, after)
 	require.NotEqual(t, old.StartedAt, after.StartedAt)
 
-	ok, completedAt, err := h.Store.Complete(ctxFor(t), idemguard.CompleteParams{ID: id, Nonce: owner, Status: idemguard.RowSucceeded,
+	ok, completedAt, err := h.Store.Complete(ctxFor(t), store.CompleteParams{ID: id, Nonce: owner, Status: store.RowSucceeded,
 		Response: []byte(`{"ok":true,"stopReason":"completed","needsHuman":false,"cached":false}`), ResponseCode: 201, TTL: time.Hour})
 	require.NoError(t, err)
 	require.True(t, ok)
 	done := get(t, h, "acme", "s", kh)
 	require.Equal(t, done.CompletedAt, completedAt, "Complete returns the completed_at it wrote")
-	require.Equal(t, idemguard.RowSucceeded, done.Status)
+	require.Equal(t, store.RowSucceeded, done.Status)
 	require.Equal(t, 201, done.ResponseCode)
 	require.JSONEq(t, `{"ok":true,"stopReason":"completed","needsHuman":false,"cached":false}`, string(done.Response))
 	require.False(t, done.CompletedAt.IsZero())
@@ -217,7 +218,7 @@ func storeRepeatedHeartbeatsReportOwnership(t *testing.T, h *Harness) {
 	require.NoError(t, err)
 	require.True(t, ok)
 	require.False(t, get(t, h, "acme", "s", kh).Stale(30*time.Second), "heartbeat must move heartbeat_at to now")
-	ok, _, err = h.Store.Complete(ctxFor(t), idemguard.CompleteParams{ID: id, Nonce: n, Status: idemguard.RowFailed,
+	ok, _, err = h.Store.Complete(ctxFor(t), store.CompleteParams{ID: id, Nonce: n, Status: store.RowFailed,
 		Response: []byte(`{"ok":false,"stopReason":"provider_error"}`), ResponseCode: 502, TTL: time.Hour})
 	require.NoError(t, err)
 	require.True(t, ok)
@@ -229,12 +230,12 @@ func storeRepeatedHeartbeatsReportOwnership(t *testing.T, h *Harness) {
 func storeExpiredRowIsReclaimedAsNew(t *testing.T, h *Harness) {
 	kh := hash("expired")
 	id, n := claimOne(t, h, "acme", "s", kh)
-	ok, _, err := h.Store.Complete(ctxFor(t), idemguard.CompleteParams{ID: id, Nonce: n, Status: idemguard.RowSucceeded,
+	ok, _, err := h.Store.Complete(ctxFor(t), store.CompleteParams{ID: id, Nonce: n, Status: store.RowSucceeded,
 		Response: []byte(`{"ok":true}`), ResponseCode: 200, TTL: time.Hour})
 	require.NoError(t, err)
 	require.True(t, ok)
-	reclaim := func(r idemguard.Record) bool {
-		won, err := h.Store.Reclaim(ctxFor(t), idemguard.ReclaimParams{Kind: idemguard.ReclaimExpired, ID: r.ID,
+	reclaim := func(r store.Record) bool {
+		won, err := h.Store.Reclaim(ctxFor(t), store.ReclaimParams{Kind: store.ReclaimExpired, ID: r.ID,
 			OldNonce: r.ClaimNonce, OldAttempts: r.Attempts, NewNonce: nonce(), Fingerprint: hash("fp2"),
 			TTL: 2 * time.Hour, StaleAfter: 5 * time.Minute})
 		require.NoError(t, err)
@@ -246,7 +247,7 @@ func storeExpiredRowIsReclaimedAsNew(t *testing.T, h *Harness) {
 	require.True(t, r.Expired())
 	require.True(t, reclaim(r))
 	r = get(t, h, "acme", "s", kh)
-	require.Equal(t, idemguard.RowStarted, r.Status)
+	require.Equal(t, store.RowStarted, r.Status)
 	require.Equal(t, 1, r.Attempts)
 	require.Equal(t, hash("fp2"), r.Fingerprint)
 	require.Nil(t, r.Response)
@@ -264,7 +265,7 @@ func storeExpiredButHeartbeatingRowIsNotReclaimed(t *testing.T, h *Harness) {
 	require.True(t, ok)
 	r := get(t, h, "acme", "s", kh)
 	require.True(t, r.Expired())
-	won, err := h.Store.Reclaim(ctxFor(t), idemguard.ReclaimParams{Kind: idemguard.ReclaimExpired, ID: r.ID,
+	won, err := h.Store.Reclaim(ctxFor(t), store.ReclaimParams{Kind: store.ReclaimExpired, ID: r.ID,
 		OldNonce: r.ClaimNonce, OldAttempts: r.Attempts, NewNonce: nonce(), Fingerprint: hash("fp"),
 		TTL: time.Hour, StaleAfter: 5 * time.Minute})
 	require.NoError(t, err)
@@ -275,15 +276,15 @@ func storeFailedRowIsRetriedOnlyBelowMaxAttempts(t *testing.T, h *Harness) {
 	kh := hash("failed")
 	id, n := claimOne(t, h, "acme", "s", kh)
 	for attempt := 1; ; attempt++ {
-		ok, _, err := h.Store.Complete(ctxFor(t), idemguard.CompleteParams{ID: id, Nonce: n, Status: idemguard.RowFailed,
+		ok, _, err := h.Store.Complete(ctxFor(t), store.CompleteParams{ID: id, Nonce: n, Status: store.RowFailed,
 			Response: []byte(`{"ok":false,"stopReason":"provider_error"}`), ResponseCode: 502, TTL: time.Hour})
 		require.NoError(t, err)
 		require.True(t, ok)
 		r := get(t, h, "acme", "s", kh)
-		require.Equal(t, idemguard.RowFailed, r.Status)
+		require.Equal(t, store.RowFailed, r.Status)
 		require.Equal(t, attempt, r.Attempts)
 		next := nonce()
-		won, err := h.Store.Reclaim(ctxFor(t), idemguard.ReclaimParams{Kind: idemguard.ReclaimFailed, ID: id,
+		won, err := h.Store.Reclaim(ctxFor(t), store.ReclaimParams{Kind: store.ReclaimFailed, ID: id,
 			OldNonce: n, OldAttempts: attempt, NewNonce: next, TTL: time.Hour, MaxAttempts: 3})
 		require.NoError(t, err)
 		if attempt == 3 {
@@ -292,7 +293,7 @@ func storeFailedRowIsRetriedOnlyBelowMaxAttempts(t *testing.T, h *Harness) {
 		}
 		require.True(t, won)
 		r = get(t, h, "acme", "s", kh)
-		require.Equal(t, idemguard.RowStarted, r.Status)
+		require.Equal(t, store.RowStarted, r.Status)
 		require.Equal(t, attempt+1, r.Attempts)
 		require.Nil(t, r.Response)
 		n = next
@@ -303,15 +304,15 @@ func storeStaleRowCanBeAbandoned(t *testing.T, h *Harness) {
 	kh := hash("abandon")
 	id, n := claimOne(t, h, "acme", "s", kh)
 	h.Age(t, "acme", "s", kh, 10*time.Minute)
-	won, err := h.Store.Abandon(ctxFor(t), idemguard.AbandonParams{ID: id, OldNonce: n, OldAttempts: 1,
+	won, err := h.Store.Abandon(ctxFor(t), store.AbandonParams{ID: id, OldNonce: n, OldAttempts: 1,
 		StaleAfter: 5 * time.Minute, Response: []byte(`{"ok":false,"stopReason":"abandoned"}`), ResponseCode: 502, TTL: time.Hour})
 	require.NoError(t, err)
 	require.True(t, won)
 	r := get(t, h, "acme", "s", kh)
-	require.Equal(t, idemguard.RowFailed, r.Status)
+	require.Equal(t, store.RowFailed, r.Status)
 	require.Equal(t, 502, r.ResponseCode)
 	require.JSONEq(t, `{"ok":false,"stopReason":"abandoned"}`, string(r.Response))
-	ok, _, err := h.Store.Complete(ctxFor(t), idemguard.CompleteParams{ID: id, Nonce: n, Status: idemguard.RowSucceeded,
+	ok, _, err := h.Store.Complete(ctxFor(t), store.CompleteParams{ID: id, Nonce: n, Status: store.RowSucceeded,
 		Response: []byte(`{"ok":true}`), ResponseCode: 200, TTL: time.Hour})
 	require.NoError(t, err)
 	require.False(t, ok, "the silent owner cannot commit over an abandoned row")
@@ -319,10 +320,10 @@ func storeStaleRowCanBeAbandoned(t *testing.T, h *Harness) {
 
 func storeBrokenStoreReturnsErrors(t *testing.T, h *Harness) {
 	h.Break(t)
-	_, err := h.Store.Claim(ctxFor(t), idemguard.ClaimParams{Tenant: "acme", Scope: "s", KeyHash: hash("x"),
+	_, err := h.Store.Claim(ctxFor(t), store.ClaimParams{Tenant: "acme", Scope: "s", KeyHash: hash("x"),
 		Fingerprint: hash("fp"), Nonce: nonce(), TTL: time.Hour})
 	require.Error(t, err)
-	require.False(t, errors.Is(err, idemguard.ErrDuplicate))
+	require.False(t, errors.Is(err, store.ErrDuplicate))
 	_, err = h.Store.Get(ctxFor(t), "acme", "s", hash("x"))
 	require.Error(t, err)
 	require.False(t, errors.Is(err, idemguard.ErrNotFound))

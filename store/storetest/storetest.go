@@ -1,8 +1,21 @@
-// Package storetest is the conformance suite every idemguard.Store must pass.
-// Each store's tests call Exercise once; every case gets a fresh store from
-// the harness (for MySQL, a freshly migrated database), so cases run in
-// parallel. Store-level cases prove the guarded statements on their own;
-// guard-level cases drive Do over the store.
+// Package storetest is the conformance suite every store.Store must pass,
+// the in-memory store, the MySQL store and a store written in another module
+// alike. A store's tests call Exercise once:
+//
+//	func TestConformance(t *testing.T) {
+//		storetest.Exercise(context.Background(), t, func(ctx context.Context, t *testing.T) *storetest.Harness {
+//			s := memstore.New()
+//			return &storetest.Harness{Store: s, Age: ..., Dump: ..., Break: ...}
+//		})
+//	}
+//
+// Every case gets a fresh store from the harness (for MySQL, a freshly
+// migrated database), so cases run in parallel. Store cases ("Store/...")
+// prove the guarded statements on their own; guard cases ("Guard/...") drive
+// an idemguard.Guard over the store. A failure fails its case only.
+//
+// Cases are registered in one place, the list in cases: a new store
+// behaviour is written as a case there first, so every store must pass it.
 package storetest
 
 import (
@@ -17,12 +30,16 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/idemguard/idemguard"
+	"github.com/idemguard/idemguard/idemguardtest"
+	"github.com/idemguard/idemguard/store"
+	"github.com/idemguard/idemguard/tenancy"
 )
 
 // Harness gives the suite a fresh store and the few test-only powers it
 // needs to stand in for time passing and for a broken database.
 type Harness struct {
-	Store idemguard.Store
+	// Store is the store under test, empty.
+	Store store.Store
 	// Age moves every time of one row back by d, as if d had passed for it.
 	Age func(t testing.TB, tenant, scope, keyHash string, d time.Duration)
 	// Dump renders every row as one line of space-separated column values,
@@ -34,13 +51,15 @@ type Harness struct {
 }
 
 // Exercise runs the whole suite against the stores newHarness returns: every
-// case as a parallel subtest with a fresh store, in the order cases lists them.
-func Exercise(t *testing.T, newHarness func(t *testing.T) *Harness) {
+// case as a parallel subtest of t with a fresh store, in the order cases
+// lists them. ctx is given to newHarness (to create a database, say); each
+// case bounds its own calls.
+func Exercise(ctx context.Context, t *testing.T, newHarness func(ctx context.Context, t *testing.T) *Harness) {
 	t.Helper()
 	cases(uniqueNames(t, func(name string, tc caseFunc) {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
-			tc(t, newHarness(t))
+			tc(t, newHarness(ctx, t))
 		})
 	}))
 }
@@ -140,7 +159,14 @@ func cases(run func(name string, tc caseFunc)) {
 	run("Guard/RenewalThatFindsTheClaimTakenOverAnswersFromTheRow", guardRenewalThatFindsTheClaimTakenOverAnswersFromTheRow)
 
 	// Jobs: background operations, cancel and watch (job_cases.go).
-	jobCases(run)
+	run("Store/RequestCancelIsGuardedByTheExecution", jobRequestCancelIsGuardedByTheExecution)
+	run("Store/RenewReportsCancelAndKeepsTheRowAlive", jobRenewReportsCancelAndKeepsTheRowAlive)
+	run("Store/ReclaimClearsTheCancelAndCanceledGivesTheAttemptBack", jobReclaimClearsTheCancel)
+	run("Guard/StartAnswersAtOnceAndRunsOnce", jobStartAnswersAtOnceAndRunsOnce)
+	run("Guard/CancelFromAnotherProcessStopsTheOwnerAndTheKeyRunsAgain", jobCancelFromAnotherProcess)
+	run("Guard/WatchFromAnotherProcessReportsEveryTransitionInOrder", jobWatchReportsEveryTransition)
+	run("Guard/WatchersAreBounded", jobWatchersAreBounded)
+	run("Guard/WaitJobsRefusesNewJobsAndWaitsForRunningOnes", jobWaitJobs)
 	// Secret rotation: rows under every configured secret count, and two
 	// hashes of one request never both run (secret_cases.go).
 	run("Store/SecretIDIsRecordedAndReadBack", storeSecretIDIsRecordedAndReadBack)
@@ -168,7 +194,13 @@ func cases(run func(name string, tc caseFunc)) {
 	run("Guard/OversizeStreamIsStoredAsItsEnvelope", guardOversizeStreamIsStoredAsItsEnvelope)
 	// Audit trail: durable events with their row change, batches, history
 	// (audit_cases.go).
-	auditCases(run)
+	run("Store/AuditedClaimWritesItsEventOnlyWhenItWins", auditClaimWritesItsEventOnlyWhenItWins)
+	run("Store/AuditedReclaimsWriteTheirEventOnlyWhenTheyWin", auditReclaimsWriteTheirEventOnlyWhenTheyWin)
+	run("Store/AuditedAbandonReleaseAndCancelWriteTheirEventOnlyWhenTheyWin", auditAbandonReleaseAndCancel)
+	run("Store/AppendAuditSkipsARepeatedID", auditAppendSkipsARepeatedID)
+	run("Store/HistoryFiltersOrdersAndLimits", auditHistoryFiltersOrdersAndLimits)
+	run("Store/AuditTimesRoundTripToTheMicrosecondInUTC", auditTimesRoundTrip)
+	run("Store/BrokenStoreFailsAuditReadsAndWrites", auditBrokenStoreFails)
 }
 
 // Secret is the HMAC secret the suite's guards use.
@@ -219,7 +251,7 @@ func newGuard(t testing.TB, h *Harness, opts ...guardOpt) (*idemguard.Guard, *lo
 func withSecret(s []byte) guardOpt { return func(c *idemguard.Config) { c.Secret = s } }
 func withoutCache() guardOpt       { return func(c *idemguard.Config) { c.ReplayCacheSize = -1 } }
 func withHeartbeat(d time.Duration) guardOpt {
-	return func(c *idemguard.Config) { c.Test.HeartbeatEvery = d }
+	return func(c *idemguard.Config) { idemguardtest.SetHeartbeatEvery(c, d) }
 }
 func withObserver(f func(idemguard.Event)) guardOpt {
 	return func(c *idemguard.Config) { c.Observe = f }
@@ -265,4 +297,20 @@ func mustJSON(t testing.TB, v any) json.RawMessage {
 	b, err := json.Marshal(v)
 	require.NoError(t, err)
 	return b
+}
+
+// clientKey is g.Key(tenant, scope, key), failing the case on an error.
+func clientKey(t testing.TB, g *idemguard.Guard, tenant tenancy.ID, scope, key string) idemguard.Key {
+	t.Helper()
+	k, err := g.Key(tenant, scope, key)
+	require.NoError(t, err)
+	return k
+}
+
+// hashKey is g.KeyOfHash(tenant, scope, hash), failing the case on an error.
+func hashKey(t testing.TB, g *idemguard.Guard, tenant tenancy.ID, scope, hash string) idemguard.Key {
+	t.Helper()
+	k, err := g.KeyOfHash(tenant, scope, hash)
+	require.NoError(t, err)
+	return k
 }

@@ -1,19 +1,20 @@
-package idemguard_test
+package memstore_test
 
 import (
+	"context"
 	"fmt"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/idemguard/idemguard"
-	"github.com/idemguard/idemguard/internal/storetest"
+	"github.com/idemguard/idemguard/store/memstore"
+	"github.com/idemguard/idemguard/store/storetest"
 )
 
 func TestConformance(t *testing.T) {
 	t.Parallel()
-	storetest.Exercise(t, func(t *testing.T) *storetest.Harness {
-		s := idemguard.NewMemoryStore()
+	storetest.Exercise(context.Background(), t, func(_ context.Context, t *testing.T) *storetest.Harness {
+		s := memstore.New()
 		return &storetest.Harness{
 			Store: s,
 			Age: func(t testing.TB, tenant, scope, keyHash string, d time.Duration) {

@@ -9,6 +9,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/idemguard/idemguard"
+	"github.com/idemguard/idemguard/idemguardtest"
 	"github.com/idemguard/idemguard/sanitize"
 )
 
@@ -41,7 +42,7 @@ func guardKeptDocumentIsReplayedByteForByte(t *testing.T, h *Harness) {
 	}
 	require.Equal(t, 1, c.n())
 	require.NotContains(t, h.Dump(t), "canary")
-	info, err := g.LookupHash(ctxFor(t), "acme", "doc", first.KeyHash)
+	info, err := g.Lookup(ctxFor(t), hashKey(t, g, "acme", "doc", first.KeyHash))
 	require.NoError(t, err)
 	require.Nil(t, info.Envelope)
 	require.Equal(t, string(first.Body), string(info.Document))
@@ -89,7 +90,7 @@ func guardEnvelopeHeadersAreReplayed(t *testing.T, h *Harness) {
 // writes nothing and runs nothing (the key is not burnt), and a replay
 // answered by the read before the claim never pays for the check.
 func guardCheckRunsOnlyBeforeAClaim(t *testing.T, h *Harness) {
-	g, _ := newGuard(t, h, withoutCache(), func(c *idemguard.Config) { c.Test.ReadFirst = idemguard.ReadFirstAlways })
+	g, _ := newGuard(t, h, withoutCache(), func(c *idemguard.Config) { idemguardtest.SetReadFirst(c, idemguardtest.ReadFirstAlways) })
 	var c counter
 	checks := 0
 	refused := errors.New("inputs refused")

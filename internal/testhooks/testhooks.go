@@ -1,0 +1,57 @@
+// Package testhooks carries the guard's test-only knobs between package
+// idemguard and package idemguardtest, so that the root package exports
+// none of them. Package idemguard assigns the function variables in its
+// init; only idemguardtest calls them.
+package testhooks
+
+import (
+	"fmt"
+	"time"
+)
+
+// Knobs are the settings only tests and benchmarks change. Every Config
+// holds one (unexported); its zero value is production's.
+type Knobs struct {
+	// Now is the local clock, used only for waiting and for the replay
+	// cache's own bookkeeping, never to judge a row (rows are judged by the
+	// store's clock). Defaults to time.Now.
+	Now func() time.Time
+	// HeartbeatEvery overrides the heartbeat interval (StaleAfter/3).
+	HeartbeatEvery time.Duration
+	// ReadFirst says when the row is read before the claim INSERT. Defaults
+	// to ReadFirstAdaptive.
+	ReadFirst ReadFirst
+}
+
+// ReadFirst says when a Guard reads a row before its claim INSERT.
+type ReadFirst string
+
+const (
+	// ReadFirstAdaptive reads first in a scope while at least half of its
+	// recent store calls found a replayable row. The default.
+	ReadFirstAdaptive ReadFirst = "adaptive"
+	// ReadFirstAlways reads before every claim.
+	ReadFirstAlways ReadFirst = "always"
+	// ReadFirstClientKey reads first when the call carries a client key.
+	ReadFirstClientKey ReadFirst = "client_key"
+	// ReadFirstNever always claims first.
+	ReadFirstNever ReadFirst = "never"
+)
+
+// Validate accepts the four policies and "" (the default).
+func (r ReadFirst) Validate() error {
+	switch r {
+	case "", ReadFirstAdaptive, ReadFirstAlways, ReadFirstClientKey, ReadFirstNever:
+		return nil
+	}
+	return fmt.Errorf("idemguard: the read-first policy must be %q, %q, %q or %q, got %q",
+		ReadFirstAdaptive, ReadFirstAlways, ReadFirstClientKey, ReadFirstNever, r)
+}
+
+var (
+	// ConfigKnobs returns the knobs of cfg, an *idemguard.Config.
+	ConfigKnobs func(cfg any) *Knobs
+	// Jobs returns how many background operations g, an *idemguard.Guard,
+	// runs in this process.
+	Jobs func(g any) int
+)
