@@ -45,11 +45,13 @@ lint: ## gofmt (must be clean), go vet, and staticcheck if installed
 	@if command -v staticcheck >/dev/null 2>&1; then echo staticcheck ./...; staticcheck ./...; \
 	else echo "staticcheck not installed; skipped (go install honnef.co/go/tools/cmd/staticcheck@latest)"; fi
 
-# make build stamps the release version (the git tag, if HEAD has one) and the commit into the
-# binary (idemguard version); a go build without them says devel and what ReadBuildInfo knows.
+# make build stamps the release version (the git tag, if HEAD has one), the commit and its date
+# into the binary (idemguard version), as goreleaser does for a release; a go build without them
+# says devel and what ReadBuildInfo knows.
 VERSION ?= $(shell git describe --tags --dirty 2>/dev/null)
 COMMIT  ?= $(shell git rev-parse HEAD 2>/dev/null)
-LDFLAGS ?= -X main.version=$(VERSION) -X main.commit=$(COMMIT)
+DATE    ?= $(shell git log -1 --format=%cI 2>/dev/null)
+LDFLAGS ?= -X main.version=$(VERSION) -X main.commit=$(COMMIT) -X main.date=$(DATE)
 
 build: ## Build the binary into bin/idemguard (VERSION=v1.2.3 to stamp a release)
 	$(GO) build -ldflags '$(LDFLAGS)' -o $(BIN) ./cmd/idemguard
