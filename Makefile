@@ -13,10 +13,10 @@ FUZZPARALLEL ?=
 FUZZ         ?= .
 
 .DEFAULT_GOAL := help
-.PHONY: help test bench lint build run migrate fuzz fuzz-long web sim
+.PHONY: help test bench lint build run migrate fuzz fuzz-long web sim image manifests release-snapshot
 
 help: ## Show this help
-	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z0-9_.-]+:.*## / {printf "  %-10s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
+	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z0-9_.-]+:.*## / {printf "  %-17s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
 
 # Tests skipped for want of MySQL note themselves in IDEMGUARD_TEST_SKIP_LOG (internal/testdb);
 # go test hides a passing package's skips, so the count closes the run in one line.
@@ -55,6 +55,36 @@ LDFLAGS ?= -X main.version=$(VERSION) -X main.commit=$(COMMIT) -X main.date=$(DA
 
 build: ## Build the binary into bin/idemguard (VERSION=v1.2.3 to stamp a release)
 	$(GO) build -ldflags '$(LDFLAGS)' -o $(BIN) ./cmd/idemguard
+
+# make image builds the static binary (CGO_ENABLED=0, the flags goreleaser uses) into bin/image/
+# and the image FROM scratch around it (deploy/Dockerfile): nothing is pulled, so it builds
+# offline. CONTAINER_TOOL is podman if installed, else docker. Run it (podman or docker):
+#   podman run --rm -p 127.0.0.1:8080:8080 -e IDEMGUARD_MODE=development localhost/idemguard:dev serve
+IMAGE          ?= localhost/idemguard:dev
+CONTAINER_TOOL ?= $(shell command -v podman >/dev/null 2>&1 && echo podman || echo docker)
+
+image: ## Build the container image (IMAGE=localhost/idemguard:dev) FROM scratch (podman or docker; deploy/Dockerfile)
+	@mkdir -p bin/image
+	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '$(LDFLAGS) -s -w' -o bin/image/idemguard ./cmd/idemguard
+	$(CONTAINER_TOOL) build $(if $(filter podman,$(notdir $(CONTAINER_TOOL))),--format docker) -f deploy/Dockerfile \
+		--build-arg VERSION='$(or $(VERSION),devel)' --build-arg REVISION='$(COMMIT)' --build-arg CREATED='$(DATE)' \
+		-t '$(IMAGE)' bin/image
+	@$(CONTAINER_TOOL) image inspect --format '$(IMAGE): {{.Size}} bytes' '$(IMAGE)'
+
+manifests: ## Copy docs/alerts.yaml into the Helm chart and render deploy/manifests/ from it (needs helm)
+	cp docs/alerts.yaml deploy/helm/idemguard/files/alerts.yaml
+	deploy/render-manifests
+
+# make release-snapshot runs the whole release (.goreleaser.yaml) without publishing anything:
+# linux/darwin x amd64/arm64 archives, checksums.txt and the linux images, in dist/. The newest
+# entry of CHANGELOG.md is the release notes. Needs goreleaser v2 and podman or docker.
+GORELEASER ?= goreleaser
+
+release-snapshot: ## Build the release locally into dist/: archives, checksums, images (goreleaser, publishes nothing)
+	@mkdir -p bin
+	awk '/^## /{n++; next} n==1' CHANGELOG.md > bin/release-notes.md
+	$(if $(filter podman,$(notdir $(CONTAINER_TOOL))),PATH="$(CURDIR)/deploy/podman-as-docker:$$PATH") \
+		$(GORELEASER) release --snapshot --clean --release-notes bin/release-notes.md
 
 # make run listens on $IDEMGUARD_LISTEN (127.0.0.1:0 picks a free port; serve prints the one bound).
 IDEMGUARD_LISTEN := $(or $(IDEMGUARD_LISTEN),127.0.0.1:8080)
