@@ -83,6 +83,10 @@ GORELEASER ?= goreleaser
 release-snapshot: ## Build the release locally into dist/: archives, checksums, images (goreleaser, publishes nothing)
 	@mkdir -p bin
 	awk '/^## /{n++; next} n==1' CHANGELOG.md > bin/release-notes.md
+	@# goreleaser reads the commit only in a clone with a remote: a clone without one gets the
+	@# project's address for this run (in the environment; the repository's config is untouched).
+	if ! git ls-remote --get-url >/dev/null 2>&1; then \
+		export GIT_CONFIG_COUNT=1 GIT_CONFIG_KEY_0=remote.origin.url GIT_CONFIG_VALUE_0=https://github.com/idemguard/idemguard.git; fi; \
 	$(if $(filter podman,$(notdir $(CONTAINER_TOOL))),PATH="$(CURDIR)/deploy/podman-as-docker:$$PATH") \
 		$(GORELEASER) release --snapshot --clean --release-notes bin/release-notes.md
 
