@@ -18,12 +18,15 @@ FUZZ         ?= .
 help: ## Show this help
 	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z0-9_.-]+:.*## / {printf "  %-17s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
 
-# Tests skipped for want of MySQL note themselves in IDEMGUARD_TEST_SKIP_LOG (internal/testdb);
-# go test hides a passing package's skips, so the count closes the run in one line.
+# Tests skipped for want of MySQL note themselves in IDEMGUARD_TEST_SKIP_LOG (internal/testdb),
+# and so do deploy/'s tests skipped for want of a tool ("TestName (helm)"); go test hides a
+# passing package's skips, so the counts close the run.
 test: ## Run all tests with the race detector (MySQL from IDEMGUARD_TEST_MYSQL_DSN, Docker or 127.0.0.1:3306)
 	@skips="$$(mktemp)"; \
 	IDEMGUARD_TEST_SKIP_LOG="$$skips" $(GO) test -race -count=1 ./...; status=$$?; \
-	n=$$(wc -l < "$$skips" | tr -d ' '); rm -f "$$skips"; \
+	tools=$$(sed -n 's/.* (\([a-z]*\))$$/\1/p' "$$skips" | sort -u | tr '\n' ' '); \
+	nt=$$(grep -c ' ([a-z]*)$$' "$$skips"); n=$$(grep -vc ' ([a-z]*)$$' "$$skips"); rm -f "$$skips"; \
+	if [ "$$nt" -gt 0 ]; then echo "make test: $$nt tests skipped for want of a tool: $$tools(.ci/run installs them)"; fi; \
 	if [ "$$n" -gt 0 ]; then echo "make test: $$n tests skipped for want of MySQL; set IDEMGUARD_TEST_MYSQL_DSN='user:password@tcp(host:3306)/test' (a user that may CREATE and DROP DATABASE), start Docker, or run MySQL/MariaDB on 127.0.0.1:3306 for root without a password"; fi; \
 	exit $$status
 
