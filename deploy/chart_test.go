@@ -174,6 +174,15 @@ func TestChartDefaults(t *testing.T) {
 	checkChart(t, r)
 }
 
+// Another container port: serve listens there (IDEMGUARD_LISTEN overrides the image's 8080).
+func TestChartOtherPort(t *testing.T) {
+	t.Parallel()
+	r := render(t, "--set", "containerPort=9090", "--set", "shutdownGraceSeconds=60")
+	checkChart(t, r)
+	require.Equal(t, int32(9090), r.deployments[0].Spec.Template.Spec.Containers[0].Ports[0].ContainerPort)
+	require.Greater(t, *r.deployments[0].Spec.Template.Spec.TerminationGracePeriodSeconds, int64(60))
+}
+
 // Every optional part on: the stats CronJob, the ServiceMonitor and the PrometheusRule.
 func TestChartEverythingOn(t *testing.T) {
 	t.Parallel()

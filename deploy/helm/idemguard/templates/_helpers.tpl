@@ -32,14 +32,15 @@ app.kubernetes.io/managed-by: {{ .Release.Service }}
 {{- printf "%s:%s" .Values.image.repository (default .Chart.AppVersion .Values.image.tag) -}}
 {{- end -}}
 
-{{/* serve's config file: the user's settings and the three the chart owns. */}}
+{{/* serve's config file: the user's settings and two the chart owns (listen is the container's
+IDEMGUARD_LISTEN, which would override the file). */}}
 {{- define "idemguard.config" -}}
 {{- range $k := list "mode" "listen" "shutdown_grace" -}}
 {{- if hasKey $.Values.config $k -}}
 {{- fail (printf "config.%s is set by the chart; leave it out of config (shutdown_grace: set shutdownGraceSeconds; listen: containerPort)" $k) -}}
 {{- end -}}
 {{- end -}}
-{{- $own := dict "mode" "production" "listen" (printf "0.0.0.0:%d" (int .Values.containerPort)) "shutdown_grace" (printf "%ds" (int .Values.shutdownGraceSeconds)) -}}
+{{- $own := dict "mode" "production" "shutdown_grace" (printf "%ds" (int .Values.shutdownGraceSeconds)) -}}
 {{- toYaml (merge $own (deepCopy .Values.config)) -}}
 {{- end -}}
 
