@@ -13,17 +13,20 @@ FUZZPARALLEL ?=
 FUZZ         ?= .
 
 .DEFAULT_GOAL := help
-.PHONY: help test bench lint build run migrate fuzz fuzz-long web sim
+.PHONY: help test bench lint build run migrate fuzz fuzz-long web sim image manifests release-snapshot
 
 help: ## Show this help
-	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z0-9_.-]+:.*## / {printf "  %-10s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
+	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z0-9_.-]+:.*## / {printf "  %-17s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
 
-# Tests skipped for want of MySQL note themselves in IDEMGUARD_TEST_SKIP_LOG (internal/testdb);
-# go test hides a passing package's skips, so the count closes the run in one line.
+# Tests skipped for want of MySQL note themselves in IDEMGUARD_TEST_SKIP_LOG (internal/testdb),
+# and so do deploy/'s tests skipped for want of a tool ("TestName (helm)"); go test hides a
+# passing package's skips, so the counts close the run.
 test: ## Run all tests with the race detector (MySQL from IDEMGUARD_TEST_MYSQL_DSN, Docker or 127.0.0.1:3306)
 	@skips="$$(mktemp)"; \
 	IDEMGUARD_TEST_SKIP_LOG="$$skips" $(GO) test -race -count=1 ./...; status=$$?; \
-	n=$$(wc -l < "$$skips" | tr -d ' '); rm -f "$$skips"; \
+	tools=$$(sed -n 's/.* (\([a-z]*\))$$/\1/p' "$$skips" | sort -u | tr '\n' ' '); \
+	nt=$$(grep -c ' ([a-z]*)$$' "$$skips"); n=$$(grep -vc ' ([a-z]*)$$' "$$skips"); rm -f "$$skips"; \
+	if [ "$$nt" -gt 0 ]; then echo "make test: $$nt tests skipped for want of a tool: $$tools(.ci/run installs them)"; fi; \
 	if [ "$$n" -gt 0 ]; then echo "make test: $$n tests skipped for want of MySQL; set IDEMGUARD_TEST_MYSQL_DSN='user:password@tcp(host:3306)/test' (a user that may CREATE and DROP DATABASE), start Docker, or run MySQL/MariaDB on 127.0.0.1:3306 for root without a password"; fi; \
 	exit $$status
 
@@ -45,14 +48,50 @@ lint: ## gofmt (must be clean), go vet, and staticcheck if installed
 	@if command -v staticcheck >/dev/null 2>&1; then echo staticcheck ./...; staticcheck ./...; \
 	else echo "staticcheck not installed; skipped (go install honnef.co/go/tools/cmd/staticcheck@latest)"; fi
 
-# make build stamps the release version (the git tag, if HEAD has one) and the commit into the
-# binary (idemguard version); a go build without them says devel and what ReadBuildInfo knows.
+# make build stamps the release version (the git tag, if HEAD has one), the commit and its date
+# into the binary (idemguard version), as goreleaser does for a release; a go build without them
+# says devel and what ReadBuildInfo knows.
 VERSION ?= $(shell git describe --tags --dirty 2>/dev/null)
 COMMIT  ?= $(shell git rev-parse HEAD 2>/dev/null)
-LDFLAGS ?= -X main.version=$(VERSION) -X main.commit=$(COMMIT)
+DATE    ?= $(shell git log -1 --format=%cI 2>/dev/null)
+LDFLAGS ?= -X main.version=$(VERSION) -X main.commit=$(COMMIT) -X main.date=$(DATE)
 
 build: ## Build the binary into bin/idemguard (VERSION=v1.2.3 to stamp a release)
 	$(GO) build -ldflags '$(LDFLAGS)' -o $(BIN) ./cmd/idemguard
+
+# make image builds the static binary (CGO_ENABLED=0, the flags goreleaser uses) into bin/image/
+# and the image FROM scratch around it (deploy/Dockerfile): nothing is pulled, so it builds
+# offline. CONTAINER_TOOL is podman if installed, else docker. Run it (podman or docker):
+#   podman run --rm -p 127.0.0.1:8080:8080 -e IDEMGUARD_MODE=development localhost/idemguard:dev serve
+IMAGE          ?= localhost/idemguard:dev
+CONTAINER_TOOL ?= $(shell command -v podman >/dev/null 2>&1 && echo podman || echo docker)
+
+image: ## Build the container image (IMAGE=localhost/idemguard:dev) FROM scratch (podman or docker; deploy/Dockerfile)
+	@mkdir -p bin/image
+	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '$(LDFLAGS) -s -w' -o bin/image/idemguard ./cmd/idemguard
+	$(CONTAINER_TOOL) build $(if $(filter podman,$(notdir $(CONTAINER_TOOL))),--format docker) -f deploy/Dockerfile \
+		--build-arg VERSION='$(or $(VERSION),devel)' --build-arg REVISION='$(COMMIT)' --build-arg CREATED='$(DATE)' \
+		-t '$(IMAGE)' bin/image
+	@$(CONTAINER_TOOL) image inspect --format '$(IMAGE): {{.Size}} bytes' '$(IMAGE)'
+
+manifests: ## Copy docs/alerts.yaml into the Helm chart and render deploy/manifests/ from it (needs helm)
+	cp docs/alerts.yaml deploy/helm/idemguard/files/alerts.yaml
+	deploy/render-manifests
+
+# make release-snapshot runs the whole release (.goreleaser.yaml) without publishing anything:
+# linux/darwin x amd64/arm64 archives, checksums.txt and the linux images, in dist/. The newest
+# entry of CHANGELOG.md is the release notes. Needs goreleaser v2 and podman or docker.
+GORELEASER ?= goreleaser
+
+release-snapshot: ## Build the release locally into dist/: archives, checksums, images (goreleaser, publishes nothing)
+	@mkdir -p bin
+	awk '/^## /{n++; next} n==1' CHANGELOG.md > bin/release-notes.md
+	@# goreleaser reads the commit only in a clone with a remote: a clone without one gets the
+	@# project's address for this run (in the environment; the repository's config is untouched).
+	if ! git ls-remote --get-url >/dev/null 2>&1; then \
+		export GIT_CONFIG_COUNT=1 GIT_CONFIG_KEY_0=remote.origin.url GIT_CONFIG_VALUE_0=https://github.com/idemguard/idemguard.git; fi; \
+	$(if $(filter podman,$(notdir $(CONTAINER_TOOL))),PATH="$(CURDIR)/deploy/podman-as-docker:$$PATH") \
+		$(GORELEASER) release --snapshot --clean --release-notes bin/release-notes.md
 
 # make run listens on $IDEMGUARD_LISTEN (127.0.0.1:0 picks a free port; serve prints the one bound).
 IDEMGUARD_LISTEN := $(or $(IDEMGUARD_LISTEN),127.0.0.1:8080)

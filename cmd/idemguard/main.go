@@ -4,7 +4,8 @@
 //	idemguard migrate up|down|status   apply or inspect the database schema
 //	idemguard cleanup [flags]          delete expired keys in batches (daily cron)
 //	idemguard stats [--since 24h]      health figures vs alert thresholds (exit 1 on a breach)
-//	idemguard version                  version, commit, Go version, schema version
+//	idemguard health [--url URL]       exit 0 if a running serve answers /healthz (image health check)
+//	idemguard version                  version, commit, date, Go version, schema version
 //
 // main.go only dispatches; each subcommand lives in its own file with its own flag.FlagSet.
 // Exit codes: 0 success, 1 runtime failure (database, network), 2 usage error (bad flags, a
@@ -56,7 +57,8 @@ var commands = []command{
 	{name: "cleanup", summary: "delete expired idempotency keys in batches (daily cron)", run: runCleanup},
 	{name: "stats", summary: "health figures (hit, takeover, failure rates) vs alert thresholds", run: runStats},
 	{name: "serve", summary: "serve the REST API (development mode without a config)", run: runServe},
-	{name: "version", summary: "print the version, commit, Go version and the schema version it expects", run: runVersion},
+	{name: "health", summary: "ask a running serve for /healthz (the image's health check; exit 1 if not 200)", run: runHealth},
+	{name: "version", summary: "print the version, commit, date, Go version and the schema version it expects", run: runVersion},
 }
 
 func main() {

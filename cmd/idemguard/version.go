@@ -13,21 +13,24 @@ import (
 	"github.com/idemguard/idemguard/migrations"
 )
 
-// version and commit are set at link time by release builds (make build does):
+// version, commit and date are set at link time by release builds (make build, make image and
+// goreleaser do):
 //
-//	go build -ldflags "-X main.version=v1.2.0 -X main.commit=$(git rev-parse HEAD)" ./cmd/idemguard
+//	go build -ldflags "-X main.version=v1.2.0 -X main.commit=$(git rev-parse HEAD) -X main.date=2026-11-27T18:00:00Z" ./cmd/idemguard
 //
 // Without them the module version (go install ...@v1.2.0) and the VCS stamp of the build
-// (runtime/debug.ReadBuildInfo) are used.
+// (runtime/debug.ReadBuildInfo: vcs.revision, vcs.time) are used.
 var (
 	version = ""
 	commit  = ""
+	date    = ""
 )
 
 // buildInfo is what `idemguard version` prints.
 type buildInfo struct {
 	Version   string // release version, the module version, or "devel"
 	Commit    string // VCS revision, "unknown" when the build has none
+	Date      string // the commit's (or the build's) time, "unknown" when the build has none
 	Modified  bool   // the working tree had uncommitted changes
 	GoVersion string
 	// Schema is the highest migration version embedded in the binary: the schema it expects
@@ -36,7 +39,7 @@ type buildInfo struct {
 }
 
 func readBuildInfo() (buildInfo, error) {
-	b := buildInfo{Version: version, Commit: commit, GoVersion: runtime.Version()}
+	b := buildInfo{Version: version, Commit: commit, Date: date, GoVersion: runtime.Version()}
 	if bi, ok := debug.ReadBuildInfo(); ok {
 		if b.Version == "" && bi.Main.Version != "" && bi.Main.Version != "(devel)" {
 			b.Version = bi.Main.Version
@@ -46,6 +49,10 @@ func readBuildInfo() (buildInfo, error) {
 			case "vcs.revision":
 				if b.Commit == "" {
 					b.Commit = s.Value
+				}
+			case "vcs.time":
+				if b.Date == "" {
+					b.Date = s.Value
 				}
 			case "vcs.modified":
 				b.Modified = s.Value == "true"
@@ -57,6 +64,9 @@ func readBuildInfo() (buildInfo, error) {
 	}
 	if b.Commit == "" {
 		b.Commit = "unknown"
+	}
+	if b.Date == "" {
+		b.Date = "unknown"
 	}
 	schema, err := schemaVersion(migrations.FS)
 	if err != nil {
@@ -101,7 +111,7 @@ func runVersion(_ context.Context, e env, args []string) int {
 	if b.Modified {
 		modified = " (modified)"
 	}
-	fmt.Fprintf(e.stdout, "idemguard %s\ncommit: %s%s\ngo: %s\nschema: %d (the highest migration this binary applies; `idemguard migrate status` shows the database's)\n",
-		b.Version, b.Commit, modified, b.GoVersion, b.Schema)
+	fmt.Fprintf(e.stdout, "idemguard %s\ncommit: %s%s\ndate: %s\ngo: %s\nschema: %d (the highest migration this binary applies; `idemguard migrate status` shows the database's)\n",
+		b.Version, b.Commit, modified, b.Date, b.GoVersion, b.Schema)
 	return exitOK
 }

@@ -34,7 +34,7 @@ func TestVersion(t *testing.T) {
 		r := runCLI(t, nil, args...)
 		require.Equal(t, exitOK, r.code, r.stderr)
 		require.Empty(t, r.stderr)
-		require.Regexp(t, `^idemguard \S+\ncommit: \S+`, r.stdout)
+		require.Regexp(t, `^idemguard \S+\ncommit: \S+.*\ndate: \S+\n`, r.stdout)
 		require.Contains(t, r.stdout, "\ngo: "+runtime.Version()+"\n")
 		require.Contains(t, r.stdout, "\nschema: "+strconv.FormatInt(highestMigrationOnDisk(t), 10)+" ")
 	}
@@ -55,7 +55,8 @@ func TestSchemaVersionIsTheHighestMigration(t *testing.T) {
 	require.Error(t, err)
 }
 
-// A release build sets the version and commit with -ldflags -X, as make build does.
+// A release build sets the version, commit and date with -ldflags -X, as make build and
+// goreleaser do.
 func TestVersionFromLdflags(t *testing.T) {
 	t.Parallel()
 	if testing.Short() {
@@ -63,11 +64,11 @@ func TestVersionFromLdflags(t *testing.T) {
 	}
 	bin := filepath.Join(t.TempDir(), "idemguard")
 	build := exec.Command("go", "build", "-o", bin,
-		"-ldflags", "-X main.version=v9.8.7-test -X main.commit=0123abcd", ".")
+		"-ldflags", "-X main.version=v9.8.7-test -X main.commit=0123abcd -X main.date=2026-11-27T18:00:00Z", ".")
 	out, err := build.CombinedOutput()
 	require.NoError(t, err, string(out))
 	out, err = exec.Command(bin, "--version").Output()
 	require.NoError(t, err)
-	require.Regexp(t, `^idemguard v9\.8\.7-test\ncommit: 0123abcd`, string(out))
+	require.Regexp(t, `^idemguard v9\.8\.7-test\ncommit: 0123abcd\ndate: 2026-11-27T18:00:00Z\ngo: go`, string(out))
 	_ = os.Remove(bin)
 }
