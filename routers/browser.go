@@ -4,6 +4,7 @@ package routers
 // for browsers), loopback CORS origins in development mode, the demo page.
 
 import (
+	"errors"
 	"fmt"
 	"log/slog"
 	"net/http"
@@ -44,8 +45,15 @@ func (o Options) validateBrowser() error {
 // token) is logged.
 func (h *handlers) authenticateScope(creds *auth.Credentials, byScope map[string][]auth.Method) gin.HandlerFunc {
 	return func(c *gin.Context) {
-		p, err := creds.Authenticate(c.Request.Context(), c.Request, byScope[c.Param("scope")])
+		if h.refuseBlocked(c) {
+			return
+		}
+		scope := c.Param("scope")
+		p, err := creds.AuthenticateScope(c.Request.Context(), c.Request, scope, byScope[scope])
 		if err != nil {
+			if errors.Is(err, auth.ErrInvalidCredentials) { // a wrong credential, not a missing one
+				h.authFails.failed(clientHost(c.Request))
+			}
 			h.log.Info("http: authentication failed", slog.String("route", c.FullPath()), slog.String("reason", err.Error()))
 			c.Header("WWW-Authenticate", auth.Challenge(err))
 			h.fail(c, err)

@@ -351,7 +351,7 @@ func TestOpenAPIProblemTypes(t *testing.T) {
 		errMethodNotAllowed, errMissingKey, errInvalidKey, errDuplicateKey, errInvalidRef, errBodyTooLarge,
 		&http.MaxBytesError{Limit: 1}, errInvalidBody, idemguard.ErrFingerprintMismatch, idemguard.ErrInvalidInput,
 		&idemguard.StoreError{Op: "claim", Err: errors.New("x")}, errNotReady, errNoMetrics, errPanic, idemguard.ErrInvalidResult, errInvalidQuery,
-		idemguard.ErrKeyFinished, idemguard.ErrTooManyWatchers, idemguard.ErrTooManyWaiters,
+		idemguard.ErrKeyFinished, idemguard.ErrTooManyWatchers, idemguard.ErrTooManyWaiters, errTooManyAuthFailures,
 	} {
 		seen[problemFor(err).Type] = true
 	}

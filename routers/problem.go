@@ -71,6 +71,9 @@ var (
 	errNotReady         = errors.New("not ready")
 	errNoMetrics        = errors.New("metrics not configured")
 	errInvalidQuery     = errors.New("invalid query parameter")
+	// errTooManyAuthFailures: the client failed to authenticate too often
+	// (authlimit.go).
+	errTooManyAuthFailures = errors.New("too many failed authentications")
 )
 
 // problemFor maps an error to the problem answered for it. It is the only
@@ -86,6 +89,9 @@ func problemFor(err error) problem {
 	switch {
 	case errors.Is(err, auth.ErrNoCredentials), errors.Is(err, auth.ErrInvalidCredentials):
 		return newProblem(http.StatusUnauthorized, "unauthorized", "Unauthorized", sanitize.Unknown, unauthorizedDetail(err))
+	case errors.Is(err, errTooManyAuthFailures):
+		return newProblem(http.StatusTooManyRequests, "too-many-failed-authentications", "Too many failed authentications",
+			sanitize.RateLimited, "too many requests from this client failed to authenticate; retry after the time in Retry-After")
 	case errors.Is(err, errUnknownScope):
 		return newProblem(http.StatusNotFound, "unknown-scope", "Unknown scope", sanitize.Unknown, detail)
 	case errors.Is(err, errUnknownRoute):

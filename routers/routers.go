@@ -132,6 +132,9 @@ type Options struct {
 	// OpsPage, when set, serves GET {Prefix}/ops, the operator page. nil:
 	// that path is a 404 problem.
 	OpsPage http.Handler
+	// AuthFailures limits failed authentications per client address
+	// (authlimit.go); the zero value takes the defaults.
+	AuthFailures AuthFailureLimit
 }
 
 func (o Options) withDefaults() Options {
@@ -284,6 +287,7 @@ func newHandlers(o Options) (*handlers, error) {
 		retryAfter:            retryAfterSeconds(o.RetryAfter),
 		unavailableRetryAfter: retryAfterSeconds(o.UnavailableRetryAfter),
 		log:                   o.Logger,
+		authFails:             newAuthFailures(o.AuthFailures, o.Logger),
 	}, nil
 }
 
@@ -388,6 +392,7 @@ const (
 
 // handlers holds what the route handlers share.
 type handlers struct {
+	authFails             *authFailures // nil: no limit
 	guard                 *idemguard.Guard
 	scopes                map[string]*Scope
 	prefix                string // Options.Prefix

@@ -6,12 +6,10 @@ import (
 	"flag"
 	"fmt"
 	"log/slog"
-	"maps"
 	"net"
 	"net/http"
 	"os"
 	"os/signal"
-	"slices"
 	"strings"
 	"sync/atomic"
 	"syscall"
@@ -31,14 +29,16 @@ import (
 	"github.com/idemguard/idemguard/routers/auth"
 	"github.com/idemguard/idemguard/store"
 	"github.com/idemguard/idemguard/store/memstore"
-	"github.com/idemguard/idemguard/tenancy"
 )
 
 const serveUsage = `usage: idemguard serve [--config FILE]
 
 Serves the REST API (docs/CONFIGURATION.md lists every setting). Settings come
 from FILE (or $IDEMGUARD_CONFIG) and environment overrides; without either it
-starts in development mode: in-memory store, demo scope, API key dev-demo-key.
+starts in development mode: in-memory store, demo scope, API key dev-demo-key
+(demo scopes only). Settings only a deployment has (a database, API keys, JWT
+settings, scopes of a real operation) need mode: production (or development)
+set explicitly, or serve refuses to start.
 
 flags:
 `
@@ -225,12 +225,7 @@ func (s *server) run(ctx context.Context) int {
 	}
 	m.InitScopes(registry.Names()...) // every series exported from the start, at zero
 	defer s.probeStore(m, guard)()
-	apiKeys := make(map[tenancy.ID][]string, len(cfg.APIKeys)+1)
-	maps.Copy(apiKeys, cfg.APIKeys)
-	if cfg.Mode == config.Development {
-		apiKeys[config.DemoTenant] = append(slices.Clone(apiKeys[config.DemoTenant]), "demo="+auth.HashAPIKey(config.DemoAPIKey))
-	}
-	auth, err := auth.NewAuthenticator(apiKeys)
+	auth, err := s.authenticator()
 	if err != nil {
 		log.Error("serve: invalid API keys", "err", err)
 		return exitError
@@ -248,6 +243,8 @@ func (s *server) run(ctx context.Context) int {
 		CORSOrigins:           cfg.CORSOrigins,
 		Logger:                log,
 		HTTPMetrics:           m,
+		AuthFailures: routers.AuthFailureLimit{Max: cfg.AuthFailures.Max, Window: cfg.AuthFailures.Window,
+			MaxClients: cfg.AuthFailures.MaxClients, OnLimited: m.AuthLimited},
 	}
 	s.opsOptions(&opts, registry.Names())
 	jwtVerifier, err := browserOptions(cfg, log, &opts)
@@ -452,4 +449,25 @@ BODY='{"messages":[{"role":"user","content":"Write a haiku about retries"}]}'
 ` + call("-o /dev/null", "$KEY-busy", " &") + `sleep 1
 ` + call("-i -w '\\n'", "$KEY-busy", "") + `wait
 `
+}
+
+// authenticator holds the configured API keys and, in development mode,
+// the public demo key: for the demo tenant on the demo scopes only, and
+// never added to a configured tenant of that name.
+func (s *server) authenticator() (*auth.Authenticator, error) {
+	cfg := s.cfg
+	a, err := auth.NewAuthenticator(cfg.APIKeys)
+	if err != nil || cfg.Mode != config.Development {
+		return a, err
+	}
+	scopes := cfg.DemoScopes()
+	switch {
+	case len(cfg.APIKeys[config.DemoTenant]) > 0:
+		s.log.Warn("serve: tenant " + string(config.DemoTenant) + " is configured with its own API keys: " +
+			"the public demo key is not added to it")
+		return a, nil
+	case len(scopes) == 0:
+		return a, nil // no demo scope: the demo key would open nothing
+	}
+	return a.WithScopedKey(config.DemoTenant, "demo", auth.HashAPIKey(config.DemoAPIKey), scopes)
 }

@@ -276,7 +276,7 @@ func TestServeProductionNotReadyWhileMigrationsPending(t *testing.T) {
 func TestServeDevelopmentWithDatabaseMigrates(t *testing.T) {
 	t.Parallel()
 	db := testdb.NewEmpty(t)
-	s := startServe(t, map[string]string{"IDEMGUARD_MYSQL_DSN": db.DSN, "IDEMGUARD_LISTEN": "127.0.0.1:0"}, "")
+	s := startServe(t, map[string]string{"IDEMGUARD_MODE": "development", "IDEMGUARD_MYSQL_DSN": db.DSN, "IDEMGUARD_LISTEN": "127.0.0.1:0"}, "")
 	require.Contains(t, s.stderr.String(), "serve: development mode: database migrated")
 	resp, _ := s.get(t, "/readyz", "")
 	require.Equal(t, http.StatusOK, resp.StatusCode)

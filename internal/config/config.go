@@ -57,7 +57,10 @@ type Mode string
 const (
 	// Development runs without a database (in-memory store) when no DSN is
 	// set, generates a secret, and accepts the demo API key DemoAPIKey for
-	// tenant DemoTenant. It is the default.
+	// tenant DemoTenant on the demo scopes only. It is the default when
+	// nothing production-like is configured (no database, API keys, JWT
+	// settings or scopes of a real operation); with any of those the mode
+	// must be set.
 	Development Mode = "development"
 	// Production requires a DSN, IDEMPOTENCY_SECRET and at least one tenant
 	// API key, and never migrates the database.
@@ -110,7 +113,7 @@ const (
 type Config struct {
 	// Source is the file the settings came from ("" if none).
 	Source string
-	// Mode is development (default) or production.
+	// Mode is development or production (see Development for the default).
 	Mode Mode
 	// Listen is the TCP address to serve on. Defaults to 127.0.0.1:8080.
 	Listen string
@@ -171,7 +174,30 @@ type Config struct {
 	JWT JWT
 	// Audit configures the audit trail.
 	Audit Audit
+	// AuthFailures limits failed authentications per client address.
+	AuthFailures AuthFailures
 }
+
+// AuthFailures limits failed authentications per client address
+// (docs/CONFIGURATION.md): after Max wrong credentials within Window a
+// client gets 429 until its window ends.
+type AuthFailures struct {
+	// Max is the failures allowed per client and window; -1 turns the limit
+	// off. Defaults to 20.
+	Max int
+	// Window is counted from a client's first failure. Defaults to 1m.
+	Window time.Duration
+	// MaxClients bounds the clients tracked. Defaults to 10000.
+	MaxClients int
+}
+
+// Defaults and bounds of AuthFailures.
+const (
+	DefaultAuthFailuresMax        = 20
+	DefaultAuthFailuresWindow     = time.Minute
+	DefaultAuthFailuresMaxClients = 10_000
+	MaxAuthFailuresMaxClients     = 1_000_000
+)
 
 // Audit configures the audit trail (docs/OPERATIONS.md).
 type Audit struct {
@@ -293,6 +319,13 @@ type rawConfig struct {
 	Scopes                []rawScope          `yaml:"scopes"`
 	JWT                   rawJWT              `yaml:"jwt"`
 	Audit                 rawAudit            `yaml:"audit"`
+	AuthFailures          rawAuthFailures     `yaml:"auth_failures"`
+}
+
+type rawAuthFailures struct {
+	Max        *int   `yaml:"max"`
+	Window     string `yaml:"window"`
+	MaxClients *int   `yaml:"max_clients"`
 }
 
 type rawAudit struct {
@@ -430,6 +463,17 @@ func Load(path string, getenv func(string) string) (*Config, error) {
 	}
 
 	c := &Config{Source: path}
+	if strings.TrimSpace(raw.Mode) == "" {
+		if what := productionLike(&raw); len(what) > 0 {
+			// Fail safe: development mode accepts a public key and migrates
+			// the database; a production configuration that lost its mode
+			// line must not start that way. The other settings are still
+			// checked (as development would), so every problem is listed.
+			p.add("mode", "is not set, but the configuration has production settings (%s): set mode: production "+
+				"in the config file (or %s=production); set mode: development explicitly only to run these settings "+
+				"in development mode (public demo key, automatic migrations)", strings.Join(what, ", "), EnvMode)
+		}
+	}
 	c.Mode = Mode(strings.ToLower(cmpOr(raw.Mode, string(Development))))
 	c.Listen = cmpOr(raw.Listen, DefaultListen)
 	c.MySQLDSN = raw.MySQLDSN
@@ -503,6 +547,14 @@ func Load(path string, getenv func(string) string) (*Config, error) {
 		c.JWT.Algorithms = slices.Clone(auth.DefaultJWTAlgorithms)
 	}
 	c.Audit = Audit{Log: cmpOr(raw.Audit.Log, AuditLogOff), Table: raw.Audit.Table == nil || *raw.Audit.Table}
+	c.AuthFailures = AuthFailures{Max: DefaultAuthFailuresMax, MaxClients: DefaultAuthFailuresMaxClients,
+		Window: p.duration("auth_failures.window", raw.AuthFailures.Window, DefaultAuthFailuresWindow)}
+	if raw.AuthFailures.Max != nil {
+		c.AuthFailures.Max = *raw.AuthFailures.Max
+	}
+	if raw.AuthFailures.MaxClients != nil {
+		c.AuthFailures.MaxClients = *raw.AuthFailures.MaxClients
+	}
 	if c.Mode == Development && !c.hasScope(DemoScope) {
 		c.Scopes = append(c.Scopes, Scope{Name: DemoScope, Operation: OpDemo, Delay: DefaultDemoDelay})
 	}
@@ -598,6 +650,10 @@ func (c *Config) validate(apiKeysSetting string) problems {
 				p.add(fmt.Sprintf("%s.%s[%d]", apiKeysSetting, tenant, i), "%v", err)
 				continue
 			}
+			if weak := c.weakDigest(d); weak != "" {
+				p.add(fmt.Sprintf("%s.%s[%d]", apiKeysSetting, tenant, i), "%s", weak)
+				continue
+			}
 			if !isSHA256Hex(d) {
 				p.add(fmt.Sprintf("%s.%s[%d]", apiKeysSetting, tenant, i), "must be the hex SHA-256 digest of an API key "+
 					"(64 hex digits, e.g. printf %%s \"$KEY\" | sha256sum), not the key itself")
@@ -644,6 +700,13 @@ func (c *Config) validate(apiKeysSetting string) problems {
 	}
 	p.between("pool.conn_max_lifetime", c.Pool.ConnMaxLifetime, 0, 24*time.Hour)
 	p.checkSettings("defaults", c.Defaults)
+	if c.AuthFailures.Max != -1 && (c.AuthFailures.Max < 1 || c.AuthFailures.Max > 10_000) {
+		p.add("auth_failures.max", "must be between 1 and 10000, or -1 (no limit), got %d", c.AuthFailures.Max)
+	}
+	p.between("auth_failures.window", c.AuthFailures.Window, time.Second, 24*time.Hour)
+	if c.AuthFailures.MaxClients < 1 || c.AuthFailures.MaxClients > MaxAuthFailuresMaxClients {
+		p.add("auth_failures.max_clients", "must be between 1 and %d, got %d", MaxAuthFailuresMaxClients, c.AuthFailures.MaxClients)
+	}
 
 	uses := map[Operation]bool{}
 	seen := map[string]int{}
@@ -708,6 +771,66 @@ func (c *Config) validate(apiKeysSetting string) problems {
 	return p
 }
 
+// Placeholder marks the API-key digests of the example configuration, which
+// must be replaced before it starts.
+const Placeholder = "REPLACE_WITH_SHA256_OF_A_RANDOM_KEY"
+
+// weakKeys are keys anyone would guess. Production refuses their digests;
+// no mode accepts the public demo key's digest for a configured tenant.
+var weakKeys = []string{"", "foo", "bar", "baz", "test", "testing", "password", "secret", "changeme", "admin",
+	"demo", "key", "apikey", "api-key", "api_key", "123456", "12345678", "letmein", "qwerty", "example", "default"}
+
+var weakDigests = func() map[string]bool {
+	m := make(map[string]bool, len(weakKeys))
+	for _, k := range weakKeys {
+		m[auth.HashAPIKey(k)] = true
+	}
+	return m
+}()
+
+// generateKeyHint says how to make a key and its digest.
+const generateKeyHint = "generate a random key (e.g. KEY=$(openssl rand -hex 32)) and configure its digest " +
+	"(printf %s \"$KEY\" | sha256sum)"
+
+// weakDigest says why the API-key digest d may not be configured, or "".
+// It never names the key behind a weak digest.
+func (c *Config) weakDigest(d string) string {
+	d = strings.ToLower(strings.TrimSpace(d))
+	switch {
+	case strings.Contains(d, strings.ToLower(Placeholder)), strings.Contains(d, "replace_with"):
+		return "is a placeholder of the example configuration: " + generateKeyHint
+	case d == auth.HashAPIKey(DemoAPIKey):
+		return "is the digest of the public development demo key, which is accepted for the demo tenant only: " + generateKeyHint
+	case c.Mode == Production && weakDigests[d]:
+		return "is the digest of a known weak key (a common word, a short number or the empty string), refused in production mode: " + generateKeyHint
+	}
+	return ""
+}
+
+// productionLike names the settings of raw that only a deployment has: a
+// database, API keys, JWT settings, scopes that run a real operation (a
+// demo-operation scope calls nothing outside the process). Without
+// them (and without a mode) the service starts in development mode.
+func productionLike(raw *rawConfig) []string {
+	var what []string
+	if strings.TrimSpace(raw.MySQLDSN) != "" {
+		what = append(what, "mysql_dsn")
+	}
+	if len(raw.APIKeys) > 0 {
+		what = append(what, "api_keys")
+	}
+	if strings.TrimSpace(raw.JWT.JWKSURL) != "" || strings.TrimSpace(raw.JWT.Issuer) != "" || strings.TrimSpace(raw.JWT.Audience) != "" {
+		what = append(what, "jwt")
+	}
+	for _, s := range raw.Scopes {
+		if Operation(strings.TrimSpace(s.Operation)) != OpDemo {
+			what = append(what, "scopes with operations other than "+string(OpDemo))
+			break
+		}
+	}
+	return what
+}
+
 func (c *Config) hasScope(name string) bool {
 	for _, s := range c.Scopes {
 		if s.Name == name {
@@ -715,6 +838,19 @@ func (c *Config) hasScope(name string) bool {
 		}
 	}
 	return false
+}
+
+// DemoScopes names the scopes development mode's public demo key is
+// accepted on: DemoScope and DemoJobScope, when they run the demo operation
+// (a scope of that name configured with a real operation is not one).
+func (c *Config) DemoScopes() []string {
+	var out []string
+	for _, s := range c.Scopes {
+		if (s.Name == DemoScope || s.Name == DemoJobScope) && s.Operation == OpDemo {
+			out = append(out, s.Name)
+		}
+	}
+	return out
 }
 
 // DevelopmentWithoutDatabase reports whether the service runs on the

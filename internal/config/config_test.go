@@ -10,12 +10,13 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/idemguard/idemguard"
+	"github.com/idemguard/idemguard/routers/auth"
 	"github.com/idemguard/idemguard/tenancy"
 )
 
 const (
-	digestA = "2c26b46b68ffc68ff99b453c1d30413413422d706483bfa0f98a5e886266e7ae" // sha256("foo")
-	digestB = "fcde2b2edba56bf408601fb721fe9b5c338d10ee429ea04fae5511b68fbf8fb9" // sha256("bar")
+	digestA = "7b22029d5499e289878f545dd585a4e91cdf403fa66cd7b10a1b420dfb1617c2" // sha256("acme-test-key-7f3a")
+	digestB = "9f55fc247cdc428f2025fda8203b5661b9c2fc3386737285ce39a7d7b463beba" // sha256("globex-test-key-91c2")
 	secret  = "0123456789abcdef0123456789abcdef"
 )
 
@@ -142,7 +143,7 @@ func TestLoadEnvironmentOverrides(t *testing.T) {
 	require.Equal(t, "sk-std", c.OpenAI.APIKey, "OPENAI_API_KEY is the fallback")
 	require.Equal(t, "http://127.0.0.1:9/u", c.Upstream.URL)
 
-	c, err = Load(path, envOf(map[string]string{EnvOpenAIModel: "m", EnvOpenAIAPIKey: "sk-own", EnvOpenAIAPIKeyStd: "sk-std"}))
+	c, err = Load(path, envOf(map[string]string{EnvMode: "development", EnvOpenAIModel: "m", EnvOpenAIAPIKey: "sk-own", EnvOpenAIAPIKeyStd: "sk-std"}))
 	require.NoError(t, err)
 	require.Equal(t, "sk-own", c.OpenAI.APIKey, "IDEMGUARD_OPENAI_API_KEY wins")
 }
@@ -267,14 +268,30 @@ func TestValidateAfterChange(t *testing.T) {
 	require.ErrorContains(t, c.Validate(), "IDEMPOTENCY_SECRET is 5 bytes long")
 }
 
-func TestExampleConfigIsValid(t *testing.T) {
+// TestExampleConfig: the example configuration refuses to start as shipped
+// (its API-key digests are placeholders); with the placeholders replaced by
+// digests of random keys it loads; replaced by the digests of guessable keys
+// (as it once shipped: sha256 of foo and bar, so Bearer foo read tenant
+// acme's figures) it is refused at load, naming each entry and never the key.
+func TestExampleConfig(t *testing.T) {
 	t.Parallel()
-	c, err := Load(filepath.Join("..", "..", "docs", "idemguard.example.yaml"), envOf(map[string]string{
-		EnvSecret:   secret,
-		EnvMySQLDSN: "idemguard:pw@tcp(db:3306)/idemguard",
-	}))
+	example, err := os.ReadFile(filepath.Join("..", "..", "docs", "idemguard.example.yaml"))
+	require.NoError(t, err)
+	env := envOf(map[string]string{EnvSecret: secret, EnvMySQLDSN: "idemguard:pw@tcp(db:3306)/idemguard"})
+
+	_, err = Load(writeFile(t, string(example)), env)
+	require.ErrorContains(t, err, "config: 2 problem(s)")
+	require.ErrorContains(t, err, "api_keys.acme[0]: is a placeholder of the example configuration: generate a random key")
+	require.ErrorContains(t, err, "api_keys.globex[0]: is a placeholder")
+
+	replace := func(acme, globex string) string {
+		s := strings.Replace(string(example), Placeholder, acme, 1)
+		return strings.Replace(s, Placeholder, globex, 1)
+	}
+	c, err := Load(writeFile(t, replace(digestA, digestB)), env)
 	require.NoError(t, err)
 	require.Equal(t, Production, c.Mode)
+	require.Equal(t, "127.0.0.1:8080", c.Listen, "the example does not listen on every interface")
 	require.Len(t, c.APIKeys, 2)
 	names := make([]string, 0, len(c.Scopes))
 	for _, s := range c.Scopes {
@@ -282,7 +299,36 @@ func TestExampleConfigIsValid(t *testing.T) {
 	}
 	require.Equal(t, []string{"chat", "actionRequests.aiProposeCopy", "demo"}, names)
 	require.Equal(t, Audit{Log: AuditLogOff, Table: true}, c.Audit)
-	require.Equal(t, "checkout=2c26b46b68ffc68ff99b453c1d30413413422d706483bfa0f98a5e886266e7ae", c.APIKeys["acme"][0])
+	require.Equal(t, "checkout="+digestA, c.APIKeys["acme"][0])
+
+	foo, bar := auth.HashAPIKey("foo"), auth.HashAPIKey("bar")
+	_, err = Load(writeFile(t, replace(foo, bar)), env)
+	require.ErrorContains(t, err, "config: 2 problem(s)")
+	require.ErrorContains(t, err, "api_keys.acme[0]: is the digest of a known weak key")
+	require.ErrorContains(t, err, "api_keys.globex[0]: is the digest of a known weak key")
+	require.NotContains(t, err.Error(), `"foo"`)
+
+	_, err = Load(writeFile(t, replace(auth.HashAPIKey(DemoAPIKey), digestB)), env)
+	require.ErrorContains(t, err, "api_keys.acme[0]: is the digest of the public development demo key")
+}
+
+// TestLoadRefusesWeakDigests: production refuses the digests of the usual
+// guesses, from the file and the environment; development accepts them
+// (local tests) but never the demo key's digest for a configured tenant.
+func TestLoadRefusesWeakDigests(t *testing.T) {
+	t.Parallel()
+	prod := map[string]string{EnvMode: "production", EnvSecret: secret, EnvMySQLDSN: "u@tcp(h:3306)/d"}
+	for _, k := range []string{"", "foo", "bar", "test", "password", "secret", "changeme", "admin", "demo", "key", "apikey", "123456", "letmein"} {
+		prod[EnvAPIKeys] = "acme:ci=" + strings.ToUpper(auth.HashAPIKey(k))
+		_, err := Load("", envOf(prod))
+		require.ErrorContains(t, err, "IDEMGUARD_API_KEYS.acme[0]: is the digest of a known weak key", k)
+	}
+	dev := map[string]string{EnvMode: "development", EnvAPIKeys: "acme:" + auth.HashAPIKey("foo")}
+	_, err := Load("", envOf(dev))
+	require.NoError(t, err)
+	dev[EnvAPIKeys] = "demo:" + auth.HashAPIKey(DemoAPIKey)
+	_, err = Load("", envOf(dev))
+	require.ErrorContains(t, err, "is the digest of the public development demo key")
 }
 
 // TestLoadAudit: audit.log and audit.table from the file, the environment

@@ -41,7 +41,7 @@ scopes:
 
 	// Environment overrides; defaults for the claim, leeway and algorithms.
 	c, err = Load("", envOf(map[string]string{
-		EnvJWTJWKSURL: "http://127.0.0.1:9999/jwks", EnvJWTIssuer: "iss", EnvJWTAudience: "aud",
+		EnvMode: "development", EnvJWTJWKSURL: "http://127.0.0.1:9999/jwks", EnvJWTIssuer: "iss", EnvJWTAudience: "aud",
 	}))
 	require.NoError(t, err)
 	require.Equal(t, JWT{JWKSURL: "http://127.0.0.1:9999/jwks", Issuer: "iss", Audience: "aud",

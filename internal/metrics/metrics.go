@@ -22,6 +22,7 @@
 //	idemguard_wait_seconds{scope}                       histogram: how long requests waited (Prefer: wait)
 //	idemguard_http_requests_total{route,status_class}   HTTP requests answered, by gin route template and 2xx..5xx
 //	idemguard_http_request_duration_seconds{route,status_class} histogram: time to answer
+//	idemguard_auth_limited_total                        requests refused (429) after too many failed authentications from their client
 //	idemguard_avoided_calls_total{scope}                operations not run again because a stored result answered
 //	idemguard_avoided_tokens_total{scope,kind}          model tokens those calls would have used, kind prompt|completion
 //	idemguard_avoided_cost_total{scope}                 what those calls would have cost, in the scope's price currency
@@ -73,6 +74,7 @@ type Metrics struct {
 	avoidedCalls, avoidedTokens, avoidedCost                       *prometheus.CounterVec
 	opDuration, wait, httpDuration                                 *prometheus.HistogramVec
 	storeUp                                                        prometheus.Gauge
+	authLimited                                                    prometheus.Counter
 	storeProbe                                                     prometheus.Histogram
 }
 
@@ -167,6 +169,9 @@ func New() *Metrics {
 		Help:    "How long requests waited (Prefer: wait) for a running duplicate to finish; one observation per request that waited.",
 		Buckets: WaitBuckets}, []string{"scope"})
 	m.httpRequests = counter("http_requests_total", "HTTP requests answered, by route template (unmatched: no route) and status class.", "route", "status_class")
+	m.authLimited = prometheus.NewCounter(prometheus.CounterOpts{Namespace: Namespace, Name: "auth_limited_total",
+		Help: "Requests refused (429) before their credential was checked, their client having failed to authenticate too often."})
+	m.reg.MustRegister(m.authLimited)
 	m.httpDuration = prometheus.NewHistogramVec(prometheus.HistogramOpts{Namespace: Namespace, Name: "http_request_duration_seconds",
 		Help: "Time to answer an HTTP request, by route template and status class.", Buckets: HTTPBuckets}, []string{"route", "status_class"})
 	m.reg.MustRegister(m.opDuration, m.wait, m.httpDuration,
@@ -352,6 +357,10 @@ func (m *Metrics) InitRoutes(routes []string) {
 		}
 	}
 }
+
+// AuthLimited counts one request refused by the failed-authentication
+// limit (routers.AuthFailureLimit.OnLimited).
+func (m *Metrics) AuthLimited() { m.authLimited.Inc() }
 
 // ObserveRequest records one answered HTTP request. route is the route template, never the
 // raw path.

@@ -20,6 +20,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"slices"
 	"sort"
 	"strings"
 
@@ -55,6 +56,9 @@ type authEntry struct {
 	digest [sha256.Size]byte
 	tenant tenancy.ID
 	name   string
+	// scopes, when not nil, are the only scopes the key is good for
+	// ([Authenticator.WithScopedKey]).
+	scopes []string
 }
 
 // MaxKeyNameLen is the longest API key name.
@@ -148,6 +152,49 @@ func NewAuthenticator(keys map[tenancy.ID][]string) (*Authenticator, error) {
 	return a, nil
 }
 
+// WithScopedKey returns a copy of a that also accepts the key whose hex
+// SHA-256 digest is digest, for tenant and only on the named scopes (e.g.
+// development mode's public demo key on the demo scopes). Such a key is
+// recognised only by [Credentials.AuthenticateScope] on one of scopes (or
+// on a route of no scope, which shows the tenant its own figures);
+// everywhere else — another scope, [Authenticator.Identify],
+// [Authenticator.Middleware] — it is answered like an unknown key, so a
+// caller learns nothing about where it would work. It refuses a tenant that
+// already has keys (a scoped key is never added to a configured tenant), a
+// digest configured already, and an empty scopes.
+func (a *Authenticator) WithScopedKey(tenant tenancy.ID, name, digest string, scopes []string) (*Authenticator, error) {
+	if _, err := tenancy.ParseID(string(tenant)); err != nil {
+		return nil, fmt.Errorf("auth: scoped key: tenant %q: %w", tenant, err)
+	}
+	if err := validKeyName(name); err != nil {
+		return nil, fmt.Errorf("auth: scoped key: %w", err)
+	}
+	if len(scopes) == 0 {
+		return nil, errors.New("auth: scoped key: list at least one scope")
+	}
+	var sum [sha256.Size]byte
+	if len(digest) != digestLen {
+		return nil, fmt.Errorf("auth: scoped key: want the %d hex characters of a SHA-256 digest", digestLen)
+	}
+	if _, err := hex.Decode(sum[:], []byte(digest)); err != nil {
+		return nil, errors.New("auth: scoped key: not hexadecimal; want the hex SHA-256 digest of the key")
+	}
+	out := &Authenticator{}
+	if a != nil {
+		out.entries = slices.Clone(a.entries)
+	}
+	for _, e := range out.entries {
+		if e.tenant == tenant {
+			return nil, fmt.Errorf("auth: scoped key: tenant %q has configured keys; a scoped key is never added to a configured tenant", tenant)
+		}
+		if e.digest == sum {
+			return nil, fmt.Errorf("auth: scoped key: the same key is configured for tenant %q", e.tenant)
+		}
+	}
+	out.entries = append(out.entries, authEntry{digest: sum, tenant: tenant, name: name, scopes: slices.Clone(scopes)})
+	return out, nil
+}
+
 // HashAPIKey returns the hex SHA-256 digest of key: the form in which API
 // keys are configured.
 func HashAPIKey(key string) string {
@@ -166,9 +213,29 @@ func (a *Authenticator) Authenticate(token string) (tenancy.ID, bool) {
 
 // Identify is Authenticate that also returns the matched key's name
 // ([ParseKeyEntry]): never the key, nor its digest beyond what names it.
+// A key restricted to scopes ([Authenticator.WithScopedKey]) matches
+// nothing here.
 func (a *Authenticator) Identify(token string) (tenant tenancy.ID, name string, ok bool) {
-	if a == nil || token == "" {
+	e, ok := a.lookup(token)
+	if !ok || e.scopes != nil {
 		return "", "", false
+	}
+	return e.tenant, e.name, true
+}
+
+// identifyScope is Identify for a request to scope ("" for a route of no
+// scope): a scoped key matches only on one of its scopes or on such a route.
+func (a *Authenticator) identifyScope(token, scope string) (tenant tenancy.ID, name string, ok bool) {
+	e, ok := a.lookup(token)
+	if !ok || (e.scopes != nil && scope != "" && !slices.Contains(e.scopes, scope)) {
+		return "", "", false
+	}
+	return e.tenant, e.name, true
+}
+
+func (a *Authenticator) lookup(token string) (authEntry, bool) {
+	if a == nil || token == "" {
+		return authEntry{}, false
 	}
 	sum := sha256.Sum256([]byte(token))
 	match := -1
@@ -177,9 +244,9 @@ func (a *Authenticator) Identify(token string) (tenant tenancy.ID, name string, 
 		match = subtle.ConstantTimeSelect(eq, i, match)
 	}
 	if match < 0 {
-		return "", "", false
+		return authEntry{}, false
 	}
-	return a.entries[match].tenant, a.entries[match].name, true
+	return a.entries[match], true
 }
 
 // KeyActor is the audit trail's actor of an API key named name:

@@ -71,7 +71,25 @@ func (c *Credentials) AuthenticateRequest(ctx context.Context, r *http.Request, 
 
 // Authenticate is AuthenticateRequest that returns the whole Principal:
 // also the API key's name or the JWT's subject.
+// A key restricted to scopes ([Authenticator.WithScopedKey]) is not
+// recognised: use AuthenticateScope.
 func (c *Credentials) Authenticate(ctx context.Context, r *http.Request, accept []Method) (Principal, error) {
+	return c.authenticate(ctx, r, accept, func(token string) (tenancy.ID, string, bool) { return c.APIKeys.Identify(token) })
+}
+
+// AuthenticateScope is Authenticate for a request to scope, or to a route of
+// no scope when scope is "" (e.g. the tenant's own figures): it also
+// recognises the keys restricted to scopes ([Authenticator.WithScopedKey]),
+// on their scopes and on such routes only. Elsewhere such a key fails like
+// an unknown key ([ReasonUnknownAPIKey]).
+func (c *Credentials) AuthenticateScope(ctx context.Context, r *http.Request, scope string, accept []Method) (Principal, error) {
+	return c.authenticate(ctx, r, accept, func(token string) (tenancy.ID, string, bool) {
+		return c.APIKeys.identifyScope(token, scope)
+	})
+}
+
+func (c *Credentials) authenticate(ctx context.Context, r *http.Request, accept []Method,
+	identify func(token string) (tenancy.ID, string, bool)) (Principal, error) {
 	if accept == nil {
 		accept = DefaultMethods
 	}
@@ -81,7 +99,7 @@ func (c *Credentials) Authenticate(ctx context.Context, r *http.Request, accept 
 	}
 	apiKey, jwtOK := slices.Contains(accept, MethodAPIKey), slices.Contains(accept, MethodJWT)
 	if apiKey {
-		if id, name, ok := c.APIKeys.Identify(token); ok {
+		if id, name, ok := identify(token); ok {
 			return Principal{Tenant: id, Method: MethodAPIKey, KeyName: name}, nil
 		}
 	}
