@@ -15,6 +15,14 @@
 // UPDATE here changes at least one column of the row it matches — a new
 // claim_nonce, a new status, or (heartbeat) a timestamp forced to move
 // forward — so "1 row changed" means "we matched and won".
+//
+// This package holds every SQL statement on idemguard's tables: the
+// store's (this file, audit.go, jobs.go), and those the binary's cleanup
+// (purge.go), stats recorder, `idemguard stats` and operator page
+// (stats.go) run, so that a rule written in SQL is written once. The public
+// package github.com/idemguard/idemguard/mysql wraps it with Open, NewStore
+// and Migrate; what only the binary and the module's tests use (the purges,
+// the figures, the test hooks) stays here, out of the public surface.
 package mysqlstore
 
 import (
