@@ -24,13 +24,10 @@ import (
 // full scan for any window over ~10% of the table.
 func TestKeysWindowReadsTheCoveringIndex(t *testing.T) {
 	t.Parallel()
-	d := testdb.New(t, testdb.WithPool(mysqlconn.PoolConfig{MaxOpenConns: 4}))
-	ctx := t.Context()
 	// 10,000 keys created in the last few hours (inside a 24h window), 10,000 created more than a
 	// day ago (outside it, inside 72h).
-	require.NoError(t, cleanuptest.Seed(ctx, d.DB, cleanuptest.Rows{Live: 10_000, Expired: 10_000}))
-	_, err := d.DB.ExecContext(ctx, `ANALYZE TABLE idempotency_keys`)
-	require.NoError(t, err)
+	d := seeded(t, cleanuptest.Rows{Live: 10_000, Expired: 10_000})
+	ctx := t.Context()
 
 	var now time.Time
 	require.NoError(t, d.DB.GetContext(ctx, &now, `SELECT UTC_TIMESTAMP(6)`))
@@ -57,11 +54,8 @@ func TestKeysWindowReadsTheCoveringIndex(t *testing.T) {
 // idx_idempotency_secret (migration 00017) alone, never the rows with their JSON responses.
 func TestSecretRowsReadTheCoveringIndex(t *testing.T) {
 	t.Parallel()
-	d := testdb.New(t, testdb.WithPool(mysqlconn.PoolConfig{MaxOpenConns: 4}))
+	d := seeded(t, cleanuptest.Rows{Live: 5_000, Expired: 5_000})
 	ctx := t.Context()
-	require.NoError(t, cleanuptest.Seed(ctx, d.DB, cleanuptest.Rows{Live: 5_000, Expired: 5_000}))
-	_, err := d.DB.ExecContext(ctx, `ANALYZE TABLE idempotency_keys`)
-	require.NoError(t, err)
 	plans := testdb.Explain(t, d.DB, secretRowsSQL)
 	require.Len(t, plans, 1)
 	p := plans[0]
@@ -73,4 +67,15 @@ func TestSecretRowsReadTheCoveringIndex(t *testing.T) {
 	require.Len(t, rows, 1, "the seeded rows carry no secret id")
 	require.Equal(t, "", rows[0].SecretID)
 	require.EqualValues(t, 5_000, rows[0].Live)
+}
+
+// seeded is a fresh database holding rows, with fresh index statistics (ANALYZE TABLE), for
+// the plan tests.
+func seeded(t *testing.T, rows cleanuptest.Rows) *testdb.Database {
+	t.Helper()
+	d := testdb.New(t, testdb.WithPool(mysqlconn.PoolConfig{MaxOpenConns: 4}))
+	require.NoError(t, cleanuptest.Seed(t.Context(), d.DB, rows))
+	_, err := d.DB.ExecContext(t.Context(), `ANALYZE TABLE idempotency_keys`)
+	require.NoError(t, err)
+	return d
 }
