@@ -293,24 +293,8 @@ func Run(ctx context.Context, db *sqlx.DB, opts Options) (Summary, error) {
 		return finish(StopCanceled, nil)
 	}
 	if o.DryRun {
-		var err error
-		if sum.Deleted, err = mysqlstore.CountPurgeable(ctx, db, mysqlstore.PurgeKeys, o.StaleAfter); err != nil {
-			return finish(StopError, fmt.Errorf("cleanup: count expired rows: %w", err))
-		}
-		if pruneStats {
-			if sum.StatsDeleted, err = mysqlstore.CountPurgeable(ctx, db, mysqlstore.PurgeStats, o.StatsRetention); err != nil {
-				return finish(StopError, fmt.Errorf("cleanup: count old stats buckets: %w", err))
-			}
-			savings, err := mysqlstore.CountPurgeable(ctx, db, mysqlstore.PurgeSavings, o.StatsRetention)
-			if err != nil {
-				return finish(StopError, fmt.Errorf("cleanup: count old savings buckets: %w", err))
-			}
-			sum.StatsDeleted += savings
-		}
-		if pruneAudit {
-			if sum.AuditDeleted, err = mysqlstore.CountPurgeable(ctx, db, mysqlstore.PurgeAudit, o.AuditRetention); err != nil {
-				return finish(StopError, fmt.Errorf("cleanup: count old audit events: %w", err))
-			}
+		if err := count(ctx, db, o, &sum); err != nil {
+			return finish(StopError, err)
 		}
 		return finish(StopDone, nil)
 	}
@@ -347,6 +331,30 @@ func Run(ctx context.Context, db *sqlx.DB, opts Options) (Summary, error) {
 		}
 	}
 	return finish(StopDone, nil)
+}
+
+// count fills sum with what a run would delete now (a dry run).
+func count(ctx context.Context, db *sqlx.DB, o Options, sum *Summary) error {
+	var err error
+	if sum.Deleted, err = mysqlstore.CountPurgeable(ctx, db, mysqlstore.PurgeKeys, o.StaleAfter); err != nil {
+		return fmt.Errorf("cleanup: count expired rows: %w", err)
+	}
+	if o.StatsRetention > 0 {
+		if sum.StatsDeleted, err = mysqlstore.CountPurgeable(ctx, db, mysqlstore.PurgeStats, o.StatsRetention); err != nil {
+			return fmt.Errorf("cleanup: count old stats buckets: %w", err)
+		}
+		savings, err := mysqlstore.CountPurgeable(ctx, db, mysqlstore.PurgeSavings, o.StatsRetention)
+		if err != nil {
+			return fmt.Errorf("cleanup: count old savings buckets: %w", err)
+		}
+		sum.StatsDeleted += savings
+	}
+	if o.AuditRetention > 0 {
+		if sum.AuditDeleted, err = mysqlstore.CountPurgeable(ctx, db, mysqlstore.PurgeAudit, o.AuditRetention); err != nil {
+			return fmt.Errorf("cleanup: count old audit events: %w", err)
+		}
+	}
+	return nil
 }
 
 // phase is one table Run empties of what it may delete.
