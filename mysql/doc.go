@@ -11,4 +11,10 @@
 // row is decided only by the claim INSERT (the unique key lets one caller
 // win) and by UPDATEs guarded by the claim nonce, whose affected-row count
 // says who won.
+//
+// Every statement on the tables (idempotency_keys, idempotency_audit,
+// idempotency_stats, idempotency_savings), those of the store and those the
+// idemguard binary's cleanup, stats and operator page run, lives in one
+// internal package that this one wraps; this package exports only what a
+// program that guards with MySQL needs.
 package mysql

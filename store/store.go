@@ -90,27 +90,48 @@ type Record struct {
 	Events []byte
 }
 
-// Expired reports whether the row's expires_at has passed at r.Now.
-func (r Record) Expired() bool { return !r.ExpiresAt.After(r.Now) }
+// The staleness rule, defined here once: the guard, both stores of the
+// module and the MySQL cleanup apply it, the MySQL store's SQL is written
+// from it, and the conformance case Store/StalenessRuleIsOneDefinition
+// (package storetest) holds every store, and its cleanup, to it. Every time
+// is compared with the store's clock at the read (Record.Now; the
+// database's UTC_TIMESTAMP(6) in SQL), never the application server's. For
+// a reader whose StaleAfter is fallback:
+//
+//	lease       = Lease if Lease > 0, else fallback
+//	lastBeat    = HeartbeatAt, or StartedAt if HeartbeatAt is zero (NULL)
+//	expired     = ExpiresAt < now
+//	stale       = Status = started AND lastBeat < now - lease
+//	reclaimable = expired AND (Status != started OR stale)
+//
+// The lease is the owner's promise: a row's own lease decides whenever it
+// has one, so a reader with another StaleAfter (a rolling configuration
+// change) judges the owner by what the owner promised; fallback counts only
+// for a row without one. A stale row may be taken over (ReclaimStale) or
+// abandoned; a reclaimable row counts as absent: the guard claims it afresh
+// (ReclaimExpired) and cleanup deletes it. A started row that is not stale
+// is live, expired or not: neither a claim nor cleanup displaces it.
 
-// Stale reports whether a started row's last heartbeat is older than its
-// owner's lease at r.Now. The lease is the owner's promise:
-// the row's own Lease is used whenever it has one, so a reader whose
-// StaleAfter differs (a rolling configuration change) judges the owner by
-// what the owner promised; fallback is used only for rows without a lease.
+// Expired reports whether the row's expires_at has passed at r.Now (see the
+// staleness rule above).
+func (r Record) Expired() bool { return r.ExpiresAt.Before(r.Now) }
+
+// Stale reports whether r is a started row whose owner went silent for
+// longer than its lease at r.Now (see the staleness rule above); fallback
+// is the lease of a row that carries none.
 func (r Record) Stale(fallback time.Duration) bool {
 	return r.Status == RowStarted && r.LastBeat().Before(r.Now.Add(-r.LeaseOr(fallback)))
 }
 
 // Reclaimable reports whether the row may be claimed afresh, as if it were
-// absent: it expired at r.Now, and it is not a started row whose owner is
-// still within its lease (a live owner is never displaced by expiry, however
-// long it runs). fallback is the lease of a row that carries none.
+// absent, and deleted by cleanup: it expired at r.Now, and it is not a
+// started row whose owner is still within its lease (see the staleness rule
+// above). fallback is the lease of a row that carries none.
 func (r Record) Reclaimable(fallback time.Duration) bool {
-	return r.Expired() && !(r.Status == RowStarted && !r.Stale(fallback))
+	return r.Expired() && (r.Status != RowStarted || r.Stale(fallback))
 }
 
-// LeaseOr is r.Lease, or fallback when the row carries none.
+// LeaseOr is r.Lease, or fallback when the row carries none (Lease <= 0).
 func (r Record) LeaseOr(fallback time.Duration) time.Duration {
 	if r.Lease > 0 {
 		return r.Lease
@@ -148,12 +169,11 @@ type ReclaimKind int
 const (
 	// ReclaimExpired re-claims a row whose expires_at has passed, as if it
 	// were absent: attempt count 1, new fingerprint, response cleared, all
-	// times reset. Guard: expires_at < now, and not a started row whose
-	// heartbeat is younger than its lease (a live owner is never displaced
-	// by expiry).
+	// times reset. Guard: the row is reclaimable by the staleness rule
+	// (Record.Reclaimable; a live owner is never displaced by expiry).
 	ReclaimExpired ReclaimKind = iota + 1
-	// ReclaimStale takes over a started row whose heartbeat is older than
-	// its lease: attempt count + 1, started_at = heartbeat_at = now.
+	// ReclaimStale takes over a started row that is stale by the staleness
+	// rule (Record.Stale): attempt count + 1, started_at = heartbeat_at = now.
 	ReclaimStale
 	// ReclaimFailed retries a failed row while attempt_count < MaxAttempts:
 	// status started, attempt count + 1, response cleared.
@@ -175,8 +195,9 @@ func (k ReclaimKind) String() string {
 // ReclaimParams are the arguments of Store.Reclaim. The UPDATE is guarded by
 // ID, OldNonce and OldAttempts (every transition that changes attempt_count
 // also changes the nonce) and by the Kind's own condition, evaluated with the
-// store's clock. Staleness is judged with the row's stored lease; StaleAfter
-// stands in only for a row that has none.
+// store's clock. Staleness is judged by the staleness rule (Record.Stale):
+// with the row's stored lease; StaleAfter stands in only for a row that has
+// none.
 type ReclaimParams struct {
 	Kind        ReclaimKind
 	ID          uint64

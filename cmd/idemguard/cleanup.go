@@ -56,7 +56,7 @@ func runCleanup(ctx context.Context, e env, args []string) int {
 	maxDuration := fs.Duration("max-duration", 0, "stop starting batches after this long; 0 for no limit (e.g. 30m)")
 	pause := fs.Duration("pause", cleanup.DefaultPause, "pause between batches, so live claims get the server; 0 for none")
 	staleAfter := fs.Duration("stale-after", idemguard.DefaultStaleAfter,
-		"never delete a started key heartbeated within this; set it to the largest StaleAfter of any scope")
+		"the lease of a started key stored without one: never delete such a key heartbeated within this; set it to the largest StaleAfter of any scope")
 	statsRetention := retention(cleanup.DefaultStatsRetention)
 	fs.Var(&statsRetention, "stats-retention", "delete idempotency_stats buckets older than this, at least 24h; "+
 		"days allowed (e.g. 90d, 36h); 0 keeps every bucket")

@@ -128,83 +128,32 @@ type server struct {
 }
 
 func (s *server) run(ctx context.Context) int {
-	cfg, log := s.cfg, s.log
-	if cfg.SecretGenerated {
-		log.Warn("serve: " + config.EnvSecret + " is not set; using a random secret for this process (development mode): " +
-			"derived keys will not match after a restart, and replicas would not agree")
-	}
-	if cfg.Mode == config.Production && len(cfg.Scopes) == 0 {
-		log.Warn("serve: production mode with no scopes configured: every POST /v1/ops/{scope} answers 404 " +
-			"until the config file lists scopes (docs/CONFIGURATION.md)")
-	}
-
+	s.warnAtStart()
 	if err := s.openStore(ctx); err != nil {
-		log.Error("serve: cannot open the store", "err", err)
+		s.log.Error("serve: cannot open the store", "err", err)
 		return exitError
 	}
 	defer s.closeStore()
 	s.checkSecretRows(ctx) // secret rotation: serve_secrets.go
 
 	m := metrics.New()
-	cost := scopeCost(cfg.Scopes)
-	// On MySQL, replay counts also go to idempotency_stats for `idemguard
-	// stats` (the replay path itself stays read-only: see internal/stats).
-	var rec *stats.Recorder
-	if s.db != nil {
-		var err error
-		if rec, err = stats.NewRecorder(s.db, stats.RecorderOptions{Logger: log, Cost: cost}); err != nil {
-			log.Error("serve: cannot start the stats recorder", "err", err)
-			return exitError
-		}
-		recCtx, stopRec := context.WithCancel(context.Background())
-		recDone := make(chan struct{})
-		go func() { defer close(recDone); _ = rec.Run(recCtx) }()
-		// Deferred before the guard's Close below, so it runs after it: the
-		// operations cut off at shutdown still report events, and the final
-		// flush writes them.
-		defer func() { stopRec(); <-recDone }()
-	}
-	audit, stream, err := s.auditConfig(m)
-	if err != nil {
-		log.Error("serve: cannot open the audit stream", "err", err)
+	cost := scopeCost(s.cfg.Scopes)
+	// The recorder and the audit stream are closed after the guard: the
+	// operations cut off at shutdown still report events, and they are written.
+	rec, stopRec, ok := s.startRecorder(cost)
+	if !ok {
 		return exitError
 	}
-	if stream != nil {
-		// Deferred before the guard's Close below, so it runs after it: the
-		// events of the operations cut off at shutdown are written too.
-		defer func() {
-			if err := stream.Close(); err != nil {
-				log.Warn("serve: closing the audit stream", "err", err)
-			}
-		}()
-	}
-	observe := func(ev idemguard.Event) {
-		m.Observe(ev)
-		creditAvoided(m, cost, ev)
-		if rec != nil {
-			rec.Observe(ev)
-		}
-		if ev.Kind == idemguard.EventStoreError && ev.StoreOp == "commit" {
-			s.commitErrors.Add(1)
-		}
-	}
-	guard, err := idemguard.New(idemguard.Config{
-		Store:             s.store,
-		Secret:            cfg.Secret,
-		SecretID:          cfg.SecretID,
-		PreviousSecrets:   cfg.PreviousSecrets,
-		Logger:            log,
-		Observe:           observe,
-		Defaults:          cfg.Defaults,
-		MaxWait:           cfg.MaxWait,
-		MaxWaiters:        cfg.MaxWaiters,
-		StoreTimeout:      cfg.StoreTimeout,
-		ReplayCacheSize:   cfg.ReplayCacheSize,
-		ReplayCacheMaxAge: cfg.ReplayCacheMaxAge,
-		Audit:             audit,
-	})
+	defer stopRec()
+	audit, stream, err := s.auditConfig(m)
 	if err != nil {
-		log.Error("serve: cannot start the guard", "err", err)
+		s.log.Error("serve: cannot open the audit stream", "err", err)
+		return exitError
+	}
+	defer s.closeAuditStream(stream)
+	guard, err := s.newGuard(m, cost, rec, audit)
+	if err != nil {
+		s.log.Error("serve: cannot start the guard", "err", err)
 		return exitError
 	}
 	guardClosed := false
@@ -218,17 +167,123 @@ func (s *server) run(ctx context.Context) int {
 	// that concurrent calls reuse them; closed at the end.
 	transport := ops.NewTransport()
 	defer transport.CloseIdleConnections()
+	handler, names, done, ok := s.handler(guard, m, transport)
+	defer done()
+	if !ok {
+		return exitError
+	}
+	srv, served, ok := s.listen(ctx, handler, names)
+	if !ok {
+		return exitError
+	}
+	select {
+	case err := <-served:
+		s.log.Error("serve: the HTTP server stopped", "err", err)
+		return exitError
+	case <-ctx.Done():
+	}
+	code := s.shutdown(srv, guard)
+	guardClosed = true
+	return code
+}
+
+// warnAtStart logs what a configuration that starts may still get wrong.
+func (s *server) warnAtStart() {
+	if s.cfg.SecretGenerated {
+		s.log.Warn("serve: " + config.EnvSecret + " is not set; using a random secret for this process (development mode): " +
+			"derived keys will not match after a restart, and replicas would not agree")
+	}
+	if s.cfg.Mode == config.Production && len(s.cfg.Scopes) == 0 {
+		s.log.Warn("serve: production mode with no scopes configured: every POST /v1/ops/{scope} answers 404 " +
+			"until the config file lists scopes (docs/CONFIGURATION.md)")
+	}
+}
+
+// startRecorder starts, on MySQL, the recorder that sends replay counts to
+// idempotency_stats for `idemguard stats` (the replay path itself stays
+// read-only: see internal/stats); nil on the in-memory store. stop ends it
+// after its final flush. ok is false, logged, when it could not start.
+func (s *server) startRecorder(cost func(string, idemguard.Usage) float64) (rec *stats.Recorder, stop func(), ok bool) {
+	if s.db == nil {
+		return nil, func() {}, true
+	}
+	rec, err := stats.NewRecorder(s.db, stats.RecorderOptions{Logger: s.log, Cost: cost})
+	if err != nil {
+		s.log.Error("serve: cannot start the stats recorder", "err", err)
+		return nil, nil, false
+	}
+	recCtx, stopRec := context.WithCancel(context.Background())
+	recDone := make(chan struct{})
+	go func() { defer close(recDone); _ = rec.Run(recCtx) }()
+	return rec, func() { stopRec(); <-recDone }, true
+}
+
+// closeAuditStream closes the audit stream, if there is one.
+func (s *server) closeAuditStream(stream *auditStream) {
+	if stream == nil {
+		return
+	}
+	if err := stream.Close(); err != nil {
+		s.log.Warn("serve: closing the audit stream", "err", err)
+	}
+}
+
+// newGuard builds the guard on the open store; its events feed the
+// metrics m, the avoided-cost figures and the stats recorder rec.
+func (s *server) newGuard(m *metrics.Metrics, cost func(string, idemguard.Usage) float64, rec *stats.Recorder,
+	audit idemguard.AuditConfig) (*idemguard.Guard, error) {
+	cfg := s.cfg
+	observe := func(ev idemguard.Event) {
+		m.Observe(ev)
+		creditAvoided(m, cost, ev)
+		if rec != nil {
+			rec.Observe(ev)
+		}
+		if ev.Kind == idemguard.EventStoreError && ev.StoreOp == "commit" {
+			s.commitErrors.Add(1)
+		}
+	}
+	return idemguard.New(idemguard.Config{
+		Store:             s.store,
+		Secret:            cfg.Secret,
+		SecretID:          cfg.SecretID,
+		PreviousSecrets:   cfg.PreviousSecrets,
+		Logger:            s.log,
+		Observe:           observe,
+		Defaults:          cfg.Defaults,
+		MaxWait:           cfg.MaxWait,
+		MaxWaiters:        cfg.MaxWaiters,
+		StoreTimeout:      cfg.StoreTimeout,
+		ReplayCacheSize:   cfg.ReplayCacheSize,
+		ReplayCacheMaxAge: cfg.ReplayCacheMaxAge,
+		Audit:             audit,
+	})
+}
+
+// handler builds the HTTP API over guard: the operations (their upstream
+// calls through transport), authentication, the operator page and the
+// browser options. done stops what it started (the store probe, the JWT
+// verifier), also when ok is false; a false ok is logged.
+func (s *server) handler(guard *idemguard.Guard, m *metrics.Metrics, transport *http.Transport) (
+	h http.Handler, names []string, done func(), ok bool) {
+	cfg, log := s.cfg, s.log
+	var undo []func()
+	done = func() {
+		for i := len(undo) - 1; i >= 0; i-- {
+			undo[i]()
+		}
+	}
 	registry, err := ops.FromConfig(cfg, &http.Client{Transport: transport})
 	if err != nil {
 		log.Error("serve: cannot build the operations", "err", err)
-		return exitError
+		return nil, nil, done, false
 	}
 	m.InitScopes(registry.Names()...) // every series exported from the start, at zero
-	defer s.probeStore(m, guard)()
+	undo = append(undo, s.probeStore(m, guard))
 	auth, err := s.authenticator()
 	if err != nil {
 		log.Error("serve: invalid API keys", "err", err)
-		return exitError
+		return nil, nil, done, false
 	}
 	opts := routers.Options{
 		Guard:                 guard,
@@ -250,23 +305,29 @@ func (s *server) run(ctx context.Context) int {
 	jwtVerifier, err := browserOptions(cfg, log, &opts)
 	if err != nil {
 		log.Error("serve: invalid JWT settings", "err", err)
-		return exitError
+		return nil, nil, done, false
 	}
 	if jwtVerifier != nil {
-		defer jwtVerifier.Close()
+		undo = append(undo, jwtVerifier.Close)
 	}
-	handler, err := routers.New(opts)
-	if err != nil {
+	if h, err = routers.New(opts); err != nil {
 		log.Error("serve: cannot build the HTTP API", "err", err)
-		return exitError
+		return nil, nil, done, false
 	}
+	return h, registry.Names(), done, true
+}
 
+// listen starts serving handler on the configured address; served reports
+// the server's end. ok is false, logged, when it cannot listen.
+func (s *server) listen(ctx context.Context, handler http.Handler, names []string) (
+	srv *http.Server, served chan error, ok bool) {
+	cfg, log := s.cfg, s.log
 	ln, err := net.Listen("tcp", cfg.Listen)
 	if err != nil {
 		log.Error("serve: cannot listen", "listen", cfg.Listen, "err", err)
-		return exitError
+		return nil, nil, false
 	}
-	srv := &http.Server{
+	srv = &http.Server{
 		Handler:           handler,
 		ReadHeaderTimeout: readHeaderTimeout,
 		ReadTimeout:       readTimeout,
@@ -275,22 +336,22 @@ func (s *server) run(ctx context.Context) int {
 		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
 		BaseContext:       func(net.Listener) context.Context { return context.WithoutCancel(ctx) },
 	}
-	served := make(chan error, 1)
+	served = make(chan error, 1)
 	go func() { served <- srv.Serve(ln) }()
 
 	addr := ln.Addr().String()
 	log.Info("serve: listening", "addr", addr, "mode", string(cfg.Mode), "store", s.storeName(),
-		"scopes", registry.Names(), "config", cfg.Source)
+		"scopes", names, "config", cfg.Source)
 	if cfg.Mode == config.Development {
 		fmt.Fprint(s.env.stderr, devBanner(addr, cfg.DevelopmentWithoutDatabase()))
 	}
+	return srv, served, true
+}
 
-	select {
-	case err := <-served:
-		log.Error("serve: the HTTP server stopped", "err", err)
-		return exitError
-	case <-ctx.Done():
-	}
+// shutdown stops srv and closes guard, in the order that loses no stored
+// outcome, and returns the exit code.
+func (s *server) shutdown(srv *http.Server, guard *idemguard.Guard) int {
+	cfg, log := s.cfg, s.log
 	// A second SIGINT or SIGTERM during the shutdown below stops the process at once
 	// (the default action); rows of operations cut off that way are taken over once stale.
 	signal.Reset(os.Interrupt, syscall.SIGTERM)
@@ -304,7 +365,7 @@ func (s *server) run(ctx context.Context) int {
 	// on another replica).
 	jobsDone := make(chan error, 1)
 	go func() { jobsDone <- guard.WaitJobs(graceCtx) }()
-	err = srv.Shutdown(graceCtx)
+	err := srv.Shutdown(graceCtx)
 	if jobsErr := <-jobsDone; err == nil {
 		err = jobsErr
 	}
@@ -319,7 +380,6 @@ func (s *server) run(ctx context.Context) int {
 	closeCtx, cancel := context.WithTimeout(context.Background(), 4*cfg.StoreTimeout+5*time.Second)
 	err = guard.Close(closeCtx)
 	cancel()
-	guardClosed = true
 	if lost := s.commitErrors.Load() - lostBefore; err != nil || lost > 0 {
 		log.Error("serve: outcomes of operations finished or cut off during shutdown could not all be stored; "+
 			"their rows stay started and are taken over once stale", "unstored", lost, "err", err)

@@ -3,20 +3,21 @@
 //
 // # What is deleted
 //
-// A row goes when its expires_at has passed by the database clock (UTC_TIMESTAMP(6)), except a
-// started row whose heartbeat is younger than its owner's lease (the row's lease_micros) or
-// [Options.StaleAfter], whichever is longer: its owner is alive, and
-// deleting the row would make the owner's next heartbeat fail and cancel the operation. This is
-// the same rule the engine uses to re-claim an expired row (idemguard.ReclaimExpired).
+// A row goes when the staleness rule of package store calls it reclaimable
+// (store.Record.Reclaimable): its expires_at has passed by the database clock (UTC_TIMESTAMP(6)),
+// and it is not a started row whose owner is within its lease. The lease is the row's own
+// (lease_micros) when it has one, else [Options.StaleAfter]. A live owner's row is kept: deleting
+// it would make the owner's next heartbeat fail and cancel the operation. It is exactly the rule
+// the guard re-claims an expired row by (store.ReclaimExpired): the statement is built from the
+// same SQL fragment, and the store conformance case Store/StalenessRuleIsOneDefinition proves it.
 //
 // # How
 //
-// One statement per batch, autocommit:
+// One statement per batch, autocommit (mysqlstore.PurgeKeys):
 //
 //	DELETE FROM idempotency_keys
-//	WHERE expires_at < UTC_TIMESTAMP(6)
-//	  AND NOT (status = 'started' AND COALESCE(heartbeat_at, started_at) >=
-//	    UTC_TIMESTAMP(6) - INTERVAL GREATEST(COALESCE(lease_micros, 0), ?) MICROSECOND)
+//	WHERE (expires_at < UTC_TIMESTAMP(6) AND (status <> 'started' OR (status = 'started'
+//	  AND COALESCE(heartbeat_at, started_at) < UTC_TIMESTAMP(6) - INTERVAL IF(lease_micros > 0, lease_micros, ?) MICROSECOND)))
 //	ORDER BY expires_at LIMIT ?
 //
 // walks idx_idempotency_expires_at from its oldest end, locks at most one batch of rows (plus the
@@ -91,6 +92,7 @@ import (
 	"github.com/jmoiron/sqlx"
 
 	"github.com/idemguard/idemguard"
+	"github.com/idemguard/idemguard/internal/mysqlstore"
 )
 
 // Defaults for [Options].
@@ -145,9 +147,11 @@ type Options struct {
 	Pause time.Duration
 	// DryRun counts the rows a run would delete and deletes nothing.
 	DryRun bool
-	// StaleAfter protects live owners: a started row whose heartbeat (or start, before the first
-	// heartbeat) is younger than this is never deleted, expired or not. Defaults to
-	// idemguard.DefaultStaleAfter. Set it to the largest StaleAfter any scope uses.
+	// StaleAfter is the lease of a started row that carries none (rows written before leases were
+	// stored): such a row whose heartbeat (or start, before the first heartbeat) is younger than
+	// this is never deleted, expired or not. A row with its own lease is judged by that lease, as
+	// the guard judges it. Defaults to idemguard.DefaultStaleAfter. Set it to the largest
+	// StaleAfter any scope uses.
 	StaleAfter time.Duration
 	// StatsRetention is how long idempotency_stats buckets are kept: a bucket whose hour started
 	// longer ago than this is deleted. Defaults to [DefaultStatsRetention]; at least
@@ -256,45 +260,6 @@ func (o Options) Validate() error {
 	return nil
 }
 
-// predicate is what an expired, deletable row is. Its one parameter is StaleAfter in
-// microseconds. A live owner is judged by the longer of its own lease (the row's lease_micros:
-// the StaleAfter of the caller that claimed the row, which it renews the heartbeat within) and
-// StaleAfter.
-const predicate = `expires_at < UTC_TIMESTAMP(6)
-  AND NOT (status = 'started' AND COALESCE(heartbeat_at, started_at) >=
-    UTC_TIMESTAMP(6) - INTERVAL GREATEST(COALESCE(lease_micros, 0), ?) MICROSECOND)`
-
-const (
-	// DeleteSQL is one batch. Parameters: StaleAfter in microseconds, batch size.
-	DeleteSQL = `DELETE FROM idempotency_keys WHERE ` + predicate + ` ORDER BY expires_at LIMIT ?`
-	// CountSQL counts what a run would delete (dry run). Parameter: StaleAfter in microseconds.
-	CountSQL = `SELECT COUNT(*) FROM idempotency_keys WHERE ` + predicate
-
-	// statsPredicate is a bucket past its retention. Its one parameter is StatsRetention in
-	// microseconds.
-	statsPredicate = `bucket_start < UTC_TIMESTAMP(6) - INTERVAL ? MICROSECOND`
-	// StatsDeleteSQL is one batch of stats buckets. Parameters: StatsRetention in microseconds,
-	// batch size.
-	StatsDeleteSQL = `DELETE FROM idempotency_stats WHERE ` + statsPredicate + ` ORDER BY bucket_start LIMIT ?`
-	// StatsCountSQL counts the buckets a run would delete (dry run). Parameter: StatsRetention in
-	// microseconds.
-	StatsCountSQL = `SELECT COUNT(*) FROM idempotency_stats WHERE ` + statsPredicate
-	// SavingsDeleteSQL and SavingsCountSQL are the same for idempotency_savings, whose hourly
-	// rows share the stats' retention.
-	SavingsDeleteSQL = `DELETE FROM idempotency_savings WHERE ` + statsPredicate + ` ORDER BY bucket_start LIMIT ?`
-	SavingsCountSQL  = `SELECT COUNT(*) FROM idempotency_savings WHERE ` + statsPredicate
-
-	// auditPredicate is an audit event past its retention. Its one parameter is AuditRetention in
-	// microseconds.
-	auditPredicate = `at < UTC_TIMESTAMP(6) - INTERVAL ? MICROSECOND`
-	// AuditDeleteSQL is one batch of audit events, walking idx_idempotency_audit_at. Parameters:
-	// AuditRetention in microseconds, batch size.
-	AuditDeleteSQL = `DELETE FROM idempotency_audit WHERE ` + auditPredicate + ` ORDER BY at LIMIT ?`
-	// AuditCountSQL counts the events a run would delete (dry run). Parameter: AuditRetention in
-	// microseconds.
-	AuditCountSQL = `SELECT COUNT(*) FROM idempotency_audit WHERE ` + auditPredicate
-)
-
 // Run deletes expired rows from idempotency_keys in db, batch by batch (see the package
 // documentation), then the idempotency_stats buckets and the idempotency_audit events past their
 // retention, and returns what it did. On error the Summary still counts the batches that were committed before it, and Stopped is
@@ -321,33 +286,15 @@ func Run(ctx context.Context, db *sqlx.DB, opts Options) (Summary, error) {
 		}
 		return sum, err
 	}
-	staleMicros := o.StaleAfter.Microseconds()
 	pruneStats := o.StatsRetention > 0
-	statsMicros := o.StatsRetention.Microseconds()
 	pruneAudit := o.AuditRetention > 0
-	auditMicros := o.AuditRetention.Microseconds()
 
 	if ctx.Err() != nil {
 		return finish(StopCanceled, nil)
 	}
 	if o.DryRun {
-		if err := db.GetContext(ctx, &sum.Deleted, CountSQL, staleMicros); err != nil {
-			return finish(StopError, fmt.Errorf("cleanup: count expired rows: %w", err))
-		}
-		if pruneStats {
-			if err := db.GetContext(ctx, &sum.StatsDeleted, StatsCountSQL, statsMicros); err != nil {
-				return finish(StopError, fmt.Errorf("cleanup: count old stats buckets: %w", err))
-			}
-			var savings int64
-			if err := db.GetContext(ctx, &savings, SavingsCountSQL, statsMicros); err != nil {
-				return finish(StopError, fmt.Errorf("cleanup: count old savings buckets: %w", err))
-			}
-			sum.StatsDeleted += savings
-		}
-		if pruneAudit {
-			if err := db.GetContext(ctx, &sum.AuditDeleted, AuditCountSQL, auditMicros); err != nil {
-				return finish(StopError, fmt.Errorf("cleanup: count old audit events: %w", err))
-			}
+		if err := count(ctx, db, o, &sum); err != nil {
+			return finish(StopError, err)
 		}
 		return finish(StopDone, nil)
 	}
@@ -363,19 +310,19 @@ func Run(ctx context.Context, db *sqlx.DB, opts Options) (Summary, error) {
 	}
 	defer restore(conn)
 
-	phases := []phase{{what: "expired keys", query: DeleteSQL, param: staleMicros, deleted: &sum.Deleted,
+	phases := []phase{{what: "expired keys", purge: mysqlstore.PurgeKeys, param: o.StaleAfter, deleted: &sum.Deleted,
 		batches: &sum.Batches, report: true}}
 	if pruneStats {
 		var statsBatches int
 		var savingsBatches int
-		phases = append(phases, phase{what: "old stats buckets", label: "stats ", query: StatsDeleteSQL, param: statsMicros,
+		phases = append(phases, phase{what: "old stats buckets", label: "stats ", purge: mysqlstore.PurgeStats, param: o.StatsRetention,
 			deleted: &sum.StatsDeleted, batches: &statsBatches},
-			phase{what: "old savings buckets", label: "savings ", query: SavingsDeleteSQL, param: statsMicros,
+			phase{what: "old savings buckets", label: "savings ", purge: mysqlstore.PurgeSavings, param: o.StatsRetention,
 				deleted: &sum.StatsDeleted, batches: &savingsBatches})
 	}
 	if pruneAudit {
 		var auditBatches int
-		phases = append(phases, phase{what: "old audit events", label: "audit ", query: AuditDeleteSQL, param: auditMicros,
+		phases = append(phases, phase{what: "old audit events", label: "audit ", purge: mysqlstore.PurgeAudit, param: o.AuditRetention,
 			deleted: &sum.AuditDeleted, batches: &auditBatches})
 	}
 	for _, ph := range phases {
@@ -386,12 +333,36 @@ func Run(ctx context.Context, db *sqlx.DB, opts Options) (Summary, error) {
 	return finish(StopDone, nil)
 }
 
+// count fills sum with what a run would delete now (a dry run).
+func count(ctx context.Context, db *sqlx.DB, o Options, sum *Summary) error {
+	var err error
+	if sum.Deleted, err = mysqlstore.CountPurgeable(ctx, db, mysqlstore.PurgeKeys, o.StaleAfter); err != nil {
+		return fmt.Errorf("cleanup: count expired rows: %w", err)
+	}
+	if o.StatsRetention > 0 {
+		if sum.StatsDeleted, err = mysqlstore.CountPurgeable(ctx, db, mysqlstore.PurgeStats, o.StatsRetention); err != nil {
+			return fmt.Errorf("cleanup: count old stats buckets: %w", err)
+		}
+		savings, err := mysqlstore.CountPurgeable(ctx, db, mysqlstore.PurgeSavings, o.StatsRetention)
+		if err != nil {
+			return fmt.Errorf("cleanup: count old savings buckets: %w", err)
+		}
+		sum.StatsDeleted += savings
+	}
+	if o.AuditRetention > 0 {
+		if sum.AuditDeleted, err = mysqlstore.CountPurgeable(ctx, db, mysqlstore.PurgeAudit, o.AuditRetention); err != nil {
+			return fmt.Errorf("cleanup: count old audit events: %w", err)
+		}
+	}
+	return nil
+}
+
 // phase is one table Run empties of what it may delete.
 type phase struct {
-	what    string // for logs
-	label   string // prefix of "batch N" in errors: "" for keys (what the summary line counts), "stats ", "audit "
-	query   string // one batch; parameters: param, batch size
-	param   int64
+	what    string           // for logs
+	label   string           // prefix of "batch N" in errors: "" for keys (what the summary line counts), "stats ", "audit "
+	purge   mysqlstore.Purge // one batch: mysqlstore.DeleteBatch
+	param   time.Duration    // the purge's parameter
 	deleted *int64
 	batches *int
 	report  bool // call Options.OnBatch
@@ -477,11 +448,7 @@ func deleteBatch(ctx context.Context, conn *sqlx.Conn, o Options, ph phase, numb
 func execBatch(ctx context.Context, conn *sqlx.Conn, o Options, ph phase) (int64, error) {
 	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), batchTimeout)
 	defer cancel()
-	res, err := conn.ExecContext(sctx, ph.query, ph.param, o.BatchSize)
-	if err != nil {
-		return 0, err
-	}
-	return res.RowsAffected()
+	return mysqlstore.DeleteBatch(sctx, conn, ph.purge, ph.param, o.BatchSize)
 }
 
 // restore puts the session's lock wait timeout back before the connection returns to the pool,

@@ -17,6 +17,7 @@ import (
 	"github.com/idemguard/idemguard/internal/cleanup"
 	"github.com/idemguard/idemguard/internal/cleanup/cleanuptest"
 	"github.com/idemguard/idemguard/internal/mysqlconn"
+	"github.com/idemguard/idemguard/internal/mysqlstore"
 	"github.com/idemguard/idemguard/internal/testdb"
 )
 
@@ -381,12 +382,12 @@ func TestDeleteUsesTheExpiresIndex(t *testing.T) {
 	require.NoError(t, err)
 	stale := (5 * time.Minute).Microseconds()
 
-	del := explain(t, b.db, cleanup.DeleteSQL, stale, 1000)
+	del := explain(t, b.db, mysqlstore.PurgeKeys.BatchSQL(), stale, 1000)
 	t.Logf("delete plan: %v", del)
 	require.Equal(t, "idx_idempotency_expires_at", del["key"], "delete plan %v", del)
 	require.Equal(t, "range", del["type"], "delete plan %v", del)
 	require.NotContains(t, del["Extra"], "filesort", "the index gives the order")
-	t.Logf("count plan: %v", explain(t, b.db, cleanup.CountSQL, stale))
+	t.Logf("count plan: %v", explain(t, b.db, mysqlstore.PurgeKeys.CountSQL(), stale))
 }
 
 // explain returns the plan of a single-table statement.
@@ -468,7 +469,7 @@ func TestStatsBucketsPastRetentionArePruned(t *testing.T) {
 	seedStats(t, b.db, 400*day, 400*day+9) // far past
 	require.Equal(t, int64(30+50+250+10), countStats(t, b.db))
 
-	del := explain(t, b.db, cleanup.StatsDeleteSQL, cleanup.DefaultStatsRetention.Microseconds(), 100)
+	del := explain(t, b.db, mysqlstore.PurgeStats.BatchSQL(), cleanup.DefaultStatsRetention.Microseconds(), 100)
 	t.Logf("stats delete plan: %v", del)
 	require.Equal(t, "PRIMARY", del["key"], "stats delete plan %v", del)
 	require.NotContains(t, del["Extra"], "filesort", "the primary key gives the order")
@@ -555,7 +556,7 @@ func TestAuditEventsPastRetentionArePruned(t *testing.T) {
 	_, err := b.db.ExecContext(ctx, `ANALYZE TABLE idempotency_audit`)
 	require.NoError(t, err)
 
-	del := explain(t, b.db, cleanup.AuditDeleteSQL, cleanup.DefaultAuditRetention.Microseconds(), 100)
+	del := explain(t, b.db, mysqlstore.PurgeAudit.BatchSQL(), cleanup.DefaultAuditRetention.Microseconds(), 100)
 	t.Logf("audit delete plan: %v", del)
 	require.Equal(t, "idx_idempotency_audit_at", del["key"], "audit delete plan %v", del)
 	require.Equal(t, "range", del["type"], "audit delete plan %v", del)

@@ -415,7 +415,25 @@ func Load(path string, getenv func(string) string) (*Config, error) {
 			return nil, fmt.Errorf("config: %s: %w", path, err)
 		}
 	}
+	p.noSecretsInFile(&raw)
+	apiKeysSetting := p.applyEnv(&raw, env)
 
+	c := &Config{Source: path}
+	c.fromRaw(&raw, env, &p)
+	c.scopesFromRaw(raw.Scopes, &p)
+	c.accessFromRaw(&raw, &p)
+	c.apiKeysFromRaw(raw.APIKeys, apiKeysSetting, &p)
+	p = append(p, c.validate(apiKeysSetting)...)
+	c.loadSecrets(raw.SecretID, getenv, &p)
+	if err := p.err(); err != nil {
+		return nil, err
+	}
+	return c, nil
+}
+
+// noSecretsInFile reports the secrets that were put in the config file:
+// they are read from the environment only.
+func (p *problems) noSecretsInFile(raw *rawConfig) {
 	if raw.Secret.Kind != 0 {
 		p.add("secret", "is never read from the config file; remove it and set the environment variable %s", EnvSecret)
 	}
@@ -426,6 +444,12 @@ func Load(path string, getenv func(string) string) (*Config, error) {
 		p.add("openai.api_key", "is never read from the config file; remove it and set %s (or %s)", EnvOpenAIAPIKey, EnvOpenAIAPIKeyStd)
 	}
 
+}
+
+// applyEnv overrides raw's settings with the environment's, read with env,
+// and returns the name the API keys are reported under (api_keys, or the
+// environment variable they came from).
+func (p *problems) applyEnv(raw *rawConfig, env func(string) string) (apiKeysSetting string) {
 	override := func(dst *string, key string) {
 		if v := env(key); v != "" {
 			*dst = v
@@ -452,7 +476,7 @@ func Load(path string, getenv func(string) string) (*Config, error) {
 	if v := env(EnvCORSOrigins); v != "" {
 		raw.CORSOrigins = splitList(v)
 	}
-	apiKeysSetting := "api_keys"
+	apiKeysSetting = "api_keys"
 	if v := env(EnvAPIKeys); v != "" {
 		apiKeysSetting = EnvAPIKeys
 		keys, err := parseAPIKeysEnv(v)
@@ -462,9 +486,14 @@ func Load(path string, getenv func(string) string) (*Config, error) {
 		raw.APIKeys = keys
 	}
 
-	c := &Config{Source: path}
+	return apiKeysSetting
+}
+
+// fromRaw fills c's service settings from raw, with their defaults; env
+// reads the environment (the OpenAI key).
+func (c *Config) fromRaw(raw *rawConfig, env func(string) string, p *problems) {
 	if strings.TrimSpace(raw.Mode) == "" {
-		if what := productionLike(&raw); len(what) > 0 {
+		if what := productionLike(raw); len(what) > 0 {
 			// Fail safe: development mode accepts a public key and migrates
 			// the database; a production configuration that lost its mode
 			// line must not start that way. The other settings are still
@@ -514,7 +543,11 @@ func Load(path string, getenv func(string) string) (*Config, error) {
 		Timeout: p.duration("upstream.timeout", raw.Upstream.Timeout, DefaultUpstreamTimeout),
 		Headers: raw.Upstream.Headers,
 	}
-	for i, s := range raw.Scopes {
+}
+
+// scopesFromRaw adds the configured scopes to c, with their defaults.
+func (c *Config) scopesFromRaw(scopes []rawScope, p *problems) {
+	for i, s := range scopes {
 		at := fmt.Sprintf("scopes[%d]", i)
 		sc := Scope{
 			Name:        s.Name,
@@ -535,6 +568,11 @@ func Load(path string, getenv func(string) string) (*Config, error) {
 		}
 		c.Scopes = append(c.Scopes, sc)
 	}
+}
+
+// accessFromRaw fills c's access settings from raw (JWT, audit, the
+// failed-authentication limit) and adds the demo scopes in development mode.
+func (c *Config) accessFromRaw(raw *rawConfig, p *problems) {
 	c.JWT = JWT{
 		JWKSURL:     strings.TrimSpace(raw.JWT.JWKSURL),
 		Issuer:      strings.TrimSpace(raw.JWT.Issuer),
@@ -562,8 +600,12 @@ func Load(path string, getenv func(string) string) (*Config, error) {
 		c.Scopes = append(c.Scopes, demoJobScope())
 	}
 
-	c.APIKeys = make(map[tenancy.ID][]string, len(raw.APIKeys))
-	for tenant, digests := range raw.APIKeys {
+}
+
+// apiKeysFromRaw fills c.APIKeys from the configured digests per tenant.
+func (c *Config) apiKeysFromRaw(apiKeys map[string][]string, apiKeysSetting string, p *problems) {
+	c.APIKeys = make(map[tenancy.ID][]string, len(apiKeys))
+	for tenant, digests := range apiKeys {
 		id, err := tenancy.ParseID(tenant)
 		if err != nil {
 			p.add(fmt.Sprintf("%s.%s", apiKeysSetting, truncate(tenant, 64)), "%v", err)
@@ -573,29 +615,27 @@ func Load(path string, getenv func(string) string) (*Config, error) {
 			c.APIKeys[id] = append(c.APIKeys[id], normalizeKeyEntry(d))
 		}
 	}
-	p = append(p, c.validate(apiKeysSetting)...)
+}
 
+// loadSecrets reads the HMAC secret and the previous secrets with getenv.
+func (c *Config) loadSecrets(secretID string, getenv func(string) string, p *problems) {
 	// The secret last: whether it may be generated depends on a valid mode.
 	if c.Mode == Development || c.Mode == Production {
 		secret, generated, err := Secret(getenv(EnvSecret), c.Mode == Development)
 		if err != nil {
-			p = append(p, err)
+			*p = append(*p, err)
 		}
 		c.Secret, c.SecretGenerated = secret, generated
-		c.SecretID = raw.SecretID
+		c.SecretID = secretID
 		previous, err := PreviousSecrets(getenv(EnvPreviousSecrets))
 		if err == nil {
 			err = checkSecrets(c.Secret, c.SecretID, previous)
 		}
 		if err != nil {
-			p = append(p, err)
+			*p = append(*p, err)
 		}
 		c.PreviousSecrets = previous
 	}
-	if err := p.err(); err != nil {
-		return nil, err
-	}
-	return c, nil
 }
 
 // Validate reports every setting of c that is out of range, one per line,
@@ -616,6 +656,17 @@ func (c *Config) Validate() error {
 
 func (c *Config) validate(apiKeysSetting string) problems {
 	var p problems
+	c.validateServer(&p)
+	c.validateAPIKeys(apiKeysSetting, &p)
+	p = append(p, c.validateJWT()...)
+	c.validateLimits(&p)
+	uses := c.validateScopes(&p)
+	c.validateUpstreams(uses, &p)
+	return p
+}
+
+// validateServer checks the mode, the listen address and the database.
+func (c *Config) validateServer(p *problems) {
 	switch c.Mode {
 	case Development, Production:
 	default:
@@ -635,6 +686,10 @@ func (c *Config) validate(apiKeysSetting string) problems {
 			"e.g. user:password@tcp(db:3306)/idemguard", EnvMySQLDSN)
 	}
 
+}
+
+// validateAPIKeys checks the API-key digests, reported under apiKeysSetting.
+func (c *Config) validateAPIKeys(apiKeysSetting string, p *problems) {
 	total := 0
 	owner := make(map[string]tenancy.ID)
 	for tenant, digests := range c.APIKeys {
@@ -671,7 +726,10 @@ func (c *Config) validate(apiKeysSetting string) problems {
 		p.add("api_keys", "production mode needs at least one tenant API key: set %s=tenant:<sha256 hex>[,tenant:<sha256 hex>...] "+
 			"(or api_keys in the config file), or configure jwt for browsers", EnvAPIKeys)
 	}
-	p = append(p, c.validateJWT()...)
+}
+
+// validateLimits checks the CORS origins, the limits and the timings.
+func (c *Config) validateLimits(p *problems) {
 	for i, o := range c.CORSOrigins {
 		if err := checkOrigin(o); err != nil {
 			p.add(fmt.Sprintf("cors_origins[%d]", i), "%v", err)
@@ -708,6 +766,10 @@ func (c *Config) validate(apiKeysSetting string) problems {
 		p.add("auth_failures.max_clients", "must be between 1 and %d, got %d", MaxAuthFailuresMaxClients, c.AuthFailures.MaxClients)
 	}
 
+}
+
+// validateScopes checks every scope and returns the operations they use.
+func (c *Config) validateScopes(p *problems) map[Operation]bool {
 	uses := map[Operation]bool{}
 	seen := map[string]int{}
 	for i, s := range c.Scopes {
@@ -745,6 +807,11 @@ func (c *Config) validate(apiKeysSetting string) problems {
 			p.add(at+".url", "an http_json scope needs a url: set upstream.url (or %s), or url on the scope", EnvUpstreamURL)
 		}
 	}
+	return uses
+}
+
+// validateUpstreams checks the upstreams of the operations in uses.
+func (c *Config) validateUpstreams(uses map[Operation]bool, p *problems) {
 	if uses[OpOpenAIChat] {
 		if err := checkHTTPURL(c.OpenAI.BaseURL); err != nil {
 			p.add("openai.base_url", "%v (env %s)", err, EnvOpenAIBaseURL)
@@ -768,7 +835,6 @@ func (c *Config) validate(apiKeysSetting string) problems {
 			p.add("upstream.headers", "%q is not a valid HTTP header name", truncate(name, 64))
 		}
 	}
-	return p
 }
 
 // Placeholder marks the API-key digests of the example configuration, which

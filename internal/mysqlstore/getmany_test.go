@@ -9,7 +9,6 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/idemguard/idemguard/internal/cleanup/cleanuptest"
-	"github.com/idemguard/idemguard/internal/mysqlconn"
 	"github.com/idemguard/idemguard/internal/testdb"
 )
 
@@ -18,11 +17,8 @@ import (
 // hash, never a scan, whatever the table holds.
 func TestGetManyReadsTheUniqueKey(t *testing.T) {
 	t.Parallel()
-	d := testdb.New(t, testdb.WithPool(mysqlconn.PoolConfig{MaxOpenConns: 4}))
+	d := seeded(t, cleanuptest.Rows{Live: 5_000, Expired: 5_000})
 	ctx := t.Context()
-	require.NoError(t, cleanuptest.Seed(ctx, d.DB, cleanuptest.Rows{Live: 5_000, Expired: 5_000}))
-	_, err := d.DB.ExecContext(ctx, `ANALYZE TABLE idempotency_keys`)
-	require.NoError(t, err)
 	var tenant, scope string
 	require.NoError(t, d.DB.QueryRowContext(ctx, `SELECT tenant, scope FROM idempotency_keys LIMIT 1`).Scan(&tenant, &scope))
 	var existing []string

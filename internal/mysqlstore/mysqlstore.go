@@ -15,6 +15,14 @@
 // UPDATE here changes at least one column of the row it matches — a new
 // claim_nonce, a new status, or (heartbeat) a timestamp forced to move
 // forward — so "1 row changed" means "we matched and won".
+//
+// This package holds every SQL statement on idemguard's tables: the
+// store's (this file, audit.go, jobs.go), and those the binary's cleanup
+// (purge.go), stats recorder, `idemguard stats` and operator page
+// (stats.go) run, so that a rule written in SQL is written once. The public
+// package github.com/idemguard/idemguard/mysql wraps it with Open, NewStore
+// and Migrate; what only the binary and the module's tests use (the purges,
+// the figures, the test hooks) stays here, out of the public surface.
 package mysqlstore
 
 import (
@@ -28,7 +36,6 @@ import (
 	"github.com/go-sql-driver/mysql"
 	"github.com/jmoiron/sqlx"
 
-	"github.com/idemguard/idemguard"
 	"github.com/idemguard/idemguard/store"
 )
 
@@ -72,7 +79,7 @@ func interpretError(err error) error {
 		return nil
 	}
 	if errors.Is(err, sql.ErrNoRows) {
-		return idemguard.ErrNotFound
+		return store.ErrNotFound
 	}
 	var me *mysql.MySQLError
 	if errors.As(err, &me) {
@@ -223,12 +230,21 @@ func (r *row) record() store.Record {
 		SecretID: r.SecretID.String}
 }
 
-// staleSQL is true for a started row whose last sign of life is older than
-// its owner's lease; its one parameter is the reader's StaleAfter in
-// microseconds, used only for a row without a lease (lease_micros NULL:
-// written before the column existed, or by a version that does not set it).
-const staleSQL = `(status = 'started'
-  AND COALESCE(heartbeat_at, started_at) < UTC_TIMESTAMP(6) - INTERVAL COALESCE(lease_micros, ?) MICROSECOND)`
+// staleSQL and reclaimableSQL are the staleness rule of package store
+// (store.Record.Stale and Reclaimable), written term by term from its
+// formula: lease is lease_micros when positive, else the one parameter, the
+// reader's StaleAfter in microseconds (a row without a lease: written
+// before the column existed, or by a version that does not set it);
+// lastBeat is COALESCE(heartbeat_at, started_at); now is UTC_TIMESTAMP(6).
+// Every statement that judges staleness uses them, cleanup's DELETE
+// (purge.go) included; the conformance case
+// Store/StalenessRuleIsOneDefinition proves them equal to the Go rule.
+const (
+	staleSQL = `(status = 'started'
+  AND COALESCE(heartbeat_at, started_at) < UTC_TIMESTAMP(6) - INTERVAL IF(lease_micros > 0, lease_micros, ?) MICROSECOND)`
+
+	reclaimableSQL = `(expires_at < UTC_TIMESTAMP(6) AND (status <> 'started' OR ` + staleSQL + `))`
+)
 
 // Every reclaim changes claim_nonce, so a matched row is a changed row.
 const (
@@ -237,9 +253,7 @@ const (
   response_json = NULL, response_code = NULL, response_events = NULL, completed_at = NULL, cancel_requested_at = NULL,
   created_at = UTC_TIMESTAMP(6), started_at = UTC_TIMESTAMP(6), heartbeat_at = UTC_TIMESTAMP(6),
   lease_micros = NULLIF(?, 0), expires_at = UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND
-WHERE id = ? AND claim_nonce = ? AND attempt_count = ?
-  AND expires_at < UTC_TIMESTAMP(6)
-  AND (status <> 'started' OR ` + staleSQL + `)`
+WHERE id = ? AND claim_nonce = ? AND attempt_count = ? AND ` + reclaimableSQL
 
 	reclaimStaleSQL = `UPDATE idempotency_keys SET
   claim_nonce = ?, attempt_count = attempt_count + 1, cancel_requested_at = NULL,

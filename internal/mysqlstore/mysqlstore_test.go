@@ -3,6 +3,7 @@ package mysqlstore_test
 import (
 	"context"
 	"errors"
+	"log/slog"
 	"strings"
 	"testing"
 	"time"
@@ -12,6 +13,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/idemguard/idemguard"
+	"github.com/idemguard/idemguard/internal/cleanup"
 	"github.com/idemguard/idemguard/internal/mysqlconn"
 	"github.com/idemguard/idemguard/internal/mysqlstore"
 	"github.com/idemguard/idemguard/internal/testdb"
@@ -51,6 +53,13 @@ WHERE tenant = ? AND scope = ? AND key_hash = ?`, d.Microseconds(), d.Microsecon
 			},
 			Dump:  func(t testing.TB) string { return dump(t, db) },
 			Break: func(testing.TB) { _ = db.DB.Close() },
+			Sweep: func(t testing.TB, fallback time.Duration) int64 {
+				sum, err := cleanup.Run(context.Background(), db.DB, cleanup.Options{StaleAfter: fallback, Pause: -1,
+					StatsRetention: -1, AuditRetention: -1, Logger: slog.New(slog.DiscardHandler)})
+				require.NoError(t, err)
+				require.Equal(t, cleanup.StopDone, sum.Stopped)
+				return sum.Deleted
+			},
 		}
 	})
 }

@@ -32,6 +32,7 @@ import (
 	"github.com/jmoiron/sqlx"
 
 	"github.com/idemguard/idemguard"
+	"github.com/idemguard/idemguard/internal/mysqlstore"
 	"github.com/idemguard/idemguard/routers"
 	"github.com/idemguard/idemguard/tenancy"
 )
@@ -42,7 +43,7 @@ const NoteMySQL = "scopes: counted per scope for every tenant of this service (i
 var _ routers.StatsSource = (*MySQL)(nil)
 
 // MySQL is the routers.StatsSource of a server on MySQL: it reads idempotency_stats and
-// idempotency_keys.
+// idempotency_keys through the MySQL store (mysqlstore.StatsHours, mysqlstore.KeyHours).
 type MySQL struct {
 	db *sqlx.DB
 	// scopes are the scopes this server serves; rows of others (removed scopes, the recorder's
@@ -70,76 +71,46 @@ func (m *MySQL) Stats(ctx context.Context, tenant tenancy.ID, since time.Duratio
 	fail := func(what string, err error) (routers.Stats, error) {
 		return routers.Stats{}, fmt.Errorf("opsui: reading %s: %w: %w", what, idemguard.ErrStoreUnavailable, err)
 	}
-	var window struct {
-		Now  time.Time `db:"now"`
-		From time.Time `db:"from_"`
-	}
-	micros := since.Microseconds()
-	if err := m.db.GetContext(ctx, &window,
-		`SELECT UTC_TIMESTAMP(6) AS now, UTC_TIMESTAMP(6) - INTERVAL ? MICROSECOND AS from_`, micros); err != nil {
+	now, err := mysqlstore.DBNow(ctx, m.db)
+	if err != nil {
 		return fail("the database clock", err)
 	}
-	out.From, out.To = window.From.UTC().Format(time.RFC3339), window.Now.UTC().Format(time.RFC3339)
+	from := now.Add(-since.Truncate(time.Microsecond))
+	out.From, out.To = from.UTC().Format(time.RFC3339), now.UTC().Format(time.RFC3339)
 
 	// The bucket holding the window's start counts too: buckets are hourly.
-	rows, err := m.db.QueryxContext(ctx, `SELECT bucket_start, scope, requests, claims, retries, takeovers, replays,
-		in_progress, retry_limits, mismatches, failures, lost_claims, store_errors
-		FROM idempotency_stats
-		WHERE bucket_start >= DATE_FORMAT(?, '%Y-%m-%d %H:00:00')
-		ORDER BY bucket_start, scope`, window.From)
+	hours, err := mysqlstore.StatsHours(ctx, m.db, from)
 	if err != nil {
 		return fail("idempotency_stats", err)
 	}
-	defer rows.Close()
-	for rows.Next() {
-		var r routers.ScopeHour
-		var bucket time.Time
-		if err := rows.Scan(&bucket, &r.Scope, &r.Requests, &r.Claims, &r.Retries, &r.Takeovers, &r.Replays,
-			&r.InProgress, &r.RetryLimits, &r.Mismatches, &r.Failures, &r.LostClaims, &r.StoreErrors); err != nil {
-			return fail("idempotency_stats", err)
-		}
-		if !m.scopes[r.Scope] {
+	for _, h := range hours {
+		if !m.scopes[h.Scope] {
 			continue
 		}
-		r.Hour = hourString(bucket)
-		out.Scopes = append(out.Scopes, r)
-	}
-	if err := rows.Err(); err != nil {
-		return fail("idempotency_stats", err)
+		out.Scopes = append(out.Scopes, scopeHour(h))
 	}
 
 	// The tenant's own keys: a range of uk_idempotency_tenant_scope_key on the tenant, read
 	// once per page load (a day of one tenant's keys at most a week old, the longest TTL).
-	keyRows, err := m.db.QueryxContext(ctx, `SELECT DATE_FORMAT(created_at, '%Y-%m-%d %H:00:00') AS hour, scope,
-		COUNT(*) AS created,
-		COALESCE(SUM(status = 'succeeded'), 0) AS succeeded,
-		COALESCE(SUM(status = 'failed'), 0) AS failed,
-		COALESCE(SUM(status = 'started'), 0) AS started
-		FROM idempotency_keys
-		WHERE tenant = ? AND created_at >= ?
-		GROUP BY hour, scope
-		ORDER BY hour, scope`, string(tenant), window.From)
+	keys, err := mysqlstore.KeyHours(ctx, m.db, string(tenant), from)
 	if err != nil {
 		return fail("idempotency_keys", err)
 	}
-	defer keyRows.Close()
-	for keyRows.Next() {
-		var k routers.KeyHour
-		var hour string
-		if err := keyRows.Scan(&hour, &k.Scope, &k.Created, &k.Succeeded, &k.Failed, &k.Started); err != nil {
-			return fail("idempotency_keys", err)
-		}
-		t, err := time.Parse(time.DateTime, hour)
-		if err != nil {
-			return fail("idempotency_keys", err)
-		}
-		k.Hour = hourString(t)
-		out.Keys = append(out.Keys, k)
-	}
-	if err := keyRows.Err(); err != nil {
-		return fail("idempotency_keys", err)
+	for _, k := range keys {
+		out.Keys = append(out.Keys, routers.KeyHour{Hour: hourString(k.Hour), Scope: k.Scope, Created: k.Created,
+			Succeeded: k.Succeeded, Failed: k.Failed, Started: k.Started})
 	}
 	return out, nil
+}
+
+// scopeHour is an idempotency_stats bucket as the API shows it.
+func scopeHour(h mysqlstore.ScopeHour) routers.ScopeHour {
+	r := routers.ScopeHour{Hour: hourString(h.Hour), Scope: h.Scope}
+	for i, p := range []*int64{&r.Requests, &r.Claims, &r.Retries, &r.Takeovers, &r.Replays, &r.InProgress,
+		&r.RetryLimits, &r.Mismatches, &r.Failures, &r.LostClaims, &r.StoreErrors} { // mysqlstore.StatsColumns' order
+		*p = h.Counters[i]
+	}
+	return r
 }
 
 //go:embed page.html

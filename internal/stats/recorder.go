@@ -31,10 +31,8 @@ package stats
 import (
 	"cmp"
 	"context"
-	"database/sql"
 	"fmt"
 	"log/slog"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -42,6 +40,7 @@ import (
 	"github.com/jmoiron/sqlx"
 
 	"github.com/idemguard/idemguard"
+	"github.com/idemguard/idemguard/internal/mysqlstore"
 )
 
 // Defaults for [RecorderOptions].
@@ -57,9 +56,6 @@ const (
 // OverflowScope collects the counts of scopes beyond MaxScopes. The character '~' is not allowed
 // in a scope, so it never collides with a real one.
 const OverflowScope = "~other"
-
-// flushChunk is the most (hour, scope) rows one INSERT writes.
-const flushChunk = 500
 
 // Counts are the counters of one scope (or of a whole window, in a [Report]).
 //
@@ -81,7 +77,7 @@ type Counts struct {
 	StoreErrors int64 `json:"store_errors" db:"store_errors"`
 }
 
-// counter indexes, in the column order of idempotency_stats.
+// counter indexes, in the column order of idempotency_stats (mysqlstore.StatsColumns).
 const (
 	cRequests = iota
 	cClaims
@@ -96,10 +92,6 @@ const (
 	cStoreErrors
 	numCounters
 )
-
-// columns are the counter columns of idempotency_stats, by counter index.
-var columns = [numCounters]string{"requests", "claims", "retries", "takeovers", "replays", "in_progress",
-	"retry_limits", "mismatches", "failures", "lost_claims", "store_errors"}
 
 func (c *Counts) ptrs() [numCounters]*int64 {
 	return [numCounters]*int64{&c.Requests, &c.Claims, &c.Retries, &c.Takeovers, &c.Replays, &c.InProgress,
@@ -343,80 +335,31 @@ func (r *Recorder) Run(ctx context.Context) error {
 	}
 }
 
-// sqlSink adds counts to idempotency_stats.
+// sqlSink adds counts to idempotency_stats and idempotency_savings through the MySQL store.
 type sqlSink struct{ db *sqlx.DB }
 
-// hourNow is the start of the database clock's current hour.
-const hourNow = `DATE_FORMAT(UTC_TIMESTAMP(6), '%Y-%m-%d %H:00:00')`
-
-// add writes the deltas in chunks of flushChunk rows, in one transaction, so that a failure
-// leaves nothing applied and the caller can keep all of its counts. VALUES(col) in ON DUPLICATE
-// KEY UPDATE works on MySQL 8 (deprecated, with a warning) and MariaDB alike.
+// add writes the deltas in one transaction (mysqlstore.AddToCurrentHour), so that a failure
+// leaves nothing applied and the caller can keep all of its counts.
 func (s sqlSink) add(ctx context.Context, deltas map[string]Counts, savings map[SavingsKey]Savings) error {
-	scopes := make([]string, 0, len(deltas))
-	for scope := range deltas {
-		scopes = append(scopes, scope)
+	stats := make(map[string][]int64, len(deltas))
+	for scope, c := range deltas {
+		stats[scope] = c.values()
 	}
-	tx, err := s.db.BeginTxx(ctx, nil)
-	if err != nil {
-		return fmt.Errorf("stats: flush: %w", err)
+	sv := make(map[SavingsKey][]int64, len(savings))
+	for k, v := range savings {
+		sv[k] = v.values()
 	}
-	defer func() { _ = tx.Rollback() }()
-	for start := 0; start < len(scopes); start += flushChunk {
-		chunk := scopes[start:min(start+flushChunk, len(scopes))]
-		q, args := upsert(chunk, deltas)
-		if _, err := tx.ExecContext(ctx, q, args...); err != nil {
-			return fmt.Errorf("stats: flush %d scopes: %w", len(deltas), err)
-		}
-	}
-	if len(savings) > 0 {
-		if err := addSavings(ctx, tx, savings); err != nil {
-			return err
-		}
-	}
-	if err := tx.Commit(); err != nil {
-		return fmt.Errorf("stats: flush commit: %w", err)
+	if err := mysqlstore.AddToCurrentHour(ctx, s.db, stats, sv); err != nil {
+		return fmt.Errorf("stats: flush %d scopes and %d tenant scopes: %w", len(deltas), len(savings), err)
 	}
 	return nil
 }
 
-func upsert(scopes []string, deltas map[string]Counts) (string, []any) {
-	rows := make([][]any, len(scopes))
-	for i, scope := range scopes {
-		c := deltas[scope]
-		rows[i] = []any{scope}
-		for _, p := range c.ptrs() {
-			rows[i] = append(rows[i], *p)
-		}
+// values are c's counters in mysqlstore.StatsColumns' order.
+func (c Counts) values() []int64 {
+	out := make([]int64, 0, numCounters)
+	for _, p := range c.ptrs() {
+		out = append(out, *p)
 	}
-	return addToHour("idempotency_stats", []string{"scope"}, columns[:], rows)
-}
-
-// addToHour is one INSERT adding rows to the current hour's buckets of table: each row holds
-// the values of keys, then of counters, and a row that exists already gets the counts added.
-func addToHour(table string, keys, counters []string, rows [][]any) (string, []any) {
-	var b strings.Builder
-	b.WriteString("INSERT INTO " + table + " (bucket_start, ")
-	b.WriteString(strings.Join(append(append([]string(nil), keys...), counters...), ", "))
-	b.WriteString(", updated_at) VALUES ")
-	row := "(" + hourNow + strings.Repeat(", ?", len(keys)+len(counters)) + ", UTC_TIMESTAMP(6))"
-	args := make([]any, 0, len(rows)*(len(keys)+len(counters)))
-	for i, r := range rows {
-		if i > 0 {
-			b.WriteString(", ")
-		}
-		b.WriteString(row)
-		args = append(args, r...)
-	}
-	b.WriteString(" ON DUPLICATE KEY UPDATE ")
-	for _, col := range counters {
-		fmt.Fprintf(&b, "%s = %s + VALUES(%s), ", col, col, col)
-	}
-	b.WriteString("updated_at = VALUES(updated_at)")
-	return b.String(), args
-}
-
-// execer is what a flush writes through (a transaction).
-type execer interface {
-	ExecContext(ctx context.Context, query string, args ...any) (sql.Result, error)
+	return out
 }

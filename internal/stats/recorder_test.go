@@ -14,6 +14,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/idemguard/idemguard"
+	"github.com/idemguard/idemguard/internal/mysqlstore"
 	"github.com/idemguard/idemguard/internal/testdb"
 )
 
@@ -313,7 +314,7 @@ func TestSQLFlush(t *testing.T) {
 		Start time.Time `db:"bucket_start"`
 	}
 	var rows []row
-	require.NoError(t, d.DB.SelectContext(ctx, &rows, `SELECT bucket_start, scope, `+strings.Join(columns[:], ", ")+`
+	require.NoError(t, d.DB.SelectContext(ctx, &rows, `SELECT bucket_start, scope, `+strings.Join(mysqlstore.StatsColumns(), ", ")+`
 		FROM idempotency_stats ORDER BY bucket_start, scope`))
 	sums := map[string]Counts{}
 	for _, r := range rows {

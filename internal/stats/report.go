@@ -2,14 +2,14 @@ package stats
 
 import (
 	"context"
-	"database/sql"
 	"errors"
 	"fmt"
 	"math"
 	"time"
 
-	"github.com/go-sql-driver/mysql"
 	"github.com/jmoiron/sqlx"
+
+	"github.com/idemguard/idemguard/internal/mysqlstore"
 )
 
 // Default alert thresholds (the seed's).
@@ -172,72 +172,36 @@ func (r Report) Check(t Thresholds) []Breach {
 // ErrNoStatsTable is returned by [Collect] when idempotency_stats does not exist.
 var ErrNoStatsTable = errors.New("stats: table idempotency_stats does not exist; apply the migrations (idemguard migrate up)")
 
-const errNoSuchTable = 1146 // ER_NO_SUCH_TABLE
-
-// keysSQL reads the per-key figures of a window. Every column it reads must stay in the covering
-// index idx_idempotency_stats_window, and its WHERE must compare the bare created_at with a value
-// (no function of the column): TestKeysWindowReadsTheCoveringIndex checks the plan.
-const keysSQL = `SELECT COUNT(*) AS total,
-  COALESCE(SUM(status = 'failed'), 0) AS failed,
-  COALESCE(AVG(TIMESTAMPDIFF(MICROSECOND, COALESCE(completed_at, created_at), expires_at)), 0) AS avg_ttl_us
-FROM idempotency_keys WHERE created_at >= ?`
-
 // Collect reads the figures of the window that ends at the database clock's now and lasts
-// since. It reads idempotency_keys by a range of the covering index idx_idempotency_stats_window
-// (migration 00006; keysSQL's WHERE compares the bare column, so the range is sargable, and every
-// column it reads is in the index), taking no locks, and idempotency_stats by primary-key range.
+// since, through the MySQL store: idempotency_keys by a range of the covering index
+// idx_idempotency_stats_window (migration 00006), taking no locks (mysqlstore.KeysCreatedSince),
+// and idempotency_stats and idempotency_savings by primary-key range.
 func Collect(ctx context.Context, db *sqlx.DB, since time.Duration) (Report, error) {
 	if since <= 0 || since > MaxSince {
 		return Report{}, fmt.Errorf("stats: the window must be between 1s and %s, got %s", MaxSince, since)
 	}
 	r := Report{Since: since}
-	if err := db.GetContext(ctx, &r.Now, `SELECT UTC_TIMESTAMP(6)`); err != nil {
+	var err error
+	if r.Now, err = mysqlstore.DBNow(ctx, db); err != nil {
 		return Report{}, fmt.Errorf("stats: read the database clock: %w", err)
 	}
 	r.WindowStart = r.Now.Add(-since)
 	r.BucketsFrom = r.WindowStart.Truncate(time.Hour)
 
-	var keys struct {
-		Total    int64   `db:"total"`
-		Failed   int64   `db:"failed"`
-		AvgTTLus float64 `db:"avg_ttl_us"`
-	}
-	if err := db.GetContext(ctx, &keys, keysSQL, r.WindowStart); err != nil {
+	keys, err := mysqlstore.KeysCreatedSince(ctx, db, r.WindowStart)
+	if err != nil {
 		return Report{}, fmt.Errorf("stats: read idempotency_keys: %w", err)
 	}
-	r.TotalKeys, r.FailedKeys = keys.Total, keys.Failed
-	r.AverageTTL = time.Duration(math.Round(keys.AvgTTLus)) * time.Microsecond
+	r.TotalKeys, r.FailedKeys, r.AverageTTL = keys.Total, keys.Failed, keys.AverageTTL
 
-	q := "SELECT "
-	for i, col := range columns {
-		if i > 0 {
-			q += ", "
-		}
-		q += "COALESCE(SUM(" + col + "), 0) AS " + col
-	}
-	q += " FROM idempotency_stats WHERE bucket_start >= ?"
-	if err := db.GetContext(ctx, &r.Counts, q, r.BucketsFrom); err != nil {
-		var me *mysql.MySQLError
-		if errors.As(err, &me) && me.Number == errNoSuchTable {
+	if err := mysqlstore.SumStatsSince(ctx, db, r.BucketsFrom, &r.Counts); err != nil {
+		if errors.Is(err, mysqlstore.ErrNoSuchTable) {
 			return Report{}, ErrNoStatsTable
-		}
-		if errors.Is(err, sql.ErrNoRows) { // unreachable: an aggregate always returns a row
-			return r, nil
 		}
 		return Report{}, fmt.Errorf("stats: read idempotency_stats: %w", err)
 	}
-	if err := db.SelectContext(ctx, &r.Savings, savingsSQL, r.BucketsFrom); err != nil {
+	if err := mysqlstore.SumSavingsSince(ctx, db, r.BucketsFrom, &r.Savings); err != nil {
 		return Report{}, fmt.Errorf("stats: read idempotency_savings: %w", err)
 	}
 	return r, nil
 }
-
-// savingsSQL sums idempotency_savings per tenant and scope from a bucket on (its primary key's
-// range).
-var savingsSQL = func() string {
-	q := "SELECT tenant, scope"
-	for _, col := range savingsColumns {
-		q += ", CAST(SUM(" + col + ") AS SIGNED) AS " + col
-	}
-	return q + " FROM idempotency_savings WHERE bucket_start >= ? GROUP BY tenant, scope ORDER BY tenant, scope"
-}()

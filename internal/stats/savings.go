@@ -1,12 +1,11 @@
 package stats
 
 import (
-	"context"
-	"fmt"
 	"math"
 	"sync/atomic"
 
 	"github.com/idemguard/idemguard"
+	"github.com/idemguard/idemguard/internal/mysqlstore"
 )
 
 // Savings are what the guard did and saved for one tenant's scope: the executions it ran, and
@@ -21,16 +20,13 @@ type Savings struct {
 }
 
 // SavingsKey names the (tenant, scope) a Savings row counts.
-type SavingsKey struct{ Tenant, Scope string }
+type SavingsKey = mysqlstore.SavingsKey
 
 // OverflowTenant is the tenant savings are counted under once MaxScopes (tenant, scope) pairs
 // are counted separately; no tenant ID can have parentheses.
 const OverflowTenant = "(other)"
 
 const numSavings = 5
-
-var savingsColumns = [numSavings]string{"executions", "avoided_calls", "avoided_prompt_tokens",
-	"avoided_completion_tokens", "avoided_cost_nanos"}
 
 func (s *Savings) ptrs() [numSavings]*int64 {
 	return [numSavings]*int64{&s.Executions, &s.AvoidedCalls, &s.AvoidedPromptTokens,
@@ -60,12 +56,12 @@ func (r *Recorder) observeSavings(e idemguard.Event) {
 }
 
 func (r *Recorder) savingsOf(tenant, scope string) *savingsCounters {
-	k := SavingsKey{tenant, scope}
+	k := SavingsKey{Tenant: tenant, Scope: scope}
 	if v, ok := r.savings.Load(k); ok {
 		return v.(*savingsCounters)
 	}
 	if r.numSavings.Load() >= int64(r.opts.MaxScopes) {
-		k = SavingsKey{OverflowTenant, OverflowScope}
+		k = SavingsKey{Tenant: OverflowTenant, Scope: OverflowScope}
 		if v, ok := r.savings.Load(k); ok {
 			return v.(*savingsCounters)
 		}
@@ -124,30 +120,11 @@ func (r *Recorder) PendingSavings() map[SavingsKey]Savings {
 	return out
 }
 
-// upsertSavings is one INSERT adding keys' savings to the current hour's rows.
-func upsertSavings(keys []SavingsKey, deltas map[SavingsKey]Savings) (string, []any) {
-	rows := make([][]any, len(keys))
-	for i, k := range keys {
-		s := deltas[k]
-		rows[i] = []any{k.Tenant, k.Scope}
-		for _, p := range s.ptrs() {
-			rows[i] = append(rows[i], *p)
-		}
+// values are s's counters in mysqlstore.SavingsColumns' order.
+func (s Savings) values() []int64 {
+	out := make([]int64, 0, numSavings)
+	for _, p := range s.ptrs() {
+		out = append(out, *p)
 	}
-	return addToHour("idempotency_savings", []string{"tenant", "scope"}, savingsColumns[:], rows)
-}
-
-// addSavings writes savings deltas inside the flush's transaction tx.
-func addSavings(ctx context.Context, tx execer, deltas map[SavingsKey]Savings) error {
-	keys := make([]SavingsKey, 0, len(deltas))
-	for k := range deltas {
-		keys = append(keys, k)
-	}
-	for start := 0; start < len(keys); start += flushChunk {
-		q, args := upsertSavings(keys[start:min(start+flushChunk, len(keys))], deltas)
-		if _, err := tx.ExecContext(ctx, q, args...); err != nil {
-			return fmt.Errorf("stats: flush savings of %d tenant scopes: %w", len(deltas), err)
-		}
-	}
-	return nil
+	return out
 }

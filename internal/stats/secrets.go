@@ -2,11 +2,12 @@ package stats
 
 import (
 	"context"
-	"database/sql"
 	"fmt"
 	"time"
 
 	"github.com/jmoiron/sqlx"
+
+	"github.com/idemguard/idemguard/internal/mysqlstore"
 )
 
 // SecretRows is how many live rows of idempotency_keys one secret id still
@@ -26,34 +27,21 @@ type SecretRows struct {
 	LastExpires time.Time `json:"last_expires_at"`
 }
 
-// secretRowsSQL reads the index idx_idempotency_secret (secret_id, status,
-// expires_at) alone, never the rows.
-const secretRowsSQL = `SELECT secret_id, COUNT(*) AS live, COALESCE(SUM(status = 'started'), 0) AS started,
-  MAX(expires_at) AS last_expires
-FROM idempotency_keys
-WHERE expires_at >= UTC_TIMESTAMP(6) OR status = 'started'
-GROUP BY secret_id
-ORDER BY secret_id`
-
 // CollectSecretRows returns the live rows per secret id, ordered by id (the
-// unnamed secret first), and the database clock they were counted at.
+// unnamed secret first), and the database clock they were counted at. It
+// reads the index idx_idempotency_secret alone (mysqlstore.SecretRowCounts).
 func CollectSecretRows(ctx context.Context, db *sqlx.DB) ([]SecretRows, time.Time, error) {
-	var now time.Time
-	if err := db.GetContext(ctx, &now, `SELECT UTC_TIMESTAMP(6)`); err != nil {
+	now, err := mysqlstore.DBNow(ctx, db)
+	if err != nil {
 		return nil, time.Time{}, fmt.Errorf("stats: read the database clock: %w", err)
 	}
-	var rows []struct {
-		SecretID    sql.NullString `db:"secret_id"`
-		Live        int64          `db:"live"`
-		Started     int64          `db:"started"`
-		LastExpires time.Time      `db:"last_expires"`
-	}
-	if err := db.SelectContext(ctx, &rows, secretRowsSQL); err != nil {
+	rows, err := mysqlstore.SecretRowCounts(ctx, db)
+	if err != nil {
 		return nil, time.Time{}, fmt.Errorf("stats: count rows per secret id: %w", err)
 	}
 	out := make([]SecretRows, len(rows))
 	for i, r := range rows {
-		out[i] = SecretRows{SecretID: r.SecretID.String, Live: r.Live, Started: r.Started, LastExpires: r.LastExpires}
+		out[i] = SecretRows{SecretID: r.SecretID, Live: r.Live, Started: r.Started, LastExpires: r.LastExpires}
 	}
 	return out, now, nil
 }

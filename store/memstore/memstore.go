@@ -146,10 +146,10 @@ func (s *Store) Reclaim(ctx context.Context, p store.ReclaimParams) (bool, error
 		return false, nil
 	}
 	now := s.clock()
-	stale := memStale(r, now, p.StaleAfter)
+	rec := judged(r, now)
 	switch p.Kind {
 	case store.ReclaimExpired:
-		if !r.ExpiresAt.Before(now) || (r.Status == store.RowStarted && !stale) {
+		if !rec.Reclaimable(p.StaleAfter) {
 			return false, nil
 		}
 		*r = store.Record{ID: r.ID, Tenant: r.Tenant, Scope: r.Scope, KeyHash: r.KeyHash,
@@ -157,13 +157,13 @@ func (s *Store) Reclaim(ctx context.Context, p store.ReclaimParams) (bool, error
 			CreatedAt: now, StartedAt: now, HeartbeatAt: now, ExpiresAt: now.Add(p.TTL), Lease: p.Lease,
 			SecretID: p.SecretID}
 	case store.ReclaimStale:
-		if !stale {
+		if !rec.Stale(p.StaleAfter) {
 			return false, nil
 		}
 		r.Attempts++
 		r.StartedAt, r.HeartbeatAt, r.Lease = now, now, p.Lease
 	case store.ReclaimFailed:
-		if r.Status != store.RowFailed || r.Attempts >= p.MaxAttempts || r.ExpiresAt.Before(now) {
+		if r.Status != store.RowFailed || r.Attempts >= p.MaxAttempts || rec.Expired() {
 			return false, nil
 		}
 		r.Status = store.RowStarted
@@ -187,7 +187,7 @@ func (s *Store) Abandon(ctx context.Context, p store.AbandonParams) (bool, error
 	defer s.mu.Unlock()
 	r := s.byID(p.ID)
 	now := s.clock()
-	if r == nil || r.ClaimNonce != p.OldNonce || r.Attempts != p.OldAttempts || !memStale(r, now, p.StaleAfter) {
+	if r == nil || r.ClaimNonce != p.OldNonce || r.Attempts != p.OldAttempts || !judged(r, now).Stale(p.StaleAfter) {
 		return false, nil
 	}
 	r.Status = store.RowFailed
@@ -266,10 +266,12 @@ func cloneEvents(b []byte) []byte {
 	return append([]byte{}, b...)
 }
 
-// stale reports whether r is a started row whose heartbeat is older than its
-// lease (fallback for a row without one) at now.
-func memStale(r *store.Record, now time.Time, fallback time.Duration) bool {
-	return r.Status == store.RowStarted && r.HeartbeatAt.Before(now.Add(-r.LeaseOr(fallback)))
+// judged is r as read at now, for the staleness rule's methods
+// (store.Record.Expired, Stale, Reclaimable): the one definition of the rule.
+func judged(r *store.Record, now time.Time) store.Record {
+	c := *r
+	c.Now = now
+	return c
 }
 
 // Ping implements store.Store.

@@ -48,6 +48,13 @@ type Harness struct {
 	Dump func(t testing.TB) string
 	// Break makes every later store call fail as if the database were gone.
 	Break func(t testing.TB)
+	// Sweep, for a store that has a cleanup, runs it once to the end: it
+	// deletes every row the cleanup deletes, judging a row without a lease
+	// by fallback (the cleanup's StaleAfter), and returns how many it
+	// deleted. Store/StalenessRuleIsOneDefinition holds it to the staleness
+	// rule (store.Record.Reclaimable). nil for a store without a cleanup:
+	// that case then checks the store's guarded writes alone.
+	Sweep func(t testing.TB, fallback time.Duration) int64
 }
 
 // Exercise runs the whole suite against the stores newHarness returns: every
@@ -105,6 +112,10 @@ func cases(run func(name string, tc caseFunc)) {
 	// Edge store: the lease and the release at their edges (edge_cases.go).
 	run("Store/StalenessIsJudgedByTheOwnersLease", storeStalenessIsJudgedByTheOwnersLease)
 	run("Store/ReleaseGivesBackAClaimThatNeverRan", storeReleaseGivesBackAClaimThatNeverRan)
+
+	// The staleness rule: one definition for the guard, the store and its
+	// cleanup (stale_cases.go).
+	run("Store/StalenessRuleIsOneDefinition", storeStalenessRuleIsOneDefinition)
 
 	// Guard: Do over the store (guard_cases.go).
 	run("Guard/FirstCallRunsThenReplaysByteForByte", guardFirstCallRunsThenReplaysByteForByte)

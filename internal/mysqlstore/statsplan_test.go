@@ -1,4 +1,4 @@
-package stats
+package mysqlstore
 
 import (
 	"testing"
@@ -24,18 +24,15 @@ import (
 // full scan for any window over ~10% of the table.
 func TestKeysWindowReadsTheCoveringIndex(t *testing.T) {
 	t.Parallel()
-	d := testdb.New(t, testdb.WithPool(mysqlconn.PoolConfig{MaxOpenConns: 4}))
-	ctx := t.Context()
 	// 10,000 keys created in the last few hours (inside a 24h window), 10,000 created more than a
 	// day ago (outside it, inside 72h).
-	require.NoError(t, cleanuptest.Seed(ctx, d.DB, cleanuptest.Rows{Live: 10_000, Expired: 10_000}))
-	_, err := d.DB.ExecContext(ctx, `ANALYZE TABLE idempotency_keys`)
-	require.NoError(t, err)
+	d := seeded(t, cleanuptest.Rows{Live: 10_000, Expired: 10_000})
+	ctx := t.Context()
 
 	var now time.Time
 	require.NoError(t, d.DB.GetContext(ctx, &now, `SELECT UTC_TIMESTAMP(6)`))
 	for _, since := range []time.Duration{time.Hour, 24 * time.Hour, 72 * time.Hour} {
-		plans := testdb.Explain(t, d.DB, keysSQL, now.Add(-since))
+		plans := testdb.Explain(t, d.DB, keysWindowSQL, now.Add(-since))
 		require.Len(t, plans, 1)
 		p := plans[0]
 		t.Logf("--since %s: %v", since, p)
@@ -45,10 +42,40 @@ func TestKeysWindowReadsTheCoveringIndex(t *testing.T) {
 	}
 
 	// And the figures are the rows of the window.
-	r, err := Collect(ctx, d.DB, 24*time.Hour)
+	r, err := KeysCreatedSince(ctx, d.DB, now.Add(-24*time.Hour))
 	require.NoError(t, err)
-	require.Equal(t, int64(10_000), r.TotalKeys)
-	r, err = Collect(ctx, d.DB, 72*time.Hour)
+	require.Equal(t, int64(10_000), r.Total)
+	r, err = KeysCreatedSince(ctx, d.DB, now.Add(-72*time.Hour))
 	require.NoError(t, err)
-	require.Equal(t, int64(20_000), r.TotalKeys)
+	require.Equal(t, int64(20_000), r.Total)
+}
+
+// The per-secret counts (`stats secrets`, and serve's check at start) read the covering index
+// idx_idempotency_secret (migration 00017) alone, never the rows with their JSON responses.
+func TestSecretRowsReadTheCoveringIndex(t *testing.T) {
+	t.Parallel()
+	d := seeded(t, cleanuptest.Rows{Live: 5_000, Expired: 5_000})
+	ctx := t.Context()
+	plans := testdb.Explain(t, d.DB, secretRowsSQL)
+	require.Len(t, plans, 1)
+	p := plans[0]
+	require.Equal(t, "idx_idempotency_secret", p["key"], "plan: %v", p)
+	require.Contains(t, p["Extra"], "Using index", "plan: %v", p)
+
+	rows, err := SecretRowCounts(ctx, d.DB)
+	require.NoError(t, err)
+	require.Len(t, rows, 1, "the seeded rows carry no secret id")
+	require.Equal(t, "", rows[0].SecretID)
+	require.EqualValues(t, 5_000, rows[0].Live)
+}
+
+// seeded is a fresh database holding rows, with fresh index statistics (ANALYZE TABLE), for
+// the plan tests.
+func seeded(t *testing.T, rows cleanuptest.Rows) *testdb.Database {
+	t.Helper()
+	d := testdb.New(t, testdb.WithPool(mysqlconn.PoolConfig{MaxOpenConns: 4}))
+	require.NoError(t, cleanuptest.Seed(t.Context(), d.DB, rows))
+	_, err := d.DB.ExecContext(t.Context(), `ANALYZE TABLE idempotency_keys`)
+	require.NoError(t, err)
+	return d
 }
