@@ -29,11 +29,7 @@ type historyAnswer struct {
 // events, and another tenant's key, are the same 404; a store failure is a
 // 503.
 func (h *handlers) keyHistory(c *gin.Context) {
-	tenant, scope, ok := h.tenantScope(c)
-	if !ok {
-		return
-	}
-	_, key, ok := h.keyOfRef(c, tenant, scope.Name, false)
+	_, _, key, ok := h.keyRoute(c, false)
 	if !ok {
 		return
 	}

@@ -65,11 +65,7 @@ func (h *handlers) runAsync(c *gin.Context, tenant tenancy.ID, scope *Scope, req
 	c.Header(pipeline.HeaderPreferenceApplied, pipeline.PreferAsync)
 	rec := keyRecord{Ref: ref, Scope: scope.Name, Status: string(store.RowStarted), AttemptCount: res.Attempt}
 	if key, err := h.guard.KeyOfHash(tenant, scope.Name, res.KeyHash); err == nil {
-		if info, err := h.guard.Lookup(c.Request.Context(), key); err == nil {
-			if r, err := keyRecordOf(ref, scope.Name, info); err == nil {
-				rec = r
-			}
-		}
+		rec = h.recordOf(c.Request.Context(), key, rec)
 	}
 	c.Set(stopReasonKey, string(sanitize.InProgress))
 	c.Data(http.StatusAccepted, pipeline.ContentJSON, pipeline.EncodeJSON(rec))
@@ -141,10 +137,33 @@ func keyRecordOf(ref, scope string, info idemguard.KeyInfo) (keyRecord, error) {
 	return rec, nil
 }
 
+// recordOf is the key record of key as it stands, or else (the store did
+// not answer) what the caller knows of it.
+func (h *handlers) recordOf(ctx context.Context, key idemguard.Key, known keyRecord) keyRecord {
+	if info, err := h.guard.Lookup(ctx, key); err == nil {
+		if r, err := keyRecordOf(known.Ref, known.Scope, info); err == nil {
+			return r
+		}
+	}
+	return known
+}
+
 // staleAdvice is what a caller of a stale key can do.
 const staleAdvice = "the process running this key stopped answering; send the same request with the same " +
 	"Idempotency-Key again to run it (it is taken over, or marked abandoned where the scope never runs twice): " +
 	"idemguard never stores the inputs, so it cannot re-run the key by itself"
+
+// keyRoute reads what every key route starts with: the caller's tenant,
+// the scope and the key of the :key reference (keyOfRef). It answers 401,
+// 404 or 400 itself.
+func (h *handlers) keyRoute(c *gin.Context, rotated bool) (scope *Scope, ref string, key idemguard.Key, ok bool) {
+	tenant, scope, ok := h.tenantScope(c)
+	if !ok {
+		return nil, "", idemguard.Key{}, false
+	}
+	ref, key, ok = h.keyOfRef(c, tenant, scope.Name, rotated)
+	return scope, ref, key, ok
+}
 
 // keyOfRef resolves the :key of a key route to the Key of its row
 // (pipeline.ParseRef). With rotated, a client key whose row was made under
@@ -176,11 +195,7 @@ func (h *handlers) keyOfRef(c *gin.Context, tenant tenancy.ID, scope string, rot
 // process, stops at its next heartbeat); 409 for a finished key; 404 for
 // an unknown key or another tenant's.
 func (h *handlers) cancelKey(c *gin.Context) {
-	tenant, scope, ok := h.tenantScope(c)
-	if !ok {
-		return
-	}
-	ref, key, ok := h.keyOfRef(c, tenant, scope.Name, true)
+	scope, ref, key, ok := h.keyRoute(c, true)
 	if !ok {
 		return
 	}
@@ -188,12 +203,7 @@ func (h *handlers) cancelKey(c *gin.Context) {
 		h.fail(c, err)
 		return
 	}
-	rec := keyRecord{Ref: ref, Scope: scope.Name, Status: string(store.RowStarted), CancelRequested: true}
-	if info, err := h.guard.Lookup(c.Request.Context(), key); err == nil {
-		if r, err := keyRecordOf(ref, scope.Name, info); err == nil {
-			rec = r
-		}
-	}
+	rec := h.recordOf(c.Request.Context(), key, keyRecord{Ref: ref, Scope: scope.Name, Status: string(store.RowStarted), CancelRequested: true})
 	c.Header(pipeline.HeaderLocation, h.locationPrefix+keyPath(scope.Name, ref))
 	c.Data(http.StatusAccepted, pipeline.ContentJSON, pipeline.EncodeJSON(rec))
 }
@@ -212,11 +222,7 @@ type keyEvent struct {
 // event; a stream with nothing left to say (the final event was seen)
 // answers 204, which tells an EventSource to stop reconnecting.
 func (h *handlers) watchKey(c *gin.Context) {
-	tenant, scope, ok := h.tenantScope(c)
-	if !ok {
-		return
-	}
-	ref, key, ok := h.keyOfRef(c, tenant, scope.Name, true)
+	scope, ref, key, ok := h.keyRoute(c, true)
 	if !ok {
 		return
 	}

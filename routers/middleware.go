@@ -147,5 +147,5 @@ func (h *handlers) recovery(c *gin.Context) {
 	c.Next()
 }
 
-// errPanic is the error of a recovered panic; problemFor maps it to 500.
+// errPanic is the error of a recovered panic; pipeline.ProblemFor maps it to 500.
 var errPanic = errors.New("handler panicked")

@@ -171,17 +171,10 @@ type keyRecord struct {
 // (pipeline.ParseRef): a client key, found under every configured secret,
 // or "~" and a key hash. Another tenant's key is a 404, like an absent one.
 func (h *handlers) lookupKey(c *gin.Context) {
-	tenant, scope, ok := h.tenantScope(c)
+	scope, ref, key, ok := h.keyRoute(c, false) // Lookup finds a client key under every secret
 	if !ok {
 		return
 	}
-	ref := c.Param("key")
-	key, _, err := pipeline.ParseRef(h.guard, tenant, scope.Name, ref)
-	if err != nil {
-		h.fail(c, err)
-		return
-	}
-	c.Set(keyHashKey, shortHash(key.Hash()))
 	info, err := h.guard.Lookup(c.Request.Context(), key)
 	if err != nil {
 		h.fail(c, err)

@@ -162,7 +162,7 @@ func cutOutsideQuotes(s string, sep byte) (before, after string, found bool) {
 	return s, "", false
 }
 
-// preferenceApplied renders the applied wait: whole seconds, rounded up.
+// PreferenceApplied renders the applied wait: whole seconds, rounded up.
 func PreferenceApplied(wait time.Duration) string {
 	return "wait=" + strconv.FormatInt(int64((wait+time.Second-1)/time.Second), 10)
 }

@@ -44,7 +44,7 @@ type Problem struct {
 	Errors []idemguard.FieldError `json:"errors,omitempty"`
 }
 
-// requestError is a request the handlers reject before the guard sees it.
+// RequestError is a request the handlers reject before the guard sees it.
 // Its detail is shown to the client, so it never holds the client key, the
 // body or credentials.
 type RequestError struct {
@@ -55,11 +55,12 @@ type RequestError struct {
 func (e *RequestError) Error() string { return e.kind.Error() + ": " + e.detail }
 func (e *RequestError) Unwrap() error { return e.kind }
 
+// Reject is a RequestError of kind whose detail is the formatted text.
 func Reject(kind error, format string, args ...any) error {
 	return &RequestError{kind: kind, detail: fmt.Sprintf(format, args...)}
 }
 
-// The kinds of requestError.
+// The kinds of RequestError.
 var (
 	ErrUnknownScope     = errors.New("unknown scope")
 	ErrUnknownRoute     = errors.New("unknown route")
@@ -77,8 +78,9 @@ var (
 	ErrNoScope = errors.New("no scope")
 )
 
-// problemFor maps an error to the Problem answered for it. It is the only
-// place that decides which status an error gets.
+// ProblemFor maps an error to the problem answered for it. It is the only
+// place that decides which status an error gets: the cases that need more
+// than the error's kind here, then the table of kinds (kindProblems).
 func ProblemFor(err error) Problem {
 	var re *RequestError
 	detail := ""
@@ -90,73 +92,73 @@ func ProblemFor(err error) Problem {
 	switch {
 	case errors.Is(err, auth.ErrNoCredentials), errors.Is(err, auth.ErrInvalidCredentials):
 		return NewProblem(http.StatusUnauthorized, "unauthorized", "Unauthorized", sanitize.Unknown, unauthorizedDetail(err))
-	case errors.Is(err, ErrUnknownScope):
-		return NewProblem(http.StatusNotFound, "unknown-scope", "Unknown scope", sanitize.Unknown, detail)
-	case errors.Is(err, ErrUnknownRoute):
-		return NewProblem(http.StatusNotFound, "unknown-route", "Not found", sanitize.Unknown, detail)
-	case errors.Is(err, idemguard.ErrNotFound):
-		return NewProblem(http.StatusNotFound, "key-not-found", "Key not found", sanitize.Unknown,
-			"no record of this key in this scope for your tenant (absent or expired)")
-	case errors.Is(err, ErrMethodNotAllowed):
-		return NewProblem(http.StatusMethodNotAllowed, "method-not-allowed", "Method not allowed", sanitize.Unknown, detail)
-	case errors.Is(err, ErrMissingKey):
-		return NewProblem(http.StatusBadRequest, "missing-idempotency-key", "Missing Idempotency-Key", sanitize.InvalidInput, detail)
-	case errors.Is(err, ErrInvalidKey), errors.Is(err, ErrDuplicateKey):
-		return NewProblem(http.StatusBadRequest, "invalid-idempotency-key", "Invalid Idempotency-Key", sanitize.InvalidInput, detail)
-	case errors.Is(err, ErrInvalidRef):
-		return NewProblem(http.StatusBadRequest, "invalid-key-reference", "Invalid key reference", sanitize.InvalidInput, detail)
-	case errors.As(err, &tooLarge), errors.Is(err, ErrBodyTooLarge):
+	case errors.As(err, &tooLarge):
 		return NewProblem(http.StatusRequestEntityTooLarge, "body-too-large", "Body too large", sanitize.InvalidInput, detail)
-	case errors.Is(err, ErrInvalidBody):
-		return NewProblem(http.StatusBadRequest, "invalid-body", "Invalid body", sanitize.InvalidInput, detail)
-	case errors.Is(err, idemguard.ErrKeyFinished):
-		return NewProblem(http.StatusConflict, "key-finished", "Key finished", sanitize.Unknown,
-			"this key's answer is stored; there is nothing running to cancel")
-	case errors.Is(err, idemguard.ErrTooManyWatchers):
-		return NewProblem(http.StatusTooManyRequests, "too-many-waiters", "Too many watchers", sanitize.RateLimited,
-			"this key, or your tenant, has as many open event streams on this server as it allows; close one, or poll the key record")
-	case errors.Is(err, ErrInvalidQuery):
-		return NewProblem(http.StatusBadRequest, "invalid-query", "Invalid query parameter", sanitize.InvalidInput, detail)
-	case errors.Is(err, idemguard.ErrFingerprintMismatch):
-		return NewProblem(http.StatusUnprocessableEntity, "idempotency-key-reused", "Idempotency-Key reused with other inputs", sanitize.InvalidInput,
-			"this Idempotency-Key was already used with a different request body; use a new key for a new request")
 	case errors.As(err, &inputErr) && len(inputErr.Fields) > 0:
 		return inputProblem(inputErr)
-	case errors.Is(err, idemguard.ErrInvalidInput):
-		// The router validates everything the guard does, so this is rare;
-		// the engine's message may quote the input, so it is not shown.
-		return NewProblem(http.StatusBadRequest, "invalid-input", "Invalid input", sanitize.InvalidInput,
-			"the request was rejected as invalid input")
-	case errors.Is(err, idemguard.ErrInvalidResult):
+	case errors.Is(err, idemguard.ErrInvalidResult) && detail == "":
 		// A bug in the operation (or the wrapped handler), never an
 		// upstream failure: it has been logged where it happened.
-		if detail == "" {
-			detail = "the operation returned something other than a JSON object; it has been logged, and the key may run again once fixed"
+		detail = "the operation returned something other than a JSON object; it has been logged, and the key may run again once fixed"
+	}
+	for _, k := range kindProblems {
+		if errors.Is(err, k.kind) {
+			p := k.problem
+			if p.Detail == "" {
+				p.Detail = detail
+			}
+			return p
 		}
-		return NewProblem(http.StatusInternalServerError, "invalid-result", "Invalid operation result", sanitize.Unknown, detail)
-	case errors.Is(err, ErrNoScope):
-		return NewProblem(http.StatusInternalServerError, "internal", "Internal server error", sanitize.Unknown,
-			"an unexpected error; it has been logged")
-	case errors.Is(err, idemguard.ErrTooManyWaiters):
-		return NewProblem(http.StatusTooManyRequests, "too-many-waiters", "Too many waiting requests", sanitize.InProgress,
-			"too many requests already wait for this key's running operation; retry after Retry-After seconds, without Prefer: wait")
-	case errors.Is(err, idemguard.ErrStoreUnavailable):
-		return NewProblem(http.StatusServiceUnavailable, "store-unavailable", "Store unavailable", sanitize.Unknown,
-			"the idempotency store cannot be reached; nothing was run; retry after Retry-After seconds")
-	case errors.Is(err, ErrNotReady):
-		return NewProblem(http.StatusServiceUnavailable, "not-ready", "Not ready", sanitize.Unknown, detail)
-	case errors.Is(err, ErrNoMetrics):
-		return NewProblem(http.StatusNotFound, "unknown-route", "Not found", sanitize.Unknown, detail)
 	}
 	return NewProblem(http.StatusInternalServerError, "internal", "Internal server error", sanitize.Unknown,
 		"an unexpected error; it has been logged")
 }
 
+// kindProblems are the problems of the error kinds, tried in order. A
+// problem without a detail takes the RequestError's.
+var kindProblems = []struct {
+	kind    error
+	problem Problem
+}{
+	{ErrUnknownScope, NewProblem(http.StatusNotFound, "unknown-scope", "Unknown scope", sanitize.Unknown, "")},
+	{ErrUnknownRoute, NewProblem(http.StatusNotFound, "unknown-route", "Not found", sanitize.Unknown, "")},
+	{idemguard.ErrNotFound, NewProblem(http.StatusNotFound, "key-not-found", "Key not found", sanitize.Unknown,
+		"no record of this key in this scope for your tenant (absent or expired)")},
+	{ErrMethodNotAllowed, NewProblem(http.StatusMethodNotAllowed, "method-not-allowed", "Method not allowed", sanitize.Unknown, "")},
+	{ErrMissingKey, NewProblem(http.StatusBadRequest, "missing-idempotency-key", "Missing Idempotency-Key", sanitize.InvalidInput, "")},
+	{ErrInvalidKey, NewProblem(http.StatusBadRequest, "invalid-idempotency-key", "Invalid Idempotency-Key", sanitize.InvalidInput, "")},
+	{ErrDuplicateKey, NewProblem(http.StatusBadRequest, "invalid-idempotency-key", "Invalid Idempotency-Key", sanitize.InvalidInput, "")},
+	{ErrInvalidRef, NewProblem(http.StatusBadRequest, "invalid-key-reference", "Invalid key reference", sanitize.InvalidInput, "")},
+	{ErrBodyTooLarge, NewProblem(http.StatusRequestEntityTooLarge, "body-too-large", "Body too large", sanitize.InvalidInput, "")},
+	{ErrInvalidBody, NewProblem(http.StatusBadRequest, "invalid-body", "Invalid body", sanitize.InvalidInput, "")},
+	{idemguard.ErrKeyFinished, NewProblem(http.StatusConflict, "key-finished", "Key finished", sanitize.Unknown,
+		"this key's answer is stored; there is nothing running to cancel")},
+	{idemguard.ErrTooManyWatchers, NewProblem(http.StatusTooManyRequests, "too-many-waiters", "Too many watchers", sanitize.RateLimited,
+		"this key, or your tenant, has as many open event streams on this server as it allows; close one, or poll the key record")},
+	{ErrInvalidQuery, NewProblem(http.StatusBadRequest, "invalid-query", "Invalid query parameter", sanitize.InvalidInput, "")},
+	{idemguard.ErrFingerprintMismatch, NewProblem(http.StatusUnprocessableEntity, "idempotency-key-reused", "Idempotency-Key reused with other inputs", sanitize.InvalidInput,
+		"this Idempotency-Key was already used with a different request body; use a new key for a new request")},
+	// The router validates everything the guard does, so this is rare; the
+	// engine's message may quote the input, so it is not shown.
+	{idemguard.ErrInvalidInput, NewProblem(http.StatusBadRequest, "invalid-input", "Invalid input", sanitize.InvalidInput,
+		"the request was rejected as invalid input")},
+	{idemguard.ErrInvalidResult, NewProblem(http.StatusInternalServerError, "invalid-result", "Invalid operation result", sanitize.Unknown, "")},
+	{ErrNoScope, NewProblem(http.StatusInternalServerError, "internal", "Internal server error", sanitize.Unknown,
+		"an unexpected error; it has been logged")},
+	{idemguard.ErrTooManyWaiters, NewProblem(http.StatusTooManyRequests, "too-many-waiters", "Too many waiting requests", sanitize.InProgress,
+		"too many requests already wait for this key's running operation; retry after Retry-After seconds, without Prefer: wait")},
+	{idemguard.ErrStoreUnavailable, NewProblem(http.StatusServiceUnavailable, "store-unavailable", "Store unavailable", sanitize.Unknown,
+		"the idempotency store cannot be reached; nothing was run; retry after Retry-After seconds")},
+	{ErrNotReady, NewProblem(http.StatusServiceUnavailable, "not-ready", "Not ready", sanitize.Unknown, "")},
+	{ErrNoMetrics, NewProblem(http.StatusNotFound, "unknown-route", "Not found", sanitize.Unknown, "")},
+}
+
+// NewProblem is a problem of type ProblemTypePrefix+slug.
 func NewProblem(status int, slug, title string, reason sanitize.StopReason, detail string) Problem {
 	return Problem{Type: ProblemTypePrefix + slug, Title: title, Status: status, Detail: detail, StopReason: reason}
 }
 
-// resultProblem is the answer for a guard result that is not a success: an
+// ResultProblem is the answer for a guard result that is not a success: an
 // operation in progress (409) or failed (its stored status, 502). It depends
 // only on the status, stopReason and cached, so a replayed failure equals the
 // first answer except for "cached".
@@ -199,7 +201,7 @@ func failureDetail(r sanitize.StopReason) string {
 	return "the operation failed" + retry
 }
 
-// encodeJSON encodes v without HTML escaping and without a trailing newline.
+// EncodeJSON encodes v without HTML escaping and without a trailing newline.
 func EncodeJSON(v any) []byte {
 	var buf bytes.Buffer
 	enc := json.NewEncoder(&buf)
