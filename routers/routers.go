@@ -19,20 +19,21 @@ import (
 	"github.com/idemguard/idemguard/internal/keys"
 	"github.com/idemguard/idemguard/routers/auth"
 	"github.com/idemguard/idemguard/routers/internal/pipeline"
+	"github.com/idemguard/idemguard/routers/middleware"
 	"github.com/idemguard/idemguard/sanitize"
 )
 
-// Defaults of Options.
+// Defaults of Options: the middleware's.
 const (
 	// DefaultMaxBodyBytes is the largest request body accepted (1 MiB).
-	DefaultMaxBodyBytes = pipeline.DefaultMaxBodyBytes
+	DefaultMaxBodyBytes = middleware.DefaultMaxBodyBytes
 	// DefaultMaxWait caps Prefer: wait=N.
-	DefaultMaxWait = pipeline.DefaultMaxWait
+	DefaultMaxWait = middleware.DefaultMaxWait
 	// DefaultRetryAfter is the Retry-After of a 409 (operation in progress)
 	// and of a 429.
-	DefaultRetryAfter = pipeline.DefaultRetryAfter
+	DefaultRetryAfter = middleware.DefaultRetryAfter
 	// DefaultUnavailableRetryAfter is the Retry-After of a 503.
-	DefaultUnavailableRetryAfter = pipeline.DefaultUnavailableRetryAfter
+	DefaultUnavailableRetryAfter = middleware.DefaultUnavailableRetryAfter
 	// ReadyTimeout bounds one call of Options.Ready.
 	ReadyTimeout = 3 * time.Second
 	// CORSMaxAge is how long browsers may cache a preflight answer.
@@ -99,7 +100,7 @@ type Options struct {
 	// MaxWait caps Prefer: wait=N. Defaults to DefaultMaxWait (30s). The
 	// engine's Config.MaxWait caps it too, so set that at least as high.
 	MaxWait time.Duration
-	// RetryAfter is the Retry-After of a 409 (in progress), rounded up to
+	// RetryAfter is the Retry-After of a 409 (in progress) and a 429, rounded up to
 	// whole seconds. Defaults to DefaultRetryAfter (1s).
 	RetryAfter time.Duration
 	// UnavailableRetryAfter is the Retry-After of a 503 (store down, not
@@ -365,8 +366,8 @@ func corsMiddleware(origins []string, loopback bool) gin.HandlerFunc {
 	}
 }
 
-// ProblemTypePrefix begins every problem type URI; the rest is the slug
-// (docs/openapi.yaml lists them).
+// ProblemTypePrefix ("urn:idemguard:problem:") begins every problem type
+// URI; the rest is the slug (docs/openapi.yaml lists them).
 const ProblemTypePrefix = pipeline.ProblemTypePrefix
 
 // Keys of values handlers put into the gin context.

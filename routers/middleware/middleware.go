@@ -30,6 +30,19 @@ import (
 	"github.com/idemguard/idemguard/tenancy"
 )
 
+// Defaults of Options, and of the REST API's routers.Options.
+const (
+	// DefaultMaxBodyBytes is the largest request body accepted (1 MiB).
+	DefaultMaxBodyBytes = 1 << 20
+	// DefaultMaxWait caps Prefer: wait=N.
+	DefaultMaxWait = 30 * time.Second
+	// DefaultRetryAfter is the Retry-After of a 409 (operation in
+	// progress) and of a 429.
+	DefaultRetryAfter = time.Second
+	// DefaultUnavailableRetryAfter is the Retry-After of a 503.
+	DefaultUnavailableRetryAfter = 5 * time.Second
+)
+
 // Options configure the middleware: Idempotent here, for net/http, and
 // routers.Idempotent, for gin.
 type Options struct {
@@ -57,14 +70,15 @@ type Options struct {
 	Timeout time.Duration
 	// MaxBodyBytes caps the request body (413 above) and the handler's
 	// buffered response (a larger one is an error). Defaults to
-	// 1 MiB.
+	// DefaultMaxBodyBytes (1 MiB).
 	MaxBodyBytes int64
-	// MaxWait caps Prefer: wait=N. Defaults to 30s.
+	// MaxWait caps Prefer: wait=N. Defaults to DefaultMaxWait (30s).
 	MaxWait time.Duration
-	// RetryAfter is the Retry-After of a 409 (in progress). Defaults to 1s.
+	// RetryAfter is the Retry-After of a 409 (in progress) and of a 429
+	// (too many waiters). Defaults to DefaultRetryAfter (1s).
 	RetryAfter time.Duration
 	// UnavailableRetryAfter is the Retry-After of a 503 (store down).
-	// Defaults to 5s.
+	// Defaults to DefaultUnavailableRetryAfter (5s).
 	UnavailableRetryAfter time.Duration
 	// Keep is what of the handler's JSON answer is stored and replayed. nil
 	// keeps the idemguard envelope (ok, stopReason, traceId, data with
@@ -189,10 +203,10 @@ func New(o Options) *Middleware {
 	}
 	return &Middleware{
 		guard: o.Guard,
-		answers: pipeline.NewAnswers(cmp.Or(o.RetryAfter, pipeline.DefaultRetryAfter),
-			cmp.Or(o.UnavailableRetryAfter, pipeline.DefaultUnavailableRetryAfter), cmp.Or(o.Logger, slog.Default())),
-		limits: pipeline.Limits{MaxBody: cmp.Or(o.MaxBodyBytes, pipeline.DefaultMaxBodyBytes),
-			MaxWait: cmp.Or(o.MaxWait, pipeline.DefaultMaxWait)},
+		answers: pipeline.NewAnswers(cmp.Or(o.RetryAfter, DefaultRetryAfter),
+			cmp.Or(o.UnavailableRetryAfter, DefaultUnavailableRetryAfter), cmp.Or(o.Logger, slog.Default())),
+		limits: pipeline.Limits{MaxBody: cmp.Or(o.MaxBodyBytes, DefaultMaxBodyBytes),
+			MaxWait: cmp.Or(o.MaxWait, DefaultMaxWait)},
 		route:       pipeline.Route{Scope: o.Scope, Settings: o.Settings, Timeout: o.Timeout, Keep: o.Keep},
 		keyRequired: o.KeyRequired,
 		headers:     kept,

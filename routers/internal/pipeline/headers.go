@@ -22,14 +22,6 @@ const (
 	HeaderLocation          = "Location"
 )
 
-// Defaults of both doors' options.
-const (
-	DefaultMaxBodyBytes          = 1 << 20
-	DefaultMaxWait               = 30 * time.Second
-	DefaultRetryAfter            = time.Second
-	DefaultUnavailableRetryAfter = 5 * time.Second
-)
-
 // PreferAsync is the preference of a background run (RFC 7240).
 const PreferAsync = "respond-async"
 
