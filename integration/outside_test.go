@@ -52,6 +52,25 @@ func buildOutsideModule(t *testing.T) string {
 	require.NoError(t, err)
 	require.NoError(t, os.WriteFile(filepath.Join(dir, "main.go"), main, 0o600))
 
+	writeOutsideGoMod(t, dir, checkout)
+
+	bin := filepath.Join(dir, "outside")
+	build := exec.Command("go", "build", "-o", bin, ".")
+	build.Dir = dir
+	build.Env = append(os.Environ(), "GOFLAGS=-mod=mod", "GOPROXY=off", "GOWORK=off", "GOSUMDB=off")
+	out, err := build.CombinedOutput()
+	require.NoError(t, err, "building the outside module (README's Go blocks):\n%s", out)
+	vet := exec.Command("go", "vet", ".")
+	vet.Dir, vet.Env = dir, build.Env
+	out, err = vet.CombinedOutput()
+	require.NoError(t, err, "go vet of the outside module:\n%s", out)
+	return bin
+}
+
+// writeOutsideGoMod makes dir a module of its own (example.com/outside)
+// that requires idemguard through a replace to checkout, built offline.
+func writeOutsideGoMod(t *testing.T, dir, checkout string) {
+	t.Helper()
 	// The checkout's own requirements pin every dependency to a version in
 	// the module cache; its go.sum vouches for them.
 	ourMod, err := os.ReadFile(filepath.Join(checkout, "go.mod"))
@@ -75,18 +94,6 @@ func buildOutsideModule(t *testing.T) string {
 	sum, err := os.ReadFile(filepath.Join(checkout, "go.sum"))
 	require.NoError(t, err)
 	require.NoError(t, os.WriteFile(filepath.Join(dir, "go.sum"), sum, 0o600))
-
-	bin := filepath.Join(dir, "outside")
-	build := exec.Command("go", "build", "-o", bin, ".")
-	build.Dir = dir
-	build.Env = append(os.Environ(), "GOFLAGS=-mod=mod", "GOPROXY=off", "GOWORK=off", "GOSUMDB=off")
-	out, err := build.CombinedOutput()
-	require.NoError(t, err, "building the outside module (README's Go blocks):\n%s", out)
-	vet := exec.Command("go", "vet", ".")
-	vet.Dir, vet.Env = dir, build.Env
-	out, err = vet.CombinedOutput()
-	require.NoError(t, err, "go vet of the outside module:\n%s", out)
-	return bin
 }
 
 // TestOutsideModule: another module can use idemguard as README shows, and

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/gin-gonic/gin"
+	"github.com/idemguard/idemguard/routers/internal/pipeline"
 )
 
 // Defaults of AuthFailureLimit.
@@ -157,8 +158,8 @@ func (h *handlers) refuseBlocked(c *gin.Context) bool {
 	if h.authFails.limit.OnLimited != nil {
 		h.authFails.limit.OnLimited()
 	}
-	c.Header(headerRetryAfter, retryAfterSeconds(wait))
-	writeProblem(c, problemFor(errTooManyAuthFailures))
+	c.Header(pipeline.HeaderRetryAfter, pipeline.RetryAfterSeconds(wait))
+	h.problem(c, pipeline.ProblemFor(pipeline.ErrTooManyAuthFailures))
 	c.Abort()
 	return true
 }

@@ -11,6 +11,7 @@ import (
 
 	"github.com/idemguard/idemguard/routers/auth"
 	"github.com/idemguard/idemguard/routers/auth/authtest"
+	"github.com/idemguard/idemguard/routers/internal/pipeline"
 )
 
 // jwtSetup is a test API whose "echo" scope accepts API keys and JWTs, and
@@ -122,7 +123,7 @@ func TestJWTTenantIsolation(t *testing.T) {
 	require.Equal(t, http.StatusNotFound, w.Code, "beta's token reads acme's key")
 	w = b.do(req{method: http.MethodPost, path: "/v1/ops/echo", body: body, apiKey: beta, headers: []string{"Idempotency-Key", "shared-key"}})
 	require.Equal(t, http.StatusOK, w.Code)
-	require.Empty(t, w.Header().Get(headerReplayed), "beta's token replays acme's answer")
+	require.Empty(t, w.Header().Get(pipeline.HeaderReplayed), "beta's token replays acme's answer")
 	require.EqualValues(t, 2, b.calls["echo"].Load(), "beta's call ran on its own")
 	tenants := map[string]bool{}
 	for _, r := range b.store.Rows() {

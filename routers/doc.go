@@ -1,10 +1,13 @@
 /*
-Package routers is idemguard's HTTP side: the REST API (DESIGN §7) — gin
-handlers for guarded operations, key lookup, health and metrics — and the
-middleware that puts the same guard on a team's own routes (Idempotent for
-gin, IdempotentHTTP for net/http; DESIGN §5.1). One function maps errors to
-HTTP statuses for both. docs/openapi.yaml describes every route of the API; a
-test checks it against the router built here.
+Package routers is idemguard's HTTP side on gin: the REST API — handlers for
+guarded operations, key lookup, health and metrics — and Idempotent, the
+middleware that puts the same guard on a team's own gin routes. Package
+routers/middleware is that middleware for net/http, and links no gin. Every
+entry path (an operation, a background job, a stream, the middleware plain
+and streamed) reads its request, builds its call, names its key and writes
+its errors with one pipeline, so a client cannot tell the doors apart by how
+they refuse, replay or wait. docs/openapi.yaml describes every route of the
+API; a test checks it against the router built here.
 
 New builds the API as a whole http.Handler; Register mounts its /v1/ops
 routes in a team's own gin engine (Options.Prefix moves them).
@@ -82,7 +85,7 @@ collide.
 
 # Middleware
 
-Idempotent and IdempotentHTTP store the wrapped handler's status and JSON
+Idempotent and middleware.Idempotent store the wrapped handler's status and JSON
 body as its answer, except for statuses that do not answer the inputs: a
 5xx (provider_error), 429 (rate_limited), 408 (timeout), 409 (the state of
 the moment: provider_error), 401 and 403 (the credentials: provider_error).
@@ -94,7 +97,7 @@ replayed for the TTL.
 
 A request without a tenant is a 401 whose detail names no credential
 scheme (the team's authentication is its own) and which carries no
-WWW-Authenticate, unless MiddlewareOptions.Tenant failed with idemguard's
+WWW-Authenticate, unless middleware.Options.Tenant failed with idemguard's
 own bearer authentication (an *auth.Error, e.g. from
 Authenticator.AuthenticateRequest): then the detail and the challenge say
 which check failed, as on the REST API.
@@ -111,6 +114,8 @@ the client key, the body or the credentials.
 	404 unknown        unknown scope or route; key absent, expired or another tenant's (never 403)
 	405 unknown        method not allowed (Allow lists the methods)
 	409 in_progress    the key's operation is running (Retry-After)
+	429 in_progress    too many requests wait for the key (Retry-After); 429 rate_limited: too many
+	                   event streams
 	413 invalid_input  body over Options.MaxBodyBytes
 	422 invalid_input  the client key was used with other inputs
 	500 unknown        a bug (logged with its stack); type invalid-result: the operation returned

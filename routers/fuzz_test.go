@@ -22,6 +22,7 @@ import (
 	"github.com/idemguard/idemguard"
 	"github.com/idemguard/idemguard/internal/ops"
 	"github.com/idemguard/idemguard/routers/auth"
+	"github.com/idemguard/idemguard/routers/internal/pipeline"
 	"github.com/idemguard/idemguard/sanitize"
 	"github.com/idemguard/idemguard/store"
 	"github.com/idemguard/idemguard/store/memstore"
@@ -373,7 +374,7 @@ func FuzzRequestPath(f *testing.F) {
 		require.Equal(t, first.Code, second.Code, "the same request answered differently the second time:\n%s\n%s", first.Body, second.Body)
 		require.Len(t, st.Rows(), rows, "the second send added a row")
 		if isOpsRoute(r) && first.Code < 300 {
-			require.Equal(t, "true", second.Header().Get(headerReplayed))
+			require.Equal(t, "true", second.Header().Get(pipeline.HeaderReplayed))
 			require.Equal(t, string(asFresh(first.Body.Bytes())), string(asFresh(second.Body.Bytes())))
 		}
 		for _, row := range st.Rows() {
@@ -483,41 +484,41 @@ func checkAnswer(t *testing.T, r *http.Request, w *httptest.ResponseRecorder, pa
 	}
 
 	if code >= 400 {
-		require.Equal(t, contentProblem, ctype, "%d answered as %q: %q", code, ctype, body)
-		var p problem
+		require.Equal(t, pipeline.ContentProblem, ctype, "%d answered as %q: %q", code, ctype, body)
+		var p pipeline.Problem
 		strictDecode(t, body, &p)
 		require.Equal(t, code, p.Status)
 		require.True(t, strings.HasPrefix(p.Type, ProblemTypePrefix), p.Type)
 		require.NotEmpty(t, p.Title)
 		require.False(t, p.OK)
 		require.True(t, p.StopReason.Valid(), p.StopReason)
-		require.Equal(t, string(encodeJSON(p)), string(body), "not the problem as problemFor writes it")
+		require.Equal(t, string(pipeline.EncodeJSON(p)), string(body), "not the problem as ProblemFor writes it")
 		return
 	}
 
 	path := r.URL.Path
 	switch {
 	case isOpsRoute(r) && code == http.StatusAccepted, r.Method == http.MethodPost && strings.HasSuffix(path, "/cancel") && code == http.StatusAccepted:
-		require.Equal(t, contentJSON, ctype)
+		require.Equal(t, pipeline.ContentJSON, ctype)
 		var rec keyRecord
 		strictDecode(t, body, &rec)
-		require.True(t, strings.HasPrefix(w.Header().Get(headerLocation), "/v1/ops/"), w.Header().Get(headerLocation))
+		require.True(t, strings.HasPrefix(w.Header().Get(pipeline.HeaderLocation), "/v1/ops/"), w.Header().Get(pipeline.HeaderLocation))
 	case r.Method == http.MethodGet && strings.HasSuffix(path, "/events") && (code == http.StatusOK || code == http.StatusNoContent):
 		if code == http.StatusOK {
 			require.Equal(t, "text/event-stream", ctype)
 		}
 	case isOpsRoute(r):
-		require.Equal(t, contentJSON, ctype)
+		require.Equal(t, pipeline.ContentJSON, ctype)
 		var env sanitize.Envelope
 		strictDecode(t, body, &env)
 		require.True(t, env.StopReason.Valid(), env.StopReason)
 		again, err := sanitize.Marshal(env)
 		require.NoError(t, err)
 		require.Equal(t, string(again), string(body), "not the envelope as stored")
-		require.True(t, strings.HasPrefix(w.Header().Get(headerLocation), "/v1/ops/"), w.Header().Get(headerLocation))
+		require.True(t, strings.HasPrefix(w.Header().Get(pipeline.HeaderLocation), "/v1/ops/"), w.Header().Get(pipeline.HeaderLocation))
 	case r.Method == http.MethodGet && keyRoute.MatchString(path):
 		require.Equal(t, http.StatusOK, code)
-		require.Equal(t, contentJSON, ctype)
+		require.Equal(t, pipeline.ContentJSON, ctype)
 		var rec keyRecord
 		strictDecode(t, body, &rec)
 		if len(rec.Response) > 0 {

@@ -5,15 +5,13 @@ import (
 	"errors"
 	"log/slog"
 	"net/http"
-	"strings"
 
 	"github.com/gin-gonic/gin"
 
 	"github.com/idemguard/idemguard"
-	"github.com/idemguard/idemguard/internal/keys"
+	"github.com/idemguard/idemguard/routers/internal/pipeline"
 	"github.com/idemguard/idemguard/sanitize"
 	"github.com/idemguard/idemguard/store"
-	"github.com/idemguard/idemguard/tenancy"
 )
 
 // routeKeyHistory is the audit trail of one key (after Options.Prefix).
@@ -31,11 +29,7 @@ type historyAnswer struct {
 // events, and another tenant's key, are the same 404; a store failure is a
 // 503.
 func (h *handlers) keyHistory(c *gin.Context) {
-	tenant, scope, ok := h.tenantScope(c)
-	if !ok {
-		return
-	}
-	key, ok := h.historyKey(c, tenant, scope.Name)
+	_, _, key, ok := h.keyRoute(c, false)
 	if !ok {
 		return
 	}
@@ -50,7 +44,7 @@ func (h *handlers) keyHistory(c *gin.Context) {
 		h.fail(c, err)
 		return
 	case len(events) == 0:
-		writeProblem(c, newProblem(http.StatusNotFound, "key-not-found", "Key not found", sanitize.Unknown,
+		h.problem(c, pipeline.NewProblem(http.StatusNotFound, "key-not-found", "Key not found", sanitize.Unknown,
 			"no audit events of this key in this scope for your tenant (unknown key, auditing off, or the events are past their retention)"))
 		c.Abort()
 		return
@@ -60,28 +54,5 @@ func (h *handlers) keyHistory(c *gin.Context) {
 		h.fail(c, err)
 		return
 	}
-	c.Data(http.StatusOK, contentJSON, body)
-}
-
-// historyKey resolves the :key of the history route without reading the
-// row: History finds a client key's events under every configured secret
-// (they may predate a rotation). It answers 400 itself.
-func (h *handlers) historyKey(c *gin.Context, tenant tenancy.ID, scope string) (idemguard.Key, bool) {
-	ref := c.Param("key")
-	if hash, derived := strings.CutPrefix(ref, derivedRefPrefix); derived {
-		key, err := h.guard.KeyOfHash(tenant, scope, hash)
-		if err != nil || !isKeyHash(hash) {
-			h.fail(c, reject(errInvalidRef, "a derived key reference is ~ followed by the 64 lower-case hex digits of the key hash"))
-			return idemguard.Key{}, false
-		}
-		c.Set(keyHashKey, shortHash(hash))
-		return key, true
-	}
-	key, err := h.guard.Key(tenant, scope, ref) // validates the client key
-	if err != nil {
-		h.fail(c, reject(errInvalidRef, "a key reference is an Idempotency-Key (1 to %d characters of [A-Za-z0-9_.:-]) or ~ followed by a key hash", keys.MaxClientKeyLen))
-		return idemguard.Key{}, false
-	}
-	c.Set(keyHashKey, shortHash(key.Hash()))
-	return key, true
+	c.Data(http.StatusOK, pipeline.ContentJSON, body)
 }

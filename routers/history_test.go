@@ -19,6 +19,8 @@ import (
 	"github.com/idemguard/idemguard"
 	"github.com/idemguard/idemguard/routers/auth"
 	"github.com/idemguard/idemguard/routers/auth/authtest"
+	"github.com/idemguard/idemguard/routers/internal/pipeline"
+	"github.com/idemguard/idemguard/routers/middleware"
 	"github.com/idemguard/idemguard/store"
 	"github.com/idemguard/idemguard/store/memstore"
 	"github.com/idemguard/idemguard/tenancy"
@@ -115,7 +117,7 @@ func (b *testBundle) history(t *testing.T, scope, ref, apiKey string) (*httptest
 	if w.Code != http.StatusOK {
 		return w, nil
 	}
-	require.Equal(t, contentJSON, w.Header().Get("Content-Type"))
+	require.Equal(t, pipeline.ContentJSON, w.Header().Get("Content-Type"))
 	var ans struct {
 		Events []map[string]any `json:"events"`
 	}
@@ -371,13 +373,13 @@ func TestMiddlewareActor(t *testing.T) {
 		seen <- idemguard.ActorFrom(c.Request.Context())
 		c.JSON(http.StatusOK, gin.H{"ok": true})
 	}
-	r.POST("/own", Idempotent(MiddlewareOptions{Guard: b.guard, Actor: func(c *gin.Context) string {
-		return "svc:" + c.GetHeader("X-Service")
+	r.POST("/own", Idempotent(middleware.Options{Guard: b.guard, Actor: func(r *http.Request) string {
+		return "svc:" + r.Header.Get("X-Service")
 	}}), handler)
-	r.POST("/default", Idempotent(MiddlewareOptions{Guard: b.guard}), handler)
+	r.POST("/default", Idempotent(middleware.Options{Guard: b.guard}), handler)
 	badLog := &syncBuffer{}
-	r.POST("/bad", Idempotent(MiddlewareOptions{Guard: b.guard, Logger: slog.New(slog.NewJSONHandler(badLog, nil)),
-		Actor: func(*gin.Context) string { return strings.Repeat("x", idemguard.MaxActorLen+1) }}), handler)
+	r.POST("/bad", Idempotent(middleware.Options{Guard: b.guard, Logger: slog.New(slog.NewJSONHandler(badLog, nil)),
+		Actor: func(*http.Request) string { return strings.Repeat("x", idemguard.MaxActorLen+1) }}), handler)
 
 	for path, want := range map[string]string{"/own": "svc:orders", "/default": "key:from-auth"} {
 		hr := httptest.NewRequest(http.MethodPost, path, strings.NewReader(`{}`))
@@ -393,5 +395,5 @@ func TestMiddlewareActor(t *testing.T) {
 	r.ServeHTTP(w, httptest.NewRequest(http.MethodPost, "/bad", strings.NewReader(`{}`)))
 	require.Equal(t, http.StatusInternalServerError, w.Code, w.Body.String())
 	require.Empty(t, seen)
-	require.Contains(t, badLog.String(), "MiddlewareOptions.Actor")
+	require.Contains(t, badLog.String(), "Options.Actor")
 }

@@ -2,594 +2,71 @@ package routers
 
 import (
 	"bufio"
-	"bytes"
 	"cmp"
-	"context"
-	"encoding/json"
-	"errors"
-	"fmt"
-	"io"
-	"log/slog"
-	"mime"
 	"net"
 	"net/http"
-	"strconv"
-	"strings"
-	"time"
-	"unicode"
 
 	"github.com/gin-gonic/gin"
 
-	"github.com/idemguard/idemguard"
-	"github.com/idemguard/idemguard/internal/keys"
-	"github.com/idemguard/idemguard/routers/auth"
-	"github.com/idemguard/idemguard/sanitize"
-	"github.com/idemguard/idemguard/tenancy"
+	"github.com/idemguard/idemguard/routers/middleware"
 )
 
-// MiddlewareOptions configure Idempotent (gin) and IdempotentHTTP
-// (net/http): the guard on a team's own routes.
-type MiddlewareOptions struct {
-	// Guard runs the handlers. Required.
-	Guard *idemguard.Guard
-	// Tenant returns the tenant of a request. Defaults to the tenant put in
-	// the request context by routers/auth's Authenticator (tenancy.FromContext).
-	// An error, or no tenant, answers 401.
-	Tenant func(r *http.Request) (tenancy.ID, error)
-	// Scope names the guarded operation. Defaults to the route: METHOD:path
-	// of gin's FullPath or of a net/http ServeMux pattern (Request.Pattern),
-	// with "/" turned into "." and other characters outside [A-Za-z0-9._:-]
-	// into "_", e.g. POST /orders/:id is "POST:orders.:id". Without either,
-	// set it.
-	Scope string
-	// Settings are the scope's protocol settings; zero fields take the
-	// Guard's defaults.
-	Settings idemguard.Settings
-	// KeyRequired makes the Idempotency-Key header mandatory (400 without
-	// it); otherwise the key is derived from the method, path, query and
-	// body.
-	KeyRequired bool
-	// Timeout bounds one execution of the handler (0: none); its context is
-	// then cancelled and the key stored failed with stopReason timeout.
-	Timeout time.Duration
-	// MaxBodyBytes caps the request body (413 above) and the handler's
-	// buffered response (a larger one is an error). Defaults to
-	// DefaultMaxBodyBytes (1 MiB).
-	MaxBodyBytes int64
-	// MaxWait caps Prefer: wait=N. Defaults to DefaultMaxWait (30s).
-	MaxWait time.Duration
-	// RetryAfter is the Retry-After of a 409 (in progress). Defaults to
-	// DefaultRetryAfter (1s).
-	RetryAfter time.Duration
-	// UnavailableRetryAfter is the Retry-After of a 503 (store down).
-	// Defaults to DefaultUnavailableRetryAfter (5s).
-	UnavailableRetryAfter time.Duration
-	// Keep is what of the handler's JSON answer is stored and replayed. nil
-	// keeps the idemguard envelope (ok, stopReason, traceId, data with
-	// primitive values): right for AI results. sanitize.NewAllowlist keeps
-	// the handler's own JSON reduced to the fields the team names (nested
-	// paths allowed, e.g. "owner.name", "items[].id"): the route answers as
-	// it always did. sanitize.KeepAllBut keeps everything but the blocked
-	// keys; it is never the default, a team that wants it says so. The
-	// blocked keys (sanitize.BlockedKeys, plus those an allowlist adds) are
-	// removed at any depth in every mode, and every removal is logged,
-	// counted and named on the key's record.
-	Keep *sanitize.Allowlist
-	// Headers names the response headers stored and replayed besides
-	// Content-Type (with Keep) and Location, compared case-insensitively.
-	// Other headers the handler sets reach no caller: the first caller gets
-	// exactly what every replay gets. Name Set-Cookie only if a replay may
-	// hand the same cookie to whoever sends the key.
-	Headers []string
-	// Logger receives the middleware's error logs. Defaults to slog.Default().
-	Logger *slog.Logger
-	// Actor names the caller in the audit trail (Call.Actor) for Idempotent
-	// (gin): a stable id, never a secret or personal data (hash a person's
-	// id with Guard.HashActor). Defaults to idemguard.ActorFrom of the
-	// request context, which routers/auth's middleware and the REST API
-	// fill in. IdempotentHTTP always uses that default. An actor longer than
-	// idemguard.MaxActorLen or not printable answers 500 (logged) without
-	// running the handler.
-	Actor func(*gin.Context) string
-}
-
-// Validate reports the first option that is missing or out of range.
-func (o MiddlewareOptions) Validate() error {
-	switch {
-	case o.Guard == nil:
-		return errors.New("routers: MiddlewareOptions.Guard is required")
-	case o.MaxBodyBytes < 0, o.MaxWait < 0, o.RetryAfter < 0, o.UnavailableRetryAfter < 0, o.Timeout < 0:
-		return errors.New("routers: MiddlewareOptions sizes and durations must not be negative (0 means the default)")
-	}
-	if o.Scope != "" {
-		if err := keys.ValidateScope(o.Scope); err != nil {
-			return fmt.Errorf("routers: MiddlewareOptions.Scope: %w", err)
-		}
-	}
-	if err := o.Settings.Validate(); err != nil {
-		return fmt.Errorf("routers: MiddlewareOptions.Settings: %w", err)
-	}
-	return nil
-}
-
-// Idempotent returns gin middleware that runs the rest of the handler chain
-// at most once per (tenant, scope, key) and answers every duplicate with the
-// stored response:
-//
-//   - the key is the Idempotency-Key header (parsed as by the REST API), or
-//     derived from the method, path, query and body; the body must be JSON
-//     (empty means {}); the same key with another request is a 422;
-//   - the handler's response is buffered, and what is stored of it is what
-//     the first caller gets and what every replay gets: its status (2xx, and
-//     4xx other than the retryable ones below), its JSON body as Keep says
-//     (the idemguard envelope by default, or the handler's own JSON reduced
-//     to an allowlist; blocked keys removed at any depth, each removal
-//     logged, counted and named on the key record), and its Location and
-//     the Headers named. Other headers are not sent. A replay adds
-//     Idempotent-Replayed: true and Idempotent-Completed-At. An envelope of
-//     a 4xx answer always says ok false;
-//   - a duplicate while the handler runs gets 409 with Retry-After, or waits
-//     with Prefer: wait=N;
-//   - a handler answer of 5xx, 408, 409, 429, 401 or 403 is a retryable
-//     failure, not a stored response: the caller whose request ran the
-//     handler gets the handler's answer as written, the key may run again;
-//   - a handler that writes a Content-Type other than JSON, a body that is
-//     not a JSON object, more than MaxBodyBytes, or that streams (Flush,
-//     Hijack) is a programming error: 500 invalid-result at request time,
-//     never a broken replay;
-//   - errors are the REST API's application/problem+json answers.
-//
-// The handler runs with the request's context detached from the client (a
-// client that hangs up still gets the result on retry); Timeout bounds it.
-// Idempotent panics if o is invalid (see Validate), as route registration
-// does for a bad route.
-func Idempotent(o MiddlewareOptions) gin.HandlerFunc {
-	m := newMiddleware(o)
+// Idempotent is middleware.Idempotent for gin: it runs the rest of the
+// handler chain at most once per (tenant, scope, key), with the scope from
+// the route (gin's FullPath) unless o.Scope names it. It panics if o is
+// invalid (see middleware.Options.Validate).
+func Idempotent(o middleware.Options) gin.HandlerFunc {
+	m := middleware.New(o)
 	return func(c *gin.Context) {
-		scope := m.scope
-		if scope == "" {
-			scope = routeScope(c.Request.Method, c.FullPath())
-		}
 		orig, origReq := c.Writer, c.Request
-		r := c.Request
-		if o.Actor != nil {
-			actor := o.Actor(c)
-			if err := checkActor(actor); err != nil { // a programming error: 500, logged
-				m.fail(c.Writer, r, fmt.Errorf("routers: MiddlewareOptions.Actor: %w", err))
-				c.Abort()
-				return
-			}
-			r = r.WithContext(idemguard.WithActor(r.Context(), actor))
-		}
-		m.serve(orig, r, scope, func(w *bufferedWriter, r *http.Request) {
-			c.Writer, c.Request = &ginBufferedWriter{bufferedWriter: w, orig: orig}, r
+		m.Serve(orig, c.Request, c.FullPath(), http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			c.Writer, c.Request = &ginWriter{ResponseWriter: w, orig: orig}, r
 			defer func() { c.Writer, c.Request = orig, origReq }()
 			c.Next()
-		})
+		}))
 		c.Abort()
 	}
 }
 
-// checkActor applies Call.Actor's rule (at most idemguard.MaxActorLen
-// printable bytes) to an actor that travels in the context, which the
-// engine takes as it is.
-func checkActor(a string) error {
-	if len(a) > idemguard.MaxActorLen {
-		return fmt.Errorf("an actor is at most %d bytes, got %d", idemguard.MaxActorLen, len(a))
-	}
-	if strings.IndexFunc(a, func(r rune) bool { return !unicode.IsPrint(r) }) >= 0 {
-		return errors.New("an actor is printable text")
-	}
-	return nil
+// ginWriter is the middleware's writer for the guarded handler as gin's
+// ResponseWriter.
+type ginWriter struct {
+	http.ResponseWriter
+	orig   gin.ResponseWriter
+	status int
+	size   int
 }
 
-// IdempotentHTTP is Idempotent for net/http: it wraps next. Without
-// MiddlewareOptions.Scope, the scope comes from the ServeMux pattern that
-// matched (Request.Pattern), so wrap the handler given to the mux, not the
-// mux. It panics if o is invalid (see Validate).
-func IdempotentHTTP(o MiddlewareOptions) func(next http.Handler) http.Handler {
-	m := newMiddleware(o)
-	return func(next http.Handler) http.Handler {
-		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			scope := m.scope
-			if scope == "" && r.Pattern != "" {
-				method, path := r.Method, r.Pattern
-				if i := strings.IndexByte(path, ' '); i >= 0 {
-					path = path[i+1:]
-				}
-				if i := strings.IndexByte(path, '/'); i > 0 {
-					path = path[i:] // a host pattern
-				}
-				scope = routeScope(method, path)
-			}
-			m.serve(w, r, scope, func(bw *bufferedWriter, r *http.Request) { next.ServeHTTP(bw, r) })
-		})
-	}
-}
-
-type middleware struct {
-	guard                 *idemguard.Guard
-	keep                  *sanitize.Allowlist
-	headers               []string // canonical names of the headers kept
-	tenant                func(*http.Request) (tenancy.ID, error)
-	scope                 string
-	settings              idemguard.Settings
-	keyRequired           bool
-	timeout               time.Duration
-	maxBody               int64
-	maxWait               time.Duration
-	retryAfter            string
-	unavailableRetryAfter string
-	log                   *slog.Logger
-}
-
-func newMiddleware(o MiddlewareOptions) *middleware {
-	if err := o.Validate(); err != nil {
-		panic(err)
-	}
-	kept := []string{headerLocation}
-	if o.Keep != nil {
-		kept = append(kept, "Content-Type")
-	}
-	for _, name := range o.Headers {
-		kept = append(kept, http.CanonicalHeaderKey(name))
-	}
-	return &middleware{
-		guard:                 o.Guard,
-		keep:                  o.Keep,
-		headers:               kept,
-		tenant:                o.Tenant,
-		scope:                 o.Scope,
-		settings:              o.Settings,
-		keyRequired:           o.KeyRequired,
-		timeout:               o.Timeout,
-		maxBody:               cmp.Or(o.MaxBodyBytes, DefaultMaxBodyBytes),
-		maxWait:               cmp.Or(o.MaxWait, DefaultMaxWait),
-		retryAfter:            retryAfterSeconds(cmp.Or(o.RetryAfter, DefaultRetryAfter)),
-		unavailableRetryAfter: retryAfterSeconds(cmp.Or(o.UnavailableRetryAfter, DefaultUnavailableRetryAfter)),
-		log:                   cmp.Or(o.Logger, slog.Default()),
-	}
-}
-
-// routeScope turns a route into a scope: METHOD:path, "/" → ".", other
-// characters outside the scope alphabet → "_".
-func routeScope(method, path string) string {
-	if path == "" {
-		return ""
-	}
-	b := []byte(method + ":" + strings.TrimPrefix(path, "/"))
-	for i, c := range b {
-		switch {
-		case c == '/':
-			b[i] = '.'
-		case c >= 'a' && c <= 'z', c >= 'A' && c <= 'Z', c >= '0' && c <= '9', c == '.', c == '_', c == ':', c == '-':
-		default:
-			b[i] = '_'
-		}
-	}
-	return string(b)
-}
-
-// errNoScope is a middleware without a scope on a route without a template.
-var errNoScope = errors.New("no scope")
-
-func (m *middleware) serve(w http.ResponseWriter, r *http.Request, scope string, next func(*bufferedWriter, *http.Request)) {
-	tenant, err := m.tenantOf(r)
-	if err != nil {
-		m.fail(w, r, err)
-		return
-	}
-	if scope == "" || keys.ValidateScope(scope) != nil {
-		m.fail(w, r, fmt.Errorf("%w: the route gives no valid scope; set MiddlewareOptions.Scope", errNoScope))
-		return
-	}
-	req, err := readGuarded(w, r, scope, m.keyRequired, m.maxBody, m.maxWait)
-	if err != nil {
-		m.fail(w, r, err)
-		return
-	}
-	if acceptsEventStream(r) { // idempotent_stream.go
-		if req.waitApplied {
-			w.Header().Set(headerPreferenceApplied, preferenceApplied(req.wait))
-		}
-		m.serveStream(w, r, tenant, scope, req.clientKey, req.raw, req.body, req.wait, next)
-		return
-	}
-	res, err := m.guard.Do(r.Context(), idemguard.Call{
-		Tenant:    tenant,
-		Scope:     scope,
-		ClientKey: req.clientKey,
-		Inputs:    map[string]any{"method": r.Method, "path": r.URL.Path, "query": r.URL.RawQuery, "body": req.body},
-		Settings:  m.settings,
-		Wait:      req.wait,
-		Timeout:   m.timeout,
-		Detach:    true,
-		Keep:      m.keep,
-	}, func(ctx context.Context) (any, error) {
-		bw := &bufferedWriter{header: make(http.Header), max: m.maxBody}
-		r2 := r.WithContext(ctx)
-		r2.Body, r2.ContentLength = io.NopCloser(bytes.NewReader(req.raw)), int64(len(req.raw))
-		next(bw, r2)
-		return bw.result(m.keep != nil, m.headers)
-	})
-	if err != nil {
-		m.fail(w, r, err)
-		return
-	}
-	var answer *handlerAnswer
-	if res.Status == idemguard.StatusFailed && !res.Cached && errors.As(res.Err, &answer) {
-		answer.write(w)
-		return
-	}
-	writeResult(w, req, res, m.retryAfter)
-}
-
-func (m *middleware) tenantOf(r *http.Request) (tenancy.ID, error) {
-	if m.tenant == nil {
-		if id, ok := tenancy.FromContext(r.Context()); ok {
-			return id, nil
-		}
-		return "", auth.ErrNoCredentials
-	}
-	id, err := m.tenant(r)
-	if err != nil {
-		return "", fmt.Errorf("%w: %w", auth.ErrInvalidCredentials, err)
-	}
-	if _, err := tenancy.ParseID(string(id)); err != nil {
-		return "", fmt.Errorf("%w: %w", auth.ErrInvalidCredentials, err)
-	}
-	return id, nil
-}
-
-// fail answers err as the REST API does.
-func (m *middleware) fail(w http.ResponseWriter, r *http.Request, err error) {
-	p := problemFor(err)
-	setChallenge(w.Header(), err)
-	switch p.Status {
-	case http.StatusServiceUnavailable:
-		w.Header().Set(headerRetryAfter, m.unavailableRetryAfter)
-	case http.StatusInternalServerError:
-		m.log.Error("http: idempotent route failed", slog.String("method", r.Method), slog.Any("err", err))
-	}
-	writeProblemHTTP(w, p)
-}
-
-// readJSONBody reads at most max bytes of JSON: the raw bytes, and the value
-// to derive the key from ({} for an empty body).
-func readJSONBody(w http.ResponseWriter, r *http.Request, max int64) ([]byte, json.RawMessage, error) {
-	// The rejection is built only when needed: it formats a message.
-	tooLarge := func() error { return reject(errBodyTooLarge, "the body is over the limit of %d bytes", max) }
-	if r.ContentLength > max {
-		return nil, nil, tooLarge()
-	}
-	raw, err := readAll(http.MaxBytesReader(w, r.Body, max), r.ContentLength)
-	if err != nil {
-		if mbe := (*http.MaxBytesError)(nil); errors.As(err, &mbe) {
-			return nil, nil, tooLarge()
-		}
-		return nil, nil, reject(errInvalidBody, "the body could not be read")
-	}
-	if len(bytes.TrimSpace(raw)) == 0 {
-		return raw, emptyBody, nil
-	}
-	if err := validJSON(raw); err != nil {
-		return nil, nil, err
-	}
-	return raw, raw, nil
-}
-
-// readAllPrealloc is the most readAll allocates before the body's bytes
-// arrive: the declared length is the client's word, not bytes in hand.
-const readAllPrealloc = 64 << 10
-
-// readAll is io.ReadAll that, when the request declares its length, starts
-// with a buffer of that size (up to readAllPrealloc) instead of growing one
-// from 512 bytes.
-func readAll(r io.Reader, contentLength int64) ([]byte, error) {
-	if contentLength <= 0 {
-		return io.ReadAll(r)
-	}
-	b := make([]byte, 0, min(contentLength, readAllPrealloc)+1) // +1: EOF is seen without growing
-	for {
-		n, err := r.Read(b[len(b):cap(b)])
-		b = b[:len(b)+n]
-		if err == io.EOF {
-			return b, nil
-		}
-		if err != nil {
-			return b, err
-		}
-		if len(b) == cap(b) {
-			b = append(b, 0)[:len(b)] // longer than declared: let append grow it
-		}
-	}
-}
-
-// bufferedWriter holds a guarded handler's response until the guard has
-// stored it. It refuses to stream.
-type bufferedWriter struct {
-	header   http.Header
-	status   int
-	body     bytes.Buffer
-	max      int64
-	overflow bool
-	streamed string // what the handler did that streams, if it did
-	// capture takes the writes of a handler streaming events to a request
-	// that accepts them (idempotent_stream.go); nil otherwise.
-	capture *captureWriter
-}
-
-var errBufferFull = errors.New("routers: the guarded handler's response is over the body limit")
-
-func (w *bufferedWriter) Header() http.Header { return w.header }
-
-// WriteHeader sets the status until the body is first written.
-func (w *bufferedWriter) WriteHeader(code int) {
-	if w.body.Len() == 0 && !w.overflow {
+func (w *ginWriter) WriteHeader(code int) {
+	if w.size == 0 {
 		w.status = code
 	}
+	w.ResponseWriter.WriteHeader(code)
 }
 
-func (w *bufferedWriter) Write(p []byte) (int, error) {
-	if w.capture != nil && w.capture.streaming(w) {
-		return w.capture.write(w, p)
-	}
-	if w.status == 0 {
-		w.status = http.StatusOK
-	}
-	if int64(w.body.Len()+len(p)) > w.max {
-		w.overflow = true
-		return 0, errBufferFull
-	}
-	return w.body.Write(p)
+func (w *ginWriter) Write(p []byte) (int, error) {
+	n, err := w.ResponseWriter.Write(p)
+	w.size += n
+	return n, err
 }
 
-// Flush marks the response as streamed: a guarded handler must answer one
-// body, which is stored before anything is sent.
-func (w *bufferedWriter) Flush() {
-	if w.capture != nil && w.capture.streaming(w) {
-		return // every complete event is sent as it is written
-	}
-	if w.streamed == "" {
-		w.streamed = "called Flush (streaming)"
-	}
-}
+func (w *ginWriter) WriteString(s string) (int, error) { return w.Write([]byte(s)) }
+func (w *ginWriter) Status() int                       { return cmp.Or(w.status, http.StatusOK) }
+func (w *ginWriter) Size() int                         { return w.size }
+func (w *ginWriter) Written() bool                     { return w.size > 0 }
+func (w *ginWriter) WriteHeaderNow()                   {}
+func (w *ginWriter) Pusher() http.Pusher               { return nil }
 
-// Hijack refuses: the connection is not the handler's to take.
-func (w *bufferedWriter) Hijack() (net.Conn, *bufio.ReadWriter, error) {
-	if w.streamed == "" {
-		w.streamed = "tried to hijack the connection"
-	}
-	return nil, nil, errors.New("routers: a handler behind the idempotency middleware cannot hijack the connection")
-}
+// Flush and Hijack are the middleware writer's: it refuses to stream unless
+// the request accepts events.
+func (w *ginWriter) Flush() { _ = http.NewResponseController(w.ResponseWriter).Flush() }
 
-// retryableStatus reports whether a handler's status is a retryable failure
-// rather than the answer to the inputs, and the stop reason it is stored with.
-func retryableStatus(status int) (sanitize.StopReason, bool) {
-	switch {
-	case status >= 500:
-		return sanitize.ProviderError, true
-	case status == http.StatusTooManyRequests:
-		return sanitize.RateLimited, true
-	case status == http.StatusRequestTimeout:
-		return sanitize.Timeout, true
-	case status == http.StatusConflict, status == http.StatusUnauthorized, status == http.StatusForbidden:
-		return sanitize.ProviderError, true
-	}
-	return "", false
+func (w *ginWriter) Hijack() (net.Conn, *bufio.ReadWriter, error) {
+	return http.NewResponseController(w.ResponseWriter).Hijack()
 }
-
-// handlerAnswer is a guarded handler's retryable answer (see retryableStatus):
-// the row records a retryable failure, and only the caller whose call ran the
-// handler gets this answer, as the handler wrote it.
-type handlerAnswer struct {
-	status int
-	header http.Header
-	body   []byte
-}
-
-func (a *handlerAnswer) Error() string { return fmt.Sprintf("the handler answered %d", a.status) }
-
-// write sends the handler's answer as written.
-func (a *handlerAnswer) write(w http.ResponseWriter) {
-	h := w.Header()
-	for k, v := range a.header {
-		h[k] = v
-	}
-	h.Set("Content-Length", strconv.Itoa(len(a.body)))
-	w.WriteHeader(a.status)
-	_, _ = w.Write(a.body)
-}
-
-// result is the operation's value for what the handler wrote: its status,
-// its JSON body (as the raw document to keep when document is true, else
-// decoded for the envelope) and the headers named in kept.
-func (w *bufferedWriter) result(document bool, kept []string) (any, error) {
-	invalid := func(format string, args ...any) error {
-		return reject(idemguard.ErrInvalidResult, "the handler "+format+"; a handler behind the idempotency middleware must write one JSON object", args...)
-	}
-	switch {
-	case w.streamed != "":
-		return nil, invalid("%s", w.streamed)
-	case w.overflow:
-		return nil, invalid("wrote more than the limit of %d bytes", w.max)
-	}
-	status := cmp.Or(w.status, http.StatusOK)
-	if reason, retryable := retryableStatus(status); retryable {
-		// Not the answer to the inputs: a 5xx, 408 or 429 is a failure of the
-		// moment, a 409 depends on the state of the moment, a 401 or 403 on
-		// the credentials. Stored as success they would be replayed for the
-		// TTL; so the row records a retryable failure, and the caller whose
-		// call ran the handler gets the handler's own answer as written (it
-		// is not stored, so its body need not be JSON).
-		return nil, &idemguard.OpError{Reason: reason, Err: &handlerAnswer{status: status, header: w.header.Clone(), body: bytes.Clone(w.body.Bytes())}}
-	}
-	if ct := w.header.Get("Content-Type"); ct != "" {
-		mt, _, err := mime.ParseMediaType(ct)
-		if err != nil || (mt != "application/json" && !strings.HasSuffix(mt, "+json")) {
-			return nil, invalid("wrote Content-Type %.64q", ct)
-		}
-	}
-	var header http.Header
-	for _, name := range kept {
-		if v := w.header.Values(name); len(v) > 0 {
-			if header == nil {
-				header = make(http.Header, len(kept))
-			}
-			header[name] = append([]string(nil), v...)
-		}
-	}
-	body := bytes.TrimSpace(w.body.Bytes())
-	if len(body) == 0 {
-		return idemguard.Response{StatusCode: status, Header: header}, nil
-	}
-	dec := json.NewDecoder(bytes.NewReader(body))
-	dec.UseNumber()
-	var v any
-	if err := dec.Decode(&v); err != nil || dec.More() {
-		return nil, invalid("wrote a body that is not valid JSON")
-	}
-	if _, ok := v.(map[string]any); !ok && v != nil {
-		return nil, invalid("wrote a JSON %s, not an object", jsonKind(v))
-	}
-	if v == nil {
-		return idemguard.Response{StatusCode: status, Header: header}, nil
-	}
-	if document {
-		return idemguard.Response{StatusCode: status, Value: json.RawMessage(body), Header: header}, nil
-	}
-	return idemguard.Response{StatusCode: status, Value: v, Header: header}, nil
-}
-
-func jsonKind(v any) string {
-	switch v.(type) {
-	case []any:
-		return "array"
-	case string:
-		return "string"
-	case bool:
-		return "boolean"
-	}
-	return "number"
-}
-
-// ginBufferedWriter is bufferedWriter as gin's ResponseWriter.
-type ginBufferedWriter struct {
-	*bufferedWriter
-	orig gin.ResponseWriter
-}
-
-func (w *ginBufferedWriter) Status() int { return cmp.Or(w.status, http.StatusOK) }
-func (w *ginBufferedWriter) Size() int   { return w.body.Len() }
-func (w *ginBufferedWriter) WriteString(s string) (int, error) {
-	return w.Write([]byte(s))
-}
-func (w *ginBufferedWriter) Written() bool       { return w.body.Len() > 0 }
-func (w *ginBufferedWriter) WriteHeaderNow()     {}
-func (w *ginBufferedWriter) Pusher() http.Pusher { return nil }
 
 // CloseNotify is the client's connection's, though the handler is detached
 // from it.
-func (w *ginBufferedWriter) CloseNotify() <-chan bool { return w.orig.CloseNotify() }
+func (w *ginWriter) CloseNotify() <-chan bool { return w.orig.CloseNotify() }
 
-var _ gin.ResponseWriter = (*ginBufferedWriter)(nil)
+var _ gin.ResponseWriter = (*ginWriter)(nil)

@@ -17,6 +17,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/idemguard/idemguard"
+	"github.com/idemguard/idemguard/routers/middleware"
 	"github.com/idemguard/idemguard/store/memstore"
 	"github.com/idemguard/idemguard/tenancy"
 )
@@ -35,7 +36,7 @@ func TestMiddlewareCapturesAndReplaysAHandlersStream(t *testing.T) {
 			g, err := idemguard.New(idemguard.Config{Store: memstore.New(), Secret: testSecret})
 			require.NoError(t, err)
 			t.Cleanup(func() { _ = g.Close(context.Background()) })
-			opts := MiddlewareOptions{Guard: g, Scope: "chat.stream",
+			opts := middleware.Options{Guard: g, Scope: "chat.stream",
 				Tenant: func(*http.Request) (tenancy.ID, error) { return "acme", nil }}
 			var runs atomic.Int32
 			gate := make(chan struct{})
@@ -56,7 +57,7 @@ func TestMiddlewareCapturesAndReplaysAHandlersStream(t *testing.T) {
 				r.POST("/chat", Idempotent(opts), func(c *gin.Context) { handler(c.Writer) })
 				h = r
 			} else {
-				h = IdempotentHTTP(opts)(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { handler(w) }))
+				h = middleware.Idempotent(opts)(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { handler(w) }))
 			}
 			srv := httptest.NewServer(h)
 			t.Cleanup(srv.Close)

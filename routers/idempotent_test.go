@@ -12,11 +12,14 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/gin-gonic/gin"
 	"github.com/stretchr/testify/require"
 
 	"github.com/idemguard/idemguard"
+	"github.com/idemguard/idemguard/routers/internal/pipeline"
+	"github.com/idemguard/idemguard/routers/middleware"
 	"github.com/idemguard/idemguard/store"
 	"github.com/idemguard/idemguard/store/memstore"
 	"github.com/idemguard/idemguard/tenancy"
@@ -40,7 +43,7 @@ func mwSetup(t *testing.T) *mwBundle {
 	require.NoError(t, err)
 	t.Cleanup(func() { require.NoError(t, g.Close(context.Background())) })
 	b.guard = g
-	opts := MiddlewareOptions{Guard: g, Logger: logger, Tenant: func(r *http.Request) (tenancy.ID, error) {
+	opts := middleware.Options{Guard: g, Logger: logger, Tenant: func(r *http.Request) (tenancy.ID, error) {
 		return tenancy.ParseID(r.Header.Get("X-Tenant"))
 	}}
 
@@ -87,7 +90,7 @@ func mwSetup(t *testing.T) *mwBundle {
 	b.gin = r
 
 	mux := http.NewServeMux()
-	mux.Handle("POST /orders/{id}", IdempotentHTTP(opts)(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	mux.Handle("POST /orders/{id}", middleware.Idempotent(opts)(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		b.runs.Add(1)
 		body, _ := io.ReadAll(r.Body)
 		w.Header().Set("Content-Type", "application/json; charset=utf-8")
@@ -230,7 +233,7 @@ func TestIdempotentRejectsBeforeRunning(t *testing.T) {
 	} {
 		w := mwDo(b.gin, http.MethodPost, "/orders/1", tc.tenant, tc.key, tc.body)
 		require.Equal(t, tc.code, w.Code, name)
-		require.Equal(t, contentProblem, w.Header().Get("Content-Type"), name)
+		require.Equal(t, pipeline.ContentProblem, w.Header().Get("Content-Type"), name)
 	}
 	require.Zero(t, b.runs.Load())
 }
@@ -261,10 +264,8 @@ func TestIdempotentHTTPServeMux(t *testing.T) {
 
 func TestIdempotentOptions(t *testing.T) {
 	t.Parallel()
-	require.PanicsWithError(t, "routers: MiddlewareOptions.Guard is required", func() { Idempotent(MiddlewareOptions{}) })
-	require.ErrorContains(t, MiddlewareOptions{Guard: &idemguard.Guard{}, Scope: "a b"}.Validate(), "MiddlewareOptions.Scope")
-	require.Equal(t, "POST:orders.:id", routeScope("POST", "/orders/:id"))
-	require.Equal(t, "GET:files._filepath", routeScope("GET", "/files/*filepath"))
+	require.PanicsWithError(t, "middleware: Options.Guard is required", func() { Idempotent(middleware.Options{}) })
+	require.ErrorContains(t, middleware.Options{Guard: &idemguard.Guard{}, Scope: "a b"}.Validate(), "Options.Scope")
 }
 
 // A handler's 401, 403, 408 and 409 are not the answer to the inputs (they
@@ -275,7 +276,7 @@ func TestIdempotentRetryableHandlerStatuses(t *testing.T) {
 	g, err := idemguard.New(idemguard.Config{Store: memstore.New(), Secret: testSecret})
 	require.NoError(t, err)
 	t.Cleanup(func() { require.NoError(t, g.Close(context.Background())) })
-	opts := MiddlewareOptions{Guard: g, Tenant: func(r *http.Request) (tenancy.ID, error) { return "acme", nil }}
+	opts := middleware.Options{Guard: g, Tenant: func(r *http.Request) (tenancy.ID, error) { return "acme", nil }}
 	gin.SetMode(gin.ReleaseMode)
 	r := gin.New()
 	var runs atomic.Int32
@@ -325,4 +326,51 @@ func TestIdempotentSendsOnlyTheHeadersItKeeps(t *testing.T) {
 		require.Empty(t, w.Header().Get("Set-Cookie"))
 	}
 	require.EqualValues(t, 1, b.runs.Load())
+}
+
+// Over the guard's MaxWaiters a duplicate with Prefer: wait is refused at
+// once with 429 too-many-waiters, whose detail tells the client to retry
+// after Retry-After seconds: the answer carries Retry-After on both doors,
+// as the REST API's does.
+func TestIdempotentTooManyWaitersCarriesRetryAfter(t *testing.T) {
+	t.Parallel()
+	g, err := idemguard.New(idemguard.Config{Store: memstore.New(), Secret: testSecret, MaxWaiters: 1,
+		Logger: slog.New(slog.DiscardHandler)})
+	require.NoError(t, err)
+	t.Cleanup(func() { require.NoError(t, g.Close(context.Background())) })
+	started, release := make(chan struct{}, 4), make(chan struct{})
+	t.Cleanup(func() { close(release) }) // before the guard closes, on failure too
+	slow := func() { started <- struct{}{}; <-release }
+	opts := middleware.Options{Guard: g, Scope: "slow", RetryAfter: 3 * time.Second, Tenant: func(r *http.Request) (tenancy.ID, error) {
+		return tenancy.ParseID(r.Header.Get("X-Tenant"))
+	}}
+	gin.SetMode(gin.ReleaseMode)
+	r := gin.New()
+	r.POST("/slow", Idempotent(opts), func(c *gin.Context) { slow(); c.JSON(http.StatusOK, gin.H{"ok": true}) })
+	mux := http.NewServeMux()
+	mux.Handle("POST /slow", middleware.Idempotent(opts)(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		slow()
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = w.Write([]byte(`{"ok":true}`))
+	})))
+	for door, h := range map[string]http.Handler{"gin": r, "net/http": mux} {
+		key := "waiters-" + strings.ReplaceAll(door, "/", "")
+		var wg sync.WaitGroup
+		wg.Go(func() { mwDo(h, http.MethodPost, "/slow", "acme", key, `{}`) })
+		<-started
+		answers := make(chan *httptest.ResponseRecorder, 2)
+		for range 2 {
+			wg.Go(func() { answers <- mwDo(h, http.MethodPost, "/slow", "acme", key, `{}`, "Prefer", "wait=20") })
+		}
+		select {
+		case w := <-answers:
+			require.Equal(t, http.StatusTooManyRequests, w.Code, door)
+			require.Contains(t, w.Body.String(), "too-many-waiters", door)
+			require.Equal(t, "3", w.Header().Get("Retry-After"), door)
+		case <-time.After(15 * time.Second):
+			t.Fatalf("%s: no waiter was refused", door)
+		}
+		release <- struct{}{}
+		wg.Wait()
+	}
 }

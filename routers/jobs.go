@@ -5,14 +5,13 @@ import (
 	"errors"
 	"io"
 	"net/http"
-	"strings"
 	"time"
 
 	"github.com/gin-gonic/gin"
 
 	"github.com/idemguard/idemguard"
-	"github.com/idemguard/idemguard/internal/keys"
 	"github.com/idemguard/idemguard/internal/live"
+	"github.com/idemguard/idemguard/routers/internal/pipeline"
 	"github.com/idemguard/idemguard/sanitize"
 	"github.com/idemguard/idemguard/store"
 	"github.com/idemguard/idemguard/tenancy"
@@ -27,7 +26,6 @@ const (
 // Request headers of long-running keys.
 const (
 	headerLastEventID = "Last-Event-ID"
-	preferAsync       = "respond-async"
 )
 
 // keepAliveEvery is how often an idle event stream gets a comment, so that
@@ -41,77 +39,36 @@ func (h *handlers) jobRoutes(api gin.IRouter) {
 	api.GET(routeKeyHistory, h.keyHistory) // history.go
 }
 
-// prefersAsync reports whether the request carries Prefer: respond-async
-// (RFC 7240), among other preferences or not.
-func prefersAsync(hd http.Header) bool {
-	for _, header := range hd.Values(headerPrefer) {
-		for _, pref := range splitOutsideQuotes(header, ',') {
-			pref, _, _ = cutOutsideQuotes(pref, ';')
-			if strings.EqualFold(strings.Trim(pref, " \t"), preferAsync) {
-				return true
-			}
-		}
-	}
-	return false
-}
-
 // runAsync serves POST /v1/ops/:scope with Prefer: respond-async: the claim
 // is made as without it; a won claim runs the operation in the background
 // and answers 202 with the key record and its Location, as does a
 // duplicate while it runs. A completed key answers as any replay. With
 // Prefer: wait=N as well (RFC 7240), a key that completes within N seconds
 // is answered with its outcome instead of 202.
-func (h *handlers) runAsync(c *gin.Context, tenant tenancy.ID, scope *Scope, req guardedRequest) {
-	run, body, clientKey := scope.Run, req.body, req.clientKey
-	res, err := h.guard.Start(c.Request.Context(), idemguard.Call{
-		Tenant:    tenant,
-		Scope:     scope.Name,
-		ClientKey: clientKey,
-		Inputs:    body,
-		Settings:  scope.Settings,
-		Timeout:   scope.Timeout,
-		Check:     inputCheck(scope, body),
-	}, func(ctx context.Context) (any, error) { return run(ctx, body) })
-	if err != nil {
-		var ie *idemguard.InputError
-		if clientKey != "" && !errors.As(err, &ie) { // inputs refused before the claim name no key
-			h.setRef(c, scope.Name, clientKey)
-		}
-		h.fail(c, err)
+func (h *handlers) runAsync(c *gin.Context, tenant tenancy.ID, scope *Scope, req pipeline.Request) {
+	res, err := h.guard.Start(c.Request.Context(), req.Call(tenant, scope.route(req.Body), req.Body), scope.operation(req.Body))
+	if !h.called(c, scope.Name, req, res, err) {
 		return
 	}
-	ref := clientKey
-	if ref == "" {
-		ref = derivedRefPrefix + res.KeyHash
-	}
-	h.setRef(c, scope.Name, ref)
-	c.Set(keyHashKey, shortHash(res.KeyHash))
-	if req.waitApplied && res.Status == idemguard.StatusInProgress {
-		if done, ok := h.awaitOutcome(c.Request.Context(), tenant, scope.Name, res, req.wait); ok {
+	if req.WaitApplied && res.Status == idemguard.StatusInProgress {
+		if done, ok := h.awaitOutcome(c.Request.Context(), tenant, scope.Name, res, req.Wait); ok {
 			res = done
+			logOutcome(c, res)
 		}
 	}
-	if res.Status == idemguard.StatusInProgress {
-		c.Header(headerPreferenceApplied, preferAsync)
-		rec := keyRecord{Ref: ref, Scope: scope.Name, Status: string(store.RowStarted), AttemptCount: res.Attempt}
-		if key, err := h.guard.KeyOfHash(tenant, scope.Name, res.KeyHash); err == nil {
-			if info, err := h.guard.Lookup(c.Request.Context(), key); err == nil {
-				if r, err := keyRecordOf(ref, scope.Name, info); err == nil {
-					rec = r
-				}
-			}
-		}
-		c.Set(stopReasonKey, string(sanitize.InProgress))
-		c.Data(http.StatusAccepted, contentJSON, encodeJSON(rec))
+	if res.Status != idemguard.StatusInProgress {
+		res.Header = nil // completed: answered as the synchronous path answers it
+		h.answers.Result(c.Writer, req, res)
 		return
 	}
-	// Completed: answered as the synchronous path answers it.
-	c.Set(stopReasonKey, string(res.StopReason))
-	if res.Cached {
-		c.Set(replayedKey, true)
+	ref := pipeline.Ref(req.ClientKey, res.KeyHash)
+	c.Header(pipeline.HeaderPreferenceApplied, pipeline.PreferAsync)
+	rec := keyRecord{Ref: ref, Scope: scope.Name, Status: string(store.RowStarted), AttemptCount: res.Attempt}
+	if key, err := h.guard.KeyOfHash(tenant, scope.Name, res.KeyHash); err == nil {
+		rec = h.recordOf(c.Request.Context(), key, rec)
 	}
-	res.Header = nil
-	writeResult(c.Writer, req, res, h.retryAfter)
+	c.Set(stopReasonKey, string(sanitize.InProgress))
+	c.Data(http.StatusAccepted, pipeline.ContentJSON, pipeline.EncodeJSON(rec))
 }
 
 // awaitOutcome follows the key of res for up to wait and returns its stored
@@ -180,37 +137,53 @@ func keyRecordOf(ref, scope string, info idemguard.KeyInfo) (keyRecord, error) {
 	return rec, nil
 }
 
+// recordOf is the key record of key as it stands, or else (the store did
+// not answer) what the caller knows of it.
+func (h *handlers) recordOf(ctx context.Context, key idemguard.Key, known keyRecord) keyRecord {
+	if info, err := h.guard.Lookup(ctx, key); err == nil {
+		if r, err := keyRecordOf(known.Ref, known.Scope, info); err == nil {
+			return r
+		}
+	}
+	return known
+}
+
 // staleAdvice is what a caller of a stale key can do.
 const staleAdvice = "the process running this key stopped answering; send the same request with the same " +
 	"Idempotency-Key again to run it (it is taken over, or marked abandoned where the scope never runs twice): " +
 	"idemguard never stores the inputs, so it cannot re-run the key by itself"
 
-// keyOfRef resolves the :key of a key route to the Key of its row: a
-// client key, or "~" and the key hash of a derived key. It answers 400
-// itself.
-func (h *handlers) keyOfRef(c *gin.Context, tenant tenancy.ID, scope string) (ref string, key idemguard.Key, ok bool) {
-	ref = c.Param("key")
-	if hash, derived := strings.CutPrefix(ref, derivedRefPrefix); derived {
-		key, err := h.guard.KeyOfHash(tenant, scope, hash)
-		if err != nil || !isKeyHash(hash) {
-			h.fail(c, reject(errInvalidRef, "a derived key reference is ~ followed by the 64 lower-case hex digits of the key hash"))
-			return "", idemguard.Key{}, false
-		}
-		c.Set(keyHashKey, shortHash(hash))
-		return ref, key, true
+// keyRoute reads what every key route starts with: the caller's tenant,
+// the scope and the key of the :key reference (keyOfRef). It answers 401,
+// 404 or 400 itself.
+func (h *handlers) keyRoute(c *gin.Context, rotated bool) (scope *Scope, ref string, key idemguard.Key, ok bool) {
+	tenant, scope, ok := h.tenantScope(c)
+	if !ok {
+		return nil, "", idemguard.Key{}, false
 	}
-	key, err := h.guard.Key(tenant, scope, ref) // validates the client key
+	ref, key, ok = h.keyOfRef(c, tenant, scope.Name, rotated)
+	return scope, ref, key, ok
+}
+
+// keyOfRef resolves the :key of a key route to the Key of its row
+// (pipeline.ParseRef). With rotated, a client key whose row was made under
+// a previous secret resolves to the hash it is stored under (History needs
+// no such step: it finds a client key's events under every configured
+// secret). It answers 400 itself.
+func (h *handlers) keyOfRef(c *gin.Context, tenant tenancy.ID, scope string, rotated bool) (ref string, key idemguard.Key, ok bool) {
+	ref = c.Param("key")
+	key, derived, err := pipeline.ParseRef(h.guard, tenant, scope, ref)
 	if err != nil {
-		h.fail(c, reject(errInvalidRef, "a key reference is an Idempotency-Key (1 to %d characters of [A-Za-z0-9_.:-]) or ~ followed by a key hash", keys.MaxClientKeyLen))
+		h.fail(c, err)
 		return "", idemguard.Key{}, false
 	}
-	// While the secret is rotated the key's row may have been made under a
-	// previous secret: Lookup finds it under every configured one and names
-	// the hash it is stored under. Without a row the current hash stands,
-	// and the route's own read answers.
-	if info, err := h.guard.Lookup(c.Request.Context(), key); err == nil && info.KeyHash != key.Hash() {
-		if stored, err := h.guard.KeyOfHash(tenant, scope, info.KeyHash); err == nil {
-			key = stored
+	// Without a row the current hash stands, and the route's own read
+	// answers.
+	if rotated && !derived {
+		if info, err := h.guard.Lookup(c.Request.Context(), key); err == nil && info.KeyHash != key.Hash() {
+			if stored, err := h.guard.KeyOfHash(tenant, scope, info.KeyHash); err == nil {
+				key = stored
+			}
 		}
 	}
 	c.Set(keyHashKey, shortHash(key.Hash()))
@@ -222,11 +195,7 @@ func (h *handlers) keyOfRef(c *gin.Context, tenant tenancy.ID, scope string) (re
 // process, stops at its next heartbeat); 409 for a finished key; 404 for
 // an unknown key or another tenant's.
 func (h *handlers) cancelKey(c *gin.Context) {
-	tenant, scope, ok := h.tenantScope(c)
-	if !ok {
-		return
-	}
-	ref, key, ok := h.keyOfRef(c, tenant, scope.Name)
+	scope, ref, key, ok := h.keyRoute(c, true)
 	if !ok {
 		return
 	}
@@ -234,14 +203,9 @@ func (h *handlers) cancelKey(c *gin.Context) {
 		h.fail(c, err)
 		return
 	}
-	rec := keyRecord{Ref: ref, Scope: scope.Name, Status: string(store.RowStarted), CancelRequested: true}
-	if info, err := h.guard.Lookup(c.Request.Context(), key); err == nil {
-		if r, err := keyRecordOf(ref, scope.Name, info); err == nil {
-			rec = r
-		}
-	}
-	c.Header(headerLocation, h.locationPrefix+keyPath(scope.Name, ref))
-	c.Data(http.StatusAccepted, contentJSON, encodeJSON(rec))
+	rec := h.recordOf(c.Request.Context(), key, keyRecord{Ref: ref, Scope: scope.Name, Status: string(store.RowStarted), CancelRequested: true})
+	c.Header(pipeline.HeaderLocation, h.locationPrefix+keyPath(scope.Name, ref))
+	c.Data(http.StatusAccepted, pipeline.ContentJSON, pipeline.EncodeJSON(rec))
 }
 
 // keyEvent is the data of one event of GET …/keys/{key}/events.
@@ -258,11 +222,7 @@ type keyEvent struct {
 // event; a stream with nothing left to say (the final event was seen)
 // answers 204, which tells an EventSource to stop reconnecting.
 func (h *handlers) watchKey(c *gin.Context) {
-	tenant, scope, ok := h.tenantScope(c)
-	if !ok {
-		return
-	}
-	ref, key, ok := h.keyOfRef(c, tenant, scope.Name)
+	scope, ref, key, ok := h.keyRoute(c, true)
 	if !ok {
 		return
 	}
@@ -273,7 +233,7 @@ func (h *handlers) watchKey(c *gin.Context) {
 		return
 	}
 	defer w.Close()
-	out := newSSEWriter(c.Writer)
+	out := pipeline.NewSSE(c.Writer)
 	for {
 		wctx, cancel := context.WithTimeout(ctx, keepAliveEvery)
 		e, err := w.Next(wctx)
@@ -281,14 +241,14 @@ func (h *handlers) watchKey(c *gin.Context) {
 		switch {
 		case err == nil:
 		case errors.Is(err, io.EOF), errors.Is(err, idemguard.ErrNotFound):
-			if !out.started {
+			if !out.Started {
 				c.Status(http.StatusNoContent)
 			}
 			return
 		case ctx.Err() != nil:
 			return // the client left
 		case errors.Is(err, context.DeadlineExceeded):
-			if out.comment("keep-alive") != nil {
+			if out.Comment("keep-alive") != nil {
 				return
 			}
 			continue
@@ -299,8 +259,8 @@ func (h *handlers) watchKey(c *gin.Context) {
 		if err != nil {
 			return
 		}
-		data := encodeJSON(keyEvent{Event: string(e.Kind), Attempt: e.Attempt, At: formatTime(e.At), Record: rec})
-		if out.send(live.Event{ID: string(e.ID), Type: string(e.Kind), Data: data}) != nil {
+		data := pipeline.EncodeJSON(keyEvent{Event: string(e.Kind), Attempt: e.Attempt, At: pipeline.FormatTime(e.At), Record: rec})
+		if out.Send(live.Event{ID: string(e.ID), Type: string(e.Kind), Data: data}) != nil {
 			return
 		}
 	}

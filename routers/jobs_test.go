@@ -161,18 +161,6 @@ func TestRespondAsyncWithWaitAnswersTheOutcome(t *testing.T) {
 	require.Equal(t, w.Body.String(), string(asFresh(replay.Body.Bytes())))
 }
 
-func TestPreferRespondAsyncParsing(t *testing.T) {
-	t.Parallel()
-	for v, want := range map[string]bool{
-		"respond-async": true, "Respond-Async": true, "wait=5, respond-async": true, "respond-async; x=1": true,
-		"": false, "respond-asyncx": false, `a="respond-async"`: false, "wait=5": false,
-	} {
-		h := http.Header{}
-		h.Set("Prefer", v)
-		require.Equal(t, want, prefersAsync(h), "%q", v)
-	}
-}
-
 // An event stream lasts as long as its job, past the server's ReadTimeout
 // (serve sets one): net/http clears the read deadline once a request is
 // read. A read deadline left on the connection (a wrapper that sets one, a

@@ -12,6 +12,7 @@ import (
 
 	"github.com/gin-gonic/gin"
 
+	"github.com/idemguard/idemguard/routers/internal/pipeline"
 	"github.com/idemguard/idemguard/tenancy"
 )
 
@@ -19,7 +20,7 @@ var okBody = []byte(`{"status":"ok"}`)
 
 // healthz serves GET /healthz: the process answers.
 func (h *handlers) healthz(c *gin.Context) {
-	c.Data(http.StatusOK, contentJSON, okBody)
+	c.Data(http.StatusOK, pipeline.ContentJSON, okBody)
 }
 
 // readyz serves GET /readyz: Options.Ready within ReadyTimeout.
@@ -30,29 +31,29 @@ func (h *handlers) readyz(c *gin.Context) {
 		if err := h.ready(ctx); err != nil {
 			// The cause goes to the log only: it may name hosts or settings.
 			h.log.Warn("http: not ready", slog.Any("err", err))
-			h.fail(c, reject(errNotReady, "the service cannot serve requests yet (store unreachable or migrations pending)"))
+			h.fail(c, pipeline.Reject(pipeline.ErrNotReady, "the service cannot serve requests yet (store unreachable or migrations pending)"))
 			return
 		}
 	}
-	c.Data(http.StatusOK, contentJSON, okBody)
+	c.Data(http.StatusOK, pipeline.ContentJSON, okBody)
 }
 
 // serveMetrics serves GET /metrics with Options.Metrics.
 func (h *handlers) serveMetrics(c *gin.Context) {
 	if h.metrics == nil {
-		h.fail(c, reject(errNoMetrics, "metrics are not enabled on this server"))
+		h.fail(c, pipeline.Reject(pipeline.ErrNoMetrics, "metrics are not enabled on this server"))
 		return
 	}
 	h.metrics.ServeHTTP(c.Writer, c.Request)
 }
 
 func (h *handlers) noRoute(c *gin.Context) {
-	h.fail(c, reject(errUnknownRoute, "no such route; see docs/openapi.yaml"))
+	h.fail(c, pipeline.Reject(pipeline.ErrUnknownRoute, "no such route; see docs/openapi.yaml"))
 }
 
 func (h *handlers) noMethod(c *gin.Context) {
 	// gin has set the Allow header.
-	h.fail(c, reject(errMethodNotAllowed, "this route does not accept the method; see the Allow header"))
+	h.fail(c, pipeline.Reject(pipeline.ErrMethodNotAllowed, "this route does not accept the method; see the Allow header"))
 }
 
 // probeRoutes are logged at debug level: probes and scrapes would drown the
@@ -138,13 +139,13 @@ func (h *handlers) recovery(c *gin.Context) {
 			c.Abort()
 			return
 		}
-		c.Writer.Header().Del(headerLocation)
-		c.Writer.Header().Del(headerKeyRef)
-		writeProblem(c, problemFor(errPanic))
+		c.Writer.Header().Del(pipeline.HeaderLocation)
+		c.Writer.Header().Del(pipeline.HeaderKeyRef)
+		h.problem(c, pipeline.ProblemFor(errPanic))
 		c.Abort()
 	}()
 	c.Next()
 }
 
-// errPanic is the error of a recovered panic; problemFor maps it to 500.
+// errPanic is the error of a recovered panic; pipeline.ProblemFor maps it to 500.
 var errPanic = errors.New("handler panicked")

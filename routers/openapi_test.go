@@ -20,6 +20,7 @@ import (
 
 	"github.com/idemguard/idemguard"
 	"github.com/idemguard/idemguard/routers/auth"
+	"github.com/idemguard/idemguard/routers/internal/pipeline"
 )
 
 const openAPIPath = "../docs/openapi.yaml"
@@ -51,24 +52,24 @@ const notAllowedStatus = http.StatusMethodNotAllowed
 // handler sets and the document must describe.
 var routeHeaders = map[string]map[int][]string{
 	"POST /v1/ops/{scope}": {
-		200: {headerLocation, headerKeyRef, headerReplayed, headerCompletedAt, headerPreferenceApplied},
-		202: {headerLocation, headerKeyRef, headerPreferenceApplied},
+		200: {pipeline.HeaderLocation, pipeline.HeaderKeyRef, pipeline.HeaderReplayed, pipeline.HeaderCompletedAt, pipeline.HeaderPreferenceApplied},
+		202: {pipeline.HeaderLocation, pipeline.HeaderKeyRef, pipeline.HeaderPreferenceApplied},
 		401: {"WWW-Authenticate"},
-		409: {headerRetryAfter, headerLocation, headerKeyRef, headerPreferenceApplied},
-		422: {headerLocation, headerKeyRef},
-		502: {headerLocation, headerKeyRef, headerReplayed, headerCompletedAt, headerPreferenceApplied},
-		503: {headerRetryAfter, headerLocation, headerKeyRef},
+		409: {pipeline.HeaderRetryAfter, pipeline.HeaderLocation, pipeline.HeaderKeyRef, pipeline.HeaderPreferenceApplied},
+		422: {pipeline.HeaderLocation, pipeline.HeaderKeyRef},
+		502: {pipeline.HeaderLocation, pipeline.HeaderKeyRef, pipeline.HeaderReplayed, pipeline.HeaderCompletedAt, pipeline.HeaderPreferenceApplied},
+		503: {pipeline.HeaderRetryAfter, pipeline.HeaderLocation, pipeline.HeaderKeyRef},
 	},
-	"GET /v1/ops/{scope}/keys/{key}":         {401: {"WWW-Authenticate"}, 503: {headerRetryAfter}},
-	"GET /v1/ops/{scope}/keys/{key}/history": {401: {"WWW-Authenticate"}, 503: {headerRetryAfter}},
-	"GET /v1/stats":                          {401: {"WWW-Authenticate"}, 503: {headerRetryAfter}},
-	"GET /readyz":                            {503: {headerRetryAfter}},
-	"HEAD /readyz":                           {503: {headerRetryAfter}},
+	"GET /v1/ops/{scope}/keys/{key}":         {401: {"WWW-Authenticate"}, 503: {pipeline.HeaderRetryAfter}},
+	"GET /v1/ops/{scope}/keys/{key}/history": {401: {"WWW-Authenticate"}, 503: {pipeline.HeaderRetryAfter}},
+	"GET /v1/stats":                          {401: {"WWW-Authenticate"}, 503: {pipeline.HeaderRetryAfter}},
+	"GET /readyz":                            {503: {pipeline.HeaderRetryAfter}},
+	"HEAD /readyz":                           {503: {pipeline.HeaderRetryAfter}},
 }
 
 // routeRequestHeaders lists the request headers each route reads.
 var routeRequestHeaders = map[string][]string{
-	"POST /v1/ops/{scope}":                  {headerIdempotencyKey, headerPrefer},
+	"POST /v1/ops/{scope}":                  {pipeline.HeaderIdempotencyKey, pipeline.HeaderPrefer},
 	"GET /v1/ops/{scope}/keys/{key}/events": {headerLastEventID},
 }
 
@@ -347,16 +348,16 @@ func TestOpenAPIProblemTypes(t *testing.T) {
 
 	seen := map[string]bool{}
 	for _, err := range []error{
-		auth.ErrNoCredentials, auth.ErrInvalidCredentials, errUnknownScope, errUnknownRoute, idemguard.ErrNotFound,
-		errMethodNotAllowed, errMissingKey, errInvalidKey, errDuplicateKey, errInvalidRef, errBodyTooLarge,
-		&http.MaxBytesError{Limit: 1}, errInvalidBody, idemguard.ErrFingerprintMismatch, idemguard.ErrInvalidInput,
-		&idemguard.StoreError{Op: "claim", Err: errors.New("x")}, errNotReady, errNoMetrics, errPanic, idemguard.ErrInvalidResult, errInvalidQuery,
-		idemguard.ErrKeyFinished, idemguard.ErrTooManyWatchers, idemguard.ErrTooManyWaiters, errTooManyAuthFailures,
+		auth.ErrNoCredentials, auth.ErrInvalidCredentials, pipeline.ErrUnknownScope, pipeline.ErrUnknownRoute, idemguard.ErrNotFound,
+		pipeline.ErrMethodNotAllowed, pipeline.ErrMissingKey, pipeline.ErrInvalidKey, pipeline.ErrDuplicateKey, pipeline.ErrInvalidRef, pipeline.ErrBodyTooLarge,
+		&http.MaxBytesError{Limit: 1}, pipeline.ErrInvalidBody, idemguard.ErrFingerprintMismatch, idemguard.ErrInvalidInput,
+		&idemguard.StoreError{Op: "claim", Err: errors.New("x")}, pipeline.ErrNotReady, pipeline.ErrNoMetrics, errPanic, idemguard.ErrInvalidResult, pipeline.ErrInvalidQuery,
+		idemguard.ErrKeyFinished, idemguard.ErrTooManyWatchers, idemguard.ErrTooManyWaiters, pipeline.ErrTooManyAuthFailures,
 	} {
-		seen[problemFor(err).Type] = true
+		seen[pipeline.ProblemFor(err).Type] = true
 	}
-	seen[resultProblem(idemguard.Result{Status: idemguard.StatusInProgress}).Type] = true
-	seen[resultProblem(idemguard.Result{Status: idemguard.StatusFailed, StatusCode: 502}).Type] = true
+	seen[pipeline.ResultProblem(idemguard.Result{Status: idemguard.StatusInProgress}).Type] = true
+	seen[pipeline.ResultProblem(idemguard.Result{Status: idemguard.StatusFailed, StatusCode: 502}).Type] = true
 	var answered []string
 	for typ := range seen {
 		answered = append(answered, typ)

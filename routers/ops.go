@@ -2,92 +2,111 @@ package routers
 
 import (
 	"context"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"net/http"
-	"strings"
 	"time"
-	"unicode/utf8"
 
 	"github.com/gin-gonic/gin"
 
 	"github.com/idemguard/idemguard"
-	"github.com/idemguard/idemguard/internal/keys"
 	"github.com/idemguard/idemguard/routers/auth"
+	"github.com/idemguard/idemguard/routers/internal/pipeline"
 	"github.com/idemguard/idemguard/tenancy"
 )
 
-// derivedRefPrefix marks a key reference that is a key hash (a derived key)
-// rather than a client key; it is not a client-key character.
-const derivedRefPrefix = "~"
-
-// emptyBody is what an empty request body means.
-var emptyBody = json.RawMessage(`{}`)
-
 // runOperation serves POST /v1/ops/:scope. The checks run in the order of
 // the package documentation, so no rejected request stores a row or runs
-// the operation.
+// the operation; then the request's delivery (plain, background, stream)
+// answers it.
 func (h *handlers) runOperation(c *gin.Context) {
 	tenant, scope, ok := h.tenantScope(c)
 	if !ok {
 		return
 	}
-	req, err := readGuarded(c.Writer, c.Request, scope.Name, scope.KeyRequired, h.maxBody, h.maxWait)
+	req, err := pipeline.Read(c.Writer, c.Request, scope.Name, scope.KeyRequired, h.limits)
 	if err != nil {
 		h.fail(c, err)
 		return
 	}
-	if scope.Stream != nil { // stream.go: "stream" is how to deliver, not what to run
-		var streaming bool
-		if req.body, streaming, err = deliveryMode(req.body); err != nil {
-			h.fail(c, err)
-			return
-		} else if streaming && !prefersAsync(c.Request.Header) {
-			h.runStream(c, tenant, scope, req)
-			return
-		}
-	}
-	if prefersAsync(c.Request.Header) {
-		h.runAsync(c, tenant, scope, req)
+	deliver, err := h.delivery(c.Request.Header, scope, &req)
+	if err != nil {
+		h.fail(c, err)
 		return
 	}
+	deliver(c, tenant, scope, req)
+}
 
-	run, body := scope.Run, req.body
-	res, err := h.guard.Do(c.Request.Context(), idemguard.Call{
-		Tenant:    tenant,
-		Scope:     scope.Name,
-		ClientKey: req.clientKey,
-		Inputs:    body,
-		Settings:  scope.Settings,
-		Wait:      req.wait,
-		Timeout:   scope.Timeout,
-		Detach:    true,
-		Check:     inputCheck(scope, body),
-	}, func(ctx context.Context) (any, error) { return run(ctx, body) })
+// delivery is how the request asks to be answered: a stream (stream.go:
+// "stream" in the body of a scope with a Stream operation says how to
+// deliver, not what to run, and is taken out of req.Body), in the
+// background (Prefer: respond-async, jobs.go), or plainly.
+func (h *handlers) delivery(hd http.Header, scope *Scope, req *pipeline.Request) (func(*gin.Context, tenancy.ID, *Scope, pipeline.Request), error) {
+	async := pipeline.PrefersAsync(hd)
+	if scope.Stream != nil {
+		body, streaming, err := deliveryMode(req.Body)
+		if err != nil {
+			return nil, err
+		}
+		req.Body = body
+		if streaming && !async {
+			return h.runStream, nil
+		}
+	}
+	if async {
+		return h.runAsync, nil
+	}
+	return h.runPlain, nil
+}
+
+// runPlain answers with the operation's outcome: the stored answer, 409
+// while another request runs it, or its failure.
+func (h *handlers) runPlain(c *gin.Context, tenant tenancy.ID, scope *Scope, req pipeline.Request) {
+	res, err := h.guard.Do(c.Request.Context(), req.Call(tenant, scope.route(req.Body), req.Body), scope.operation(req.Body))
+	if !h.called(c, scope.Name, req, res, err) {
+		return
+	}
+	// The operations of the REST API return no headers: the Location set
+	// by called, the key's record, is the one a client follows.
+	res.Header = nil
+	h.answers.Result(c.Writer, req, res)
+}
+
+// route is the scope as the pipeline's call builder takes it, for inputs.
+func (s *Scope) route(inputs json.RawMessage) pipeline.Route {
+	return pipeline.Route{Scope: s.Name, Settings: s.Settings, Timeout: s.Timeout, Check: inputCheck(s, inputs)}
+}
+
+// operation is the scope's Run on inputs.
+func (s *Scope) operation(inputs json.RawMessage) idemguard.Operation {
+	run := s.Run
+	return func(ctx context.Context) (any, error) { return run(ctx, inputs) }
+}
+
+// called is what every entry path of POST /v1/ops/:scope does with the
+// guard's answer before delivering it: the key reference headers and the
+// request log's fields. It answers an error itself and then reports false.
+func (h *handlers) called(c *gin.Context, scope string, req pipeline.Request, res idemguard.Result, err error) bool {
 	if err != nil {
 		var ie *idemguard.InputError
-		if req.clientKey != "" && !errors.As(err, &ie) { // inputs refused before the claim name no key
-			h.setRef(c, scope.Name, req.clientKey)
+		if req.ClientKey != "" && !errors.As(err, &ie) { // inputs refused before the claim name no key
+			h.setRef(c.Writer.Header(), scope, req.ClientKey)
 		}
 		h.fail(c, err)
-		return
+		return false
 	}
-
-	ref := req.clientKey
-	if ref == "" {
-		ref = derivedRefPrefix + res.KeyHash
-	}
-	h.setRef(c, scope.Name, ref)
+	h.setRef(c.Writer.Header(), scope, pipeline.Ref(req.ClientKey, res.KeyHash))
 	c.Set(keyHashKey, shortHash(res.KeyHash))
+	logOutcome(c, res)
+	return true
+}
+
+// logOutcome puts res's stop reason and replay into the request log.
+func logOutcome(c *gin.Context, res idemguard.Result) {
 	c.Set(stopReasonKey, string(res.StopReason))
 	if res.Cached {
 		c.Set(replayedKey, true)
 	}
-	// The operations of the REST API return no headers: the Location set
-	// above, the key's record, is the one a client follows.
-	res.Header = nil
-	writeResult(c.Writer, req, res, h.retryAfter)
 }
 
 // tenantScope returns the caller's tenant and the scope named in the path,
@@ -107,44 +126,11 @@ func (h *handlers) scope(c *gin.Context) (*Scope, bool) {
 	s, ok := h.scopes[c.Param("scope")]
 	if !ok {
 		// The unknown name is not echoed: it is the caller's text.
-		h.fail(c, reject(errUnknownScope, "no operation is registered under this scope"))
+		h.fail(c, pipeline.Reject(pipeline.ErrUnknownScope, "no operation is registered under this scope"))
 		return nil, false
 	}
 	c.Set(scopeKey, s.Name)
 	return s, true
-}
-
-// validJSON checks that raw holds exactly one JSON value. The error gives the
-// byte offset of the problem, never the body's text.
-func validJSON(raw []byte) error {
-	if !utf8.Valid(raw) {
-		// encoding/json would replace invalid bytes with U+FFFD, so two
-		// different bodies could derive the same key.
-		return reject(errInvalidBody, "the body is not valid UTF-8")
-	}
-	if json.Valid(raw) {
-		return nil
-	}
-	var v any
-	err := json.Unmarshal(raw, &v)
-	var se *json.SyntaxError
-	if errors.As(err, &se) {
-		return reject(errInvalidBody, "the body is not valid JSON (syntax error at byte offset %d)", se.Offset)
-	}
-	return reject(errInvalidBody, "the body is not valid JSON")
-}
-
-// setRef adds the key reference headers.
-func (h *handlers) setRef(c *gin.Context, scope, ref string) {
-	c.Header(headerLocation, h.locationPrefix+keyPath(scope, ref))
-	c.Header(headerKeyRef, ref)
-}
-
-// keyPath is the lookup path of a key, after Options.Prefix. Scopes and
-// refs hold only [A-Za-z0-9._:~-], which need no escaping in a path after
-// the first segment.
-func keyPath(scope, ref string) string {
-	return "/v1/ops/" + scope + "/keys/" + ref
 }
 
 // shortHash is the prefix of a key hash that logs carry.
@@ -153,9 +139,6 @@ func shortHash(h string) string { return h[:min(12, len(h))] }
 func tenantOf(c *gin.Context) (tenancy.ID, bool) {
 	return tenancy.FromContext(c.Request.Context())
 }
-
-// formatTime renders t as RFC 3339 in UTC, with its sub-second digits.
-func formatTime(t time.Time) string { return t.UTC().Format(time.RFC3339Nano) }
 
 // keyRecord is the answer of GET /v1/ops/:scope/keys/:key. Its JSON names are camelCase, like
 // the envelope's (stopReason, traceId); openapi_test.go checks both the document and this answer.
@@ -184,36 +167,15 @@ type keyRecord struct {
 	StreamEvents string `json:"streamEvents,omitempty"`
 }
 
-// lookupKey serves GET /v1/ops/:scope/keys/:key. The key is a client key or
-// "~" and a key hash. Another tenant's key is a 404, like an absent one.
+// lookupKey serves GET /v1/ops/:scope/keys/:key. The key is a reference
+// (pipeline.ParseRef): a client key, found under every configured secret,
+// or "~" and a key hash. Another tenant's key is a 404, like an absent one.
 func (h *handlers) lookupKey(c *gin.Context) {
-	tenant, scope, ok := h.tenantScope(c)
+	scope, ref, key, ok := h.keyRoute(c, false) // Lookup finds a client key under every secret
 	if !ok {
 		return
 	}
-	ref := c.Param("key")
-	var (
-		info idemguard.KeyInfo
-		err  error
-	)
-	if hash, derived := strings.CutPrefix(ref, derivedRefPrefix); derived {
-		if !isKeyHash(hash) {
-			h.fail(c, reject(errInvalidRef, "a derived key reference is ~ followed by the 64 lower-case hex digits of the key hash"))
-			return
-		}
-		c.Set(keyHashKey, shortHash(hash))
-		var key idemguard.Key
-		if key, err = h.guard.KeyOfHash(tenant, scope.Name, hash); err == nil {
-			info, err = h.guard.Lookup(c.Request.Context(), key)
-		}
-	} else {
-		key, kerr := h.guard.Key(tenant, scope.Name, ref)
-		if kerr != nil {
-			h.fail(c, reject(errInvalidRef, "a key reference is an Idempotency-Key (1 to %d characters of [A-Za-z0-9_.:-]) or ~ followed by a key hash", keys.MaxClientKeyLen))
-			return
-		}
-		info, err = h.guard.Lookup(c.Request.Context(), key)
-	}
+	info, err := h.guard.Lookup(c.Request.Context(), key)
 	if err != nil {
 		h.fail(c, err)
 		return
@@ -225,21 +187,12 @@ func (h *handlers) lookupKey(c *gin.Context) {
 		h.fail(c, err)
 		return
 	}
-	c.Data(http.StatusOK, contentJSON, encodeJSON(rec))
+	c.Data(http.StatusOK, pipeline.ContentJSON, pipeline.EncodeJSON(rec))
 }
 
 func optTime(t time.Time) string {
 	if t.IsZero() {
 		return ""
 	}
-	return formatTime(t)
-}
-
-// isKeyHash reports whether s is 64 lower-case hex digits (a key hash).
-func isKeyHash(s string) bool {
-	if len(s) != 64 || strings.ToLower(s) != s {
-		return false
-	}
-	_, err := hex.DecodeString(s)
-	return err == nil
+	return pipeline.FormatTime(t)
 }

@@ -18,19 +18,22 @@ import (
 	"github.com/idemguard/idemguard"
 	"github.com/idemguard/idemguard/internal/keys"
 	"github.com/idemguard/idemguard/routers/auth"
+	"github.com/idemguard/idemguard/routers/internal/pipeline"
+	"github.com/idemguard/idemguard/routers/middleware"
 	"github.com/idemguard/idemguard/sanitize"
 )
 
-// Defaults of Options.
+// Defaults of Options: the middleware's.
 const (
 	// DefaultMaxBodyBytes is the largest request body accepted (1 MiB).
-	DefaultMaxBodyBytes = 1 << 20
+	DefaultMaxBodyBytes = middleware.DefaultMaxBodyBytes
 	// DefaultMaxWait caps Prefer: wait=N.
-	DefaultMaxWait = 30 * time.Second
-	// DefaultRetryAfter is the Retry-After of a 409 (operation in progress).
-	DefaultRetryAfter = time.Second
+	DefaultMaxWait = middleware.DefaultMaxWait
+	// DefaultRetryAfter is the Retry-After of a 409 (operation in progress)
+	// and of a 429.
+	DefaultRetryAfter = middleware.DefaultRetryAfter
 	// DefaultUnavailableRetryAfter is the Retry-After of a 503.
-	DefaultUnavailableRetryAfter = 5 * time.Second
+	DefaultUnavailableRetryAfter = middleware.DefaultUnavailableRetryAfter
 	// ReadyTimeout bounds one call of Options.Ready.
 	ReadyTimeout = 3 * time.Second
 	// CORSMaxAge is how long browsers may cache a preflight answer.
@@ -97,7 +100,7 @@ type Options struct {
 	// MaxWait caps Prefer: wait=N. Defaults to DefaultMaxWait (30s). The
 	// engine's Config.MaxWait caps it too, so set that at least as high.
 	MaxWait time.Duration
-	// RetryAfter is the Retry-After of a 409 (in progress), rounded up to
+	// RetryAfter is the Retry-After of a 409 (in progress) and a 429, rounded up to
 	// whole seconds. Defaults to DefaultRetryAfter (1s).
 	RetryAfter time.Duration
 	// UnavailableRetryAfter is the Retry-After of a 503 (store down, not
@@ -214,18 +217,6 @@ func validateOrigin(origin string) error {
 	return nil
 }
 
-// Header names of the API.
-const (
-	headerIdempotencyKey    = "Idempotency-Key"
-	headerKeyRef            = "Idempotency-Key-Ref"
-	headerReplayed          = "Idempotent-Replayed"
-	headerCompletedAt       = "Idempotent-Completed-At"
-	headerPrefer            = "Prefer"
-	headerPreferenceApplied = "Preference-Applied"
-	headerRetryAfter        = "Retry-After"
-	headerLocation          = "Location"
-)
-
 // The routes, in gin syntax (the /v1 ones after Options.Prefix).
 // docs/openapi.yaml documents each of them.
 const (
@@ -276,18 +267,16 @@ func newHandlers(o Options) (*handlers, error) {
 		scopes[s.Name] = &s
 	}
 	return &handlers{
-		guard:                 o.Guard,
-		scopes:                scopes,
-		prefix:                o.Prefix,
-		locationPrefix:        o.Prefix,
-		ready:                 o.Ready,
-		metrics:               o.Metrics,
-		maxBody:               o.MaxBodyBytes,
-		maxWait:               o.MaxWait,
-		retryAfter:            retryAfterSeconds(o.RetryAfter),
-		unavailableRetryAfter: retryAfterSeconds(o.UnavailableRetryAfter),
-		log:                   o.Logger,
-		authFails:             newAuthFailures(o.AuthFailures, o.Logger),
+		guard:          o.Guard,
+		scopes:         scopes,
+		prefix:         o.Prefix,
+		locationPrefix: o.Prefix,
+		ready:          o.Ready,
+		metrics:        o.Metrics,
+		limits:         pipeline.Limits{MaxBody: o.MaxBodyBytes, MaxWait: o.MaxWait},
+		answers:        pipeline.NewAnswers(o.RetryAfter, o.UnavailableRetryAfter, o.Logger),
+		log:            o.Logger,
+		authFails:      newAuthFailures(o.AuthFailures, o.Logger),
 	}, nil
 }
 
@@ -347,11 +336,11 @@ func newEngine(o Options) (*gin.Engine, error) {
 
 // ExposedHeaders are the response headers a browser may read (CORS).
 var ExposedHeaders = []string{
-	headerReplayed, headerCompletedAt, headerKeyRef, headerLocation, headerRetryAfter, headerPreferenceApplied,
+	pipeline.HeaderReplayed, pipeline.HeaderCompletedAt, pipeline.HeaderKeyRef, pipeline.HeaderLocation, pipeline.HeaderRetryAfter, pipeline.HeaderPreferenceApplied,
 }
 
 // AllowedHeaders are the request headers a browser may send (CORS).
-var AllowedHeaders = []string{"Authorization", "Content-Type", headerIdempotencyKey, headerPrefer, headerLastEventID}
+var AllowedHeaders = []string{"Authorization", "Content-Type", pipeline.HeaderIdempotencyKey, pipeline.HeaderPrefer, headerLastEventID}
 
 // corsMiddleware answers CORS for the listed origins (and, with loopback,
 // any http://localhost or http://127.0.0.1 origin). Requests from other
@@ -381,6 +370,10 @@ func corsMiddleware(origins []string, loopback bool) gin.HandlerFunc {
 	}
 }
 
+// ProblemTypePrefix ("urn:idemguard:problem:") begins every problem type
+// URI; the rest is the slug (docs/openapi.yaml lists them).
+const ProblemTypePrefix = pipeline.ProblemTypePrefix
+
 // Keys of values handlers put into the gin context.
 const (
 	tenantKey     = "idemguard.tenant"
@@ -392,22 +385,14 @@ const (
 
 // handlers holds what the route handlers share.
 type handlers struct {
-	authFails             *authFailures // nil: no limit
-	guard                 *idemguard.Guard
-	scopes                map[string]*Scope
-	prefix                string // Options.Prefix
-	locationPrefix        string // what Location paths start with
-	ready                 func(context.Context) error
-	metrics               http.Handler
-	maxBody               int64
-	maxWait               time.Duration
-	retryAfter            string
-	unavailableRetryAfter string
-	log                   *slog.Logger
-}
-
-// retryAfterSeconds renders d as a Retry-After value: whole seconds,
-// rounded up, at least 1.
-func retryAfterSeconds(d time.Duration) string {
-	return fmt.Sprint(max(1, int64((d+time.Second-1)/time.Second)))
+	guard          *idemguard.Guard
+	scopes         map[string]*Scope
+	prefix         string // Options.Prefix
+	locationPrefix string // what Location paths start with
+	ready          func(context.Context) error
+	metrics        http.Handler
+	limits         pipeline.Limits
+	answers        *pipeline.Answers // the one error and result writer
+	log            *slog.Logger
+	authFails      *authFailures // nil: no limit
 }

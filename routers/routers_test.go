@@ -18,6 +18,7 @@ import (
 
 	"github.com/idemguard/idemguard"
 	"github.com/idemguard/idemguard/routers/auth"
+	"github.com/idemguard/idemguard/routers/internal/pipeline"
 	"github.com/idemguard/idemguard/sanitize"
 )
 
@@ -386,7 +387,7 @@ func TestFailureProblemIsDeterministic(t *testing.T) {
 		fresh.StopReason = sanitize.StopReason(reason)
 		replay := fresh
 		replay.Cached, replay.Attempt, replay.KeyHash, replay.CompletedAt = true, 3, "bb", time.Now()
-		a, b := encodeJSON(resultProblem(fresh)), encodeJSON(resultProblem(replay))
+		a, b := pipeline.EncodeJSON(pipeline.ResultProblem(fresh)), pipeline.EncodeJSON(pipeline.ResultProblem(replay))
 		require.Equal(t, string(a), string(asFresh(b)), reason)
 		require.Contains(t, string(b), `"cached":true`)
 		if reason == "not-a-reason" {
@@ -394,7 +395,7 @@ func TestFailureProblemIsDeterministic(t *testing.T) {
 		}
 	}
 	// A stored code outside 4xx/5xx never turns a failure into a success.
-	p := resultProblem(idemguard.Result{Status: idemguard.StatusFailed, StatusCode: 200, StopReason: "timeout"})
+	p := pipeline.ResultProblem(idemguard.Result{Status: idemguard.StatusFailed, StatusCode: 200, StopReason: "timeout"})
 	require.Equal(t, http.StatusBadGateway, p.Status)
 }
 

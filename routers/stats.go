@@ -13,6 +13,7 @@ import (
 	"github.com/gin-gonic/gin"
 
 	"github.com/idemguard/idemguard/routers/auth"
+	"github.com/idemguard/idemguard/routers/internal/pipeline"
 	"github.com/idemguard/idemguard/tenancy"
 )
 
@@ -98,7 +99,7 @@ func (h *handlers) opsRoutes(r gin.IRouter, o Options) {
 	r.GET(routeStats, h.authenticateScope(creds, nil), func(c *gin.Context) { h.serveStats(c, src) })
 	page := func(c *gin.Context) {
 		if o.OpsPage == nil {
-			h.fail(c, reject(errUnknownRoute, "the operator page is not enabled on this server"))
+			h.fail(c, pipeline.Reject(pipeline.ErrUnknownRoute, "the operator page is not enabled on this server"))
 			return
 		}
 		o.OpsPage.ServeHTTP(c.Writer, c.Request)
@@ -118,7 +119,7 @@ func (h *handlers) serveStats(c *gin.Context, src StatsSource) {
 	if v, given := c.GetQuery("since"); given {
 		d, err := time.ParseDuration(v)
 		if err != nil || d < MinStatsSince || d > MaxStatsSince {
-			h.fail(c, reject(errInvalidQuery, "since is a duration from %s to %s, e.g. since=24h", MinStatsSince, MaxStatsSince))
+			h.fail(c, pipeline.Reject(pipeline.ErrInvalidQuery, "since is a duration from %s to %s, e.g. since=24h", MinStatsSince, MaxStatsSince))
 			return
 		}
 		since = d
@@ -135,5 +136,5 @@ func (h *handlers) serveStats(c *gin.Context, src StatsSource) {
 		}
 	}
 	c.Header("Cache-Control", "no-store")
-	c.Data(http.StatusOK, contentJSON, encodeJSON(stats))
+	c.Data(http.StatusOK, pipeline.ContentJSON, pipeline.EncodeJSON(stats))
 }

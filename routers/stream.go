@@ -4,13 +4,13 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"net/http"
 
 	"github.com/gin-gonic/gin"
 
 	"github.com/idemguard/idemguard"
 	"github.com/idemguard/idemguard/internal/jsonvalue"
 	"github.com/idemguard/idemguard/internal/live"
+	"github.com/idemguard/idemguard/routers/internal/pipeline"
 	"github.com/idemguard/idemguard/tenancy"
 )
 
@@ -50,7 +50,7 @@ func deliveryMode(body json.RawMessage) (json.RawMessage, bool, error) {
 	if s, has := obj["stream"]; has {
 		b, isBool := s.(bool)
 		if !isBool {
-			return nil, false, reject(errInvalidBody, "the body's stream member must be true or false")
+			return nil, false, pipeline.Reject(pipeline.ErrInvalidBody, "the body's stream member must be true or false")
 		}
 		stream = b
 	}
@@ -68,99 +68,43 @@ func deliveryMode(body json.RawMessage) (json.RawMessage, bool, error) {
 	enc := json.NewEncoder(&buf)
 	enc.SetEscapeHTML(false)
 	if err := enc.Encode(obj); err != nil {
-		return nil, false, reject(errInvalidBody, "the body could not be re-encoded")
+		return nil, false, pipeline.Reject(pipeline.ErrInvalidBody, "the body could not be re-encoded")
 	}
 	return bytes.TrimSuffix(buf.Bytes(), []byte("\n")), stream, nil
 }
 
 // runStream serves a POST whose body asked for a stream.
-func (h *handlers) runStream(c *gin.Context, tenant tenancy.ID, scope *Scope, req guardedRequest) {
-	clientKey, body, wait, waitApplied := req.clientKey, req.body, req.wait, req.waitApplied
-	w := &streamResponse{h: h, c: c, scope: scope.Name, clientKey: clientKey, sse: newSSEWriter(c.Writer)}
-	if waitApplied {
-		c.Header(headerPreferenceApplied, preferenceApplied(wait))
+func (h *handlers) runStream(c *gin.Context, tenant tenancy.ID, scope *Scope, req pipeline.Request) {
+	if req.WaitApplied {
+		c.Header(pipeline.HeaderPreferenceApplied, pipeline.PreferenceApplied(req.Wait))
 	}
-	run := scope.Stream
-	res, err := h.guard.DoStream(c.Request.Context(), idemguard.Call{
-		Tenant:    tenant,
-		Scope:     scope.Name,
-		ClientKey: clientKey,
-		Inputs:    body,
-		Settings:  scope.Settings,
-		Wait:      wait,
-		Timeout:   scope.Timeout,
-		Detach:    true,
-		Check:     inputCheck(scope, body),
-	}, idemguard.StreamOperation{
+	out := &pipeline.Stream{SSE: pipeline.NewSSE(c.Writer), OnBegin: func(st idemguard.StreamStart) {
+		h.setRef(c.Writer.Header(), scope.Name, pipeline.Ref(req.ClientKey, st.KeyHash))
+		if st.Origin != idemguard.StreamLive {
+			c.Set(replayedKey, true)
+		}
+	}}
+	run, body := scope.Stream, req.Body
+	res, err := h.guard.DoStream(c.Request.Context(), req.Call(tenant, scope.route(body), body), idemguard.StreamOperation{
 		Run: func(ctx context.Context, emit func(idemguard.StreamEvent)) (any, error) {
 			return run(ctx, body, emit)
 		},
 		Replay: scope.StreamReplay,
-	}, w)
-	if !w.begun {
+	}, out)
+	if !out.Begun {
 		// Nothing was streamed: answered as a plain request would be.
-		if err != nil {
-			if clientKey != "" {
-				h.setRef(c, scope.Name, clientKey)
-			}
-			h.fail(c, err)
-			return
+		if h.called(c, scope.Name, req, res, err) {
+			h.problem(c, pipeline.ResultProblem(res))
 		}
-		w.setRef(res.KeyHash)
-		if res.Status == idemguard.StatusInProgress {
-			c.Header(headerRetryAfter, h.retryAfter)
-		}
-		writeProblem(c, resultProblem(res))
 		return
 	}
 	c.Set(keyHashKey, shortHash(res.KeyHash))
-	if err == nil && res.Status == idemguard.StatusSucceeded {
+	p, failed := pipeline.StreamFailure(res, err)
+	if !failed {
 		c.Set(stopReasonKey, string(res.StopReason))
-		_ = w.sse.send(doneEvent)
+		_ = out.SSE.Send(doneEvent)
 		return
 	}
-	p := resultProblem(res)
-	if err != nil {
-		p = problemFor(err)
-	}
 	c.Set(stopReasonKey, string(p.StopReason))
-	_ = w.sse.send(live.Event{Type: "error", Data: encodeJSON(p)})
-}
-
-// streamResponse is the idemguard.StreamWriter of one streamed request.
-type streamResponse struct {
-	h         *handlers
-	c         *gin.Context
-	scope     string
-	clientKey string
-	sse       *sseWriter
-	begun     bool
-}
-
-func (w *streamResponse) setRef(keyHash string) {
-	ref := w.clientKey
-	if ref == "" {
-		ref = derivedRefPrefix + keyHash
-	}
-	w.h.setRef(w.c, w.scope, ref)
-}
-
-// Begin sends the status and headers: the key reference, and the replay
-// headers when the events are not this request's own execution.
-func (w *streamResponse) Begin(s idemguard.StreamStart) {
-	w.begun = true
-	w.setRef(s.KeyHash)
-	if s.Origin != idemguard.StreamLive {
-		w.c.Set(replayedKey, true)
-		w.c.Header(headerReplayed, "true")
-		if !s.CompletedAt.IsZero() {
-			w.c.Header(headerCompletedAt, formatTime(s.CompletedAt))
-		}
-	}
-	w.sse.start(http.StatusOK)
-}
-
-// Write sends one event; an error means the client is gone.
-func (w *streamResponse) Write(e idemguard.StreamEvent) error {
-	return w.sse.send(live.Event{Type: e.Type, Data: e.Data})
+	_ = out.SSE.Send(pipeline.ErrorEvent(p))
 }

@@ -9,6 +9,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/idemguard/idemguard"
+	"github.com/idemguard/idemguard/routers/internal/pipeline"
 )
 
 // The delivery members leave the body before the key and fingerprint are
@@ -35,7 +36,7 @@ func TestDeliveryModeIsNotIdentity(t *testing.T) {
 		})
 	}
 	_, _, err := deliveryMode([]byte(`{"stream":"yes"}`))
-	require.ErrorIs(t, err, errInvalidBody)
+	require.ErrorIs(t, err, pipeline.ErrInvalidBody)
 }
 
 // Waiters of one key are bounded: over the guard's MaxWaiters a request

@@ -17,6 +17,8 @@ import (
 	"github.com/idemguard/idemguard"
 	"github.com/idemguard/idemguard/routers/auth"
 	"github.com/idemguard/idemguard/routers/auth/authtest"
+	"github.com/idemguard/idemguard/routers/internal/pipeline"
+	"github.com/idemguard/idemguard/routers/middleware"
 	"github.com/idemguard/idemguard/store/memstore"
 	"github.com/idemguard/idemguard/tenancy"
 )
@@ -116,23 +118,23 @@ func TestIdempotentUnauthorizedNamesNoOtherScheme(t *testing.T) {
 	r := gin.New()
 	ok := func(c *gin.Context) { c.JSON(http.StatusOK, gin.H{"ok": true}) }
 	// The team's tenant comes from its own session middleware (none here).
-	r.POST("/context", Idempotent(MiddlewareOptions{Guard: g}), ok)
-	r.POST("/cookie", Idempotent(MiddlewareOptions{Guard: g, Tenant: func(r *http.Request) (tenancy.ID, error) {
+	r.POST("/context", Idempotent(middleware.Options{Guard: g}), ok)
+	r.POST("/cookie", Idempotent(middleware.Options{Guard: g, Tenant: func(r *http.Request) (tenancy.ID, error) {
 		c, err := r.Cookie("session")
 		if err != nil {
 			return "", err
 		}
 		return tenancy.ID(c.Value), nil
 	}}), ok)
-	r.POST("/bearer", Idempotent(MiddlewareOptions{Guard: g, Tenant: keys.AuthenticateRequest}), ok)
+	r.POST("/bearer", Idempotent(middleware.Options{Guard: g, Tenant: keys.AuthenticateRequest}), ok)
 
 	for name, tc := range map[string]struct {
 		path, authorization string
 		challenge, detail   string
 	}{
-		"no tenant in the context": {"/context", "", "", detailNoTenant},
-		"team's cookie missing":    {"/cookie", "", "", detailRejected},
-		"team's cookie, a bearer":  {"/cookie", "Bearer x", "", detailRejected},
+		"no tenant in the context": {"/context", "", "", pipeline.DetailNoTenant},
+		"team's cookie missing":    {"/cookie", "", "", pipeline.DetailRejected},
+		"team's cookie, a bearer":  {"/cookie", "Bearer x", "", pipeline.DetailRejected},
 		"bearer missing":           {"/bearer", "", challengeMissing, detailMissing},
 		"bearer unknown key": {"/bearer", "Bearer nope", invalidToken("unknown API key"),
 			"the API key is not recognised; check that it is a current key of your tenant"},
@@ -144,7 +146,7 @@ func TestIdempotentUnauthorizedNamesNoOtherScheme(t *testing.T) {
 		w := httptest.NewRecorder()
 		r.ServeHTTP(w, hr)
 		require.Equal(t, http.StatusUnauthorized, w.Code, name)
-		require.Equal(t, contentProblem, w.Header().Get("Content-Type"), name)
+		require.Equal(t, pipeline.ContentProblem, w.Header().Get("Content-Type"), name)
 		var p map[string]any
 		require.NoError(t, json.Unmarshal(w.Body.Bytes(), &p), name)
 		require.Equal(t, tc.detail, p["detail"], name)

@@ -17,7 +17,7 @@ import (
 
 	"github.com/gin-gonic/gin"
 
-	"github.com/idemguard/idemguard/routers"
+	"github.com/idemguard/idemguard/routers/middleware"
 	"github.com/idemguard/idemguard/sanitize"
 
 	"github.com/idemguard/idemguard/tenancy"
@@ -121,7 +121,7 @@ func main() {
 	h := http.NewServeMux()
 	h.Handle("/", httpApp(guard, tenantOf))
 	// The gin route's twin on net/http: the team's own JSON, kept by an allowlist.
-	h.Handle("POST /widgets", routers.IdempotentHTTP(routers.MiddlewareOptions{
+	h.Handle("POST /widgets", middleware.Idempotent(middleware.Options{
 		Guard: guard, Tenant: tenantOf, KeyRequired: true,
 		Keep:    sanitize.MustAllowlist("id", "name", "tags", "details", "code", "field"),
 		Headers: []string{"X-Request-Id"},

@@ -1,4 +1,4 @@
-package routers
+package pipeline
 
 import (
 	"errors"
@@ -27,22 +27,22 @@ func TestParseIdempotencyKey(t *testing.T) {
 		{"surrounding space", []string{" \torder-123 "}, "order-123", nil},
 		{"sf-string with space", []string{` "abc" `}, "abc", nil},
 		{"255 chars", []string{strings.Repeat("k", 255)}, strings.Repeat("k", 255), nil},
-		{"256 chars", []string{strings.Repeat("k", 256)}, "", errInvalidKey},
-		{"empty", []string{""}, "", errInvalidKey},
-		{"blank", []string{"   "}, "", errInvalidKey},
-		{"empty sf-string", []string{`""`}, "", errInvalidKey},
-		{"lone quote", []string{`"`}, "", errInvalidKey},
-		{"unterminated", []string{`"abc`}, "", errInvalidKey},
-		{"trailing quote only", []string{`abc"`}, "", errInvalidKey},
-		{"parameters", []string{`"abc";a=1`}, "", errInvalidKey},
-		{"escape", []string{`"a\\b"`}, "", errInvalidKey},
-		{"inner space", []string{"a b"}, "", errInvalidKey},
-		{"list", []string{"a,b"}, "", errInvalidKey},
-		{"tilde", []string{"~abc"}, "", errInvalidKey},
-		{"slash", []string{"a/b"}, "", errInvalidKey},
-		{"unicode", []string{"café"}, "", errInvalidKey},
-		{"two headers", []string{"a", "a"}, "", errDuplicateKey},
-		{"two empty headers", []string{"", ""}, "", errDuplicateKey},
+		{"256 chars", []string{strings.Repeat("k", 256)}, "", ErrInvalidKey},
+		{"empty", []string{""}, "", ErrInvalidKey},
+		{"blank", []string{"   "}, "", ErrInvalidKey},
+		{"empty sf-string", []string{`""`}, "", ErrInvalidKey},
+		{"lone quote", []string{`"`}, "", ErrInvalidKey},
+		{"unterminated", []string{`"abc`}, "", ErrInvalidKey},
+		{"trailing quote only", []string{`abc"`}, "", ErrInvalidKey},
+		{"parameters", []string{`"abc";a=1`}, "", ErrInvalidKey},
+		{"escape", []string{`"a\\b"`}, "", ErrInvalidKey},
+		{"inner space", []string{"a b"}, "", ErrInvalidKey},
+		{"list", []string{"a,b"}, "", ErrInvalidKey},
+		{"tilde", []string{"~abc"}, "", ErrInvalidKey},
+		{"slash", []string{"a/b"}, "", ErrInvalidKey},
+		{"unicode", []string{"café"}, "", ErrInvalidKey},
+		{"two headers", []string{"a", "a"}, "", ErrDuplicateKey},
+		{"two empty headers", []string{"", ""}, "", ErrDuplicateKey},
 	} {
 		h := http.Header{}
 		for _, v := range tc.values {
@@ -56,7 +56,7 @@ func TestParseIdempotencyKey(t *testing.T) {
 		}
 		require.ErrorIs(t, err, tc.err, tc.name)
 		require.Empty(t, got, tc.name)
-		var re *requestError
+		var re *RequestError
 		require.True(t, errors.As(err, &re), tc.name)
 		for _, v := range tc.values {
 			if inner := strings.Trim(v, `" `); len(inner) > 4 { // shorter ones occur in any English sentence
@@ -108,8 +108,8 @@ func TestParsePreferWait(t *testing.T) {
 	got, applied := parsePreferWait(http.Header{"Prefer": {"wait=5"}}, 500*time.Millisecond)
 	require.True(t, applied)
 	require.Equal(t, 500*time.Millisecond, got)
-	require.Equal(t, "wait=1", preferenceApplied(got))
-	require.Equal(t, "wait=30", preferenceApplied(maxWait))
+	require.Equal(t, "wait=1", PreferenceApplied(got))
+	require.Equal(t, "wait=30", PreferenceApplied(maxWait))
 }
 
 func TestRetryAfterSeconds(t *testing.T) {
@@ -117,7 +117,7 @@ func TestRetryAfterSeconds(t *testing.T) {
 	for d, want := range map[time.Duration]string{
 		time.Millisecond: "1", time.Second: "1", 1500 * time.Millisecond: "2", 5 * time.Second: "5", time.Minute: "60",
 	} {
-		require.Equal(t, want, retryAfterSeconds(d), d)
+		require.Equal(t, want, RetryAfterSeconds(d), d)
 	}
 }
 
@@ -128,7 +128,7 @@ func FuzzParseIdempotencyKey(f *testing.F) {
 	f.Fuzz(func(t *testing.T, v string) {
 		got, err := parseIdempotencyKey(http.Header{"Idempotency-Key": {v}})
 		if err != nil {
-			require.ErrorIs(t, err, errInvalidKey)
+			require.ErrorIs(t, err, ErrInvalidKey)
 			require.Empty(t, got)
 			return
 		}
@@ -154,4 +154,16 @@ func FuzzParsePreferWait(f *testing.F) {
 		require.LessOrEqual(t, got, maxWait)
 		require.Equal(t, applied, got > 0)
 	})
+}
+
+func TestPreferRespondAsyncParsing(t *testing.T) {
+	t.Parallel()
+	for v, want := range map[string]bool{
+		"respond-async": true, "Respond-Async": true, "wait=5, respond-async": true, "respond-async; x=1": true,
+		"": false, "respond-asyncx": false, `a="respond-async"`: false, "wait=5": false,
+	} {
+		h := http.Header{}
+		h.Set("Prefer", v)
+		require.Equal(t, want, PrefersAsync(h), "%q", v)
+	}
 }

@@ -1,20 +1,17 @@
-package routers
+package middleware
 
 import (
 	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
-	"io"
 	"mime"
 	"net/http"
 	"strings"
-	"time"
 
 	"github.com/idemguard/idemguard"
-	"github.com/idemguard/idemguard/internal/live"
+	"github.com/idemguard/idemguard/routers/internal/pipeline"
 	"github.com/idemguard/idemguard/sanitize"
-	"github.com/idemguard/idemguard/tenancy"
 )
 
 // Streamed handlers behind the middleware
@@ -44,73 +41,31 @@ func acceptsEventStream(r *http.Request) bool {
 	return false
 }
 
-// serveStream is serve for a request that accepts text/event-stream.
-func (m *middleware) serveStream(w http.ResponseWriter, r *http.Request, tenant tenancy.ID, scope, clientKey string,
-	raw []byte, body json.RawMessage, wait time.Duration, next func(*bufferedWriter, *http.Request)) {
-	out := &middlewareStream{w: w, sse: newSSEWriter(w)}
-	res, err := m.guard.DoStream(r.Context(), idemguard.Call{
-		Tenant:    tenant,
-		Scope:     scope,
-		ClientKey: clientKey,
-		Inputs:    map[string]any{"method": r.Method, "path": r.URL.Path, "query": r.URL.RawQuery, "body": body},
-		Settings:  m.settings,
-		Wait:      wait,
-		Timeout:   m.timeout,
-		Detach:    true,
-	}, idemguard.StreamOperation{Run: func(ctx context.Context, emit func(idemguard.StreamEvent)) (any, error) {
-		cw := &captureWriter{emit: emit, kept: m.headers}
-		bw := &bufferedWriter{header: make(http.Header), max: m.maxBody, capture: cw}
-		r2 := r.WithContext(ctx)
-		r2.Body, r2.ContentLength = io.NopCloser(bytes.NewReader(raw)), int64(len(raw))
-		next(bw, r2)
-		return cw.result(bw)
-	}}, out)
-	if out.begun {
-		if err == nil && res.Status == idemguard.StatusSucceeded {
-			return // the handler's own events ended the stream
+// serveStream is Serve for a request that accepts text/event-stream.
+func (m *Middleware) serveStream(w http.ResponseWriter, in incoming, next http.Handler) {
+	if in.req.WaitApplied {
+		w.Header().Set(pipeline.HeaderPreferenceApplied, pipeline.PreferenceApplied(in.req.Wait))
+	}
+	out := &pipeline.Stream{SSE: pipeline.NewSSE(w)}
+	rt := in.route
+	rt.Keep = nil // the events are stored as they were sent
+	res, err := m.guard.DoStream(in.r.Context(), in.req.Call(in.tenant, rt, in.inputs()), idemguard.StreamOperation{
+		Run: func(ctx context.Context, emit func(idemguard.StreamEvent)) (any, error) {
+			cw := &captureWriter{emit: emit, kept: m.headers}
+			bw := &bufferedWriter{header: make(http.Header), max: m.limits.MaxBody, capture: cw}
+			next.ServeHTTP(bw, in.req.HandlerRequest(ctx, in.r))
+			return cw.result(bw)
+		}}, out)
+	switch {
+	case out.Begun:
+		if p, failed := pipeline.StreamFailure(res, err); failed {
+			_ = out.SSE.Send(pipeline.ErrorEvent(p)) // the handler's own events ended a stream that did not fail
 		}
-		p := resultProblem(res)
-		if err != nil {
-			p = problemFor(err)
-		}
-		_ = out.sse.send(live.Event{Type: "error", Data: encodeJSON(p)})
-		return
+	case err != nil:
+		m.answers.Fail(w, in.r, in.route.Scope, err)
+	case !ranAnswer(w, res):
+		m.answers.Problem(w, pipeline.ResultProblem(res))
 	}
-	if err != nil {
-		m.fail(w, r, err)
-		return
-	}
-	var answer *handlerAnswer
-	if res.Status == idemguard.StatusFailed && !res.Cached && errors.As(res.Err, &answer) {
-		answer.write(w)
-		return
-	}
-	if res.Status == idemguard.StatusInProgress {
-		w.Header().Set(headerRetryAfter, m.retryAfter)
-	}
-	writeProblemHTTP(w, resultProblem(res))
-}
-
-// middlewareStream writes the guard's events to the client.
-type middlewareStream struct {
-	w     http.ResponseWriter
-	sse   *sseWriter
-	begun bool
-}
-
-func (s *middlewareStream) Begin(st idemguard.StreamStart) {
-	s.begun = true
-	if st.Origin != idemguard.StreamLive {
-		s.w.Header().Set(headerReplayed, "true")
-		if !st.CompletedAt.IsZero() {
-			s.w.Header().Set(headerCompletedAt, formatTime(st.CompletedAt))
-		}
-	}
-	s.sse.start(http.StatusOK)
-}
-
-func (s *middlewareStream) Write(e idemguard.StreamEvent) error {
-	return s.sse.send(live.Event{Type: e.Type, Data: e.Data})
 }
 
 // captureWriter captures the events of a handler that writes
@@ -154,7 +109,7 @@ func (c *captureWriter) write(w *bufferedWriter, p []byte) (int, error) {
 func (c *captureWriter) result(w *bufferedWriter) (any, error) {
 	if !c.streaming(w) || w.streamed != "" {
 		// Stored as the envelope even where the route keeps its own JSON
-		// (MiddlewareOptions.Keep): the call did not know it would not stream.
+		// (Options.Keep): the call did not know it would not stream.
 		return w.result(false, c.kept)
 	}
 	if c.failed || c.events == 0 {
@@ -200,7 +155,7 @@ func withoutBlocked(b []byte) []byte {
 	if !dropBlocked(v) {
 		return b
 	}
-	return encodeJSON(v)
+	return pipeline.EncodeJSON(v)
 }
 
 // dropBlocked removes blocked keys in place and reports whether it removed any.

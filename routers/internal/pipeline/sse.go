@@ -1,4 +1,4 @@
-package routers
+package pipeline
 
 import (
 	"net/http"
@@ -6,28 +6,29 @@ import (
 	"github.com/idemguard/idemguard/internal/live"
 )
 
-// sseWriter writes server-sent events to a response, flushing each event so
+// SSE writes server-sent events to a response, flushing each event so
 // that it reaches the client as it happens (a streamed model answer, a
 // background job's state). One writer serves one response.
-type sseWriter struct {
+type SSE struct {
 	w       http.ResponseWriter
 	rc      *http.ResponseController
 	buf     []byte
-	started bool
+	Started bool // the status has been sent
 }
 
-func newSSEWriter(w http.ResponseWriter) *sseWriter {
-	return &sseWriter{w: w, rc: http.NewResponseController(w)}
+// NewSSE is the event writer of the response w.
+func NewSSE(w http.ResponseWriter) *SSE {
+	return &SSE{w: w, rc: http.NewResponseController(w)}
 }
 
-// start writes the status and the event-stream headers; headers already set
+// Start writes the status and the event-stream headers; headers already set
 // on the response (Location, replay headers) go with them. Proxies are asked
 // not to buffer (X-Accel-Buffering) and caches not to store.
-func (s *sseWriter) start(status int) {
-	if s.started {
+func (s *SSE) Start(status int) {
+	if s.Started {
 		return
 	}
-	s.started = true
+	s.Started = true
 	h := s.w.Header()
 	h.Set("Content-Type", "text/event-stream")
 	h.Set("Cache-Control", "no-cache")
@@ -36,9 +37,9 @@ func (s *sseWriter) start(status int) {
 	s.w.WriteHeader(status)
 }
 
-// send writes one event and flushes it; the error says the client is gone.
-func (s *sseWriter) send(e live.Event) error {
-	s.start(http.StatusOK)
+// Send writes one event and flushes it; the error says the client is gone.
+func (s *SSE) Send(e live.Event) error {
+	s.Start(http.StatusOK)
 	s.buf = live.AppendSSE(s.buf[:0], e)
 	if _, err := s.w.Write(s.buf); err != nil {
 		return err
@@ -46,9 +47,9 @@ func (s *sseWriter) send(e live.Event) error {
 	return s.rc.Flush()
 }
 
-// comment writes an SSE comment (a keep-alive) and flushes it.
-func (s *sseWriter) comment(text string) error {
-	s.start(http.StatusOK)
+// Comment writes an SSE comment (a keep-alive) and flushes it.
+func (s *SSE) Comment(text string) error {
+	s.Start(http.StatusOK)
 	if _, err := s.w.Write(live.Comment(text)); err != nil {
 		return err
 	}

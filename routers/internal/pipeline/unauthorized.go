@@ -1,4 +1,4 @@
-package routers
+package pipeline
 
 // The 401 answers: which check failed, and the RFC 6750 challenge.
 
@@ -13,8 +13,8 @@ import (
 // whose authentication is the team's. They name no scheme, since the
 // middleware does not know which one the team configured.
 const (
-	detailNoTenant = "the request is not authenticated: this route's authentication identified no tenant"
-	detailRejected = "the request's credentials were not accepted by this route's authentication"
+	DetailNoTenant = "the request is not authenticated: this route's authentication identified no tenant"
+	DetailRejected = "the request's credentials were not accepted by this route's authentication"
 )
 
 // unauthorizedDetail is the problem detail of an authentication failure:
@@ -26,9 +26,9 @@ func unauthorizedDetail(err error) string {
 	case errors.As(err, &ae):
 		return ae.Detail()
 	case errors.Is(err, auth.ErrInvalidCredentials):
-		return detailRejected
+		return DetailRejected
 	}
-	return detailNoTenant
+	return DetailNoTenant
 }
 
 // setChallenge sets WWW-Authenticate for an authentication failure found by

@@ -1,4 +1,4 @@
-package routers
+package pipeline
 
 import (
 	"net/http"
@@ -14,10 +14,10 @@ func TestSSEWriterFlushesEachEvent(t *testing.T) {
 	t.Parallel()
 	rec := httptest.NewRecorder()
 	rec.Header().Set("Content-Length", "12")
-	s := newSSEWriter(rec)
-	require.NoError(t, s.send(live.Event{ID: "1", Data: []byte(`{"a":1}`)}))
+	s := NewSSE(rec)
+	require.NoError(t, s.Send(live.Event{ID: "1", Data: []byte(`{"a":1}`)}))
 	require.True(t, rec.Flushed, "each event is flushed as it is written")
-	require.NoError(t, s.comment("keep-alive"))
+	require.NoError(t, s.Comment("keep-alive"))
 	require.Equal(t, http.StatusOK, rec.Code)
 	require.Equal(t, "text/event-stream", rec.Header().Get("Content-Type"))
 	require.Equal(t, "no-cache", rec.Header().Get("Cache-Control"))

@@ -1,6 +1,7 @@
-package routers
+package pipeline
 
 import (
+	"fmt"
 	"net/http"
 	"strconv"
 	"strings"
@@ -8,6 +9,41 @@ import (
 
 	"github.com/idemguard/idemguard/internal/keys"
 )
+
+// Header names of the API and the middleware.
+const (
+	HeaderIdempotencyKey    = "Idempotency-Key"
+	HeaderKeyRef            = "Idempotency-Key-Ref"
+	HeaderReplayed          = "Idempotent-Replayed"
+	HeaderCompletedAt       = "Idempotent-Completed-At"
+	HeaderPrefer            = "Prefer"
+	HeaderPreferenceApplied = "Preference-Applied"
+	HeaderRetryAfter        = "Retry-After"
+	HeaderLocation          = "Location"
+)
+
+// PreferAsync is the preference of a background run (RFC 7240).
+const PreferAsync = "respond-async"
+
+// PrefersAsync reports whether the request carries Prefer: respond-async,
+// among other preferences or not.
+func PrefersAsync(hd http.Header) bool {
+	for _, header := range hd.Values(HeaderPrefer) {
+		for _, pref := range splitOutsideQuotes(header, ',') {
+			pref, _, _ = cutOutsideQuotes(pref, ';')
+			if strings.EqualFold(strings.Trim(pref, " \t"), PreferAsync) {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// RetryAfterSeconds renders d as a Retry-After value: whole seconds,
+// rounded up, at least 1.
+func RetryAfterSeconds(d time.Duration) string {
+	return fmt.Sprint(max(1, int64((d+time.Second-1)/time.Second)))
+}
 
 // parseIdempotencyKey returns the client key of h, "" when there is no
 // Idempotency-Key header. The value is a bare token or an RFC 8941 sf-string
@@ -17,18 +53,18 @@ import (
 // header present but empty is invalid, not absent; two headers (or one
 // holding a comma-separated list) are invalid.
 func parseIdempotencyKey(h http.Header) (string, error) {
-	values := h.Values(headerIdempotencyKey)
+	values := h.Values(HeaderIdempotencyKey)
 	switch len(values) {
 	case 0:
 		return "", nil
 	case 1:
 	default:
-		return "", reject(errDuplicateKey, "send exactly one Idempotency-Key header, not %d", len(values))
+		return "", Reject(ErrDuplicateKey, "send exactly one Idempotency-Key header, not %d", len(values))
 	}
 	v := strings.Trim(values[0], " \t")
 	if strings.HasPrefix(v, `"`) {
 		if len(v) < 2 || !strings.HasSuffix(v, `"`) {
-			return "", reject(errInvalidKey, `an Idempotency-Key that starts with a double quote must be an RFC 8941 string ending with one, without parameters, e.g. "order-123"`)
+			return "", Reject(ErrInvalidKey, `an Idempotency-Key that starts with a double quote must be an RFC 8941 string ending with one, without parameters, e.g. "order-123"`)
 		}
 		v = v[1 : len(v)-1]
 	}
@@ -36,7 +72,7 @@ func parseIdempotencyKey(h http.Header) (string, error) {
 		// The keys error says what is wrong (empty, length, position of
 		// the first bad character) without quoting the key.
 		why := strings.TrimPrefix(err.Error(), keys.ErrInvalidClientKey.Error()+": ")
-		return "", reject(errInvalidKey, "%s; an Idempotency-Key is 1 to %d characters of [A-Za-z0-9_.:-], as a bare token or a quoted string", why, keys.MaxClientKeyLen)
+		return "", Reject(ErrInvalidKey, "%s; an Idempotency-Key is 1 to %d characters of [A-Za-z0-9_.:-], as a bare token or a quoted string", why, keys.MaxClientKeyLen)
 	}
 	return v, nil
 }
@@ -47,7 +83,7 @@ func parseIdempotencyKey(h http.Header) (string, error) {
 // N > 0. Preferences the server cannot honour are ignored, as RFC 7240
 // says: a malformed or negative wait means no wait.
 func parsePreferWait(h http.Header, maxWait time.Duration) (time.Duration, bool) {
-	for _, header := range h.Values(headerPrefer) {
+	for _, header := range h.Values(HeaderPrefer) {
 		for _, pref := range splitOutsideQuotes(header, ',') {
 			// A preference may carry parameters after ';'; wait has none.
 			pref, _, _ = cutOutsideQuotes(pref, ';')
@@ -118,7 +154,7 @@ func cutOutsideQuotes(s string, sep byte) (before, after string, found bool) {
 	return s, "", false
 }
 
-// preferenceApplied renders the applied wait: whole seconds, rounded up.
-func preferenceApplied(wait time.Duration) string {
+// PreferenceApplied renders the applied wait: whole seconds, rounded up.
+func PreferenceApplied(wait time.Duration) string {
 	return "wait=" + strconv.FormatInt(int64((wait+time.Second-1)/time.Second), 10)
 }

@@ -1,4 +1,4 @@
-package routers
+package pipeline
 
 import (
 	"errors"

@@ -1,0 +1,37 @@
+package routers
+
+import (
+	"net/http"
+
+	"github.com/gin-gonic/gin"
+
+	"github.com/idemguard/idemguard/routers/internal/pipeline"
+)
+
+// fail answers err with the one error writer (pipeline.Answers.Fail) and
+// stops the handler chain.
+func (h *handlers) fail(c *gin.Context, err error) {
+	p := h.answers.Fail(c.Writer, c.Request, c.FullPath(), err)
+	c.Set(stopReasonKey, string(p.StopReason))
+	c.Abort()
+}
+
+// problem writes p with the one error writer, for the request log too.
+func (h *handlers) problem(c *gin.Context, p pipeline.Problem) {
+	c.Set(stopReasonKey, string(p.StopReason))
+	h.answers.Problem(c.Writer, p)
+}
+
+// setRef adds the key reference headers: the key's record (Location) and
+// its reference.
+func (h *handlers) setRef(hd http.Header, scope, ref string) {
+	hd.Set(pipeline.HeaderLocation, h.locationPrefix+keyPath(scope, ref))
+	hd.Set(pipeline.HeaderKeyRef, ref)
+}
+
+// keyPath is the lookup path of a key, after Options.Prefix. Scopes and
+// refs hold only [A-Za-z0-9._:~-], which need no escaping in a path after
+// the first segment.
+func keyPath(scope, ref string) string {
+	return "/v1/ops/" + scope + "/keys/" + ref
+}

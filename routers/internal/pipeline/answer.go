@@ -1,0 +1,162 @@
+package pipeline
+
+import (
+	"log/slog"
+	"net/http"
+	"strconv"
+	"time"
+
+	"github.com/idemguard/idemguard"
+	"github.com/idemguard/idemguard/internal/live"
+)
+
+// Answers is the one error writer and result writer of every entry path:
+// the REST API's operation, job and stream, and the middleware's plain and
+// streamed forms. What differs between the doors is its values (the
+// Retry-After of each kind, the log), never its code.
+type Answers struct {
+	// RetryAfter is the Retry-After of a 409 in progress and of a 429, in
+	// whole seconds (RetryAfterSeconds).
+	RetryAfter string
+	// UnavailableRetryAfter is the Retry-After of a 503.
+	UnavailableRetryAfter string
+	// Log receives the 500s, where they are answered.
+	Log *slog.Logger
+}
+
+// NewAnswers renders the two Retry-After durations.
+func NewAnswers(retryAfter, unavailable time.Duration, log *slog.Logger) *Answers {
+	return &Answers{RetryAfter: RetryAfterSeconds(retryAfter), UnavailableRetryAfter: RetryAfterSeconds(unavailable), Log: log}
+}
+
+// retryAfter is the Retry-After p promises ("" for none): the one place that
+// decides it. A 409 in progress, a 429 and a 503 of the service each tell
+// the client to retry after Retry-After seconds; an operation's stored
+// failure answers with its own status and promises nothing.
+func (a *Answers) retryAfter(p Problem) string {
+	switch {
+	case p.Type == ProblemTypePrefix+slugOperationFailed:
+		return ""
+	case p.Status == http.StatusServiceUnavailable:
+		return a.UnavailableRetryAfter
+	case p.Status == http.StatusTooManyRequests,
+		p.Status == http.StatusConflict && p.Type == ProblemTypePrefix+slugInProgress:
+		return a.RetryAfter
+	}
+	return ""
+}
+
+// Fail answers err as a problem (ProblemFor) and returns it. An
+// authentication failure of idemguard's bearer authentication carries its
+// challenge; a 500 is logged here, where it is answered (the guard has
+// already logged store failures with their cause). route names the route
+// in that log, never the raw path.
+func (a *Answers) Fail(w http.ResponseWriter, r *http.Request, route string, err error) Problem {
+	p := ProblemFor(err)
+	setChallenge(w.Header(), err)
+	if p.Status == http.StatusInternalServerError {
+		a.Log.Error("http: unexpected error", slog.String("method", r.Method), slog.String("route", route), slog.Any("err", err))
+	}
+	a.Problem(w, p)
+	return p
+}
+
+// Problem writes p as application/problem+json, with the Retry-After it
+// promises, unless the caller already set a more precise one (the failed
+// authentication limit knows when its client's window ends).
+func (a *Answers) Problem(w http.ResponseWriter, p Problem) {
+	if ra := a.retryAfter(p); ra != "" && w.Header().Get(HeaderRetryAfter) == "" {
+		w.Header().Set(HeaderRetryAfter, ra)
+	}
+	body := EncodeJSON(p)
+	w.Header().Set("Content-Type", ContentProblem)
+	w.Header().Set("Content-Length", strconv.Itoa(len(body)))
+	w.WriteHeader(p.Status)
+	_, _ = w.Write(body)
+}
+
+// Result answers res: the stored answer with its status and stored headers
+// (a replay marked Idempotent-Replayed, with the original completion time),
+// 409 with Retry-After while another caller runs it, and a problem for a
+// failure. The first caller and every replay get the same status, headers
+// and body.
+func (a *Answers) Result(w http.ResponseWriter, req Request, res idemguard.Result) {
+	h := w.Header()
+	if req.WaitApplied {
+		h.Set(HeaderPreferenceApplied, PreferenceApplied(req.Wait))
+	}
+	SetReplayed(h, res.Cached, res.CompletedAt)
+	if res.Status != idemguard.StatusSucceeded {
+		a.Problem(w, ResultProblem(res))
+		return
+	}
+	for k, v := range res.Header {
+		h[k] = v
+	}
+	if h.Get("Content-Type") == "" {
+		h.Set("Content-Type", ContentJSON)
+	}
+	if res.StatusCode == http.StatusNoContent || res.StatusCode == http.StatusNotModified {
+		w.WriteHeader(res.StatusCode)
+		return
+	}
+	h.Set("Content-Length", strconv.Itoa(len(res.Body)))
+	w.WriteHeader(res.StatusCode)
+	_, _ = w.Write(res.Body)
+}
+
+// SetReplayed marks an answer that is not this request's own execution:
+// Idempotent-Replayed, and Idempotent-Completed-At when known.
+func SetReplayed(h http.Header, replayed bool, completedAt time.Time) {
+	if !replayed {
+		return
+	}
+	h.Set(HeaderReplayed, "true")
+	if !completedAt.IsZero() {
+		h.Set(HeaderCompletedAt, FormatTime(completedAt))
+	}
+}
+
+// FormatTime renders t as RFC 3339 in UTC, with its sub-second digits.
+func FormatTime(t time.Time) string { return t.UTC().Format(time.RFC3339Nano) }
+
+// Stream is the idemguard.StreamWriter of every streamed entry path: the
+// events go to the client as server-sent events as they happen. OnBegin,
+// when set, adds a door's own headers before the status is sent.
+type Stream struct {
+	SSE     *SSE
+	OnBegin func(idemguard.StreamStart)
+	// Begun: the status has been sent; what follows is events.
+	Begun bool
+}
+
+// Begin sends the status and headers: the door's, and the replay headers
+// when the events are not this request's own execution.
+func (s *Stream) Begin(st idemguard.StreamStart) {
+	s.Begun = true
+	if s.OnBegin != nil {
+		s.OnBegin(st)
+	}
+	SetReplayed(s.SSE.w.Header(), st.Origin != idemguard.StreamLive, st.CompletedAt)
+	s.SSE.Start(http.StatusOK)
+}
+
+// Write sends one event; an error means the client is gone.
+func (s *Stream) Write(e idemguard.StreamEvent) error {
+	return s.SSE.Send(live.Event{Type: e.Type, Data: e.Data})
+}
+
+// StreamFailure is the problem that ends a begun stream which did not
+// succeed, sent as an "error" event; false for a stream that succeeded.
+func StreamFailure(res idemguard.Result, err error) (Problem, bool) {
+	switch {
+	case err != nil:
+		return ProblemFor(err), true
+	case res.Status != idemguard.StatusSucceeded:
+		return ResultProblem(res), true
+	}
+	return Problem{}, false
+}
+
+// ErrorEvent is the "error" event that carries p.
+func ErrorEvent(p Problem) live.Event { return live.Event{Type: "error", Data: EncodeJSON(p)} }
