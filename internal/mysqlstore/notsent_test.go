@@ -67,7 +67,7 @@ func TestNotSentOnlyWhenNothingWasSent(t *testing.T) {
 
 	// A statement cut after it reached the server: it applied, and its
 	// error is an unknown outcome, never "not sent".
-	b.proxy.CutAfter("INSERT INTO idempotency_keys", 0)
+	b.proxy.CutAfter("INSERT INTO idempotency_keys", 100*time.Millisecond) // the reply is held, then cut
 	_, err := b.st.Claim(ctx, claimParams("cut"))
 	t.Logf("cut mid-statement: %v", err)
 	require.ErrorIs(t, err, store.ErrOutcomeUnknown)
