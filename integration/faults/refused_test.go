@@ -13,6 +13,7 @@ import (
 	"github.com/idemguard/idemguard"
 	"github.com/idemguard/idemguard/internal/faulttest"
 	"github.com/idemguard/idemguard/internal/mysqlconn"
+	"github.com/idemguard/idemguard/store"
 )
 
 // One replica loses its database under load (its node shut down: every
@@ -103,15 +104,17 @@ func TestRefusedReplicaFailsFastWhileTheOtherServes(t *testing.T) {
 	var firstBack time.Duration
 	for n := 0; firstBack == 0; n++ {
 		key := fmt.Sprintf("back-%d", n)
-		keys <- key
 		res, err := replicas[0].Do(context.Background(), idemguard.Call{Tenant: "acme", Scope: "s", ClientKey: key, Inputs: key},
 			rec.Op(key, 0))
 		if err == nil {
 			require.Equal(t, idemguard.StatusSucceeded, res.Status)
 			firstBack = time.Since(returnedAt)
+			keys <- key
 			break
 		}
 		require.ErrorIs(t, err, idemguard.ErrStoreUnavailable)
+		require.ErrorIs(t, err, store.ErrNotSent, "the probe has not reached the database yet: nothing was sent")
+		require.Empty(t, rec.Runs(key), "a 503 ran the operation")
 		require.Less(t, time.Since(returnedAt), 10*time.Second, "the lost replica never served again")
 		time.Sleep(5 * time.Millisecond)
 	}
