@@ -141,6 +141,8 @@ func (l *claimLoop) insert() (Result, error) {
 	switch {
 	case err == nil:
 		return l.own(owned{id: id, nonce: l.nonce, attempt: 1, firstSeen: l.g.now(), leaseFrom: sent, audit: audit}, EventClaimed)
+	case notSent(err):
+		return Result{}, l.g.storeErr(l.ctx, l.p, "claim", err) // nothing was written: nothing to settle
 	case !errors.Is(err, store.ErrDuplicate):
 		l.unconfirmed = append(l.unconfirmed, pendingClaim{nonce: l.nonce, sent: sent, kind: EventClaimed, audit: audit})
 		l.unsure, l.lastErr = &unknownWrite{op: "claim", err: err}, err
@@ -351,6 +353,9 @@ func (l *claimLoop) reclaim(rp store.ReclaimParams, prev *store.Record, kind Eve
 	}
 	won, u := l.g.tryReclaim(l.ctx, l.p, rp, prev, kind)
 	if won == nil {
+		if u != nil && notSent(u.err) {
+			return Result{}, l.g.storeErr(l.ctx, l.p, u.op, u.err) // nothing was written: nothing to settle
+		}
 		if u != nil {
 			l.unconfirmed = append(l.unconfirmed, u.claim)
 			l.unsure, l.lastErr = u, u.err
@@ -438,13 +443,24 @@ func (g *Guard) settle(ctx context.Context, p prepared, op string, cause error) 
 
 // outcomeUnknown reports whether a failed write may have applied: the store
 // says so (ErrOutcomeUnknown), or no answer came (a timeout, a broken
-// connection). Any other error is the store's answer that the statement
-// failed.
+// connection), unless the store proved that nothing was sent (notSent). Any
+// other error is the store's answer that the statement failed.
 func outcomeUnknown(err error) bool {
+	if notSent(err) {
+		return false
+	}
 	var ne net.Error
 	return errors.Is(err, store.ErrOutcomeUnknown) || errors.Is(err, context.DeadlineExceeded) ||
 		errors.Is(err, context.Canceled) || errors.Is(err, driver.ErrBadConn) ||
 		errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) || errors.As(err, &ne)
+}
+
+// notSent reports whether the store proved that a call never reached the
+// database (store.ErrNotSent): the outcome is known, nothing was written, and
+// the call answers ErrStoreUnavailable at once instead of settling it by
+// re-reading. An error that also says the outcome is unknown is unknown.
+func notSent(err error) bool {
+	return errors.Is(err, store.ErrNotSent) && !errors.Is(err, store.ErrOutcomeUnknown)
 }
 
 // pendingClaim is a claim write (INSERT or guarded UPDATE) whose outcome

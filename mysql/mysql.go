@@ -31,6 +31,12 @@ type PoolConfig struct {
 // override the DSN's own values, and a DSN the driver would read differently
 // is rejected. Errors never carry the password. On error nothing is left
 // open.
+//
+// Once a connection attempt fails (refused, timed out, rejected at the
+// handshake), the pool remembers the server as down: every statement fails
+// at once, as not sent (store.ErrNotSent), instead of dialing again, while
+// one background probe dials with backoff (at most every 250 ms) until the
+// server answers. Closing the pool stops the probe.
 func Open(ctx context.Context, dsn string, pool PoolConfig) (*sql.DB, error) {
 	db, err := mysqlconn.Open(ctx, dsn, mysqlconn.PoolConfig{MaxOpenConns: pool.MaxOpenConns,
 		MaxIdleConns: pool.MaxIdleConns, ConnMaxLifetime: pool.ConnMaxLifetime})

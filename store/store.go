@@ -49,6 +49,16 @@ var (
 	// treats it like any other store error on a write: it decides by
 	// re-reading the row, never by the error.
 	ErrOutcomeUnknown = errors.New("idemguard: outcome of the write unknown")
+	// ErrNotSent marks a call the store can prove never reached the
+	// database: no connection could be had (a refused or failed dial, a
+	// failed handshake, a database known to be down), or the driver failed
+	// before writing a byte of the statement. A Store wraps its error with
+	// it. The outcome is known, nothing was written, so the guard answers
+	// idemguard.ErrStoreUnavailable at once instead of re-reading the row.
+	// Return it only with proof: a statement that may have been sent (a
+	// timeout, a connection lost after the write) is an unknown outcome. An
+	// error wrapping both ErrNotSent and ErrOutcomeUnknown counts as unknown.
+	ErrNotSent = errors.New("idemguard: nothing was sent to the store")
 )
 
 // Record is one row of idempotency_keys, as read by Store.Get.
@@ -274,8 +284,10 @@ type ReleaseParams struct {
 // ErrNotFound). A guarded write that matches no row returns false and a nil
 // error, never ErrNotFound. A write that may or may not have applied (a
 // deadlock victim, a lock wait timeout) must return an error wrapping
-// ErrOutcomeUnknown. Any other error means the store could not answer; the
-// guard decides every unknown outcome by re-reading the row.
+// ErrOutcomeUnknown. A call that provably never reached the database (no
+// connection could be had) returns an error wrapping ErrNotSent: the guard
+// answers at once, without re-reading. Any other error means the store could
+// not answer; the guard decides every unknown outcome by re-reading the row.
 type Store interface {
 	// Claim inserts a started row with attempt_count 1, started_at =
 	// heartbeat_at = now and expires_at = now + TTL, and returns its id. If a

@@ -13,10 +13,11 @@ import (
 // Proxy forwards TCP connections from a loopback port to a target (MySQL)
 // and injects network faults. It is safe for concurrent use.
 type Proxy struct {
-	ln     net.Listener
+	addr   string
 	target string
 
 	mu         sync.Mutex
+	ln         net.Listener // nil while refusing
 	links      map[*link]struct{}
 	blackholed bool
 	latMin     time.Duration
@@ -48,24 +49,67 @@ func NewProxy(t testing.TB, target string) *Proxy {
 	if err != nil {
 		t.Fatalf("faulttest: listen: %v", err)
 	}
-	p := &Proxy{ln: ln, target: target, links: map[*link]struct{}{}}
+	p := &Proxy{addr: ln.Addr().String(), ln: ln, target: target, links: map[*link]struct{}{}}
 	p.wg.Add(1)
-	go p.accept()
+	go p.accept(ln)
 	t.Cleanup(p.Close)
 	return p
 }
 
 // Addr is the proxy's address (host:port).
-func (p *Proxy) Addr() string { return p.ln.Addr().String() }
+func (p *Proxy) Addr() string { return p.addr }
 
 // Close stops the proxy and closes every connection through it.
 func (p *Proxy) Close() {
 	p.mu.Lock()
 	p.closed = true
+	ln := p.ln
+	p.ln = nil
 	p.mu.Unlock()
-	_ = p.ln.Close()
+	if ln != nil {
+		_ = ln.Close()
+	}
 	p.Drop()
 	p.wg.Wait()
+}
+
+// Refuse stops listening and closes every connection through the proxy:
+// from now on a connection to Addr is refused, as by a database server that
+// is down. Accept ends it.
+func (p *Proxy) Refuse() {
+	p.mu.Lock()
+	ln := p.ln
+	p.ln = nil
+	p.mu.Unlock()
+	if ln != nil {
+		_ = ln.Close()
+	}
+	p.Drop()
+}
+
+// Accept listens on Addr again after Refuse, as a database server that is
+// back. The port was free meanwhile, and another socket may have taken it:
+// Accept retries for a second, then reports the error.
+func (p *Proxy) Accept() error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.ln != nil || p.closed {
+		return nil
+	}
+	var ln net.Listener
+	var err error
+	for deadline := time.Now().Add(time.Second); ; time.Sleep(10 * time.Millisecond) {
+		if ln, err = net.Listen("tcp", p.addr); err == nil || time.Now().After(deadline) {
+			break
+		}
+	}
+	if err != nil {
+		return err
+	}
+	p.ln = ln
+	p.wg.Add(1)
+	go p.accept(ln)
+	return nil
 }
 
 // Drop closes every connection open through the proxy, as a database
@@ -123,10 +167,10 @@ func (p *Proxy) Cuts() int {
 	return p.cuts
 }
 
-func (p *Proxy) accept() {
+func (p *Proxy) accept(ln net.Listener) {
 	defer p.wg.Done()
 	for {
-		c, err := p.ln.Accept()
+		c, err := ln.Accept()
 		if err != nil {
 			return
 		}
@@ -137,7 +181,7 @@ func (p *Proxy) accept() {
 		}
 		l := &link{client: c, server: s}
 		p.mu.Lock()
-		if p.closed {
+		if p.closed || p.ln != ln { // closed, or refusing since this connection came in
 			p.mu.Unlock()
 			l.close()
 			return

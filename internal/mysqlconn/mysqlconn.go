@@ -22,6 +22,7 @@ package mysqlconn
 import (
 	"cmp"
 	"context"
+	"database/sql"
 	"errors"
 	"fmt"
 	"strings"
@@ -184,6 +185,11 @@ func (p PoolConfig) validate() error {
 
 // Open normalizes dsn (see [NormalizeDSN]), opens a pool sized by pool, and pings the server
 // within ctx. On any error nothing is left open, and the error carries the redacted DSN.
+//
+// A connection the pool cannot hand out fails with a [*ConnectError]: no statement was sent.
+// Once a dial has failed, the pool remembers the server as down and fails every connection asked
+// for at once, while one background probe dials with backoff (at most every 250 ms) until the
+// server answers again; closing the pool stops the probe.
 func Open(ctx context.Context, dsn string, pool PoolConfig) (*sqlx.DB, error) {
 	if err := pool.validate(); err != nil {
 		return nil, err
@@ -193,10 +199,15 @@ func Open(ctx context.Context, dsn string, pool PoolConfig) (*sqlx.DB, error) {
 	if err != nil {
 		return nil, err
 	}
-	db, err := sqlx.Open("mysql", normalized)
+	cfg, err := mysql.ParseDSN(normalized)
+	if err != nil {
+		return nil, dsnError(dsn, err)
+	}
+	conn, err := mysql.NewConnector(cfg)
 	if err != nil {
 		return nil, fmt.Errorf("mysqlconn: open %s: %w", Redact(dsn), err)
 	}
+	db := sqlx.NewDb(sql.OpenDB(newBreaker(conn)), "mysql")
 	db.SetMaxOpenConns(pool.MaxOpenConns)
 	db.SetMaxIdleConns(pool.MaxIdleConns)
 	db.SetConnMaxLifetime(pool.ConnMaxLifetime)

@@ -75,12 +75,19 @@ func (s *Store) hook(ctx context.Context, stage string, tx *sqlx.Tx) {
 
 // commitError is a failed COMMIT: whatever the error, the server may have
 // committed before the reply was lost, so the outcome is unknown.
+//
+// Even a COMMIT the driver reports unsent (ErrBadConn) stays unknown here:
+// the transaction is lost either way, but the engine pays one re-read for
+// the certainty, and ErrNotSent never reaches it from a commit.
 func commitError(err error) error {
-	err = interpretError(err)
-	if errors.Is(err, store.ErrOutcomeUnknown) {
-		return err
+	interpreted := interpretError(err)
+	if errors.Is(interpreted, store.ErrOutcomeUnknown) {
+		return interpreted
 	}
-	return fmt.Errorf("%w: commit: %w", store.ErrOutcomeUnknown, err)
+	if errors.Is(interpreted, store.ErrNotSent) {
+		interpreted = err
+	}
+	return fmt.Errorf("%w: commit: %w", store.ErrOutcomeUnknown, interpreted)
 }
 
 const auditColumns = `event_id, kind, at, tenant, scope, key_hash, attempt, actor, original_at, stop_reason, detail`

@@ -18,3 +18,6 @@ func ZeroOKPacketTime(s *Store) { s.completedAtOf = func(sql.Result) (int64, err
 // stage "row" once the row statement won (the audit INSERT is next), and at
 // stage "commit" once both ran (COMMIT is next).
 func OnAuditTx(s *Store, f func(ctx context.Context, stage string, tx *sqlx.Tx)) { s.auditHook = f }
+
+// CommitError exposes the error translation of a failed COMMIT to tests.
+var CommitError = commitError

@@ -1,15 +1,21 @@
 package mysqlstore_test
 
 import (
+	"context"
 	"database/sql"
+	"database/sql/driver"
 	"errors"
 	"fmt"
+	"io"
+	"net"
+	"syscall"
 	"testing"
 
 	"github.com/go-sql-driver/mysql"
 	"github.com/stretchr/testify/require"
 
 	"github.com/idemguard/idemguard"
+	"github.com/idemguard/idemguard/internal/mysqlconn"
 	"github.com/idemguard/idemguard/internal/mysqlstore"
 	"github.com/idemguard/idemguard/store"
 )
@@ -42,4 +48,34 @@ func TestInterpretError(t *testing.T) {
 	require.Same(t, conn, mysqlstore.InterpretError(conn))
 	// A connection that broke after the statement was sent: it may have applied.
 	require.ErrorIs(t, mysqlstore.InterpretError(mysql.ErrInvalidConn), store.ErrOutcomeUnknown)
+	require.NotErrorIs(t, mysqlstore.InterpretError(mysql.ErrInvalidConn), store.ErrNotSent)
+
+	// Proof that nothing was sent (the real values are in notsent_test.go):
+	// the pool could not connect, the driver dialed, or it failed before
+	// writing a byte.
+	for _, err := range []error{
+		&mysqlconn.ConnectError{Err: &mysql.MySQLError{Number: 1040, Message: "Too many connections"}},
+		&mysqlconn.ConnectError{Err: context.DeadlineExceeded}, // the dial was cut short: still nothing sent
+		&net.OpError{Op: "dial", Net: "tcp", Err: syscall.ECONNREFUSED},
+		driver.ErrBadConn,
+		fmt.Errorf("wrapped: %w", driver.ErrBadConn),
+	} {
+		got := mysqlstore.InterpretError(err)
+		require.ErrorIs(t, got, store.ErrNotSent, "%v", err)
+		require.ErrorIs(t, got, err, "%v keeps the driver's error", err)
+		require.NotErrorIs(t, got, store.ErrOutcomeUnknown, "%v", err)
+	}
+	// Anything that may have gone out is not.
+	for _, err := range []error{
+		&net.OpError{Op: "write", Net: "tcp", Err: syscall.ECONNRESET},
+		&net.OpError{Op: "read", Net: "tcp", Err: syscall.ETIMEDOUT},
+		context.DeadlineExceeded,
+		context.Canceled,
+		io.EOF,
+		io.ErrUnexpectedEOF,
+		mysql.ErrInvalidConn,
+		&mysql.MySQLError{Number: 1213},
+	} {
+		require.NotErrorIs(t, mysqlstore.InterpretError(err), store.ErrNotSent, "%v", err)
+	}
 }

@@ -28,14 +28,17 @@ package mysqlstore
 import (
 	"context"
 	"database/sql"
+	"database/sql/driver"
 	"errors"
 	"fmt"
+	"net"
 	"strings"
 	"time"
 
 	"github.com/go-sql-driver/mysql"
 	"github.com/jmoiron/sqlx"
 
+	"github.com/idemguard/idemguard/internal/mysqlconn"
 	"github.com/idemguard/idemguard/store"
 )
 
@@ -81,6 +84,9 @@ func interpretError(err error) error {
 	if errors.Is(err, sql.ErrNoRows) {
 		return store.ErrNotFound
 	}
+	if notSent(err) {
+		return fmt.Errorf("%w: %w", store.ErrNotSent, err)
+	}
 	var me *mysql.MySQLError
 	if errors.As(err, &me) {
 		switch me.Number {
@@ -102,6 +108,35 @@ func interpretError(err error) error {
 		return fmt.Errorf("%w: %w", store.ErrOutcomeUnknown, err)
 	}
 	return err
+}
+
+// notSent reports whether err proves that the statement never reached the
+// server, so that nothing it asked for happened:
+//
+//   - a *mysqlconn.ConnectError: the pool could not hand out a connection
+//     (the dial or the handshake failed, or the server is known down);
+//   - a *net.OpError whose Op is "dial", for a pool not opened by
+//     mysqlconn.Open: go-sql-driver dials only to open a connection, never
+//     once a statement is under way;
+//   - driver.ErrBadConn: database/sql's contract is that a driver returns it
+//     only when the server cannot have performed the operation, and
+//     go-sql-driver (since 1.4; this module requires 1.10) keeps it: it
+//     returns ErrBadConn for a connection it knows closed before the
+//     statement, and for a write that failed before its first byte went
+//     out (errBadConnNoWrite); a write that failed later is
+//     mysql.ErrInvalidConn or the network error, both unknown. database/sql
+//     itself returns it only for a pooled connection it discards before use.
+//     Inside a transaction, an earlier statement may have run, but the
+//     transaction can then never commit: the driver closed the connection,
+//     and the server rolls it back.
+//
+// Everything else that breaks on the wire (a timeout, a connection lost
+// mid-statement, a context that ended) may have been sent: its outcome is
+// unknown. A COMMIT is never "not sent" (commitError).
+func notSent(err error) bool {
+	var ce *mysqlconn.ConnectError
+	var oe *net.OpError
+	return errors.As(err, &ce) || (errors.As(err, &oe) && oe.Op == "dial") || errors.Is(err, driver.ErrBadConn)
 }
 
 func micros(d time.Duration) int64 { return d.Microseconds() }
