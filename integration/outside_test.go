@@ -5,10 +5,13 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"maps"
 	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -20,17 +23,50 @@ import (
 	"github.com/idemguard/idemguard/internal/testdb"
 )
 
+// goBlockFiles are the documents whose ```go blocks the outside module is built from.
+var goBlockFiles = []string{"../README.md", "../docs/GO.md"}
+
 // readmeGoBlock returns the ```go block between <!-- name:start --> and
-// <!-- name:end --> of README.md.
+// <!-- name:end --> of README.md or docs/GO.md (the first that has it).
 func readmeGoBlock(t *testing.T, name string) string {
 	t.Helper()
-	doc, err := os.ReadFile("../README.md")
-	require.NoError(t, err)
-	_, rest, ok := strings.Cut(string(doc), "<!-- "+name+":start -->\n```go\n")
-	require.True(t, ok, "README.md has no <!-- %s:start --> ```go marker", name)
-	block, _, ok := strings.Cut(rest, "```\n<!-- "+name+":end -->")
-	require.True(t, ok, "README.md: %s:start without %s:end", name, name)
-	return block
+	for _, f := range goBlockFiles {
+		doc, err := os.ReadFile(f)
+		require.NoError(t, err)
+		_, rest, ok := strings.Cut(string(doc), "<!-- "+name+":start -->\n```go\n")
+		if !ok {
+			continue
+		}
+		block, _, ok := strings.Cut(rest, "```\n<!-- "+name+":end -->")
+		require.True(t, ok, "%s: %s:start without %s:end", f, name, name)
+		return block
+	}
+	t.Fatalf("no <!-- %s:start --> ```go marker in %v", name, goBlockFiles)
+	return ""
+}
+
+// TestEveryGoBlockIsBuilt: every marked ```go block of README.md and docs/GO.md is one the
+// outside module builds, so no example can be added that no test compiles.
+func TestEveryGoBlockIsBuilt(t *testing.T) {
+	t.Parallel()
+	marker := regexp.MustCompile("<!-- ([a-z-]+):start -->\n```go\n")
+	var found []string
+	for _, f := range goBlockFiles {
+		doc, err := os.ReadFile(f)
+		require.NoError(t, err)
+		for _, m := range marker.FindAllStringSubmatch(string(doc), -1) {
+			found = append(found, m[1])
+		}
+		require.Equal(t, strings.Count(string(doc), "```go\n"), len(marker.FindAllString(string(doc), -1)),
+			"%s: every ```go block is marked, so that it is built", f)
+	}
+	require.ElementsMatch(t, found, slices.Collect(maps.Values(outsideBlocks)))
+}
+
+// outsideBlocks names the file of the outside module each marked ```go block becomes.
+var outsideBlocks = map[string]string{
+	"readme_example.go": "go-example", "readme_setup.go": "go-setup-example", "readme_gin.go": "go-gin-example",
+	"readme_http.go": "go-http-example", "readme_audit.go": "go-audit-example",
 }
 
 // buildOutsideModule writes a module of its own (example.com/outside) that
@@ -42,10 +78,7 @@ func buildOutsideModule(t *testing.T) string {
 	dir := t.TempDir()
 	checkout, err := filepath.Abs("..")
 	require.NoError(t, err)
-	for file, block := range map[string]string{
-		"readme_example.go": "go-example", "readme_gin.go": "go-gin-example", "readme_http.go": "go-http-example",
-		"readme_audit.go": "go-audit-example",
-	} {
+	for file, block := range outsideBlocks {
 		require.NoError(t, os.WriteFile(filepath.Join(dir, file), []byte(readmeGoBlock(t, block)), 0o600))
 	}
 	main, err := os.ReadFile("testdata/outside/main.go")

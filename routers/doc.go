@@ -1,8 +1,8 @@
 /*
-Package routers is idemguard's HTTP side: the REST API (DESIGN §7) — gin
-handlers for guarded operations, key lookup, health and metrics — and the
-middleware that puts the same guard on a team's own routes (Idempotent for
-gin, IdempotentHTTP for net/http; DESIGN §5.1). One function maps errors to
+Package routers is idemguard's HTTP side: the REST API — gin handlers for
+guarded operations, key lookup, health and metrics — and the middleware that
+puts the same guard on a team's own routes (Idempotent for gin,
+IdempotentHTTP for net/http; see Middleware below). One function maps errors to
 HTTP statuses for both. docs/openapi.yaml describes every route of the API; a
 test checks it against the router built here.
 
@@ -54,7 +54,7 @@ or run:
     counts, invalid ones are ignored) is capped at Options.MaxWait and
     answered with Preference-Applied: wait=N (N the capped wait, rounded up
     to whole seconds). Set the Guard's Config.MaxWait at least as high.
- 6. Prefer: respond-async: the operation runs in the background (Guard.Start)
+ 7. Prefer: respond-async: the operation runs in the background (Guard.Start)
     and the answer is 202 with the key record, Location and
     Preference-Applied: respond-async, for the request that started it and
     for every duplicate while it runs; with wait=N as well, a key that
