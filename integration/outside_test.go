@@ -70,7 +70,7 @@ var outsideBlocks = map[string]string{
 }
 
 // buildOutsideModule writes a module of its own (example.com/outside) that
-// requires idemguard through a replace to this checkout, holding README's Go
+// requires idemguard through a replace to this checkout, holding the Go
 // blocks verbatim and testdata/outside/main.go, and builds it offline: no
 // proxy, only the module cache. It returns the binary.
 func buildOutsideModule(t *testing.T) string {
@@ -114,7 +114,7 @@ func buildOutsideModule(t *testing.T) string {
 	build.Dir = dir
 	build.Env = append(os.Environ(), "GOFLAGS=-mod=mod", "GOPROXY=off", "GOWORK=off", "GOSUMDB=off")
 	out, err := build.CombinedOutput()
-	require.NoError(t, err, "building the outside module (README's Go blocks):\n%s", out)
+	require.NoError(t, err, "building the outside module (the Go blocks of README.md and docs/GO.md):\n%s", out)
 	vet := exec.Command("go", "vet", ".")
 	vet.Dir, vet.Env = dir, build.Env
 	out, err = vet.CombinedOutput()
@@ -122,7 +122,7 @@ func buildOutsideModule(t *testing.T) string {
 	return bin
 }
 
-// TestOutsideModule: another module can use idemguard as README shows, and
+// TestOutsideModule: another module can use idemguard as the docs show, and
 // the middleware holds under 100 concurrent duplicates against MariaDB.
 func TestOutsideModule(t *testing.T) {
 	t.Parallel()
@@ -169,10 +169,10 @@ func TestOutsideModule(t *testing.T) {
 		}
 	}
 
-	// README's "Using it from Go": the model ran once, the second call replayed.
+	// README's WithIdempotency block: the model ran once, the second call replayed.
 	require.Equal(t, `readme: succeeded cached=false model_calls=1 {"ok":true,"stopReason":"completed","needsHuman":false,"cached":false,"data":{"copy":"a fine copy of 16 characters"}}`, next())
 	require.Equal(t, `readme: succeeded cached=true model_calls=1 {"ok":true,"stopReason":"completed","needsHuman":false,"cached":true,"data":{"copy":"a fine copy of 16 characters"}}`, next())
-	// README's "The audit trail": a claim and a replay, by a hashed user, in the table.
+	// docs/GO.md's "The audit trail": a claim and a replay, by a hashed user, in the table.
 	audit := next()
 	require.Regexp(t, `^audit: claimed,replay actor=user:h:[0-9a-f]{32} replay=1$`, audit)
 	listening := next()
@@ -180,7 +180,7 @@ func TestOutsideModule(t *testing.T) {
 	_, err = fmt.Sscanf(listening, "listening gin=%s http=%s", &ginAddr, &httpAddr)
 	require.NoError(t, err, "%q", listening)
 
-	// The same widget route on gin (README's example) and on net/http: the
+	// The same widget route on gin (docs/GO.md's example) and on net/http: the
 	// team's own JSON kept by an allowlist, with its headers.
 	t.Run("gin, the team's own JSON", func(t *testing.T) {
 		widgetChecks(t, outsideClient{t: t, base: "http://" + ginAddr, path: "/widgets"}, "http://"+ginAddr, "gin-")
