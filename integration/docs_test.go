@@ -96,9 +96,9 @@ func goSources(t *testing.T) []string {
 	return files
 }
 
-// TestGoCommentsCiteNothingOutsideTheRepository holds the comments of every non-test Go file,
+// TestDocsInGoCommentsCiteNothingOutsideTheRepository holds the comments of every non-test Go file,
 // doc comments first among them (what go doc and pkg.go.dev show), to the rules of the docs.
-func TestGoCommentsCiteNothingOutsideTheRepository(t *testing.T) {
+func TestDocsInGoCommentsCiteNothingOutsideTheRepository(t *testing.T) {
 	t.Parallel()
 	files := goSources(t)
 	require.GreaterOrEqual(t, len(files), 50, "the Go sources were not found")
@@ -277,9 +277,9 @@ func relativeLinks(doc string) []string {
 	return links
 }
 
-// TestRelativeLinksResolve: every relative link of every Markdown file names a file or
+// TestDocsRelativeLinksResolve: every relative link of every Markdown file names a file or
 // directory of the repository, and an anchor on a Markdown file names one of its headings.
-func TestRelativeLinksResolve(t *testing.T) {
+func TestDocsRelativeLinksResolve(t *testing.T) {
 	t.Parallel()
 	files := markdownFiles(t)
 	require.GreaterOrEqual(t, len(files), 10, "the Markdown files were not found")
@@ -310,9 +310,9 @@ func TestRelativeLinksResolve(t *testing.T) {
 	require.NotZero(t, checked, "no relative links found")
 }
 
-// TestLinkCheckerCatchesBrokenLinks proves the helpers of TestRelativeLinksResolve see links
+// TestDocsLinkCheckerCatchesBrokenLinks proves the helpers of TestDocsRelativeLinksResolve see links
 // and anchors as GitHub does.
-func TestLinkCheckerCatchesBrokenLinks(t *testing.T) {
+func TestDocsLinkCheckerCatchesBrokenLinks(t *testing.T) {
 	t.Parallel()
 	doc := "# Operations\n## 5. Audit trail\n## Runs\n## Runs\n```sh\n[no](in-code.md)\n```\n" +
 		"See [ops](OPERATIONS.md#5-audit-trail), `[no](code.md)`, [web](https://example.com/x.md) and ![img](a.png \"t\").\n"

@@ -45,9 +45,9 @@ func readmeGoBlock(t *testing.T, name string) string {
 	return ""
 }
 
-// TestEveryGoBlockIsBuilt: every marked ```go block of README.md and docs/GO.md is one the
+// TestOutsideModuleBuildsEveryGoBlock: every marked ```go block of README.md and docs/GO.md is one the
 // outside module builds, so no example can be added that no test compiles.
-func TestEveryGoBlockIsBuilt(t *testing.T) {
+func TestOutsideModuleBuildsEveryGoBlock(t *testing.T) {
 	t.Parallel()
 	marker := regexp.MustCompile("<!-- ([a-z-]+):start -->\n```go\n")
 	var found []string
