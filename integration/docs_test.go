@@ -75,9 +75,9 @@ func TestDocsCiteNothingOutsideTheRepository(t *testing.T) {
 	}
 }
 
-// goSources returns every non-test .go file of the repository, as paths from the integration
-// directory, leaving out testdata, node_modules and hidden directories.
-func goSources(t *testing.T) []string {
+// repoFiles returns the files of the repository whose name keep accepts, as paths from the
+// integration directory, leaving out testdata, node_modules and hidden directories.
+func repoFiles(t *testing.T, keep func(name string) bool) []string {
 	t.Helper()
 	var files []string
 	require.NoError(t, filepath.WalkDir("..", func(p string, d fs.DirEntry, err error) error {
@@ -88,12 +88,26 @@ func goSources(t *testing.T) []string {
 		if d.IsDir() && p != ".." && (name == "testdata" || name == "node_modules" || strings.HasPrefix(name, ".")) {
 			return filepath.SkipDir
 		}
-		if !d.IsDir() && strings.HasSuffix(name, ".go") && !strings.HasSuffix(name, "_test.go") {
+		if !d.IsDir() && keep(name) {
 			files = append(files, p)
 		}
 		return nil
 	}))
 	return files
+}
+
+// goSources returns every non-test .go file of the repository.
+func goSources(t *testing.T) []string {
+	t.Helper()
+	return repoFiles(t, func(name string) bool {
+		return strings.HasSuffix(name, ".go") && !strings.HasSuffix(name, "_test.go")
+	})
+}
+
+// markdownFiles returns every Markdown file of the repository.
+func markdownFiles(t *testing.T) []string {
+	t.Helper()
+	return repoFiles(t, func(name string) bool { return strings.HasSuffix(name, ".md") })
 }
 
 // TestDocsInGoCommentsCiteNothingOutsideTheRepository holds the comments of every non-test Go file,
@@ -197,27 +211,6 @@ func TestDocumentedMetricsExist(t *testing.T) {
 
 // markdownLink is an inline link or image of Markdown: [text](target) or [text](target "title").
 var markdownLink = regexp.MustCompile(`\]\(([^)\s]+)(?:\s+"[^"]*")?\)`)
-
-// markdownFiles returns every Markdown file of the repository outside node_modules, testdata
-// and hidden directories, as paths from the integration directory.
-func markdownFiles(t *testing.T) []string {
-	t.Helper()
-	var files []string
-	require.NoError(t, filepath.WalkDir("..", func(p string, d fs.DirEntry, err error) error {
-		if err != nil {
-			return err
-		}
-		name := d.Name()
-		if d.IsDir() && p != ".." && (name == "testdata" || name == "node_modules" || strings.HasPrefix(name, ".")) {
-			return filepath.SkipDir
-		}
-		if !d.IsDir() && strings.HasSuffix(name, ".md") {
-			files = append(files, p)
-		}
-		return nil
-	}))
-	return files
-}
 
 // headingAnchors returns the anchors GitHub gives the headings of a Markdown document: the
 // heading's text in lower case, without punctuation, spaces turned into hyphens, a repeated
