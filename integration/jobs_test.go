@@ -361,7 +361,9 @@ func TestJobOfAKilledOwnerShowsStaleThenIsTakenOver(t *testing.T) {
 func TestJobOutlivesItsTTLOnlyWhileItRuns(t *testing.T) {
 	t.Parallel()
 	db, u, c := database(t), newJobUpstream(t), newClient(t)
-	cfg := jobsConfig(u, ", ttl: 1h", "")
+	// A 6 s lease (a heartbeat every 2 s), not jobsConfig's 1.5 s: no TTL is waited out here,
+	// so a longer lease costs little and keeps a loaded machine from a stale takeover.
+	cfg := chatConfig(u.fakeLLM, "  - {name: jobs, operation: openai_chat, stale_after: 6s, ttl: 1h}\n", "")
 	a := startService(t, productionEnv(db.DSN), cfg)
 	b := startService(t, productionEnv(db.DSN), cfg)
 	secondsAhead := func() float64 {
@@ -378,7 +380,7 @@ func TestJobOutlivesItsTTLOnlyWhileItRuns(t *testing.T) {
 		runAs(t, db.DSN, 0, "cleanup")
 		require.Equal(t, 1, countRows(t, db), "cleanup left the running job")
 		requireAccepted(t, submit(t, c, b, "long"))
-		eventually(t, 5*time.Second, "a heartbeat puts expires_at a TTL ahead again", func() bool {
+		eventually(t, 10*time.Second, "a heartbeat puts expires_at a TTL ahead again", func() bool {
 			return secondsAhead() > 3600-60
 		})
 	}
