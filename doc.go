@@ -80,6 +80,7 @@ and counted when they cannot keep up). Guard.History reads a key's trail.
   - Package store: the interface a store implements, with its conformance
     suite (store/storetest) and the in-memory store (store/memstore).
   - Package idemguardtest: the guard's clock and protocol knobs for tests.
-  - The repository's README: guarantees, operations, configuration.
+  - The repository's README: the guarantees, and docs/README.md, which
+    lists the guides: the Go package, the REST API, configuration, operations.
 */
 package idemguard

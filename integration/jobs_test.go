@@ -353,33 +353,47 @@ func TestJobOfAKilledOwnerShowsStaleThenIsTakenOver(t *testing.T) {
 	require.Equal(t, 2, row.Attempts)
 }
 
-// 5. A job with a TTL shorter than its run time is neither deleted by cleanup nor re-claimed
-// while it runs: its heartbeats keep expires_at at least the TTL ahead. Without the extension
-// in the heartbeat (Store.Renew), expires_at passes during the run and this fails.
+// 5. A job whose TTL runs out during its run is neither deleted by cleanup nor re-claimed
+// while it runs: its heartbeats put expires_at a TTL ahead again. The TTL runs out by ageing
+// the row on the database's clock (a test connection sets expires_at in the past), never by
+// waiting for it. Without the extension in the heartbeat (Store.Renew), expires_at stays in
+// the past and this fails.
 func TestJobOutlivesItsTTLOnlyWhileItRuns(t *testing.T) {
 	t.Parallel()
 	db, u, c := database(t), newJobUpstream(t), newClient(t)
-	cfg := jobsConfig(u, ", ttl: 1s", "")
+	// A 6 s lease (a heartbeat every 2 s), not jobsConfig's 1.5 s: no TTL is waited out here,
+	// so a longer lease costs little and keeps a loaded machine from a stale takeover.
+	cfg := chatConfig(u.fakeLLM, "  - {name: jobs, operation: openai_chat, stale_after: 6s, ttl: 1h}\n", "")
 	a := startService(t, productionEnv(db.DSN), cfg)
 	b := startService(t, productionEnv(db.DSN), cfg)
+	secondsAhead := func() float64 {
+		var ahead float64
+		require.NoError(t, db.DB.Get(&ahead, `SELECT TIMESTAMPDIFF(MICROSECOND, UTC_TIMESTAMP(6), expires_at) / 1e6 FROM idempotency_keys`))
+		return ahead
+	}
 
 	requireAccepted(t, submit(t, c, a, "long"))
 	eventually(t, 10*time.Second, "the upstream call", func() bool { return u.calls.Load() == 1 })
-	for range 3 { // 3 s: three TTLs
-		time.Sleep(time.Second)
-		var ahead float64
-		require.NoError(t, db.DB.Get(&ahead, `SELECT TIMESTAMPDIFF(MICROSECOND, UTC_TIMESTAMP(6), expires_at) / 1e6 FROM idempotency_keys`))
-		require.Greater(t, ahead, 1.0-0.5-0.2, "expires_at is kept about a TTL ahead (less one heartbeat and a margin)")
+	for range 3 { // three TTLs run out during the run
+		_, err := db.DB.Exec(`UPDATE idempotency_keys SET expires_at = UTC_TIMESTAMP(6) - INTERVAL 1 SECOND`)
+		require.NoError(t, err)
 		runAs(t, db.DSN, 0, "cleanup")
 		require.Equal(t, 1, countRows(t, db), "cleanup left the running job")
 		requireAccepted(t, submit(t, c, b, "long"))
+		eventually(t, 10*time.Second, "a heartbeat puts expires_at a TTL ahead again", func() bool {
+			return secondsAhead() > 3600-60
+		})
 	}
 	require.EqualValues(t, 1, u.calls.Load(), "never re-claimed while it ran")
 	u.release()
 	eventually(t, 10*time.Second, "the job stored", func() bool { return readJob(t, db.DB).Status == "succeeded" })
-	time.Sleep(1200 * time.Millisecond) // the TTL, counted from completion
+	var kept float64
+	require.NoError(t, db.DB.Get(&kept, `SELECT TIMESTAMPDIFF(MICROSECOND, completed_at, expires_at) / 1e6 FROM idempotency_keys`))
+	require.InDelta(t, 3600, kept, 1, "once done, the TTL counts from completion")
+	_, err := db.DB.Exec(`UPDATE idempotency_keys SET expires_at = expires_at - INTERVAL 1 HOUR`) // the TTL passes
+	require.NoError(t, err)
 	runAs(t, db.DSN, 0, "cleanup")
-	require.Equal(t, 0, countRows(t, db), "once done, the TTL counts from completion")
+	require.Equal(t, 0, countRows(t, db), "once its TTL from completion has passed, cleanup deletes it")
 }
 
 // 6. 300 concurrent async submissions of one key over 3 replicas: 1 execution, every answer 202

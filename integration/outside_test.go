@@ -5,10 +5,13 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"maps"
 	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -20,21 +23,54 @@ import (
 	"github.com/idemguard/idemguard/internal/testdb"
 )
 
+// goBlockFiles are the documents whose ```go blocks the outside module is built from.
+var goBlockFiles = []string{"../README.md", "../docs/GO.md"}
+
 // readmeGoBlock returns the ```go block between <!-- name:start --> and
-// <!-- name:end --> of README.md.
+// <!-- name:end --> of README.md or docs/GO.md (the first that has it).
 func readmeGoBlock(t *testing.T, name string) string {
 	t.Helper()
-	doc, err := os.ReadFile("../README.md")
-	require.NoError(t, err)
-	_, rest, ok := strings.Cut(string(doc), "<!-- "+name+":start -->\n```go\n")
-	require.True(t, ok, "README.md has no <!-- %s:start --> ```go marker", name)
-	block, _, ok := strings.Cut(rest, "```\n<!-- "+name+":end -->")
-	require.True(t, ok, "README.md: %s:start without %s:end", name, name)
-	return block
+	for _, f := range goBlockFiles {
+		doc, err := os.ReadFile(f)
+		require.NoError(t, err)
+		_, rest, ok := strings.Cut(string(doc), "<!-- "+name+":start -->\n```go\n")
+		if !ok {
+			continue
+		}
+		block, _, ok := strings.Cut(rest, "```\n<!-- "+name+":end -->")
+		require.True(t, ok, "%s: %s:start without %s:end", f, name, name)
+		return block
+	}
+	t.Fatalf("no <!-- %s:start --> ```go marker in %v", name, goBlockFiles)
+	return ""
+}
+
+// TestOutsideModuleBuildsEveryGoBlock: every marked ```go block of README.md and docs/GO.md is one the
+// outside module builds, so no example can be added that no test compiles.
+func TestOutsideModuleBuildsEveryGoBlock(t *testing.T) {
+	t.Parallel()
+	marker := regexp.MustCompile("<!-- ([a-z-]+):start -->\n```go\n")
+	var found []string
+	for _, f := range goBlockFiles {
+		doc, err := os.ReadFile(f)
+		require.NoError(t, err)
+		for _, m := range marker.FindAllStringSubmatch(string(doc), -1) {
+			found = append(found, m[1])
+		}
+		require.Equal(t, strings.Count(string(doc), "```go\n"), len(marker.FindAllString(string(doc), -1)),
+			"%s: every ```go block is marked, so that it is built", f)
+	}
+	require.ElementsMatch(t, found, slices.Collect(maps.Values(outsideBlocks)))
+}
+
+// outsideBlocks names the file of the outside module each marked ```go block becomes.
+var outsideBlocks = map[string]string{
+	"readme_example.go": "go-example", "readme_setup.go": "go-setup-example", "readme_gin.go": "go-gin-example",
+	"readme_http.go": "go-http-example", "readme_audit.go": "go-audit-example",
 }
 
 // buildOutsideModule writes a module of its own (example.com/outside) that
-// requires idemguard through a replace to this checkout, holding README's Go
+// requires idemguard through a replace to this checkout, holding the Go
 // blocks verbatim and testdata/outside/main.go, and builds it offline: no
 // proxy, only the module cache. It returns the binary.
 func buildOutsideModule(t *testing.T) string {
@@ -42,10 +78,7 @@ func buildOutsideModule(t *testing.T) string {
 	dir := t.TempDir()
 	checkout, err := filepath.Abs("..")
 	require.NoError(t, err)
-	for file, block := range map[string]string{
-		"readme_example.go": "go-example", "readme_gin.go": "go-gin-example", "readme_http.go": "go-http-example",
-		"readme_audit.go": "go-audit-example",
-	} {
+	for file, block := range outsideBlocks {
 		require.NoError(t, os.WriteFile(filepath.Join(dir, file), []byte(readmeGoBlock(t, block)), 0o600))
 	}
 	main, err := os.ReadFile("testdata/outside/main.go")
@@ -96,7 +129,7 @@ func writeOutsideGoMod(t *testing.T, dir, checkout string) {
 	require.NoError(t, os.WriteFile(filepath.Join(dir, "go.sum"), sum, 0o600))
 }
 
-// TestOutsideModule: another module can use idemguard as README shows, and
+// TestOutsideModule: another module can use idemguard as the docs show, and
 // the middleware holds under 100 concurrent duplicates against MariaDB.
 func TestOutsideModule(t *testing.T) {
 	t.Parallel()
@@ -143,10 +176,10 @@ func TestOutsideModule(t *testing.T) {
 		}
 	}
 
-	// README's "Using it from Go": the model ran once, the second call replayed.
+	// README's WithIdempotency block: the model ran once, the second call replayed.
 	require.Equal(t, `readme: succeeded cached=false model_calls=1 {"ok":true,"stopReason":"completed","needsHuman":false,"cached":false,"data":{"copy":"a fine copy of 16 characters"}}`, next())
 	require.Equal(t, `readme: succeeded cached=true model_calls=1 {"ok":true,"stopReason":"completed","needsHuman":false,"cached":true,"data":{"copy":"a fine copy of 16 characters"}}`, next())
-	// README's "The audit trail": a claim and a replay, by a hashed user, in the table.
+	// docs/GO.md's "The audit trail": a claim and a replay, by a hashed user, in the table.
 	audit := next()
 	require.Regexp(t, `^audit: claimed,replay actor=user:h:[0-9a-f]{32} replay=1$`, audit)
 	listening := next()
@@ -154,7 +187,7 @@ func TestOutsideModule(t *testing.T) {
 	_, err = fmt.Sscanf(listening, "listening gin=%s http=%s", &ginAddr, &httpAddr)
 	require.NoError(t, err, "%q", listening)
 
-	// The same widget route on gin (README's example) and on net/http: the
+	// The same widget route on gin (docs/GO.md's example) and on net/http: the
 	// team's own JSON kept by an allowlist, with its headers.
 	t.Run("gin, the team's own JSON", func(t *testing.T) {
 		widgetChecks(t, outsideClient{t: t, base: "http://" + ginAddr, path: "/widgets"}, "http://"+ginAddr, "gin-")

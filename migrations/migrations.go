@@ -1,7 +1,10 @@
 // Package migrations holds idemguard's goose SQL migrations, embedded into the binary.
 //
 // Rules for new migrations:
-//   - File name: NNNNN_snake_case_description.sql, numbered sequentially (goose versioning).
+//   - File name: NNNNN_snake_case_description.sql. The numbers rise but are not
+//     consecutive (some are skipped); a new file takes a number above every one here, since
+//     goose refuses to apply a version below one a database already has, and a
+//     committed file is never renumbered.
 //   - Exactly ONE DDL statement per direction per file. MySQL and MariaDB commit DDL implicitly,
 //     so a file with two DDL statements that fails halfway can neither be rolled back nor re-run.
 //   - Times are DATETIME(6) in UTC, never TIMESTAMP.

@@ -57,7 +57,7 @@ or run:
     counts, invalid ones are ignored) is capped at Options.MaxWait and
     answered with Preference-Applied: wait=N (N the capped wait, rounded up
     to whole seconds). Set the Guard's Config.MaxWait at least as high.
- 6. Prefer: respond-async: the operation runs in the background (Guard.Start)
+ 7. Prefer: respond-async: the operation runs in the background (Guard.Start)
     and the answer is 202 with the key record, Location and
     Preference-Applied: respond-async, for the request that started it and
     for every duplicate while it runs; with wait=N as well, a key that

@@ -5,7 +5,7 @@
 //     connections, blackholes traffic for a time, adds latency, and cuts a
 //     connection right after forwarding a chosen statement, so the statement
 //     may apply while its reply is lost.
-//   - Store wraps an engine.Store and injects faults per method: an error
+//   - Store wraps a store.Store and injects faults per method: an error
 //     instead of the statement (a deadlock victim, rolled back), an error
 //     after the statement applied (a lost reply), or a hook that blocks.
 //   - Recorder is a fake upstream operation that records the interval of

@@ -1,6 +1,7 @@
 // The main of the outside module that integration/outside_test.go builds: it
-// joins README's Go blocks (copied beside it, verbatim) into a program that
-// runs the "Using it from Go" block and serves the gin and net/http examples.
+// joins the Go blocks of README.md and docs/GO.md (copied beside it, verbatim)
+// into a program that runs README's WithIdempotency block and serves the gin
+// and net/http examples.
 package main
 
 import (
@@ -79,7 +80,7 @@ func main() {
 		fmt.Printf("readme: %s cached=%t model_calls=%d %s\n", res.Status, res.Cached, modelCalls.Load(), res.Body)
 	}
 
-	// README's "The audit trail": the same call twice as one user, then its key's history.
+	// docs/GO.md's "The audit trail": the same call twice as one user, then its key's history.
 	audited, err := auditedGuard(db, []byte(os.Getenv("OUTSIDE_SECRET")))
 	if err != nil {
 		fail(err)
