@@ -123,23 +123,30 @@ func (g *Guard) DoStream(ctx context.Context, call Call, op StreamOperation, w S
 	if op.Run == nil || w == nil {
 		return Result{}, fmt.Errorf("%w: StreamOperation.Run and the StreamWriter are required", ErrInvalidInput)
 	}
-	if !g.enter() {
-		return Result{}, &StoreError{Op: "claim", Err: ErrShuttingDown}
-	}
-	defer g.inflight.Done()
-	p, err := g.prepare(ctx, call)
-	if err != nil {
-		return Result{}, err
-	}
-	s := &streamCall{g: g, op: op, w: w, ctx: ctx, key: live.Key{Tenant: p.tenant, Scope: p.scope, KeyHash: p.keyHash}}
-	p.stream = s
-	s.p = p
-	// The replay cache holds envelopes, not events: the row answers.
-	res, err := g.execute(ctx, p, s.operation())
+	return g.call(ctx, call, &streamCall{g: g, op: op, w: w, ctx: ctx})
+}
+
+// streamCall is DoStream's delivery (delivery.go).
+var _ delivery = (*streamCall)(nil)
+
+// setup binds the call. The replay cache holds envelopes, not events, and
+// the read before the claim is the plain call's: the row answers.
+func (s *streamCall) setup(p *prepared) {
+	p.noCache, p.noReadFirst = true, true
+	s.p, s.key = *p, keyOf(*p)
+}
+
+func (s *streamCall) run(ctx context.Context, g *Guard, p prepared, o owned) (Result, error) {
+	return g.runOwned(ctx, p, s.operation(), o)
+}
+
+func (s *streamCall) beat(*Guard, prepared) {}
+
+// end renders, as events, a success answered without them (an operation
+// that emitted none, a renewal that found the answer stored).
+func (s *streamCall) end(res Result, err error) (Result, error) {
 	if err == nil && res.Status == StatusSucceeded && !s.begun {
-		// Answered without events (an operation that emitted none, a
-		// renewal that found the answer stored): render the envelope.
-		s.begin(StreamStart{Origin: StreamReplayed, KeyHash: p.keyHash, CompletedAt: res.CompletedAt})
+		s.begin(StreamStart{Origin: StreamReplayed, KeyHash: s.p.keyHash, CompletedAt: res.CompletedAt})
 		s.writeAll(s.fromEnvelope(res.Envelope), 0)
 	}
 	return res, err
@@ -253,11 +260,11 @@ func (s *streamCall) emit(e StreamEvent) {
 	s.write(e)
 }
 
-// storedEvents is what the commit stores as response_events: the sequence
-// of a succeeded stream, empty when it was over the limit (reported here,
-// once), nil for a failure or a call that did not stream.
-func (s *streamCall) storedEvents(status store.RowStatus) []byte {
-	if s == nil || status != store.RowSucceeded {
+// events is what the commit stores as response_events: the sequence of a
+// succeeded stream, empty when it was over the limit (reported here, once),
+// nil for a failure.
+func (s *streamCall) events(status store.RowStatus) []byte {
+	if status != store.RowSucceeded {
 		return nil
 	}
 	s.mu.Lock()
@@ -294,34 +301,31 @@ type streamEnded struct{ reason sanitize.StopReason }
 
 func (e *streamEnded) Error() string { return "stream ended: " + string(e.reason) }
 
-// streamSucceeded replays a succeeded row as events: the stored sequence,
-// or the envelope rendered by StreamOperation.Replay.
-func (l *claimLoop) streamSucceeded(rec store.Record) (Result, error) {
-	s := l.p.stream
-	res, err := l.g.replay(l.ctx, l.p, rec, l.readAt)
+// replay replays a succeeded row as events: the stored sequence, or the
+// envelope rendered by StreamOperation.Replay.
+func (s *streamCall) replay(ctx context.Context, g *Guard, p prepared, rec store.Record, readAt time.Time) (Result, error) {
+	res, err := g.replay(ctx, p, rec, readAt)
 	if err != nil {
 		return Result{}, err
 	}
 	events, err := parseWire(rec.Events)
 	if err != nil {
-		return Result{}, l.g.storeErr(l.ctx, l.p, "read", err)
+		return Result{}, g.storeErr(ctx, p, "read", err)
 	}
 	if len(events) == 0 {
 		events = s.fromEnvelope(res.Envelope)
 	}
-	s.begin(StreamStart{Origin: StreamReplayed, KeyHash: l.p.keyHash, CompletedAt: res.CompletedAt})
+	s.begin(StreamStart{Origin: StreamReplayed, KeyHash: p.keyHash, CompletedAt: res.CompletedAt})
 	s.writeAll(events, s.sent) // a follower that lagged has the first ones
-	l.g.emit(Event{Kind: EventReplayed, Tenant: l.p.tenant, Scope: l.p.scope, Usage: res.Usage})
-	l.g.noteReplay(l.p, res, rec.Now)
+	g.replayed(p, res, rec.Now, false)
 	return res, nil
 }
 
-// streamRunning follows a running execution of the key in this process
-// from its first event. done is false when there is none to follow here
-// (the owner runs elsewhere, or this call followed one already): the call
-// then waits for the row like any other.
-func (l *claimLoop) streamRunning(rec store.Record) (res Result, err error, done bool) {
-	s := l.p.stream
+// attach follows a running execution of the key in this process from its
+// first event. done is false when there is none to follow here (the owner
+// runs elsewhere, or this call followed one already): the call then waits
+// for the row like any other.
+func (s *streamCall) attach(l *claimLoop, rec store.Record) (res Result, err error, done bool) {
 	if s.follow {
 		return Result{}, nil, false
 	}
@@ -367,30 +371,35 @@ func (l *claimLoop) streamRunning(rec store.Record) (res Result, err error, done
 	}
 }
 
-// streamBegun answers a follower that has written part of the stream it
+// resume answers a follower that has written part of the stream it
 // followed and re-reads the row for the rest: the stored answer of that
 // attempt completes it. Its caller has part of a stream, so this call never
 // claims the key itself: any other state (a failure, another attempt, an
-// expired row) ends the stream as failed.
-func (l *claimLoop) streamBegun(rec store.Record) (Result, error) {
-	s := l.p.stream
+// expired row) ends the stream as failed. done is false before the call
+// has written anything: the claim loop goes on as for any call.
+func (s *streamCall) resume(l *claimLoop, rec store.Record) (res Result, err error, done bool) {
+	if !s.begun {
+		return Result{}, nil, false
+	}
 	sameRun := rec.Attempts == s.attempt && rec.Fingerprint == l.p.fingerprint && !rec.Expired()
 	switch {
 	case sameRun && rec.Status == store.RowSucceeded:
-		return l.streamSucceeded(rec)
+		res, err = s.replay(l.ctx, l.g, l.p, rec, l.readAt)
+		return res, err, true
 	case sameRun && rec.Status == store.RowStarted && !rec.Stale(l.p.settings.StaleAfter):
-		return l.running(rec)
+		res, err = l.running(rec)
+		return res, err, true
 	case sameRun && rec.Status == store.RowFailed:
 		if st, err := decodeStored(rec); err == nil {
 			res := l.g.storedFailure(l.p, rec, st.env)
 			l.g.noteReplay(l.p, res, rec.Now)
-			return res, nil
+			return res, nil, true
 		}
 	}
 	env := sanitize.Failure(sanitize.Unknown)
 	body, _ := sanitize.Marshal(env)
 	return Result{Status: StatusFailed, Envelope: env, Body: body, StatusCode: http.StatusBadGateway,
-		StopReason: env.StopReason, Attempt: rec.Attempts, FirstSeen: rec.CreatedAt, KeyHash: l.p.keyHash}, nil
+		StopReason: env.StopReason, Attempt: rec.Attempts, FirstSeen: rec.CreatedAt, KeyHash: l.p.keyHash}, nil, true
 }
 
 // admitWaiter counts this call among the key's waiters in this process, once.

@@ -158,7 +158,7 @@ func storeCompleteKeepsTheEventSequenceExactly(t *testing.T, h *Harness) {
 	}
 }
 
-// Removing the streamSucceeded hook in claimLoop.succeeded makes the replays
+// Replaying a stream row as a plain call does (without streamCall.replay) makes the replays
 // arrive without Begin and without events: this case fails.
 func guardStreamRunsOnceAndReplaysTheSameEvents(t *testing.T, h *Harness) {
 	g, _ := newGuard(t, h)
@@ -214,7 +214,7 @@ func guardPlainCompletionStreamsAsItsEnvelope(t *testing.T, h *Harness) {
 	require.Zero(t, c.runs.Load())
 }
 
-// Storing events for a failed status (storedEvents without its status check)
+// Storing events for a failed status (streamCall.events without its status check)
 // or replaying a failed stream fails this case.
 func guardStreamFailureMidwayIsRetryable(t *testing.T, h *Harness) {
 	g, _ := newGuard(t, h)
@@ -274,7 +274,7 @@ func guardStreamCallerHangUpStillStores(t *testing.T, h *Harness) {
 
 // A duplicate that waits in the owner's process follows the running
 // stream: it gets the events as they come, before the operation ends.
-// Without the streamRunning hook it would only get the replay at the end,
+// Without streamCall.attach it would only get the replay at the end,
 // and the event it must see while the owner is blocked never comes.
 func guardStreamFollowerGetsEveryEventLive(t *testing.T, h *Harness) {
 	g, _ := newGuard(t, h)
