@@ -85,7 +85,7 @@ func (d background) run(ctx context.Context, g *Guard, p prepared, o owned) (Res
 	return g.runInBackground(ctx, p, d.op, o)
 }
 
-func (background) beat(g *Guard, p prepared) { g.jobs.notify(keyOf(p), string(KeyEventAlive)) }
+func (background) beat(g *Guard, p prepared) { g.jobs.notify(keyOf(p), string(EventAlive)) }
 
 // call is Do, Start and DoStream after their arguments were checked: the
 // one call path, with d delivering the answer.

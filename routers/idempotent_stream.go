@@ -57,7 +57,7 @@ func (m *middleware) serveStream(w http.ResponseWriter, r *http.Request, tenant 
 		Wait:      wait,
 		Timeout:   m.timeout,
 		Detach:    true,
-	}, idemguard.StreamOperation{Run: func(ctx context.Context, emit func(idemguard.StreamEvent)) (any, error) {
+	}, idemguard.StreamOperation{Run: func(ctx context.Context, emit func(idemguard.Chunk)) (any, error) {
 		cw := &captureWriter{emit: emit, kept: m.headers}
 		bw := &bufferedWriter{header: make(http.Header), max: m.maxBody, capture: cw}
 		r2 := r.WithContext(ctx)
@@ -109,7 +109,7 @@ func (s *middlewareStream) Begin(st idemguard.StreamStart) {
 	s.sse.start(http.StatusOK)
 }
 
-func (s *middlewareStream) Write(e idemguard.StreamEvent) error {
+func (s *middlewareStream) Write(e idemguard.Chunk) error {
 	return s.sse.send(live.Event{Type: e.Type, Data: e.Data})
 }
 
@@ -118,7 +118,7 @@ func (s *middlewareStream) Write(e idemguard.StreamEvent) error {
 // then): each complete event is emitted, to the client and the stored
 // sequence, as it is written. Any other answer is buffered as usual.
 type captureWriter struct {
-	emit    func(idemguard.StreamEvent)
+	emit    func(idemguard.Chunk)
 	kept    []string // the headers the middleware keeps, for an answer that did not stream
 	pending []byte
 	events  int
@@ -165,8 +165,8 @@ func (c *captureWriter) result(w *bufferedWriter) (any, error) {
 
 // parseEventBlock reads one event (its "event:" and "data:" fields; comments
 // and ids are not kept) and applies the blocklist to JSON data.
-func parseEventBlock(block []byte) (idemguard.StreamEvent, bool) {
-	var e idemguard.StreamEvent
+func parseEventBlock(block []byte) (idemguard.Chunk, bool) {
+	var e idemguard.Chunk
 	var data []string
 	for _, line := range strings.Split(strings.ReplaceAll(string(block), "\r", ""), "\n") {
 		switch {

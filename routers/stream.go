@@ -92,7 +92,7 @@ func (h *handlers) runStream(c *gin.Context, tenant tenancy.ID, scope *Scope, re
 		Detach:    true,
 		Check:     inputCheck(scope, body),
 	}, idemguard.StreamOperation{
-		Run: func(ctx context.Context, emit func(idemguard.StreamEvent)) (any, error) {
+		Run: func(ctx context.Context, emit func(idemguard.Chunk)) (any, error) {
 			return run(ctx, body, emit)
 		},
 		Replay: scope.StreamReplay,
@@ -161,6 +161,6 @@ func (w *streamResponse) Begin(s idemguard.StreamStart) {
 }
 
 // Write sends one event; an error means the client is gone.
-func (w *streamResponse) Write(e idemguard.StreamEvent) error {
+func (w *streamResponse) Write(e idemguard.Chunk) error {
 	return w.sse.send(live.Event{Type: e.Type, Data: e.Data})
 }

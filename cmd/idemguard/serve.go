@@ -180,6 +180,7 @@ func (s *server) run(ctx context.Context) int {
 	}
 	observe := func(ev idemguard.Event) {
 		m.Observe(ev)
+		stream.observeEvent(ev) // the audit decisions, when audit.log is on
 		creditAvoided(m, cost, ev)
 		if rec != nil {
 			rec.Observe(ev)

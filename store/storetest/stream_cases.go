@@ -27,7 +27,7 @@ func withMaxWaiters(n int) guardOpt     { return func(c *idemguard.Config) { c.M
 type recorder struct {
 	mu        sync.Mutex
 	start     *idemguard.StreamStart
-	events    []idemguard.StreamEvent
+	events    []idemguard.Chunk
 	failAfter int
 	wrote     chan struct{}
 }
@@ -43,7 +43,7 @@ func (r *recorder) Begin(s idemguard.StreamStart) {
 	r.start = &s
 }
 
-func (r *recorder) Write(e idemguard.StreamEvent) error {
+func (r *recorder) Write(e idemguard.Chunk) error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.start == nil {
@@ -89,7 +89,7 @@ type chunker struct {
 
 func (c *chunker) op() idemguard.StreamOperation {
 	return idemguard.StreamOperation{
-		Run: func(ctx context.Context, emit func(idemguard.StreamEvent)) (any, error) {
+		Run: func(ctx context.Context, emit func(idemguard.Chunk)) (any, error) {
 			c.runs.Add(1)
 			var text strings.Builder
 			for i := range c.n {
@@ -105,14 +105,14 @@ func (c *chunker) op() idemguard.StreamOperation {
 				}
 				d := fmt.Sprintf("tok%d ", i)
 				text.WriteString(d)
-				emit(idemguard.StreamEvent{Data: mustJSON(nil, map[string]string{"delta": d})})
+				emit(idemguard.Chunk{Data: mustJSON(nil, map[string]string{"delta": d})})
 				c.emitted.Add(1)
 			}
-			emit(idemguard.StreamEvent{Type: "done", Data: []byte(`{"finish":"stop"}`)})
+			emit(idemguard.Chunk{Type: "done", Data: []byte(`{"finish":"stop"}`)})
 			return sanitize.Envelope{OK: true, StopReason: sanitize.Completed, Data: map[string]any{"text": text.String()}}, nil
 		},
-		Replay: func(env sanitize.Envelope) []idemguard.StreamEvent {
-			return []idemguard.StreamEvent{{Data: mustJSON(nil, map[string]any{"delta": env.Data["text"]})},
+		Replay: func(env sanitize.Envelope) []idemguard.Chunk {
+			return []idemguard.Chunk{{Data: mustJSON(nil, map[string]any{"delta": env.Data["text"]})},
 				{Type: "done", Data: []byte(`{"finish":"stop"}`)}}
 		},
 	}
