@@ -14,7 +14,7 @@ import (
 // between them is how the answer reaches the caller, the delivery, and the
 // path asks the call's delivery at the few points where that matters:
 //
-//   - replay: answer a succeeded row (a stream sends the stored events);
+//   - replay: answer a succeeded row (a stream sends the stored chunks);
 //   - resume: a call that has delivered part of an answer reads the row
 //     again (a stream follower finishing the stream it followed);
 //   - attach: a live duplicate within Call.Wait (a stream follows the
@@ -23,12 +23,12 @@ import (
 //     to a goroutine and answers Accepted);
 //   - beat: each renewal of that claim's lease (Start wakes the key's
 //     watchers in this process);
-//   - events: what the commit stores beside the envelope (a stream's event
-//     sequence);
+//   - events: what the commit stores beside the envelope (a stream's
+//     chunks, in their wire form);
 //   - end: the answer the path found, as the caller gets it (a stream
-//     renders an answer it has not delivered as events).
+//     renders an answer it has not delivered as chunks).
 //
-// Everything else, including every event and audit record of a replay
+// Everything else, including the Event and the audit record of a replay
 // (Guard.replayed), is the path's own and the same for every delivery. A
 // new delivery (another wire protocol, a forced run) is one more
 // implementation; plain is the base the others embed.
