@@ -35,7 +35,9 @@ import (
 type delivery interface {
 	// setup fits the prepared call to the delivery before anything is
 	// read: Start runs detached and never waits; DoStream binds its call.
-	setup(p *prepared)
+	// It takes and returns p by value: a pointer would move every call's
+	// prepared to the heap (the method is dynamic).
+	setup(p prepared) prepared
 	replay(ctx context.Context, g *Guard, p prepared, rec store.Record, readAt time.Time) (Result, error)
 	// resume and attach answer (done true) or leave the row to the claim
 	// loop (done false).
@@ -50,7 +52,7 @@ type delivery interface {
 // plain is Do's delivery: the Result is the answer.
 type plain struct{ op Operation }
 
-func (plain) setup(*prepared) {}
+func (plain) setup(p prepared) prepared { return p }
 
 func (plain) replay(ctx context.Context, g *Guard, p prepared, rec store.Record, readAt time.Time) (Result, error) {
 	res, err := g.replay(ctx, p, rec, readAt)
@@ -79,7 +81,10 @@ type background struct{ plain }
 // setup: the operation outlives the request, and a duplicate is answered at
 // once (Call.Wait is ignored, Call.Detach implied). The read before the
 // claim is the plain call's alone, as it always was.
-func (background) setup(p *prepared) { p.detach, p.wait, p.noReadFirst = true, 0, true }
+func (background) setup(p prepared) prepared {
+	p.detach, p.wait, p.noReadFirst = true, 0, true
+	return p
+}
 
 func (d background) run(ctx context.Context, g *Guard, p prepared, o owned) (Result, error) {
 	return g.runInBackground(ctx, p, d.op, o)
@@ -101,7 +106,7 @@ func (g *Guard) call(ctx context.Context, c Call, d delivery) (Result, error) {
 		return Result{}, err
 	}
 	p.delivery = d
-	d.setup(&p)
+	p = d.setup(p)
 	if res, err, ok := g.fromCache(p); ok {
 		return res, err
 	}

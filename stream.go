@@ -133,9 +133,10 @@ var _ delivery = (*streamCall)(nil)
 
 // setup binds the call. The replay cache holds envelopes, not events, and
 // the read before the claim is the plain call's: the row answers.
-func (s *streamCall) setup(p *prepared) {
+func (s *streamCall) setup(p prepared) prepared {
 	p.noCache, p.noReadFirst = true, true
-	s.p, s.key = *p, keyOf(*p)
+	s.p, s.key = p, keyOf(p)
+	return p
 }
 
 func (s *streamCall) run(ctx context.Context, g *Guard, p prepared, o owned) (Result, error) {
