@@ -78,8 +78,7 @@ func (g *Guard) answerFromRow(ctx context.Context, p prepared) (Result, bool) {
 		return g.inProgress(p, rec), true
 	case store.RowSucceeded:
 		if res, err := g.replay(ctx, p, rec, readAt); err == nil {
-			g.emit(Event{Kind: EventReplayed, Tenant: p.tenant, Scope: p.scope, Usage: res.Usage})
-			g.noteReplay(p, res, rec.Now)
+			g.replayed(p, res, rec.Now, false)
 			return res, true
 		}
 	case store.RowFailed:

@@ -6,7 +6,6 @@ import (
 	"log/slog"
 	"net/http"
 	"sync"
-	"time"
 
 	"github.com/idemguard/idemguard/internal/live"
 	"github.com/idemguard/idemguard/sanitize"
@@ -34,26 +33,10 @@ func (g *Guard) Start(ctx context.Context, call Call, op Operation) (Result, err
 	if op == nil {
 		return Result{}, fmt.Errorf("%w: operation is nil", ErrInvalidInput)
 	}
-	if g.jobs.isDraining() || !g.enter() {
+	if g.jobs.isDraining() {
 		return Result{}, &StoreError{Op: "claim", Err: ErrShuttingDown}
 	}
-	defer g.inflight.Done()
-	p, err := g.prepare(ctx, call)
-	if err != nil {
-		return Result{}, err
-	}
-	p.async, p.detach, p.wait = true, true, 0
-	if res, fp, ok := g.cache.get(p.tenant, p.scope, p.keyHash, g.now()); ok {
-		if fp != p.fingerprint {
-			g.emit(Event{Kind: EventMismatch, Scope: p.scope})
-			g.noteConflict(p, res.Attempt, time.Time{})
-			return Result{}, ErrFingerprintMismatch
-		}
-		g.emit(Event{Kind: EventReplayed, Scope: p.scope, FromMemory: true})
-		g.noteReplay(p, res, time.Time{})
-		return res, nil
-	}
-	return g.execute(ctx, p, op)
+	return g.call(ctx, call, background{plain{op: op}})
 }
 
 // WaitJobs stops Start from accepting new operations (it then answers
@@ -190,8 +173,6 @@ func (hb *heartbeat) renewOnce(ctx context.Context) (bool, error) {
 		hb.cancel(ErrCanceled)
 		hb.g.log.Info("guard: cancel requested; cancelling the operation", hb.g.attrs(p, slog.Int("attempt", hb.o.attempt))...)
 	}
-	if p.async {
-		hb.g.jobs.notify(keyOf(p), string(KeyEventAlive))
-	}
+	p.delivery.beat(hb.g, p)
 	return true, nil
 }

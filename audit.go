@@ -10,18 +10,17 @@ import (
 	"sync/atomic"
 	"time"
 	"unicode"
-
-	"github.com/idemguard/idemguard/store"
 )
 
 // AuditConfig is Config.Audit. Auditing is off (and costs nothing) unless
-// Observe is set or Store is true.
+// Observe or Store is true.
 type AuditConfig struct {
-	// Observe, if set, receives every audit event on the deciding call's
-	// goroutine, once the change a durable event describes is stored: keep
-	// it fast (hand the event to a queue). A panic is logged and the event
-	// lost for this sink.
-	Observe func(store.AuditEvent)
+	// Observe sends every audit decision to Config.Observe (which it then
+	// requires) as an Event of kind EventAudit, on the deciding call's
+	// goroutine, once the change a durable decision records is stored. There
+	// is no second observer: metrics, cost figures and the audit trail
+	// subscribe to a Guard the same way.
+	Observe bool
 	// Store writes the events to the store (the idempotency_audit table).
 	// The durable kinds are written in the same transaction as the row
 	// change they describe, so a crash can never keep one without the
@@ -39,9 +38,12 @@ type AuditConfig struct {
 	FlushEvery time.Duration
 }
 
-func (c AuditConfig) on() bool { return c.Observe != nil || c.Store }
+func (c AuditConfig) on() bool { return c.Observe || c.Store }
 
-func (c AuditConfig) validate() error {
+func (c AuditConfig) validate(observer bool) error {
+	if c.Observe && !observer {
+		return fmt.Errorf("idemguard: Config.Audit.Observe sends the audit events to Config.Observe, which is not set")
+	}
 	if c.QueueSize < 0 || c.BatchSize < 0 || c.FlushEvery < 0 {
 		return fmt.Errorf("idemguard: Config.Audit sizes and FlushEvery must not be negative (0 means the default)")
 	}

@@ -18,15 +18,18 @@ import (
 	"github.com/idemguard/idemguard/store/memstore"
 )
 
-// auditSink collects what Config.Audit.Observe receives.
+// auditSink collects the audit records Config.Observe receives (EventAudit).
 type auditSink struct {
 	mu     sync.Mutex
 	events []store.AuditEvent
 }
 
-func (s *auditSink) observe(e store.AuditEvent) {
+func (s *auditSink) observe(e idemguard.Event) {
+	if e.Kind != idemguard.EventAudit {
+		return
+	}
 	s.mu.Lock()
-	s.events = append(s.events, e)
+	s.events = append(s.events, *e.Audit)
 	s.mu.Unlock()
 }
 
@@ -46,7 +49,8 @@ func kindsOf(events []store.AuditEvent) []store.AuditKind {
 
 func auditing(sink *auditSink) func(*idemguard.Config) {
 	return func(c *idemguard.Config) {
-		c.Audit = idemguard.AuditConfig{Observe: sink.observe, Store: true, FlushEvery: time.Millisecond}
+		c.Observe = sink.observe
+		c.Audit = idemguard.AuditConfig{Observe: true, Store: true, FlushEvery: time.Millisecond}
 	}
 }
 
@@ -336,7 +340,7 @@ func fingerprintOf(t *testing.T, b *testBundle, call idemguard.Call) string {
 // every event and the store gets none.
 func TestAuditObserverWithoutStore(t *testing.T) {
 	sink := &auditSink{}
-	b := setup(t, func(c *idemguard.Config) { c.Audit = idemguard.AuditConfig{Observe: sink.observe} })
+	b := setup(t, func(c *idemguard.Config) { c.Observe, c.Audit = sink.observe, idemguard.AuditConfig{Observe: true} })
 	var runs atomic.Int32
 	call := idemguard.Call{Tenant: "acme", Scope: "ai.copy", ClientKey: "k-8", Inputs: 1}
 	for range 2 {

@@ -3,9 +3,7 @@ package idemguard
 import (
 	"cmp"
 	"context"
-	"fmt"
 	"log/slog"
-	"runtime/debug"
 	"sync"
 	"time"
 
@@ -15,8 +13,8 @@ import (
 // The audit trail, as the engine writes it (audit.go has its shape).
 // A durable event is made before the store write whose change it records,
 // travels with that write (the write's Audit param: one transaction in the
-// store), and reaches Config.Audit.Observe once the write is known to have
-// landed. A read-only decision (replay, in progress, conflict) is observed
+// store), and reaches Config.Observe (EventAudit) once the write is known to
+// have landed. A read-only decision (replay, in progress, conflict) is observed
 // at once and queued for the store's batch writer.
 
 // Defaults of AuditConfig.
@@ -28,7 +26,7 @@ const (
 
 // auditor is a Guard's audit state; nil when auditing is off.
 type auditor struct {
-	observe func(store.AuditEvent)
+	observe bool // to Config.Observe (EventAudit)
 	store   bool
 	queue   chan store.AuditEvent // batched events for the store; nil without Store
 	batch   int
@@ -36,7 +34,6 @@ type auditor struct {
 	stop    chan struct{}
 	done    chan struct{}
 	once    sync.Once
-	panics  sync.Once
 }
 
 func newAuditor(c AuditConfig) *auditor {
@@ -84,9 +81,9 @@ func (g *Guard) stored(e *store.AuditEvent) *store.AuditEvent {
 }
 
 // landed reports a durable event whose write is known to have landed to
-// the observer (the store has it already).
+// Config.Observe (the store has it already).
 func (g *Guard) landed(e *store.AuditEvent) {
-	if e != nil && g.audit.observe != nil {
+	if e != nil && g.audit.observe {
 		g.observeAudit(*e)
 	}
 }
@@ -100,7 +97,7 @@ func (g *Guard) note(p prepared, kind store.AuditKind, attempt int, at, original
 	}
 	e := store.AuditEvent{ID: newAuditID(time.Now()), Kind: kind, At: at.UTC(), Tenant: p.tenant, Scope: p.scope,
 		KeyHash: p.keyHash, Attempt: attempt, Actor: p.actor, OriginalAt: originalAt, Detail: detail}
-	if g.audit.observe != nil {
+	if g.audit.observe {
 		g.observeAudit(e)
 	}
 	if g.audit.queue == nil {
@@ -136,19 +133,11 @@ func (g *Guard) noteConflict(p prepared, attempt int, at time.Time) {
 	}
 }
 
-// observeAudit calls Config.Audit.Observe; a panic is logged once and the
-// event lost for that sink, never the call's protocol.
+// observeAudit reports an audit decision to Config.Observe; a panic there
+// is logged once per kind and the event lost, never the call's protocol
+// (emit).
 func (g *Guard) observeAudit(e store.AuditEvent) {
-	defer func() {
-		if r := recover(); r != nil {
-			g.audit.panics.Do(func() {
-				g.log.Error("guard: Config.Audit.Observe panicked; the event is lost for it, the call goes on (logged once)",
-					slog.String("event", string(e.Kind)), slog.String("panic_type", fmt.Sprintf("%T", r)),
-					slog.String("stack", string(debug.Stack())))
-			})
-		}
-	}()
-	g.audit.observe(e)
+	g.emit(Event{Kind: EventAudit, Tenant: e.Tenant, Scope: e.Scope, Audit: &e})
 }
 
 // startAuditWriter starts the batch writer when the store gets the trail.

@@ -55,7 +55,7 @@ func (g *Guard) Cancel(ctx context.Context, key Key) error {
 			g.landed(audit)
 			g.log.Info("guard: cancel requested", slog.String("tenant", string(tenant)), slog.String("scope", scope),
 				slog.String("key_hash", shortHash(keyHash)), slog.Int("attempt", rec.Attempts))
-			g.jobs.notify(keyOfHash(tenant, scope, keyHash), string(KeyEventCancelRequested))
+			g.jobs.notify(keyOfHash(tenant, scope, keyHash), string(EventCancelRequested))
 			return nil
 		}
 		if err != nil && !outcomeUnknown(err) {

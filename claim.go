@@ -31,7 +31,6 @@ type claimLoop struct {
 	g   *Guard
 	ctx context.Context
 	p   prepared
-	op  Operation
 
 	// waitUntil ends a Call.Wait (zero: answer in progress at once); poll
 	// paces the re-reads while waiting, waited adds them up.
@@ -65,8 +64,8 @@ type claimLoop struct {
 // again: it lost a race, its write's outcome is unknown, or it waited.
 var errAgain = errors.New("idemguard: read the row again")
 
-func (g *Guard) execute(ctx context.Context, p prepared, op Operation) (Result, error) {
-	l := claimLoop{g: g, ctx: ctx, p: p, op: op, needClaim: true, poll: newBackoff(p.settings.StaleAfter)}
+func (g *Guard) execute(ctx context.Context, p prepared) (Result, error) {
+	l := claimLoop{g: g, ctx: ctx, p: p, needClaim: true, poll: newBackoff(p.settings.StaleAfter)}
 	if p.wait > 0 {
 		l.waitUntil = g.now().Add(p.wait)
 	}
@@ -205,8 +204,8 @@ func (l *claimLoop) onRow(rec store.Record) (Result, error) {
 		return l.own(owned{id: rec.ID, nonce: u.nonce, attempt: rec.Attempts, firstSeen: rec.CreatedAt,
 			leaseFrom: u.sent, prev: u.prev, audit: u.audit}, u.kind)
 	}
-	if l.p.stream != nil && l.p.stream.begun {
-		return l.streamBegun(rec) // stream.go
+	if res, err, done := l.p.delivery.resume(l, rec); done {
+		return res, err
 	}
 	if rec.Reclaimable(l.p.settings.StaleAfter) {
 		return l.expired(rec)
@@ -244,16 +243,7 @@ func (l *claimLoop) expired(rec store.Record) (Result, error) {
 
 // succeeded replays the stored answer.
 func (l *claimLoop) succeeded(rec store.Record) (Result, error) {
-	if l.p.stream != nil {
-		return l.streamSucceeded(rec) // stream.go
-	}
-	res, err := l.g.replay(l.ctx, l.p, rec, l.readAt)
-	if err != nil {
-		return Result{}, err
-	}
-	l.g.emit(Event{Kind: EventReplayed, Tenant: l.p.tenant, Scope: l.p.scope, Usage: res.Usage})
-	l.g.noteReplay(l.p, res, rec.Now)
-	return res, nil
+	return l.p.delivery.replay(l.ctx, l.g, l.p, rec, l.readAt)
 }
 
 // failed answers a final failure as stored, and retries any other while
@@ -315,10 +305,8 @@ func (l *claimLoop) running(rec store.Record) (Result, error) {
 		g.noteInProgress(l.p, rec, l.inProgressDetail())
 		return g.inProgress(l.p, rec), nil
 	}
-	if l.p.stream != nil {
-		if res, err, done := l.streamRunning(rec); done { // stream.go
-			return res, err
-		}
+	if res, err, done := l.p.delivery.attach(l, rec); done {
+		return res, err
 	}
 	if err := l.admitWaiter(); err != nil {
 		return Result{}, err
@@ -395,7 +383,7 @@ func (l *claimLoop) own(o owned, kind EventKind) (Result, error) {
 		}
 	}
 	l.ownedNonce = o.nonce
-	return l.g.own(l.ctx, l.p, l.op, o, kind)
+	return l.g.own(l.ctx, l.p, o, kind)
 }
 
 // final reports whether a stored failure is never retried: the inputs were

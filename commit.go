@@ -20,7 +20,7 @@ import (
 func (g *Guard) commit(ctx context.Context, p prepared, o owned, hb *heartbeat, res Result, stored []byte, status store.RowStatus, document bool) Result {
 	committing := g.now()
 	committed, completedAt, err := g.complete(ctx, p, hb, store.CompleteParams{ID: o.id, Nonce: o.nonce, Status: status,
-		Response: stored, ResponseCode: res.StatusCode, Events: p.stream.storedEvents(status), TTL: p.settings.TTL,
+		Response: stored, ResponseCode: res.StatusCode, Events: p.delivery.events(status), TTL: p.settings.TTL,
 		Canceled: status == store.RowFailed && res.StopReason == sanitize.Canceled})
 	switch {
 	case err != nil:

@@ -34,10 +34,12 @@ type Config struct {
 	// Logger receives the guard's logs (never keys, inputs or values).
 	// Defaults to slog.Default().
 	Logger *slog.Logger
-	// Observe, if set, is called for every protocol event (metrics).
+	// Observe, if set, is called with every Event of the Guard: each
+	// protocol step (metrics) and, with Audit.Observe, each audit decision.
 	Observe func(Event)
-	// Audit turns on the audit trail: one AuditEvent per idempotency
-	// decision, to an observer, the store, or both. Off by default.
+	// Audit turns on the audit trail: one record (store.AuditEvent) per
+	// idempotency decision, to Observe (as EventAudit), the store, or both.
+	// Off by default.
 	Audit AuditConfig
 	// Defaults apply to calls that leave a setting zero.
 	Defaults Settings
@@ -108,7 +110,7 @@ func (c Config) validate() error {
 	if c.MaxWait < 0 || c.StoreTimeout < 0 || c.ReplayCacheMaxAge < 0 || c.test.HeartbeatEvery < 0 {
 		return fmt.Errorf("idemguard: Config durations must not be negative")
 	}
-	if err := c.Audit.validate(); err != nil {
+	if err := c.Audit.validate(c.Observe != nil); err != nil {
 		return err
 	}
 	if err := c.test.ReadFirst.Validate(); err != nil {

@@ -64,8 +64,9 @@ Guard.Key from a client key, Guard.KeyOfHash from Result.KeyHash.
 With Config.Audit on, every decision is a store.AuditEvent (a claim, a takeover, a
 retry, an abandon, a release, a cancel, a replay, an in-progress answer, a
 conflict), naming the caller (Call.Actor, or WithActor on the context) and the
-key only by its HMAC. An observer gets each one; with AuditConfig.Store the
-store keeps them: the decisions that change a row travel with the write that
+key only by its HMAC. With AuditConfig.Observe, Config.Observe gets each one
+as an Event of kind EventAudit (one subscription for metrics and the trail:
+see Event); with AuditConfig.Store the store keeps them: the decisions that change a row travel with the write that
 makes the change, one transaction in the MySQL store, so the trail can never
 hold a claim that did not happen nor miss one that did, even across a crash.
 Read-only decisions are written in batches that never slow a call (dropped

@@ -73,12 +73,13 @@ func TestConfigValidation(t *testing.T) {
 		cfg  idemguard.Config
 		want string
 	}{
-		"no store":     {idemguard.Config{Secret: secret}, "Config.Store"},
-		"short secret": {idemguard.Config{Store: st, Secret: []byte("short")}, "Config.Secret"},
-		"bad default":  {idemguard.Config{Store: st, Secret: secret, Defaults: idemguard.Settings{StaleAfter: time.Millisecond}}, "StaleAfter"},
-		"bad policy":   {idemguard.Config{Store: st, Secret: secret, Defaults: idemguard.Settings{StalePolicy: "never"}}, "StalePolicy"},
-		"bad size":     {idemguard.Config{Store: st, Secret: secret, MaxResponseBytes: 10}, "MaxResponseBytes"},
-		"negative":     {idemguard.Config{Store: st, Secret: secret, MaxWait: -1}, "negative"},
+		"no store":                       {idemguard.Config{Secret: secret}, "Config.Store"},
+		"short secret":                   {idemguard.Config{Store: st, Secret: []byte("short")}, "Config.Secret"},
+		"audit observe without observer": {idemguard.Config{Store: st, Secret: secret, Audit: idemguard.AuditConfig{Observe: true}}, "Config.Observe"},
+		"bad default":                    {idemguard.Config{Store: st, Secret: secret, Defaults: idemguard.Settings{StaleAfter: time.Millisecond}}, "StaleAfter"},
+		"bad policy":                     {idemguard.Config{Store: st, Secret: secret, Defaults: idemguard.Settings{StalePolicy: "never"}}, "StalePolicy"},
+		"bad size":                       {idemguard.Config{Store: st, Secret: secret, MaxResponseBytes: 10}, "MaxResponseBytes"},
+		"negative":                       {idemguard.Config{Store: st, Secret: secret, MaxWait: -1}, "negative"},
 	} {
 		_, err := idemguard.New(tc.cfg)
 		require.ErrorContains(t, err, tc.want, name)

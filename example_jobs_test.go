@@ -53,7 +53,7 @@ func ExampleGuard_Start() {
 		if err != nil {
 			panic(err)
 		}
-		if e.Kind == idemguard.KeyEventAlive {
+		if e.Kind == idemguard.EventAlive {
 			continue // heartbeats, as many as the run takes
 		}
 		fmt.Println(e.Kind, e.Attempt)

@@ -16,7 +16,7 @@ type printer struct{}
 
 func (printer) Begin(s idemguard.StreamStart) { fmt.Println("begin:", s.Origin) }
 
-func (printer) Write(e idemguard.StreamEvent) error {
+func (printer) Write(e idemguard.Chunk) error {
 	fmt.Println("event:", string(e.Data))
 	return nil
 }
@@ -34,11 +34,11 @@ func ExampleGuard_DoStream() {
 
 	call := idemguard.Call{Tenant: "acme", Scope: "chat", ClientKey: "conv-7-turn-3",
 		Inputs: map[string]any{"prompt": idemguard.HashUserText("Say hello")}, Detach: true}
-	op := idemguard.StreamOperation{Run: func(ctx context.Context, emit func(idemguard.StreamEvent)) (any, error) {
+	op := idemguard.StreamOperation{Run: func(ctx context.Context, emit func(idemguard.Chunk)) (any, error) {
 		var text strings.Builder
 		for _, token := range []string{"Hel", "lo"} { // a model's chunks
 			text.WriteString(token)
-			emit(idemguard.StreamEvent{Data: []byte(`{"delta":"` + token + `"}`)})
+			emit(idemguard.Chunk{Data: []byte(`{"delta":"` + token + `"}`)})
 		}
 		return sanitize.Envelope{OK: true, Data: map[string]any{"text": text.String()}}, nil
 	}}

@@ -155,14 +155,16 @@ type prepared struct {
 	wait        time.Duration
 	timeout     time.Duration
 	detach      bool
-	async       bool // Start: the operation runs in the background
+	// noCache and noReadFirst skip the replay cache and the read before the
+	// claim for a delivery that cannot use them (delivery.setup).
+	noCache, noReadFirst bool
 	// secretID names the secret of keyHash and fingerprint; versions is the
 	// request under every configured secret, the current one first, or nil
 	// without previous secrets (secrets.go).
 	secretID string
 	versions []keyVersion
-	stream   *streamCall // DoStream's call; nil for Do
-	actor    string      // Call.Actor, or the context's (audit trail)
+	delivery delivery // how the answer reaches the caller (delivery.go)
+	actor    string   // Call.Actor, or the context's (audit trail)
 }
 
 func (g *Guard) prepare(ctx context.Context, c Call) (prepared, error) {
@@ -233,27 +235,7 @@ func (g *Guard) Do(ctx context.Context, call Call, op Operation) (Result, error)
 	if op == nil {
 		return Result{}, fmt.Errorf("%w: operation is nil", ErrInvalidInput)
 	}
-	if !g.enter() {
-		// Claiming now would only record a failed attempt: the operation
-		// would be cut off at once. The caller retries, on another replica.
-		return Result{}, &StoreError{Op: "claim", Err: ErrShuttingDown}
-	}
-	defer g.inflight.Done()
-	p, err := g.prepare(ctx, call)
-	if err != nil {
-		return Result{}, err
-	}
-	if res, fp, ok := g.cache.get(p.tenant, p.scope, p.keyHash, g.now()); ok {
-		if fp != p.fingerprint {
-			g.emit(Event{Kind: EventMismatch, Scope: p.scope})
-			g.noteConflict(p, res.Attempt, time.Time{})
-			return Result{}, ErrFingerprintMismatch
-		}
-		g.emit(Event{Kind: EventReplayed, Tenant: p.tenant, Scope: p.scope, FromMemory: true, Usage: res.Usage})
-		g.noteReplay(p, res, time.Time{})
-		return res, nil
-	}
-	return g.readFirstOrExecute(ctx, p, op)
+	return g.call(ctx, call, plain{op: op})
 }
 
 // WithIdempotency is Do under the name the product's documentation uses

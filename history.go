@@ -10,10 +10,14 @@ import (
 const maxHistory = 1000
 
 // History returns the audit trail of key, oldest first (at most 1000
-// events), from the store (Config.Audit.Store). A Key made from a client key
-// finds the key's events under every configured secret. Each replay
-// carries its number among the key's replays (AuditEvent.Replay). Another
-// tenant's key has no events.
+// records), from the store (Config.Audit.Store). A Key made from a client
+// key finds the key's records under every configured secret. Each replay
+// carries its number among the key's replays (store.AuditEvent.Replay).
+// Another tenant's key has none.
+//
+// History returns the persisted rows (store.AuditEvent), the same record
+// Config.Observe saw as Event.Audit when the decision was made: what was
+// stored is read back as it was stored, without a second shape to map.
 func (g *Guard) History(ctx context.Context, key Key) ([]store.AuditEvent, error) {
 	if err := key.check(); err != nil {
 		return nil, err

@@ -3,13 +3,16 @@ package idemguard_test
 import (
 	"context"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 	"unicode/utf8"
 
 	"github.com/stretchr/testify/require"
 
 	"github.com/idemguard/idemguard"
+	"github.com/idemguard/idemguard/idemguardtest"
 	"github.com/idemguard/idemguard/internal/metrics"
 )
 
@@ -75,4 +78,40 @@ func TestPanickingObserverStillCommits(t *testing.T) {
 	require.True(t, again.Cached)
 	require.EqualValues(t, 1, runs.Load())
 	require.Positive(t, calls.Load())
+}
+
+// A background job's replay answered from the replay cache books the
+// tokens it saved to the job's tenant, as a replay through Do does: the
+// money-saved figures (internal/stats) are summed from these events.
+func TestBackgroundJobCachedReplayBooksItsTokensToItsTenant(t *testing.T) {
+	var mu sync.Mutex
+	var replays []idemguard.Event
+	b := setup(t, func(c *idemguard.Config) {
+		c.Observe = func(e idemguard.Event) {
+			if e.Kind == idemguard.EventReplayed {
+				mu.Lock()
+				replays = append(replays, e)
+				mu.Unlock()
+			}
+		}
+	})
+	usage := idemguard.Usage{PromptTokens: 120, CompletionTokens: 30}
+	op := func(context.Context) (any, error) {
+		return idemguard.Response{Value: map[string]any{"ok": true}, Usage: usage}, nil
+	}
+	call := idemguard.Call{Tenant: "acme", Scope: "s.job", Inputs: map[string]any{"q": 1}}
+	res, err := b.guard.Start(context.Background(), call, op)
+	require.NoError(t, err)
+	require.True(t, res.Accepted)
+	require.Eventually(t, func() bool { return idemguardtest.Jobs(b.guard) == 0 }, 5*time.Second, time.Millisecond)
+
+	again, err := b.guard.Start(context.Background(), call, op)
+	require.NoError(t, err)
+	require.True(t, again.Cached)
+	mu.Lock()
+	defer mu.Unlock()
+	require.Len(t, replays, 1)
+	require.True(t, replays[0].FromMemory, "the replay cache answered")
+	require.Equal(t, "acme", replays[0].Tenant)
+	require.Equal(t, usage, replays[0].Usage)
 }

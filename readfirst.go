@@ -95,7 +95,10 @@ func (r *hitRate) high() bool { return r.v.Load() >= readFirstThreshold }
 // readFirstOrExecute is the call path after the replay cache missed: read the
 // row first when the policy says so and answer a replayable row from it;
 // otherwise (or when the read finds nothing replayable) run the claim path.
-func (g *Guard) readFirstOrExecute(ctx context.Context, p prepared, op Operation) (Result, error) {
+func (g *Guard) readFirstOrExecute(ctx context.Context, p prepared) (Result, error) {
+	if p.noReadFirst {
+		return g.execute(ctx, p)
+	}
 	var rate *hitRate
 	read := false
 	switch g.cfg.test.ReadFirst {
@@ -121,20 +124,14 @@ func (g *Guard) readFirstOrExecute(ctx context.Context, p prepared, op Operation
 			if rate != nil {
 				rate.observe(true)
 			}
-			res, err := g.replay(ctx, rp, rec, readAt)
-			if err != nil {
-				return Result{}, err
-			}
-			g.emit(Event{Kind: EventReplayed, Tenant: p.tenant, Scope: p.scope, Usage: res.Usage})
-			g.noteReplay(rp, res, rec.Now)
-			return res, nil
+			return p.delivery.replay(ctx, g, rp, rec, readAt)
 		case err != nil && !errors.Is(err, ErrNotFound):
 			// Fail closed, as the claim would: the store does not answer.
 			return Result{}, g.storeErr(ctx, p, "read", err)
 		}
 		// No row, or one the read cannot answer: the claim path decides.
 	}
-	res, err := g.execute(ctx, p, op)
+	res, err := g.execute(ctx, p)
 	if rate != nil {
 		rate.observe(err == nil && res.Cached && res.Status == StatusSucceeded)
 	}

@@ -37,7 +37,7 @@ type owned struct {
 // Detach). Then the claim is released, since the caller is told that
 // nothing ran. A lease already half spent (the claim's outcome had to be
 // settled by re-reading) is renewed before the operation starts.
-func (g *Guard) own(ctx context.Context, p prepared, op Operation, o owned, kind EventKind) (Result, error) {
+func (g *Guard) own(ctx context.Context, p prepared, o owned, kind EventKind) (Result, error) {
 	switch {
 	case g.lifetime.Err() != nil:
 		g.release(p, o)
@@ -66,10 +66,7 @@ func (g *Guard) own(ctx context.Context, p prepared, op Operation, o owned, kind
 		o.leaseFrom = began
 	}
 	g.emit(Event{Kind: kind, Scope: p.scope})
-	if p.async {
-		return g.runInBackground(ctx, p, op, o)
-	}
-	return g.runOwned(ctx, p, op, o)
+	return p.delivery.run(ctx, g, p, o)
 }
 
 // runOwned runs the operation under the claim o, with the heartbeat keeping

@@ -20,23 +20,23 @@ import (
 
 // Streams
 //
-// A streamed operation delivers its answer as events while it runs (the
-// chunks of a model's answer). DoStream guards it like Do: it runs once per
+// A streamed operation delivers its answer in chunks while it runs (the
+// pieces of a model's answer). DoStream guards it like Do: it runs once per
 // key, a duplicate gets the stored answer, a failure is retryable. What
 // differs is delivery:
 //
-//   - The owner relays each event to its caller as the operation emits it,
-//     and collects the sequence. A success is stored as the event sequence
+//   - The owner relays each chunk to its caller as the operation emits it,
+//     and collects the sequence. A success is stored as the chunk sequence
 //     (in its wire form, response_events) and the envelope the operation
 //     returned, so a plain Do for the key gets the envelope and a DoStream
-//     gets the events, byte for byte the same on every replay.
+//     gets the chunks, byte for byte the same on every replay.
 //   - A caller that hangs up does not stop the operation when the Call is
-//     Detach: the events go on being collected and stored.
+//     Detach: the chunks go on being collected and stored.
 //   - A duplicate that waits (Call.Wait) in the owner's process follows the
-//     running execution's events from the first one (internal/live); in
+//     running execution's chunks from the first one (internal/live); in
 //     another process it waits for the row and replays the stored sequence.
 //   - A sequence over Config.MaxStreamBytes is delivered but stored without
-//     its events; the loss is logged and reported (EventStreamDropped), and
+//     its chunks; the loss is logged and reported (EventStreamDropped), and
 //     replays are rebuilt from the envelope (StreamOperation.Replay).
 //
 // Waiters are bounded per key and tenant in each process (Config.MaxWaiters):
@@ -44,53 +44,55 @@ import (
 
 // Defaults of Config's stream settings.
 const (
-	// DefaultMaxStreamBytes bounds a stored event sequence (1 MiB).
+	// DefaultMaxStreamBytes bounds a stored chunk sequence (1 MiB).
 	DefaultMaxStreamBytes = 1 << 20
 	// DefaultMaxWaiters bounds the calls of one process waiting for (or
 	// following) one running key.
 	DefaultMaxWaiters = 100
 )
 
-// StreamEvent is one server-sent event of a streamed operation. The
-// operation builds it from the fields it chose to keep, never from an
-// upstream's raw bytes: what a stream carries is stored and replayed to
-// every caller of the key.
-type StreamEvent struct {
-	// Type is the event's type ("" for the default, message). One line.
+// Chunk is one piece of a streamed answer, sent to the caller as one
+// server-sent event. It is not an Event: an Event says what happened to a
+// key, a Chunk is part of the answer itself, stored and replayed byte for
+// byte. The operation builds it from the fields it chose to keep, never
+// from an upstream's raw bytes: what a stream carries is stored and
+// replayed to every caller of the key.
+type Chunk struct {
+	// Type is the chunk's type ("" for the default, message). One line.
 	Type string
-	// Data is the event's payload, usually one JSON document. It must not
+	// Data is the chunk's payload, usually one JSON document. It must not
 	// contain a carriage return (line feeds split it into data lines).
 	Data []byte
 }
 
-// StreamOperation is guarded work that delivers its answer as events.
+// StreamOperation is guarded work that delivers its answer as chunks.
 type StreamOperation struct {
-	// Run does the work. It calls emit with each event as soon as it has it
+	// Run does the work. It calls emit with each chunk as soon as it has it
 	// (emit never blocks on a caller that is gone) and returns the assembled
 	// answer as an Operation does: the envelope a plain call for the key
-	// gets. An error, even after events were emitted, is a failure: nothing
+	// gets. An error, even after chunks were emitted, is a failure: nothing
 	// is stored as a success and the key may run again. Required.
-	Run func(ctx context.Context, emit func(StreamEvent)) (any, error)
-	// Replay renders a stored answer that has no events (the key completed
-	// by a plain call, or a sequence over the size limit) as events. nil:
-	// one event whose data is the envelope's JSON.
-	Replay func(sanitize.Envelope) []StreamEvent
+	Run func(ctx context.Context, emit func(Chunk)) (any, error)
+	// Replay renders a stored answer that has no chunks (the key completed
+	// by a plain call, or a sequence over the size limit) as chunks. nil:
+	// one chunk whose data is the envelope's JSON.
+	Replay func(sanitize.Envelope) []Chunk
 }
 
-// StreamOrigin says where a streamed call's events come from.
+// StreamOrigin says where a streamed call's chunks come from.
 type StreamOrigin string
 
 const (
-	// StreamLive: this call runs the operation; events arrive as it emits them.
+	// StreamLive: this call runs the operation; chunks arrive as it emits them.
 	StreamLive StreamOrigin = "live"
 	// StreamAttached: a duplicate in the owner's process follows the running
-	// execution from its first event.
+	// execution from its first chunk.
 	StreamAttached StreamOrigin = "attached"
 	// StreamReplayed: the stored answer of an earlier execution.
 	StreamReplayed StreamOrigin = "replayed"
 )
 
-// StreamStart is what StreamWriter.Begin learns before the first event.
+// StreamStart is what StreamWriter.Begin learns before the first chunk.
 type StreamStart struct {
 	Origin  StreamOrigin
 	KeyHash string
@@ -98,24 +100,24 @@ type StreamStart struct {
 	CompletedAt time.Time
 }
 
-// StreamWriter receives a streamed call's events, on the goroutine that
+// StreamWriter receives a streamed call's chunks, on the goroutine that
 // called DoStream.
 type StreamWriter interface {
-	// Begin is called once, before the first event.
+	// Begin is called once, before the first chunk.
 	Begin(StreamStart)
-	// Write delivers one event. An error means the caller is gone: no
-	// further event is written, and the operation goes on (Call.Detach).
-	Write(StreamEvent) error
+	// Write delivers one chunk. An error means the caller is gone: no
+	// further chunk is written, and the operation goes on (Call.Detach).
+	Write(Chunk) error
 }
 
 // DoStream is Do for a streamed operation: op runs at most once for the key,
-// and w receives its events live (the owner, or a waiting duplicate in the
+// and w receives its chunks live (the owner, or a waiting duplicate in the
 // owner's process) or as stored (a replay).
 //
-// When DoStream returns, w has received every event of a StatusSucceeded
+// When DoStream returns, w has received every chunk of a StatusSucceeded
 // answer, in order. Any other answer after Begin (the operation failed
 // mid-stream, or a follower could not learn the outcome in time) means the
-// events were incomplete: end the caller's stream with an error. Without
+// chunks were incomplete: end the caller's stream with an error. Without
 // Begin the Result is answered as Do's would be (in progress, a stored
 // failure, an error). A Call with Detach keeps the operation running, and
 // its answer is stored, when the caller hangs up.
@@ -123,23 +125,31 @@ func (g *Guard) DoStream(ctx context.Context, call Call, op StreamOperation, w S
 	if op.Run == nil || w == nil {
 		return Result{}, fmt.Errorf("%w: StreamOperation.Run and the StreamWriter are required", ErrInvalidInput)
 	}
-	if !g.enter() {
-		return Result{}, &StoreError{Op: "claim", Err: ErrShuttingDown}
-	}
-	defer g.inflight.Done()
-	p, err := g.prepare(ctx, call)
-	if err != nil {
-		return Result{}, err
-	}
-	s := &streamCall{g: g, op: op, w: w, ctx: ctx, key: live.Key{Tenant: p.tenant, Scope: p.scope, KeyHash: p.keyHash}}
-	p.stream = s
-	s.p = p
-	// The replay cache holds envelopes, not events: the row answers.
-	res, err := g.execute(ctx, p, s.operation())
+	return g.call(ctx, call, &streamCall{g: g, op: op, w: w, ctx: ctx})
+}
+
+// streamCall is DoStream's delivery (delivery.go).
+var _ delivery = (*streamCall)(nil)
+
+// setup binds the call. The replay cache holds envelopes, not events, and
+// the read before the claim is the plain call's: the row answers.
+func (s *streamCall) setup(p prepared) prepared {
+	p.noCache, p.noReadFirst = true, true
+	s.p, s.key = p, keyOf(p)
+	return p
+}
+
+func (s *streamCall) run(ctx context.Context, g *Guard, p prepared, o owned) (Result, error) {
+	return g.runOwned(ctx, p, s.operation(), o)
+}
+
+func (s *streamCall) beat(*Guard, prepared) {}
+
+// end renders, as events, a success answered without them (an operation
+// that emitted none, a renewal that found the answer stored).
+func (s *streamCall) end(res Result, err error) (Result, error) {
 	if err == nil && res.Status == StatusSucceeded && !s.begun {
-		// Answered without events (an operation that emitted none, a
-		// renewal that found the answer stored): render the envelope.
-		s.begin(StreamStart{Origin: StreamReplayed, KeyHash: p.keyHash, CompletedAt: res.CompletedAt})
+		s.begin(StreamStart{Origin: StreamReplayed, KeyHash: s.p.keyHash, CompletedAt: res.CompletedAt})
 		s.writeAll(s.fromEnvelope(res.Envelope), 0)
 	}
 	return res, err
@@ -174,7 +184,7 @@ func (s *streamCall) begin(st StreamStart) {
 	}
 }
 
-func (s *streamCall) write(e StreamEvent) {
+func (s *streamCall) write(e Chunk) {
 	if s.gone {
 		return
 	}
@@ -186,7 +196,7 @@ func (s *streamCall) write(e StreamEvent) {
 }
 
 // writeAll writes events[skip:]: a follower that lagged has the first ones.
-func (s *streamCall) writeAll(events []StreamEvent, skip int) {
+func (s *streamCall) writeAll(events []Chunk, skip int) {
 	for _, e := range events[min(skip, len(events)):] {
 		s.write(e)
 	}
@@ -229,7 +239,7 @@ func (s *streamCall) endLog(err error) {
 
 // emit is the owner's emit: it records the event, hands it to followers
 // and writes it to the caller.
-func (s *streamCall) emit(e StreamEvent) {
+func (s *streamCall) emit(e Chunk) {
 	le := live.Event{Type: e.Type, Data: e.Data}
 	if le.Valid() != nil || bytes.IndexByte(e.Data, '\r') >= 0 {
 		s.g.log.Error("guard: a stream event with a line break in its type or a carriage return in its data was dropped (a programming error of the operation)",
@@ -253,11 +263,11 @@ func (s *streamCall) emit(e StreamEvent) {
 	s.write(e)
 }
 
-// storedEvents is what the commit stores as response_events: the sequence
-// of a succeeded stream, empty when it was over the limit (reported here,
-// once), nil for a failure or a call that did not stream.
-func (s *streamCall) storedEvents(status store.RowStatus) []byte {
-	if s == nil || status != store.RowSucceeded {
+// events is what the commit stores as response_events: the sequence of a
+// succeeded stream, empty when it was over the limit (reported here, once),
+// nil for a failure.
+func (s *streamCall) events(status store.RowStatus) []byte {
+	if status != store.RowSucceeded {
 		return nil
 	}
 	s.mu.Lock()
@@ -277,7 +287,7 @@ func (s *streamCall) storedEvents(status store.RowStatus) []byte {
 func (g *Guard) maxStreamBytes() int { return cmp.Or(g.cfg.MaxStreamBytes, DefaultMaxStreamBytes) }
 
 // fromEnvelope renders a stored answer without events.
-func (s *streamCall) fromEnvelope(env sanitize.Envelope) []StreamEvent {
+func (s *streamCall) fromEnvelope(env sanitize.Envelope) []Chunk {
 	env.Cached = false // the same bytes on every replay
 	if s.op.Replay != nil {
 		return s.op.Replay(env)
@@ -286,7 +296,7 @@ func (s *streamCall) fromEnvelope(env sanitize.Envelope) []StreamEvent {
 	if err != nil {
 		return nil
 	}
-	return []StreamEvent{{Data: body}}
+	return []Chunk{{Data: body}}
 }
 
 // streamEnded is why a live log ended without success.
@@ -294,34 +304,31 @@ type streamEnded struct{ reason sanitize.StopReason }
 
 func (e *streamEnded) Error() string { return "stream ended: " + string(e.reason) }
 
-// streamSucceeded replays a succeeded row as events: the stored sequence,
-// or the envelope rendered by StreamOperation.Replay.
-func (l *claimLoop) streamSucceeded(rec store.Record) (Result, error) {
-	s := l.p.stream
-	res, err := l.g.replay(l.ctx, l.p, rec, l.readAt)
+// replay replays a succeeded row as events: the stored sequence, or the
+// envelope rendered by StreamOperation.Replay.
+func (s *streamCall) replay(ctx context.Context, g *Guard, p prepared, rec store.Record, readAt time.Time) (Result, error) {
+	res, err := g.replay(ctx, p, rec, readAt)
 	if err != nil {
 		return Result{}, err
 	}
 	events, err := parseWire(rec.Events)
 	if err != nil {
-		return Result{}, l.g.storeErr(l.ctx, l.p, "read", err)
+		return Result{}, g.storeErr(ctx, p, "read", err)
 	}
 	if len(events) == 0 {
 		events = s.fromEnvelope(res.Envelope)
 	}
-	s.begin(StreamStart{Origin: StreamReplayed, KeyHash: l.p.keyHash, CompletedAt: res.CompletedAt})
+	s.begin(StreamStart{Origin: StreamReplayed, KeyHash: p.keyHash, CompletedAt: res.CompletedAt})
 	s.writeAll(events, s.sent) // a follower that lagged has the first ones
-	l.g.emit(Event{Kind: EventReplayed, Tenant: l.p.tenant, Scope: l.p.scope, Usage: res.Usage})
-	l.g.noteReplay(l.p, res, rec.Now)
+	g.replayed(p, res, rec.Now, false)
 	return res, nil
 }
 
-// streamRunning follows a running execution of the key in this process
-// from its first event. done is false when there is none to follow here
-// (the owner runs elsewhere, or this call followed one already): the call
-// then waits for the row like any other.
-func (l *claimLoop) streamRunning(rec store.Record) (res Result, err error, done bool) {
-	s := l.p.stream
+// attach follows a running execution of the key in this process from its
+// first event. done is false when there is none to follow here (the owner
+// runs elsewhere, or this call followed one already): the call then waits
+// for the row like any other.
+func (s *streamCall) attach(l *claimLoop, rec store.Record) (res Result, err error, done bool) {
 	if s.follow {
 		return Result{}, nil, false
 	}
@@ -340,7 +347,7 @@ func (l *claimLoop) streamRunning(rec store.Record) (res Result, err error, done
 		e, err := cur.Next(l.ctx)
 		if err == nil {
 			if cur.Read() > s.sent {
-				s.write(StreamEvent{Type: e.Type, Data: e.Data})
+				s.write(Chunk{Type: e.Type, Data: e.Data})
 			}
 			if !s.gone {
 				continue
@@ -367,30 +374,35 @@ func (l *claimLoop) streamRunning(rec store.Record) (res Result, err error, done
 	}
 }
 
-// streamBegun answers a follower that has written part of the stream it
+// resume answers a follower that has written part of the stream it
 // followed and re-reads the row for the rest: the stored answer of that
 // attempt completes it. Its caller has part of a stream, so this call never
 // claims the key itself: any other state (a failure, another attempt, an
-// expired row) ends the stream as failed.
-func (l *claimLoop) streamBegun(rec store.Record) (Result, error) {
-	s := l.p.stream
+// expired row) ends the stream as failed. done is false before the call
+// has written anything: the claim loop goes on as for any call.
+func (s *streamCall) resume(l *claimLoop, rec store.Record) (res Result, err error, done bool) {
+	if !s.begun {
+		return Result{}, nil, false
+	}
 	sameRun := rec.Attempts == s.attempt && rec.Fingerprint == l.p.fingerprint && !rec.Expired()
 	switch {
 	case sameRun && rec.Status == store.RowSucceeded:
-		return l.streamSucceeded(rec)
+		res, err = s.replay(l.ctx, l.g, l.p, rec, l.readAt)
+		return res, err, true
 	case sameRun && rec.Status == store.RowStarted && !rec.Stale(l.p.settings.StaleAfter):
-		return l.running(rec)
+		res, err = l.running(rec)
+		return res, err, true
 	case sameRun && rec.Status == store.RowFailed:
 		if st, err := decodeStored(rec); err == nil {
 			res := l.g.storedFailure(l.p, rec, st.env)
 			l.g.noteReplay(l.p, res, rec.Now)
-			return res, nil
+			return res, nil, true
 		}
 	}
 	env := sanitize.Failure(sanitize.Unknown)
 	body, _ := sanitize.Marshal(env)
 	return Result{Status: StatusFailed, Envelope: env, Body: body, StatusCode: http.StatusBadGateway,
-		StopReason: env.StopReason, Attempt: rec.Attempts, FirstSeen: rec.CreatedAt, KeyHash: l.p.keyHash}, nil
+		StopReason: env.StopReason, Attempt: rec.Attempts, FirstSeen: rec.CreatedAt, KeyHash: l.p.keyHash}, nil, true
 }
 
 // admitWaiter counts this call among the key's waiters in this process, once.
@@ -414,14 +426,14 @@ func (l *claimLoop) releaseWaiter() {
 
 // parseWire reads a stored sequence back into events: blocks separated by a
 // blank line, each with optional "event: " and one or more "data: " lines.
-func parseWire(b []byte) ([]StreamEvent, error) {
-	var out []StreamEvent
+func parseWire(b []byte) ([]Chunk, error) {
+	var out []Chunk
 	for len(b) > 0 {
 		i := bytes.Index(b, []byte("\n\n"))
 		if i < 0 {
 			return nil, errors.New("stored event sequence is truncated")
 		}
-		var e StreamEvent
+		var e Chunk
 		var data []string
 		for _, line := range strings.Split(string(b[:i]), "\n") {
 			switch {

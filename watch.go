@@ -17,69 +17,28 @@ import (
 	"github.com/idemguard/idemguard/tenancy"
 )
 
-// EventID identifies a KeyEvent of one key; Watch resumes after it. It is
-// its own type so that it cannot be passed where a key is expected.
+// EventID identifies a Watch event of one key (Event.ID); Watch resumes
+// after it. It is its own type so that it cannot be passed where a key is
+// expected.
 type EventID string
 
-// KeyEventKind names a transition of a key.
-type KeyEventKind string
-
-// The transitions Watch reports.
-const (
-	// KeyEventStarted: an execution (Attempt) holds the key.
-	KeyEventStarted KeyEventKind = "started"
-	// KeyEventAlive: the running execution renewed its lease (a heartbeat).
-	KeyEventAlive KeyEventKind = "alive"
-	// KeyEventCancelRequested: a cancel was requested; the owner stops at
-	// its next heartbeat.
-	KeyEventCancelRequested KeyEventKind = "cancel_requested"
-	// KeyEventStale: the owner went silent for longer than its lease (its
-	// process died). Resubmitting the same call takes the key over (policy
-	// takeover) or marks it abandoned (policy fail); nothing re-runs it by
-	// itself.
-	KeyEventStale KeyEventKind = "stale"
-	// KeyEventSucceeded: the answer is stored (Info.Envelope). Final.
-	KeyEventSucceeded KeyEventKind = "succeeded"
-	// KeyEventFailed: the execution failed; Info.Envelope says why. Final.
-	KeyEventFailed KeyEventKind = "failed"
-	// KeyEventCanceled: the execution stopped on request; the same call
-	// runs the key again. Final.
-	KeyEventCanceled KeyEventKind = "canceled"
-)
-
-// rank orders the events of one attempt that carry the same time.
-func (k KeyEventKind) rank() int {
+// rank orders the Watch events of one attempt that carry the same time;
+// -1 for a kind Watch does not report.
+func (k EventKind) rank() int {
 	switch k {
-	case KeyEventStarted:
+	case EventStarted:
 		return 0
-	case KeyEventAlive:
+	case EventAlive:
 		return 1
-	case KeyEventCancelRequested:
+	case EventCancelRequested:
 		return 2
-	case KeyEventStale:
+	case EventStale:
 		return 3
-	case KeyEventSucceeded, KeyEventFailed, KeyEventCanceled:
+	case EventSucceeded, EventFailed, EventCanceled:
 		return 4
 	}
 	return -1
 }
-
-// KeyEvent is one transition of a key as the store shows it.
-type KeyEvent struct {
-	// ID is "<attempt>.<kind>.<unix-micros>": the same transition has the
-	// same ID whichever process reports it, and Watch resumes after it.
-	ID      EventID
-	Kind    KeyEventKind
-	Attempt int
-	// At is when the transition happened, on the store's clock (for
-	// stale: when the owner's lease ran out).
-	At time.Time
-	// Info is the key's record as read with the event.
-	Info KeyInfo
-}
-
-// Final reports whether the event ends the key's run: its answer is stored.
-func (e KeyEvent) Final() bool { return e.Kind.rank() == 4 }
 
 type eventPos struct {
 	attempt int
@@ -97,7 +56,7 @@ func (a eventPos) after(b eventPos) bool {
 	return a.rank > b.rank
 }
 
-func (e KeyEvent) pos() eventPos {
+func (e Event) pos() eventPos {
 	return eventPos{attempt: e.Attempt, micros: e.At.UnixMicro(), rank: e.Kind.rank()}
 }
 
@@ -109,7 +68,7 @@ func parseEventID(id string) (eventPos, bool) {
 	}
 	attempt, err1 := strconv.Atoi(parts[0])
 	micros, err2 := strconv.ParseInt(parts[2], 10, 64)
-	rank := KeyEventKind(parts[1]).rank()
+	rank := EventKind(parts[1]).rank()
 	if err1 != nil || err2 != nil || rank < 0 || attempt < 0 {
 		return eventPos{}, false
 	}
@@ -125,7 +84,7 @@ type Watcher struct {
 
 	last    eventPos
 	hasLast bool
-	pending []KeyEvent
+	pending []Event
 	done    bool
 
 	cur     *live.Cursor // the key's live log in this process, if it runs here
@@ -215,41 +174,41 @@ func (w *Watcher) take(rec store.Record) bool {
 
 // eventsOf is the transitions a row shows, in order: the current attempt's
 // start, its latest heartbeat, cancel request and staleness, or its end.
-func eventsOf(keyHash string, rec store.Record, fallback time.Duration) []KeyEvent {
+func eventsOf(keyHash string, rec store.Record, fallback time.Duration) []Event {
 	info, err := keyInfoOf(keyHash, rec, fallback)
 	if err != nil {
 		return nil
 	}
 	attempt := rec.Attempts
-	var end KeyEventKind
+	var end EventKind
 	switch rec.Status {
 	case store.RowSucceeded:
-		end = KeyEventSucceeded
+		end = EventSucceeded
 	case store.RowFailed:
-		end = KeyEventFailed
+		end = EventFailed
 		if info.Envelope != nil && info.Envelope.StopReason == sanitize.Canceled {
 			// A canceled execution gave its attempt back.
-			end, attempt = KeyEventCanceled, attempt+1
+			end, attempt = EventCanceled, attempt+1
 		}
 	}
-	ev := func(kind KeyEventKind, at time.Time) KeyEvent {
+	ev := func(kind EventKind, at time.Time) Event {
 		at = at.UTC().Truncate(time.Microsecond)
-		return KeyEvent{ID: EventID(fmt.Sprintf("%d.%s.%d", attempt, kind, at.UnixMicro())), Kind: kind, Attempt: attempt, At: at, Info: info}
+		return Event{ID: EventID(fmt.Sprintf("%d.%s.%d", attempt, kind, at.UnixMicro())), Kind: kind, Attempt: attempt, At: at, Info: &info}
 	}
-	evs := []KeyEvent{ev(KeyEventStarted, rec.StartedAt)}
+	evs := []Event{ev(EventStarted, rec.StartedAt)}
 	if end != "" {
 		return append(evs, ev(end, rec.CompletedAt))
 	}
 	if rec.HeartbeatAt.After(rec.StartedAt) {
-		evs = append(evs, ev(KeyEventAlive, rec.HeartbeatAt))
+		evs = append(evs, ev(EventAlive, rec.HeartbeatAt))
 	}
 	if !rec.CancelRequestedAt.IsZero() {
-		evs = append(evs, ev(KeyEventCancelRequested, rec.CancelRequestedAt))
+		evs = append(evs, ev(EventCancelRequested, rec.CancelRequestedAt))
 	}
 	if info.Stale {
-		evs = append(evs, ev(KeyEventStale, rec.LastBeat().Add(rec.LeaseOr(fallback))))
+		evs = append(evs, ev(EventStale, rec.LastBeat().Add(rec.LeaseOr(fallback))))
 	}
-	slices.SortStableFunc(evs, func(a, b KeyEvent) int {
+	slices.SortStableFunc(evs, func(a, b Event) int {
 		switch {
 		case a.pos().after(b.pos()):
 			return 1
@@ -262,12 +221,12 @@ func eventsOf(keyHash string, rec store.Record, fallback time.Duration) []KeyEve
 }
 
 // Next returns the key's next transition, waiting for it. After the final
-// event (KeyEvent.Final) it returns io.EOF; ErrNotFound when the row went
+// event (Event.Final) it returns io.EOF; ErrNotFound when the row went
 // away meanwhile (it expired, or a claim was given back); ctx's error when
 // ctx ends first; ErrShuttingDown once the Guard is shutting down
 // (WaitJobs or Close). A store that cannot be read is read again, with the
 // same backoff, until ctx ends.
-func (w *Watcher) Next(ctx context.Context) (KeyEvent, error) {
+func (w *Watcher) Next(ctx context.Context) (Event, error) {
 	ctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
 	for _, end := range []context.Context{w.g.jobs.stopping, w.g.lifetime} {
@@ -284,20 +243,20 @@ func (w *Watcher) Next(ctx context.Context) (KeyEvent, error) {
 			return e, nil
 		}
 		if w.done {
-			return KeyEvent{}, io.EOF
+			return Event{}, io.EOF
 		}
 		w.wait(ctx)
 		if err := ctx.Err(); err != nil {
 			if cause := context.Cause(ctx); errors.Is(cause, ErrShuttingDown) {
-				return KeyEvent{}, cause
+				return Event{}, cause
 			}
-			return KeyEvent{}, err
+			return Event{}, err
 		}
 		rec, err := w.read(ctx)
 		switch {
 		case errors.Is(err, ErrNotFound):
 			w.done = true
-			return KeyEvent{}, ErrNotFound
+			return Event{}, ErrNotFound
 		case err != nil:
 			continue
 		}

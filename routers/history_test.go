@@ -60,15 +60,19 @@ func auditSetup(t *testing.T, jwtKeys ...authtest.Key) *auditBundle {
 	}
 	ab.testBundle = setup(t, setupOpts{
 		guard: func(c *idemguard.Config) {
-			c.Audit = idemguard.AuditConfig{Store: true, Observe: func(e store.AuditEvent) {
-				line, err := json.Marshal(e)
+			c.Audit = idemguard.AuditConfig{Store: true, Observe: true}
+			c.Observe = func(ev idemguard.Event) {
+				if ev.Kind != idemguard.EventAudit {
+					return
+				}
+				line, err := json.Marshal(ev.Audit)
 				if err != nil {
 					panic(err)
 				}
 				ab.mu.Lock()
 				defer ab.mu.Unlock()
 				ab.stream.Write(append(line, '\n'))
-			}}
+			}
 		},
 		options: func(o *Options) {
 			a, err := auth.NewAuthenticator(map[tenancy.ID][]string{

@@ -106,7 +106,7 @@ func (h *handlers) awaitOutcome(ctx context.Context, tenant tenancy.ID, scope st
 			}
 			out.Envelope, out.Body, out.StopReason = env, body, env.StopReason
 		}
-		if e.Kind != idemguard.KeyEventSucceeded {
+		if e.Kind != idemguard.EventSucceeded {
 			out.Status = idemguard.StatusFailed
 		}
 		return out, true
@@ -255,7 +255,7 @@ func (h *handlers) watchKey(c *gin.Context) {
 		default:
 			return
 		}
-		rec, err := keyRecordOf(ref, scope.Name, e.Info)
+		rec, err := keyRecordOf(ref, scope.Name, *e.Info)
 		if err != nil {
 			return
 		}

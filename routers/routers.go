@@ -71,8 +71,8 @@ type Scope struct {
 	// fingerprint), emits events built from allowlisted fields, and returns
 	// the same value Run would. StreamReplay renders an answer stored
 	// without events (the key was completed by Run) as events.
-	Stream       func(ctx context.Context, inputs json.RawMessage, emit func(idemguard.StreamEvent)) (any, error)
-	StreamReplay func(sanitize.Envelope) []idemguard.StreamEvent
+	Stream       func(ctx context.Context, inputs json.RawMessage, emit func(idemguard.Chunk)) (any, error)
+	StreamReplay func(sanitize.Envelope) []idemguard.Chunk
 }
 
 // Options configure the API.

@@ -86,7 +86,7 @@ func (h *handlers) runStream(c *gin.Context, tenant tenancy.ID, scope *Scope, re
 	}}
 	run, body := scope.Stream, req.Body
 	res, err := h.guard.DoStream(c.Request.Context(), req.Call(tenant, scope.route(body), body), idemguard.StreamOperation{
-		Run: func(ctx context.Context, emit func(idemguard.StreamEvent)) (any, error) {
+		Run: func(ctx context.Context, emit func(idemguard.Chunk)) (any, error) {
 			return run(ctx, body, emit)
 		},
 		Replay: scope.StreamReplay,

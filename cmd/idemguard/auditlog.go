@@ -145,8 +145,9 @@ func (a *auditStream) Close() error {
 
 // auditConfig is the guard's audit configuration: the table when the store
 // is MySQL (unless audit.table is false), the stream when audit.log names
-// one, and the events counted by kind whenever either is on. Both off:
-// auditing is off and costs nothing.
+// one, and the events counted by kind whenever either is on (they reach the
+// guard's one observer, which hands them to the metrics and to the stream:
+// observeEvent). Both off: auditing is off and costs nothing.
 func (s *server) auditConfig(m *metrics.Metrics) (idemguard.AuditConfig, *auditStream, error) {
 	table := s.cfg.Audit.Table && s.db != nil
 	stream, err := openAuditStream(s.cfg.Audit.Log, s.env.stdout, s.env.stderr, m.AuditStreamDropped)
@@ -157,13 +158,14 @@ func (s *server) auditConfig(m *metrics.Metrics) (idemguard.AuditConfig, *auditS
 		s.log.Info("serve: audit trail off", "audit_table", s.cfg.Audit.Table, "store", s.storeName(), "audit_log", config.AuditLogOff)
 		return idemguard.AuditConfig{}, nil, nil
 	}
-	observe := m.ObserveAudit
-	if stream != nil {
-		observe = func(e store.AuditEvent) {
-			m.ObserveAudit(e)
-			stream.Observe(e)
-		}
-	}
 	s.log.Info("serve: audit trail on", "audit_table", table, "audit_log", s.cfg.Audit.Log)
-	return idemguard.AuditConfig{Observe: observe, Store: table}, stream, nil
+	return idemguard.AuditConfig{Observe: true, Store: table}, stream, nil
+}
+
+// observeEvent hands the guard's audit events (EventAudit) to the stream;
+// a nil stream (audit.log off) takes none.
+func (a *auditStream) observeEvent(e idemguard.Event) {
+	if a != nil && e.Kind == idemguard.EventAudit && e.Audit != nil {
+		a.Observe(*e.Audit)
+	}
 }

@@ -151,7 +151,7 @@ func (s *server) run(ctx context.Context) int {
 		return exitError
 	}
 	defer s.closeAuditStream(stream)
-	guard, err := s.newGuard(m, cost, rec, audit)
+	guard, err := s.newGuard(m, cost, rec, audit, stream)
 	if err != nil {
 		s.log.Error("serve: cannot start the guard", "err", err)
 		return exitError
@@ -231,10 +231,11 @@ func (s *server) closeAuditStream(stream *auditStream) {
 // newGuard builds the guard on the open store; its events feed the
 // metrics m, the avoided-cost figures and the stats recorder rec.
 func (s *server) newGuard(m *metrics.Metrics, cost func(string, idemguard.Usage) float64, rec *stats.Recorder,
-	audit idemguard.AuditConfig) (*idemguard.Guard, error) {
+	audit idemguard.AuditConfig, stream *auditStream) (*idemguard.Guard, error) {
 	cfg := s.cfg
 	observe := func(ev idemguard.Event) {
 		m.Observe(ev)
+		stream.observeEvent(ev) // the audit decisions, when audit.log is on
 		creditAvoided(m, cost, ev)
 		if rec != nil {
 			rec.Observe(ev)

@@ -7,7 +7,6 @@ import (
 	"sync/atomic"
 
 	"github.com/idemguard/idemguard"
-	"github.com/idemguard/idemguard/store"
 )
 
 // The audit suite measures what the audit trail costs, against the same
@@ -41,7 +40,12 @@ func runAudit(ctx context.Context, e *env) ([]row, error) {
 	}
 	var observed atomic.Int64
 	audited := func(c *idemguard.Config) {
-		c.Audit = idemguard.AuditConfig{Store: true, Observe: func(store.AuditEvent) { observed.Add(1) }}
+		c.Audit = idemguard.AuditConfig{Store: true, Observe: true}
+		c.Observe = func(e idemguard.Event) {
+			if e.Kind == idemguard.EventAudit {
+				observed.Add(1)
+			}
+		}
 	}
 	noCache := func(c *idemguard.Config) { c.ReplayCacheSize = -1 }
 	guards := map[string]*idemguard.Guard{}

@@ -9,7 +9,6 @@ import (
 
 	"github.com/idemguard/idemguard"
 	"github.com/idemguard/idemguard/sanitize"
-	"github.com/idemguard/idemguard/store"
 	"github.com/idemguard/idemguard/store/memstore"
 )
 
@@ -38,7 +37,8 @@ func BenchmarkGuardReplayCachedMemstoreAudited(b *testing.B) { benchmarkReplay(b
 func BenchmarkGuardReplayStoreMemstoreAudited(b *testing.B)  { benchmarkReplay(b, -1, auditOn) }
 
 func auditOn(c *idemguard.Config) {
-	c.Audit = idemguard.AuditConfig{Store: true, Observe: func(store.AuditEvent) {}}
+	c.Audit = idemguard.AuditConfig{Store: true, Observe: true}
+	c.Observe = func(idemguard.Event) {}
 }
 
 func benchmarkFresh(b *testing.B, mutate func(*idemguard.Config)) {

@@ -180,7 +180,8 @@ func New() *Metrics {
 	return m
 }
 
-// Observe records one protocol event. Pass it as idemguard.Config.Observe.
+// Observe records one event of the guard (a protocol step, or an audit
+// decision: EventAudit). Pass it as idemguard.Config.Observe.
 func (m *Metrics) Observe(e idemguard.Event) {
 	switch e.Kind {
 	case idemguard.EventClaimed:
@@ -220,6 +221,11 @@ func (m *Metrics) Observe(e idemguard.Event) {
 		m.droppedFields.WithLabelValues(e.Scope, "(stream events)").Inc()
 	case idemguard.EventAuditDropped:
 		m.auditDropped.WithLabelValues(AuditSinkStore, auditReason(AuditSinkStore, e.Field)).Inc()
+	case idemguard.EventAudit:
+		// One count per decision, whatever sinks it goes to.
+		if e.Audit != nil {
+			m.auditEvents.WithLabelValues(auditKind(e.Audit.Kind)).Inc()
+		}
 	}
 }
 
@@ -232,12 +238,6 @@ func auditReason(sink, reason string) string {
 		}
 	}
 	return "other"
-}
-
-// ObserveAudit counts one audit event by kind. Call it once per event (from
-// Config.Audit.Observe), whatever sinks it goes to.
-func (m *Metrics) ObserveAudit(e store.AuditEvent) {
-	m.auditEvents.WithLabelValues(auditKind(e.Kind)).Inc()
 }
 
 func auditKind(k store.AuditKind) string {

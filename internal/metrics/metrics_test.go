@@ -312,9 +312,9 @@ func TestAuditMetrics(t *testing.T) {
 	}
 
 	for _, k := range store.AuditKinds() {
-		m.ObserveAudit(store.AuditEvent{Kind: k})
+		m.Observe(idemguard.Event{Kind: idemguard.EventAudit, Audit: &store.AuditEvent{Kind: k}})
 	}
-	m.ObserveAudit(store.AuditEvent{Kind: store.AuditReplay})
+	m.Observe(idemguard.Event{Kind: idemguard.EventAudit, Audit: &store.AuditEvent{Kind: store.AuditReplay}})
 	m.Observe(idemguard.Event{Kind: idemguard.EventAuditDropped, Scope: "chat", Field: "queue_full"})
 	m.Observe(idemguard.Event{Kind: idemguard.EventAuditDropped, Scope: "chat", Field: "store"})
 	m.Observe(idemguard.Event{Kind: idemguard.EventAuditDropped, Scope: "chat", Field: "store"})
@@ -332,7 +332,7 @@ func TestAuditMetrics(t *testing.T) {
 	}
 	require.Len(t, scrape(t, m), len(before), "a known kind or reason created a series not exported from the start")
 
-	m.ObserveAudit(store.AuditEvent{Kind: "made-up"})
+	m.Observe(idemguard.Event{Kind: idemguard.EventAudit, Audit: &store.AuditEvent{Kind: "made-up"}})
 	m.Observe(idemguard.Event{Kind: idemguard.EventAuditDropped, Field: "made-up"})
 	require.Equal(t, 1.0, value(t, reg, "idemguard_audit_events_total", map[string]string{"kind": "other"}))
 	require.Equal(t, 1.0, value(t, reg, "idemguard_audit_dropped_total", map[string]string{"sink": "store", "reason": "other"}))

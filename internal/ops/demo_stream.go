@@ -16,7 +16,7 @@ import (
 // a streamed answer (and a reload in its middle) without a model.
 func DemoStream(delay time.Duration) StreamFunc {
 	whole := Demo(0)
-	return func(ctx context.Context, inputs json.RawMessage, emit func(idemguard.StreamEvent)) (any, error) {
+	return func(ctx context.Context, inputs json.RawMessage, emit func(idemguard.Chunk)) (any, error) {
 		v, err := whole(ctx, inputs)
 		if err != nil {
 			return nil, err

@@ -20,7 +20,7 @@ import (
 // StreamFunc runs a streamed operation on the request's JSON inputs (with
 // the delivery member "stream" already taken out), emitting each event as it
 // has it, and returns the assembled answer like a Func.
-type StreamFunc func(ctx context.Context, inputs json.RawMessage, emit func(idemguard.StreamEvent)) (any, error)
+type StreamFunc func(ctx context.Context, inputs json.RawMessage, emit func(idemguard.Chunk)) (any, error)
 
 // MaxStreamLineBytes is the longest line of an upstream event stream read;
 // a longer one is a provider_error.
@@ -94,18 +94,18 @@ func chunkData(c chunkEvent) []byte {
 	return b
 }
 
-func contentEvent(role string, content string) idemguard.StreamEvent {
-	return idemguard.StreamEvent{Data: chunkData(chunkEvent{Object: "chat.completion.chunk",
+func contentEvent(role string, content string) idemguard.Chunk {
+	return idemguard.Chunk{Data: chunkData(chunkEvent{Object: "chat.completion.chunk",
 		Choices: []choiceEvent{{Delta: deltaEvent{Role: role, Content: &content}}}})}
 }
 
-func finishEvent(reason string) idemguard.StreamEvent {
-	return idemguard.StreamEvent{Data: chunkData(chunkEvent{Object: "chat.completion.chunk",
+func finishEvent(reason string) idemguard.Chunk {
+	return idemguard.Chunk{Data: chunkData(chunkEvent{Object: "chat.completion.chunk",
 		Choices: []choiceEvent{{FinishReason: &reason}}})}
 }
 
-func usageEvent(u chunkUsage) idemguard.StreamEvent {
-	return idemguard.StreamEvent{Data: chunkData(chunkEvent{Object: "chat.completion.chunk", Usage: &u})}
+func usageEvent(u chunkUsage) idemguard.Chunk {
+	return idemguard.Chunk{Data: chunkData(chunkEvent{Object: "chat.completion.chunk", Usage: &u})}
 }
 
 // OpenAIChatStream returns the streamed form of OpenAIChat: it sends the
@@ -119,7 +119,7 @@ func usageEvent(u chunkUsage) idemguard.StreamEvent {
 func OpenAIChatStream(cfg OpenAIConfig) StreamFunc {
 	client := cmp.Or(cfg.Client, defaultClient())
 	url := strings.TrimRight(cfg.BaseURL, "/") + "/chat/completions"
-	return func(ctx context.Context, inputs json.RawMessage, emit func(idemguard.StreamEvent)) (any, error) {
+	return func(ctx context.Context, inputs json.RawMessage, emit func(idemguard.Chunk)) (any, error) {
 		in, err := decodeChatInput(inputs)
 		if err != nil {
 			return nil, invalidInput("openai_chat: inputs must be {\"messages\":[{\"role\":…,\"content\":…}], …}: %s", describeJSONError(err))
@@ -170,10 +170,10 @@ func OpenAIChatStream(cfg OpenAIConfig) StreamFunc {
 // OpenAIChatReplay renders an answer stored without events (the key was
 // completed by a plain call) as the events a stream of it would have had:
 // the whole text, the finish reason, the usage.
-func OpenAIChatReplay(env sanitize.Envelope) []idemguard.StreamEvent {
+func OpenAIChatReplay(env sanitize.Envelope) []idemguard.Chunk {
 	text, _ := env.Data["text"].(string)
 	reason, _ := env.Data["finish_reason"].(string)
-	return []idemguard.StreamEvent{contentEvent("assistant", text), finishEvent(cmp.Or(reason, "stop")),
+	return []idemguard.Chunk{contentEvent("assistant", text), finishEvent(cmp.Or(reason, "stop")),
 		usageEvent(chunkUsage{PromptTokens: intOf(env.Data["prompt_tokens"]),
 			CompletionTokens: intOf(env.Data["completion_tokens"]), TotalTokens: intOf(env.Data["total_tokens"])})}
 }
@@ -196,7 +196,7 @@ func intOf(v any) int64 {
 // assembler reads an upstream event stream, emits the events built from
 // it and assembles the answer.
 type assembler struct {
-	emit   func(idemguard.StreamEvent)
+	emit   func(idemguard.Chunk)
 	text   strings.Builder
 	finish string
 	usage  chunkUsage

@@ -49,11 +49,11 @@ var wholeStream = []string{
 	"data: [DONE]",
 }
 
-func runStream(t *testing.T, srv *httptest.Server) ([]idemguard.StreamEvent, any, error) {
+func runStream(t *testing.T, srv *httptest.Server) ([]idemguard.Chunk, any, error) {
 	t.Helper()
 	f := ops.OpenAIChatStream(ops.OpenAIConfig{BaseURL: srv.URL + "/v1", Model: "gpt-test", APIKey: apiKey})
-	var events []idemguard.StreamEvent
-	v, err := f(context.Background(), chatInputs, func(e idemguard.StreamEvent) { events = append(events, e) })
+	var events []idemguard.Chunk
+	v, err := f(context.Background(), chatInputs, func(e idemguard.Chunk) { events = append(events, e) })
 	return events, v, err
 }
 
@@ -130,8 +130,8 @@ func TestDemoStreamMatchesDemo(t *testing.T) {
 	in := []byte(`{"messages":[{"role":"user","content":"hi"}]}`)
 	plain, err := ops.Demo(0)(context.Background(), in)
 	require.NoError(t, err)
-	var events []idemguard.StreamEvent
-	v, err := ops.DemoStream(0)(context.Background(), in, func(e idemguard.StreamEvent) { events = append(events, e) })
+	var events []idemguard.Chunk
+	v, err := ops.DemoStream(0)(context.Background(), in, func(e idemguard.Chunk) { events = append(events, e) })
 	require.NoError(t, err)
 	pe, err := sanitize.FromValue(plain)
 	require.NoError(t, err)

@@ -42,7 +42,7 @@ type Scope struct {
 	// "stream": true (openai_stream.go); StreamReplay renders an answer
 	// stored without events.
 	Stream       StreamFunc
-	StreamReplay func(sanitize.Envelope) []idemguard.StreamEvent
+	StreamReplay func(sanitize.Envelope) []idemguard.Chunk
 }
 
 // Registry maps scope names to scopes. It is immutable once built and safe

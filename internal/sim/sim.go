@@ -428,16 +428,16 @@ func (r *run) call(c Client, i int, probe bool) (idemguard.Result, error) {
 // "<id>:2" once it succeeded; an answer stored by a plain call replays as "<id>:env".
 func (r *run) streamOp(id, replica int, key string) idemguard.StreamOperation {
 	op := r.op(id, replica, key)
-	return idemguard.StreamOperation{Run: func(ctx context.Context, emit func(idemguard.StreamEvent)) (any, error) {
-		emit(idemguard.StreamEvent{Data: []byte(streamEventOf(id, 1))})
+	return idemguard.StreamOperation{Run: func(ctx context.Context, emit func(idemguard.Chunk)) (any, error) {
+		emit(idemguard.Chunk{Data: []byte(streamEventOf(id, 1))})
 		v, err := op(ctx)
 		if err == nil {
-			emit(idemguard.StreamEvent{Data: []byte(streamEventOf(id, 2))})
+			emit(idemguard.Chunk{Data: []byte(streamEventOf(id, 2))})
 		}
 		return v, err
-	}, Replay: func(env sanitize.Envelope) []idemguard.StreamEvent {
+	}, Replay: func(env sanitize.Envelope) []idemguard.Chunk {
 		// An answer stored by a plain call, rendered as one event naming its execution.
-		return []idemguard.StreamEvent{{Data: []byte(fmt.Sprintf("%v:env", env.Data["call"]))}}
+		return []idemguard.Chunk{{Data: []byte(fmt.Sprintf("%v:env", env.Data["call"]))}}
 	}}
 }
 
@@ -456,7 +456,7 @@ func (w *eventLog) Begin(s idemguard.StreamStart) {
 	w.origin = s.Origin
 }
 
-func (w *eventLog) Write(e idemguard.StreamEvent) error {
+func (w *eventLog) Write(e idemguard.Chunk) error {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	w.events = append(w.events, string(e.Data))

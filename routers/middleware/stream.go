@@ -50,7 +50,7 @@ func (m *Middleware) serveStream(w http.ResponseWriter, in incoming, next http.H
 	rt := in.route
 	rt.Keep = nil // the events are stored as they were sent
 	res, err := m.guard.DoStream(in.r.Context(), in.req.Call(in.tenant, rt, in.inputs()), idemguard.StreamOperation{
-		Run: func(ctx context.Context, emit func(idemguard.StreamEvent)) (any, error) {
+		Run: func(ctx context.Context, emit func(idemguard.Chunk)) (any, error) {
 			cw := &captureWriter{emit: emit, kept: m.headers}
 			bw := &bufferedWriter{header: make(http.Header), max: m.limits.MaxBody, capture: cw}
 			next.ServeHTTP(bw, in.req.HandlerRequest(ctx, in.r))
@@ -73,7 +73,7 @@ func (m *Middleware) serveStream(w http.ResponseWriter, in incoming, next http.H
 // then): each complete event is emitted, to the client and the stored
 // sequence, as it is written. Any other answer is buffered as usual.
 type captureWriter struct {
-	emit    func(idemguard.StreamEvent)
+	emit    func(idemguard.Chunk)
 	kept    []string // the headers the middleware keeps, for an answer that did not stream
 	pending []byte
 	events  int
@@ -120,8 +120,8 @@ func (c *captureWriter) result(w *bufferedWriter) (any, error) {
 
 // parseEventBlock reads one event (its "event:" and "data:" fields; comments
 // and ids are not kept) and applies the blocklist to JSON data.
-func parseEventBlock(block []byte) (idemguard.StreamEvent, bool) {
-	var e idemguard.StreamEvent
+func parseEventBlock(block []byte) (idemguard.Chunk, bool) {
+	var e idemguard.Chunk
 	var data []string
 	for _, line := range strings.Split(strings.ReplaceAll(string(block), "\r", ""), "\n") {
 		switch {

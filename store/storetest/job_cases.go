@@ -194,9 +194,9 @@ func jobCancelFromAnotherProcess(t *testing.T, h *Harness) {
 	require.EqualValues(t, 1, b2.runs.Load())
 }
 
-func collect(t *testing.T, w *idemguard.Watcher) []idemguard.KeyEvent {
+func collect(t *testing.T, w *idemguard.Watcher) []idemguard.Event {
 	t.Helper()
-	var evs []idemguard.KeyEvent
+	var evs []idemguard.Event
 	for {
 		e, err := w.Next(ctxFor(t))
 		if errors.Is(err, io.EOF) {
@@ -224,22 +224,22 @@ func jobWatchReportsEveryTransition(t *testing.T, h *Harness) {
 	defer local.Close()
 	first, err := remote.Next(ctxFor(t))
 	require.NoError(t, err)
-	require.Equal(t, idemguard.KeyEventStarted, first.Kind)
+	require.Equal(t, idemguard.EventStarted, first.Kind)
 	require.Equal(t, 1, first.Attempt)
 	alive, err := remote.Next(ctxFor(t))
 	require.NoError(t, err)
-	require.Equal(t, idemguard.KeyEventAlive, alive.Kind, "a heartbeat (every 200ms) is reported")
+	require.Equal(t, idemguard.EventAlive, alive.Kind, "a heartbeat (every 200ms) is reported")
 	close(b.release)
 
 	for _, w := range []*idemguard.Watcher{remote, local} {
 		evs := collect(t, w)
 		require.NotEmpty(t, evs)
 		last := evs[len(evs)-1]
-		require.Equal(t, idemguard.KeyEventSucceeded, last.Kind)
+		require.Equal(t, idemguard.EventSucceeded, last.Kind)
 		require.NotNil(t, last.Info.Envelope)
 		require.True(t, last.Info.Envelope.OK)
 		for _, e := range evs[:len(evs)-1] {
-			require.Contains(t, []idemguard.KeyEventKind{idemguard.KeyEventStarted, idemguard.KeyEventAlive}, e.Kind)
+			require.Contains(t, []idemguard.EventKind{idemguard.EventStarted, idemguard.EventAlive}, e.Kind)
 		}
 		for i := 1; i < len(evs); i++ {
 			require.False(t, evs[i].At.Before(evs[i-1].At), "in order: %v then %v", evs[i-1].ID, evs[i].ID)
@@ -253,7 +253,7 @@ func jobWatchReportsEveryTransition(t *testing.T, h *Harness) {
 	evs := collect(t, resumed)
 	resumed.Close()
 	require.Len(t, evs, 1)
-	require.Equal(t, idemguard.KeyEventSucceeded, evs[0].Kind)
+	require.Equal(t, idemguard.EventSucceeded, evs[0].Kind)
 	done, err := other.Watch(ctxFor(t), hashKey(t, other, "acme", "jobs", res.KeyHash), evs[0].ID)
 	require.NoError(t, err)
 	require.Empty(t, collect(t, done))

@@ -27,7 +27,7 @@ func withMaxWaiters(n int) guardOpt     { return func(c *idemguard.Config) { c.M
 type recorder struct {
 	mu        sync.Mutex
 	start     *idemguard.StreamStart
-	events    []idemguard.StreamEvent
+	events    []idemguard.Chunk
 	failAfter int
 	wrote     chan struct{}
 }
@@ -43,7 +43,7 @@ func (r *recorder) Begin(s idemguard.StreamStart) {
 	r.start = &s
 }
 
-func (r *recorder) Write(e idemguard.StreamEvent) error {
+func (r *recorder) Write(e idemguard.Chunk) error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.start == nil {
@@ -89,7 +89,7 @@ type chunker struct {
 
 func (c *chunker) op() idemguard.StreamOperation {
 	return idemguard.StreamOperation{
-		Run: func(ctx context.Context, emit func(idemguard.StreamEvent)) (any, error) {
+		Run: func(ctx context.Context, emit func(idemguard.Chunk)) (any, error) {
 			c.runs.Add(1)
 			var text strings.Builder
 			for i := range c.n {
@@ -105,14 +105,14 @@ func (c *chunker) op() idemguard.StreamOperation {
 				}
 				d := fmt.Sprintf("tok%d ", i)
 				text.WriteString(d)
-				emit(idemguard.StreamEvent{Data: mustJSON(nil, map[string]string{"delta": d})})
+				emit(idemguard.Chunk{Data: mustJSON(nil, map[string]string{"delta": d})})
 				c.emitted.Add(1)
 			}
-			emit(idemguard.StreamEvent{Type: "done", Data: []byte(`{"finish":"stop"}`)})
+			emit(idemguard.Chunk{Type: "done", Data: []byte(`{"finish":"stop"}`)})
 			return sanitize.Envelope{OK: true, StopReason: sanitize.Completed, Data: map[string]any{"text": text.String()}}, nil
 		},
-		Replay: func(env sanitize.Envelope) []idemguard.StreamEvent {
-			return []idemguard.StreamEvent{{Data: mustJSON(nil, map[string]any{"delta": env.Data["text"]})},
+		Replay: func(env sanitize.Envelope) []idemguard.Chunk {
+			return []idemguard.Chunk{{Data: mustJSON(nil, map[string]any{"delta": env.Data["text"]})},
 				{Type: "done", Data: []byte(`{"finish":"stop"}`)}}
 		},
 	}
@@ -158,7 +158,7 @@ func storeCompleteKeepsTheEventSequenceExactly(t *testing.T, h *Harness) {
 	}
 }
 
-// Removing the streamSucceeded hook in claimLoop.succeeded makes the replays
+// Replaying a stream row as a plain call does (without streamCall.replay) makes the replays
 // arrive without Begin and without events: this case fails.
 func guardStreamRunsOnceAndReplaysTheSameEvents(t *testing.T, h *Harness) {
 	g, _ := newGuard(t, h)
@@ -214,7 +214,7 @@ func guardPlainCompletionStreamsAsItsEnvelope(t *testing.T, h *Harness) {
 	require.Zero(t, c.runs.Load())
 }
 
-// Storing events for a failed status (storedEvents without its status check)
+// Storing events for a failed status (streamCall.events without its status check)
 // or replaying a failed stream fails this case.
 func guardStreamFailureMidwayIsRetryable(t *testing.T, h *Harness) {
 	g, _ := newGuard(t, h)
@@ -274,7 +274,7 @@ func guardStreamCallerHangUpStillStores(t *testing.T, h *Harness) {
 
 // A duplicate that waits in the owner's process follows the running
 // stream: it gets the events as they come, before the operation ends.
-// Without the streamRunning hook it would only get the replay at the end,
+// Without streamCall.attach it would only get the replay at the end,
 // and the event it must see while the owner is blocked never comes.
 func guardStreamFollowerGetsEveryEventLive(t *testing.T, h *Harness) {
 	g, _ := newGuard(t, h)

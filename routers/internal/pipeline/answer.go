@@ -142,7 +142,7 @@ func (s *Stream) Begin(st idemguard.StreamStart) {
 }
 
 // Write sends one event; an error means the client is gone.
-func (s *Stream) Write(e idemguard.StreamEvent) error {
+func (s *Stream) Write(e idemguard.Chunk) error {
 	return s.SSE.Send(live.Event{Type: e.Type, Data: e.Data})
 }
 
