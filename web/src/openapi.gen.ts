@@ -351,7 +351,7 @@ export interface components {
              * Format: uri
              * @enum {string}
              */
-            type: "urn:idemguard:problem:unauthorized" | "urn:idemguard:problem:unknown-scope" | "urn:idemguard:problem:unknown-route" | "urn:idemguard:problem:key-not-found" | "urn:idemguard:problem:method-not-allowed" | "urn:idemguard:problem:missing-idempotency-key" | "urn:idemguard:problem:invalid-idempotency-key" | "urn:idemguard:problem:invalid-key-reference" | "urn:idemguard:problem:invalid-body" | "urn:idemguard:problem:invalid-query" | "urn:idemguard:problem:invalid-input" | "urn:idemguard:problem:body-too-large" | "urn:idemguard:problem:idempotency-key-reused" | "urn:idemguard:problem:in-progress" | "urn:idemguard:problem:operation-failed" | "urn:idemguard:problem:store-unavailable" | "urn:idemguard:problem:not-ready" | "urn:idemguard:problem:internal" | "urn:idemguard:problem:invalid-result" | "urn:idemguard:problem:key-finished" | "urn:idemguard:problem:too-many-waiters";
+            type: "urn:idemguard:problem:unauthorized" | "urn:idemguard:problem:unknown-scope" | "urn:idemguard:problem:unknown-route" | "urn:idemguard:problem:key-not-found" | "urn:idemguard:problem:method-not-allowed" | "urn:idemguard:problem:missing-idempotency-key" | "urn:idemguard:problem:invalid-idempotency-key" | "urn:idemguard:problem:invalid-key-reference" | "urn:idemguard:problem:invalid-body" | "urn:idemguard:problem:invalid-query" | "urn:idemguard:problem:invalid-input" | "urn:idemguard:problem:body-too-large" | "urn:idemguard:problem:idempotency-key-reused" | "urn:idemguard:problem:in-progress" | "urn:idemguard:problem:operation-failed" | "urn:idemguard:problem:store-unavailable" | "urn:idemguard:problem:not-ready" | "urn:idemguard:problem:internal" | "urn:idemguard:problem:invalid-result" | "urn:idemguard:problem:key-finished" | "urn:idemguard:problem:too-many-waiters" | "urn:idemguard:problem:too-many-failed-authentications";
             title: string;
             status: number;
             /** @description Never holds the client key, the body or credentials. */
@@ -549,9 +549,13 @@ export interface components {
     };
     responses: {
         /**
-         * @description No credentials, an API key that matches no tenant, or a JWT that
+         * @description No credentials, an API key that matches no tenant (the public demo
+         *     key, off the demo scopes, is answered the same way), or a JWT that
          *     fails verification or that the scope does not accept (type
-         *     `unauthorized`). The `detail` and `WWW-Authenticate` say which check
+         *     `unauthorized`). A client address that sent too many wrong
+         *     credentials within a window is answered 429
+         *     `too-many-failed-authentications` with Retry-After instead, before
+         *     its credential is checked. The `detail` and `WWW-Authenticate` say which check
          *     failed, so a browser can tell "get a new token" (expired) from a
          *     misconfiguration (wrong audience).
          */
