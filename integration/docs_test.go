@@ -76,7 +76,9 @@ func TestDocsCiteNothingOutsideTheRepository(t *testing.T) {
 }
 
 // repoFiles returns the files of the repository whose name keep accepts, as paths from the
-// integration directory, leaving out testdata, node_modules and hidden directories.
+// integration directory, leaving out testdata, node_modules, hidden directories and the build
+// outputs at the root (bin/ of make build, dist/ of goreleaser; both ignored by git, and
+// release-snapshot writes its release notes there).
 func repoFiles(t *testing.T, keep func(name string) bool) []string {
 	t.Helper()
 	var files []string
@@ -85,7 +87,8 @@ func repoFiles(t *testing.T, keep func(name string) bool) []string {
 			return err
 		}
 		name := d.Name()
-		if d.IsDir() && p != ".." && (name == "testdata" || name == "node_modules" || strings.HasPrefix(name, ".")) {
+		buildOutput := p == filepath.Join("..", "bin") || p == filepath.Join("..", "dist")
+		if d.IsDir() && p != ".." && (buildOutput || name == "testdata" || name == "node_modules" || strings.HasPrefix(name, ".")) {
 			return filepath.SkipDir
 		}
 		if !d.IsDir() && keep(name) {
