@@ -341,11 +341,13 @@ func (s *server) listen(ctx context.Context, handler http.Handler, names []strin
 	go func() { served <- srv.Serve(ln) }()
 
 	addr := ln.Addr().String()
-	log.Info("serve: listening", "addr", addr, "mode", string(cfg.Mode), "store", s.storeName(),
-		"scopes", names, "config", cfg.Source)
+	// The banner comes before the listening line, which is the signal that serve is ready:
+	// whoever waits for it (a test, a supervisor's log watch) finds the banner written.
 	if cfg.Mode == config.Development {
 		fmt.Fprint(s.env.stderr, devBanner(addr, cfg.DevelopmentWithoutDatabase()))
 	}
+	log.Info("serve: listening", "addr", addr, "mode", string(cfg.Mode), "store", s.storeName(),
+		"scopes", names, "config", cfg.Source)
 	return srv, served, true
 }
 
