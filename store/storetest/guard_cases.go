@@ -59,6 +59,24 @@ func waitStarted(t testing.TB, b *blocker) {
 	}
 }
 
+// doStarted runs g.Do(c, b.op) in its own goroutine and returns once the
+// operation has started; the channel gets its result. An error fails this
+// case only (t.Error, never a panic), and the result is still sent so the
+// case ends.
+func doStarted(t testing.TB, g *idemguard.Guard, c idemguard.Call, b *blocker) <-chan idemguard.Result {
+	t.Helper()
+	done := make(chan idemguard.Result, 1)
+	go func() {
+		res, err := g.Do(context.Background(), c, b.op)
+		if err != nil {
+			t.Error(err)
+		}
+		done <- res
+	}()
+	waitStarted(t, b)
+	return done
+}
+
 func pollUntil(t testing.TB, what string, cond func() bool) {
 	t.Helper()
 	deadline := time.Now().Add(20 * time.Second)
@@ -156,15 +174,7 @@ func guardOversizeDataIsDroppedAndReplayedTheSame(t *testing.T, h *Harness) {
 func guardDuplicateWhileRunningIsInProgressOrWaits(t *testing.T, h *Harness) {
 	g, _ := newGuard(t, h)
 	b := newBlocker()
-	firstDone := make(chan idemguard.Result, 1)
-	go func() {
-		res, err := g.Do(context.Background(), call("s", "slow"), b.op)
-		if err != nil {
-			t.Error(err) // fails this case only; the result is still sent so the case ends
-		}
-		firstDone <- res
-	}()
-	waitStarted(t, b)
+	firstDone := doStarted(t, g, call("s", "slow"), b)
 	dup, err := g.Do(ctxFor(t), call("s", "slow"), b.op)
 	require.NoError(t, err)
 	require.Equal(t, idemguard.StatusInProgress, dup.Status)

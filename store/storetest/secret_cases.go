@@ -257,15 +257,7 @@ func guardRunningUnderOneSecretIsInProgressUnderTheOther(t *testing.T, h *Harnes
 	oldG, _ := newGuard(t, h, oldSide())
 	newG, _ := newGuard(t, h, newSide())
 	b := newBlocker()
-	firstDone := make(chan idemguard.Result, 1)
-	go func() {
-		res, err := oldG.Do(context.Background(), keyCall("k", "slow"), b.op)
-		if err != nil {
-			t.Error(err) // fails this case only; the result is still sent so the case ends
-		}
-		firstDone <- res
-	}()
-	waitStarted(t, b)
+	firstDone := doStarted(t, oldG, keyCall("k", "slow"), b)
 	dup, err := newG.Do(ctxFor(t), keyCall("k", "slow"), b.op)
 	require.NoError(t, err)
 	require.Equal(t, idemguard.StatusInProgress, dup.Status)
@@ -405,15 +397,7 @@ func guardLaterClaimUnderAnotherSecretYieldsToARunningOne(t *testing.T, h *Harne
 			late, _ := newGuard(t, h, sides[order[1]], withStore(lateStore))
 			key := "k-" + order[0]
 			b := newBlocker()
-			firstDone := make(chan idemguard.Result, 1)
-			go func() {
-				res, err := early.Do(context.Background(), keyCall(key, "x"), b.op)
-				if err != nil {
-					t.Error(err) // fails this case only; the result is still sent so the case ends
-				}
-				firstDone <- res
-			}()
-			waitStarted(t, b)
+			firstDone := doStarted(t, early, keyCall(key, "x"), b)
 			dup, err := late.Do(ctxFor(t), keyCall(key, "x"), b.op)
 			require.NoError(t, err)
 			require.Equal(t, idemguard.StatusInProgress, dup.Status)
