@@ -89,7 +89,7 @@ func TestJWTAuth(t *testing.T) {
 	require.Len(t, b.store.Rows(), 1)
 
 	// Each failure is logged with its reason, never with the token.
-	failures := b.logs.lines(t, "http: authentication failed")
+	failures := b.logs.Lines(t, "http: authentication failed")
 	require.Len(t, failures, 2*len(bad))
 	reasons := ""
 	for _, l := range failures {

@@ -17,6 +17,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/idemguard/idemguard"
+	"github.com/idemguard/idemguard/internal/testlog"
 	"github.com/idemguard/idemguard/routers/auth"
 	"github.com/idemguard/idemguard/routers/auth/authtest"
 	"github.com/idemguard/idemguard/routers/internal/pipeline"
@@ -381,7 +382,7 @@ func TestMiddlewareActor(t *testing.T) {
 		return "svc:" + r.Header.Get("X-Service")
 	}}), handler)
 	r.POST("/default", Idempotent(middleware.Options{Guard: b.guard}), handler)
-	badLog := &syncBuffer{}
+	badLog := &testlog.Buffer{}
 	r.POST("/bad", Idempotent(middleware.Options{Guard: b.guard, Logger: slog.New(slog.NewJSONHandler(badLog, nil)),
 		Actor: func(*http.Request) string { return strings.Repeat("x", idemguard.MaxActorLen+1) }}), handler)
 

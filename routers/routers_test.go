@@ -559,7 +559,7 @@ func TestStoreDown(t *testing.T) {
 
 	// The cause of not-ready is in the log.
 	found := false
-	for _, l := range b.logs.lines(t, "http: not ready") {
+	for _, l := range b.logs.Lines(t, "http: not ready") {
 		found = found || strings.Contains(fmt.Sprint(l["err"]), "connection refused")
 	}
 	require.True(t, found)
@@ -616,13 +616,13 @@ func TestPanicRecovery(t *testing.T) {
 	require.Equal(t, http.StatusInternalServerError, w.Code)
 	require.Equal(t, "unknown", problemOf(t, w)["stopReason"])
 	require.NotContains(t, w.Body.String(), "PRIVATE")
-	lines := b.logs.lines(t, "http: handler panicked")
+	lines := b.logs.Lines(t, "http: handler panicked")
 	require.Len(t, lines, 1)
 	require.Equal(t, "string", lines[0]["panic_type"])
 	require.NotContains(t, b.logs.String(), "PRIVATE panic value")
 	// The request log still records the 500.
 	var statuses []float64
-	for _, l := range b.logs.lines(t, "http: request") {
+	for _, l := range b.logs.Lines(t, "http: request") {
 		statuses = append(statuses, l["status"].(float64))
 	}
 	require.Equal(t, []float64{500}, statuses)
@@ -695,7 +695,7 @@ func TestRequestLog(t *testing.T) {
 	for _, secret := range []string{"PRIVATE", acmeKey1, "Bearer"} {
 		require.NotContains(t, logs, secret)
 	}
-	lines := b.logs.lines(t, "http: request")
+	lines := b.logs.Lines(t, "http: request")
 	require.Len(t, lines, 5)
 
 	var hash string

@@ -2,7 +2,6 @@ package main
 
 import (
 	"bufio"
-	"bytes"
 	"context"
 	"encoding/json"
 	"io"
@@ -10,38 +9,20 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
 
 	"github.com/idemguard/idemguard/internal/testdb"
+	"github.com/idemguard/idemguard/internal/testlog"
 	"github.com/idemguard/idemguard/routers/auth"
 )
-
-// syncBuffer is a bytes.Buffer safe for a writer and a concurrent reader.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
 
 // served is an in-process `idemguard serve`.
 type served struct {
 	addr   string
-	stderr *syncBuffer
+	stderr *testlog.Buffer
 	stop   context.CancelFunc // stands in for SIGTERM
 	code   chan int
 	client *http.Client
@@ -74,7 +55,7 @@ func startServeArgs(t *testing.T, environ map[string]string, configYAML string, 
 	path := filepath.Join(t.TempDir(), "idemguard.yaml")
 	require.NoError(t, os.WriteFile(path, []byte(configYAML), 0o600))
 	ctx, cancel := context.WithCancel(context.Background())
-	s := &served{stderr: &syncBuffer{}, stop: cancel, code: make(chan int, 1),
+	s := &served{stderr: &testlog.Buffer{}, stop: cancel, code: make(chan int, 1),
 		client: &http.Client{Transport: &http.Transport{}, Timeout: 30 * time.Second}}
 	go func() {
 		s.code <- run(ctx, append([]string{"serve", "--config", path}, flags...), io.Discard, s.stderr, func(k string) string { return environ[k] })

@@ -1,7 +1,6 @@
 package cleanup_test
 
 import (
-	"bytes"
 	"context"
 	"log/slog"
 	"strings"
@@ -19,6 +18,7 @@ import (
 	"github.com/idemguard/idemguard/internal/mysqlconn"
 	"github.com/idemguard/idemguard/internal/mysqlstore"
 	"github.com/idemguard/idemguard/internal/testdb"
+	"github.com/idemguard/idemguard/internal/testlog"
 )
 
 func TestMain(m *testing.M) {
@@ -27,7 +27,7 @@ func TestMain(m *testing.M) {
 
 type testBundle struct {
 	db  *sqlx.DB
-	log *bytes.Buffer
+	log *testlog.Buffer
 	// logger writes JSON lines to log.
 	logger *slog.Logger
 }
@@ -38,20 +38,8 @@ func setup(t *testing.T, rows cleanuptest.Rows) *testBundle {
 	start := time.Now()
 	require.NoError(t, cleanuptest.Seed(t.Context(), d.DB, rows))
 	t.Logf("seeded %d rows in %s", rows.Total(), time.Since(start).Round(time.Millisecond))
-	var buf syncBuffer
-	return &testBundle{db: d.DB, log: &buf.Buffer, logger: slog.New(slog.NewJSONHandler(&buf, &slog.HandlerOptions{Level: slog.LevelDebug}))}
-}
-
-// syncBuffer is a bytes.Buffer safe for the logger's concurrent writes.
-type syncBuffer struct {
-	mu sync.Mutex
-	bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.Buffer.Write(p)
+	var buf testlog.Buffer
+	return &testBundle{db: d.DB, log: &buf, logger: slog.New(slog.NewJSONHandler(&buf, &slog.HandlerOptions{Level: slog.LevelDebug}))}
 }
 
 func count(t *testing.T, db *sqlx.DB) int64 {
