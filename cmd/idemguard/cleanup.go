@@ -3,8 +3,6 @@ package main
 import (
 	"context"
 	"encoding/json"
-	"errors"
-	"flag"
 	"fmt"
 	"strconv"
 	"strings"
@@ -13,7 +11,6 @@ import (
 	"github.com/idemguard/idemguard"
 	"github.com/idemguard/idemguard/internal/cleanup"
 	"github.com/idemguard/idemguard/internal/metrics"
-	"github.com/idemguard/idemguard/internal/mysqlconn"
 )
 
 const cleanupUsage = `usage: idemguard cleanup [flags]
@@ -49,8 +46,7 @@ type cleanupSummary struct {
 
 // runCleanup implements `idemguard cleanup`.
 func runCleanup(ctx context.Context, e env, args []string) int {
-	fs := flag.NewFlagSet("cleanup", flag.ContinueOnError)
-	fs.SetOutput(e.stderr)
+	fs := newFlagSet(e, "cleanup", cleanupUsage)
 	dsnFlag := fs.String("dsn", "", "MySQL DSN, user:password@tcp(host:3306)/dbname (default $"+EnvMySQLDSN+")")
 	batchSize := fs.Int("batch-size", cleanup.DefaultBatchSize, fmt.Sprintf("rows per DELETE, 1 to %d", cleanup.MaxBatchSize))
 	maxDuration := fs.Duration("max-duration", 0, "stop starting batches after this long; 0 for no limit (e.g. 30m)")
@@ -66,23 +62,14 @@ func runCleanup(ctx context.Context, e env, args []string) int {
 	dryRun := fs.Bool("dry-run", false, "count the rows a run would delete; delete nothing")
 	metricsFile := fs.String("metrics-file", "", "also write the run's figures to this file for node_exporter's "+
 		"textfile collector (e.g. /var/lib/node_exporter/textfile/idemguard_cleanup.prom); not with --dry-run")
-	fs.Usage = func() {
-		fmt.Fprint(fs.Output(), cleanupUsage)
-		fs.PrintDefaults()
-	}
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return exitOK
-		}
-		return exitUsage // the flag package has printed the problem and the usage
+	if code, ok := parseFlagsOnly(e, fs, args); !ok {
+		return code
 	}
 	usageErr := func(format string, a ...any) int {
 		fmt.Fprintf(e.stderr, "idemguard cleanup: "+format+"\n", a...)
 		return exitUsage
 	}
 	switch {
-	case fs.NArg() > 0:
-		return usageErr("unexpected argument %q; cleanup takes flags only", fs.Arg(0))
 	case *batchSize < 1 || *batchSize > cleanup.MaxBatchSize:
 		return usageErr("--batch-size must be between 1 and %d, got %d", cleanup.MaxBatchSize, *batchSize)
 	case *maxDuration < 0:
@@ -100,16 +87,9 @@ func runCleanup(ctx context.Context, e env, args []string) int {
 	case *metricsFile != "" && *dryRun:
 		return usageErr("--metrics-file records real runs only; drop it or --dry-run")
 	}
-	dsn, ok := resolveDSN(e, "cleanup", *dsnFlag)
-	if !ok {
-		return exitUsage
-	}
-
-	log := e.logger.With("dsn", mysqlconn.Redact(dsn))
-	db, err := mysqlconn.Open(ctx, dsn, mysqlconn.PoolConfig{MaxOpenConns: 2})
-	if err != nil {
-		log.ErrorContext(ctx, "cleanup: connect to database", "err", err)
-		return exitError
+	db, log, code := openDB(ctx, e, "cleanup", *dsnFlag, 2, exitError)
+	if db == nil {
+		return code
 	}
 	defer db.Close()
 

@@ -63,27 +63,14 @@ const (
 // in-flight requests run for shutdown_grace, cancel the operations still
 // running (the guard stores them as failed), close the database.
 func runServe(ctx context.Context, e env, args []string) int {
-	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
-	fs.SetOutput(e.stderr)
+	fs := newFlagSet(e, "serve", serveUsage)
 	configPath := fs.String("config", "", "YAML config file (default $"+config.EnvConfig+"; none: defaults and environment only)")
 	auditLog := fs.String("audit-log", "", "where the JSON-lines audit stream goes: off, stdout, stderr or a file path (appended, 0600); "+
 		"overrides audit.log and $"+config.EnvAuditLog+" (default off)")
 	auditTable := fs.Bool("audit-table", true, "write the audit trail to the idempotency_audit table when the store is MySQL; "+
 		"overrides audit.table and $"+config.EnvAuditTable)
-	fs.Usage = func() {
-		fmt.Fprint(fs.Output(), serveUsage)
-		fs.PrintDefaults()
-	}
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return exitOK
-		}
-		return exitUsage
-	}
-	if fs.NArg() > 0 {
-		fmt.Fprintf(e.stderr, "idemguard serve: unexpected argument %q\n", fs.Arg(0))
-		fs.Usage()
-		return exitUsage
+	if code, ok := parseFlagsOnly(e, fs, args); !ok {
+		return code
 	}
 
 	cfg, err := config.Load(*configPath, e.getenv)
