@@ -331,7 +331,8 @@ func (s *server) listen(ctx context.Context, handler http.Handler, names []strin
 	// The banner comes before the listening line, which is the signal that serve is ready:
 	// whoever waits for it (a test, a supervisor's log watch) finds the banner written.
 	if cfg.Mode == config.Development {
-		fmt.Fprint(s.env.stderr, devBanner(addr, cfg.DevelopmentWithoutDatabase()))
+		_, refused := demoKeyRefusal(cfg)
+		fmt.Fprint(s.env.stderr, devBanner(addr, cfg.DevelopmentWithoutDatabase(), refused))
 	}
 	log.Info("serve: listening", "addr", addr, "mode", string(cfg.Mode), "store", s.storeName(),
 		"scopes", names, "config", cfg.Source)
@@ -464,12 +465,18 @@ func (s *server) ready(guard *idemguard.Guard) func(ctx context.Context) error {
 }
 
 // devBanner is what development mode prints on stderr after it starts
-// listening: the demo key and the quick start, ready to paste.
-func devBanner(addr string, inMemory bool) string {
+// listening: the demo key and the quick start, ready to paste; or, when the
+// demo key is refused (refused says why), only that, so the banner never
+// advertises a key that does not work.
+func devBanner(addr string, inMemory bool, refused string) string {
 	var b strings.Builder
 	b.WriteString("\nidemguard is running in development mode")
 	if inMemory {
 		b.WriteString(" (in-memory store: nothing is kept across restarts)")
+	}
+	if refused != "" {
+		b.WriteString(".\nThe public demo key is not accepted: " + refused + ".\n")
+		return b.String()
 	}
 	fmt.Fprintf(&b, ".\nDemo tenant %q, API key: %s (accepted only in development mode).\n", config.DemoTenant, config.DemoAPIKey)
 	fmt.Fprintf(&b, "The %q scope simulates a slow model call. Try it:\n\n", config.DemoScope)
@@ -510,14 +517,27 @@ func (s *server) authenticator() (*auth.Authenticator, error) {
 	if err != nil || cfg.Mode != config.Development {
 		return a, err
 	}
-	scopes := cfg.DemoScopes()
+	scopes, refused := demoKeyRefusal(cfg)
 	switch {
 	case len(cfg.APIKeys[config.DemoTenant]) > 0:
 		s.log.Warn("serve: tenant " + string(config.DemoTenant) + " is configured with its own API keys: " +
 			"the public demo key is not added to it")
 		return a, nil
-	case len(scopes) == 0:
-		return a, nil // no demo scope: the demo key would open nothing
+	case refused != "":
+		return a, nil
 	}
 	return a.WithScopedKey(config.DemoTenant, "demo", auth.HashAPIKey(config.DemoAPIKey), scopes)
+}
+
+// demoKeyRefusal returns the scopes the public demo key opens in development
+// mode, or why it opens none: the authenticator and the banner decide by it.
+func demoKeyRefusal(cfg *config.Config) (scopes []string, refused string) {
+	scopes = cfg.DemoScopes()
+	switch {
+	case len(cfg.APIKeys[config.DemoTenant]) > 0:
+		return nil, "tenant " + string(config.DemoTenant) + " is configured with its own API keys"
+	case len(scopes) == 0:
+		return nil, "no demo scope is configured"
+	}
+	return scopes, ""
 }
