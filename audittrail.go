@@ -3,6 +3,7 @@ package idemguard
 import (
 	"cmp"
 	"context"
+	"errors"
 	"log/slog"
 	"sync"
 	"time"
@@ -188,8 +189,11 @@ func (g *Guard) writeAudit() {
 	}
 }
 
-// appendAudit writes one batch, trying twice; a batch the store refuses is
-// dropped and counted.
+// appendAudit writes one batch. A batch the store provably never got
+// (store.ErrNotSent) is tried once more; any other failure may have been
+// written, and the store keeps replays, in-progress answers and conflicts
+// as counts that cannot tell a repeat (store.Store.AppendAudit), so the
+// batch is dropped and counted rather than perhaps counted twice.
 func (g *Guard) appendAudit(batch []store.AuditEvent) {
 	var err error
 	for try := range 2 {
@@ -199,9 +203,12 @@ func (g *Guard) appendAudit(batch []store.AuditEvent) {
 		ctx, cancel := g.storeCtx(context.Background())
 		err = g.store.AppendAudit(ctx, batch)
 		cancel()
-		if err == nil {
-			return
+		if err == nil || !errors.Is(err, store.ErrNotSent) {
+			break
 		}
+	}
+	if err == nil {
+		return
 	}
 	g.log.Warn("guard: audit events not written", slog.Int("events", len(batch)), slog.Any("err", err))
 	for _, e := range batch {
