@@ -367,8 +367,9 @@ const historyColumns = `event_id, kind, at, tenant, scope, key_hash, attempt, ac
 // three places they live: idempotency_audit (the durable events, through
 // idx_idempotency_audit_key_at), idempotency_audit_tally (the tallies,
 // through its unique key) and idempotency_keys (the claimed event a row
-// carries, through its unique key). Portable SQL: UNION ALL, no window
-// functions.
+// carries, through its unique key, unless the trail has that event id
+// already: cleanup moves an event a moment before it deletes the row).
+// Portable SQL: UNION ALL, no window functions.
 const historySQL = `SELECT ` + historyColumns + ` FROM (
   SELECT ` + auditColumns + `, 0 AS n, CAST(NULL AS DATETIME(6)) AS last_at
   FROM idempotency_audit WHERE tenant = ? AND scope = ? AND key_hash IN (?)
@@ -377,7 +378,8 @@ const historySQL = `SELECT ` + historyColumns + ` FROM (
   FROM idempotency_audit_tally WHERE tenant = ? AND scope = ? AND key_hash IN (?)
   UNION ALL
   SELECT claim_event_id, 'claimed', created_at, tenant, scope, key_hash, 1, COALESCE(claimed_by, ''), NULL, NULL, NULL, 0, NULL
-  FROM idempotency_keys WHERE tenant = ? AND scope = ? AND key_hash IN (?) AND claim_event_id IS NOT NULL
+  FROM idempotency_keys k WHERE tenant = ? AND scope = ? AND key_hash IN (?) AND claim_event_id IS NOT NULL
+    AND NOT EXISTS (SELECT 1 FROM idempotency_audit a WHERE a.event_id = k.claim_event_id)
 ) AS trail
 ORDER BY at, event_id LIMIT ?`
 

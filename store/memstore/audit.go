@@ -110,7 +110,7 @@ func (s *Store) History(ctx context.Context, tenant, scope string, keyHashes []s
 	}
 	for _, h := range keyHashes {
 		if r, ok := s.rows[memKey{tenant, scope, h}]; ok {
-			if e, ok := s.claims[r.ID]; ok {
+			if e, ok := s.claims[r.ID]; ok && !s.auditIDs[e.ID] {
 				out = append(out, *claimEvent(r, e))
 			}
 		}

@@ -78,6 +78,11 @@ func auditClaimWritesItsEventOnlyWhenItWins(t *testing.T, h *Harness) {
 	require.ErrorIs(t, err, store.ErrDuplicate)
 	require.Equal(t, []store.AuditEvent{carried(rec, won)}, history(t, h, kh), "a duplicate claim writes no event")
 
+	// The trail holding the claim's event id already (cleanup moves it a
+	// moment before it deletes the row): History shows the event once.
+	require.NoError(t, h.Store.AppendAudit(ctxFor(t), []store.AuditEvent{won}))
+	require.Equal(t, storedAll(won), history(t, h, kh), "one claim, not two")
+
 	// A claim without an event writes none.
 	other := hash("audit-claim-plain")
 	claimOne(t, h, "acme", "s", other)
