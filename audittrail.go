@@ -13,10 +13,11 @@ import (
 
 // The audit trail, as the engine writes it (audit.go has its shape).
 // A durable event is made before the store write whose change it records,
-// travels with that write (the write's Audit param: one transaction in the
-// store), and reaches Config.Observe (EventAudit) once the write is known to
-// have landed. A read-only decision (replay, in progress, conflict) is observed
-// at once and queued for the store's batch writer.
+// travels with that write (the write's Audit param: the claim's row itself,
+// or one transaction in the store), and reaches Config.Observe (EventAudit)
+// once the write is known to have landed. A read-only decision (replay, in
+// progress, conflict) is observed at once and queued for the store's batch
+// writer, which the store counts per key and actor.
 
 // Defaults of AuditConfig.
 const (

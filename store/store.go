@@ -280,7 +280,8 @@ type ReleaseParams struct {
 // Implementations are safe for concurrent use, by many goroutines and (for
 // shared stores) many processes; every method is a single atomic statement
 // (or, when its params carry an Audit event, one transaction that writes
-// the row change and the event together, or neither), and the bool results
+// the row change and the event together, or neither; a claim's event is
+// stored on the row it inserts, see ClaimParams.Audit), and the bool results
 // report whether exactly one row was changed by a guarded update. Every
 // guarded update changes at least one column of the row it matches (a new
 // nonce, a new status or a new microsecond timestamp), so "rows changed",
@@ -420,7 +421,7 @@ type AuditKind string
 
 // The decisions the audit trail records. The first seven change the row and
 // are durable with that change (see AuditConfig.Store); the last three only
-// read it and are written in batches.
+// read it, are written in batches and stored as tallies (Tallied).
 const (
 	AuditClaimed        AuditKind = "claimed"         // a key absent until now was claimed (attempt 1)
 	AuditExpiredReclaim AuditKind = "expired_reclaim" // an expired row was claimed afresh (attempt 1)

@@ -1,11 +1,15 @@
 // Package mysqlstore is the store.Store on MySQL 8.x / MariaDB 10.11+ (and
 // TiDB), through sqlx. Every method is one autocommit statement, except a
-// write whose params carry an audit event (store.AuditEvent): Claim,
-// Reclaim, Abandon, Release and RequestCancel then run the same statement and
-// the event's INSERT into idempotency_audit in one transaction, committed
-// only when the statement won, so the row change and its event are stored
-// both or neither (audit.go). Without an event nothing changes: one
-// statement, no transaction, no extra round trip. Ownership is decided only
+// write whose params carry an audit event (store.AuditEvent): Reclaim,
+// Abandon, Release and RequestCancel then run the same statement and the
+// event's INSERT into idempotency_audit in one transaction, committed only
+// when the statement won, so the row change and its event are stored both
+// or neither (audit.go); an expired re-claim and the release of a fresh
+// claim also move, first, the claimed event the row carries. Claim stays
+// one INSERT with or without an event: the row carries its claimed event
+// (claim_event_id, claimed_by). Without an event nothing changes: one
+// statement, no transaction, no extra round trip. Replays, in-progress
+// answers and conflicts are counted in idempotency_audit_tally. Ownership is decided only
 // by the INSERT's unique key and by nonce-guarded UPDATEs whose affected-row
 // count is checked. Every time in idempotency_keys is the database's clock
 // (UTC_TIMESTAMP(6)), never the application server's; an audit event's time
