@@ -322,3 +322,62 @@ func TestConcurrentOverlappingAppendsStoreEachEventOnce(t *testing.T) {
 	require.Equal(t, 300, n)
 	require.Equal(t, 300, distinct)
 }
+
+// Writers adding to the same tallies at once (several replicas' batch writers during one retry
+// storm) lose no count and add no row: each tally is one row holding every event, its first and
+// last time the earliest and latest of all writers'. A batch that deadlocks is rolled back whole
+// and run again (appendTallies); a count read and written back by each writer would lose some.
+func TestConcurrentTalliesCountEveryEvent(t *testing.T) {
+	t.Parallel()
+	d := testdb.New(t)
+	s := mysqlstore.New(d.DB)
+	base := time.Date(2026, 8, 1, 0, 0, 0, 0, time.UTC)
+	const writers, batches, perBatch = 6, 20, 50
+	errs := make(chan error, writers)
+	for w := range writers {
+		go func() {
+			for b := range batches {
+				events := make([]store.AuditEvent, perBatch)
+				for i := range events {
+					n := (w*batches+b)*perBatch + i
+					events[i] = store.AuditEvent{ID: fmt.Sprintf("%032x", n), Kind: store.AuditReplay,
+						At: base.Add(time.Duration(n) * time.Millisecond), Tenant: "acme", Scope: "s",
+						KeyHash: strings.Repeat(string(rune('a'+i%3)), 64), Attempt: 1, Actor: fmt.Sprintf("key:%d", (i+w)%2)}
+				}
+				if err := s.AppendAudit(t.Context(), events); err != nil {
+					errs <- err
+					return
+				}
+			}
+			errs <- nil
+		}()
+	}
+	for range writers {
+		require.NoError(t, <-errs)
+	}
+	var rows []struct {
+		N     int64     `db:"n"`
+		First time.Time `db:"first_at"`
+		Last  time.Time `db:"last_at"`
+		ID    string    `db:"event_id"`
+	}
+	require.NoError(t, d.DB.SelectContext(t.Context(), &rows, `SELECT n, first_at, last_at, event_id FROM idempotency_audit_tally`))
+	require.Len(t, rows, 3*2, "one tally per key and actor")
+	var total int64
+	first, last := rows[0].First, rows[0].Last
+	for _, r := range rows {
+		total += r.N
+		if r.First.Before(first) {
+			first = r.First
+		}
+		if r.Last.After(last) {
+			last = r.Last
+		}
+	}
+	require.EqualValues(t, writers*batches*perBatch, total)
+	require.True(t, first.Equal(base), "the earliest event is some tally's first: %s", first)
+	require.True(t, last.Equal(base.Add((writers*batches*perBatch-1)*time.Millisecond)), "the latest is some tally's last: %s", last)
+	var none int
+	require.NoError(t, d.DB.GetContext(t.Context(), &none, `SELECT COUNT(*) FROM idempotency_audit`))
+	require.Zero(t, none, "no replay is a row of its own")
+}
