@@ -247,15 +247,42 @@ const moveClaimSQL = `INSERT INTO idempotency_audit (` + auditColumns + `)
 SELECT claim_event_id, 'claimed', created_at, tenant, scope, key_hash, 1, COALESCE(claimed_by, ''), NULL, NULL, NULL
 FROM idempotency_keys WHERE id = ? AND claim_nonce = ? AND claim_event_id IS NOT NULL`
 
-// moveClaim runs moveClaimSQL on ex (a transaction). An event id stored
-// already (cleanup moved it a moment ago, see purge.go) is no error: the
-// failed INSERT is rolled back alone, and the trail has the event.
-func moveClaim(ctx context.Context, ex execer, id uint64, nonce string) error {
-	_, err := ex.ExecContext(ctx, moveClaimSQL, id, nonce)
-	if err := interpretError(err); err != nil && !errors.Is(err, store.ErrDuplicate) {
-		return err
+// lockClaimSQL locks row id while it is still owned by the nonce, before
+// its claimed event is read and the row overwritten.
+const lockClaimSQL = `SELECT id FROM idempotency_keys WHERE id = ? AND claim_nonce = ? FOR UPDATE`
+
+// rowQueryer reads one row: the transaction moveClaim runs in.
+type rowQueryer interface {
+	execer
+	QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row
+}
+
+// moveClaim moves the claimed event row id carries into the trail, in the
+// transaction tx, and reports whether the row is still owned by the nonce
+// (false: another writer got there first, and nothing was written).
+//
+// It locks the row first (lockClaimSQL), exclusively: moveClaimSQL alone
+// would take a shared lock, and two writers racing for the row (a storm
+// on an expired key) would each hold one while waiting for the other's to
+// go, a deadlock: an unknown outcome the engine pays a re-read for. A
+// writer that waited finds the nonce changed and stops there.
+//
+// An event id stored already (cleanup moved it a moment ago, see
+// purge.go) is no error: the failed INSERT is rolled back alone, and the
+// trail has the event.
+func moveClaim(ctx context.Context, tx rowQueryer, id uint64, nonce string) (bool, error) {
+	var locked uint64
+	if err := interpretError(tx.QueryRowContext(ctx, lockClaimSQL, id, nonce).Scan(&locked)); err != nil {
+		if errors.Is(err, store.ErrNotFound) {
+			return false, nil
+		}
+		return false, err
 	}
-	return nil
+	_, err := tx.ExecContext(ctx, moveClaimSQL, id, nonce)
+	if err := interpretError(err); err != nil && !errors.Is(err, store.ErrDuplicate) {
+		return false, err
+	}
+	return true, nil
 }
 
 // tallyColumns are idempotency_audit_tally's columns as appendTallies

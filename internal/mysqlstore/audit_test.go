@@ -381,3 +381,48 @@ func TestConcurrentTalliesCountEveryEvent(t *testing.T) {
 	require.NoError(t, d.DB.GetContext(t.Context(), &none, `SELECT COUNT(*) FROM idempotency_audit`))
 	require.Zero(t, none, "no replay is a row of its own")
 }
+
+// Callers racing to re-claim one expired key whose row carries its claim's event (a storm on an
+// expired key, the trail on) get one winner and no error: each locks the row before it reads
+// the event to move, so none holds a shared lock that another's UPDATE waits for while it waits
+// for theirs (a deadlock, an unknown outcome the engine would pay a re-read for). The winner
+// moved the old claim's event once.
+func TestExpiredReclaimRaceMovesTheClaimOnceWithoutDeadlocks(t *testing.T) {
+	t.Parallel()
+	d := testdb.New(t)
+	s := mysqlstore.New(d.DB)
+	kh := strings.Repeat("e", 64)
+	id, n := claimRow(t, s, kh)
+	complete(t, s, id, n, store.RowSucceeded)
+	age(t, d.DB, kh, 2*time.Hour)
+	const racers = 12
+	type outcome struct {
+		won bool
+		err error
+	}
+	out := make(chan outcome, racers)
+	start := make(chan struct{})
+	for range racers {
+		go func() {
+			<-start
+			won, err := s.Reclaim(t.Context(), store.ReclaimParams{Kind: store.ReclaimExpired, ID: id, OldNonce: n,
+				OldAttempts: 1, NewNonce: newID(), Fingerprint: strings.Repeat("e", 64), TTL: time.Hour,
+				StaleAfter: time.Minute, Audit: &store.AuditEvent{ID: newID(), Kind: store.AuditExpiredReclaim,
+					At: time.Now(), Tenant: "acme", Scope: "s", KeyHash: kh, Attempt: 1}})
+			out <- outcome{won, err}
+		}()
+	}
+	close(start)
+	wins := 0
+	for range racers {
+		o := <-out
+		require.NoError(t, o.err)
+		if o.won {
+			wins++
+		}
+	}
+	require.Equal(t, 1, wins)
+	ids := auditIDs(t, d.DB)
+	require.Len(t, ids, 2, "the old claim and the one re-claim")
+	require.Contains(t, ids, claimID(kh))
+}

@@ -444,14 +444,13 @@ func (s *Store) audited(ctx context.Context, e *store.AuditEvent, query string, 
 // moving is audited for a statement that overwrites or deletes row id
 // (owned by nonce) with the claim it carries: in the transaction, the
 // claimed event moves from the row to the trail before the statement runs
-// (moveClaimSQL). When the statement loses, the move is rolled back with
-// it.
+// (moveClaim). When the statement loses, the move is rolled back with it.
 func (s *Store) moving(ctx context.Context, e *store.AuditEvent, id uint64, nonce, query string, args ...any) (bool, error) {
 	if e == nil {
 		return s.guarded(ctx, query, args...)
 	}
 	return s.write(ctx, e, func(ex execer) (bool, error) {
-		if err := moveClaim(ctx, ex, id, nonce); err != nil {
+		if ours, err := moveClaim(ctx, ex.(rowQueryer), id, nonce); !ours || err != nil {
 			return false, err
 		}
 		return changedOne(ex.ExecContext(ctx, query, args...))
