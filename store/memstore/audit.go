@@ -67,11 +67,15 @@ func (s *Store) tally(e store.AuditEvent) {
 }
 
 // moveClaim moves the claimed event r carries (if any) to the trail, as r
-// is about to be overwritten or deleted; the caller holds s.mu.
-func (s *Store) moveClaim(r *store.Record) {
+// is about to be overwritten or deleted by an audited write (audited); an
+// unaudited write drops it, as the MySQL store's single statement does.
+// The caller holds s.mu.
+func (s *Store) moveClaim(r *store.Record, audited bool) {
 	if e, ok := s.claims[r.ID]; ok {
 		delete(s.claims, r.ID)
-		s.appendAudit(claimEvent(r, e))
+		if audited {
+			s.appendAudit(claimEvent(r, e))
+		}
 	}
 }
 

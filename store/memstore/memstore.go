@@ -163,7 +163,7 @@ func (s *Store) Reclaim(ctx context.Context, p store.ReclaimParams) (bool, error
 		if !rec.Reclaimable(p.StaleAfter) {
 			return false, nil
 		}
-		s.moveClaim(r)
+		s.moveClaim(r, p.Audit != nil)
 		*r = store.Record{ID: r.ID, Tenant: r.Tenant, Scope: r.Scope, KeyHash: r.KeyHash,
 			Fingerprint: p.Fingerprint, Status: store.RowStarted, Attempts: 1,
 			CreatedAt: now, StartedAt: now, HeartbeatAt: now, ExpiresAt: now.Add(p.TTL), Lease: p.Lease,
@@ -255,7 +255,7 @@ func (s *Store) Release(ctx context.Context, p store.ReleaseParams) (bool, error
 		return false, nil
 	}
 	if p.Prev == nil {
-		s.moveClaim(r)
+		s.moveClaim(r, p.Audit != nil)
 		delete(s.rows, memKey{r.Tenant, r.Scope, r.KeyHash})
 		delete(s.ids, r.ID)
 		s.appendAudit(p.Audit)

@@ -136,6 +136,15 @@ func auditClaimOutlivesItsRow(t *testing.T, h *Harness) {
 	require.True(t, won)
 	require.Equal(t, []store.AuditEvent{carried(rec, e), stored(again)}, history(t, h, kh),
 		"the old claim is in the trail once, the new row carries none")
+
+	// A write without an event (a replica with the trail off) writes none, and the claim
+	// goes with its row: one statement, as without the trail.
+	kh = hash("audit-claim-unaudited")
+	_, id, n = claim(kh, "key:d")
+	won, err = h.Store.Release(ctxFor(t), store.ReleaseParams{ID: id, Nonce: n})
+	require.NoError(t, err)
+	require.True(t, won)
+	require.Empty(t, history(t, h, kh))
 }
 
 func ptr[T any](v T) *T { return &v }
