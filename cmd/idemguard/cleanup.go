@@ -17,8 +17,8 @@ const cleanupUsage = `usage: idemguard cleanup [flags]
 
 Deletes idempotency keys whose expires_at has passed (database clock), in batches, never a
 started key whose owner is still heartbeating; then the idempotency_stats buckets older than
---stats-retention and the idempotency_audit events older than --audit-retention. Meant for a
-daily cron at 03:00:
+--stats-retention and the audit events (idempotency_audit) and counts (idempotency_audit_tally)
+older than --audit-retention. Meant for a daily cron at 03:00:
 
   0 3 * * * idemguard cleanup --max-duration 30m >> /var/log/idemguard-cleanup.log 2>&1
 
@@ -37,7 +37,7 @@ type cleanupSummary struct {
 	Batches int   `json:"batches"`
 	// StatsDeleted counts the idempotency_stats buckets pruned.
 	StatsDeleted int64 `json:"stats_deleted"`
-	// AuditDeleted counts the idempotency_audit events pruned.
+	// AuditDeleted counts the idempotency_audit events and idempotency_audit_tally counts pruned.
 	AuditDeleted int64  `json:"audit_deleted"`
 	DurationMS   int64  `json:"duration_ms"`
 	DryRun       bool   `json:"dry_run"`
@@ -57,7 +57,7 @@ func runCleanup(ctx context.Context, e env, args []string) int {
 	fs.Var(&statsRetention, "stats-retention", "delete idempotency_stats buckets older than this, at least 24h; "+
 		"days allowed (e.g. 90d, 36h); 0 keeps every bucket")
 	auditRetention := retention(cleanup.DefaultAuditRetention)
-	fs.Var(&auditRetention, "audit-retention", "delete idempotency_audit events older than this, at least 24h; "+
+	fs.Var(&auditRetention, "audit-retention", "delete audit events (and counts whose last event is) older than this, at least 24h; "+
 		"days allowed (e.g. 90d, 36h); 0 keeps every event")
 	dryRun := fs.Bool("dry-run", false, "count the rows a run would delete; delete nothing")
 	metricsFile := fs.String("metrics-file", "", "also write the run's figures to this file for node_exporter's "+

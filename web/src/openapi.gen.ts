@@ -184,9 +184,13 @@ export interface paths {
          * @description Every idempotency decision recorded for this key, oldest first (at
          *     most 1000): its claims (`claimed`, `expired_reclaim`, `takeover`,
          *     `retried`), `abandoned`, `released`, `canceled`, and the duplicates
-         *     it answered (`replay`, numbered; `in_progress`; `conflict`). A
-         *     client key is looked up under every configured secret, so events
-         *     from before a secret rotation are found too. An event never holds
+         *     it answered (`replay`, `in_progress`, `conflict`). The duplicates
+         *     are counted, not listed one by one: one entry per kind, attempt,
+         *     actor (and, for `in_progress`, detail), with `count`, the first time
+         *     (`at`) and the last (`lastAt`), in the order of their first times; a
+         *     `replay` entry carries the number of its first replay among the
+         *     key's replays. A client key is looked up under every configured
+         *     secret, so events from before a secret rotation are found too. An event never holds
          *     the key, the inputs, the answer or a credential: the key appears as
          *     the first 16 hex digits of its hash (`keyPrefix`), the caller as
          *     `actor`: `key:<name>` for an API key (its configured name, never the
@@ -194,8 +198,8 @@ export interface paths {
          *     service's secret: the subject may name a person, the trail keeps a
          *     pseudonym; `jwt` when the token has no subject).
          *
-         *     The events come from the audit table (written when the store is
-         *     MySQL): the record of truth. Only the caller's own tenant's events
+         *     The events come from the audit tables and the key's row (written
+         *     when the store is MySQL): the record of truth. Only the caller's own tenant's events
          *     are visible: a key without events, and another tenant's key, are the
          *     same 404 (never 403).
          */
@@ -511,13 +515,13 @@ export interface components {
          *     stream (`serve --audit-log`) writes it, one JSON object per line.
          */
         AuditEvent: {
-            /** @description Unique; ordered by creation time. The same event has the same id in the table and in the stream. */
+            /** @description Unique; ordered by creation time. The same event has the same id in the table and in the stream; a counted entry has its first event's id. */
             id: string;
             /** @enum {string} */
             kind: "claimed" | "expired_reclaim" | "takeover" | "retried" | "abandoned" | "released" | "canceled" | "replay" | "in_progress" | "conflict";
             /**
              * Format: date-time
-             * @description When it was decided (the database clock, where a read preceded the decision).
+             * @description When it was decided (the database clock, where a read preceded the decision; for `claimed` in a history, the row's creation). On a counted entry: the first time.
              */
             at: string;
             tenant: string;
@@ -539,8 +543,15 @@ export interface components {
              * @enum {string}
              */
             detail?: "answered" | "waited" | "attached";
-            /** @description On a replay: its number among the key's replays. */
+            /** @description On a replay entry of a history: the number of its first replay among the key's replays. */
             replay?: number;
+            /** @description On a `replay`, `in_progress` or `conflict` entry of a history: how many such events the actor caused. Absent in the stream, where each event is one line. */
+            count?: number;
+            /**
+             * Format: date-time
+             * @description On a counted entry of a history: the time of its last event.
+             */
+            lastAt?: string;
         };
         Status: {
             /** @constant */
