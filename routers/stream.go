@@ -102,9 +102,9 @@ func (h *handlers) runStream(c *gin.Context, tenant tenancy.ID, scope *Scope, re
 	p, failed := pipeline.StreamFailure(res, err)
 	if !failed {
 		c.Set(stopReasonKey, string(res.StopReason))
-		_ = out.SSE.Send(doneEvent)
+		_ = out.SSE.End(doneEvent) // flushed with the response's end
 		return
 	}
 	c.Set(stopReasonKey, string(p.StopReason))
-	_ = out.SSE.Send(pipeline.ErrorEvent(p))
+	_ = out.SSE.End(pipeline.ErrorEvent(p))
 }
