@@ -34,10 +34,9 @@ import (
 // against the HTTP floor (httpfloor.go) in a process of its own, with the
 // same pool size. Cases, at each concurrency:
 //
-//   - fresh: floor-fresh (INSERT, upstream call, UPDATE), floor-fresh-audit
-//     (the same SQL as serve's with the audit trail on: the claim INSERT and
-//     its event in one transaction) and serve-fresh, measured against the
-//     latter;
+//   - fresh: floor-fresh (INSERT, upstream call, UPDATE: the same SQL as
+//     serve's, audit trail on or off, since a claim's event rides on its row)
+//     vs serve-fresh;
 //   - replay: floor-replay (one SELECT) vs serve-replay-store (replay cache
 //     off) and serve-x3-replay-store (three serve processes, cache off,
 //     requests spread round-robin); floor-bare (the bare net/http floor: a
@@ -95,8 +94,7 @@ func runHTTP(ctx context.Context, e *env) (rows []row, err error) {
 		}}
 	}
 	floorFresh := fresh("floor-fresh", "", 0, "/v1/ops/"+httpScope, h.floor)
-	floorFreshAudit := fresh("floor-fresh-audit", "", 0, "/floor/fresh-audit/"+httpScope, h.floor)
-	serveFresh := fresh("serve-fresh", floorFreshAudit.name, httpFreshTarget, "/v1/ops/"+httpScope, store)
+	serveFresh := fresh("serve-fresh", floorFresh.name, httpFreshTarget, "/v1/ops/"+httpScope, store)
 
 	replay := func(name, baseline string, target float64, path string, ps ...*proc) benchCase {
 		var seq atomic.Int64
@@ -119,7 +117,7 @@ func runHTTP(ctx context.Context, e *env) (rows []row, err error) {
 	}
 	for _, c := range e.opts.concurrency {
 		if groups["fresh"] {
-			r, err := e.compare(ctx, "http", c, floorFresh, floorFreshAudit, serveFresh)
+			r, err := e.compare(ctx, "http", c, floorFresh, serveFresh)
 			if err != nil {
 				return nil, err
 			}

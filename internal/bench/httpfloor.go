@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"crypto/sha256"
-	"database/sql"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
@@ -39,11 +38,10 @@ import (
 // a separate process (the bench binary re-executed with envFloor set), so
 // its CPU is measured like serve's.
 //
-// Routes: POST /v1/ops/:scope (fresh path; a 1062 answers from a SELECT),
-// POST /floor/fresh-audit/:scope (the same with the claim's audit event
-// written as serve writes it with the audit trail on: BEGIN, the claim
-// INSERT, the event's INSERT, COMMIT), POST /floor/replay/:scope (the
-// SELECT alone), and bareFloorPath: the bare net/http floor, a fixed body
+// Routes: POST /v1/ops/:scope (fresh path; a 1062 answers from a SELECT;
+// the same SQL as serve's with the audit trail on, whose claim event rides
+// on the row), POST /floor/replay/:scope (the SELECT alone), and
+// bareFloorPath: the bare net/http floor, a fixed body
 // answered before the router, authentication and any SQL.
 
 // Environment of the floor process.
@@ -123,7 +121,6 @@ func (f *floor) handler(auth *auth.Authenticator) http.Handler {
 	}
 	api := r.Group("/", authenticate)
 	api.POST("/v1/ops/:scope", f.fresh)
-	api.POST("/floor/fresh-audit/:scope", f.fresh)
 	api.POST("/floor/replay/:scope", f.replay)
 	api.POST("/floor/stream/:scope", f.relayStream) // stream.go
 	return r
@@ -147,7 +144,7 @@ func (f *floor) fresh(c *gin.Context) {
 	fp := sha256.Sum256(body)
 	nonce := randomHex(16)
 	ttl := benchTTL.Microseconds()
-	res, err := f.claim(ctx, strings.HasPrefix(c.FullPath(), "/floor/fresh-audit/"), tenant, scope, keyHash, hex.EncodeToString(fp[:]), nonce, ttl)
+	res, err := f.db.ExecContext(ctx, rawClaimSQL, tenant, scope, keyHash, hex.EncodeToString(fp[:]), nonce, ttl)
 	if me := (*mysql.MySQLError)(nil); errors.As(err, &me) && me.Number == 1062 {
 		f.answerStored(c, tenant, scope, keyHash)
 		return
@@ -172,34 +169,6 @@ func (f *floor) fresh(c *gin.Context) {
 	}
 	c.Data(http.StatusOK, "application/json", envelope)
 }
-
-// claim is the claim INSERT; audited, it is the transaction serve runs
-// with the audit trail on: the INSERT and the claim's event, committed
-// together.
-func (f *floor) claim(ctx context.Context, audited bool, tenant, scope, keyHash, fp, nonce string, ttl int64) (sql.Result, error) {
-	if !audited {
-		return f.db.ExecContext(ctx, rawClaimSQL, tenant, scope, keyHash, fp, nonce, ttl)
-	}
-	tx, err := f.db.BeginTx(ctx, nil)
-	if err != nil {
-		return nil, err
-	}
-	defer func() { _ = tx.Rollback() }()
-	res, err := tx.ExecContext(ctx, rawClaimSQL, tenant, scope, keyHash, fp, nonce, ttl)
-	if err != nil {
-		return nil, err
-	}
-	if _, err := tx.ExecContext(ctx, rawAuditSQL, randomHex(16), tenant, scope, keyHash, tenant); err != nil {
-		return nil, err
-	}
-	return res, tx.Commit()
-}
-
-// rawAuditSQL is the claim's event as the store inserts it (the columns of
-// idempotency_audit; an event id, the claim's kind and time, its actor).
-const rawAuditSQL = `INSERT INTO idempotency_audit
-  (event_id, kind, at, tenant, scope, key_hash, attempt, actor, original_at, stop_reason, detail)
-VALUES (?, 'claimed', UTC_TIMESTAMP(6), ?, ?, ?, 1, ?, NULL, NULL, NULL)`
 
 // bareFloorPath is the bare net/http floor's route: what the least HTTP
 // server costs, with nothing of a guard (bareBody, the size of a replayed
