@@ -12,13 +12,13 @@ import (
 // stops the handler chain.
 func (h *handlers) fail(c *gin.Context, err error) {
 	p := h.answers.Fail(c.Writer, c.Request, c.FullPath(), err)
-	c.Set(stopReasonKey, string(p.StopReason))
+	logOf(c).stopReason = string(p.StopReason)
 	c.Abort()
 }
 
 // problem writes p with the one error writer, for the request log too.
 func (h *handlers) problem(c *gin.Context, p pipeline.Problem) {
-	c.Set(stopReasonKey, string(p.StopReason))
+	logOf(c).stopReason = string(p.StopReason)
 	h.answers.Problem(c.Writer, p)
 }
 

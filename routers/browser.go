@@ -39,8 +39,8 @@ func (o Options) validateBrowser() error {
 
 // authenticateScope authenticates the request by the credentials its scope
 // accepts (auth.DefaultMethods when the scope is not listed, or unknown).
-// The tenant goes into the request context (tenancy.FromContext) and the gin
-// context (tenantKey); the caller's actor (actorOf) into the request context
+// The tenant goes into the request context (tenancy.FromContext) and the
+// request log (logOf); the caller's actor (actorOf) into the request context
 // (idemguard.WithActor), where every guarded call of the request finds it. A failure is a 401 problem; its reason (never the
 // token) is logged.
 func (h *handlers) authenticateScope(creds *auth.Credentials, byScope map[string][]auth.Method) gin.HandlerFunc {
@@ -61,8 +61,8 @@ func (h *handlers) authenticateScope(creds *auth.Credentials, byScope map[string
 		}
 		ctx := tenancy.WithTenant(c.Request.Context(), p.Tenant)
 		c.Request = c.Request.WithContext(idemguard.WithActor(ctx, h.actorOf(p)))
-		c.Set(tenantKey, p.Tenant)
-		c.Set(authMethodKey, string(p.Method))
+		f := logOf(c)
+		f.tenant, f.auth = p.Tenant, string(p.Method)
 		c.Next()
 	}
 }

@@ -67,7 +67,7 @@ func (h *handlers) runAsync(c *gin.Context, tenant tenancy.ID, scope *Scope, req
 	if key, err := h.guard.KeyOfHash(tenant, scope.Name, res.KeyHash); err == nil {
 		rec = h.recordOf(c.Request.Context(), key, rec)
 	}
-	c.Set(stopReasonKey, string(sanitize.InProgress))
+	logOf(c).stopReason = string(sanitize.InProgress)
 	c.Data(http.StatusAccepted, pipeline.ContentJSON, pipeline.EncodeJSON(rec))
 }
 
@@ -186,7 +186,7 @@ func (h *handlers) keyOfRef(c *gin.Context, tenant tenancy.ID, scope string, rot
 			}
 		}
 	}
-	c.Set(keyHashKey, shortHash(key.Hash()))
+	logOf(c).keyHash = shortHash(key.Hash())
 	return ref, key, true
 }
 

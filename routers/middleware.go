@@ -8,6 +8,7 @@ import (
 	"math"
 	"net/http"
 	"runtime/debug"
+	"sync"
 	"time"
 
 	"github.com/gin-gonic/gin"
@@ -60,37 +61,52 @@ func (h *handlers) noMethod(c *gin.Context) {
 // request log.
 var probeRoutes = map[string]bool{routeHealthz: true, routeReadyz: true, routeMetrics: true}
 
+// logFields are what a request's handlers tell its log line. requestLog
+// puts them in the gin context under one key (one entry in gin's map,
+// holding a pointer: nothing boxed per field) and returns them to a pool
+// once the line is written.
+type logFields struct {
+	tenant                           tenancy.ID
+	scope, keyHash, stopReason, auth string
+	replayed                         bool
+}
+
+// logFieldsKey is the gin-context key of a request's *logFields.
+const logFieldsKey = "idemguard.log"
+
+var logFieldsPool = sync.Pool{New: func() any { return new(logFields) }}
+
+// logOf returns c's log fields; a throwaway when requestLog does not run
+// (a handler reached some other way logs nothing).
+func logOf(c *gin.Context) *logFields {
+	if v, ok := c.Get(logFieldsKey); ok {
+		return v.(*logFields)
+	}
+	f := new(logFields)
+	c.Set(logFieldsKey, f)
+	return f
+}
+
 // requestLog writes one line per request. It logs the route template, never
 // the raw path (which holds client keys), and never the body, the client key
 // or the Authorization header.
 func (h *handlers) requestLog(c *gin.Context) {
 	start := time.Now()
+	f := logFieldsPool.Get().(*logFields)
+	c.Set(logFieldsKey, f)
 	c.Next()
+	h.logRequest(c, start, f)
+	*f = logFields{}
+	logFieldsPool.Put(f)
+}
 
+// logRequest writes the line of a request that started at start.
+func (h *handlers) logRequest(c *gin.Context, start time.Time, f *logFields) {
 	route := c.FullPath()
 	if route == "" {
 		route = "unmatched"
 	}
 	status := c.Writer.Status()
-	// At most 10 attributes, in an array that stays on the stack; the
-	// context keys are constants, so looking them up boxes nothing.
-	var buf [10]slog.Attr
-	attrs := append(buf[:0],
-		slog.String("method", c.Request.Method),
-		slog.String("route", route),
-		slog.Int("status", status),
-		slog.Float64("duration_ms", math.Round(float64(time.Since(start).Microseconds()))/1000),
-	)
-	if v, ok := c.Get(tenantKey); ok {
-		attrs = append(attrs, slog.String("tenant", string(v.(tenancy.ID))))
-	}
-	attrs = appendLogString(attrs, c, scopeKey, "scope")
-	attrs = appendLogString(attrs, c, keyHashKey, "key_hash")
-	attrs = appendLogString(attrs, c, stopReasonKey, "stop_reason")
-	attrs = appendLogString(attrs, c, authMethodKey, "auth")
-	if c.GetBool(replayedKey) {
-		attrs = append(attrs, slog.Bool("replayed", true))
-	}
 	level := slog.LevelInfo
 	switch {
 	case status >= 500:
@@ -101,22 +117,38 @@ func (h *handlers) requestLog(c *gin.Context) {
 	case probeRoutes[route]:
 		level = slog.LevelDebug
 	}
+	ctx := c.Request.Context()
+	lh := h.log.Handler()
+	if !lh.Enabled(ctx, level) {
+		return
+	}
+	// At most 10 attributes, in an array that stays on the stack.
+	var buf [10]slog.Attr
+	attrs := append(buf[:0],
+		slog.String("method", c.Request.Method),
+		slog.String("route", route),
+		slog.Int("status", status),
+		slog.Float64("duration_ms", math.Round(float64(time.Since(start).Microseconds()))/1000),
+	)
+	attrs = appendLogString(attrs, "tenant", string(f.tenant))
+	attrs = appendLogString(attrs, "scope", f.scope)
+	attrs = appendLogString(attrs, "key_hash", f.keyHash)
+	attrs = appendLogString(attrs, "stop_reason", f.stopReason)
+	attrs = appendLogString(attrs, "auth", f.auth)
+	if f.replayed {
+		attrs = append(attrs, slog.Bool("replayed", true))
+	}
 	// The handler directly, as LogAttrs would call it but without the
 	// caller's program counter: runtime.Callers on every request, for a
 	// source line that would always be this one.
-	ctx := c.Request.Context()
-	if lh := h.log.Handler(); lh.Enabled(ctx, level) {
-		r := slog.NewRecord(time.Now(), level, "http: request", 0)
-		r.AddAttrs(attrs...)
-		_ = lh.Handle(ctx, r)
-	}
+	r := slog.NewRecord(time.Now(), level, "http: request", 0)
+	r.AddAttrs(attrs...)
+	_ = lh.Handle(ctx, r)
 }
 
-// appendLogString appends the attribute name = the gin-context string under
-// key, if set and not empty. key is an any so that the callers' constants
-// are converted without an allocation.
-func appendLogString(attrs []slog.Attr, c *gin.Context, key any, name string) []slog.Attr {
-	if v := c.GetString(key); v != "" {
+// appendLogString appends the attribute name = v unless v is empty.
+func appendLogString(attrs []slog.Attr, name, v string) []slog.Attr {
+	if v != "" {
 		attrs = append(attrs, slog.String(name, v))
 	}
 	return attrs

@@ -96,16 +96,16 @@ func (h *handlers) called(c *gin.Context, scope string, req pipeline.Request, re
 		return false
 	}
 	h.setRef(c.Writer.Header(), scope, pipeline.Ref(req.ClientKey, res.KeyHash))
-	c.Set(keyHashKey, shortHash(res.KeyHash))
+	logOf(c).keyHash = shortHash(res.KeyHash)
 	logOutcome(c, res)
 	return true
 }
 
 // logOutcome puts res's stop reason and replay into the request log.
 func logOutcome(c *gin.Context, res idemguard.Result) {
-	c.Set(stopReasonKey, string(res.StopReason))
+	logOf(c).stopReason = string(res.StopReason)
 	if res.Cached {
-		c.Set(replayedKey, true)
+		logOf(c).replayed = true
 	}
 }
 
@@ -129,7 +129,7 @@ func (h *handlers) scope(c *gin.Context) (*Scope, bool) {
 		h.fail(c, pipeline.Reject(pipeline.ErrUnknownScope, "no operation is registered under this scope"))
 		return nil, false
 	}
-	c.Set(scopeKey, s.Name)
+	logOf(c).scope = s.Name
 	return s, true
 }
 
@@ -180,7 +180,7 @@ func (h *handlers) lookupKey(c *gin.Context) {
 		h.fail(c, err)
 		return
 	}
-	c.Set(keyHashKey, shortHash(info.KeyHash))
+	logOf(c).keyHash = shortHash(info.KeyHash)
 
 	rec, err := keyRecordOf(ref, scope.Name, info)
 	if err != nil {

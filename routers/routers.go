@@ -374,15 +374,6 @@ func corsMiddleware(origins []string, loopback bool) gin.HandlerFunc {
 // URI; the rest is the slug (docs/openapi.yaml lists them).
 const ProblemTypePrefix = pipeline.ProblemTypePrefix
 
-// Keys of values handlers put into the gin context.
-const (
-	tenantKey     = "idemguard.tenant"
-	scopeKey      = "idemguard.scope"
-	keyHashKey    = "idemguard.key_hash"
-	stopReasonKey = "idemguard.stop_reason"
-	replayedKey   = "idemguard.replayed"
-)
-
 // handlers holds what the route handlers share.
 type handlers struct {
 	guard          *idemguard.Guard

@@ -81,7 +81,7 @@ func (h *handlers) runStream(c *gin.Context, tenant tenancy.ID, scope *Scope, re
 	out := &pipeline.Stream{SSE: pipeline.NewSSE(c.Writer), OnBegin: func(st idemguard.StreamStart) {
 		h.setRef(c.Writer.Header(), scope.Name, pipeline.Ref(req.ClientKey, st.KeyHash))
 		if st.Origin != idemguard.StreamLive {
-			c.Set(replayedKey, true)
+			logOf(c).replayed = true
 		}
 	}}
 	run, body := scope.Stream, req.Body
@@ -98,13 +98,13 @@ func (h *handlers) runStream(c *gin.Context, tenant tenancy.ID, scope *Scope, re
 		}
 		return
 	}
-	c.Set(keyHashKey, shortHash(res.KeyHash))
+	logOf(c).keyHash = shortHash(res.KeyHash)
 	p, failed := pipeline.StreamFailure(res, err)
 	if !failed {
-		c.Set(stopReasonKey, string(res.StopReason))
+		logOf(c).stopReason = string(res.StopReason)
 		_ = out.SSE.End(doneEvent) // flushed with the response's end
 		return
 	}
-	c.Set(stopReasonKey, string(p.StopReason))
+	logOf(c).stopReason = string(p.StopReason)
 	_ = out.SSE.End(pipeline.ErrorEvent(p))
 }
