@@ -1,8 +1,8 @@
 package jsonvalue
 
 import (
+	"bytes"
 	"slices"
-	"strings"
 )
 
 // AppendCanonical appends to dst the canonical form of the JSON document b,
@@ -36,8 +36,8 @@ func (d *decoder) canonical(dst []byte, depth int) ([]byte, bool) {
 	case c == '[':
 		return d.canonicalArray(dst, depth)
 	case c == '"':
-		s, ok := d.str()
-		return AppendString(dst, s), ok
+		s, ok := d.strBytes()
+		return appendString(dst, s), ok
 	case c == 't':
 		return append(dst, "true"...), d.literal("true")
 	case c == 'f':
@@ -76,7 +76,7 @@ func (d *decoder) canonicalArray(dst []byte, depth int) ([]byte, bool) {
 // member is one object member: its name and where its canonical value
 // lies, relative to the object's start in dst.
 type member struct {
-	name       string
+	name       []byte // the decoded name (strBytes)
 	start, end int
 }
 
@@ -88,7 +88,7 @@ func (d *decoder) canonicalObject(dst []byte, depth int) ([]byte, bool) {
 	var arr [8]member
 	members := arr[:0]
 	for {
-		name, ok := d.memberName()
+		name, ok := d.memberNameBytes()
 		if !ok {
 			return dst, false
 		}
@@ -107,19 +107,23 @@ func (d *decoder) canonicalObject(dst []byte, depth int) ([]byte, bool) {
 	}
 	// Sorted by name, a repeated name's members in input order: the last
 	// of each run is the one encoding/json keeps.
-	slices.SortStableFunc(members, func(a, b member) int { return strings.Compare(a.name, b.name) })
-	values := slices.Clone(dst[base:])
+	slices.SortStableFunc(members, func(a, b member) int { return bytes.Compare(a.name, b.name) })
+	// The values, copied aside to be put back in order. One buffer serves
+	// every object of the document: an object's members are all
+	// canonicalized (nested objects done) before it is copied.
+	d.scratch = append(d.scratch[:0], dst[base:]...)
+	values := d.scratch
 	dst = append(dst[:base], '{')
 	first := true
 	for i, m := range members {
-		if i+1 < len(members) && members[i+1].name == m.name {
+		if i+1 < len(members) && bytes.Equal(members[i+1].name, m.name) {
 			continue
 		}
 		if !first {
 			dst = append(dst, ',')
 		}
 		first = false
-		dst = AppendString(dst, m.name)
+		dst = appendString(dst, m.name)
 		dst = append(dst, ':')
 		dst = append(dst, values[m.start:m.end]...)
 	}

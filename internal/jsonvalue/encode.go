@@ -9,7 +9,10 @@ const hexDigits = "0123456789abcdef"
 // \u00XX, invalid UTF-8 as \ufffd, U+2028 and U+2029 escaped, everything
 // else as is. sanitize's TestMarshalMatchesEncodingJSON and
 // FuzzMarshalMatchesEncodingJSON hold it equal to encoding/json.
-func AppendString(b []byte, s string) []byte {
+func AppendString(b []byte, s string) []byte { return appendString(b, s) }
+
+// appendString is AppendString for a string's text as either type.
+func appendString[T string | []byte](b []byte, s T) []byte {
 	b = append(b, '"')
 	start := 0
 	for i := 0; i < len(s); {
@@ -39,7 +42,8 @@ func AppendString(b []byte, s string) []byte {
 			start = i
 			continue
 		}
-		r, size := utf8.DecodeRuneInString(s[i:])
+		// At most 4 bytes: a []byte's conversion stays on the stack.
+		r, size := utf8.DecodeRuneInString(string(s[i:min(i+utf8.UTFMax, len(s))]))
 		if r == utf8.RuneError && size == 1 {
 			b = append(b, s[start:i]...)
 			b = append(b, `\ufffd`...)

@@ -54,9 +54,10 @@ func decode(d decoder) (v any, ok bool) {
 }
 
 type decoder struct {
-	b      []byte
-	i      int
-	unique bool // decline repeated member names
+	b       []byte
+	i       int
+	unique  bool   // decline repeated member names
+	scratch []byte // AppendCanonical's copy of an object's values
 }
 
 func (d *decoder) skipSpace() {
@@ -142,16 +143,22 @@ func (d *decoder) open(close byte) bool {
 
 // memberName reads an object member's `"name":` and the space around the colon.
 func (d *decoder) memberName() (string, bool) {
+	name, ok := d.memberNameBytes()
+	return string(name), ok
+}
+
+// memberNameBytes is memberName with the name as strBytes gives it.
+func (d *decoder) memberNameBytes() ([]byte, bool) {
 	if d.i >= len(d.b) || d.b[d.i] != '"' {
-		return "", false
+		return nil, false
 	}
-	name, ok := d.str()
+	name, ok := d.strBytes()
 	if !ok {
-		return "", false
+		return nil, false
 	}
 	d.skipSpace()
 	if d.i >= len(d.b) || d.b[d.i] != ':' {
-		return "", false
+		return nil, false
 	}
 	d.i++
 	d.skipSpace()
@@ -196,6 +203,14 @@ func (d *decoder) array(depth int) (any, bool) {
 
 // str decodes the string starting at the opening quote.
 func (d *decoder) str() (string, bool) {
+	b, ok := d.strBytes()
+	return string(b), ok
+}
+
+// strBytes is str as bytes: a slice of the document when the string holds
+// no escape (nothing copied), a new slice otherwise. The caller must not
+// modify it.
+func (d *decoder) strBytes() ([]byte, bool) {
 	d.i++ // "
 	start := d.i
 	// The common case: no escapes, ASCII or valid UTF-8.
@@ -206,20 +221,20 @@ func (d *decoder) str() (string, bool) {
 			s := d.b[start:d.i]
 			d.i++
 			if !utf8.Valid(s) {
-				return "", false // encoding/json would substitute U+FFFD
+				return nil, false // encoding/json would substitute U+FFFD
 			}
-			return string(s), true
+			return s, true
 		case c == '\\':
 			return d.strEscaped(start)
 		case c < 0x20:
-			return "", false
+			return nil, false
 		}
 		d.i++
 	}
-	return "", false
+	return nil, false
 }
 
-func (d *decoder) strEscaped(start int) (string, bool) {
+func (d *decoder) strEscaped(start int) ([]byte, bool) {
 	out := make([]byte, 0, d.i-start+16)
 	out = append(out, d.b[start:d.i]...)
 	for d.i < len(d.b) {
@@ -228,11 +243,11 @@ func (d *decoder) strEscaped(start int) (string, bool) {
 		case c == '"':
 			d.i++
 			if !utf8.Valid(out) {
-				return "", false
+				return nil, false
 			}
-			return string(out), true
+			return out, true
 		case c < 0x20:
-			return "", false
+			return nil, false
 		case c != '\\':
 			out = append(out, c)
 			d.i++
@@ -240,7 +255,7 @@ func (d *decoder) strEscaped(start int) (string, bool) {
 		}
 		// An escape.
 		if d.i+1 >= len(d.b) {
-			return "", false
+			return nil, false
 		}
 		e := d.b[d.i+1]
 		d.i += 2
@@ -260,29 +275,29 @@ func (d *decoder) strEscaped(start int) (string, bool) {
 		case 'u':
 			r, ok := d.hex4()
 			if !ok {
-				return "", false
+				return nil, false
 			}
 			if utf16.IsSurrogate(r) {
 				// Only a valid pair is handled; encoding/json turns a
 				// lone surrogate into U+FFFD.
 				if d.i+1 >= len(d.b) || d.b[d.i] != '\\' || d.b[d.i+1] != 'u' {
-					return "", false
+					return nil, false
 				}
 				d.i += 2
 				r2, ok := d.hex4()
 				if !ok {
-					return "", false
+					return nil, false
 				}
 				if r = utf16.DecodeRune(r, r2); r == utf8.RuneError {
-					return "", false
+					return nil, false
 				}
 			}
 			out = utf8.AppendRune(out, r)
 		default:
-			return "", false
+			return nil, false
 		}
 	}
-	return "", false
+	return nil, false
 }
 
 func (d *decoder) hex4() (rune, bool) {
