@@ -34,14 +34,15 @@ func (h *handlers) runOperation(c *gin.Context) {
 		h.fail(c, err)
 		return
 	}
-	deliver(c, tenant, scope, req)
+	deliver(h, c, tenant, scope, req)
 }
 
 // delivery is how the request asks to be answered: a stream (stream.go:
 // "stream" in the body of a scope with a Stream operation says how to
 // deliver, not what to run, and is taken out of req.Body), in the
-// background (Prefer: respond-async, jobs.go), or plainly.
-func (h *handlers) delivery(hd http.Header, scope *Scope, req *pipeline.Request) (func(*gin.Context, tenancy.ID, *Scope, pipeline.Request), error) {
+// background (Prefer: respond-async, jobs.go), or plainly. It returns a
+// method expression, which unlike a method value costs no allocation.
+func (h *handlers) delivery(hd http.Header, scope *Scope, req *pipeline.Request) (func(*handlers, *gin.Context, tenancy.ID, *Scope, pipeline.Request), error) {
 	async := pipeline.PrefersAsync(hd)
 	if scope.Stream != nil {
 		body, streaming, err := deliveryMode(req.Body)
@@ -50,13 +51,13 @@ func (h *handlers) delivery(hd http.Header, scope *Scope, req *pipeline.Request)
 		}
 		req.Body = body
 		if streaming && !async {
-			return h.runStream, nil
+			return (*handlers).runStream, nil
 		}
 	}
 	if async {
-		return h.runAsync, nil
+		return (*handlers).runAsync, nil
 	}
-	return h.runPlain, nil
+	return (*handlers).runPlain, nil
 }
 
 // runPlain answers with the operation's outcome: the stored answer, 409

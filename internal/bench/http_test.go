@@ -42,8 +42,14 @@ func newHTTPHandler(b *testing.B, cacheSize int) (http.Handler, *fakeUpstream) {
 	log := slog.New(slog.NewJSONHandler(io.Discard, nil))
 	m := metrics.New()
 	m.InitScopes(httpScope)
+	observe := func(ev idemguard.Event) { // serve's observer, without the stats recorder's database
+		m.Observe(ev)
+		if ev.Kind == idemguard.EventReplayed {
+			m.AvoidedCall(ev.Scope, ev.Usage.PromptTokens, ev.Usage.CompletionTokens, 0)
+		}
+	}
 	g, err := idemguard.New(idemguard.Config{Store: memstore.New(), Secret: []byte("bench-secret-0123456789abcdef-0123"),
-		Logger: log, ReplayCacheSize: cacheSize, Observe: m.Observe, Audit: idemguard.AuditConfig{Store: true}})
+		Logger: log, ReplayCacheSize: cacheSize, Observe: observe, Audit: idemguard.AuditConfig{Observe: true, Store: true}})
 	require.NoError(b, err)
 	b.Cleanup(func() { require.NoError(b, g.Close(context.Background())) })
 	scopes := []routers.Scope{{Name: httpScope, Run: ops.OpenAIChat(ops.OpenAIConfig{

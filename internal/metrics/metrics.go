@@ -76,6 +76,7 @@ type Metrics struct {
 	storeUp                                                        prometheus.Gauge
 	authLimited                                                    prometheus.Counter
 	storeProbe                                                     prometheus.Histogram
+	hot                                                            hot // hot.go
 }
 
 // TokenKinds are the values of the kind label of idemguard_avoided_tokens_total.
@@ -155,8 +156,9 @@ func New() *Metrics {
 	m.droppedFields = counter("dropped_fields_total", "Fields of operation results that the response allowlist dropped, by field name (never the value); (other) past 1000 names.", "scope", "field")
 	m.auditEvents = counter("audit_events_total", "Idempotency decisions recorded by the audit trail, by kind (counted once, whatever the sinks).", "kind")
 	m.auditDropped = counter("audit_dropped_total", "Audit events a sink lost, by sink (store: the batched table writes; stream: the --audit-log stream) and reason. The table's durable kinds are never dropped.", "sink", "reason")
+	m.hot.audit = map[string]prometheus.Counter{}
 	for _, k := range store.AuditKinds() {
-		m.auditEvents.WithLabelValues(string(k))
+		m.hot.audit[string(k)] = m.auditEvents.WithLabelValues(string(k))
 	}
 	for sink, reasons := range AuditDropReasons {
 		for _, r := range reasons {
@@ -187,6 +189,10 @@ func (m *Metrics) Observe(e idemguard.Event) {
 	case idemguard.EventClaimed:
 		m.claims.WithLabelValues(e.Scope).Inc()
 	case idemguard.EventReplayed:
+		if s := m.scopeOf(e.Scope); s != nil {
+			s.replays[btoi(e.FromMemory)].Inc()
+			return
+		}
 		m.replays.WithLabelValues(e.Scope, strconv.FormatBool(e.FromMemory)).Inc()
 	case idemguard.EventInProgress:
 		m.inProgress.WithLabelValues(e.Scope).Inc()
@@ -223,9 +229,14 @@ func (m *Metrics) Observe(e idemguard.Event) {
 		m.auditDropped.WithLabelValues(AuditSinkStore, auditReason(AuditSinkStore, e.Field)).Inc()
 	case idemguard.EventAudit:
 		// One count per decision, whatever sinks it goes to.
-		if e.Audit != nil {
-			m.auditEvents.WithLabelValues(auditKind(e.Audit.Kind)).Inc()
+		if e.Audit == nil {
+			return
 		}
+		if c, ok := m.hot.audit[string(e.Audit.Kind)]; ok {
+			c.Inc()
+			return
+		}
+		m.auditEvents.WithLabelValues(auditKind(e.Audit.Kind)).Inc()
 	}
 }
 
@@ -298,6 +309,7 @@ func (m *Metrics) InitScopes(scopes ...string) {
 			m.avoidedTokens.WithLabelValues(sc, k)
 		}
 	}
+	m.keepScopes(scopes)
 }
 
 // AvoidedCall credits one call that a stored result answered instead of running the operation
@@ -305,6 +317,15 @@ func (m *Metrics) InitScopes(scopes ...string) {
 // completionTokens are the original execution's usage, cost what it would have cost (0 when the
 // scope has no prices). Negative figures are counted as 0: a counter never goes down.
 func (m *Metrics) AvoidedCall(scope string, promptTokens, completionTokens int64, cost float64) {
+	if s := m.scopeOf(scope); s != nil {
+		s.avoidedCalls.Inc()
+		s.avoidedPrompt.Add(float64(max(promptTokens, 0)))
+		s.avoidedCompletion.Add(float64(max(completionTokens, 0)))
+		if cost > 0 {
+			s.avoidedCost.Add(cost)
+		}
+		return
+	}
 	m.avoidedCalls.WithLabelValues(scope).Inc()
 	m.avoidedTokens.WithLabelValues(scope, "prompt").Add(float64(max(promptTokens, 0)))
 	m.avoidedTokens.WithLabelValues(scope, "completion").Add(float64(max(completionTokens, 0)))
@@ -356,6 +377,7 @@ func (m *Metrics) InitRoutes(routes []string) {
 			m.httpDuration.WithLabelValues(r, class)
 		}
 	}
+	m.keepRoutes(routes)
 }
 
 // AuthLimited counts one request refused by the failed-authentication
@@ -365,9 +387,11 @@ func (m *Metrics) AuthLimited() { m.authLimited.Inc() }
 // ObserveRequest records one answered HTTP request. route is the route template, never the
 // raw path.
 func (m *Metrics) ObserveRequest(route string, status int, elapsed time.Duration) {
-	class := "other"
-	if status >= 200 && status < 600 {
-		class = strconv.Itoa(status/100) + "xx"
+	class, i := statusClass(status)
+	if s := m.routeOf(route); s != nil && i >= 0 {
+		s.requests[i].Inc()
+		s.duration[i].Observe(elapsed.Seconds())
+		return
 	}
 	m.httpRequests.WithLabelValues(route, class).Inc()
 	m.httpDuration.WithLabelValues(route, class).Observe(elapsed.Seconds())
@@ -415,4 +439,11 @@ func WriteCleanupTextfile(path string, run CleanupRun) error {
 		gauge("cleanup_last_success_timestamp_seconds", "When the last successful cleanup run ended (Unix time).", float64(run.At.Unix()))
 	}
 	return prometheus.WriteToTextfile(path, reg)
+}
+
+func btoi(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
 }

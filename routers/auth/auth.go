@@ -282,7 +282,7 @@ func (a *Authenticator) identifyRequest(r *http.Request) (tenancy.ID, string, er
 // header, [ReasonMalformed] when there are several or the token is empty or
 // holds white space. Errors never contain the token.
 func BearerToken(r *http.Request) (string, error) {
-	values := r.Header.Values("Authorization")
+	values := r.Header["Authorization"] // the name is canonical: no Values
 	switch {
 	case len(values) == 0:
 		return "", newError(ReasonMissing, nil)

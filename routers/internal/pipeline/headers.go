@@ -28,7 +28,7 @@ const PreferAsync = "respond-async"
 // PrefersAsync reports whether the request carries Prefer: respond-async,
 // among other preferences or not.
 func PrefersAsync(hd http.Header) bool {
-	for _, header := range hd.Values(HeaderPrefer) {
+	for _, header := range hd[HeaderPrefer] { // the name is canonical: no Values
 		for _, pref := range splitOutsideQuotes(header, ',') {
 			pref, _, _ = cutOutsideQuotes(pref, ';')
 			if strings.EqualFold(strings.Trim(pref, " \t"), PreferAsync) {
@@ -53,7 +53,7 @@ func RetryAfterSeconds(d time.Duration) string {
 // header present but empty is invalid, not absent; two headers (or one
 // holding a comma-separated list) are invalid.
 func parseIdempotencyKey(h http.Header) (string, error) {
-	values := h.Values(HeaderIdempotencyKey)
+	values := h[HeaderIdempotencyKey] // the name is canonical: no Values
 	switch len(values) {
 	case 0:
 		return "", nil
@@ -83,7 +83,7 @@ func parseIdempotencyKey(h http.Header) (string, error) {
 // N > 0. Preferences the server cannot honour are ignored, as RFC 7240
 // says: a malformed or negative wait means no wait.
 func parsePreferWait(h http.Header, maxWait time.Duration) (time.Duration, bool) {
-	for _, header := range h.Values(HeaderPrefer) {
+	for _, header := range h[HeaderPrefer] {
 		for _, pref := range splitOutsideQuotes(header, ',') {
 			// A preference may carry parameters after ';'; wait has none.
 			pref, _, _ = cutOutsideQuotes(pref, ';')
