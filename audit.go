@@ -36,8 +36,9 @@ type AuditConfig struct {
 	QueueSize int
 	// BatchSize is the most events one batch writes. Defaults to 500.
 	BatchSize int
-	// FlushEvery is the longest a queued event waits for its batch.
-	// Defaults to 200ms.
+	// FlushEvery is the longest a queued event waits for its batch: the
+	// writer sleeps that long between batches unless the queue is half
+	// full. Defaults to 200ms.
 	FlushEvery time.Duration
 }
 

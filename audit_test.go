@@ -315,6 +315,34 @@ func TestAuditDropsBatchedEventsWhenTheQueueIsFull(t *testing.T) {
 	require.GreaterOrEqual(t, dropped.Load(), int32(7))
 }
 
+// TestAuditWriterWakesWhenTheQueueIsHalfFull: the batch writer sleeps until
+// its tick (an hour here) unless the queue is half full; then it writes at
+// once, before the queue can overflow.
+func TestAuditWriterWakesWhenTheQueueIsHalfFull(t *testing.T) {
+	st := memstore.New()
+	g, err := idemguard.New(idemguard.Config{Store: st, Secret: secret,
+		Audit: idemguard.AuditConfig{Store: true, QueueSize: 4, FlushEvery: time.Hour}})
+	require.NoError(t, err)
+	defer func() { require.NoError(t, g.Close(context.Background())) }()
+	call := idemguard.Call{Tenant: "acme", Scope: "ai.copy", ClientKey: "k-wake", Inputs: 1}
+	var runs atomic.Int32
+	replays := func() (n int64) {
+		for _, e := range st.AuditEvents() {
+			if e.Kind == store.AuditReplay {
+				n += e.Count
+			}
+		}
+		return n
+	}
+	for range 2 { // the claim, and one replay: the queue is a quarter full
+		_, err := g.Do(context.Background(), call, okOp(&runs))
+		require.NoError(t, err)
+	}
+	_, err = g.Do(context.Background(), call, okOp(&runs)) // half full
+	require.NoError(t, err)
+	require.Eventually(t, func() bool { return replays() == 2 }, 5*time.Second, time.Millisecond)
+}
+
 func TestAuditOffWritesNothing(t *testing.T) {
 	b := setup(t)
 	var runs atomic.Int32

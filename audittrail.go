@@ -31,6 +31,8 @@ type auditor struct {
 	observe bool // to Config.Observe (EventAudit)
 	store   bool
 	queue   chan store.AuditEvent // batched events for the store; nil without Store
+	wake    chan struct{}         // the queue is half full: write now, not at the tick
+	wakeAt  int                   // the queue length that wakes the writer
 	batch   int
 	every   time.Duration
 	stop    chan struct{}
@@ -46,6 +48,7 @@ func newAuditor(c AuditConfig) *auditor {
 		every: cmp.Or(c.FlushEvery, DefaultAuditFlushEvery), stop: make(chan struct{}), done: make(chan struct{})}
 	if c.Store {
 		a.queue = make(chan store.AuditEvent, cmp.Or(c.QueueSize, DefaultAuditQueueSize))
+		a.wake, a.wakeAt = make(chan struct{}, 1), max(1, cap(a.queue)/2)
 	}
 	return a
 }
@@ -107,8 +110,22 @@ func (g *Guard) note(p prepared, kind store.AuditKind, attempt int, at, original
 	}
 	select {
 	case g.audit.queue <- e:
+		g.audit.nudge()
 	default:
 		g.emit(Event{Kind: EventAuditDropped, Scope: p.scope, Field: "queue_full"})
+	}
+}
+
+// nudge wakes the writer once the queue is half full. Below that it sleeps
+// until its tick: a writer woken by every event costs a goroutine switch
+// (often a thread's wake-up) per replay, for nothing the tick would not do.
+func (a *auditor) nudge() {
+	if len(a.queue) < a.wakeAt {
+		return
+	}
+	select {
+	case a.wake <- struct{}{}:
+	default: // a wake-up is pending already
 	}
 }
 
@@ -151,7 +168,8 @@ func (g *Guard) startAuditWriter() {
 }
 
 // writeAudit writes the queued events in batches of at most BatchSize, at
-// least every FlushEvery, until stopAudit; then it writes what is left.
+// least every FlushEvery (sooner when the queue is half full), until
+// stopAudit; then it writes what is left.
 func (g *Guard) writeAudit() {
 	a := g.audit
 	defer close(a.done)
@@ -159,33 +177,38 @@ func (g *Guard) writeAudit() {
 	defer tick.Stop()
 	batch := make([]store.AuditEvent, 0, a.batch)
 	flush := func() {
-		if len(batch) > 0 {
-			g.appendAudit(batch)
-			// A new slice, never the written one: a store call that timed
-			// out may still be sending it.
-			batch = make([]store.AuditEvent, 0, a.batch)
+		if len(batch) == 0 {
+			return
 		}
+		if g.appendAudit(batch) {
+			batch = batch[:0] // the store call is over: the slice is free again
+			return
+		}
+		// A new slice, never the failed one: a store call that timed out
+		// may still be sending it.
+		batch = make([]store.AuditEvent, 0, a.batch)
 	}
 	for {
+		stop := false
 		select {
-		case e := <-a.queue:
-			if batch = append(batch, e); len(batch) == a.batch {
-				flush()
-			}
+		case <-a.wake:
 		case <-tick.C:
-			flush()
 		case <-a.stop:
-			for {
-				select {
-				case e := <-a.queue:
-					if batch = append(batch, e); len(batch) == a.batch {
-						flush()
-					}
-				default:
+			stop = true
+		}
+		for drained := false; !drained; {
+			select {
+			case e := <-a.queue:
+				if batch = append(batch, e); len(batch) == a.batch {
 					flush()
-					return
 				}
+			default:
+				drained = true
 			}
+		}
+		flush()
+		if stop {
+			return
 		}
 	}
 }
@@ -195,7 +218,7 @@ func (g *Guard) writeAudit() {
 // written, and the store keeps replays, in-progress answers and conflicts
 // as counts that cannot tell a repeat (store.Store.AppendAudit), so the
 // batch is dropped and counted rather than perhaps counted twice.
-func (g *Guard) appendAudit(batch []store.AuditEvent) {
+func (g *Guard) appendAudit(batch []store.AuditEvent) (written bool) {
 	var err error
 	for try := range 2 {
 		if try > 0 {
@@ -209,12 +232,13 @@ func (g *Guard) appendAudit(batch []store.AuditEvent) {
 		}
 	}
 	if err == nil {
-		return
+		return true
 	}
 	g.log.Warn("guard: audit events not written", slog.Int("events", len(batch)), slog.Any("err", err))
 	for _, e := range batch {
 		g.emit(Event{Kind: EventAuditDropped, Scope: e.Scope, Field: "store"})
 	}
+	return false
 }
 
 // stopAudit writes what is queued and stops the batch writer, waiting at

@@ -93,12 +93,25 @@ func logOf(c *gin.Context) *logFields {
 func (h *handlers) requestLog(c *gin.Context) {
 	start := time.Now()
 	f := logFieldsPool.Get().(*logFields)
+	if c.Keys == nil {
+		// gin makes a map for the first Set of every request (it resets
+		// Keys to nil); a pooled one, cleared after the request, serves
+		// instead. A map an earlier handler made is used as it is.
+		keys := keysPool.Get().(map[any]any)
+		c.Keys = keys
+		defer func() {
+			clear(keys)
+			keysPool.Put(keys)
+		}()
+	}
 	c.Set(logFieldsKey, f)
 	c.Next()
 	h.logRequest(c, start, f)
 	*f = logFields{}
 	logFieldsPool.Put(f)
 }
+
+var keysPool = sync.Pool{New: func() any { return make(map[any]any, 1) }}
 
 // logRequest writes the line of a request that started at start.
 func (h *handlers) logRequest(c *gin.Context, start time.Time, f *logFields) {

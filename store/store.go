@@ -377,7 +377,8 @@ type Store interface {
 	// reached the store (ErrNotSent).
 	// A write the database reports as possibly applied or not (a deadlock
 	// victim, a lock wait timeout) must return an error wrapping
-	// ErrOutcomeUnknown.
+	// ErrOutcomeUnknown. The store keeps nothing of events once it has
+	// returned nil: the caller reuses the slice.
 	AppendAudit(ctx context.Context, events []AuditEvent) error
 	// History returns the audit events of (tenant, scope) whose KeyHash is
 	// one of keyHashes, oldest first (by At, then ID), at most limit: the
