@@ -172,7 +172,7 @@ func (h *handlers) keyRoute(c *gin.Context, rotated bool) (scope *Scope, ref str
 // secret). It answers 400 itself.
 func (h *handlers) keyOfRef(c *gin.Context, tenant tenancy.ID, scope string, rotated bool) (ref string, key idemguard.Key, ok bool) {
 	ref = c.Param("key")
-	key, derived, err := pipeline.ParseRef(h.guard, tenant, scope, ref)
+	key, derived, err := pipeline.ParseRef(h.guard, tenant, scope, principalFrom(c), ref)
 	if err != nil {
 		h.fail(c, err)
 		return "", idemguard.Key{}, false

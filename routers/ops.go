@@ -29,6 +29,7 @@ func (h *handlers) runOperation(c *gin.Context) {
 		h.fail(c, err)
 		return
 	}
+	req.Principal = principalFrom(c)
 	deliver, err := h.delivery(c.Request.Header, scope, &req)
 	if err != nil {
 		h.fail(c, err)

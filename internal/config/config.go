@@ -99,6 +99,25 @@ const (
 	DefaultReplayCacheMaxAge           = idemguard.DefaultReplayCacheMaxAge
 )
 
+// The isolations of a scope's keys (Scope.Isolation).
+const (
+	IsolationAuto      = "auto"
+	IsolationTenant    = "tenant"
+	IsolationPrincipal = "principal"
+)
+
+// isolation parses a scope's isolation; empty (IsolationAuto) stays empty.
+func (p *problems) isolation(setting, raw string) string {
+	switch v := strings.ToLower(strings.TrimSpace(raw)); v {
+	case "", IsolationAuto, IsolationTenant, IsolationPrincipal:
+		return v
+	}
+	p.add(setting, "must be %s (each JWT caller has keys of its own, API-key callers share the tenant's), "+
+		"%s (the whole tenant shares the keys) or %s (every caller, also each API key, has keys of its own), got %q",
+		IsolationAuto, IsolationTenant, IsolationPrincipal, truncate(raw, 20))
+	return ""
+}
+
 // Operation names a built-in operation a scope runs.
 type Operation string
 
@@ -227,6 +246,10 @@ type JWT struct {
 	Leeway time.Duration
 	// Algorithms is the allowlist. Defaults to RS256, ES256, EdDSA.
 	Algorithms []string
+	// Tenants are the tenants the identity provider's tokens may name; a
+	// token naming another is refused. Required in production mode; empty
+	// in development mode accepts any tenant.
+	Tenants []tenancy.ID
 }
 
 // Enabled reports whether JWTs are configured.
@@ -275,6 +298,10 @@ type Scope struct {
 	// Auth lists the credentials the scope accepts: api_key, jwt or both.
 	// Defaults to auth.DefaultMethods (api_key).
 	Auth []auth.Method
+	// Isolation is whose key space the scope's keys live in: IsolationAuto
+	// (the default, also when empty: each JWT caller its own, API-key
+	// callers the tenant's), IsolationTenant or IsolationPrincipal.
+	Isolation string
 	// Prices are what the scope's model charges, per million tokens; with
 	// them the money a replay saved is counted too (zero: tokens only).
 	Prices Prices
@@ -340,6 +367,7 @@ type rawJWT struct {
 	TenantClaim string   `yaml:"tenant_claim"`
 	Leeway      string   `yaml:"leeway"`
 	Algorithms  []string `yaml:"algorithms"`
+	Tenants     []string `yaml:"tenants"`
 }
 
 type rawPool struct {
@@ -378,6 +406,7 @@ type rawScope struct {
 	Delay       string   `yaml:"delay"`
 	URL         string   `yaml:"url"`
 	Auth        []string `yaml:"auth"`
+	Isolation   string   `yaml:"isolation"`
 	Prices      Prices   `yaml:"prices"`
 }
 
@@ -558,6 +587,7 @@ func (c *Config) scopesFromRaw(scopes []rawScope, p *problems) {
 			Delay:       p.duration(at+".delay", s.Delay, 0),
 			URL:         s.URL,
 			Auth:        p.methods(at+".auth", s.Auth),
+			Isolation:   p.isolation(at+".isolation", s.Isolation),
 			Prices:      s.Prices,
 		}
 		if s.Prices.PromptPerMillion < 0 || s.Prices.CompletionPerMillion < 0 {
@@ -583,6 +613,16 @@ func (c *Config) accessFromRaw(raw *rawConfig, p *problems) {
 	}
 	if len(c.JWT.Algorithms) == 0 {
 		c.JWT.Algorithms = slices.Clone(auth.DefaultJWTAlgorithms)
+	}
+	for i, t := range raw.JWT.Tenants {
+		id, err := tenancy.ParseID(strings.TrimSpace(t))
+		if err != nil {
+			p.add(fmt.Sprintf("jwt.tenants[%d]", i), "%v", err)
+			continue
+		}
+		if !slices.Contains(c.JWT.Tenants, id) {
+			c.JWT.Tenants = append(c.JWT.Tenants, id)
+		}
 	}
 	c.Audit = Audit{Log: cmpOr(raw.Audit.Log, AuditLogOff), Table: raw.Audit.Table == nil || *raw.Audit.Table}
 	c.AuthFailures = AuthFailures{Max: DefaultAuthFailuresMax, MaxClients: DefaultAuthFailuresMaxClients,

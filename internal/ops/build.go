@@ -17,7 +17,7 @@ func FromConfig(c *config.Config, client *http.Client) (*Registry, error) {
 	client = cmp.Or(client, defaultClient())
 	scopes := make([]*Scope, 0, len(c.Scopes))
 	for _, s := range c.Scopes {
-		sc := &Scope{Name: s.Name, Settings: s.Settings, KeyRequired: s.KeyRequired, Timeout: s.Timeout}
+		sc := &Scope{Name: s.Name, Settings: s.Settings, KeyRequired: s.KeyRequired, Timeout: s.Timeout, Isolation: s.Isolation}
 		switch s.Operation {
 		case config.OpOpenAIChat:
 			sc.Timeout = cmp.Or(sc.Timeout, c.OpenAI.Timeout)
