@@ -14,6 +14,7 @@ import (
 	"github.com/gin-gonic/gin"
 
 	"github.com/idemguard/idemguard"
+	"github.com/idemguard/idemguard/internal/caller"
 	"github.com/idemguard/idemguard/routers/auth"
 	"github.com/idemguard/idemguard/tenancy"
 )
@@ -67,6 +68,9 @@ func (h *handlers) authenticateScope(creds *auth.Credentials, byScope map[string
 			return
 		}
 		ctx := tenancy.WithTenant(c.Request.Context(), p.Tenant)
+		// Who asked, as an upstream learns it (internal/caller): the tenant
+		// and an HMAC of the identity, computed only if an operation runs.
+		ctx = caller.With(ctx, identityOf(p), h.guard.HashActor)
 		c.Request = c.Request.WithContext(idemguard.WithActor(ctx, h.actorOf(p)))
 		c.Set(tenantKey, p.Tenant)
 		c.Set(authMethodKey, string(p.Method))
@@ -90,12 +94,22 @@ func (h *handlers) principalOf(p auth.Principal, scope string) (string, error) {
 	switch {
 	case isolation == IsolationTenant, p.Method == auth.MethodAPIKey && isolation == IsolationAuto:
 		return "", nil
-	case p.Method == auth.MethodAPIKey:
-		return auth.KeyActor(p.KeyName), nil
-	case p.Subject == "":
+	case p.Method == auth.MethodJWT && p.Subject == "":
 		return "", &auth.Error{Reason: auth.ReasonMissingClaim, Err: errors.New("jwt: no sub claim, and the scope keeps keys per user")}
 	}
-	return "jwt:" + p.Subject, nil
+	return identityOf(p), nil
+}
+
+// identityOf is who p is, whatever the scope's isolation: "key:" and the
+// API key's name, "jwt:" and the token's subject ("" without one).
+func identityOf(p auth.Principal) string {
+	switch {
+	case p.Method == auth.MethodAPIKey:
+		return auth.KeyActor(p.KeyName)
+	case p.Subject != "":
+		return "jwt:" + p.Subject
+	}
+	return ""
 }
 
 // principalFrom is the principal authenticateScope found, "" for the

@@ -268,6 +268,9 @@ type OpenAI struct {
 	Timeout time.Duration
 	// MaxTokens caps the max_tokens a request may ask for (0: no cap).
 	MaxTokens int
+	// ActorField names the request field that carries the caller's
+	// pseudonymous actor (safety_identifier or user); empty: none.
+	ActorField string
 }
 
 // Upstream configures the generic JSON operation.
@@ -384,11 +387,12 @@ type rawSettings struct {
 }
 
 type rawOpenAI struct {
-	BaseURL   string    `yaml:"base_url"`
-	Model     string    `yaml:"model"`
-	APIKey    yaml.Node `yaml:"api_key"`
-	Timeout   string    `yaml:"timeout"`
-	MaxTokens int       `yaml:"max_tokens"`
+	BaseURL    string    `yaml:"base_url"`
+	Model      string    `yaml:"model"`
+	APIKey     yaml.Node `yaml:"api_key"`
+	Timeout    string    `yaml:"timeout"`
+	MaxTokens  int       `yaml:"max_tokens"`
+	ActorField string    `yaml:"actor_field"`
 }
 
 type rawUpstream struct {
@@ -566,6 +570,12 @@ func (c *Config) fromRaw(raw *rawConfig, env func(string) string, p *problems) {
 		APIKey:    cmpOr(env(EnvOpenAIAPIKey), env(EnvOpenAIAPIKeyStd)),
 		Timeout:   p.duration("openai.timeout", raw.OpenAI.Timeout, DefaultOpenAITimeout),
 		MaxTokens: raw.OpenAI.MaxTokens,
+	}
+	switch f := strings.TrimSpace(raw.OpenAI.ActorField); f {
+	case "", "safety_identifier", "user":
+		c.OpenAI.ActorField = f
+	default:
+		p.add("openai.actor_field", "must be safety_identifier, user or empty (send no actor), got %q", truncate(f, 30))
 	}
 	c.Upstream = Upstream{
 		URL:     raw.Upstream.URL,

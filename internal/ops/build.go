@@ -22,7 +22,7 @@ func FromConfig(c *config.Config, client *http.Client) (*Registry, error) {
 		case config.OpOpenAIChat:
 			sc.Timeout = cmp.Or(sc.Timeout, c.OpenAI.Timeout)
 			oc := OpenAIConfig{BaseURL: c.OpenAI.BaseURL, Model: c.OpenAI.Model, APIKey: c.OpenAI.APIKey,
-				Timeout: sc.Timeout, MaxTokens: c.OpenAI.MaxTokens, Client: client}
+				Timeout: sc.Timeout, MaxTokens: c.OpenAI.MaxTokens, Client: client, ActorField: c.OpenAI.ActorField}
 			sc.Run, sc.Stream, sc.StreamReplay = OpenAIChat(oc), OpenAIChatStream(oc), OpenAIChatReplay
 			sc.Validate = ValidateChatInput(c.OpenAI.MaxTokens)
 		case config.OpHTTPJSON:
