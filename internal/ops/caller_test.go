@@ -13,7 +13,9 @@ import (
 )
 
 // pseudonym stands for Guard.HashActor.
-func pseudonym(s string) string { return "h:" + map[string]string{"jwt:alice@example.com": "0123abcd"}[s] }
+func pseudonym(s string) string {
+	return "h:" + map[string]string{"jwt:alice@example.com": "0123abcd"}[s]
+}
 
 func asAlice() context.Context {
 	return caller.With(tenancy.WithTenant(context.Background(), "acme"), "jwt:alice@example.com", pseudonym)
