@@ -128,7 +128,10 @@ type Options struct {
 	// applied); it is called with a context bounded by ReadyTimeout. nil
 	// means always ready.
 	Ready func(ctx context.Context) error
-	// Metrics is served at /metrics; nil answers 404.
+	// Metrics is served at /metrics, outside CORS (no browser page of
+	// another origin may read it); nil answers 404. Prefer serving it on a
+	// listener of its own, apart from the one browsers reach, as `idemguard
+	// serve` does (metrics_listen).
 	Metrics http.Handler
 	// MaxBodyBytes is the largest request body; larger ones get 413.
 	// Defaults to DefaultMaxBodyBytes (1 MiB).
@@ -350,6 +353,9 @@ func newEngine(o Options) (*gin.Engine, error) {
 		r.Use(observeHTTP(o.HTTPMetrics))
 	}
 	r.Use(h.requestLog, h.recovery)
+	// Registered before the CORS middleware, which gin adds only to routes
+	// registered after it: /metrics never answers a browser's origin.
+	r.GET(routeMetrics, h.serveMetrics)
 	if len(o.CORSOrigins) > 0 || o.CORSLoopback {
 		r.Use(corsMiddleware(o.CORSOrigins, o.CORSLoopback))
 	}
@@ -360,7 +366,6 @@ func newEngine(o Options) (*gin.Engine, error) {
 	r.GET(routeReadyz, h.readyz)
 	r.HEAD(routeHealthz, h.healthz)
 	r.HEAD(routeReadyz, h.readyz)
-	r.GET(routeMetrics, h.serveMetrics)
 	if o.Page != nil {
 		servePage(r, o.Page)
 	}

@@ -29,6 +29,7 @@ const (
 	EnvConfig          = "IDEMGUARD_CONFIG"
 	EnvMode            = "IDEMGUARD_MODE"
 	EnvListen          = "IDEMGUARD_LISTEN"
+	EnvMetricsListen   = "IDEMGUARD_METRICS_LISTEN"
 	EnvMySQLDSN        = "IDEMGUARD_MYSQL_DSN"
 	EnvAPIKeys         = "IDEMGUARD_API_KEYS"
 	EnvCORSOrigins     = "IDEMGUARD_CORS_ORIGINS"
@@ -77,6 +78,11 @@ const (
 	// job, for Prefer: respond-async, its event stream and cancel.
 	DemoJobScope  = "demo-job"
 	DefaultListen = "127.0.0.1:8080"
+	// DefaultMetricsListen is the operator listener's address: /metrics,
+	// the operator page and the service-wide figures, never on the API's
+	// listener. MetricsListenOff turns it off.
+	DefaultMetricsListen = "127.0.0.1:9090"
+	MetricsListenOff     = "off"
 )
 
 // Defaults of the service settings.
@@ -136,6 +142,10 @@ type Config struct {
 	Mode Mode
 	// Listen is the TCP address to serve on. Defaults to 127.0.0.1:8080.
 	Listen string
+	// MetricsListen is the operator listener's TCP address (/metrics, /ops
+	// and the service-wide /v1/stats), apart from the API's, which browsers
+	// reach. Defaults to DefaultMetricsListen; MetricsListenOff: none.
+	MetricsListen string
 	// MySQLDSN is the database; empty means the in-memory store
 	// (development mode only).
 	MySQLDSN string
@@ -327,6 +337,7 @@ func (p Prices) Cost(u idemguard.Usage) float64 {
 type rawConfig struct {
 	Mode                  string              `yaml:"mode"`
 	Listen                string              `yaml:"listen"`
+	MetricsListen         string              `yaml:"metrics_listen"`
 	MySQLDSN              string              `yaml:"mysql_dsn"`
 	Secret                yaml.Node           `yaml:"secret"`
 	SecretID              string              `yaml:"secret_id"`
@@ -490,6 +501,7 @@ func (p *problems) applyEnv(raw *rawConfig, env func(string) string) (apiKeysSet
 	}
 	override(&raw.Mode, EnvMode)
 	override(&raw.Listen, EnvListen)
+	override(&raw.MetricsListen, EnvMetricsListen)
 	override(&raw.MySQLDSN, EnvMySQLDSN)
 	override(&raw.SecretID, EnvSecretID)
 	override(&raw.OpenAI.BaseURL, EnvOpenAIBaseURL)
@@ -538,6 +550,7 @@ func (c *Config) fromRaw(raw *rawConfig, env func(string) string, p *problems) {
 	}
 	c.Mode = Mode(strings.ToLower(cmpOr(raw.Mode, string(Development))))
 	c.Listen = cmpOr(raw.Listen, DefaultListen)
+	c.MetricsListen = strings.TrimSpace(cmpOr(raw.MetricsListen, DefaultMetricsListen))
 	c.MySQLDSN = raw.MySQLDSN
 	c.CORSOrigins = raw.CORSOrigins
 	c.MaxBodyBytes = DefaultMaxBodyBytes
@@ -722,10 +735,12 @@ func (c *Config) validateServer(p *problems) {
 	default:
 		p.add("mode", "must be %q or %q, got %q (env %s)", Development, Production, c.Mode, EnvMode)
 	}
-	if _, port, err := net.SplitHostPort(c.Listen); err != nil {
-		p.add("listen", "must be host:port (e.g. 127.0.0.1:8080, :8080), got %q", c.Listen)
-	} else if n, err := strconv.Atoi(port); err != nil || n < 0 || n > 65535 {
-		p.add("listen", "port must be a number from 0 to 65535, got %q", port)
+	p.listen("listen", c.Listen, "127.0.0.1:8080, :8080")
+	if c.MetricsListen != MetricsListenOff {
+		p.listen("metrics_listen", c.MetricsListen, "127.0.0.1:9090, :9090, or off")
+		if c.MetricsListen == c.Listen && !strings.HasSuffix(c.Listen, ":0") {
+			p.add("metrics_listen", "must differ from listen: the operator's routes are never on the API's listener")
+		}
 	}
 	if c.MySQLDSN != "" {
 		if _, err := mysqlconn.NormalizeDSN(c.MySQLDSN); err != nil {
@@ -736,6 +751,15 @@ func (c *Config) validateServer(p *problems) {
 			"e.g. user:password@tcp(db:3306)/idemguard", EnvMySQLDSN)
 	}
 
+}
+
+// listen checks a host:port address.
+func (p *problems) listen(setting, addr, examples string) {
+	if _, port, err := net.SplitHostPort(addr); err != nil {
+		p.add(setting, "must be host:port (e.g. %s), got %q", examples, truncate(addr, 64))
+	} else if n, err := strconv.Atoi(port); err != nil || n < 0 || n > 65535 {
+		p.add(setting, "port must be a number from 0 to 65535, got %q", truncate(port, 16))
+	}
 }
 
 // validateAPIKeys checks the API-key digests, reported under apiKeysSetting.
