@@ -2,9 +2,9 @@ package opsui_test
 
 import (
 	"context"
-	"encoding/json"
 	"crypto/sha256"
 	"encoding/base64"
+	"encoding/json"
 	"errors"
 	"net/http"
 	"net/http/httptest"
