@@ -96,7 +96,7 @@ func (h *handlers) called(c *gin.Context, scope string, req pipeline.Request, re
 		h.fail(c, err)
 		return false
 	}
-	h.setRef(c.Writer.Header(), scope, pipeline.Ref(req.ClientKey, res.KeyHash))
+	h.setRef(c.Writer.Header(), scope, h.ref(c, scope, req.ClientKey, res.KeyHash))
 	c.Set(keyHashKey, shortHash(res.KeyHash))
 	logOutcome(c, res)
 	return true

@@ -42,6 +42,22 @@ func TestUsersOfOneTenantHaveTheirOwnKeys(t *testing.T) {
 	require.EqualValues(t, 2, b.calls["echo"].Load())
 	w = b.do(req{method: http.MethodPost, path: "/v1/ops/echo", body: `{"n":1}`, apiKey: alice})
 	require.Equal(t, "true", w.Header().Get("Idempotent-Replayed"), "alice's own duplicate is a replay")
+	require.Equal(t, aliceRef, w.Header().Get("Idempotency-Key-Ref"), "one key, one reference")
+
+	// alice's derived reference names her key for her only: it is masked for her, so mallory,
+	// shown it, reads nothing with it.
+	w = b.do(req{method: http.MethodGet, path: "/v1/ops/echo/keys/" + aliceRef, apiKey: alice})
+	require.Equal(t, http.StatusOK, w.Code, w.Body.String())
+	require.Contains(t, w.Body.String(), `"ref":"`+aliceRef+`"`)
+	for _, path := range []string{"/v1/ops/echo/keys/" + aliceRef, "/v1/ops/echo/keys/" + aliceRef + "/history"} {
+		w = b.do(req{method: http.MethodGet, path: path, apiKey: mallory})
+		require.Equal(t, http.StatusNotFound, w.Code, "%s: %s", path, w.Body.String())
+	}
+	stored := b.store.Rows()
+	for _, r := range stored {
+		require.NotEqual(t, aliceRef[1:], r.KeyHash, "the reference is not the stored hash")
+		require.NotContains(t, r.KeyHash, "alice")
+	}
 
 	// A running job of alice's under her client key.
 	w = b.do(req{method: http.MethodPost, path: "/v1/ops/slow", body: `{"n":2}`, apiKey: alice,
