@@ -174,13 +174,20 @@ func TestChartDefaults(t *testing.T) {
 	checkChart(t, r)
 }
 
-// Another container port: serve listens there (IDEMGUARD_LISTEN overrides the image's 8080).
+// Other container ports: serve listens there (IDEMGUARD_LISTEN and IDEMGUARD_METRICS_LISTEN
+// override the image's 8080 and 9090). The API and the operator listener never share one.
 func TestChartOtherPort(t *testing.T) {
 	t.Parallel()
-	r := render(t, "--set", "containerPort=9090", "--set", "shutdownGraceSeconds=60")
+	r := render(t, "--set", "containerPort=9090", "--set", "metrics.port=9191", "--set", "shutdownGraceSeconds=60")
 	checkChart(t, r)
 	require.Equal(t, int32(9090), r.deployments[0].Spec.Template.Spec.Containers[0].Ports[0].ContainerPort)
+	require.Equal(t, int32(9191), r.deployments[0].Spec.Template.Spec.Containers[0].Ports[1].ContainerPort)
 	require.Greater(t, *r.deployments[0].Spec.Template.Spec.TerminationGracePeriodSeconds, int64(60))
+
+	cmd := exec.Command(helm(t), "template", "idemguard", chartDir, "--kube-version", kubeVersion, "--set", "containerPort=9090")
+	out, err := cmd.CombinedOutput()
+	require.Error(t, err)
+	require.Contains(t, string(out), "needs a port apart from the API's")
 }
 
 // Every optional part on: the stats CronJob, the ServiceMonitor and the PrometheusRule.

@@ -41,6 +41,9 @@ file). */}}
 {{- fail (printf "config.%s is set by the chart; leave it out of config (shutdown_grace: set shutdownGraceSeconds; listen: containerPort; metrics_listen: metrics.port)" $k) -}}
 {{- end -}}
 {{- end -}}
+{{- if eq (int .Values.containerPort) (int .Values.metrics.port) -}}
+{{- fail (printf "containerPort and metrics.port are both %d: the operator listener (/metrics, /ops) needs a port apart from the API's" (int .Values.containerPort)) -}}
+{{- end -}}
 {{- $own := dict "mode" "production" "shutdown_grace" (printf "%ds" (int .Values.shutdownGraceSeconds)) -}}
 {{- toYaml (merge $own (deepCopy .Values.config)) -}}
 {{- end -}}
