@@ -22,6 +22,7 @@ func TestServeKeepsOperatorRoutesOffTheAPIListener(t *testing.T) {
 		"mode: development\nscopes: [{name: demo, operation: demo, delay: 1ms}]\n")
 	require.NotEmpty(t, s.opsAddr)
 	require.NotEqual(t, s.addr, s.opsAddr)
+	require.Contains(t, s.stderr.String(), "http://"+s.opsAddr+"/ops", "the development banner names the operator page")
 	for _, path := range []string{"/metrics", "/ops"} {
 		req, err := http.NewRequest(http.MethodGet, "http://"+s.addr+path, nil)
 		require.NoError(t, err)

@@ -342,6 +342,9 @@ func (s *server) listen(ctx context.Context, handler http.Handler, names []strin
 	// whoever waits for it (a test, a supervisor's log watch) finds the banner written.
 	if cfg.Mode == config.Development {
 		fmt.Fprint(s.env.stderr, devBanner(addr, cfg.DevelopmentWithoutDatabase()))
+		if opsAddr != "" {
+			fmt.Fprintf(s.env.stderr, "Operator page and metrics (no credential; keep this listener private): http://%s/ops, http://%s/metrics\n", opsAddr, opsAddr)
+		}
 	}
 	log.Info("serve: listening", "addr", addr, "operator_addr", opsAddr, "mode", string(cfg.Mode), "store", s.storeName(),
 		"scopes", names, "config", cfg.Source)
