@@ -14,7 +14,6 @@ import (
 	"github.com/gin-gonic/gin"
 
 	"github.com/idemguard/idemguard"
-	"github.com/idemguard/idemguard/internal/caller"
 	"github.com/idemguard/idemguard/routers/auth"
 	"github.com/idemguard/idemguard/tenancy"
 )
@@ -68,9 +67,6 @@ func (h *handlers) authenticateScope(creds *auth.Credentials, byScope map[string
 			return
 		}
 		ctx := tenancy.WithTenant(c.Request.Context(), p.Tenant)
-		// Who asked, as an upstream learns it (internal/caller): the tenant
-		// and an HMAC of the identity, computed only if an operation runs.
-		ctx = caller.With(ctx, identityOf(p), h.guard.HashActor)
 		c.Request = c.Request.WithContext(idemguard.WithActor(ctx, h.actorOf(p)))
 		c.Set(tenantKey, p.Tenant)
 		c.Set(authMethodKey, string(p.Method))

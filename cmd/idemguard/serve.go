@@ -282,7 +282,7 @@ func (s *server) handler(guard *idemguard.Guard, m *metrics.Metrics, transport *
 			undo[i]()
 		}
 	}
-	registry, err := ops.FromConfig(cfg, &http.Client{Transport: transport})
+	registry, err := ops.FromConfig(cfg, &http.Client{Transport: transport}, guard.HashActor)
 	if err != nil {
 		log.Error("serve: cannot build the operations", "err", err)
 		return nil, nil, done, false

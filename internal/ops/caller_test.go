@@ -7,18 +7,17 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/idemguard/idemguard"
 	"github.com/idemguard/idemguard/internal/caller"
 	"github.com/idemguard/idemguard/internal/ops"
 	"github.com/idemguard/idemguard/tenancy"
 )
 
-// pseudonym stands for Guard.HashActor.
-func pseudonym(s string) string {
-	return "h:" + map[string]string{"jwt:alice@example.com": "0123abcd"}[s]
-}
+// pseudonym stands for Guard.HashActor; alice's audit actor is already a pseudonym of her subject.
+func pseudonym(s string) string { return "h:" + map[string]string{"jwt:h:a11ce": "0123abcd"}[s] }
 
 func asAlice() context.Context {
-	return caller.With(tenancy.WithTenant(context.Background(), "acme"), "jwt:alice@example.com", pseudonym)
+	return idemguard.WithActor(tenancy.WithTenant(context.Background(), "acme"), "jwt:h:a11ce")
 }
 
 // An http_json upstream is told the tenant and the pseudonymous actor,
@@ -28,7 +27,7 @@ func TestHTTPJSONTellsTheUpstreamWhoAsks(t *testing.T) {
 	t.Parallel()
 	u := newUpstream(t, reply(200, `{"answer":"42"}`))
 	op := ops.HTTPJSON(ops.HTTPJSONConfig{URL: u.srv.URL, Client: u.srv.Client(),
-		Headers: map[string]string{"X-Api-Token": "tok", "idemguard-tenant": "spoofed"}})
+		Headers: map[string]string{"X-Api-Token": "tok", "idemguard-tenant": "spoofed"}, Pseudonym: pseudonym})
 	_, err := op(asAlice(), json.RawMessage(`{"n":1}`))
 	require.NoError(t, err)
 	h := *u.lastHdr.Load()
@@ -37,7 +36,7 @@ func TestHTTPJSONTellsTheUpstreamWhoAsks(t *testing.T) {
 	require.Equal(t, "tok", h.Get("X-Api-Token"))
 	for name, values := range h {
 		for _, v := range values {
-			require.NotContains(t, v, "alice", name)
+			require.NotContains(t, v, "a11ce", name)
 		}
 	}
 
@@ -55,7 +54,7 @@ func TestOpenAIChatActorField(t *testing.T) {
 	t.Parallel()
 	for field, want := range map[string]string{"": "", ops.ActorSafetyIdentifier: "safety_identifier", ops.ActorUser: "user"} {
 		u := newUpstream(t, reply(200, completion))
-		_, err := chat(u, func(c *ops.OpenAIConfig) { c.ActorField = field })(asAlice(), chatInputs)
+		_, err := chat(u, func(c *ops.OpenAIConfig) { c.ActorField, c.Pseudonym = field, pseudonym })(asAlice(), chatInputs)
 		require.NoError(t, err)
 		req := *u.lastReq.Load()
 		for _, f := range []string{"safety_identifier", "user"} {

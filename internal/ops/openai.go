@@ -34,9 +34,12 @@ type OpenAIConfig struct {
 	// (Timeout and the guard bound each call).
 	Client *http.Client
 	// ActorField, when set, is the request field that carries the caller's
-	// pseudonymous actor (caller.Actor), for the provider's abuse
-	// monitoring: ActorSafetyIdentifier or ActorUser. Empty: none is sent.
+	// pseudonymous actor (caller.Actor, made with Pseudonym), for the
+	// provider's abuse monitoring: ActorSafetyIdentifier or ActorUser.
+	// Empty: none is sent.
 	ActorField string
+	// Pseudonym makes the actor (Guard.HashActor); nil: none is sent.
+	Pseudonym caller.Pseudonym
 }
 
 // The request fields OpenAIConfig.ActorField may name.
@@ -82,9 +85,9 @@ func newChatRequest(ctx context.Context, cfg OpenAIConfig, in ChatInput) chatReq
 	r := chatRequest{Model: cfg.Model, ChatInput: in}
 	switch cfg.ActorField {
 	case ActorSafetyIdentifier:
-		r.SafetyIdentifier = caller.Actor(ctx)
+		r.SafetyIdentifier = caller.Actor(ctx, cfg.Pseudonym)
 	case ActorUser:
-		r.User = caller.Actor(ctx)
+		r.User = caller.Actor(ctx, cfg.Pseudonym)
 	}
 	return r
 }
