@@ -118,7 +118,7 @@ func (g *Guard) Watch(ctx context.Context, key Key, after EventID) (*Watcher, er
 	if err != nil {
 		return nil, err
 	}
-	switch cur, err := g.jobs.hub.Attach(w.k); {
+	switch cur, err := g.jobs.hub.Attach(w.k, live.Run{Attempt: rec.Attempts, Nonce: rec.ClaimNonce}, 0); {
 	case err == nil:
 		w.cur = cur
 	case errors.Is(err, live.ErrTooManyWatchers):
