@@ -13,6 +13,7 @@ import (
 
 	"github.com/idemguard/idemguard"
 	"github.com/idemguard/idemguard/idemguardtest"
+	"github.com/idemguard/idemguard/sanitize"
 	"github.com/idemguard/idemguard/store"
 	"github.com/idemguard/idemguard/store/memstore"
 )
@@ -254,4 +255,129 @@ func TestFollowerNeverSplicesTwoExecutions(t *testing.T) {
 	require.Equal(t, idemguard.StatusSucceeded, res.Status)
 	require.Equal(t, []string{"B1", "B2", "B3", "B4"}, got, "the follower relays attempt 2 alone")
 	require.Equal(t, 2, res.Attempt)
+}
+
+// A key completed by a plain call that keeps its own JSON (Call.Keep) and
+// asked for again as a stream streams as that document, in one chunk.
+// Before the fix the stream got a blank envelope
+// ({"ok":false,"stopReason":"",...}) and success.
+func TestStoredDocumentStreamsAsTheDocument(t *testing.T) {
+	b := setup(t)
+	call := streamed("doc")
+	call.Keep = sanitize.MustAllowlist("id", "status")
+	res, err := b.guard.Do(context.Background(), call, func(context.Context) (any, error) {
+		return map[string]any{"id": "ord_1", "status": "paid", "prompt": "secret"}, nil
+	})
+	require.NoError(t, err)
+	require.JSONEq(t, `{"id":"ord_1","status":"paid"}`, string(res.Body))
+
+	for _, keep := range []bool{false, true} { // as the routers' stream asks (no Keep), and with it
+		c := streamed("doc")
+		if keep {
+			c.Keep = call.Keep
+		}
+		w := newChunks()
+		sres, err := b.guard.DoStream(context.Background(), c, bigOp(1, 1, nil), w)
+		require.NoError(t, err)
+		require.Equal(t, idemguard.StatusSucceeded, sres.Status)
+		origin, got := w.got()
+		require.Equal(t, idemguard.StreamReplayed, origin)
+		require.Equal(t, []string{string(res.Body)}, got, "keep %t", keep)
+	}
+}
+
+// A DoStream with Keep whose operation emits no chunk sends its document,
+// to its own caller and on every replay, never a blank envelope.
+func TestKeptStreamWithoutChunksSendsItsDocument(t *testing.T) {
+	b := setup(t)
+	call := streamed("quiet")
+	call.Keep = sanitize.MustAllowlist("id")
+	op := idemguard.StreamOperation{Run: func(context.Context, func(idemguard.Chunk)) (any, error) {
+		return map[string]any{"id": "ord_2", "model": "m"}, nil
+	}}
+	for i := range 2 {
+		w := newChunks()
+		res, err := b.guard.DoStream(context.Background(), call, op, w)
+		require.NoError(t, err)
+		require.Equal(t, idemguard.StatusSucceeded, res.Status)
+		require.Equal(t, i == 1, res.Cached)
+		_, got := w.got()
+		require.Equal(t, []string{`{"id":"ord_2"}`}, got, "call %d", i)
+	}
+}
+
+// halfLease is a store whose first claim INSERT lands but reports an
+// unknown outcome, and whose read that settles it, once armed, returns the
+// row as it was when read after the test lets it go: the claim is then
+// settled with half its lease spent, and the renewal before the operation
+// finds it taken over.
+type halfLease struct {
+	store.Store
+	armed   atomic.Bool
+	reading chan struct{}
+	release chan struct{}
+}
+
+func (s *halfLease) Claim(ctx context.Context, p store.ClaimParams) (uint64, error) {
+	id, err := s.Store.Claim(ctx, p)
+	if err == nil && s.armed.Load() {
+		return 0, fmt.Errorf("reply lost: %w", store.ErrOutcomeUnknown)
+	}
+	return id, err
+}
+
+func (s *halfLease) Get(ctx context.Context, tenant, scope, keyHash string) (store.Record, error) {
+	rec, err := s.Store.Get(ctx, tenant, scope, keyHash)
+	if s.armed.CompareAndSwap(true, false) {
+		close(s.reading)
+		<-s.release
+	}
+	return rec, err
+}
+
+// A streamed call answered through the half-spent-lease path (its claim
+// settled late, then taken over and completed by another stream) gets the
+// stored chunks, not the envelope rendered as one chunk, as it did before
+// the fix.
+func TestStreamAnsweredAfterALateSettledClaimGetsTheStoredChunks(t *testing.T) {
+	clock := &fakeClock{now: time.Date(2026, 11, 20, 3, 0, 0, 0, time.UTC)}
+	ms := memstore.New(memstore.WithClock(clock.Now))
+	hl := &halfLease{Store: ms, reading: make(chan struct{}), release: make(chan struct{})}
+	hl.armed.Store(true)
+	newGuard := func(st store.Store) *idemguard.Guard {
+		cfg := idemguard.Config{Store: st, Secret: secret, StoreTimeout: time.Minute}
+		idemguardtest.SetClock(&cfg, clock.Now)
+		g, err := idemguard.New(cfg)
+		require.NoError(t, err)
+		t.Cleanup(func() { require.NoError(t, g.Close(context.Background())) })
+		return g
+	}
+	p, q := newGuard(hl), newGuard(ms)
+	call := streamed("late")
+	call.Settings.StaleAfter = idemguard.MinStaleAfter
+	sent := time.Now()
+	pDone := make(chan idemguard.Result, 1)
+	w := newChunks()
+	go func() {
+		res, err := p.DoStream(context.Background(), call, steppedOp("P", make(chan struct{}), nil), w)
+		if err != nil {
+			t.Error(err)
+		}
+		pDone <- res
+	}()
+	<-hl.reading // P's claim landed; its settling read holds the row as it was
+	clock.Advance(time.Minute)
+	qStarted, releaseQ := make(chan struct{}), make(chan struct{})
+	close(releaseQ)
+	res, err := q.DoStream(context.Background(), call, steppedOp("Q", qStarted, releaseQ), newChunks())
+	require.NoError(t, err)
+	require.Equal(t, 2, res.Attempt, "Q took the stale claim over")
+	// own renews a claim settled after half its lease (on the local clock).
+	eventually(t, func() bool { return time.Since(sent) > idemguard.MinStaleAfter }, "half the lease passes")
+	close(hl.release)
+	pres := <-pDone
+	require.Equal(t, idemguard.StatusSucceeded, pres.Status)
+	require.True(t, pres.Cached)
+	_, got := w.got()
+	require.Equal(t, []string{"Q1", "Q2", "Q3", "Q4"}, got)
 }
