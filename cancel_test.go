@@ -5,6 +5,7 @@ import (
 	"errors"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
@@ -40,4 +41,48 @@ func TestSelfReportedCancelDoesNotGiveTheAttemptBack(t *testing.T) {
 	info, err := b.guard.Lookup(context.Background(), clientKey(t, b.guard, "acme", "pay", "self-cancel"))
 	require.NoError(t, err)
 	require.Equal(t, 1, info.Attempts)
+}
+
+// A cancel recorded on a key whose owner went silent (stale) does not
+// make the key run again by itself: a resubmission takes it over (a new,
+// counted attempt) under StaleTakeover, and marks it abandoned, for good,
+// under StaleFail, as for any stale key. Cancel's documentation said the
+// key "runs again when resubmitted" under either policy.
+func TestCancelOfAStaleKeyFollowsTheStalePolicy(t *testing.T) {
+	for _, policy := range []idemguard.StalePolicy{idemguard.StaleTakeover, idemguard.StaleFail} {
+		t.Run(string(policy), func(t *testing.T) {
+			b := setup(t)
+			call := idemguard.Call{Tenant: "acme", Scope: "job", ClientKey: "silent", Inputs: map[string]any{"n": 1},
+				Settings: idemguard.Settings{StaleAfter: time.Minute, StalePolicy: policy, MaxAttempts: 3}}
+			started, release := make(chan struct{}), make(chan struct{})
+			first := make(chan idemguard.Result, 1)
+			go func() {
+				res, _ := b.guard.Do(context.Background(), call, func(context.Context) (any, error) {
+					close(started)
+					<-release // its owner went silent: no heartbeat is due within the test
+					return map[string]any{"ok": true}, nil
+				})
+				first <- res
+			}()
+			<-started
+			b.clock.Advance(2 * time.Minute) // stale on the store's clock
+			key := clientKey(t, b.guard, "acme", "job", "silent")
+			require.NoError(t, b.guard.Cancel(context.Background(), key), "a stale key is still cancelled")
+
+			var runs atomic.Int32
+			res, err := b.guard.Do(context.Background(), call, okOp(&runs))
+			require.NoError(t, err)
+			if policy == idemguard.StaleTakeover {
+				require.Equal(t, idemguard.StatusSucceeded, res.Status)
+				require.Equal(t, 2, res.Attempt, "a takeover: the silent attempt counts")
+				require.EqualValues(t, 1, runs.Load())
+			} else {
+				require.Equal(t, idemguard.StatusFailed, res.Status)
+				require.Equal(t, sanitize.Abandoned, res.StopReason, "final: a cancel does not undo policy fail")
+				require.Zero(t, runs.Load())
+			}
+			close(release)
+			require.True(t, (<-first).LostClaim)
+		})
+	}
 }
