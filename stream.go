@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/idemguard/idemguard/internal/live"
+	"github.com/idemguard/idemguard/internal/testhooks"
 	"github.com/idemguard/idemguard/sanitize"
 	"github.com/idemguard/idemguard/store"
 )
@@ -302,7 +303,7 @@ func (g *Guard) maxStreamBytes() int { return cmp.Or(g.cfg.MaxStreamBytes, Defau
 // as itself, in one chunk; an envelope by StreamOperation.Replay, or as its
 // JSON in one chunk.
 func (s *streamCall) fromAnswer(res Result, document bool) []Chunk {
-	if document {
+	if document && !s.g.defect(testhooks.DefectBlankDocument) {
 		return []Chunk{{Data: bytes.ReplaceAll(res.Body, []byte("\r"), nil)}}
 	}
 	env := res.Envelope
@@ -337,7 +338,7 @@ func (s *streamCall) replay(ctx context.Context, g *Guard, p prepared, rec store
 	}
 	switch {
 	case len(events) > 0:
-	case s.follow && s.sent > 0 && !s.complete:
+	case s.follow && s.sent > 0 && !s.complete && !g.defect(testhooks.DefectFollowerGap):
 		g.log.Warn("guard: a stream follower fell behind an answer stored without its events (over the size limit); answered failed",
 			g.attrs(p, slog.Int("limit_bytes", g.maxStreamBytes()), slog.Int("relayed", s.sent))...)
 		return s.incomplete(p, rec), nil
@@ -375,7 +376,11 @@ func (s *streamCall) attach(l *claimLoop, rec store.Record) (res Result, err err
 		return Result{}, nil, false
 	}
 	run := live.Run{Attempt: rec.Attempts, Nonce: rec.ClaimNonce}
-	cur, err := l.g.hub.Attach(s.key, run, 0)
+	logRun := run
+	if open, ok := l.g.hub.Current(s.key); ok && l.g.defect(testhooks.DefectSplice) {
+		logRun = open
+	}
+	cur, err := l.g.hub.Attach(s.key, logRun, 0)
 	switch {
 	case errors.Is(err, live.ErrTooManyWatchers):
 		return Result{}, ErrTooManyWaiters, true
