@@ -51,7 +51,8 @@ import (
 
 // Defaults of Config's stream settings.
 const (
-	// DefaultMaxStreamBytes bounds a stored chunk sequence (1 MiB).
+	// DefaultMaxStreamBytes bounds a stored chunk sequence, and the live
+	// log of a running one (1 MiB).
 	DefaultMaxStreamBytes = 1 << 20
 	// DefaultMaxWaiters bounds the calls of one process waiting for (or
 	// following) one running key.
