@@ -47,7 +47,7 @@ func (g *Guard) History(ctx context.Context, key Key) ([]store.AuditEvent, error
 func (g *Guard) keyHashes(k Key) []string {
 	out := []string{k.hash}
 	for _, s := range g.previous {
-		out = append(out, s.deriver.KeyHash(string(k.tenant), k.scope, k.clientKey, nil))
+		out = append(out, s.deriver.PrincipalKeyHash(string(k.tenant), k.scope, k.principal, k.clientKey, nil))
 	}
 	return out
 }

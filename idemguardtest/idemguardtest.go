@@ -19,20 +19,20 @@ import (
 // replay fast path; see the package documentation of idemguard).
 type ReadFirst string
 
-// The read-first policies (their values are those Guard accepts; one definition holds them).
+// The read-first policies.
 const (
 	// ReadFirstAdaptive reads first in a scope while at least half of its
 	// recent store calls found a replayable row. The default, which no
 	// workload needs to change.
-	ReadFirstAdaptive ReadFirst = ReadFirst(testhooks.ReadFirstAdaptive)
+	ReadFirstAdaptive ReadFirst = "adaptive"
 	// ReadFirstAlways reads before every claim.
-	ReadFirstAlways ReadFirst = ReadFirst(testhooks.ReadFirstAlways)
+	ReadFirstAlways ReadFirst = "always"
 	// ReadFirstClientKey reads first when the call carries a client key (a
 	// client retrying with its key is the common replay).
-	ReadFirstClientKey ReadFirst = ReadFirst(testhooks.ReadFirstClientKey)
+	ReadFirstClientKey ReadFirst = "client_key"
 	// ReadFirstNever always claims first (one round trip for a fresh key,
 	// two for a replay the replay cache does not hold).
-	ReadFirstNever ReadFirst = ReadFirst(testhooks.ReadFirstNever)
+	ReadFirstNever ReadFirst = "never"
 )
 
 // SetClock sets the guard's local clock, used only for waiting and for the

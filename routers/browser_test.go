@@ -131,9 +131,10 @@ func TestJWTTenantIsolation(t *testing.T) {
 	}
 	require.Equal(t, map[string]bool{"acme": true, "beta": true}, tenants)
 
-	// A claim naming acme reads acme's key: one tenant, whichever credential.
+	// A claim naming acme is a user of acme, whose keys are their own by
+	// default (principal_test.go): the API key's key is not theirs.
 	w = b.do(req{method: http.MethodGet, path: "/v1/ops/echo/keys/shared-key", apiKey: key.Sign(t, "acme", nil)})
-	require.Equal(t, http.StatusOK, w.Code)
+	require.Equal(t, http.StatusNotFound, w.Code)
 }
 
 func TestScopeAuthValidation(t *testing.T) {

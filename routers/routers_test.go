@@ -584,10 +584,14 @@ func TestHealthAndMetrics(t *testing.T) {
 			w.Header().Set("Content-Type", "text/plain; version=0.0.4")
 			_, _ = io.WriteString(w, "idemguard_up 1\n")
 		})
+		o.CORSOrigins = []string{"https://app.example.com"}
 	}})
-	w = m.do(req{method: http.MethodGet, path: "/metrics"})
+	w = m.do(req{method: http.MethodGet, path: "/metrics", headers: []string{"Origin", "https://app.example.com"}})
 	require.Equal(t, http.StatusOK, w.Code)
 	require.Equal(t, "idemguard_up 1\n", w.Body.String())
+	require.Empty(t, w.Header().Get("Access-Control-Allow-Origin"), "a page of an allowed origin cannot read /metrics")
+	w = m.do(req{method: http.MethodGet, path: "/healthz", headers: []string{"Origin", "https://app.example.com"}})
+	require.Equal(t, "https://app.example.com", w.Header().Get("Access-Control-Allow-Origin"), "CORS itself is on")
 }
 
 func TestUnknownRouteAndMethod(t *testing.T) {

@@ -79,7 +79,7 @@ func (h *handlers) runStream(c *gin.Context, tenant tenancy.ID, scope *Scope, re
 		c.Header(pipeline.HeaderPreferenceApplied, pipeline.PreferenceApplied(req.Wait))
 	}
 	out := &pipeline.Stream{SSE: pipeline.NewSSE(c.Writer), OnBegin: func(st idemguard.StreamStart) {
-		h.setRef(c.Writer.Header(), scope.Name, pipeline.Ref(req.ClientKey, st.KeyHash))
+		h.setRef(c.Writer.Header(), scope.Name, h.ref(c, scope.Name, req.ClientKey, st.KeyHash))
 		if st.Origin != idemguard.StreamLive {
 			logOf(c).replayed = true
 		}

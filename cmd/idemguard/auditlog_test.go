@@ -253,7 +253,7 @@ func TestServeAuditTrail(t *testing.T) {
 	other, b := s.get(t, hist, "beta-key")
 	require.Equal(t, http.StatusNotFound, other.StatusCode, string(b))
 
-	_, metricsText := s.get(t, "/metrics", "")
+	_, metricsText := s.operator(t, "/metrics")
 	require.Contains(t, string(metricsText), `idemguard_audit_events_total{kind="claimed"} 1`)
 
 	s.stop() // Close flushes the stream

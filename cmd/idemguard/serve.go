@@ -159,13 +159,21 @@ func (s *server) run(ctx context.Context) int {
 	if !ok {
 		return exitError
 	}
-	srv, served, ok := s.listen(ctx, handler, names)
+	opsSrv, opsAddr, opsServed, ok := s.listenOperator(ctx, m, names)
+	if !ok {
+		return exitError
+	}
+	defer s.stopOperator(opsSrv)
+	srv, served, ok := s.listen(ctx, handler, names, opsAddr)
 	if !ok {
 		return exitError
 	}
 	select {
 	case err := <-served:
 		s.log.Error("serve: the HTTP server stopped", "err", err)
+		return exitError
+	case err := <-opsServed:
+		s.log.Error("serve: the operator listener stopped", "err", err)
 		return exitError
 	case <-ctx.Done():
 	}
@@ -261,7 +269,7 @@ func (s *server) handler(guard *idemguard.Guard, m *metrics.Metrics, transport *
 			undo[i]()
 		}
 	}
-	registry, err := ops.FromConfig(cfg, &http.Client{Transport: transport})
+	registry, err := ops.FromConfig(cfg, &http.Client{Transport: transport}, guard.HashActor)
 	if err != nil {
 		log.Error("serve: cannot build the operations", "err", err)
 		return nil, nil, done, false
@@ -278,7 +286,6 @@ func (s *server) handler(guard *idemguard.Guard, m *metrics.Metrics, transport *
 		Scopes:                routerScopes(registry),
 		Auth:                  auth,
 		Ready:                 s.ready(guard),
-		Metrics:               m.Handler(),
 		MaxBodyBytes:          cfg.MaxBodyBytes,
 		MaxWait:               cfg.MaxWait,
 		RetryAfter:            cfg.RetryAfter,
@@ -306,26 +313,16 @@ func (s *server) handler(guard *idemguard.Guard, m *metrics.Metrics, transport *
 }
 
 // listen starts serving handler on the configured address; served reports
-// the server's end. ok is false, logged, when it cannot listen.
-func (s *server) listen(ctx context.Context, handler http.Handler, names []string) (
+// the server's end. ok is false, logged, when it cannot listen. opsAddr,
+// the operator listener's address ("" when off), goes into the listening
+// line.
+func (s *server) listen(ctx context.Context, handler http.Handler, names []string, opsAddr string) (
 	srv *http.Server, served chan error, ok bool) {
 	cfg, log := s.cfg, s.log
-	ln, err := net.Listen("tcp", cfg.Listen)
-	if err != nil {
-		log.Error("serve: cannot listen", "listen", cfg.Listen, "err", err)
+	srv, served, ln, ok := s.serveOn(ctx, "listen", cfg.Listen, handler)
+	if !ok {
 		return nil, nil, false
 	}
-	srv = &http.Server{
-		Handler:           handler,
-		ReadHeaderTimeout: readHeaderTimeout,
-		ReadTimeout:       readTimeout,
-		IdleTimeout:       idleTimeout,
-		MaxHeaderBytes:    maxHeaderBytes,
-		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
-		BaseContext:       func(net.Listener) context.Context { return context.WithoutCancel(ctx) },
-	}
-	served = make(chan error, 1)
-	go func() { served <- srv.Serve(ln) }()
 
 	addr := ln.Addr().String()
 	// The banner comes before the listening line, which is the signal that serve is ready:
@@ -333,10 +330,36 @@ func (s *server) listen(ctx context.Context, handler http.Handler, names []strin
 	if cfg.Mode == config.Development {
 		_, refused := demoKeyRefusal(cfg)
 		fmt.Fprint(s.env.stderr, devBanner(addr, cfg.DevelopmentWithoutDatabase(), refused))
+		if opsAddr != "" {
+			fmt.Fprintf(s.env.stderr, "Operator page and metrics (no credential; keep this listener private): http://%s/ops, http://%s/metrics\n", opsAddr, opsAddr)
+		}
 	}
-	log.Info("serve: listening", "addr", addr, "mode", string(cfg.Mode), "store", s.storeName(),
+	log.Info("serve: listening", "addr", addr, "operator_addr", opsAddr, "mode", string(cfg.Mode), "store", s.storeName(),
 		"scopes", names, "config", cfg.Source)
 	return srv, served, true
+}
+
+// serveOn starts an HTTP server of handler on addr (the setting's value);
+// served reports its end. ok is false, logged, when it cannot listen.
+func (s *server) serveOn(ctx context.Context, setting, addr string, handler http.Handler) (
+	srv *http.Server, served chan error, ln net.Listener, ok bool) {
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		s.log.Error("serve: cannot listen", setting, addr, "err", err)
+		return nil, nil, nil, false
+	}
+	srv = &http.Server{
+		Handler:           handler,
+		ReadHeaderTimeout: readHeaderTimeout,
+		ReadTimeout:       readTimeout,
+		IdleTimeout:       idleTimeout,
+		MaxHeaderBytes:    maxHeaderBytes,
+		ErrorLog:          slog.NewLogLogger(s.log.Handler(), slog.LevelWarn),
+		BaseContext:       func(net.Listener) context.Context { return context.WithoutCancel(ctx) },
+	}
+	served = make(chan error, 1)
+	go func() { served <- srv.Serve(ln) }()
+	return srv, served, ln, true
 }
 
 // shutdown stops srv and closes guard, in the order that loses no stored

@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"io"
+	"maps"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -21,11 +22,13 @@ import (
 
 // served is an in-process `idemguard serve`.
 type served struct {
-	addr   string
-	stderr *testlog.Buffer
-	stop   context.CancelFunc // stands in for SIGTERM
-	code   chan int
-	client *http.Client
+	addr string
+	// opsAddr is the operator listener's (metrics_listen): /metrics, /ops.
+	opsAddr string
+	stderr  *testlog.Buffer
+	stop    context.CancelFunc // stands in for SIGTERM
+	code    chan int
+	client  *http.Client
 }
 
 const testSecret = "0123456789abcdef0123456789abcdef"
@@ -54,6 +57,14 @@ func startServeArgs(t *testing.T, environ map[string]string, configYAML string, 
 	t.Helper()
 	path := filepath.Join(t.TempDir(), "idemguard.yaml")
 	require.NoError(t, os.WriteFile(path, []byte(configYAML), 0o600))
+	if _, set := environ["IDEMGUARD_METRICS_LISTEN"]; !set {
+		// A free port: parallel tests cannot all have the default 9090.
+		environ = maps.Clone(environ)
+		if environ == nil {
+			environ = map[string]string{}
+		}
+		environ["IDEMGUARD_METRICS_LISTEN"] = "127.0.0.1:0"
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	s := &served{stderr: &testlog.Buffer{}, stop: cancel, code: make(chan int, 1),
 		client: &http.Client{Transport: &http.Transport{}, Timeout: 30 * time.Second}}
@@ -83,9 +94,12 @@ func startServeArgs(t *testing.T, environ map[string]string, configYAML string, 
 		}
 		sc := bufio.NewScanner(strings.NewReader(s.stderr.String()))
 		for sc.Scan() {
-			var line struct{ Msg, Addr string }
+			var line struct {
+				Msg, Addr    string
+				OperatorAddr string `json:"operator_addr"`
+			}
 			if json.Unmarshal(sc.Bytes(), &line) == nil && line.Msg == "serve: listening" {
-				s.addr = line.Addr
+				s.addr, s.opsAddr = line.Addr, line.OperatorAddr
 			}
 		}
 	}
@@ -110,6 +124,15 @@ func (s *served) get(t *testing.T, path, apiKey string) (*http.Response, []byte)
 	if apiKey != "" {
 		req.Header.Set("Authorization", "Bearer "+apiKey)
 	}
+	return s.do(t, req)
+}
+
+// operator GETs path from the operator listener, without a credential.
+func (s *served) operator(t *testing.T, path string) (*http.Response, []byte) {
+	t.Helper()
+	require.NotEmpty(t, s.opsAddr, "the operator listener is off")
+	req, err := http.NewRequest(http.MethodGet, "http://"+s.opsAddr+path, nil)
+	require.NoError(t, err)
 	return s.do(t, req)
 }
 
@@ -187,7 +210,7 @@ func TestServeDevelopmentInMemory(t *testing.T) {
 	require.Contains(t, s.stderr.String(), QuickStart(s.addr), "the banner's commands name the real address")
 
 	// Before the first request, every counter series is there at zero.
-	resp, body := s.get(t, "/metrics", "")
+	resp, body := s.operator(t, "/metrics")
 	require.Equal(t, http.StatusOK, resp.StatusCode)
 	for _, zero := range []string{
 		`idemguard_takeovers_total{scope="demo"} 0`,
@@ -210,7 +233,7 @@ func TestServeDevelopmentInMemory(t *testing.T) {
 
 	resp, _ = s.get(t, "/readyz", "")
 	require.Equal(t, http.StatusOK, resp.StatusCode, "the in-memory store is always ready")
-	resp, body = s.get(t, "/metrics", "")
+	resp, body = s.operator(t, "/metrics")
 	require.Equal(t, http.StatusOK, resp.StatusCode)
 	require.Contains(t, string(body), `idemguard_claims_total{scope="demo"} 1`)
 	require.Contains(t, string(body), `idemguard_replays_total{from_memory="true",scope="demo"} 1`)

@@ -129,7 +129,7 @@ func OpenAIChatStream(cfg OpenAIConfig) StreamFunc {
 		if err := checkChatInput(&in, cfg.MaxTokens); err != nil {
 			return nil, err
 		}
-		body, err := json.Marshal(streamRequest{chatRequest: chatRequest{Model: cfg.Model, ChatInput: in},
+		body, err := json.Marshal(streamRequest{chatRequest: newChatRequest(ctx, cfg, in),
 			Stream: true, StreamOptions: streamOptions{IncludeUsage: true}})
 		if err != nil {
 			return nil, invalidInput("openai_chat: encoding the request: %v", err)

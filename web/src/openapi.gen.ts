@@ -82,7 +82,8 @@ export interface paths {
          * The record of a key.
          * @description The status, attempt count and times of a key in this scope, and the
          *     stored envelope once it completed. Only the caller's own tenant's
-         *     keys are visible: another tenant's key is a 404, exactly like an
+         *     keys are visible (and, on a scope isolated per principal, the
+         *     caller's own): another tenant's key is a 404, exactly like an
          *     absent one (never 403).
          */
         get: operations["lookupKey"];
@@ -257,7 +258,11 @@ export interface paths {
         };
         /**
          * Prometheus metrics.
-         * @description Expose it to the scraper only (no authentication).
+         * @description Expose it to the scraper only (no authentication); never answered to a
+         *     browser's origin (no CORS headers). `idemguard serve` serves it on its
+         *     operator listener (`metrics_listen`), never on the API's listener,
+         *     where this route answers 404. No label value comes from a request or
+         *     an answer.
          */
         get: operations["metrics"];
         put?: never;
@@ -276,15 +281,15 @@ export interface paths {
             cookie?: never;
         };
         /**
-         * The caller's figures of the last day, hour by hour (the operator page's data).
-         * @description `scopes` are the protocol counters of `idempotency_stats` per hour and
-         *     scope (requests, replays, conflicts, takeovers, failures, store
-         *     errors). That table is counted per scope for every tenant of the
-         *     service, so these are service-wide figures for the scopes this server
-         *     serves. `keys` are the caller's own tenant's keys created per hour and
-         *     scope, by their status now. Authenticated by API key, like a scope
-         *     that lists no credentials. With the in-memory store both lists are
-         *     empty and `note` says why.
+         * The caller's tenant's own figures of the last day, hour by hour.
+         * @description `keys` are the caller's own tenant's keys created per hour and scope,
+         *     by their status now. A tenant sees nothing service-wide and nothing of
+         *     another tenant: `scopes` is empty here. The protocol counters per
+         *     scope (every tenant's calls together) are the operator's: `idemguard
+         *     serve` answers them, without a credential, on its operator listener
+         *     (`metrics_listen`), with the operator page. Authenticated by API key,
+         *     like a scope that lists no credentials. With the in-memory store the
+         *     lists are empty and `note` says why.
          */
         get: operations["stats"];
         put?: never;
@@ -305,9 +310,10 @@ export interface paths {
         /**
          * The operator page (HTML) that charts `GET /v1/stats`.
          * @description A static page with an inline script (no third-party code); it holds no
-         *     figures, so it needs no credentials. It asks for an API key, keeps it
-         *     in the browser tab's sessionStorage, and fetches `/v1/stats` with it.
-         *     Served under the same prefix as the `/v1` routes.
+         *     figures and asks for no credential. Served under the same prefix as
+         *     the `/v1` routes when a server enables it; `idemguard serve` serves it
+         *     only on its operator listener (`metrics_listen`), with the
+         *     service-wide `/v1/stats` it draws, and answers 404 here.
          */
         get: operations["opsPage"];
         put?: never;
@@ -377,7 +383,7 @@ export interface components {
             }[];
         };
         Stats: {
-            /** @description The caller's tenant. */
+            /** @description The caller's tenant (the operator's view: the tenant it named, or empty). */
             tenant: string;
             /** @enum {string} */
             store: "mysql" | "memory";
@@ -395,7 +401,7 @@ export interface components {
             sinceSeconds: number;
             /** @description What the figures cover */
             note: string;
-            /** @description Service-wide counters per hour and scope, oldest first. */
+            /** @description Service-wide counters per hour and scope, oldest first; only in the operator's view, empty in a tenant's answer. */
             scopes: components["schemas"]["ScopeHour"][];
             /** @description The caller's tenant's keys per hour and scope, oldest first. */
             keys: components["schemas"]["KeyHour"][];
