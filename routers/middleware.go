@@ -61,13 +61,15 @@ func (h *handlers) noMethod(c *gin.Context) {
 // request log.
 var probeRoutes = map[string]bool{routeHealthz: true, routeReadyz: true, routeMetrics: true}
 
-// logFields are what a request's handlers tell its log line. requestLog
+// logFields are what a request's handlers tell its log line (and the
+// principal, which later handlers read and the line leaves out). requestLog
 // puts them in the gin context under one key (one entry in gin's map,
 // holding a pointer: nothing boxed per field) and returns them to a pool
 // once the line is written.
 type logFields struct {
 	tenant                           tenancy.ID
 	scope, keyHash, stopReason, auth string
+	principal                        string // principalFrom
 	replayed                         bool
 }
 

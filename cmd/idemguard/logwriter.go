@@ -3,19 +3,27 @@ package main
 import (
 	"io"
 	"sync"
+	"time"
 )
 
 // maxQueuedLog is how many bytes of log lines may wait for the writer
 // before Write waits for it (nothing is dropped).
 const maxQueuedLog = 1 << 20
 
+// logLinger is how long the writer, woken by a line, lets more gather
+// before it writes them (unless the queue is half full or the writer is
+// closing): woken by every line, it cost a goroutine switch, often a
+// thread's wake-up, per request.
+const logLinger = time.Millisecond
+
 // logWriter writes the process's log lines from one goroutine, each write
 // carrying every line queued since the last one. slog's handlers call Write
 // with their own mutex held, so a write(2) per line serializes every request
 // behind the file or pipe; here Write only appends to a queue, and under load
 // one write(2) carries many lines. A line reaches w a moment after Write
-// returns: on a crash (kill -9, an unrecovered panic) the lines queued in that
-// moment are lost; Close writes everything queued.
+// returns (at most logLinger and a write later): on a crash (kill -9, an
+// unrecovered panic) the lines queued in that moment are lost; Close writes
+// everything queued.
 type logWriter struct {
 	w    io.Writer
 	wake chan struct{} // one pending wake-up at most
@@ -58,6 +66,7 @@ func (l *logWriter) run() {
 	defer close(l.done)
 	var batch []byte
 	for range l.wake {
+		l.linger()
 		l.mu.Lock()
 		batch, l.queue = l.queue, batch[:0]
 		l.mu.Unlock()
@@ -71,6 +80,16 @@ func (l *logWriter) run() {
 		if stop {
 			return
 		}
+	}
+}
+
+// linger waits logLinger unless the queue is half full or l is closing.
+func (l *logWriter) linger() {
+	l.mu.Lock()
+	wait := !l.closed && len(l.queue) < maxQueuedLog/2
+	l.mu.Unlock()
+	if wait {
+		time.Sleep(logLinger)
 	}
 }
 

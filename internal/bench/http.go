@@ -242,7 +242,9 @@ func startHTTPBench(ctx context.Context, e *env) (_ *httpBench, err error) {
 // serveConfig is the YAML config of one serve process.
 func serveConfig(pool, replayCacheSize int, upstream string) []byte {
 	var b strings.Builder
-	b.WriteString("mode: production\nlisten: 127.0.0.1:0\n")
+	// No operator listener: its fixed default address would be taken by
+	// the first of several processes, and the bench reads no metrics.
+	b.WriteString("mode: production\nlisten: 127.0.0.1:0\nmetrics_listen: off\n")
 	fmt.Fprintf(&b, "pool:\n  max_open_conns: %d\n", pool)
 	if replayCacheSize != 0 {
 		fmt.Fprintf(&b, "replay_cache_size: %d\n", replayCacheSize)
