@@ -22,7 +22,7 @@ import (
 // Defaults of AuditConfig.
 const (
 	DefaultAuditQueueSize  = 10_000
-	DefaultAuditBatchSize  = 500
+	DefaultAuditBatchSize  = 5_000
 	DefaultAuditFlushEvery = 200 * time.Millisecond
 )
 
@@ -175,7 +175,7 @@ func (g *Guard) writeAudit() {
 	defer close(a.done)
 	tick := time.NewTicker(a.every)
 	defer tick.Stop()
-	batch := make([]store.AuditEvent, 0, a.batch)
+	var batch []store.AuditEvent // grows to what a tick brings, then reused
 	flush := func() {
 		if len(batch) == 0 {
 			return
@@ -186,7 +186,7 @@ func (g *Guard) writeAudit() {
 		}
 		// A new slice, never the failed one: a store call that timed out
 		// may still be sending it.
-		batch = make([]store.AuditEvent, 0, a.batch)
+		batch = nil
 	}
 	for {
 		stop := false
