@@ -34,10 +34,7 @@ type AuditConfig struct {
 	// QueueSize bounds the batched events waiting to be written. Defaults
 	// to 10,000.
 	QueueSize int
-	// BatchSize is the most events one batch writes. The store sums a
-	// batch per key and actor, so a larger batch writes fewer rows.
-	// Defaults to 5,000 (half the default queue: what the writer finds
-	// when a filling queue wakes it).
+	// BatchSize is the most events one batch writes. Defaults to 500.
 	BatchSize int
 	// FlushEvery is the longest a queued event waits for its batch: the
 	// writer sleeps that long between batches unless the queue is half

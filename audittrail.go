@@ -22,7 +22,7 @@ import (
 // Defaults of AuditConfig.
 const (
 	DefaultAuditQueueSize  = 10_000
-	DefaultAuditBatchSize  = 5_000
+	DefaultAuditBatchSize  = 500
 	DefaultAuditFlushEvery = 200 * time.Millisecond
 )
 

@@ -138,14 +138,14 @@ func dbTime(t time.Time) time.Time { return t.UTC().Truncate(time.Microsecond) }
 // skipped, never an error; the tallied kinds added to their tallies in
 // idempotency_audit_tally (appendTallies).
 func (s *Store) AppendAudit(ctx context.Context, events []store.AuditEvent) error {
-	var tallied []store.AuditEvent
-	durable := slices.DeleteFunc(slices.Clone(events), func(e store.AuditEvent) bool {
-		if e.Kind.Tallied() {
-			tallied = append(tallied, e)
-			return true
+	// The durable events are copied aside (few, when any); the tallied
+	// ones, a batch's bulk, are summed where they are.
+	var durable []store.AuditEvent
+	for i := range events {
+		if !events[i].Kind.Tallied() {
+			durable = append(durable, events[i])
 		}
-		return false
-	})
+	}
 	durable = firstOfEachID(durable)
 	for len(durable) > 0 {
 		n := min(len(durable), maxAppendRows)
@@ -154,7 +154,7 @@ func (s *Store) AppendAudit(ctx context.Context, events []store.AuditEvent) erro
 		}
 		durable = durable[n:]
 	}
-	return s.appendTallies(ctx, tallied)
+	return s.appendTallies(ctx, events)
 }
 
 // appendBatch inserts batch (ids distinct). The common case is one
@@ -330,7 +330,8 @@ type tally struct {
 	n           int64
 }
 
-// appendTallies sums events per tally in memory, then adds the sums in
+// appendTallies sums the tallied events per tally in memory (skipping the
+// durable kinds), then adds the sums in
 // one INSERT ... ON DUPLICATE KEY UPDATE per maxAppendRows tallies, in the
 // unique key's order (two writers lock shared tallies in the same order).
 // A deadlock victim (or a failed certification on Galera) was rolled back
@@ -339,19 +340,23 @@ type tally struct {
 // a tally cannot tell a repeat from new events.
 func (s *Store) appendTallies(ctx context.Context, events []store.AuditEvent) error {
 	byKey := make(map[tallyKey]*tally)
-	for _, e := range events {
+	for i := range events {
+		e := &events[i]
+		if !e.Kind.Tallied() {
+			continue
+		}
 		k := tallyKey{e.Tenant, e.Scope, e.KeyHash, e.Kind, e.Attempt, e.Actor, e.Detail}
 		t := byKey[k]
 		if t == nil {
-			byKey[k] = &tally{key: k, first: e, last: e, n: 1}
+			byKey[k] = &tally{key: k, first: *e, last: *e, n: 1}
 			continue
 		}
 		t.n++
 		if e.At.Before(t.first.At) {
-			t.first = e
+			t.first = *e
 		}
 		if e.At.After(t.last.At) {
-			t.last = e
+			t.last = *e
 		}
 	}
 	sums := slices.SortedFunc(maps.Values(byKey), func(a, b *tally) int { return compareTally(a.key, b.key) })
