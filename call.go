@@ -132,6 +132,15 @@ type Call struct {
 	// data. At most MaxActorLen printable bytes. Defaults to
 	// ActorFrom(ctx).
 	Actor string
+	// LastEventID, for DoStream only, is the ID of the last chunk the
+	// caller received of an earlier request for the key (a dropped
+	// connection): the stream resumes after it, from the same attempt, with
+	// no chunk missing or repeated. A chunk ID of another attempt (or one
+	// whose chunks cannot be delivered again as they were) restarts the
+	// stream from the current attempt's first chunk, and StreamStart.Restart
+	// says so. "<attempt>-<sequence>", as Chunk.ID; anything else is
+	// ErrInvalidInput.
+	LastEventID string
 }
 
 // Operation is the guarded work. Its value must be a JSON object (a struct,

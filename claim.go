@@ -300,13 +300,16 @@ func (l *claimLoop) started(rec store.Record) (Result, error) {
 // next read.
 func (l *claimLoop) running(rec store.Record) (Result, error) {
 	g := l.g
-	if l.waitUntil.IsZero() || !g.now().Before(l.waitUntil) || l.ctx.Err() != nil {
+	waiting := !l.waitUntil.IsZero() && g.now().Before(l.waitUntil) && l.ctx.Err() == nil
+	if waiting || l.p.follow && l.ctx.Err() == nil {
+		if res, err, done := l.p.delivery.attach(l, rec); done {
+			return res, err
+		}
+	}
+	if !waiting {
 		g.emit(Event{Kind: EventInProgress, Scope: l.p.scope})
 		g.noteInProgress(l.p, rec, l.inProgressDetail())
 		return g.inProgress(l.p, rec), nil
-	}
-	if res, err, done := l.p.delivery.attach(l, rec); done {
-		return res, err
 	}
 	if err := l.admitWaiter(); err != nil {
 		return Result{}, err

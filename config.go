@@ -72,6 +72,11 @@ type Config struct {
 	// the stream of) one running key; over it a call gets
 	// ErrTooManyWaiters at once. Defaults to DefaultMaxWaiters (100).
 	MaxWaiters int
+	// MaxLiveStreams bounds the streams this process runs at once (each
+	// holds a live log of up to MaxStreamBytes); a DoStream that would
+	// claim one more gets ErrTooManyLiveStreams before it claims. Defaults
+	// to DefaultMaxLiveStreams (512).
+	MaxLiveStreams int
 	// test holds the knobs only tests change (package idemguardtest sets
 	// them); production leaves it zero.
 	test testhooks.Knobs
@@ -104,8 +109,8 @@ func (c Config) validate() error {
 	if err := c.Defaults.Validate(); err != nil {
 		return fmt.Errorf("idemguard: Config.Defaults: %w", err)
 	}
-	if c.MaxStreamBytes < 0 || c.MaxWaiters < 0 {
-		return fmt.Errorf("idemguard: Config.MaxStreamBytes and Config.MaxWaiters must not be negative (0 means the default)")
+	if c.MaxStreamBytes < 0 || c.MaxWaiters < 0 || c.MaxLiveStreams < 0 {
+		return fmt.Errorf("idemguard: Config.MaxStreamBytes, Config.MaxWaiters and Config.MaxLiveStreams must not be negative (0 means the default)")
 	}
 	if c.MaxWait < 0 || c.StoreTimeout < 0 || c.ReplayCacheMaxAge < 0 || c.test.HeartbeatEvery < 0 {
 		return fmt.Errorf("idemguard: Config durations must not be negative")

@@ -11,6 +11,7 @@ import (
 	"math/rand/v2"
 	"runtime/debug"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/idemguard/idemguard/internal/keys"
@@ -49,6 +50,8 @@ type Guard struct {
 	previous []previousSecret
 	// hub holds the live logs of streams running here and counts waiters (stream.go).
 	hub *live.Hub
+	// liveStreams counts the streams that may run here (Config.MaxLiveStreams, resume.go).
+	liveStreams atomic.Int64
 	// audit is the audit trail's state (audittrail.go); nil when it is off.
 	audit *auditor
 }
@@ -158,6 +161,9 @@ type prepared struct {
 	// noCache and noReadFirst skip the replay cache and the read before the
 	// claim for a delivery that cannot use them (delivery.setup).
 	noCache, noReadFirst bool
+	// follow: follow a running execution in this process (attach) even
+	// without a wait (a stream that resumes).
+	follow bool
 	// secretID names the secret of keyHash and fingerprint; versions is the
 	// request under every configured secret, the current one first, or nil
 	// without previous secrets (secrets.go).
