@@ -81,7 +81,11 @@ func TestMiddlewareCapturesAndReplaysAHandlersStream(t *testing.T) {
 			require.Equal(t, "text/event-stream", first.Header.Get("Content-Type"))
 			br := bufio.NewReader(first.Body)
 			got := make(chan string, 1)
-			go func() { l, _ := br.ReadString('\n'); got <- l }()
+			go func() {
+				id, _ := br.ReadString('\n')
+				l, _ := br.ReadString('\n')
+				got <- id + l
+			}()
 			var line string
 			select {
 			case line = <-got:
@@ -89,7 +93,7 @@ func TestMiddlewareCapturesAndReplaysAHandlersStream(t *testing.T) {
 				open()
 				t.Fatal("the first event did not arrive while the handler ran")
 			}
-			require.Equal(t, "data: {\"delta\":\"Hel\"}\n", line)
+			require.Equal(t, "id: 1-1\ndata: {\"delta\":\"Hel\"}\n", line, "each event carries its id")
 			open()
 			rest, err := io.ReadAll(br)
 			require.NoError(t, err)

@@ -337,6 +337,7 @@ func newEngine(o Options) (*gin.Engine, error) {
 // ExposedHeaders are the response headers a browser may read (CORS).
 var ExposedHeaders = []string{
 	pipeline.HeaderReplayed, pipeline.HeaderCompletedAt, pipeline.HeaderKeyRef, pipeline.HeaderLocation, pipeline.HeaderRetryAfter, pipeline.HeaderPreferenceApplied,
+	pipeline.HeaderStreamRestart,
 }
 
 // AllowedHeaders are the request headers a browser may send (CORS).

@@ -22,6 +22,9 @@ import (
 // like a streamed operation's. Each event's JSON data keeps the blocklist of
 // the envelope at every depth (a field named prompt, debug, provider, ... is
 // dropped wherever it is); data that is not JSON is kept as written. The
+// handler's own ids and comments are not kept: every event is sent with the
+// guard's id ("<attempt>-<n>"), and a request with Last-Event-ID resumes
+// after it, as on the REST API. The
 // stored envelope is {ok:true, data:{events:N}}: a plain request for the key
 // learns that it completed. A handler that answers with another status or
 // content type is answered, stored and replayed as it would be without the

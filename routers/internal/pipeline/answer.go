@@ -121,8 +121,17 @@ func SetReplayed(h http.Header, replayed bool, completedAt time.Time) {
 func FormatTime(t time.Time) string { return t.UTC().Format(time.RFC3339Nano) }
 
 // Stream is the idemguard.StreamWriter of every streamed entry path: the
-// events go to the client as server-sent events as they happen. OnBegin,
-// when set, adds a door's own headers before the status is sent.
+// events go to the client as server-sent events as they happen, each with
+// its id ("<attempt>-<n>"), which a reconnecting client sends back as
+// Last-Event-ID. OnBegin, when set, adds a door's own headers before the
+// status is sent.
+//
+// A stream asked to resume that starts again from its first event instead
+// says so before that event: the Idempotent-Stream-Restart header names the
+// reason, and a "restart" event without an id (so that an EventSource's
+// last event id is kept) carries it with the attempt that follows:
+// {"restart":"superseded","attempt":2}. The client drops what it has of the
+// earlier stream.
 type Stream struct {
 	SSE     *SSE
 	OnBegin func(idemguard.StreamStart)
@@ -138,12 +147,27 @@ func (s *Stream) Begin(st idemguard.StreamStart) {
 		s.OnBegin(st)
 	}
 	SetReplayed(s.SSE.w.Header(), st.Origin != idemguard.StreamLive, st.CompletedAt)
+	if st.Restart != "" {
+		s.SSE.w.Header().Set(HeaderStreamRestart, string(st.Restart))
+	}
 	s.SSE.Start(http.StatusOK)
+	if st.Restart != "" {
+		_ = s.SSE.Send(RestartEvent(st))
+	}
 }
 
-// Write sends one event; an error means the client is gone.
+// RestartEvent is the "restart" event that begins a stream asked to resume
+// which starts again from its first event.
+func RestartEvent(st idemguard.StreamStart) live.Event {
+	return live.Event{Type: "restart", Data: EncodeJSON(struct {
+		Restart idemguard.StreamRestart `json:"restart"`
+		Attempt int                     `json:"attempt"`
+	}{st.Restart, st.Attempt})}
+}
+
+// Write sends one event with its id; an error means the client is gone.
 func (s *Stream) Write(e idemguard.Chunk) error {
-	return s.SSE.Send(live.Event{Type: e.Type, Data: e.Data})
+	return s.SSE.Send(live.Event{ID: e.ID, Type: e.Type, Data: e.Data})
 }
 
 // StreamFailure is the problem that ends a begun stream which did not

@@ -28,6 +28,9 @@ type Request struct {
 	Wait      time.Duration   // Prefer: wait, capped
 	// WaitApplied: the request asked for a wait, and the answer says so.
 	WaitApplied bool
+	// LastEventID is the id of the last event of an earlier stream of the
+	// key the client received: a streamed answer resumes after it.
+	LastEventID string
 }
 
 // Limits bound what Read accepts.
@@ -36,9 +39,9 @@ type Limits struct {
 	MaxWait time.Duration // the cap of Prefer: wait
 }
 
-// Read reads the Idempotency-Key (required when keyRequired), the JSON body
-// and Prefer: wait, in that order: a request refused here never reaches the
-// guard, so it stores no row and burns no key.
+// Read reads the Idempotency-Key (required when keyRequired), the JSON body,
+// Prefer: wait and Last-Event-ID, in that order: a request refused here
+// never reaches the guard, so it stores no row and burns no key.
 func Read(w http.ResponseWriter, r *http.Request, scope string, keyRequired bool, l Limits) (Request, error) {
 	key, err := parseIdempotencyKey(r.Header)
 	if err != nil {
@@ -52,7 +55,11 @@ func Read(w http.ResponseWriter, r *http.Request, scope string, keyRequired bool
 		return Request{}, err
 	}
 	wait, applied := parsePreferWait(r.Header, l.MaxWait)
-	return Request{ClientKey: key, Raw: raw, Body: body, Wait: wait, WaitApplied: applied}, nil
+	last, err := parseLastEventID(r.Header)
+	if err != nil {
+		return Request{}, err
+	}
+	return Request{ClientKey: key, Raw: raw, Body: body, Wait: wait, WaitApplied: applied, LastEventID: last}, nil
 }
 
 // Route is what an entry path knows of the operation a request runs.
@@ -83,6 +90,8 @@ func (req Request) Call(tenant tenancy.ID, rt Route, inputs any) idemguard.Call 
 		Detach:    true,
 		Check:     rt.Check,
 		Keep:      rt.Keep,
+		// Used by a streamed delivery only.
+		LastEventID: req.LastEventID,
 	}
 }
 
