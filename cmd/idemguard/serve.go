@@ -254,6 +254,7 @@ func (s *server) newGuard(m *metrics.Metrics, cost func(string, idemguard.Usage)
 		Defaults:          cfg.Defaults,
 		MaxWait:           cfg.MaxWait,
 		MaxWaiters:        cfg.MaxWaiters,
+		MaxLiveStreams:    cfg.MaxLiveStreams,
 		StoreTimeout:      cfg.StoreTimeout,
 		ReplayCacheSize:   cfg.ReplayCacheSize,
 		ReplayCacheMaxAge: cfg.ReplayCacheMaxAge,

@@ -145,6 +145,9 @@ type Config struct {
 	// MaxWaiters bounds the requests of one process that wait for one
 	// running key (429 over it). Defaults to idemguard.DefaultMaxWaiters.
 	MaxWaiters int
+	// MaxLiveStreams bounds the streamed answers one process runs at once
+	// (503 over it). Defaults to idemguard.DefaultMaxLiveStreams.
+	MaxLiveStreams int
 	// RetryAfter is the Retry-After of a 409 (in progress). Defaults to 1s.
 	RetryAfter time.Duration
 	// UnavailableRetryAfter is the Retry-After of a 503 (store down).
@@ -306,6 +309,7 @@ type rawConfig struct {
 	MaxBodyBytes          *int64              `yaml:"max_body_bytes"`
 	MaxWait               string              `yaml:"max_wait"`
 	MaxWaiters            *int                `yaml:"max_waiters"`
+	MaxLiveStreams        *int                `yaml:"max_live_streams"`
 	RetryAfter            string              `yaml:"retry_after"`
 	UnavailableRetryAfter string              `yaml:"unavailable_retry_after"`
 	ShutdownGrace         string              `yaml:"shutdown_grace"`
@@ -515,6 +519,10 @@ func (c *Config) fromRaw(raw *rawConfig, env func(string) string, p *problems) {
 	c.MaxWaiters = idemguard.DefaultMaxWaiters
 	if raw.MaxWaiters != nil {
 		c.MaxWaiters = *raw.MaxWaiters
+	}
+	c.MaxLiveStreams = idemguard.DefaultMaxLiveStreams
+	if raw.MaxLiveStreams != nil {
+		c.MaxLiveStreams = *raw.MaxLiveStreams
 	}
 	c.RetryAfter = p.duration("retry_after", raw.RetryAfter, DefaultRetryAfter)
 	c.UnavailableRetryAfter = p.duration("unavailable_retry_after", raw.UnavailableRetryAfter, DefaultUnavailableRetryAfter)
@@ -741,6 +749,9 @@ func (c *Config) validateLimits(p *problems) {
 	p.between("max_wait", c.MaxWait, time.Second, MaxMaxWait)
 	if c.MaxWaiters < 1 || c.MaxWaiters > 100_000 {
 		p.add("max_waiters", "must be between 1 and 100000, got %d", c.MaxWaiters)
+	}
+	if c.MaxLiveStreams < 1 || c.MaxLiveStreams > 100_000 {
+		p.add("max_live_streams", "must be between 1 and 100000, got %d", c.MaxLiveStreams)
 	}
 	p.between("retry_after", c.RetryAfter, time.Second, time.Hour)
 	p.between("unavailable_retry_after", c.UnavailableRetryAfter, time.Second, time.Hour)

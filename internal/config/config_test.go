@@ -199,6 +199,7 @@ func TestLoadNamesBadSettings(t *testing.T) {
 		{"duration without unit", "max_wait: 30\n", nil, `max_wait: "30" is not a duration; write a number with a unit`},
 		{"max_wait range", "max_wait: 1h\n", nil, `max_wait: must be between 1s and 5m0s, got 1h0m0s`}, {"max_wait zero", "max_wait: 0s\n", nil, `max_wait: must be between 1s and 5m0s, got 0s`},
 		{"body", "max_body_bytes: 0\n", nil, `max_body_bytes: must be between 1 and`},
+		{"max_live_streams", "max_live_streams: 0\n", nil, `max_live_streams: must be between 1 and 100000, got 0`},
 		{"store_timeout", "store_timeout: 0s\n", nil, `store_timeout: must be between 1ms and 1m0s`},
 		{"dsn", "mysql_dsn: 'mysql://u:pw@h/d'\n", nil, `mysql_dsn: mysqlconn: invalid DSN`},
 		{"defaults ttl", "defaults: {ttl: 500ms}\n", nil, `defaults.ttl: must be between 1s and 168h0m0s, got 500ms`},
