@@ -353,6 +353,7 @@ func TestOpenAPIProblemTypes(t *testing.T) {
 		&http.MaxBytesError{Limit: 1}, pipeline.ErrInvalidBody, idemguard.ErrFingerprintMismatch, idemguard.ErrInvalidInput,
 		&idemguard.StoreError{Op: "claim", Err: errors.New("x")}, pipeline.ErrNotReady, pipeline.ErrNoMetrics, errPanic, idemguard.ErrInvalidResult, pipeline.ErrInvalidQuery,
 		idemguard.ErrKeyFinished, idemguard.ErrTooManyWatchers, idemguard.ErrTooManyWaiters, pipeline.ErrTooManyAuthFailures,
+		idemguard.ErrTooManyLiveStreams, pipeline.ErrInvalidLastEventID,
 	} {
 		seen[pipeline.ProblemFor(err).Type] = true
 	}
