@@ -21,9 +21,11 @@ func NewSSE(w http.ResponseWriter) *SSE {
 	return &SSE{w: w, rc: http.NewResponseController(w)}
 }
 
-// Start writes the status and the event-stream headers; headers already set
-// on the response (Location, replay headers) go with them. Proxies are asked
-// not to buffer (X-Accel-Buffering) and caches not to store.
+// Start writes and flushes the status and the event-stream headers (a
+// client following a running stream learns at once that it is answered);
+// headers already set on the response (Location, replay headers) go with
+// them. Proxies are asked not to buffer (X-Accel-Buffering) and caches not
+// to store.
 func (s *SSE) Start(status int) {
 	if s.Started {
 		return
@@ -35,6 +37,7 @@ func (s *SSE) Start(status int) {
 	h.Set("X-Accel-Buffering", "no")
 	h.Del("Content-Length")
 	s.w.WriteHeader(status)
+	_ = s.rc.Flush()
 }
 
 // Send writes one event and flushes it; the error says the client is gone.
