@@ -92,7 +92,7 @@ func New(cfg Config) (*Guard, error) {
 		shutdown: shutdown,
 		jobs:     newJobState(cfg),
 		previous: previous,
-		hub:      live.NewHub(live.Config{MaxPerKey: cmp.Or(cfg.MaxWaiters, DefaultMaxWaiters)}),
+		hub:      live.NewHub(live.Config{MaxBytes: cmp.Or(cfg.MaxStreamBytes, DefaultMaxStreamBytes), MaxPerKey: cmp.Or(cfg.MaxWaiters, DefaultMaxWaiters)}),
 		audit:    newAuditor(cfg.Audit),
 	}
 	g.startAuditWriter()

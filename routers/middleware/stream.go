@@ -5,8 +5,10 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"io"
 	"mime"
 	"net/http"
+	"slices"
 	"strings"
 
 	"github.com/idemguard/idemguard"
@@ -21,10 +23,14 @@ import (
 // handler flushes them, and are captured, stored and replayed byte for byte
 // like a streamed operation's. Each event's JSON data keeps the blocklist of
 // the envelope at every depth (a field named prompt, debug, provider, ... is
-// dropped wherever it is); data that is not JSON is kept as written. The
-// handler's own ids and comments are not kept: every event is sent with the
-// guard's id ("<attempt>-<n>"), and a request with Last-Event-ID resumes
-// after it, as on the REST API. The
+// dropped wherever it is), in every JSON document the event holds (several
+// data lines may hold one each); the removed members are counted like
+// those of any answer (Result.DroppedFields, EventDroppedField). Data that
+// is not JSON is kept as written, unless it could hide a document the
+// blocklist cannot read: that event is refused (left out). The handler's
+// own ids and comments are not kept: every event is sent with the guard's
+// id ("<attempt>-<n>"), and a request with Last-Event-ID resumes after it,
+// as on the REST API. The
 // stored envelope is {ok:true, data:{events:N}}: a plain request for the key
 // learns that it completed. A handler that answers with another status or
 // content type is answered, stored and replayed as it would be without the
@@ -81,6 +87,7 @@ type captureWriter struct {
 	pending []byte
 	events  int
 	failed  bool
+	dropped []string // the blocked members removed from events (and refused events)
 }
 
 func (c *captureWriter) streaming(w *bufferedWriter) bool {
@@ -98,16 +105,32 @@ func (c *captureWriter) write(w *bufferedWriter, p []byte) (int, error) {
 		}
 		block := c.pending[:i]
 		c.pending = c.pending[i+2:]
-		if e, ok := parseEventBlock(block); ok {
-			if e.Type == "error" {
-				c.failed = true
-				continue
-			}
+		e, dropped, refused, ok := parseEventBlock(block)
+		c.noteDropped(dropped)
+		switch {
+		case !ok || refused:
+		case e.Type == "error":
+			c.failed = true
+		default:
 			c.emit(e)
 			c.events++
 		}
 	}
 }
+
+// noteDropped keeps the names of removed members, each once, at most
+// maxDroppedNames of them.
+func (c *captureWriter) noteDropped(names []string) {
+	for _, name := range names {
+		if len(c.dropped) < maxDroppedNames && !slices.Contains(c.dropped, name) {
+			c.dropped = append(c.dropped, name)
+		}
+	}
+}
+
+// maxDroppedNames bounds the names a stream reports (Result.DroppedFields
+// keeps at most 64).
+const maxDroppedNames = 64
 
 func (c *captureWriter) result(w *bufferedWriter) (any, error) {
 	if !c.streaming(w) || w.streamed != "" {
@@ -118,13 +141,24 @@ func (c *captureWriter) result(w *bufferedWriter) (any, error) {
 	if c.failed || c.events == 0 {
 		return nil, &idemguard.OpError{Reason: sanitize.ProviderError, Err: errors.New("the handler's event stream failed or held no event")}
 	}
-	return sanitize.Envelope{OK: true, StopReason: sanitize.Completed, Data: map[string]any{"events": c.events}}, nil
+	// The removed members are counted as those of any answer: named as
+	// members of the value, the guard drops them from the envelope and
+	// reports them (EventDroppedField, Result.DroppedFields).
+	v := map[string]any{"ok": true, "stopReason": string(sanitize.Completed), "data": map[string]any{"events": c.events}}
+	for _, name := range c.dropped {
+		if _, taken := v[name]; !taken {
+			v[name] = true
+		}
+	}
+	return v, nil
 }
 
 // parseEventBlock reads one event (its "event:" and "data:" fields; comments
-// and ids are not kept) and applies the blocklist to JSON data.
-func parseEventBlock(block []byte) (idemguard.Chunk, bool) {
-	var e idemguard.Chunk
+// and ids are not kept) and applies the blocklist to its JSON data. It
+// returns the names of the blocked members it removed (paths such as
+// "choices[].delta.prompt"); refused is true for an event whose data the
+// blocklist cannot be applied to with certainty (see withoutBlocked).
+func parseEventBlock(block []byte) (e idemguard.Chunk, dropped []string, refused, ok bool) {
 	var data []string
 	for _, line := range strings.Split(strings.ReplaceAll(string(block), "\r", ""), "\n") {
 		switch {
@@ -135,49 +169,111 @@ func parseEventBlock(block []byte) (idemguard.Chunk, bool) {
 		}
 	}
 	if data == nil {
-		return e, false
+		return e, nil, false, false
 	}
-	e.Data = withoutBlocked([]byte(strings.Join(data, "\n")))
-	return e, true
+	e.Data, dropped, refused = withoutBlocked([]byte(strings.Join(data, "\n")))
+	return e, dropped, refused, true
 }
 
-// withoutBlocked drops the blocklisted members of a JSON document at every
-// depth; anything that is not a JSON object or array is returned as it is.
-func withoutBlocked(b []byte) []byte {
+// withoutBlocked drops the blocklisted members, at every depth, of every
+// JSON document an event's data holds: data that is a sequence of JSON
+// documents (one, or several, say one per data line) is cleaned document
+// by document, each written on a line of its own if any member went; data
+// that is not has each of its lines that is a JSON sequence cleaned the
+// same way, and the rest kept as written, unless it could still hold a
+// document the blocklist cannot read (an object brace with a blocked name,
+// or a \u escape, anywhere in it): then the event is refused. Data that
+// is not JSON and has no such brace (text, [DONE]) is kept as written.
+func withoutBlocked(b []byte) (out []byte, dropped []string, refused bool) {
+	if cleaned, names, ok := cleanSequence(b); ok {
+		return cleaned, names, false
+	}
+	lines := bytes.Split(b, []byte("\n"))
+	for i, line := range lines {
+		if cleaned, names, ok := cleanSequence(line); ok {
+			lines[i], dropped = cleaned, append(dropped, names...)
+		}
+	}
+	out = bytes.Join(lines, []byte("\n"))
+	if bytes.IndexByte(out, '{') >= 0 {
+		names := blockedNamesIn(out)
+		if len(names) == 0 && bytes.Contains(out, []byte(`\u`)) {
+			names = []string{"(event)"}
+		}
+		if len(names) > 0 {
+			return nil, append(dropped, names...), true
+		}
+	}
+	return out, dropped, false
+}
+
+// cleanSequence drops the blocked members of the JSON documents b holds, one
+// after another; ok is false when b is not a sequence of JSON documents.
+// Nothing dropped, b is returned as it is.
+func cleanSequence(b []byte) (out []byte, dropped []string, ok bool) {
 	dec := json.NewDecoder(bytes.NewReader(b))
 	dec.UseNumber()
-	var v any
-	if dec.Decode(&v) != nil || dec.More() {
-		return b
+	var docs []any
+	for {
+		var v any
+		err := dec.Decode(&v)
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			return nil, nil, false
+		}
+		docs = append(docs, v)
 	}
-	switch v.(type) {
-	case map[string]any, []any:
-	default:
-		return b
+	if len(docs) == 0 {
+		return nil, nil, false
 	}
-	if !dropBlocked(v) {
-		return b
+	for _, v := range docs {
+		dropBlocked(v, "", func(name string) { dropped = append(dropped, name) })
 	}
-	return pipeline.EncodeJSON(v)
+	if len(dropped) == 0 {
+		return b, nil, true
+	}
+	encoded := make([][]byte, len(docs))
+	for i, v := range docs {
+		encoded[i] = pipeline.EncodeJSON(v)
+	}
+	return bytes.Join(encoded, []byte("\n")), dropped, true
 }
 
-// dropBlocked removes blocked keys in place and reports whether it removed any.
-func dropBlocked(v any) bool {
-	dropped := false
+// dropBlocked removes blocked keys in place, calling dropped with the path
+// of each.
+func dropBlocked(v any, path string, dropped func(string)) {
 	switch t := v.(type) {
 	case map[string]any:
 		for k, x := range t {
+			name := k
+			if path != "" {
+				name = path + "." + k
+			}
 			if sanitize.IsBlockedKey(k) {
 				delete(t, k)
-				dropped = true
+				dropped(name)
 				continue
 			}
-			dropped = dropBlocked(x) || dropped
+			dropBlocked(x, name, dropped)
 		}
 	case []any:
 		for _, x := range t {
-			dropped = dropBlocked(x) || dropped
+			dropBlocked(x, path+"[]", dropped)
 		}
 	}
-	return dropped
+}
+
+// blockedNamesIn returns the blocked keys b holds anywhere, as words
+// compared case-insensitively.
+func blockedNamesIn(b []byte) []string {
+	lower := bytes.ToLower(b)
+	var names []string
+	for _, k := range sanitize.BlockedKeys() {
+		if bytes.Contains(lower, []byte(strings.ToLower(k))) {
+			names = append(names, k)
+		}
+	}
+	return names
 }
