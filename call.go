@@ -138,8 +138,7 @@ type Call struct {
 	// no chunk missing or repeated. A chunk ID of another attempt (or one
 	// whose chunks cannot be delivered again as they were) restarts the
 	// stream from the current attempt's first chunk, and StreamStart.Restart
-	// says so. "<attempt>-<sequence>", as Chunk.ID; anything else is
-	// ErrInvalidInput.
+	// says so. The form of Chunk.ID; anything else is ErrInvalidInput.
 	LastEventID string
 }
 

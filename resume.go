@@ -2,6 +2,8 @@ package idemguard
 
 import (
 	"cmp"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"strconv"
 	"strings"
@@ -9,17 +11,20 @@ import (
 
 // Resumable streams
 //
-// Every chunk a stream delivers carries an ID, "<attempt>-<n>": the
-// execution it belongs to and its place in that execution's sequence (n
-// from 1). The IDs are not stored: a replay numbers the stored sequence the
-// same way, so the live chunks and every replay of them carry the same IDs.
+// Every chunk a stream delivers carries an ID, "<attempt>-<execution>-<n>":
+// the attempt it belongs to, a tag of that execution (eight hex digits of a
+// hash of its claim nonce: an attempt given back by a cancel, or a key that
+// expired and runs again, reuses an attempt number, never a tag), and its
+// place in that execution's sequence (n from 1). The IDs are not stored: a
+// replay numbers the stored sequence the same way, so the live chunks and
+// every replay of them carry the same IDs.
 //
 // A call with Call.LastEventID resumes after that chunk when the chunks it
-// delivers are that attempt's own sequence: the stored sequence (a replay),
+// delivers are that execution's own sequence: the stored sequence (a replay),
 // or the running execution's live log in this process (which it follows
 // even without Call.Wait). In every other case it delivers the attempt's
 // chunks from the first and says so in StreamStart.Restart: the ID names
-// another attempt, or this call runs the operation itself
+// another execution, or this call runs the operation itself
 // (RestartSuperseded); the answer was stored without its chunks, which a
 // replay rebuilds from the envelope, or holds fewer chunks than the ID
 // names (RestartUnavailable). Never a gap, never a repeat, never two
@@ -35,25 +40,52 @@ import (
 type chunkID struct {
 	set          bool
 	attempt, seq int
+	tag          string
 }
 
-func formatChunkID(attempt, seq int) string {
-	return strconv.Itoa(attempt) + "-" + strconv.Itoa(seq)
+// names reports whether the ID is of the execution attempt with nonce.
+func (c chunkID) names(attempt int, nonce string) bool {
+	return c.set && c.attempt == attempt && c.tag == runTag(nonce)
 }
 
-var errChunkID = errors.New(`a chunk ID is "<attempt>-<n>": two decimal numbers of at most 9 digits, the attempt from 1`)
+// runTag names an execution by its claim nonce without revealing it.
+func runTag(nonce string) string {
+	sum := sha256.Sum256([]byte("idemguard chunk id\x00" + nonce))
+	return hex.EncodeToString(sum[:4])
+}
+
+func formatChunkID(attempt int, tag string, seq int) string {
+	return strconv.Itoa(attempt) + "-" + tag + "-" + strconv.Itoa(seq)
+}
+
+var errChunkID = errors.New(`a chunk ID is "<attempt>-<execution>-<n>": the attempt from 1 and n of at most 9 digits, the execution 8 lowercase hex digits`)
 
 // parseChunkID reads a chunk ID ("" is none).
 func parseChunkID(s string) (chunkID, error) {
 	if s == "" {
 		return chunkID{}, nil
 	}
-	a, n, ok := strings.Cut(s, "-")
-	attempt, seq := digits(a), digits(n)
-	if !ok || attempt < 1 || seq < 0 {
+	parts := strings.Split(s, "-")
+	if len(parts) != 3 || !isTag(parts[1]) {
 		return chunkID{}, errChunkID
 	}
-	return chunkID{set: true, attempt: attempt, seq: seq}, nil
+	attempt, seq := digits(parts[0]), digits(parts[2])
+	if attempt < 1 || seq < 0 {
+		return chunkID{}, errChunkID
+	}
+	return chunkID{set: true, attempt: attempt, tag: parts[1], seq: seq}, nil
+}
+
+func isTag(s string) bool {
+	if len(s) != 8 {
+		return false
+	}
+	for _, c := range []byte(s) {
+		if (c < '0' || c > '9') && (c < 'a' || c > 'f') {
+			return false
+		}
+	}
+	return true
 }
 
 // digits reads 1 to 9 decimal digits; -1 for anything else.
@@ -79,18 +111,19 @@ const (
 
 // begin starts the caller's stream, once: it decides where the events
 // resume (after the chunk Call.LastEventID names) or that they restart.
-// avail is how many events the attempt delivered has (followed, rebuilt).
-func (s *streamCall) begin(st StreamStart, avail int) {
+// nonce is the delivered execution's claim nonce, avail how many events it
+// has (followed, rebuilt).
+func (s *streamCall) begin(st StreamStart, nonce string, avail int) {
 	if s.begun {
 		return
 	}
-	s.begun, s.attempt = true, st.Attempt
+	s.begun, s.attempt, s.tag = true, st.Attempt, runTag(nonce)
 	if st.Origin != StreamLive {
 		s.release() // another execution's events: this call runs nothing
 	}
 	if s.after.set {
 		switch {
-		case st.Origin == StreamLive || st.Attempt != s.after.attempt:
+		case st.Origin == StreamLive || !s.after.names(st.Attempt, nonce):
 			st.Restart = RestartSuperseded
 		case avail == rebuilt || avail >= 0 && s.after.seq > avail:
 			st.Restart = RestartUnavailable

@@ -66,8 +66,9 @@ const (
 // from an upstream's raw bytes: what a stream carries is stored and
 // replayed to every caller of the key.
 type Chunk struct {
-	// ID is the chunk's place in its execution's sequence, "<attempt>-<n>"
-	// (n from 1), set by the guard on every chunk it delivers: the live
+	// ID is the chunk's place in its execution's sequence,
+	// "<attempt>-<execution>-<n>" (the execution a tag of eight hex digits,
+	// n from 1), set by the guard on every chunk it delivers: the live
 	// chunks and every replay of them carry the same IDs, and
 	// Call.LastEventID resumes after one. An operation's own ID is ignored,
 	// and IDs are not stored.
@@ -194,7 +195,7 @@ func (s *streamCall) beat(*Guard, prepared) {}
 func (s *streamCall) end(res Result, err error) (Result, error) {
 	s.release()
 	if err == nil && res.Status == StatusSucceeded && !s.begun {
-		s.begin(StreamStart{Origin: StreamReplayed, KeyHash: s.p.keyHash, CompletedAt: res.CompletedAt, Attempt: res.Attempt}, rebuilt)
+		s.begin(StreamStart{Origin: StreamReplayed, KeyHash: s.p.keyHash, CompletedAt: res.CompletedAt, Attempt: res.Attempt}, s.exec.Nonce, rebuilt)
 		s.writeAll(s.fromAnswer(res, s.p.keep != nil))
 	}
 	return res, err
@@ -224,6 +225,7 @@ type streamCall struct {
 	over    bool   // wire went over MaxStreamBytes and was let go
 	emitted int    // the owner's events so far
 	attempt int    // the attempt whose events this call delivers (their IDs)
+	tag     string // the execution whose events this call delivers (runTag)
 
 	// exec is the execution this call runs (the owner) or followed (a
 	// follower, follow true); complete: the follower read its live log to
@@ -238,7 +240,7 @@ func (s *streamCall) write(e Chunk, seq int) {
 	if s.gone {
 		return
 	}
-	e.ID = formatChunkID(s.attempt, seq)
+	e.ID = formatChunkID(s.attempt, s.tag, seq)
 	if s.ctx.Err() != nil || s.w.Write(e) != nil {
 		s.gone = true
 		return
@@ -313,7 +315,7 @@ func (s *streamCall) emit(e Chunk) {
 	s.emitted++
 	seq := s.emitted
 	s.mu.Unlock()
-	s.begin(StreamStart{Origin: StreamLive, KeyHash: s.p.keyHash, Attempt: s.exec.Attempt}, 0)
+	s.begin(StreamStart{Origin: StreamLive, KeyHash: s.p.keyHash, Attempt: s.exec.Attempt}, s.exec.Nonce, 0)
 	s.write(e, seq)
 }
 
@@ -393,7 +395,7 @@ func (s *streamCall) replay(ctx context.Context, g *Guard, p prepared, rec store
 		}
 		events, avail = s.fromAnswer(res, document), rebuilt
 	}
-	s.begin(StreamStart{Origin: StreamReplayed, KeyHash: p.keyHash, CompletedAt: res.CompletedAt, Attempt: rec.Attempts}, avail)
+	s.begin(StreamStart{Origin: StreamReplayed, KeyHash: p.keyHash, CompletedAt: res.CompletedAt, Attempt: rec.Attempts}, rec.ClaimNonce, avail)
 	s.writeAll(events) // a follower, or a call that resumes, has the first ones
 	g.replayed(p, res, rec.Now, false)
 	return res, nil
@@ -419,7 +421,7 @@ func (s *streamCall) attach(l *claimLoop, rec store.Record) (res Result, err err
 	}
 	run := live.Run{Attempt: rec.Attempts, Nonce: rec.ClaimNonce}
 	from := 0 // a call that resumes this execution follows it after its ID
-	if s.after.set && s.after.attempt == rec.Attempts {
+	if s.after.names(rec.Attempts, rec.ClaimNonce) {
 		from = s.after.seq
 	}
 	cur, err := l.g.hub.Attach(s.key, run, from)
@@ -431,7 +433,7 @@ func (s *streamCall) attach(l *claimLoop, rec store.Record) (res Result, err err
 	}
 	defer cur.Close()
 	s.follow, s.exec = true, run
-	s.begin(StreamStart{Origin: StreamAttached, KeyHash: l.p.keyHash, Attempt: rec.Attempts}, followed)
+	s.begin(StreamStart{Origin: StreamAttached, KeyHash: l.p.keyHash, Attempt: rec.Attempts}, rec.ClaimNonce, followed)
 	l.g.noteInProgress(l.p, rec, store.InProgressAttached)
 	for {
 		e, err := cur.Next(l.ctx)

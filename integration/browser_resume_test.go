@@ -50,7 +50,7 @@ func TestBrowserStreamResumesAfterACutConnection(t *testing.T) {
 	for _, p := range rep.Posts {
 		require.Equal(t, rep.Key, p.Key, "one key before and after the cut")
 	}
-	require.Regexp(t, `^1-[0-9]+$`, *rep.Posts[len(rep.Posts)-1].LastEventID)
+	require.Regexp(t, `^1-[0-9a-f]{8}-[0-9]+$`, *rep.Posts[len(rep.Posts)-1].LastEventID)
 
 	c := newClient(t)
 	res, rec := lookup(t, c, s, "demo", "dev-demo-key", rep.Key)

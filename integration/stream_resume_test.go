@@ -4,6 +4,7 @@ import (
 	"context"
 	"net/http"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -36,6 +37,13 @@ func cutAfter(t *testing.T, c *http.Client, s *service, up *streamLLM, key strin
 	cut()
 	_ = r.resp.Body.Close()
 	return got
+}
+
+// runOf is the "<attempt>-<execution>" of a first event's id, of attempt 1.
+func runOf(t *testing.T, id string) string {
+	t.Helper()
+	require.Regexp(t, `^1-[0-9a-f]{8}-1$`, id)
+	return strings.TrimSuffix(id, "-1")
 }
 
 // finish lets the upstream send its remaining chunks (the first k were sent).
@@ -82,7 +90,7 @@ func TestStreamResumesAfterADroppedConnection(t *testing.T) {
 			require.Equal(t, "", e.typ)
 			require.False(t, ids[e.id], "event %s repeated", e.id)
 			ids[e.id] = true
-			require.Equal(t, "1-"+strconv.Itoa(i+1), e.id)
+			require.Equal(t, runOf(t, joined.events[0].id)+"-"+strconv.Itoa(i+1), e.id)
 		}
 		env := requireEnvelope(t, post(t, c, s2, "chat", acmeKey, key, plainBody))
 		require.Equal(t, joined.content(t), env.Data["text"], "the concatenation is the stored answer")
@@ -93,8 +101,9 @@ func TestStreamResumesAfterADroppedConnection(t *testing.T) {
 	t.Run("same replica, live", func(t *testing.T) {
 		calls := llm.calls.Load()
 		first := cutAfter(t, c, s1, up, "resume-same", 3)
-		require.Equal(t, "1-3", first.events[2].id)
-		r, err := openStream(context.Background(), c, s1, "resume-same", streamBody, [2]string{"Last-Event-ID", "1-3"})
+		run := runOf(t, first.events[0].id)
+		require.Equal(t, run+"-3", first.events[2].id)
+		r, err := openStream(context.Background(), c, s1, "resume-same", streamBody, [2]string{"Last-Event-ID", run + "-3"})
 		require.NoError(t, err)
 		require.Equal(t, http.StatusOK, r.resp.StatusCode)
 		require.Equal(t, "true", r.resp.Header.Get("Idempotent-Replayed"), "the events of the first request's execution")
@@ -103,7 +112,7 @@ func TestStreamResumesAfterADroppedConnection(t *testing.T) {
 		up.step <- struct{}{}
 		next, err := r.next()
 		require.NoError(t, err)
-		require.Equal(t, "1-4", next.id)
+		require.Equal(t, run+"-4", next.id)
 		require.Less(t, up.progress.Load(), int32(up.n), "the fourth event arrives while the upstream still streams")
 		go finish(t, up, 4)
 		rest := r.readAll(t, next)
@@ -114,18 +123,19 @@ func TestStreamResumesAfterADroppedConnection(t *testing.T) {
 	t.Run("other replica, stored", func(t *testing.T) {
 		calls := llm.calls.Load()
 		first := cutAfter(t, c, s1, up, "resume-other", 3)
-		busy := stream(t, c, s2, "resume-other", streamBody, [2]string{"Last-Event-ID", "1-3"})
+		run := runOf(t, first.events[0].id)
+		busy := stream(t, c, s2, "resume-other", streamBody, [2]string{"Last-Event-ID", run + "-3"})
 		requireProblem(t, answer{status: busy.status, header: busy.header, body: []byte(busy.raw)}, http.StatusConflict, "in_progress")
 		go finish(t, up, 3) // the answer comes once stored: the waiting request's headers with it
 		r, err := openStream(context.Background(), c, s2, "resume-other", streamBody,
-			[2]string{"Last-Event-ID", "1-3"}, [2]string{"Prefer", "wait=30"})
+			[2]string{"Last-Event-ID", run + "-3"}, [2]string{"Prefer", "wait=30"})
 		require.NoError(t, err)
 		rest := r.readAll(t)
 		require.Equal(t, http.StatusOK, rest.status, rest.raw)
-		require.Equal(t, "1-4", rest.events[0].id)
+		require.Equal(t, run+"-4", rest.events[0].id)
 		whole(t, "resume-other", first, rest)
 
-		again := stream(t, c, s2, "resume-other", streamBody, [2]string{"Last-Event-ID", "1-10"})
+		again := stream(t, c, s2, "resume-other", streamBody, [2]string{"Last-Event-ID", run + "-10"})
 		require.Equal(t, rest.events[7:], again.events, "once stored, any replica resumes at once")
 		require.Equal(t, calls+1, llm.calls.Load(), "one upstream call")
 	})

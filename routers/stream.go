@@ -25,7 +25,7 @@ import (
 // operation and get the same content. A failure after the first event ends
 // the stream with an "error" event whose data is the problem.
 //
-// Each event carries its id, "<attempt>-<n>" ([DONE] and error events
+// Each event carries its id, "<attempt>-<execution>-<n>" ([DONE] and error events
 // none). A request of the key with Last-Event-ID resumes after that event:
 // from the running execution in this process, or from the stored events
 // (pipeline.Stream, the guard's Call.LastEventID).

@@ -47,6 +47,13 @@ func readSSE(t *testing.T, body string) []sseEvent {
 	return out
 }
 
+// runOf is the "<attempt>-<execution>" of a first event's id, of attempt 1.
+func runOf(t *testing.T, id string) string {
+	t.Helper()
+	require.Regexp(t, `^1-[0-9a-f]{8}-1$`, id)
+	return strings.TrimSuffix(id, "-1")
+}
+
 // wordsScope streams five words, each a chunk, once released.
 func wordsScope(runs *atomic.Int32, gate <-chan struct{}) Scope {
 	run := func(ctx context.Context, _ json.RawMessage, emit func(idemguard.Chunk)) (any, error) {
@@ -71,7 +78,7 @@ func wordsScope(runs *atomic.Int32, gate <-chan struct{}) Scope {
 	}}
 }
 
-// Every event of a streamed answer carries its id, "<attempt>-<n>"; a
+// Every event of a streamed answer carries its id, "<attempt>-<execution>-<n>"; a
 // request with Last-Event-ID gets what follows it, with the same ids, so
 // the two parts join to the whole answer; an id of another attempt starts
 // again from the first event after a restart event and header; a malformed
@@ -89,24 +96,25 @@ func TestStreamEventsCarryIDsAndResumeAfterLastEventID(t *testing.T) {
 	require.Equal(t, http.StatusOK, first.Code, first.Body.String())
 	all := readSSE(t, first.Body.String())
 	require.Len(t, all, 6)
+	run := runOf(t, all[0].id)
 	for i, e := range all[:5] {
-		require.Equal(t, fmt.Sprintf("1-%d", i+1), e.id)
+		require.Equal(t, fmt.Sprintf("%s-%d", run, i+1), e.id)
 	}
 	require.Equal(t, sseEvent{data: "[DONE]"}, all[5], "[DONE] carries no id")
 
-	rest := b.post("words", "r-1", body, "Last-Event-ID", "1-2")
+	rest := b.post("words", "r-1", body, "Last-Event-ID", run+"-2")
 	require.Equal(t, http.StatusOK, rest.Code, rest.Body.String())
 	require.Equal(t, "true", rest.Header().Get("Idempotent-Replayed"))
 	require.Empty(t, rest.Header().Get("Idempotent-Stream-Restart"))
 	require.Equal(t, all[2:], readSSE(t, rest.Body.String()), "the rest, with the same ids, each event once")
 
-	other := b.post("words", "r-1", body, "Last-Event-ID", "3-2")
+	other := b.post("words", "r-1", body, "Last-Event-ID", "3-0123abcd-2")
 	require.Equal(t, "superseded", other.Header().Get("Idempotent-Stream-Restart"))
 	got := readSSE(t, other.Body.String())
 	require.Equal(t, sseEvent{kind: "restart", data: `{"restart":"superseded","attempt":1}`}, got[0])
 	require.Equal(t, all, got[1:])
 
-	for _, bad := range []string{"abc", "0-1", "1-", "1-2-3"} {
+	for _, bad := range []string{"abc", "1-2", "0-0123abcd-1", "1-0123ABCD-1", "1-0123abcd-", "1-0123abcd-2-3"} {
 		w := b.post("words", "r-2", body, "Last-Event-ID", bad)
 		require.Equal(t, http.StatusBadRequest, w.Code, bad)
 		require.Equal(t, ProblemTypePrefix+"invalid-last-event-id", problemOf(t, w)["type"])
@@ -141,11 +149,12 @@ func TestStreamEventsCarryIDsAndResumeAfterLastEventID(t *testing.T) {
 			return w.Header(), readSSE(t, w.Body.String())
 		}
 		_, live := send("")
-		require.Equal(t, []sseEvent{{"1-1", "", `{"n":0}`}, {"1-2", "", `{"n":1}`}, {"1-3", "", `{"n":2}`}}, live,
+		run := runOf(t, live[0].id)
+		require.Equal(t, []sseEvent{{run + "-1", "", `{"n":0}`}, {run + "-2", "", `{"n":1}`}, {run + "-3", "", `{"n":2}`}}, live,
 			"the guard's ids replace the handler's")
-		_, rest := send("1-1")
+		_, rest := send(run + "-1")
 		require.Equal(t, live[1:], rest)
-		hd, again := send("2-1")
+		hd, again := send("2-0123abcd-1")
 		require.Equal(t, "superseded", hd.Get("Idempotent-Stream-Restart"))
 		require.Equal(t, live, again[1:])
 		require.EqualValues(t, 1, calls.Load())

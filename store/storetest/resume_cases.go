@@ -40,13 +40,25 @@ func resumeCall(key, lastEventID string) idemguard.Call {
 	return c
 }
 
-// wantIDs is "<attempt>-<from>" ... "<attempt>-<to>".
-func wantIDs(attempt, from, to int) string {
+// wantIDs is "<run>-<from>" ... "<run>-<to>".
+func wantIDs(run string, from, to int) string {
 	var ids []string
 	for i := from; i <= to; i++ {
-		ids = append(ids, fmt.Sprintf("%d-%d", attempt, i))
+		ids = append(ids, fmt.Sprintf("%s-%d", run, i))
 	}
 	return strings.Join(ids, ",")
+}
+
+// runOf is the attempt and execution of the first recorded chunk's ID
+// ("<attempt>-<execution>"), checking the attempt.
+func (r *recorder) runOf(t *testing.T, attempt int) string {
+	t.Helper()
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	require.NotEmpty(t, r.events)
+	run := r.events[0].ID[:strings.LastIndexByte(r.events[0].ID, '-')]
+	require.Regexp(t, fmt.Sprintf("^%d-[0-9a-f]{8}$", attempt), run)
+	return run
 }
 
 // The live chunks and every replay carry the same IDs; a replay with
@@ -60,7 +72,8 @@ func guardStreamResumesAfterTheLastStoredChunk(t *testing.T, h *Harness) {
 	res, err := g.DoStream(ctxFor(t), streamCall("r1"), c.op(), first)
 	require.NoError(t, err)
 	require.Equal(t, idemguard.StatusSucceeded, res.Status)
-	require.Equal(t, wantIDs(1, 1, 6), first.ids())
+	run := first.runOf(t, 1)
+	require.Equal(t, wantIDs(run, 1, 6), first.ids())
 	require.Equal(t, 1, first.start.Attempt)
 
 	replay := newRecorder()
@@ -70,17 +83,17 @@ func guardStreamResumesAfterTheLastStoredChunk(t *testing.T, h *Harness) {
 
 	for _, after := range []int{0, 1, 3, 6} {
 		r := newRecorder()
-		res, err := g.DoStream(ctxFor(t), resumeCall("r1", fmt.Sprintf("1-%d", after)), c.op(), r)
+		res, err := g.DoStream(ctxFor(t), resumeCall("r1", fmt.Sprintf("%s-%d", run, after)), c.op(), r)
 		require.NoError(t, err)
 		require.Equal(t, idemguard.StatusSucceeded, res.Status)
 		require.Equal(t, idemguard.StreamReplayed, r.origin())
 		require.Empty(t, r.restart(), "after %d", after)
-		require.Equal(t, wantIDs(1, after+1, 6), r.ids(), "after %d", after)
+		require.Equal(t, wantIDs(run, after+1, 6), r.ids(), "after %d", after)
 		require.Equal(t, first.events[after:], append([]idemguard.Chunk{}, r.events...), "after %d: the rest, each chunk once", after)
 	}
 
 	beyond := newRecorder()
-	_, err = g.DoStream(ctxFor(t), resumeCall("r1", "1-7"), c.op(), beyond)
+	_, err = g.DoStream(ctxFor(t), resumeCall("r1", run+"-7"), c.op(), beyond)
 	require.NoError(t, err)
 	require.Equal(t, idemguard.RestartUnavailable, beyond.restart(), "an ID past the stored sequence cannot resume")
 	require.Equal(t, first.events, beyond.events)
@@ -103,10 +116,11 @@ func guardStreamResumesLiveWithoutWaiting(t *testing.T, h *Harness) {
 		c.steps <- struct{}{}
 		<-owner.wrote
 	}
+	run := owner.runOf(t, 1)
 	r := newRecorder()
 	done := make(chan idemguard.Result, 1)
 	go func() {
-		res, err := g.DoStream(ctxFor(t), resumeCall("r2", "1-2"), c.op(), r)
+		res, err := g.DoStream(ctxFor(t), resumeCall("r2", run+"-2"), c.op(), r)
 		if err != nil {
 			t.Error(err) // fails this case only; the result is still sent so the case ends
 		}
@@ -124,7 +138,7 @@ func guardStreamResumesLiveWithoutWaiting(t *testing.T, h *Harness) {
 	res := <-done
 	require.Equal(t, idemguard.StatusSucceeded, res.Status)
 	require.Empty(t, r.restart())
-	require.Equal(t, wantIDs(1, 3, 5), r.ids())
+	require.Equal(t, wantIDs(run, 3, 5), r.ids())
 	require.Equal(t, owner.events[2:], r.events)
 	require.EqualValues(t, 1, c.runs.Load())
 }
@@ -140,20 +154,21 @@ func guardStreamResumeNeverCrossesAttempts(t *testing.T, h *Harness) {
 	res, err := g.DoStream(ctxFor(t), streamCall("r3"), bad.op(), first)
 	require.NoError(t, err)
 	require.Equal(t, idemguard.StatusFailed, res.Status)
-	require.Equal(t, wantIDs(1, 1, 3), first.ids())
+	last := first.runOf(t, 1) + "-3"
+	require.Equal(t, wantIDs(first.runOf(t, 1), 1, 3), first.ids())
 
 	good := &chunker{n: 4}
 	retry := newRecorder()
-	res, err = g.DoStream(ctxFor(t), resumeCall("r3", "1-3"), good.op(), retry)
+	res, err = g.DoStream(ctxFor(t), resumeCall("r3", last), good.op(), retry)
 	require.NoError(t, err)
 	require.Equal(t, idemguard.StatusSucceeded, res.Status)
 	require.Equal(t, idemguard.StreamLive, retry.origin())
 	require.Equal(t, idemguard.RestartSuperseded, retry.restart(), "the call runs attempt 2 itself")
-	require.Equal(t, wantIDs(2, 1, 5), retry.ids())
+	require.Equal(t, wantIDs(retry.runOf(t, 2), 1, 5), retry.ids())
 	require.Equal(t, good.wantText(), retry.text())
 
 	replay := newRecorder()
-	_, err = g.DoStream(ctxFor(t), resumeCall("r3", "1-3"), good.op(), replay)
+	_, err = g.DoStream(ctxFor(t), resumeCall("r3", last), good.op(), replay)
 	require.NoError(t, err)
 	require.Equal(t, idemguard.RestartSuperseded, replay.restart())
 	require.Equal(t, retry.events, replay.events, "the whole of attempt 2, from its first chunk")
@@ -170,14 +185,19 @@ func guardStreamResumeOfARebuiltAnswerRestarts(t *testing.T, h *Harness) {
 	})
 	require.NoError(t, err)
 	c := &chunker{n: 3}
-	r := newRecorder()
-	_, err = g.DoStream(ctxFor(t), resumeCall("r4", "1-1"), c.op(), r)
+	whole := newRecorder()
+	_, err = g.DoStream(ctxFor(t), streamCall("r4"), c.op(), whole)
 	require.NoError(t, err)
-	require.Equal(t, idemguard.RestartUnavailable, r.restart())
-	require.Equal(t, wantIDs(1, 1, 2), r.ids())
+	run := whole.runOf(t, 1)
+	r := newRecorder()
+	_, err = g.DoStream(ctxFor(t), resumeCall("r4", run+"-1"), c.op(), r)
+	require.NoError(t, err)
+	require.Equal(t, idemguard.RestartUnavailable, r.restart(), "rebuilt chunks are not the execution's own")
+	require.Equal(t, wantIDs(run, 1, 2), r.ids())
 	require.Zero(t, c.runs.Load())
 
-	for _, bad := range []string{"1", "x-1", "0-1", "1--1", "1-1-1", "1234567890-1", " 1-1"} {
+	for _, bad := range []string{"1", "1-1", "x-00000000-1", "0-00000000-1", "1-0000000-1", "1-0000000G-1",
+		"1-00000000--1", "1-00000000-1-1", "1234567890-00000000-1", " 1-00000000-1"} {
 		_, err := g.DoStream(ctxFor(t), resumeCall("r4-bad", bad), c.op(), newRecorder())
 		require.ErrorIs(t, err, idemguard.ErrInvalidInput, bad)
 	}
@@ -212,4 +232,39 @@ func guardLiveStreamsAreBoundedPerProcess(t *testing.T, h *Harness) {
 	res, err := g.DoStream(ctxFor(t), streamCall("r5-other"), other.op(), newRecorder())
 	require.NoError(t, err, "the ended stream gave its place back")
 	require.Equal(t, idemguard.StatusSucceeded, res.Status)
+}
+
+// Two executions with one attempt number (the key expired and ran again as
+// attempt 1) are told apart by the ID's execution tag: an ID of the old run
+// restarts the new one, an ID of the new run resumes it. Comparing attempt
+// numbers alone resumes the new run after the old run's chunk.
+func guardStreamResumeTellsExecutionsOfOneAttemptApart(t *testing.T, h *Harness) {
+	g, _ := newGuard(t, h)
+	c := &chunker{n: 3}
+	old := newRecorder()
+	_, err := g.DoStream(ctxFor(t), streamCall("r6"), c.op(), old)
+	require.NoError(t, err)
+	oldRun := old.runOf(t, 1)
+	h.Age(t, "acme", "chat", clientKey(t, g, "acme", "chat", "r6").Hash(), 48*time.Hour)
+
+	again := newRecorder()
+	res, err := g.DoStream(ctxFor(t), resumeCall("r6", oldRun+"-2"), c.op(), again)
+	require.NoError(t, err)
+	require.Equal(t, 1, res.Attempt, "an expired key runs again as attempt 1")
+	newRun := again.runOf(t, 1)
+	require.NotEqual(t, oldRun, newRun)
+	require.Equal(t, idemguard.RestartSuperseded, again.restart())
+
+	stale := newRecorder()
+	_, err = g.DoStream(ctxFor(t), resumeCall("r6", oldRun+"-2"), c.op(), stale)
+	require.NoError(t, err)
+	require.Equal(t, idemguard.RestartSuperseded, stale.restart(), "the old run's ID does not resume the new run")
+	require.Equal(t, again.events, stale.events)
+
+	rest := newRecorder()
+	_, err = g.DoStream(ctxFor(t), resumeCall("r6", newRun+"-2"), c.op(), rest)
+	require.NoError(t, err)
+	require.Empty(t, rest.restart())
+	require.Equal(t, again.events[2:], append([]idemguard.Chunk{}, rest.events...))
+	require.EqualValues(t, 2, c.runs.Load())
 }

@@ -45,16 +45,17 @@ export interface paths {
          *     problem. See docs/STREAMS.md.
          *
          *     **Resuming a stream.** Every event of a streamed answer carries an
-         *     `id`, `<attempt>-<n>` (the execution and the event's place in it,
-         *     from 1); a replay carries the same ids. After a dropped connection,
+         *     `id`, `<attempt>-<execution>-<n>` (the attempt, eight hex digits
+         *     naming its execution, and the event's place in it, from 1); a
+         *     replay carries the same ids. After a dropped connection,
          *     send the same request with `Last-Event-ID` set to the last id
          *     received: the answer is the events after it, then `data: [DONE]`,
          *     with no event missing or repeated: live from the running execution
          *     when it runs on the replica that answers (without `Prefer: wait`),
          *     from the stored events on any replica once they are stored (a 409
          *     before that, or wait with `Prefer: wait=N`). When the id names
-         *     another attempt than the one answered (it failed, or was taken
-         *     over), or the stored answer has no such event (it was stored
+         *     another execution than the one answered (it failed, was canceled
+         *     or taken over, or the key expired and ran again), or the stored answer has no such event (it was stored
          *     without its events), the answer starts again from the first event
          *     of the current attempt and says so: the `Idempotent-Stream-Restart`
          *     header, and a first event `event: restart` without an id whose data
@@ -663,7 +664,7 @@ export interface components {
          * @description On a streamed request (`"stream": true`): the `id` of the last event
          *     received of an earlier answer for this key; the answer resumes
          *     after it (or restarts, and says so, when it cannot).
-         * @example 2-17
+         * @example 2-9f3c01ab-17
          */
         StreamLastEventID: string;
     };
@@ -685,7 +686,7 @@ export interface components {
         /**
          * @description On a streamed answer to a request with `Last-Event-ID` that does not
          *     resume after it: why the events start again from the first
-         *     (`superseded`: the id names another attempt; `unavailable`: the
+         *     (`superseded`: the id names another execution; `unavailable`: the
          *     stored answer has no such event).
          */
         IdempotentStreamRestart: "superseded" | "unavailable";
@@ -741,7 +742,7 @@ export interface operations {
                  * @description On a streamed request (`"stream": true`): the `id` of the last event
                  *     received of an earlier answer for this key; the answer resumes
                  *     after it (or restarts, and says so, when it cannot).
-                 * @example 2-17
+                 * @example 2-9f3c01ab-17
                  */
                 "Last-Event-ID"?: components["parameters"]["StreamLastEventID"];
             };
@@ -791,7 +792,7 @@ export interface operations {
                 };
                 content: {
                     /**
-                     * @example id: 1-1
+                     * @example id: 1-5e0c93a1-1
                      *     data: {"object":"chat.completion.chunk","choices":[{"index":0,"delta":{"role":"assistant","content":"Fast"},"finish_reason":null}]}
                      *
                      *     data: [DONE]
@@ -826,7 +827,7 @@ export interface operations {
              *     member names each field by its JSON Pointer, e.g. a missing
              *     `messages`, a message role that is not system, developer, user
              *     or assistant, an unknown field such as `model`, a wrong type), or
-             *     a `Last-Event-ID` that is not `<attempt>-<n>`
+             *     a `Last-Event-ID` that is not `<attempt>-<execution>-<n>`
              *     (`invalid-last-event-id`).
              *     Nothing was stored or run, and the key stays free: the corrected
              *     request with the same `Idempotency-Key` runs.

@@ -10,7 +10,7 @@
 //
 // A connection that drops in the middle of a stream is reopened at once by
 // the same call, with Last-Event-ID: the id of the last event received
-// ("<attempt>-<n>"). The server sends what follows it, so the events arrive
+// ("<attempt>-<execution>-<n>"). The server sends what follows it, so the events arrive
 // whole and each once. When it cannot (the events came from an attempt that
 // was replaced), it starts again from the first event and says so with a
 // "restart" event, which runStream yields: drop what the earlier events
@@ -36,7 +36,7 @@ import {
 
 /** One server-sent event of a streamed answer. */
 export interface StreamEvent {
-  /** The event's id, "<attempt>-<n>" ("" for none): where a reconnection resumes. */
+  /** The event's id, "<attempt>-<execution>-<n>" ("" for none): where a reconnection resumes. */
   id?: string;
   /** The event type: "" for a chunk (the default type); "restart" when the
    * events start again from the first (drop what the earlier ones built). */

@@ -122,7 +122,7 @@ func FormatTime(t time.Time) string { return t.UTC().Format(time.RFC3339Nano) }
 
 // Stream is the idemguard.StreamWriter of every streamed entry path: the
 // events go to the client as server-sent events as they happen, each with
-// its id ("<attempt>-<n>"), which a reconnecting client sends back as
+// its id ("<attempt>-<execution>-<n>"), which a reconnecting client sends back as
 // Last-Event-ID. OnBegin, when set, adds a door's own headers before the
 // status is sent.
 //

@@ -48,12 +48,13 @@ func RetryAfterSeconds(d time.Duration) string {
 	return fmt.Sprint(max(1, int64((d+time.Second-1)/time.Second)))
 }
 
-// eventIDPattern is the form of a streamed chunk's id: attempt and sequence.
-var eventIDPattern = regexp.MustCompile(`^[0-9]{1,9}-[0-9]{1,9}$`)
+// eventIDPattern is the form of a streamed chunk's id: attempt, execution
+// and sequence.
+var eventIDPattern = regexp.MustCompile(`^[1-9][0-9]{0,8}-[0-9a-f]{8}-[0-9]{1,9}$`)
 
 // parseLastEventID returns the Last-Event-ID of a request that resumes a
-// stream ("" for none): the id of a chunk, "<attempt>-<n>". One header, in
-// that form, or the request is refused.
+// stream ("" for none): the id of a chunk, "<attempt>-<execution>-<n>". One
+// header, in that form, or the request is refused.
 func parseLastEventID(h http.Header) (string, error) {
 	vs := h.Values(HeaderLastEventID)
 	switch {
@@ -61,8 +62,8 @@ func parseLastEventID(h http.Header) (string, error) {
 		return "", nil
 	case len(vs) > 1:
 		return "", Reject(ErrInvalidLastEventID, "more than one Last-Event-ID header")
-	case !eventIDPattern.MatchString(vs[0]) || strings.HasPrefix(vs[0], "0"):
-		return "", Reject(ErrInvalidLastEventID, `a Last-Event-ID of a stream is the id of one of its events, "<attempt>-<n>" (e.g. 2-17)`)
+	case !eventIDPattern.MatchString(vs[0]):
+		return "", Reject(ErrInvalidLastEventID, `a Last-Event-ID of a stream is the id of one of its events, "<attempt>-<execution>-<n>" (e.g. 2-9f3c01ab-17)`)
 	}
 	return vs[0], nil
 }
