@@ -16,6 +16,7 @@ import (
 
 	"github.com/idemguard/idemguard/internal/keys"
 	"github.com/idemguard/idemguard/internal/live"
+	"github.com/idemguard/idemguard/internal/testhooks"
 	"github.com/idemguard/idemguard/sanitize"
 	"github.com/idemguard/idemguard/store"
 	"github.com/idemguard/idemguard/tenancy"
@@ -279,6 +280,9 @@ func (g *Guard) storeErr(ctx context.Context, p prepared, op string, err error) 
 	g.log.Error("guard: store call failed", g.attrs(p, slog.String("op", op), slog.Any("err", err))...)
 	return &StoreError{Op: op, Err: err}
 }
+
+// defect reports whether the test knob Defect puts d back (internal/sim).
+func (g *Guard) defect(d testhooks.Defect) bool { return g.cfg.test.Defect == d }
 
 // emit reports e to Config.Observe. An observer that panics never breaks
 // the protocol (a claim left started would run the operation again after

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/idemguard/idemguard/internal/live"
+	"github.com/idemguard/idemguard/internal/testhooks"
 	"github.com/idemguard/idemguard/sanitize"
 	"github.com/idemguard/idemguard/store"
 )
@@ -50,7 +51,8 @@ import (
 
 // Defaults of Config's stream settings.
 const (
-	// DefaultMaxStreamBytes bounds a stored chunk sequence (1 MiB).
+	// DefaultMaxStreamBytes bounds a stored chunk sequence, and the live
+	// log of a running one (1 MiB).
 	DefaultMaxStreamBytes = 1 << 20
 	// DefaultMaxWaiters bounds the calls of one process waiting for (or
 	// following) one running key.
@@ -346,7 +348,7 @@ func (g *Guard) maxStreamBytes() int { return cmp.Or(g.cfg.MaxStreamBytes, Defau
 // as itself, in one chunk; an envelope by StreamOperation.Replay, or as its
 // JSON in one chunk.
 func (s *streamCall) fromAnswer(res Result, document bool) []Chunk {
-	if document {
+	if document && !s.g.defect(testhooks.DefectBlankDocument) {
 		return []Chunk{{Data: bytes.ReplaceAll(res.Body, []byte("\r"), nil)}}
 	}
 	env := res.Envelope
@@ -382,7 +384,7 @@ func (s *streamCall) replay(ctx context.Context, g *Guard, p prepared, rec store
 	avail := len(events)
 	switch {
 	case len(events) > 0:
-	case s.follow && s.sent > 0 && !s.complete:
+	case s.follow && s.sent > 0 && !s.complete && !g.defect(testhooks.DefectFollowerGap):
 		g.log.Warn("guard: a stream follower fell behind an answer stored without its events (over the size limit); answered failed",
 			g.attrs(p, slog.Int("limit_bytes", g.maxStreamBytes()), slog.Int("relayed", s.sent))...)
 		return s.incomplete(p, rec), nil
@@ -420,11 +422,15 @@ func (s *streamCall) attach(l *claimLoop, rec store.Record) (res Result, err err
 		return Result{}, nil, false
 	}
 	run := live.Run{Attempt: rec.Attempts, Nonce: rec.ClaimNonce}
+	logRun := run
+	if open, ok := l.g.hub.Current(s.key); ok && l.g.defect(testhooks.DefectSplice) {
+		logRun = open
+	}
 	from := 0 // a call that resumes this execution follows it after its ID
 	if s.after.names(rec.Attempts, rec.ClaimNonce) {
 		from = s.after.seq
 	}
-	cur, err := l.g.hub.Attach(s.key, run, from)
+	cur, err := l.g.hub.Attach(s.key, logRun, from)
 	switch {
 	case errors.Is(err, live.ErrTooManyWatchers):
 		return Result{}, ErrTooManyWaiters, true
