@@ -388,8 +388,9 @@ func (s *streamCall) replay(ctx context.Context, g *Guard, p prepared, rec store
 		g.log.Warn("guard: a stream follower fell behind an answer stored without its events (over the size limit); answered failed",
 			g.attrs(p, slog.Int("limit_bytes", g.maxStreamBytes()), slog.Int("relayed", s.sent))...)
 		return s.incomplete(p, rec), nil
-	case s.follow && s.complete:
-		// It has every chunk of the execution.
+	case s.follow && s.complete && s.sent > 0:
+		// It has every chunk of the execution (one that emitted none is
+		// rendered below, as for its owner and every replay).
 	default:
 		document := false
 		if st, err := decodeStored(rec); err == nil {
