@@ -268,3 +268,49 @@ func guardStreamResumeTellsExecutionsOfOneAttemptApart(t *testing.T, h *Harness)
 	require.Equal(t, again.events[2:], append([]idemguard.Chunk{}, rest.events...))
 	require.EqualValues(t, 2, c.runs.Load())
 }
+
+// A call that resumes late in a long stream follows the live log after its
+// ID even when the log has let its first chunks go (it keeps at most
+// MaxStreamBytes): it needs none of them. Attaching from the first chunk
+// finds them gone and answers in progress.
+func guardStreamResumesLiveAfterTheLogDroppedItsStart(t *testing.T, h *Harness) {
+	g, _ := newGuard(t, h, withMaxStreamBytes(128)) // the log keeps the last four or five chunks
+	c := &chunker{n: 12, steps: make(chan struct{})}
+	owner := newRecorder()
+	ownerDone := make(chan idemguard.Result, 1)
+	go func() {
+		res, _ := g.DoStream(ctxFor(t), streamCall("r7"), c.op(), owner)
+		ownerDone <- res
+	}()
+	for range 8 {
+		c.steps <- struct{}{}
+		<-owner.wrote
+	}
+	run := owner.runOf(t, 1)
+	r := newRecorder()
+	done := make(chan idemguard.Result, 1)
+	go func() {
+		res, err := g.DoStream(ctxFor(t), resumeCall("r7", run+"-7"), c.op(), r)
+		if err != nil {
+			t.Error(err) // fails this case only; the result is still sent so the case ends
+		}
+		done <- res
+	}()
+	select { // the eighth chunk, from the log, while the owner is blocked
+	case <-r.wrote:
+	case res := <-done:
+		t.Fatalf("the resumed call ended without a chunk: %+v", res)
+	case <-time.After(20 * time.Second):
+		t.Fatal("the resumed call got no chunk")
+	}
+	require.Equal(t, idemguard.StreamAttached, r.origin())
+	for range 4 {
+		c.steps <- struct{}{}
+	}
+	require.Equal(t, idemguard.StatusSucceeded, (<-ownerDone).Status)
+	res := <-done
+	require.Equal(t, idemguard.StatusSucceeded, res.Status, "it has every chunk after its ID")
+	require.Equal(t, wantIDs(run, 8, 13), r.ids())
+	require.Equal(t, owner.events[7:], append([]idemguard.Chunk{}, r.events...))
+	require.EqualValues(t, 1, c.runs.Load())
+}

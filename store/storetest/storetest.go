@@ -210,6 +210,7 @@ func cases(run func(name string, tc caseFunc)) {
 	run("Guard/StreamResumeOfARebuiltAnswerRestarts", guardStreamResumeOfARebuiltAnswerRestarts)
 	run("Guard/LiveStreamsAreBoundedPerProcess", guardLiveStreamsAreBoundedPerProcess)
 	run("Guard/StreamResumeTellsExecutionsOfOneAttemptApart", guardStreamResumeTellsExecutionsOfOneAttemptApart)
+	run("Guard/StreamResumesLiveAfterTheLogDroppedItsStart", guardStreamResumesLiveAfterTheLogDroppedItsStart)
 	// Audit trail: durable events with their row change, batches, history
 	// (audit_cases.go).
 	run("Store/AuditedClaimWritesItsEventOnlyWhenItWins", auditClaimWritesItsEventOnlyWhenItWins)
