@@ -18,6 +18,7 @@ import (
 
 	"github.com/idemguard/idemguard"
 	"github.com/idemguard/idemguard/routers/middleware"
+	"github.com/idemguard/idemguard/sanitize"
 	"github.com/idemguard/idemguard/store/memstore"
 	"github.com/idemguard/idemguard/tenancy"
 )
@@ -171,4 +172,48 @@ func TestMiddlewareCleansEveryDocumentOfAnEvent(t *testing.T) {
 	mu.Lock()
 	defer mu.Unlock()
 	require.ElementsMatch(t, []string{"prompt", "b.Debug"}, dropped, "each removed member is counted once")
+}
+
+// A key completed by a plain request through a middleware that keeps the
+// handler's own JSON (Options.Keep), asked for again as a stream, streams
+// that document as its one event. Before the fix the stream got a blank
+// envelope ({"ok":false,"stopReason":"",...}) with 200.
+func TestMiddlewareStreamsAKeptDocumentAsItself(t *testing.T) {
+	t.Parallel()
+	g, err := idemguard.New(idemguard.Config{Store: memstore.New(), Secret: testSecret})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = g.Close(context.Background()) })
+	opts := middleware.Options{Guard: g, Scope: "orders", Keep: sanitize.MustAllowlist("id", "status"),
+		Tenant: func(*http.Request) (tenancy.ID, error) { return "acme", nil }}
+	var runs atomic.Int32
+	h := middleware.Idempotent(opts)(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		runs.Add(1)
+		w.Header().Set("Content-Type", "application/json")
+		fmt.Fprint(w, `{"id":"ord_1","status":"paid","prompt":"CANARY"}`)
+	}))
+	srv := httptest.NewServer(h)
+	t.Cleanup(srv.Close)
+	send := func(accept string) (*http.Response, string) {
+		req, err := http.NewRequest(http.MethodPost, srv.URL+"/orders", strings.NewReader(`{"q":1}`))
+		require.NoError(t, err)
+		req.Header.Set("Idempotency-Key", "doc-1")
+		if accept != "" {
+			req.Header.Set("Accept", accept)
+		}
+		resp, err := srv.Client().Do(req)
+		require.NoError(t, err)
+		defer resp.Body.Close()
+		body, err := io.ReadAll(resp.Body)
+		require.NoError(t, err)
+		return resp, string(body)
+	}
+	resp, plain := send("")
+	require.Equal(t, http.StatusOK, resp.StatusCode)
+	require.JSONEq(t, `{"id":"ord_1","status":"paid"}`, plain)
+
+	resp, streamed := send("text/event-stream")
+	require.Equal(t, http.StatusOK, resp.StatusCode)
+	require.Equal(t, "text/event-stream", resp.Header.Get("Content-Type"))
+	require.Equal(t, "data: "+plain+"\n\n", streamed, "the stored document, as one event")
+	require.EqualValues(t, 1, runs.Load())
 }

@@ -237,12 +237,18 @@ func (h *History) FinishStream(a *Answer, res idemguard.Result, err error, origi
 	a.Origin, a.Events, a.Gone = origin, events, gone
 }
 
-// StartExec records that call callID started its operation on key; a stream's emits events
-// when it succeeds (0: not a stream).
-func (h *History) StartExec(key string, callID, replica, events int) *Execution {
+// StreamExec records that e streams n events when it succeeds.
+func (h *History) StreamExec(e *Execution, n int) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	e := &Execution{Seq0: h.next(), Key: key, CallID: callID, Replica: replica, Start: time.Now(), Events: events}
+	e.Events = n
+}
+
+// StartExec records that call callID started its operation on key.
+func (h *History) StartExec(key string, callID, replica int) *Execution {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	e := &Execution{Seq0: h.next(), Key: key, CallID: callID, Replica: replica, Start: time.Now()}
 	h.Execs = append(h.Execs, e)
 	return e
 }

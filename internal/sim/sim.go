@@ -643,7 +643,10 @@ func (r *run) op(id, replica int, key string, c Client, events int) idemguard.Op
 	took := r.sc.Lease/20 + time.Duration(rng.Int64N(int64(3*r.sc.Lease/2)))
 	fail := rng.IntN(4) == 0
 	return func(ctx context.Context) (any, error) {
-		e := r.h.StartExec(key, id, replica, events)
+		e := r.h.StartExec(key, id, replica)
+		if events > 0 {
+			r.h.StreamExec(e, events)
+		}
 		cut := func(err error) (any, error) {
 			r.h.EndExec(e, time.Now(), true, true, nil)
 			return nil, err

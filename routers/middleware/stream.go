@@ -180,10 +180,10 @@ func parseEventBlock(block []byte) (e idemguard.Chunk, dropped []string, refused
 // documents (one, or several, say one per data line) is cleaned document
 // by document, each written on a line of its own if any member went; data
 // that is not has each of its lines that is a JSON sequence cleaned the
-// same way, and the rest kept as written, unless it could still hold a
-// document the blocklist cannot read (an object brace with a blocked name,
-// or a \u escape, anywhere in it): then the event is refused. Data that
-// is not JSON and has no such brace (text, [DONE]) is kept as written.
+// same way, and the rest kept as written, unless a JSON reader could still
+// find a blocked member in it (a quoted blocked name followed by a colon,
+// however escaped): then the event is refused. Text, code and [DONE] are
+// kept as written.
 func withoutBlocked(b []byte) (out []byte, dropped []string, refused bool) {
 	if cleaned, names, ok := cleanSequence(b); ok {
 		return cleaned, names, false
@@ -195,14 +195,8 @@ func withoutBlocked(b []byte) (out []byte, dropped []string, refused bool) {
 		}
 	}
 	out = bytes.Join(lines, []byte("\n"))
-	if bytes.IndexByte(out, '{') >= 0 {
-		names := blockedNamesIn(out)
-		if len(names) == 0 && bytes.Contains(out, []byte(`\u`)) {
-			names = []string{"(event)"}
-		}
-		if len(names) > 0 {
-			return nil, append(dropped, names...), true
-		}
+	if name := blockedMemberName(out); name != "" {
+		return nil, append(dropped, name), true
 	}
 	return out, dropped, false
 }
@@ -265,15 +259,32 @@ func dropBlocked(v any, path string, dropped func(string)) {
 	}
 }
 
-// blockedNamesIn returns the blocked keys b holds anywhere, as words
-// compared case-insensitively.
-func blockedNamesIn(b []byte) []string {
-	lower := bytes.ToLower(b)
-	var names []string
-	for _, k := range sanitize.BlockedKeys() {
-		if bytes.Contains(lower, []byte(strings.ToLower(k))) {
-			names = append(names, k)
+// blockedMemberName returns a blocked name that b holds as an object
+// member's name would be written: a JSON string (escapes decoded) followed,
+// after white space, by a colon; "" when there is none. Every quote not
+// escaped is tried as the start of such a string, so text whose quotes do
+// not pair up hides none; each try ends at the next quote or line end, so
+// the scan is linear.
+func blockedMemberName(b []byte) string {
+	for i := 0; i < len(b); i++ {
+		if b[i] != '"' || i > 0 && b[i-1] == '\\' {
+			continue
+		}
+		end := i + 1
+		for end < len(b) && b[end] != '"' && b[end] != '\n' {
+			if b[end] == '\\' {
+				end++
+			}
+			end++
+		}
+		if end >= len(b) || b[end] != '"' {
+			continue
+		}
+		after := bytes.TrimLeft(b[end+1:], " \t\r\n")
+		var name string
+		if len(after) > 0 && after[0] == ':' && json.Unmarshal(b[i:end+1], &name) == nil && sanitize.IsBlockedKey(name) {
+			return name
 		}
 	}
-	return names
+	return ""
 }

@@ -96,3 +96,27 @@ func blockedIn(v any) string {
 	}
 	return ""
 }
+
+// What happens to each kind of event data: JSON documents are cleaned one
+// by one, text is kept, and text in which a JSON reader could still find a
+// blocked field is refused.
+func TestEventDataBlocklist(t *testing.T) {
+	for _, tc := range []struct {
+		data, want string
+		refused    bool
+	}{
+		{data: `{"delta":"x"}`, want: `{"delta":"x"}`},
+		{data: "{\"prompt\":\"c\"}\n{\"delta\":\"x\"}", want: "{}\n{\"delta\":\"x\"}"},
+		{data: `{"a":1} {"b":{"Debug":1}}`, want: "{\"a\":1}\n{\"b\":{}}"},
+		{data: "[DONE]", want: "[DONE]"},
+		{data: "if (err) { return error }", want: "if (err) { return error }"},
+		{data: "note\n{\"\\u0070rompt\":1}", want: "note\n{}"},
+		{data: `see {"prompt": 1} here`, refused: true},
+		{data: "text {\"x\":1,\n\"model\"\n: 2}", refused: true},
+	} {
+		got, _, refused := withoutBlocked([]byte(tc.data))
+		if refused != tc.refused || !tc.refused && string(got) != tc.want {
+			t.Errorf("%q: got %q (refused %t), want %q (refused %t)", tc.data, got, refused, tc.want, tc.refused)
+		}
+	}
+}
