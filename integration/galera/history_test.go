@@ -51,7 +51,7 @@ func (r *recording) do(ctx context.Context, g *idemguard.Guard, node int, c idem
 // op records op's executions; started, if set, gets each one as it starts.
 func (r *recording) op(key string, id, node int, op idemguard.Operation, started func(*sim.Execution)) idemguard.Operation {
 	return func(ctx context.Context) (any, error) {
-		e := r.h.StartExec(key, id, node, 0)
+		e := r.h.StartExec(key, id, node)
 		if started != nil {
 			started(e)
 		}
