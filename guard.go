@@ -149,6 +149,7 @@ func (g *Guard) enter() bool {
 // prepared is a validated Call.
 type prepared struct {
 	tenant      string
+	principal   string // Call.Principal: part of the key hash only
 	scope       string
 	keyHash     string
 	fingerprint string
@@ -192,6 +193,9 @@ func (g *Guard) prepare(ctx context.Context, c Call) (prepared, error) {
 	if err := validActor(c.Actor); err != nil {
 		return prepared{}, fmt.Errorf("%w: %w", ErrInvalidInput, err)
 	}
+	if err := validPrincipal(c.Principal); err != nil {
+		return prepared{}, err
+	}
 	if c.Wait < 0 || c.Timeout < 0 {
 		return prepared{}, fmt.Errorf("%w: Wait and Timeout must not be negative", ErrInvalidInput)
 	}
@@ -202,7 +206,8 @@ func (g *Guard) prepare(ctx context.Context, c Call) (prepared, error) {
 	p := prepared{
 		tenant:      string(c.Tenant),
 		scope:       c.Scope,
-		keyHash:     g.deriver.KeyHash(string(c.Tenant), c.Scope, c.ClientKey, canonical),
+		principal:   c.Principal,
+		keyHash:     g.deriver.PrincipalKeyHash(string(c.Tenant), c.Scope, c.Principal, c.ClientKey, canonical),
 		fingerprint: g.deriver.Fingerprint(canonical),
 		hasKey:      c.ClientKey != "",
 		keep:        c.Keep,

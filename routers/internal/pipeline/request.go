@@ -31,6 +31,9 @@ type Request struct {
 	// LastEventID is the id of the last event of an earlier stream of the
 	// key the client received: a streamed answer resumes after it.
 	LastEventID string
+	// Principal is the caller's key space (idemguard.Call.Principal), set
+	// by the entry path after authentication; "" for the tenant's.
+	Principal string
 }
 
 // Limits bound what Read accepts.
@@ -83,6 +86,7 @@ func (req Request) Call(tenant tenancy.ID, rt Route, inputs any) idemguard.Call 
 		Tenant:    tenant,
 		Scope:     rt.Scope,
 		ClientKey: req.ClientKey,
+		Principal: req.Principal,
 		Inputs:    inputs,
 		Settings:  rt.Settings,
 		Wait:      req.Wait,

@@ -21,10 +21,9 @@ func NewSSE(w http.ResponseWriter) *SSE {
 	return &SSE{w: w, rc: http.NewResponseController(w)}
 }
 
-// Start writes and flushes the status and the event-stream headers (a
-// client following a running stream learns at once that it is answered);
-// headers already set on the response (Location, replay headers) go with
-// them. Proxies are asked not to buffer (X-Accel-Buffering) and caches not
+// Start writes the status and the event-stream headers; headers already set
+// on the response (Location, replay headers) go with them, with the first
+// event. Proxies are asked not to buffer (X-Accel-Buffering) and caches not
 // to store.
 func (s *SSE) Start(status int) {
 	if s.Started {
@@ -37,7 +36,6 @@ func (s *SSE) Start(status int) {
 	h.Set("X-Accel-Buffering", "no")
 	h.Del("Content-Length")
 	s.w.WriteHeader(status)
-	_ = s.rc.Flush()
 }
 
 // Send writes one event and flushes it; the error says the client is gone.
@@ -48,6 +46,19 @@ func (s *SSE) Send(e live.Event) error {
 		return err
 	}
 	return s.rc.Flush()
+}
+
+// End writes the last event of the response, unflushed: the handler
+// returns next, and the end of the response flushes it together with the
+// end of the chunked body, in one write. A client that stops reading at the
+// last event ([DONE]) then finds the body ended and keeps its connection;
+// flushed alone, the body's end came later, the client closed a body it
+// had not read to its end, and its next request dialed again.
+func (s *SSE) End(e live.Event) error {
+	s.Start(http.StatusOK)
+	s.buf = live.AppendSSE(s.buf[:0], e)
+	_, err := s.w.Write(s.buf)
+	return err
 }
 
 // Comment writes an SSE comment (a keep-alive) and flushes it.
