@@ -304,8 +304,9 @@ func guardStreamResumesLiveAfterTheLogDroppedItsStart(t *testing.T, h *Harness) 
 		t.Fatal("the resumed call got no chunk")
 	}
 	require.Equal(t, idemguard.StreamAttached, r.origin())
-	for range 4 {
+	for range 4 { // in step with the resumed call: a slower one would fall behind the short log
 		c.steps <- struct{}{}
+		<-r.wrote
 	}
 	require.Equal(t, idemguard.StatusSucceeded, (<-ownerDone).Status)
 	res := <-done
