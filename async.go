@@ -146,6 +146,7 @@ func (g *Guard) runInBackground(ctx context.Context, p prepared, op Operation, o
 	k := keyOf(p)
 	l, ok := g.jobs.begin(k)
 	if !ok {
+		o.freeSlot()
 		g.release(p, o)
 		return Result{}, &StoreError{Op: "claim", Err: ErrShuttingDown}
 	}

@@ -151,6 +151,7 @@ type prepared struct {
 	hasKey      bool
 	keep        *sanitize.Allowlist
 	check       func() error
+	admit       func() (func(), error)
 	settings    Settings
 	wait        time.Duration
 	timeout     time.Duration
@@ -200,6 +201,7 @@ func (g *Guard) prepare(ctx context.Context, c Call) (prepared, error) {
 		hasKey:      c.ClientKey != "",
 		keep:        c.Keep,
 		check:       c.Check,
+		admit:       c.Admit,
 		settings:    c.Settings.withDefaults(g.cfg.Defaults),
 		wait:        min(c.Wait, g.cfg.MaxWait),
 		timeout:     c.Timeout,

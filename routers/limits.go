@@ -1,0 +1,314 @@
+package routers
+
+// Per-tenant limits: concurrent executions, background jobs, request rate.
+
+import (
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/idemguard/idemguard/routers/internal/pipeline"
+	"github.com/idemguard/idemguard/tenancy"
+)
+
+// Defaults of Limit, per tenant and process.
+const (
+	DefaultLimitConcurrent = 64
+	DefaultLimitJobs       = 32
+	DefaultLimitRate       = 1000
+	DefaultLimitBurst      = 2000
+	// MaxLimitedTenants bounds the tenants whose limits are counted apart
+	// besides those named in Limits.Tenants (tenants of JWTs that no
+	// setting names); past it they share one count.
+	MaxLimitedTenants = 10_000
+)
+
+// maxEntries bounds the (tenant, scope) pairs tracked.
+const maxEntries = 100_000
+
+// Limit is what one tenant may use of one process: executions running at
+// once, background jobs among them, and requests per second. -1 means no
+// limit; in Limits.Tenant and Limits.Tenants a zero field takes the
+// default, in Limits.Scopes it means no limit of the scope's own.
+type Limit struct {
+	// Concurrent bounds the tenant's executions running at once: plain,
+	// streamed and background. A duplicate of a running key joins it and
+	// a replay answers from the store: neither counts. Defaults to
+	// DefaultLimitConcurrent.
+	Concurrent int
+	// Jobs bounds the background executions (Prefer: respond-async) among
+	// them. Defaults to DefaultLimitJobs.
+	Jobs int
+	// Rate is the requests per second the tenant may send to the /v1/ops
+	// routes, Burst how many may come at once (a token bucket). Default
+	// DefaultLimitRate and DefaultLimitBurst.
+	Rate  float64
+	Burst int
+}
+
+// Limits are the per-tenant limits of the API (429 over them, with a
+// problem type that names the limit and Retry-After). Every tenant gets
+// Tenant, or its entry in Tenants; within a scope of Scopes a tenant is
+// limited by that entry as well. Counts are per process.
+type Limits struct {
+	// Off turns every limit off.
+	Off bool
+	// Tenant is every tenant's limit; zero fields take the defaults.
+	Tenant Limit
+	// Tenants override Tenant for the tenants named, field by field.
+	Tenants map[tenancy.ID]Limit
+	// Scopes limit each tenant within the scope named as well; zero fields
+	// add no limit.
+	Scopes map[string]Limit
+	// OnLimited, if set, is called for each request refused, with its
+	// tenant and the limit (pipeline's Limit* names, the problem slugs).
+	// The tenant comes from the credential: map tenants the configuration
+	// does not name to one label before using it as a metric label.
+	OnLimited func(tenant tenancy.ID, limit string)
+	// Now is the clock of the rate (tests); defaults to time.Now.
+	Now func() time.Time
+}
+
+// withDefaults fills a tenant's limit from def.
+func (l Limit) withDefaults(def Limit) Limit {
+	if l.Concurrent == 0 {
+		l.Concurrent = def.Concurrent
+	}
+	if l.Jobs == 0 {
+		l.Jobs = def.Jobs
+	}
+	if l.Rate == 0 {
+		l.Rate = def.Rate
+	}
+	if l.Burst == 0 {
+		l.Burst = def.Burst
+	}
+	return l
+}
+
+// counts is the state of one limit's holder: a tenant, or a tenant in a
+// scope.
+type counts struct {
+	lim     Limit
+	running atomic.Int64
+	jobs    atomic.Int64
+	// tat is the rate's theoretical arrival time (GCRA), in nanoseconds of
+	// the limiter's clock: a request is allowed while tat - now stays
+	// within the burst.
+	tat atomic.Int64
+}
+
+// take counts one more in c unless that passes max (-1: no limit).
+func take(c *atomic.Int64, max int) bool {
+	if c.Add(1) > int64(max) && max >= 0 {
+		c.Add(-1)
+		return false
+	}
+	return true
+}
+
+// allow takes one request from the rate's bucket, or says how long to
+// wait. Lock-free: one compare-and-swap.
+func (c *counts) allow(now int64) (time.Duration, bool) {
+	if c.lim.Rate < 0 {
+		return 0, true
+	}
+	interval := int64(float64(time.Second) / c.lim.Rate)
+	burst := int64(max(c.lim.Burst, 1)) * interval
+	for {
+		tat := c.tat.Load()
+		next := max(tat, now) + interval
+		if over := next - now - burst; over > 0 {
+			return time.Duration(over), false
+		}
+		if c.tat.CompareAndSwap(tat, next) {
+			return 0, true
+		}
+	}
+}
+
+// entry is what the limits hold for one tenant in one scope: the tenant's
+// counts, the scope's (nil without a scope limit), and the admit and
+// release functions of idemguard.Call.Admit, made once so that a request
+// allocates nothing for its limits.
+type entry struct {
+	l       *limiter
+	tenant  tenancy.ID
+	own     *counts
+	inScope *counts
+
+	admitRun, admitJob     func() (func(), error)
+	releaseRun, releaseJob func()
+}
+
+type entryKey struct {
+	tenant tenancy.ID
+	scope  string
+}
+
+// limiter is the state of Limits.
+type limiter struct {
+	lim Limits
+	def Limit
+
+	mu      sync.RWMutex
+	entries map[entryKey]*entry
+	tenants map[tenancy.ID]*counts
+	other   *counts // the tenants past MaxLimitedTenants
+}
+
+func newLimiter(l Limits) *limiter {
+	if l.Off {
+		return nil
+	}
+	if l.Now == nil {
+		l.Now = time.Now
+	}
+	def := l.Tenant.withDefaults(Limit{Concurrent: DefaultLimitConcurrent, Jobs: DefaultLimitJobs,
+		Rate: DefaultLimitRate, Burst: DefaultLimitBurst})
+	return &limiter{lim: l, def: def, entries: make(map[entryKey]*entry), tenants: make(map[tenancy.ID]*counts),
+		other: &counts{lim: def}}
+}
+
+// of returns the entry of tenant in scope, made on first use.
+func (l *limiter) of(tenant tenancy.ID, scope string) *entry {
+	k := entryKey{tenant, scope}
+	l.mu.RLock()
+	e := l.entries[k]
+	l.mu.RUnlock()
+	if e != nil {
+		return e
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if e = l.entries[k]; e != nil {
+		return e
+	}
+	e = &entry{l: l, tenant: tenant, own: l.countsOf(tenant)}
+	e.admitRun, e.admitJob = func() (func(), error) { return e.admit(false) }, func() (func(), error) { return e.admit(true) }
+	e.releaseRun, e.releaseJob = func() { e.release(false) }, func() { e.release(true) }
+	if len(l.entries) >= maxEntries {
+		return e // past the bound: the tenant's counts, no scope's
+	}
+	if sl, ok := l.lim.Scopes[scope]; ok {
+		e.inScope = &counts{lim: scopeLimit(sl)}
+	}
+	l.entries[k] = e
+	return e
+}
+
+// scopeLimit is a scope's limit: zero fields add no limit.
+func scopeLimit(l Limit) Limit {
+	if l.Concurrent == 0 {
+		l.Concurrent = -1
+	}
+	if l.Jobs == 0 {
+		l.Jobs = -1
+	}
+	if l.Rate == 0 {
+		l.Rate = -1
+	}
+	if l.Burst == 0 && l.Rate > 0 {
+		l.Burst = max(1, int(2*l.Rate))
+	}
+	return l
+}
+
+// countsOf returns tenant's counts (under l.mu, locked).
+func (l *limiter) countsOf(tenant tenancy.ID) *counts {
+	if c, ok := l.tenants[tenant]; ok {
+		return c
+	}
+	if len(l.tenants) >= MaxLimitedTenants+len(l.lim.Tenants) {
+		return l.other
+	}
+	lim := l.def
+	if tl, ok := l.lim.Tenants[tenant]; ok {
+		lim = tl.withDefaults(l.def)
+	}
+	c := &counts{lim: lim}
+	l.tenants[tenant] = c
+	return c
+}
+
+// allow takes one request of tenant in scope from the rates, or refuses
+// it with the limit it is over.
+func (l *limiter) allow(tenant tenancy.ID, scope string) (*entry, error) {
+	if l == nil {
+		return nil, nil
+	}
+	e := l.of(tenant, scope)
+	now := l.lim.Now().UnixNano()
+	if wait, ok := e.own.allow(now); !ok {
+		return e, l.refuse(tenant, pipeline.LimitRate, wait)
+	}
+	if e.inScope != nil {
+		if wait, ok := e.inScope.allow(now); !ok {
+			return e, l.refuse(tenant, pipeline.LimitScopeRate, wait)
+		}
+	}
+	return e, nil
+}
+
+func (l *limiter) refuse(tenant tenancy.ID, limit string, wait time.Duration) error {
+	if l.lim.OnLimited != nil {
+		l.lim.OnLimited(tenant, limit)
+	}
+	return &pipeline.LimitError{Limit: limit, RetryAfter: wait}
+}
+
+// admission is the idemguard.Call.Admit of an execution of e (nil: no
+// limits).
+func (e *entry) admission(job bool) func() (func(), error) {
+	switch {
+	case e == nil:
+		return nil
+	case job:
+		return e.admitJob
+	}
+	return e.admitRun
+}
+
+// admit takes a place for one execution (a background one with job).
+func (e *entry) admit(job bool) (func(), error) {
+	if limit := e.take(e.own, job, pipeline.LimitConcurrent, pipeline.LimitJobs); limit != "" {
+		return nil, e.l.refuse(e.tenant, limit, 0)
+	}
+	if e.inScope != nil {
+		if limit := e.take(e.inScope, job, pipeline.LimitScopeConcurrent, pipeline.LimitScopeJobs); limit != "" {
+			e.give(e.own, job)
+			return nil, e.l.refuse(e.tenant, limit, 0)
+		}
+	}
+	if job {
+		return e.releaseJob, nil
+	}
+	return e.releaseRun, nil
+}
+
+// take counts one execution in c, or names the limit it would pass.
+func (e *entry) take(c *counts, job bool, runLimit, jobLimit string) string {
+	if !take(&c.running, c.lim.Concurrent) {
+		return runLimit
+	}
+	if job && !take(&c.jobs, c.lim.Jobs) {
+		c.running.Add(-1)
+		return jobLimit
+	}
+	return ""
+}
+
+func (e *entry) give(c *counts, job bool) {
+	c.running.Add(-1)
+	if job {
+		c.jobs.Add(-1)
+	}
+}
+
+// release gives back the place admit took.
+func (e *entry) release(job bool) {
+	e.give(e.own, job)
+	if e.inScope != nil {
+		e.give(e.inScope, job)
+	}
+}
