@@ -3,6 +3,7 @@ package routers
 // Per-tenant limits: concurrent executions, background jobs, request rate.
 
 import (
+	"errors"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -250,11 +251,19 @@ func (l *limiter) allow(tenant tenancy.ID, scope string) (*entry, error) {
 	return e, nil
 }
 
-func (l *limiter) refuse(tenant tenancy.ID, limit string, wait time.Duration) error {
-	if l.lim.OnLimited != nil {
-		l.lim.OnLimited(tenant, limit)
-	}
+// refuse is the error of a request over limit; it is counted
+// (Limits.OnLimited) where it is answered (noteLimited), once per request.
+func (l *limiter) refuse(_ tenancy.ID, limit string, wait time.Duration) error {
 	return &pipeline.LimitError{Limit: limit, RetryAfter: wait}
+}
+
+// noteLimited reports a request of tenant answered with err to
+// Limits.OnLimited, if err is a limit's.
+func (l *limiter) noteLimited(tenant tenancy.ID, err error) {
+	var le *pipeline.LimitError
+	if l != nil && l.lim.OnLimited != nil && errors.As(err, &le) {
+		l.lim.OnLimited(tenant, le.Limit)
+	}
 }
 
 // admission is the idemguard.Call.Admit of an execution of e (nil: no
@@ -312,3 +321,7 @@ func (e *entry) release(job bool) {
 		e.give(e.inScope, job)
 	}
 }
+
+// LimitNames are the limits a request can be refused by, as
+// Limits.OnLimited names them: the slugs of their problem types.
+var LimitNames = pipeline.LimitNames

@@ -176,6 +176,11 @@ type Config struct {
 	Audit Audit
 	// AuthFailures limits failed authentications per client address.
 	AuthFailures AuthFailures
+	// Limits are the per-tenant limits (limits.go).
+	Limits Limits
+	// AllowInsecureUpstreams allows http:// provider URLs (openai.base_url,
+	// upstream.url, a scope's url) in production.
+	AllowInsecureUpstreams bool
 }
 
 // AuthFailures limits failed authentications per client address
@@ -278,6 +283,9 @@ type Scope struct {
 	// Prices are what the scope's model charges, per million tokens; with
 	// them the money a replay saved is counted too (zero: tokens only).
 	Prices Prices
+	// Limits limit each tenant within the scope, besides its own limits;
+	// zero fields add none.
+	Limits Limit
 }
 
 // Prices are a model's prices per million tokens, in the currency the
@@ -320,6 +328,8 @@ type rawConfig struct {
 	JWT                   rawJWT              `yaml:"jwt"`
 	Audit                 rawAudit            `yaml:"audit"`
 	AuthFailures          rawAuthFailures     `yaml:"auth_failures"`
+	Limits                rawLimits           `yaml:"limits"`
+	AllowInsecureUpstream *bool               `yaml:"allow_insecure_upstreams"`
 }
 
 type rawAuthFailures struct {
@@ -379,6 +389,7 @@ type rawScope struct {
 	URL         string   `yaml:"url"`
 	Auth        []string `yaml:"auth"`
 	Prices      Prices   `yaml:"prices"`
+	Limits      rawLimit `yaml:"limits"`
 }
 
 // problems collects configuration errors, each naming its setting.
@@ -422,6 +433,7 @@ func Load(path string, getenv func(string) string) (*Config, error) {
 	c.fromRaw(&raw, env, &p)
 	c.scopesFromRaw(raw.Scopes, &p)
 	c.accessFromRaw(&raw, &p)
+	c.limitsFromRaw(raw.Limits)
 	c.apiKeysFromRaw(raw.APIKeys, apiKeysSetting, &p)
 	p = append(p, c.validate(apiKeysSetting)...)
 	c.loadSecrets(raw.SecretID, getenv, &p)
@@ -466,6 +478,13 @@ func (p *problems) applyEnv(raw *rawConfig, env func(string) string) (apiKeysSet
 	override(&raw.JWT.Issuer, EnvJWTIssuer)
 	override(&raw.JWT.Audience, EnvJWTAudience)
 	override(&raw.Audit.Log, EnvAuditLog)
+	if v := env(EnvAllowInsecureUpstreams); v != "" {
+		if b, err := strconv.ParseBool(v); err != nil {
+			p.add(EnvAllowInsecureUpstreams, "must be true or false, got %q", truncate(v, 20))
+		} else {
+			raw.AllowInsecureUpstream = &b
+		}
+	}
 	if v := env(EnvAuditTable); v != "" {
 		if b, err := strconv.ParseBool(v); err != nil {
 			p.add(EnvAuditTable, "must be true or false, got %q", truncate(v, 20))
@@ -504,6 +523,7 @@ func (c *Config) fromRaw(raw *rawConfig, env func(string) string, p *problems) {
 		}
 	}
 	c.Mode = Mode(strings.ToLower(cmpOr(raw.Mode, string(Development))))
+	c.AllowInsecureUpstreams = raw.AllowInsecureUpstream != nil && *raw.AllowInsecureUpstream
 	c.Listen = cmpOr(raw.Listen, DefaultListen)
 	c.MySQLDSN = raw.MySQLDSN
 	c.CORSOrigins = raw.CORSOrigins
@@ -559,6 +579,7 @@ func (c *Config) scopesFromRaw(scopes []rawScope, p *problems) {
 			URL:         s.URL,
 			Auth:        p.methods(at+".auth", s.Auth),
 			Prices:      s.Prices,
+			Limits:      s.Limits.limit(Limit{}),
 		}
 		if s.Prices.PromptPerMillion < 0 || s.Prices.CompletionPerMillion < 0 {
 			p.add(at+".prices", "prices per million tokens must not be negative")
@@ -660,6 +681,7 @@ func (c *Config) validate(apiKeysSetting string) problems {
 	c.validateAPIKeys(apiKeysSetting, &p)
 	p = append(p, c.validateJWT()...)
 	c.validateLimits(&p)
+	c.validateTenantLimits(&p)
 	uses := c.validateScopes(&p)
 	c.validateUpstreams(uses, &p)
 	return p
@@ -803,6 +825,7 @@ func (c *Config) validateScopes(p *problems) map[Operation]bool {
 			if err := checkHTTPURL(s.URL); err != nil {
 				p.add(at+".url", "%v", err)
 			}
+			c.checkProviderURL(p, at+".url", s.URL)
 		case s.Operation == OpHTTPJSON && c.Upstream.URL == "":
 			p.add(at+".url", "an http_json scope needs a url: set upstream.url (or %s), or url on the scope", EnvUpstreamURL)
 		}
@@ -816,6 +839,7 @@ func (c *Config) validateUpstreams(uses map[Operation]bool, p *problems) {
 		if err := checkHTTPURL(c.OpenAI.BaseURL); err != nil {
 			p.add("openai.base_url", "%v (env %s)", err, EnvOpenAIBaseURL)
 		}
+		c.checkProviderURL(p, "openai.base_url", c.OpenAI.BaseURL)
 		if strings.TrimSpace(c.OpenAI.Model) == "" {
 			p.add("openai.model", "is required by the openai_chat scopes: set it, or %s", EnvOpenAIModel)
 		}
@@ -828,6 +852,7 @@ func (c *Config) validateUpstreams(uses map[Operation]bool, p *problems) {
 		if err := checkHTTPURL(c.Upstream.URL); err != nil {
 			p.add("upstream.url", "%v (env %s)", err, EnvUpstreamURL)
 		}
+		c.checkProviderURL(p, "upstream.url", c.Upstream.URL)
 	}
 	p.between("upstream.timeout", c.Upstream.Timeout, time.Millisecond, MaxOperationTimeout)
 	for name := range c.Upstream.Headers {
