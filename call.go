@@ -33,6 +33,8 @@ const (
 	// DefaultReplayCacheSize is how many succeeded keys a Guard keeps in
 	// memory to answer replays without a round trip.
 	DefaultReplayCacheSize = 10_000
+	// DefaultReplayCacheBytes bounds the memory of the replay cache (64 MiB).
+	DefaultReplayCacheBytes = 64 << 20
 	// DefaultReplayCacheMaxAge bounds how long one cached replay is served
 	// from memory before the store is asked again.
 	DefaultReplayCacheMaxAge = 5 * time.Minute

@@ -76,13 +76,15 @@ func New(cfg Config) (*Guard, error) {
 	if cfg.ReplayCacheSize == 0 {
 		cfg.ReplayCacheSize = DefaultReplayCacheSize
 	}
+	cfg.ReplayCacheBytes = cmp.Or(cfg.ReplayCacheBytes, DefaultReplayCacheBytes)
+	cfg.ReplayCacheTenantBytes = cmp.Or(cfg.ReplayCacheTenantBytes, cfg.ReplayCacheBytes/2)
 	lifetime, shutdown := context.WithCancel(context.Background())
 	g := &Guard{
 		cfg:      cfg,
 		store:    cfg.Store,
 		deriver:  d,
 		log:      cfg.Logger,
-		cache:    newReplayCache(cfg.ReplayCacheSize),
+		cache:    newReplayCache(cfg.ReplayCacheSize, cfg.ReplayCacheBytes, cfg.ReplayCacheTenantBytes),
 		now:      cfg.test.Now,
 		policy:   sanitize.Policy{MaxBytes: cmp.Or(cfg.MaxResponseBytes, sanitize.DefaultMaxBytes)},
 		lifetime: lifetime,

@@ -245,19 +245,21 @@ func (s *server) newGuard(m *metrics.Metrics, cost func(string, idemguard.Usage)
 		}
 	}
 	return idemguard.New(idemguard.Config{
-		Store:             s.store,
-		Secret:            cfg.Secret,
-		SecretID:          cfg.SecretID,
-		PreviousSecrets:   cfg.PreviousSecrets,
-		Logger:            s.log,
-		Observe:           observe,
-		Defaults:          cfg.Defaults,
-		MaxWait:           cfg.MaxWait,
-		MaxWaiters:        cfg.MaxWaiters,
-		StoreTimeout:      cfg.StoreTimeout,
-		ReplayCacheSize:   cfg.ReplayCacheSize,
-		ReplayCacheMaxAge: cfg.ReplayCacheMaxAge,
-		Audit:             audit,
+		Store:                  s.store,
+		Secret:                 cfg.Secret,
+		SecretID:               cfg.SecretID,
+		PreviousSecrets:        cfg.PreviousSecrets,
+		Logger:                 s.log,
+		Observe:                observe,
+		Defaults:               cfg.Defaults,
+		MaxWait:                cfg.MaxWait,
+		MaxWaiters:             cfg.MaxWaiters,
+		StoreTimeout:           cfg.StoreTimeout,
+		ReplayCacheSize:        cfg.ReplayCacheSize,
+		ReplayCacheMaxAge:      cfg.ReplayCacheMaxAge,
+		Audit:                  audit,
+		ReplayCacheBytes:       cfg.ReplayCacheBytes,
+		ReplayCacheTenantBytes: cfg.ReplayCacheTenantBytes,
 	})
 }
 

@@ -2,6 +2,7 @@ package config
 
 import (
 	"bytes"
+	"cmp"
 	"errors"
 	"fmt"
 	"io"
@@ -161,6 +162,11 @@ type Config struct {
 	// replay cache (size -1 disables it).
 	ReplayCacheSize   int
 	ReplayCacheMaxAge time.Duration
+	// ReplayCacheBytes bounds the replay cache's memory, and
+	// ReplayCacheTenantBytes one tenant's share of it (see
+	// idemguard.Config). Defaults 64 MiB and half of it.
+	ReplayCacheBytes       int64
+	ReplayCacheTenantBytes int64
 	// Defaults are the protocol settings of scopes that leave one unset.
 	Defaults idemguard.Settings
 	// OpenAI configures the openai_chat operation.
@@ -320,6 +326,8 @@ type rawConfig struct {
 	StoreTimeout          string              `yaml:"store_timeout"`
 	ReplayCacheSize       *int                `yaml:"replay_cache_size"`
 	ReplayCacheMaxAge     string              `yaml:"replay_cache_max_age"`
+	ReplayCacheBytes      int64               `yaml:"replay_cache_bytes"`
+	ReplayCacheTenant     int64               `yaml:"replay_cache_tenant_bytes"`
 	Pool                  rawPool             `yaml:"pool"`
 	Defaults              rawSettings         `yaml:"defaults"`
 	OpenAI                rawOpenAI           `yaml:"openai"`
@@ -545,6 +553,8 @@ func (c *Config) fromRaw(raw *rawConfig, env func(string) string, p *problems) {
 		c.ReplayCacheSize = *raw.ReplayCacheSize
 	}
 	c.ReplayCacheMaxAge = p.duration("replay_cache_max_age", raw.ReplayCacheMaxAge, DefaultReplayCacheMaxAge)
+	c.ReplayCacheBytes = cmp.Or(raw.ReplayCacheBytes, idemguard.DefaultReplayCacheBytes)
+	c.ReplayCacheTenantBytes = cmp.Or(raw.ReplayCacheTenant, c.ReplayCacheBytes/2)
 	c.Pool = mysqlconn.PoolConfig{
 		MaxOpenConns:    raw.Pool.MaxOpenConns,
 		MaxIdleConns:    raw.Pool.MaxIdleConns,
@@ -772,6 +782,12 @@ func (c *Config) validateLimits(p *problems) {
 		p.add("replay_cache_size", "must be -1 (off), 0 (default %d) or positive, got %d", DefaultReplayCacheSize, c.ReplayCacheSize)
 	}
 	p.between("replay_cache_max_age", c.ReplayCacheMaxAge, time.Second, idemguard.MaxTTL)
+	if c.ReplayCacheBytes < 1<<20 || c.ReplayCacheBytes > 1<<40 {
+		p.add("replay_cache_bytes", "must be between 1 MiB (1048576) and 1 TiB, got %d", c.ReplayCacheBytes)
+	}
+	if c.ReplayCacheTenantBytes < 64<<10 || c.ReplayCacheTenantBytes > c.ReplayCacheBytes {
+		p.add("replay_cache_tenant_bytes", "must be between 64 KiB (65536) and replay_cache_bytes (%d), got %d", c.ReplayCacheBytes, c.ReplayCacheTenantBytes)
+	}
 	if c.Pool.MaxOpenConns < 0 {
 		p.add("pool.max_open_conns", "must not be negative (0: default %d), got %d", mysqlconn.DefaultMaxOpenConns, c.Pool.MaxOpenConns)
 	}

@@ -73,3 +73,17 @@ func TestLimitsDefaultsAndValidation(t *testing.T) {
 	_, err = Load(writeFile(t, "limits: {concurrent: 5, tenants: {acme: {concurrent: 100}}, tenantz: {}}\n"), envOf(nil))
 	require.ErrorContains(t, err, "tenantz")
 }
+
+func TestReplayCacheBytes(t *testing.T) {
+	t.Parallel()
+	c, err := Load(writeFile(t, "listen: 127.0.0.1:0\n"), envOf(nil))
+	require.NoError(t, err)
+	require.EqualValues(t, 64<<20, c.ReplayCacheBytes)
+	require.EqualValues(t, 32<<20, c.ReplayCacheTenantBytes)
+	c, err = Load(writeFile(t, "replay_cache_bytes: 8388608\n"), envOf(nil))
+	require.NoError(t, err)
+	require.EqualValues(t, 4<<20, c.ReplayCacheTenantBytes, "half of replay_cache_bytes")
+	_, err = Load(writeFile(t, "replay_cache_bytes: 1000\nreplay_cache_tenant_bytes: 1\n"), envOf(nil))
+	require.ErrorContains(t, err, "replay_cache_bytes: must be between 1 MiB")
+	require.ErrorContains(t, err, "replay_cache_tenant_bytes: must be between 64 KiB")
+}
