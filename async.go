@@ -82,6 +82,8 @@ type jobState struct {
 	// logs are the live logs of the keys running here: watchers in this
 	// process wake on their events instead of waiting for the next poll.
 	logs map[live.Key]*live.Log
+	// pollers read the rows of the keys watched here, one per key (poller.go).
+	pollers rowPollers
 }
 
 func newJobState(cfg Config) *jobState {
@@ -123,6 +125,7 @@ func (j *jobState) end(k live.Key, l *live.Log) {
 	j.running--
 	j.mu.Unlock()
 	l.Close(nil)
+	j.pollers.nudge(k) // the row has its outcome
 	j.wg.Done()
 }
 
@@ -134,6 +137,7 @@ func (j *jobState) notify(k live.Key, kind string) {
 	if l != nil {
 		l.Append(live.Event{Type: kind})
 	}
+	j.pollers.nudge(k)
 }
 
 func keyOf(p prepared) live.Key {
