@@ -152,8 +152,10 @@ type limiter struct {
 	lim Limits
 	def Limit
 
-	mu      sync.RWMutex
-	entries map[entryKey]*entry
+	entries sync.Map // entryKey → *entry
+
+	mu      sync.Mutex // makes entries; guards tracked and tenants
+	tracked int
 	tenants map[tenancy.ID]*counts
 	other   *counts // the tenants past MaxLimitedTenants
 }
@@ -167,34 +169,32 @@ func newLimiter(l Limits) *limiter {
 	}
 	def := l.Tenant.withDefaults(Limit{Concurrent: DefaultLimitConcurrent, Jobs: DefaultLimitJobs,
 		Rate: DefaultLimitRate, Burst: DefaultLimitBurst})
-	return &limiter{lim: l, def: def, entries: make(map[entryKey]*entry), tenants: make(map[tenancy.ID]*counts),
-		other: &counts{lim: def}}
+	return &limiter{lim: l, def: def, tenants: make(map[tenancy.ID]*counts), other: &counts{lim: def}}
 }
 
-// of returns the entry of tenant in scope, made on first use.
+// of returns the entry of tenant in scope, made on first use. A request
+// whose entry exists takes no lock (sync.Map) and allocates nothing.
 func (l *limiter) of(tenant tenancy.ID, scope string) *entry {
 	k := entryKey{tenant, scope}
-	l.mu.RLock()
-	e := l.entries[k]
-	l.mu.RUnlock()
-	if e != nil {
-		return e
+	if e, ok := l.entries.Load(k); ok {
+		return e.(*entry)
 	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if e = l.entries[k]; e != nil {
-		return e
+	if e, ok := l.entries.Load(k); ok {
+		return e.(*entry)
 	}
-	e = &entry{l: l, tenant: tenant, own: l.countsOf(tenant)}
+	e := &entry{l: l, tenant: tenant, own: l.countsOf(tenant)}
 	e.admitRun, e.admitJob = func() (func(), error) { return e.admit(false) }, func() (func(), error) { return e.admit(true) }
 	e.releaseRun, e.releaseJob = func() { e.release(false) }, func() { e.release(true) }
-	if len(l.entries) >= maxEntries {
+	if l.tracked >= maxEntries {
 		return e // past the bound: the tenant's counts, no scope's
 	}
 	if sl, ok := l.lim.Scopes[scope]; ok {
 		e.inScope = &counts{lim: scopeLimit(sl)}
 	}
-	l.entries[k] = e
+	l.entries.Store(k, e)
+	l.tracked++
 	return e
 }
 
