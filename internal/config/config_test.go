@@ -305,6 +305,9 @@ func TestExampleConfig(t *testing.T) {
 	require.Equal(t, []string{"chat", "actionRequests.aiProposeCopy", "demo"}, names)
 	require.Equal(t, Audit{Log: AuditLogOff, Table: true}, c.Audit)
 	require.Equal(t, "checkout="+digestA, c.APIKeys["acme"][0])
+	require.Equal(t, Limit{Concurrent: 128, Jobs: 64, Rate: 1000, Burst: 2000}, c.Limits.Tenants["acme"])
+	require.Equal(t, Limit{Concurrent: 8}, c.Scopes[0].Limits)
+	require.False(t, c.AllowInsecureUpstreams)
 
 	foo, bar := auth.HashAPIKey("foo"), auth.HashAPIKey("bar")
 	_, err = Load(writeFile(t, replace(foo, bar)), env)
