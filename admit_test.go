@@ -23,7 +23,7 @@ type slots struct {
 
 var errFull = errors.New("full")
 
-func (s *slots) admit() (func(), error) {
+func (s *slots) admit(string) (func(), error) {
 	s.asked.Add(1)
 	if s.held.Add(1) > s.max.Load() {
 		s.held.Add(-1)

@@ -130,17 +130,19 @@ type Call struct {
 	// by calls that run.
 	Check func() error
 	// Admit, when set, asks for a place for the execution this call would
-	// start: it is called after Check, before each claim write (a fresh
-	// key, a retry, a takeover), and the release it returns is called once
-	// the claim is not this call's to run (the write lost to a duplicate)
-	// or its execution ended, in the background too. An error refuses the
-	// execution: before the call has read the key's row, the row is read
-	// first, so that a duplicate of a running key still joins it and a
-	// stored answer is still replayed; the error is returned as it is only
-	// when the call would otherwise write a claim, and nothing is written
-	// or run. Replays and duplicates thus never hold a place. A limit on
-	// concurrent executions per tenant is its use (routers.Limits).
-	Admit func() (release func(), err error)
+	// start: it is called with the key's hash after Check, before each
+	// claim write (a fresh key, a retry, a takeover), and the release it
+	// returns is called once the claim is not this call's to run (the
+	// write lost to a duplicate) or its execution ended, in the background
+	// too. Concurrent calls of one key each ask (one of them wins the
+	// claim): give them one place (the hash says which calls are one key).
+	// An error refuses the execution: before the call has read the key's
+	// row, the row is read first, so that a duplicate of a running key
+	// still joins it and a stored answer is still replayed; the error is
+	// returned as it is only when the call would otherwise write a claim,
+	// and nothing is written or run. A limit on concurrent executions per
+	// tenant is its use (routers.Limits).
+	Admit func(keyHash string) (release func(), err error)
 	// Actor names who asked, for the audit trail only (Config.Audit): an
 	// API key's name, a hashed user id; never a credential or personal
 	// data. At most MaxActorLen printable bytes. Defaults to

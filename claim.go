@@ -397,7 +397,7 @@ func (l *claimLoop) admit() error {
 	if l.p.admit == nil || l.slot != nil {
 		return nil
 	}
-	release, err := l.p.admit()
+	release, err := l.p.admit(l.p.keyHash)
 	switch {
 	case err != nil && !l.hasRead:
 		return errAgain

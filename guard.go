@@ -153,7 +153,7 @@ type prepared struct {
 	hasKey      bool
 	keep        *sanitize.Allowlist
 	check       func() error
-	admit       func() (func(), error)
+	admit       func(string) (func(), error)
 	settings    Settings
 	wait        time.Duration
 	timeout     time.Duration

@@ -90,22 +90,70 @@ func (l Limit) withDefaults(def Limit) Limit {
 // counts is the state of one limit's holder: a tenant, or a tenant in a
 // scope.
 type counts struct {
-	lim     Limit
-	running atomic.Int64
-	jobs    atomic.Int64
+	lim Limit
+
+	mu      sync.Mutex
+	running int
+	jobs    int
+	// keys are the keys holding places: the calls of one key (concurrent
+	// duplicates racing for its claim) share one.
+	keys map[string]*place
+
 	// tat is the rate's theoretical arrival time (GCRA), in nanoseconds of
 	// the limiter's clock: a request is allowed while tat - now stays
 	// within the burst.
 	tat atomic.Int64
 }
 
-// take counts one more in c unless that passes max (-1: no limit).
-func take(c *atomic.Int64, max int) bool {
-	if c.Add(1) > int64(max) && max >= 0 {
-		c.Add(-1)
-		return false
+// place is the place of one key: how many calls share it, and whether it
+// counts as a background job.
+type place struct {
+	calls int
+	job   bool
+}
+
+// take counts a call of keyHash in c, or names the limit it would pass. A
+// call of a key that holds a place shares it.
+func (c *counts) take(keyHash string, job bool, runLimit, jobLimit string) string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if p := c.keys[keyHash]; p != nil {
+		p.calls++
+		return ""
 	}
-	return true
+	switch {
+	case c.lim.Concurrent >= 0 && c.running >= c.lim.Concurrent:
+		return runLimit
+	case job && c.lim.Jobs >= 0 && c.jobs >= c.lim.Jobs:
+		return jobLimit
+	}
+	if c.keys == nil {
+		c.keys = map[string]*place{}
+	}
+	c.keys[keyHash] = &place{calls: 1, job: job}
+	c.running++
+	if job {
+		c.jobs++
+	}
+	return ""
+}
+
+// give gives back a call's share of keyHash's place.
+func (c *counts) give(keyHash string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	p := c.keys[keyHash]
+	if p == nil {
+		return
+	}
+	if p.calls--; p.calls > 0 {
+		return
+	}
+	delete(c.keys, keyHash)
+	c.running--
+	if p.job {
+		c.jobs--
+	}
 }
 
 // allow takes one request from the rate's bucket, or says how long to
@@ -129,17 +177,16 @@ func (c *counts) allow(now int64) (time.Duration, bool) {
 }
 
 // entry is what the limits hold for one tenant in one scope: the tenant's
-// counts, the scope's (nil without a scope limit), and the admit and
-// release functions of idemguard.Call.Admit, made once so that a request
-// allocates nothing for its limits.
+// counts, the scope's (nil without a scope limit), and the admit functions
+// of idemguard.Call.Admit, made once so that a request allocates nothing
+// for its limits (only a claim does).
 type entry struct {
 	l       *limiter
 	tenant  tenancy.ID
 	own     *counts
 	inScope *counts
 
-	admitRun, admitJob     func() (func(), error)
-	releaseRun, releaseJob func()
+	admitRun, admitJob func(keyHash string) (func(), error)
 }
 
 type entryKey struct {
@@ -185,8 +232,8 @@ func (l *limiter) of(tenant tenancy.ID, scope string) *entry {
 		return e.(*entry)
 	}
 	e := &entry{l: l, tenant: tenant, own: l.countsOf(tenant)}
-	e.admitRun, e.admitJob = func() (func(), error) { return e.admit(false) }, func() (func(), error) { return e.admit(true) }
-	e.releaseRun, e.releaseJob = func() { e.release(false) }, func() { e.release(true) }
+	e.admitRun = func(keyHash string) (func(), error) { return e.admit(keyHash, false) }
+	e.admitJob = func(keyHash string) (func(), error) { return e.admit(keyHash, true) }
 	if l.tracked >= maxEntries {
 		return e // past the bound: the tenant's counts, no scope's
 	}
@@ -268,7 +315,7 @@ func (l *limiter) noteLimited(tenant tenancy.ID, err error) {
 
 // admission is the idemguard.Call.Admit of an execution of e (nil: no
 // limits).
-func (e *entry) admission(job bool) func() (func(), error) {
+func (e *entry) admission(job bool) func(string) (func(), error) {
 	switch {
 	case e == nil:
 		return nil
@@ -278,47 +325,26 @@ func (e *entry) admission(job bool) func() (func(), error) {
 	return e.admitRun
 }
 
-// admit takes a place for one execution (a background one with job).
-func (e *entry) admit(job bool) (func(), error) {
-	if limit := e.take(e.own, job, pipeline.LimitConcurrent, pipeline.LimitJobs); limit != "" {
+// admit takes a place for one execution of keyHash (a background one with
+// job), shared with the other calls of the key that hold one.
+func (e *entry) admit(keyHash string, job bool) (func(), error) {
+	if limit := e.own.take(keyHash, job, pipeline.LimitConcurrent, pipeline.LimitJobs); limit != "" {
 		return nil, e.l.refuse(e.tenant, limit, 0)
 	}
 	if e.inScope != nil {
-		if limit := e.take(e.inScope, job, pipeline.LimitScopeConcurrent, pipeline.LimitScopeJobs); limit != "" {
-			e.give(e.own, job)
+		if limit := e.inScope.take(keyHash, job, pipeline.LimitScopeConcurrent, pipeline.LimitScopeJobs); limit != "" {
+			e.own.give(keyHash)
 			return nil, e.l.refuse(e.tenant, limit, 0)
 		}
 	}
-	if job {
-		return e.releaseJob, nil
-	}
-	return e.releaseRun, nil
+	return func() { e.release(keyHash) }, nil
 }
 
-// take counts one execution in c, or names the limit it would pass.
-func (e *entry) take(c *counts, job bool, runLimit, jobLimit string) string {
-	if !take(&c.running, c.lim.Concurrent) {
-		return runLimit
-	}
-	if job && !take(&c.jobs, c.lim.Jobs) {
-		c.running.Add(-1)
-		return jobLimit
-	}
-	return ""
-}
-
-func (e *entry) give(c *counts, job bool) {
-	c.running.Add(-1)
-	if job {
-		c.jobs.Add(-1)
-	}
-}
-
-// release gives back the place admit took.
-func (e *entry) release(job bool) {
-	e.give(e.own, job)
+// release gives back the share admit took.
+func (e *entry) release(keyHash string) {
+	e.own.give(keyHash)
 	if e.inScope != nil {
-		e.give(e.inScope, job)
+		e.inScope.give(keyHash)
 	}
 }
 

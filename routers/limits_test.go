@@ -13,7 +13,9 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/idemguard/idemguard"
 	"github.com/idemguard/idemguard/routers/internal/pipeline"
+	"github.com/idemguard/idemguard/store"
 	"github.com/idemguard/idemguard/tenancy"
 )
 
@@ -211,4 +213,39 @@ func TestLimitsOff(t *testing.T) {
 		require.Equal(t, http.StatusAccepted, b.post("hold", fmt.Sprintf("k%d", i), `{}`, "Prefer", "respond-async").Code)
 	}
 	require.Eventually(t, func() bool { return hold.running.Load() == DefaultLimitJobs+5 }, 5*time.Second, time.Millisecond)
+}
+
+// slowClaims delays every claim INSERT.
+type slowClaims struct{ store.Store }
+
+func (s slowClaims) Claim(ctx context.Context, p store.ClaimParams) (uint64, error) {
+	time.Sleep(20 * time.Millisecond)
+	return s.Store.Claim(ctx, p)
+}
+
+// Concurrent duplicates of one key race for its claim together: they share
+// one place, so none is refused while one of them runs it, even with room
+// for one job only. Counting each call, the racers took every place and the
+// others got 429 job-limit.
+func TestDuplicatesRacingForAClaimShareOnePlace(t *testing.T) {
+	t.Parallel()
+	hold := newHoldScope(t)
+	b := setup(t, setupOpts{options: func(o *Options) {
+		o.Scopes = append(o.Scopes, hold.scope("hold"))
+		o.Limits = Limits{Tenant: Limit{Jobs: 1, Concurrent: 1}}
+	}, guard: func(c *idemguard.Config) {
+		c.Store = slowClaims{c.Store} // the racers' INSERTs in flight together, as on a real database
+	}})
+	const n = 100
+	codes := make([]int, n)
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Go(func() { codes[i] = b.post("hold", "storm", `{}`, "Prefer", "respond-async").Code })
+	}
+	wg.Wait()
+	for i, c := range codes {
+		require.Equal(t, http.StatusAccepted, c, "duplicate %d", i)
+	}
+	require.Equal(t, http.StatusTooManyRequests, b.post("hold", "other", `{}`, "Prefer", "respond-async").Code)
+	require.EqualValues(t, 1, hold.most.Load())
 }

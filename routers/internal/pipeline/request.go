@@ -67,7 +67,7 @@ type Route struct {
 	Check func() error
 	// Admit takes the execution's place under the tenant's limits before
 	// the claim (idemguard.Call.Admit); nil: no limits.
-	Admit func() (func(), error)
+	Admit func(keyHash string) (func(), error)
 }
 
 // Call is the one idemguard.Call of every entry path: the request's key and
