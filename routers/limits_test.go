@@ -133,7 +133,7 @@ func TestOneTenantsFloodLeavesOthersServed(t *testing.T) {
 
 	// The other tenant is served within its normal latency.
 	during := latency(b, 20, "during")
-	require.Less(t, during, max(10*normal, 50*time.Millisecond), "beta's median latency went from %s to %s", normal, during)
+	require.Less(t, during, max(10*normal, 250*time.Millisecond), "beta's median latency went from %s to %s", normal, during)
 
 	// At the limit, a duplicate of a running key joins it (202, the same
 	// job), and a fresh key is refused.
