@@ -77,8 +77,9 @@ func (g *Guard) answerFromRow(ctx context.Context, p prepared) (Result, bool) {
 		g.noteInProgress(p, rec, store.InProgressAnswered)
 		return g.inProgress(p, rec), true
 	case store.RowSucceeded:
-		if res, err := g.replay(ctx, p, rec, readAt); err == nil {
-			g.replayed(p, res, rec.Now, false)
+		// The delivery answers it, as from the claim loop: a stream
+		// replays the stored events, not the envelope.
+		if res, err := p.delivery.replay(ctx, g, p, rec, readAt); err == nil {
 			return res, true
 		}
 	case store.RowFailed:

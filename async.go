@@ -1,6 +1,7 @@
 package idemguard
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"log/slog"
@@ -89,7 +90,8 @@ type jobState struct {
 func newJobState(cfg Config) *jobState {
 	stopping, stop := context.WithCancel(context.Background())
 	return &jobState{
-		hub:      live.NewHub(live.Config{MaxPerKey: cfg.MaxWatchersPerKey, MaxPerTenant: cfg.MaxWatchersPerTenant}),
+		hub: live.NewHub(live.Config{MaxBytes: cmp.Or(cfg.MaxStreamBytes, DefaultMaxStreamBytes),
+			MaxPerKey: cfg.MaxWatchersPerKey, MaxPerTenant: cfg.MaxWatchersPerTenant}),
 		stopping: stopping,
 		stop:     stop,
 		logs:     map[live.Key]*live.Log{},
@@ -102,9 +104,9 @@ func (j *jobState) isDraining() bool {
 	return j.draining
 }
 
-// begin counts one more background operation of k and opens its live log,
-// unless WaitJobs has begun.
-func (j *jobState) begin(k live.Key) (*live.Log, bool) {
+// begin counts one more background operation of k, the execution r, and
+// opens its live log, unless WaitJobs has begun.
+func (j *jobState) begin(k live.Key, r live.Run) (*live.Log, bool) {
 	j.mu.Lock()
 	defer j.mu.Unlock()
 	if j.draining {
@@ -112,7 +114,7 @@ func (j *jobState) begin(k live.Key) (*live.Log, bool) {
 	}
 	j.wg.Add(1)
 	j.running++
-	l := j.hub.Open(k)
+	l := j.hub.Open(k, r)
 	j.logs[k] = l
 	return l, true
 }
@@ -148,7 +150,7 @@ func keyOf(p prepared) live.Key {
 // has been answered: Accepted, in progress.
 func (g *Guard) runInBackground(ctx context.Context, p prepared, op Operation, o owned) (Result, error) {
 	k := keyOf(p)
-	l, ok := g.jobs.begin(k)
+	l, ok := g.jobs.begin(k, live.Run{Attempt: o.attempt, Nonce: o.nonce})
 	if !ok {
 		o.freeSlot()
 		g.release(p, o)

@@ -21,12 +21,15 @@ type AuditConfig struct {
 	// is no second observer: metrics, cost figures and the audit trail
 	// subscribe to a Guard the same way.
 	Observe bool
-	// Store writes the events to the store (the idempotency_audit table).
-	// The durable kinds are written in the same transaction as the row
-	// change they describe, so a crash can never keep one without the
-	// other. Replays, in-progress answers and conflicts are queued and
-	// written in batches off the request path; when the queue is full they
-	// are dropped and counted (EventAuditDropped), never waited for.
+	// Store writes the events to the store (on MySQL, the idempotency_audit
+	// and idempotency_audit_tally tables). The durable kinds are stored with
+	// the row change they describe, so a crash can never keep one without
+	// the other: a claim's event on the row it inserts (no extra statement),
+	// the others in the change's transaction. Replays, in-progress answers
+	// and conflicts are queued and written in batches off the request path,
+	// where the store counts them per key and actor (store.Store.AppendAudit);
+	// when the queue is full, or a batch's write fails, they are dropped and
+	// counted (EventAuditDropped), never waited for.
 	Store bool
 	// QueueSize bounds the batched events waiting to be written. Defaults
 	// to 10,000. The queue is fair between tenants: one tenant's events

@@ -3,6 +3,7 @@ package idemguard
 import (
 	"cmp"
 	"context"
+	"errors"
 	"log/slog"
 	"sync"
 	"time"
@@ -12,10 +13,11 @@ import (
 
 // The audit trail, as the engine writes it (audit.go has its shape).
 // A durable event is made before the store write whose change it records,
-// travels with that write (the write's Audit param: one transaction in the
-// store), and reaches Config.Observe (EventAudit) once the write is known to
-// have landed. A read-only decision (replay, in progress, conflict) is observed
-// at once and queued for the store's batch writer.
+// travels with that write (the write's Audit param: the claim's row itself,
+// or one transaction in the store), and reaches Config.Observe (EventAudit)
+// once the write is known to have landed. A read-only decision (replay, in
+// progress, conflict) is observed at once and queued for the store's batch
+// writer, which the store counts per key and actor.
 
 // Defaults of AuditConfig.
 const (
@@ -182,8 +184,11 @@ func (g *Guard) writeAudit() {
 	}
 }
 
-// appendAudit writes one batch, trying twice; a batch the store refuses is
-// dropped and counted.
+// appendAudit writes one batch. A batch the store provably never got
+// (store.ErrNotSent) is tried once more; any other failure may have been
+// written, and the store keeps replays, in-progress answers and conflicts
+// as counts that cannot tell a repeat (store.Store.AppendAudit), so the
+// batch is dropped and counted rather than perhaps counted twice.
 func (g *Guard) appendAudit(batch []store.AuditEvent) {
 	var err error
 	for try := range 2 {
@@ -193,9 +198,12 @@ func (g *Guard) appendAudit(batch []store.AuditEvent) {
 		ctx, cancel := g.storeCtx(context.Background())
 		err = g.store.AppendAudit(ctx, batch)
 		cancel()
-		if err == nil {
-			return
+		if err == nil || !errors.Is(err, store.ErrNotSent) {
+			break
 		}
+	}
+	if err == nil {
+		return
 	}
 	g.log.Warn("guard: audit events not written", slog.Int("events", len(batch)), slog.Any("err", err))
 	for _, e := range batch {

@@ -143,6 +143,14 @@ type Call struct {
 	// and nothing is written or run. A limit on concurrent executions per
 	// tenant is its use (routers.Limits).
 	Admit func(keyHash string) (release func(), err error)
+	// Principal, when set, makes the key private to one caller of the
+	// tenant (a user, an API key): it enters the key hash with the tenant
+	// and the scope, so another principal's same client key or same inputs
+	// name another key, which Lookup, Watch, Cancel, History and replays
+	// never mix up with this one. Only the HMAC is stored, never the
+	// principal. Look such a key up with Guard.PrincipalKey. Empty: the
+	// tenant's shared key space. At most 1024 printable bytes.
+	Principal string
 	// Actor names who asked, for the audit trail only (Config.Audit): an
 	// API key's name, a hashed user id; never a credential or personal
 	// data. At most MaxActorLen printable bytes. Defaults to

@@ -19,8 +19,11 @@ import (
 // It returns ErrNotFound for an absent or expired key (or another tenant's),
 // ErrKeyFinished for a key whose answer is stored, and a *StoreError when
 // the store cannot be reached. A key whose owner went silent (stale) is
-// still cancelled: its row records the request, and the key runs again
-// when resubmitted.
+// still cancelled: its row records the request, but nobody is left to read
+// it back, so the key ends as any stale key does when resubmitted: under
+// StaleTakeover the resubmission takes it over (a new attempt, counted;
+// the silent one may have done part of its work), under StaleFail it is
+// marked abandoned, which is final.
 func (g *Guard) Cancel(ctx context.Context, key Key) error {
 	if err := key.check(); err != nil {
 		return err

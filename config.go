@@ -75,7 +75,10 @@ type Config struct {
 	MaxWatchersPerTenant int
 	// MaxStreamBytes bounds a streamed answer's stored event sequence; a
 	// longer one is delivered but stored as its envelope only (DoStream).
-	// Defaults to DefaultMaxStreamBytes (1 MiB).
+	// It also bounds the events of a running stream kept in this process
+	// for the callers that follow it (and of a background job's log), so a
+	// follower that falls behind finds the rest stored, or is told its
+	// stream is incomplete. Defaults to DefaultMaxStreamBytes (1 MiB).
 	MaxStreamBytes int
 	// MaxWaiters bounds the calls of this process that wait for (or follow
 	// the stream of) one running key; over it a call gets

@@ -7,48 +7,66 @@ import (
 	"unicode/utf8"
 )
 
-// Field names the guard logs and counts one by one. Past maxDroppedNames
-// distinct (scope, name) pairs, further names are counted as
-// droppedOtherName and logged no more, so that names built from data (map
-// keys) cannot flood the log or the metric's label set.
+// Field names the guard logs one by one, per tenant: past
+// maxDroppedNamesPerTenant distinct (scope, name) pairs of one tenant,
+// further names of that tenant are reported as droppedOtherName and logged
+// no more, so that names built from data (map keys, an echoing upstream)
+// cannot flood the log, and one tenant's names never use up another's
+// share. Past maxDroppedTenants tenants, a new tenant's names go the same
+// way. Metrics count dropped fields per scope only: a field name, which
+// comes from an answer's content, is never a label value.
 const (
-	maxDroppedNames    = 1000
-	maxDroppedNameLen  = 64
-	droppedOtherName   = "(other)"
-	droppedNameCutMark = "…"
+	maxDroppedNamesPerTenant = 100
+	maxDroppedTenants        = 1000
+	maxDroppedNameLen        = 64
+	droppedOtherName         = "(other)"
+	droppedNameCutMark       = "…"
 )
 
-// droppedNames remembers which (scope, field name) pairs were logged.
+// droppedNames remembers which (scope, field name) pairs were logged, per
+// tenant.
 type droppedNames struct {
-	mu   sync.Mutex
+	mu      sync.Mutex
+	tenants map[string]*droppedSet
+}
+
+type droppedSet struct {
 	seen map[[2]string]struct{}
 	full bool
 }
 
-// first reports whether (scope, name) is new, and the name to count it
-// under.
-func (d *droppedNames) first(scope, name string) (bool, string, bool) {
+// first reports whether (scope, name) is new for tenant, the name to
+// report it under, and whether tenant's share just ran out.
+func (d *droppedNames) first(tenant, scope, name string) (isNew bool, counted string, nowFull bool) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
+	set, ok := d.tenants[tenant]
+	if !ok {
+		if len(d.tenants) >= maxDroppedTenants {
+			return false, droppedOtherName, false
+		}
+		if d.tenants == nil {
+			d.tenants = make(map[string]*droppedSet)
+		}
+		set = &droppedSet{seen: make(map[[2]string]struct{})}
+		d.tenants[tenant] = set
+	}
 	k := [2]string{scope, name}
-	if _, ok := d.seen[k]; ok {
+	if _, ok := set.seen[k]; ok {
 		return false, name, false
 	}
-	if len(d.seen) >= maxDroppedNames {
-		wasFull := d.full
-		d.full = true
+	if len(set.seen) >= maxDroppedNamesPerTenant {
+		wasFull := set.full
+		set.full = true
 		return false, droppedOtherName, !wasFull
 	}
-	if d.seen == nil {
-		d.seen = make(map[[2]string]struct{})
-	}
-	d.seen[k] = struct{}{}
+	set.seen[k] = struct{}{}
 	return true, name, false
 }
 
 // reportDropped logs each field name the allowlist dropped from a result,
-// once per (scope, name), never the value, and emits EventDroppedField for
-// each every time.
+// once per (tenant, scope, name), never the value, and emits
+// EventDroppedField for each every time.
 func (g *Guard) reportDropped(p prepared, names []string) {
 	seenHere := make(map[string]bool, len(names))
 	for _, name := range names {
@@ -57,17 +75,17 @@ func (g *Guard) reportDropped(p prepared, names []string) {
 			continue
 		}
 		seenHere[name] = true
-		isNew, counted, nowFull := g.dropped.first(p.scope, name)
+		isNew, counted, nowFull := g.dropped.first(p.tenant, p.scope, name)
 		if isNew {
 			g.log.Warn("guard: a result field is not part of the stored envelope and was dropped; "+
 				"put what callers need under data (primitive values) or return a sanitize.Envelope",
 				g.attrs(p, slog.String("field", name))...)
 		}
 		if nowFull {
-			g.log.Warn("guard: more than 1000 distinct dropped field names; further ones are counted as (other) and not logged",
-				slog.String("scope", p.scope))
+			g.log.Warn("guard: more than 100 distinct dropped field names of one tenant; its further ones are reported as (other) and not logged",
+				slog.String("tenant", p.tenant), slog.String("scope", p.scope))
 		}
-		g.emit(Event{Kind: EventDroppedField, Scope: p.scope, Field: counted})
+		g.emit(Event{Kind: EventDroppedField, Tenant: p.tenant, Scope: p.scope, Field: counted})
 	}
 }
 

@@ -229,17 +229,26 @@ func TestCommitWhoseReplyWasLostCountsAsCommitted(t *testing.T) {
 	require.False(t, r.CompletedAt.IsZero())
 }
 
+// holdKey starts a call of tenant acme, scope s, inputs 1 whose operation runs until release
+// (or the test's end), and returns once it runs; done closes when that call has returned.
+func holdKey(t *testing.T, g *idemguard.Guard) (release func(), done <-chan struct{}) {
+	t.Helper()
+	unblock, started, finished := make(chan struct{}), make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(finished)
+		_, _ = g.Do(context.Background(), idemguard.Call{Tenant: "acme", Scope: "s", Inputs: 1},
+			func(context.Context) (any, error) { close(started); <-unblock; return map[string]any{"ok": true}, nil })
+	}()
+	release = sync.OnceFunc(func() { close(unblock) })
+	t.Cleanup(release)
+	<-started
+	return release, finished
+}
+
 func TestWaitStopsWhenTheCallerGivesUp(t *testing.T) {
 	t.Parallel()
 	b := setup(t, func(c *idemguard.Config) { idemguardtest.SetClock(c, time.Now) })
-	release := make(chan struct{})
-	started := make(chan struct{})
-	go func() {
-		_, _ = b.guard.Do(context.Background(), idemguard.Call{Tenant: "acme", Scope: "s", Inputs: 1},
-			func(context.Context) (any, error) { close(started); <-release; return map[string]any{"ok": true}, nil })
-	}()
-	defer close(release)
-	<-started
+	holdKey(t, b.guard)
 	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
 	defer cancel()
 	start := time.Now()
@@ -253,14 +262,7 @@ func TestWaitStopsWhenTheCallerGivesUp(t *testing.T) {
 func TestMaxWaitCapsTheWait(t *testing.T) {
 	t.Parallel()
 	b := setup(t, func(c *idemguard.Config) { idemguardtest.SetClock(c, time.Now); c.MaxWait = 100 * time.Millisecond })
-	release := make(chan struct{})
-	started := make(chan struct{})
-	go func() {
-		_, _ = b.guard.Do(context.Background(), idemguard.Call{Tenant: "acme", Scope: "s", Inputs: 1},
-			func(context.Context) (any, error) { close(started); <-release; return map[string]any{"ok": true}, nil })
-	}()
-	defer close(release)
-	<-started
+	holdKey(t, b.guard)
 	start := time.Now()
 	r, err := b.guard.Do(context.Background(), idemguard.Call{Tenant: "acme", Scope: "s", Inputs: 1, Wait: time.Hour},
 		func(context.Context) (any, error) { return nil, nil })
@@ -307,16 +309,8 @@ func TestWaitIsReportedOncePerCall(t *testing.T) {
 			}
 		}
 	})
-	release := make(chan struct{})
-	started := make(chan struct{})
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		_, _ = b.guard.Do(context.Background(), idemguard.Call{Tenant: "acme", Scope: "s", Inputs: 1},
-			func(context.Context) (any, error) { close(started); <-release; return map[string]any{"ok": true}, nil })
-	}()
-	<-started
-	time.AfterFunc(300*time.Millisecond, func() { close(release) })
+	release, done := holdKey(t, b.guard)
+	time.AfterFunc(300*time.Millisecond, release)
 	r, err := b.guard.Do(context.Background(), idemguard.Call{Tenant: "acme", Scope: "s", Inputs: 1, Wait: 10 * time.Second},
 		func(context.Context) (any, error) { return nil, errors.New("must not run") })
 	require.NoError(t, err)

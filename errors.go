@@ -81,7 +81,11 @@ func (e *StoreError) Unwrap() []error { return []error{ErrStoreUnavailable, e.Er
 // replayed; the key may run again while attempts remain, except for the final
 // reasons (abandoned, retry_limit). Any other error is stored as
 // provider_error, or timeout when the operation's deadline passed. OpError
-// may be wrapped: the guard finds it with errors.As.
+// may be wrapped: the guard finds it with errors.As. Reason canceled is kept
+// only when a cancel was recorded (Guard.Cancel; the context's cause is
+// ErrCanceled), since a cancelled attempt is not counted; an operation that
+// reports it otherwise (its own HTTP client was cancelled) is classified as
+// if it had returned Err.
 type OpError struct {
 	Reason sanitize.StopReason
 	Err    error

@@ -31,8 +31,9 @@ import (
 // logged once per kind, and the call goes on.
 type Event struct {
 	Kind EventKind
-	// Tenant is set on EventReplayed, EventOperation and EventAudit: what a
-	// tenant's calls cost and what the guard saved it.
+	// Tenant is set on EventReplayed, EventOperation, EventDroppedField and
+	// EventAudit: what a tenant's calls cost, what the guard saved it, and
+	// whose answers lost fields.
 	Tenant     string
 	Scope      string
 	Duration   time.Duration
@@ -80,8 +81,9 @@ const (
 	EventOperation  EventKind = "operation"   // an operation finished; Duration, Failed, StopReason
 	EventStoreError EventKind = "store_error" // a store call failed; StoreOp names it
 	// EventDroppedField: the allowlist dropped a field of an operation's
-	// result; Field names it (never its value), "(other)" past 1000 names.
-	// The guard also logs each (scope, field) once.
+	// result; Field names it (never its value), "(other)" past 100 names of
+	// one tenant. The name comes from the answer's content: never make it a
+	// metric label. The guard also logs each (tenant, scope, field) once.
 	EventDroppedField EventKind = "dropped_field"
 	// EventStreamDropped: a streamed answer's chunks were over
 	// Config.MaxStreamBytes and were not stored (its envelope was).

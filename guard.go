@@ -15,6 +15,7 @@ import (
 
 	"github.com/idemguard/idemguard/internal/keys"
 	"github.com/idemguard/idemguard/internal/live"
+	"github.com/idemguard/idemguard/internal/testhooks"
 	"github.com/idemguard/idemguard/sanitize"
 	"github.com/idemguard/idemguard/store"
 	"github.com/idemguard/idemguard/tenancy"
@@ -91,7 +92,7 @@ func New(cfg Config) (*Guard, error) {
 		shutdown: shutdown,
 		jobs:     newJobState(cfg),
 		previous: previous,
-		hub:      live.NewHub(live.Config{MaxPerKey: cmp.Or(cfg.MaxWaiters, DefaultMaxWaiters)}),
+		hub:      live.NewHub(live.Config{MaxBytes: cmp.Or(cfg.MaxStreamBytes, DefaultMaxStreamBytes), MaxPerKey: cmp.Or(cfg.MaxWaiters, DefaultMaxWaiters)}),
 		audit:    newAuditor(cfg.Audit),
 	}
 	g.startAuditWriter()
@@ -147,6 +148,7 @@ func (g *Guard) enter() bool {
 // prepared is a validated Call.
 type prepared struct {
 	tenant      string
+	principal   string // Call.Principal: part of the key hash only
 	scope       string
 	keyHash     string
 	fingerprint string
@@ -188,6 +190,9 @@ func (g *Guard) prepare(ctx context.Context, c Call) (prepared, error) {
 	if err := validActor(c.Actor); err != nil {
 		return prepared{}, fmt.Errorf("%w: %w", ErrInvalidInput, err)
 	}
+	if err := validPrincipal(c.Principal); err != nil {
+		return prepared{}, err
+	}
 	if c.Wait < 0 || c.Timeout < 0 {
 		return prepared{}, fmt.Errorf("%w: Wait and Timeout must not be negative", ErrInvalidInput)
 	}
@@ -198,7 +203,8 @@ func (g *Guard) prepare(ctx context.Context, c Call) (prepared, error) {
 	p := prepared{
 		tenant:      string(c.Tenant),
 		scope:       c.Scope,
-		keyHash:     g.deriver.KeyHash(string(c.Tenant), c.Scope, c.ClientKey, canonical),
+		principal:   c.Principal,
+		keyHash:     g.deriver.PrincipalKeyHash(string(c.Tenant), c.Scope, c.Principal, c.ClientKey, canonical),
 		fingerprint: g.deriver.Fingerprint(canonical),
 		hasKey:      c.ClientKey != "",
 		keep:        c.Keep,
@@ -277,6 +283,9 @@ func (g *Guard) storeErr(ctx context.Context, p prepared, op string, err error) 
 	g.log.Error("guard: store call failed", g.attrs(p, slog.String("op", op), slog.Any("err", err))...)
 	return &StoreError{Op: op, Err: err}
 }
+
+// defect reports whether the test knob Defect puts d back (internal/sim).
+func (g *Guard) defect(d testhooks.Defect) bool { return g.cfg.test.Defect == d }
 
 // emit reports e to Config.Observe. An observer that panics never breaks
 // the protocol (a claim left started would run the operation again after

@@ -32,11 +32,11 @@ func (g *Guard) History(ctx context.Context, key Key) ([]store.AuditEvent, error
 	if err != nil {
 		return nil, &StoreError{Op: "history", Err: err}
 	}
-	n := 0
+	var n int64
 	for i := range events {
 		if events[i].Kind == store.AuditReplay {
-			n++
-			events[i].Replay = n
+			events[i].Replay = int(n) + 1
+			n += max(events[i].Count, 1)
 		}
 	}
 	return events, nil
@@ -47,7 +47,7 @@ func (g *Guard) History(ctx context.Context, key Key) ([]store.AuditEvent, error
 func (g *Guard) keyHashes(k Key) []string {
 	out := []string{k.hash}
 	for _, s := range g.previous {
-		out = append(out, s.deriver.KeyHash(string(k.tenant), k.scope, k.clientKey, nil))
+		out = append(out, s.deriver.PrincipalKeyHash(string(k.tenant), k.scope, k.principal, k.clientKey, nil))
 	}
 	return out
 }

@@ -2,6 +2,8 @@ package idemguard
 
 import (
 	"fmt"
+	"strings"
+	"unicode"
 
 	"github.com/idemguard/idemguard/internal/keys"
 	"github.com/idemguard/idemguard/tenancy"
@@ -19,8 +21,9 @@ type Key struct {
 	// hash is the key's hash under the current secret, or the hash given.
 	hash string
 	// clientKey is set when the Key was made from a client key: Lookup and
-	// History then also find the key's rows under previous secrets.
-	clientKey string
+	// History then also find the key's rows under previous secrets, in
+	// principal's key space.
+	clientKey, principal string
 }
 
 // Hash is the key's hash: for a Key made from a client key, its hash under
@@ -37,13 +40,40 @@ func (k Key) check() error {
 // Key returns the Key of clientKey in tenant's scope. It returns
 // ErrInvalidInput for a malformed tenant, scope or client key.
 func (g *Guard) Key(tenant tenancy.ID, scope, clientKey string) (Key, error) {
+	return g.PrincipalKey(tenant, scope, "", clientKey)
+}
+
+// PrincipalKey returns the Key of clientKey in principal's key space of
+// tenant's scope (Call.Principal): the key that principal's calls with
+// that client key made. Another principal's key of the same name is
+// another key. An empty principal is Key.
+func (g *Guard) PrincipalKey(tenant tenancy.ID, scope, principal, clientKey string) (Key, error) {
 	if err := validTenantScope(tenant, scope); err != nil {
 		return Key{}, err
 	}
 	if err := keys.ValidateClientKey(clientKey); err != nil {
 		return Key{}, fmt.Errorf("%w: %w", ErrInvalidInput, err)
 	}
-	return Key{tenant: tenant, scope: scope, hash: g.deriver.KeyHash(string(tenant), scope, clientKey, nil), clientKey: clientKey}, nil
+	if err := validPrincipal(principal); err != nil {
+		return Key{}, err
+	}
+	return Key{tenant: tenant, scope: scope, clientKey: clientKey, principal: principal,
+		hash: g.deriver.PrincipalKeyHash(string(tenant), scope, principal, clientKey, nil)}, nil
+}
+
+// maxPrincipalLen is the longest Call.Principal accepted, in bytes.
+const maxPrincipalLen = 1024
+
+// validPrincipal checks Call.Principal: printable, at most maxPrincipalLen
+// bytes. The error never quotes it (it may name a person).
+func validPrincipal(p string) error {
+	if len(p) > maxPrincipalLen {
+		return fmt.Errorf("%w: Principal must be at most %d bytes, got %d", ErrInvalidInput, maxPrincipalLen, len(p))
+	}
+	if strings.IndexFunc(p, func(r rune) bool { return !unicode.IsPrint(r) }) >= 0 {
+		return fmt.Errorf("%w: Principal must be printable", ErrInvalidInput)
+	}
+	return nil
 }
 
 // KeyOfHash returns the Key whose hash is keyHash (64 lowercase hex

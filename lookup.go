@@ -20,7 +20,7 @@ func (g *Guard) Lookup(ctx context.Context, key Key) (KeyInfo, error) {
 	tenant, scope, hash := key.tenant, key.scope, key.hash
 	if key.clientKey != "" && len(g.previous) > 0 { // the key's row may have been made under a previous secret (secrets.go)
 		var err error
-		if hash, err = g.lookupHashAny(ctx, tenant, scope, key.clientKey, hash); err != nil {
+		if hash, err = g.lookupHashAny(ctx, key); err != nil {
 			return KeyInfo{}, err
 		}
 	}

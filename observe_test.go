@@ -2,6 +2,7 @@ package idemguard_test
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -53,7 +54,7 @@ func TestLongNonASCIIDroppedFieldNameIsCountedAndStored(t *testing.T) {
 			series = len(f.GetMetric())
 		}
 	}
-	require.Equal(t, 2, series)
+	require.Equal(t, 1, series, "one series of the scope: the names are not labels")
 
 	again, err := b.guard.Do(context.Background(), call, op)
 	require.NoError(t, err)
@@ -114,4 +115,60 @@ func TestBackgroundJobCachedReplayBooksItsTokensToItsTenant(t *testing.T) {
 	require.True(t, replays[0].FromMemory, "the replay cache answered")
 	require.Equal(t, "acme", replays[0].Tenant)
 	require.Equal(t, usage, replays[0].Usage)
+}
+
+// One tenant's answers cannot use up the dropped-field names another
+// tenant's are logged under, nor mint metric series: an echoing upstream
+// that returns 1,000 invented field names to tenant t1 leaves t2's dropped
+// field logged under its own name, and the metric holds one series for the
+// scope. On the code before, t2's field was counted as "(other)" (a global
+// cap of 1,000 names) and the metric held 1,001 series.
+func TestDroppedFieldNamesAreBoundedPerTenant(t *testing.T) {
+	m := metrics.New()
+	var mu sync.Mutex
+	byTenant := map[string][]string{}
+	b := setup(t, func(c *idemguard.Config) {
+		c.Observe = func(e idemguard.Event) {
+			if e.Kind == idemguard.EventDroppedField {
+				mu.Lock()
+				byTenant[e.Tenant] = append(byTenant[e.Tenant], e.Field)
+				mu.Unlock()
+			}
+			m.Observe(e)
+		}
+	})
+	echo := func(names ...string) idemguard.Operation {
+		return func(context.Context) (any, error) {
+			out := map[string]any{"ok": true}
+			for _, n := range names {
+				out[n] = 1
+			}
+			return out, nil
+		}
+	}
+	ctx := context.Background()
+	for i := range 10 {
+		names := make([]string, 100)
+		for j := range names {
+			names[j] = fmt.Sprintf("minted_%d_%d", i, j)
+		}
+		_, err := b.guard.Do(ctx, idemguard.Call{Tenant: "t1", Scope: "s.echo", Inputs: i}, echo(names...))
+		require.NoError(t, err)
+	}
+	_, err := b.guard.Do(ctx, idemguard.Call{Tenant: "t2", Scope: "s.echo", Inputs: 0}, echo("legacy_total"))
+	require.NoError(t, err)
+
+	mu.Lock()
+	require.Equal(t, []string{"legacy_total"}, byTenant["t2"])
+	require.Len(t, byTenant["t1"], 1000)
+	require.Contains(t, byTenant["t1"], "(other)", "t1's own share ran out")
+	mu.Unlock()
+	families, err := m.Registry().Gather()
+	require.NoError(t, err)
+	for _, f := range families {
+		if f.GetName() == "idemguard_dropped_fields_total" {
+			require.Len(t, f.GetMetric(), 1)
+			require.EqualValues(t, 1001, f.GetMetric()[0].GetCounter().GetValue())
+		}
+	}
 }

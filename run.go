@@ -12,6 +12,7 @@ import (
 	"runtime/debug"
 	"time"
 
+	"github.com/idemguard/idemguard/internal/testhooks"
 	"github.com/idemguard/idemguard/sanitize"
 	"github.com/idemguard/idemguard/store"
 )
@@ -326,7 +327,11 @@ func (g *Guard) classify(p prepared, ctx context.Context, err error) sanitize.St
 	var pe *PanicError
 	cause := context.Cause(ctx)
 	switch {
-	case errors.As(err, &sr):
+	case errors.As(err, &sr) && (sr.StopReason() != sanitize.Canceled || errors.Is(cause, ErrCanceled) || g.defect(testhooks.DefectSelfCancel)):
+		// canceled only for a recorded cancel (Guard.Cancel, read back by the
+		// heartbeat): it gives the attempt back. An operation that reports
+		// it on its own (its HTTP client was cancelled) failed like any
+		// other, and its attempt counts.
 		return sanitize.ParseStopReason(string(sr.StopReason()))
 	case errors.As(err, &pe):
 		return sanitize.Unknown

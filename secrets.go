@@ -10,7 +10,6 @@ import (
 
 	"github.com/idemguard/idemguard/internal/keys"
 	"github.com/idemguard/idemguard/store"
-	"github.com/idemguard/idemguard/tenancy"
 )
 
 // Versioned secrets
@@ -100,7 +99,7 @@ func (g *Guard) versionsOf(p prepared, clientKey string, canonical []byte) []key
 	vs := make([]keyVersion, 0, 1+len(g.previous))
 	vs = append(vs, keyVersion{secretID: p.secretID, keyHash: p.keyHash, fingerprint: p.fingerprint})
 	for _, s := range g.previous {
-		vs = append(vs, keyVersion{secretID: s.id, keyHash: s.deriver.KeyHash(p.tenant, p.scope, clientKey, canonical),
+		vs = append(vs, keyVersion{secretID: s.id, keyHash: s.deriver.PrincipalKeyHash(p.tenant, p.scope, p.principal, clientKey, canonical),
 			fingerprint: s.deriver.Fingerprint(canonical)})
 	}
 	return vs
@@ -267,11 +266,9 @@ func (g *Guard) readFirstAny(ctx context.Context, p prepared) (prepared, store.R
 // the hash of the key's row under any configured secret, found in one read;
 // a live row first, the current secret's before others. Without a row it is
 // current, for Lookup to report ErrNotFound.
-func (g *Guard) lookupHashAny(ctx context.Context, tenant tenancy.ID, scope, clientKey, current string) (string, error) {
-	hashes := []string{current}
-	for _, s := range g.previous {
-		hashes = append(hashes, s.deriver.KeyHash(string(tenant), scope, clientKey, nil))
-	}
+func (g *Guard) lookupHashAny(ctx context.Context, key Key) (string, error) {
+	tenant, scope, current := key.tenant, key.scope, key.hash
+	hashes := g.keyHashes(key)
 	sctx, cancel := g.storeCtx(ctx)
 	defer cancel()
 	rows, err := g.store.GetMany(sctx, string(tenant), scope, hashes)

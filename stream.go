@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/idemguard/idemguard/internal/live"
+	"github.com/idemguard/idemguard/internal/testhooks"
 	"github.com/idemguard/idemguard/sanitize"
 	"github.com/idemguard/idemguard/store"
 )
@@ -35,16 +36,23 @@ import (
 //   - A duplicate that waits (Call.Wait) in the owner's process follows the
 //     running execution's chunks from the first one (internal/live); in
 //     another process it waits for the row and replays the stored sequence.
+//     It follows the execution the row names (attempt and claim nonce), and
+//     only that one: never an old owner's execution that outlived its claim.
 //   - A sequence over Config.MaxStreamBytes is delivered but stored without
 //     its chunks; the loss is logged and reported (EventStreamDropped), and
-//     replays are rebuilt from the envelope (StreamOperation.Replay).
+//     replays are rebuilt from the envelope (StreamOperation.Replay). The
+//     live log a duplicate follows holds the same bytes: a follower slower
+//     than the owner that falls behind reads the rest from the stored
+//     sequence, and when none was stored it is answered failed (its chunks
+//     are incomplete), never succeeded with a gap.
 //
 // Waiters are bounded per key and tenant in each process (Config.MaxWaiters):
 // a call over the bound gets ErrTooManyWaiters at once, for plain calls too.
 
 // Defaults of Config's stream settings.
 const (
-	// DefaultMaxStreamBytes bounds a stored chunk sequence (1 MiB).
+	// DefaultMaxStreamBytes bounds a stored chunk sequence, and the live
+	// log of a running one (1 MiB).
 	DefaultMaxStreamBytes = 1 << 20
 	// DefaultMaxWaiters bounds the calls of one process waiting for (or
 	// following) one running key.
@@ -140,17 +148,18 @@ func (s *streamCall) setup(p prepared) prepared {
 }
 
 func (s *streamCall) run(ctx context.Context, g *Guard, p prepared, o owned) (Result, error) {
+	s.exec = live.Run{Attempt: o.attempt, Nonce: o.nonce}
 	return g.runOwned(ctx, p, s.operation(), o)
 }
 
 func (s *streamCall) beat(*Guard, prepared) {}
 
 // end renders, as events, a success answered without them (an operation
-// that emitted none, a renewal that found the answer stored).
+// that emitted none).
 func (s *streamCall) end(res Result, err error) (Result, error) {
 	if err == nil && res.Status == StatusSucceeded && !s.begun {
 		s.begin(StreamStart{Origin: StreamReplayed, KeyHash: s.p.keyHash, CompletedAt: res.CompletedAt})
-		s.writeAll(s.fromEnvelope(res.Envelope), 0)
+		s.writeAll(s.fromAnswer(res, s.p.keep != nil), 0)
 	}
 	return res, err
 }
@@ -168,13 +177,18 @@ type streamCall struct {
 	gone  bool // w failed: the caller hung up
 	sent  int  // events written to w
 
-	mu      sync.Mutex // the owner's collection, against a stray emit
-	log     *live.Log
-	done    bool
-	wire    []byte // the collected sequence in wire form
-	over    bool   // wire went over MaxStreamBytes and was let go
-	follow  bool   // this call followed a live log once
-	attempt int    // the attempt it followed
+	mu   sync.Mutex // the owner's collection, against a stray emit
+	log  *live.Log
+	done bool
+	wire []byte // the collected sequence in wire form
+	over bool   // wire went over MaxStreamBytes and was let go
+
+	// exec is the execution this call runs (the owner) or followed (a
+	// follower, follow true); complete: the follower read its live log to
+	// the end, so it has every chunk.
+	exec     live.Run
+	follow   bool
+	complete bool
 }
 
 func (s *streamCall) begin(st StreamStart) {
@@ -208,7 +222,7 @@ func (s *streamCall) writeAll(events []Chunk, skip int) {
 func (s *streamCall) operation() Operation {
 	return func(ctx context.Context) (v any, err error) {
 		s.mu.Lock()
-		s.log = s.g.hub.Open(s.key)
+		s.log = s.g.hub.Open(s.key, s.exec)
 		s.mu.Unlock()
 		ended := false
 		defer func() {
@@ -286,8 +300,14 @@ func (s *streamCall) events(status store.RowStatus) []byte {
 
 func (g *Guard) maxStreamBytes() int { return cmp.Or(g.cfg.MaxStreamBytes, DefaultMaxStreamBytes) }
 
-// fromEnvelope renders a stored answer without events.
-func (s *streamCall) fromEnvelope(env sanitize.Envelope) []Chunk {
+// fromAnswer renders a stored answer without events: a document (Call.Keep)
+// as itself, in one chunk; an envelope by StreamOperation.Replay, or as its
+// JSON in one chunk.
+func (s *streamCall) fromAnswer(res Result, document bool) []Chunk {
+	if document && !s.g.defect(testhooks.DefectBlankDocument) {
+		return []Chunk{{Data: bytes.ReplaceAll(res.Body, []byte("\r"), nil)}}
+	}
+	env := res.Envelope
 	env.Cached = false // the same bytes on every replay
 	if s.op.Replay != nil {
 		return s.op.Replay(env)
@@ -305,7 +325,9 @@ type streamEnded struct{ reason sanitize.StopReason }
 func (e *streamEnded) Error() string { return "stream ended: " + string(e.reason) }
 
 // replay replays a succeeded row as events: the stored sequence, or the
-// envelope rendered by StreamOperation.Replay.
+// answer rendered by fromAnswer. A follower (s.sent events written) gets
+// the rest of the stored sequence; one that fell behind an execution whose
+// sequence was not stored cannot be completed, and is answered failed.
 func (s *streamCall) replay(ctx context.Context, g *Guard, p prepared, rec store.Record, readAt time.Time) (Result, error) {
 	res, err := g.replay(ctx, p, rec, readAt)
 	if err != nil {
@@ -315,24 +337,52 @@ func (s *streamCall) replay(ctx context.Context, g *Guard, p prepared, rec store
 	if err != nil {
 		return Result{}, g.storeErr(ctx, p, "read", err)
 	}
-	if len(events) == 0 {
-		events = s.fromEnvelope(res.Envelope)
+	switch {
+	case len(events) > 0:
+	case s.follow && s.sent > 0 && !s.complete && !g.defect(testhooks.DefectFollowerGap):
+		g.log.Warn("guard: a stream follower fell behind an answer stored without its events (over the size limit); answered failed",
+			g.attrs(p, slog.Int("limit_bytes", g.maxStreamBytes()), slog.Int("relayed", s.sent))...)
+		return s.incomplete(p, rec), nil
+	case s.follow && s.complete && s.sent > 0:
+		// It has every chunk of the execution (one that emitted none is
+		// rendered below, as for its owner and every replay).
+	default:
+		document := false
+		if st, err := decodeStored(rec); err == nil {
+			document = st.document != nil
+		}
+		events = s.fromAnswer(res, document)
 	}
 	s.begin(StreamStart{Origin: StreamReplayed, KeyHash: p.keyHash, CompletedAt: res.CompletedAt})
-	s.writeAll(events, s.sent) // a follower that lagged has the first ones
+	s.writeAll(events, s.sent) // a follower has the first ones
 	g.replayed(p, res, rec.Now, false)
 	return res, nil
 }
 
-// attach follows a running execution of the key in this process from its
-// first event. done is false when there is none to follow here (the owner
-// runs elsewhere, or this call followed one already): the call then waits
-// for the row like any other.
+// incomplete is the answer of a follower whose chunks cannot be completed:
+// failed, stop reason unknown (DoStream: the chunks were incomplete).
+func (s *streamCall) incomplete(p prepared, rec store.Record) Result {
+	env := sanitize.Failure(sanitize.Unknown)
+	body, _ := sanitize.Marshal(env)
+	return Result{Status: StatusFailed, Envelope: env, Body: body, StatusCode: http.StatusBadGateway,
+		StopReason: env.StopReason, Attempt: rec.Attempts, FirstSeen: rec.CreatedAt, KeyHash: p.keyHash}
+}
+
+// attach follows the running execution the row names, if it runs in this
+// process, from its first event. done is false when there is none to
+// follow here (the owner runs elsewhere, the log open here is another
+// execution's, or this call followed one already): the call then waits for
+// the row like any other.
 func (s *streamCall) attach(l *claimLoop, rec store.Record) (res Result, err error, done bool) {
 	if s.follow {
 		return Result{}, nil, false
 	}
-	cur, err := l.g.hub.Attach(s.key)
+	run := live.Run{Attempt: rec.Attempts, Nonce: rec.ClaimNonce}
+	logRun := run
+	if open, ok := l.g.hub.Current(s.key); ok && l.g.defect(testhooks.DefectSplice) {
+		logRun = open
+	}
+	cur, err := l.g.hub.Attach(s.key, logRun, 0)
 	switch {
 	case errors.Is(err, live.ErrTooManyWatchers):
 		return Result{}, ErrTooManyWaiters, true
@@ -340,7 +390,7 @@ func (s *streamCall) attach(l *claimLoop, rec store.Record) (res Result, err err
 		return Result{}, nil, false
 	}
 	defer cur.Close()
-	s.follow, s.attempt = true, rec.Attempts
+	s.follow, s.exec = true, run
 	s.begin(StreamStart{Origin: StreamAttached, KeyHash: l.p.keyHash})
 	l.g.noteInProgress(l.p, rec, store.InProgressAttached)
 	for {
@@ -361,9 +411,12 @@ func (s *streamCall) attach(l *claimLoop, rec store.Record) (res Result, err err
 			body, _ := sanitize.Marshal(env)
 			return Result{Status: StatusFailed, Envelope: env, Body: body, StatusCode: http.StatusBadGateway,
 				StopReason: ended.reason, Attempt: rec.Attempts, FirstSeen: rec.CreatedAt, KeyHash: l.p.keyHash}, nil, true
-		case errors.Is(err, io.EOF), errors.Is(err, live.ErrLagged):
-			// The stored answer ends it (and fills in what a lag missed):
-			// the commit follows the end of the log at once.
+		case errors.Is(err, io.EOF), errors.Is(err, live.ErrLagged), errors.Is(err, live.ErrSuperseded):
+			// The stored answer of this execution ends it (and fills in
+			// what a lag missed): the commit follows the end of the log at
+			// once. Superseded, the row names another execution: resume
+			// answers failed.
+			s.complete = errors.Is(err, io.EOF) && !s.gone
 			if until := l.g.now().Add(l.g.cfg.StoreTimeout); l.waitUntil.Before(until) {
 				l.waitUntil = until
 			}
@@ -384,7 +437,8 @@ func (s *streamCall) resume(l *claimLoop, rec store.Record) (res Result, err err
 	if !s.begun {
 		return Result{}, nil, false
 	}
-	sameRun := rec.Attempts == s.attempt && rec.Fingerprint == l.p.fingerprint && !rec.Expired()
+	sameRun := rec.Attempts == s.exec.Attempt && rec.ClaimNonce == s.exec.Nonce &&
+		rec.Fingerprint == l.p.fingerprint && !rec.Expired()
 	switch {
 	case sameRun && rec.Status == store.RowSucceeded:
 		res, err = s.replay(l.ctx, l.g, l.p, rec, l.readAt)
@@ -399,10 +453,7 @@ func (s *streamCall) resume(l *claimLoop, rec store.Record) (res Result, err err
 			return res, nil, true
 		}
 	}
-	env := sanitize.Failure(sanitize.Unknown)
-	body, _ := sanitize.Marshal(env)
-	return Result{Status: StatusFailed, Envelope: env, Body: body, StatusCode: http.StatusBadGateway,
-		StopReason: env.StopReason, Attempt: rec.Attempts, FirstSeen: rec.CreatedAt, KeyHash: l.p.keyHash}, nil, true
+	return s.incomplete(l.p, rec), nil, true
 }
 
 // admitWaiter counts this call among the key's waiters in this process, once.

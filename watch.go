@@ -148,7 +148,18 @@ func (w *Watcher) take(rec store.Record) bool {
 			w.last, w.hasLast = p, true
 		}
 	}
-	if len(evs) > 0 && evs[len(evs)-1].Final() && len(w.pending) == 0 {
+	if len(evs) == 0 || !evs[len(evs)-1].Final() {
+		return len(w.pending) > n
+	}
+	if end := evs[len(evs)-1]; end.pos() != w.last {
+		// The row went back to an earlier end: a claim whose start the
+		// caller saw was given back (nothing ran under it). That end is
+		// the key's outcome; the caller gets it, though it sorts before
+		// what it saw.
+		w.pending = append(w.pending, end)
+		w.last = end.pos()
+	}
+	if len(w.pending) == 0 {
 		w.done = true // the caller has seen the end already
 	}
 	return len(w.pending) > n

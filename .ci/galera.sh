@@ -9,6 +9,10 @@
 #           Every wait is bounded; on failure it prints the failing node's error log and exits 1.
 #   stop    Shut every node down (bounded wait, then SIGKILL) and remove the data directory.
 #   status  Print each node's state; exit 0 only when all three are synced in one cluster of 3.
+#   start-node N
+#           Start node N of a running cluster again after it was shut down (a test's fault: it
+#           rejoins its cluster by incremental state transfer) and wait until all three are
+#           synced in one cluster of 3. A node that is running is left alone.
 #   dsns    Print the comma-separated Go DSNs of the three nodes (what IDEMGUARD_TEST_GALERA_DSNS
 #           holds).
 #
@@ -223,6 +227,23 @@ cmd_start() {
 	log "cluster of 3 up in $((SECONDS - t0))s: $(dsns)"
 }
 
+cmd_start_node() {
+	local n="${1:-}"
+	case "$n" in
+	1 | 2 | 3) ;;
+	*) die "start-node: name a node, 1, 2 or 3" ;;
+	esac
+	[ -e "$(cnf "$n")" ] || die "start-node: no cluster in $DIR (start one with $0 start)"
+	if ! running_pid "$n" >/dev/null; then
+		start_node "$n"
+	fi
+	local deadline=$((SECONDS + START_TIMEOUT))
+	until all_up; do
+		[ "$SECONDS" -lt "$deadline" ] || die "node $n is up but the nodes are not one synced cluster of 3 within ${START_TIMEOUT}s"
+		sleep 0.5
+	done
+}
+
 cmd_status() {
 	local n ok=0
 	for n in "${NODES[@]}"; do
@@ -244,9 +265,10 @@ stop)
 	log "stopped"
 	;;
 status) cmd_status ;;
+start-node) cmd_start_node "${2:-}" ;;
 dsns) dsns ;;
 *)
-	echo "usage: $0 start|stop|status|dsns" >&2
+	echo "usage: $0 start|stop|status|dsns|start-node N" >&2
 	exit 2
 	;;
 esac

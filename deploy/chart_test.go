@@ -170,34 +170,46 @@ func TestHelmLint(t *testing.T) {
 func TestChartDefaults(t *testing.T) {
 	t.Parallel()
 	r := render(t)
-	require.ElementsMatch(t, []string{"PodDisruptionBudget", "ConfigMap", "Service", "Deployment", "CronJob", "Job"}, r.kinds)
+	require.ElementsMatch(t, []string{"PodDisruptionBudget", "ConfigMap", "Service", "Service", "Deployment", "CronJob", "Job"}, r.kinds)
 	checkChart(t, r)
 }
 
-// Another container port: serve listens there (IDEMGUARD_LISTEN overrides the image's 8080).
+// Other container ports: serve listens there (IDEMGUARD_LISTEN and IDEMGUARD_METRICS_LISTEN
+// override the image's 8080 and 9090). The API and the operator listener never share one.
 func TestChartOtherPort(t *testing.T) {
 	t.Parallel()
-	r := render(t, "--set", "containerPort=9090", "--set", "shutdownGraceSeconds=60")
+	r := render(t, "--set", "containerPort=9090", "--set", "metrics.port=9191", "--set", "shutdownGraceSeconds=60")
 	checkChart(t, r)
 	require.Equal(t, int32(9090), r.deployments[0].Spec.Template.Spec.Containers[0].Ports[0].ContainerPort)
+	require.Equal(t, int32(9191), r.deployments[0].Spec.Template.Spec.Containers[0].Ports[1].ContainerPort)
 	require.Greater(t, *r.deployments[0].Spec.Template.Spec.TerminationGracePeriodSeconds, int64(60))
+
+	cmd := exec.Command(helm(t), "template", "idemguard", chartDir, "--kube-version", kubeVersion, "--set", "containerPort=9090")
+	out, err := cmd.CombinedOutput()
+	require.Error(t, err)
+	require.Contains(t, string(out), "needs a port apart from the API's")
 }
 
 // Every optional part on: the stats CronJob, the ServiceMonitor and the PrometheusRule.
 func TestChartEverythingOn(t *testing.T) {
 	t.Parallel()
 	r := render(t, everythingOn...)
-	require.ElementsMatch(t, []string{"PodDisruptionBudget", "ConfigMap", "Service", "Deployment", "CronJob", "CronJob", "Job",
+	require.ElementsMatch(t, []string{"PodDisruptionBudget", "ConfigMap", "Service", "Service", "Deployment", "CronJob", "CronJob", "Job",
 		"ServiceMonitor", "PrometheusRule"}, r.kinds)
 	checkChart(t, r)
 
-	// The ServiceMonitor scrapes /metrics on the Service's port.
+	// The ServiceMonitor scrapes /metrics on the metrics Service's port (the operator listener),
+	// never the API's Service.
 	sm := r.serviceMonitor[0]
 	require.Len(t, sm.Spec.Endpoints, 1)
 	require.Equal(t, "/metrics", sm.Spec.Endpoints[0].Path)
-	requireSelects(t, "the ServiceMonitor", sm.Spec.Selector.MatchLabels, r.services[0].Labels)
-	require.Equal(t, "http", sm.Spec.Endpoints[0].Port)
-	require.Equal(t, "http", r.services[0].Spec.Ports[0].Name)
+	api, ops := serviceOf(t, r, "server"), serviceOf(t, r, "metrics")
+	requireSelects(t, "the ServiceMonitor", sm.Spec.Selector.MatchLabels, ops.Labels)
+	for k, v := range sm.Spec.Selector.MatchLabels {
+		require.False(t, api.Labels[k] == v && k == "app.kubernetes.io/component", "the ServiceMonitor selects the API's Service")
+	}
+	require.Equal(t, "metrics", sm.Spec.Endpoints[0].Port)
+	require.Equal(t, "metrics", ops.Spec.Ports[0].Name)
 
 	// The PrometheusRule is docs/alerts.yaml.
 	rules := r.prometheusRule[0]
@@ -260,7 +272,7 @@ func TestManifestsAreRenderedFromTheChart(t *testing.T) {
 	}
 	// The plain manifests are the chart with everything but the stats CronJob.
 	r := decodeAll(t, all)
-	require.ElementsMatch(t, []string{"Job", "PodDisruptionBudget", "ConfigMap", "Service", "Deployment", "CronJob",
+	require.ElementsMatch(t, []string{"Job", "PodDisruptionBudget", "ConfigMap", "Service", "Service", "Deployment", "CronJob",
 		"ServiceMonitor", "PrometheusRule"}, r.kinds)
 	migrate, err := os.ReadFile(filepath.Join(repoRoot, "deploy", "manifests", "migrate-job.yaml"))
 	require.NoError(t, err)
@@ -271,11 +283,12 @@ func TestManifestsAreRenderedFromTheChart(t *testing.T) {
 func checkChart(t *testing.T, r *rendered) {
 	t.Helper()
 	require.Len(t, r.deployments, 1)
-	require.Len(t, r.services, 1)
+	require.Len(t, r.services, 2, "the API's and the operator listener's")
 	require.Len(t, r.configMaps, 1)
 	require.Len(t, r.pdbs, 1)
 	require.Len(t, r.jobs, 1)
-	d, svc, cm, pdb, migrate := r.deployments[0], r.services[0], r.configMaps[0], r.pdbs[0], r.jobs[0]
+	d, svc, cm, pdb, migrate := r.deployments[0], serviceOf(t, r, "server"), r.configMaps[0], r.pdbs[0], r.jobs[0]
+	opsSvc := serviceOf(t, r, "metrics")
 
 	// Replicas, disruption budget, rollout.
 	require.NotNil(t, d.Spec.Replicas)
@@ -303,7 +316,11 @@ func checkChart(t *testing.T, r *rendered) {
 		return 0
 	}
 	require.Equal(t, "http", svc.Spec.Ports[0].TargetPort.String())
+	require.Len(t, svc.Spec.Ports, 1, "the API's Service carries the API only")
 	port("http")
+	requireSelects(t, "the metrics Service", opsSvc.Spec.Selector, d.Spec.Template.Labels)
+	require.Equal(t, "metrics", opsSvc.Spec.Ports[0].TargetPort.String())
+	port("metrics")
 
 	// Probes: ready on /readyz (database reachable, schema migrated), alive on /healthz (the
 	// process answers; a database outage must not restart every pod).
@@ -353,6 +370,10 @@ func checkChart(t *testing.T, r *rendered) {
 	require.NoError(t, err)
 	require.Equal(t, port("http"), listenPort, "serve listens on the container port")
 	require.NotContains(t, cfg.Listen, "127.0.0.1", "serve listens beyond loopback in a pod")
+	_, metricsPort, err := splitPort(cfg.MetricsListen)
+	require.NoError(t, err)
+	require.Equal(t, port("metrics"), metricsPort, "the operator listener is on the metrics port")
+	require.NotEqual(t, listenPort, metricsPort)
 
 	// Graceful shutdown: preStop lets the endpoints drain, then SIGTERM gives requests
 	// shutdown_grace; the pod is killed only after both, with room for the answers to drain.
@@ -565,4 +586,17 @@ func configEnvNames(t *testing.T) []string {
 	require.Contains(t, names, config.EnvSecret, "the Env* constants were not found")
 	require.Contains(t, names, config.EnvMySQLDSN)
 	return names
+}
+
+// serviceOf is the rendered Service of component (server: the API's; metrics: the operator
+// listener's).
+func serviceOf(t *testing.T, r *rendered, component string) *corev1.Service {
+	t.Helper()
+	for _, s := range r.services {
+		if s.Labels["app.kubernetes.io/component"] == component {
+			return s
+		}
+	}
+	t.Fatalf("no Service of component %q", component)
+	return nil
 }

@@ -4,11 +4,16 @@ import (
 	"bufio"
 	"bytes"
 	"encoding/json"
+	"fmt"
+	"maps"
 	"net/http"
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -30,15 +35,20 @@ type auditLine struct {
 	Actor      string     `json:"actor"`
 	OriginalAt *time.Time `json:"originalAt"`
 	Replay     int        `json:"replay"`
+	Count      int        `json:"count"`
+	At         time.Time  `json:"at"`
+	LastAt     *time.Time `json:"lastAt"`
 }
 
-// tableEvent is one row of idempotency_audit.
+// tableEvent is one entry of a key's trail as the database keeps it: a row of idempotency_audit,
+// a tally of idempotency_audit_tally (N events), or the claim event a key's row carries.
 type tableEvent struct {
 	ID      string `db:"event_id"`
 	Kind    string `db:"kind"`
 	KeyHash string `db:"key_hash"`
 	Attempt int    `db:"attempt"`
 	Actor   string `db:"actor"`
+	N       int    `db:"n"`
 }
 
 func readStream(t *testing.T, path string) []auditLine {
@@ -71,18 +81,26 @@ func streamOfKey(events []auditLine, keyHash string) []auditLine {
 func tableOfKey(t *testing.T, db *testdb.Database, keyHash string) []tableEvent {
 	t.Helper()
 	var out []tableEvent
-	require.NoError(t, db.DB.Select(&out, `SELECT event_id, kind, key_hash, attempt, actor FROM idempotency_audit
-		WHERE key_hash = ? ORDER BY at, event_id`, keyHash))
+	require.NoError(t, db.DB.Select(&out, `SELECT event_id, kind, key_hash, attempt, actor, n FROM (
+  SELECT event_id, kind, at, key_hash, attempt, actor, 1 AS n FROM idempotency_audit WHERE key_hash = ?
+  UNION ALL
+  SELECT event_id, kind, first_at, key_hash, attempt, actor, n FROM idempotency_audit_tally WHERE key_hash = ?
+  UNION ALL
+  SELECT claim_event_id, 'claimed', created_at, key_hash, 1, claimed_by, 1 FROM idempotency_keys
+  WHERE key_hash = ? AND claim_event_id IS NOT NULL) AS trail ORDER BY at, event_id`, keyHash, keyHash, keyHash))
 	return out
 }
 
-func countKinds[E any](events []E, kind func(E) string) map[string]int {
+// countKinds counts events by kind; weight is how many events one entry stands for.
+func countKinds[E any](events []E, kind func(E) string, weight func(E) int) map[string]int {
 	out := map[string]int{}
 	for _, e := range events {
-		out[kind(e)]++
+		out[kind(e)] += weight(e)
 	}
 	return out
 }
+
+func one[E any](E) int { return 1 }
 
 func sortedIDs[E any](events []E, id func(E) string) []string {
 	out := make([]string, len(events))
@@ -95,9 +113,10 @@ func sortedIDs[E any](events []E, id func(E) string) []string {
 
 // TestAuditTrailOfAStormAConflictAReplayAndATakeover: through serve on MariaDB, a storm of
 // twenty identical requests, a replay, a conflict, and a takeover after kill -9 leave exactly
-// their events, the same ones (ids included) in the idempotency_audit table and in each
-// process's JSON-lines stream; the history route answers them to the key's tenant only; and
-// no canary (client key, prompt, API key) appears in the table, a stream or the history.
+// their events: each process's JSON-lines stream has one line per event; the database has the
+// durable ones by id (the claim on the key's row) and the others counted per actor, each count's
+// id one the stream showed; the history route answers them to the key's tenant only; and no
+// canary (client key, prompt, API key) appears in the tables, a stream or the history.
 func TestAuditTrailOfAStormAConflictAReplayAndATakeover(t *testing.T) {
 	t.Parallel()
 	db, c, llm := database(t), newClient(t), newFakeLLM(t)
@@ -170,12 +189,18 @@ func TestAuditTrailOfAStormAConflictAReplayAndATakeover(t *testing.T) {
 	requireProblem(t, post(t, c, a, "chat", acmeKey, canaryKey, otherBody), http.StatusUnprocessableEntity, "")
 
 	stormWant := map[string]int{"claimed": 1, "in_progress": 19, "replay": 1, "conflict": 1}
+	kindOf, weight := func(e tableEvent) string { return e.Kind }, func(e tableEvent) int { return e.N }
 	var table []tableEvent
-	eventually(t, 10*time.Second, "the storm's 22 events in the table", func() bool {
+	eventually(t, 10*time.Second, "the storm's 22 events in the tables", func() bool {
 		table = tableOfKey(t, db, stormHash)
-		return len(table) >= 22
+		n := 0
+		for _, e := range table {
+			n += e.N
+		}
+		return n >= 22
 	})
-	require.Equal(t, stormWant, countKinds(table, func(e tableEvent) string { return e.Kind }))
+	require.Equal(t, stormWant, countKinds(table, kindOf, weight))
+	require.Len(t, table, 4, "one entry per kind: the claim on its row, three counts")
 	for _, e := range table {
 		require.Equal(t, 1, e.Attempt)
 		require.Equal(t, "key:billing", e.Actor)
@@ -185,8 +210,9 @@ func TestAuditTrailOfAStormAConflictAReplayAndATakeover(t *testing.T) {
 		stream = streamOfKey(readStream(t, streamA), stormHash)
 		return len(stream) >= 22
 	})
-	require.Equal(t, sortedIDs(table, func(e tableEvent) string { return e.ID }),
-		sortedIDs(stream, func(e auditLine) string { return e.ID }), "the table and the stream hold the same events")
+	require.Equal(t, stormWant, countKinds(stream, func(e auditLine) string { return e.Kind }, one[auditLine]), "one line per event")
+	require.Subset(t, sortedIDs(stream, func(e auditLine) string { return e.ID }),
+		sortedIDs(table, func(e tableEvent) string { return e.ID }), "each entry's id is one the stream showed")
 	for _, e := range stream {
 		if e.Kind == "replay" {
 			require.NotNil(t, e.OriginalAt, "a replay names when its answer was stored")
@@ -200,13 +226,13 @@ func TestAuditTrailOfAStormAConflictAReplayAndATakeover(t *testing.T) {
 		Events []auditLine `json:"events"`
 	}
 	require.NoError(t, json.Unmarshal(hist.body, &h))
-	require.Len(t, h.Events, 22)
+	require.Len(t, h.Events, 4)
 	require.Equal(t, "claimed", h.Events[0].Kind)
-	replays := 0
+	require.Equal(t, stormWant, countKinds(h.Events, func(e auditLine) string { return e.Kind },
+		func(e auditLine) int { return max(e.Count, 1) }))
 	for _, e := range h.Events {
 		if e.Kind == "replay" {
-			replays++
-			require.Equal(t, replays, e.Replay, "replays are numbered")
+			require.Equal(t, 1, e.Replay, "the first replay is number 1")
 		}
 	}
 	other := do(t, c, a, request{method: http.MethodGet, path: "/v1/ops/chat/keys/" + canaryKey + "/history", apiKey: globexKey})
@@ -241,7 +267,10 @@ func TestAuditTrailOfAStormAConflictAReplayAndATakeover(t *testing.T) {
 	// No canary anywhere the trail is kept or shown.
 	var dump []string
 	require.NoError(t, db.DB.Select(&dump, `SELECT CONCAT_WS('|', event_id, kind, tenant, scope, key_hash, attempt, actor,
-		COALESCE(stop_reason, ''), COALESCE(detail, '')) FROM idempotency_audit`))
+		COALESCE(stop_reason, ''), COALESCE(detail, '')) FROM idempotency_audit
+		UNION ALL SELECT CONCAT_WS('|', event_id, kind, tenant, scope, key_hash, attempt, actor, detail)
+		FROM idempotency_audit_tally
+		UNION ALL SELECT CONCAT_WS('|', claim_event_id, claimed_by) FROM idempotency_keys`))
 	streams := []string{strings.Join(dump, "\n"), string(hist.body)}
 	for _, p := range []string{streamA, streamB} {
 		s, err := os.ReadFile(p)
@@ -254,4 +283,132 @@ func TestAuditTrailOfAStormAConflictAReplayAndATakeover(t *testing.T) {
 			require.NotContains(t, s, canary, "sink %d", i)
 		}
 	}
+}
+
+// auditFootprint is what the audit tables hold: rows, and bytes (data + indexes, as InnoDB
+// reports them after ANALYZE TABLE, in 16 KiB pages).
+type auditFootprint struct {
+	auditRows, tallyRows   int64
+	auditBytes, tallyBytes int64
+}
+
+func (f auditFootprint) String() string {
+	return fmt.Sprintf("idempotency_audit %d rows %d bytes, idempotency_audit_tally %d rows %d bytes",
+		f.auditRows, f.auditBytes, f.tallyRows, f.tallyBytes)
+}
+
+func footprint(t *testing.T, db *testdb.Database) auditFootprint {
+	t.Helper()
+	var f auditFootprint
+	for _, tb := range []struct {
+		name        string
+		rows, bytes *int64
+	}{{"idempotency_audit", &f.auditRows, &f.auditBytes}, {"idempotency_audit_tally", &f.tallyRows, &f.tallyBytes}} {
+		_, err := db.DB.Exec("ANALYZE TABLE " + tb.name)
+		require.NoError(t, err)
+		require.NoError(t, db.DB.Get(tb.rows, "SELECT COUNT(*) FROM "+tb.name))
+		require.NoError(t, db.DB.Get(tb.bytes, `SELECT data_length + index_length FROM information_schema.TABLES
+			WHERE table_schema = DATABASE() AND table_name = ?`, tb.name))
+	}
+	return f
+}
+
+// TestReplayStormAddsCountsNotRows: a replay storm on one key through serve (several callers at
+// once, three API keys of one tenant) adds one tally per actor to the audit tables, not a row per
+// request, and the history still names each actor with its count and its first and last time.
+// IDEMGUARD_STORM_REQUESTS sets the storm's size (2,000 by default; docs/OPERATIONS.md records a
+// run of 100,000). A store writing one row per replay fails the row bound.
+func TestReplayStormAddsCountsNotRows(t *testing.T) {
+	t.Parallel()
+	requests := 2000
+	if v := os.Getenv("IDEMGUARD_STORM_REQUESTS"); v != "" {
+		var err error
+		requests, err = strconv.Atoi(v)
+		require.NoError(t, err)
+	}
+	db, c, llm := database(t), newClient(t), newFakeLLM(t)
+	actorKeys := map[string]string{"billing": acmeKey, "batch": "acme-api-key-batch", "retry": "acme-api-key-retry"}
+	env := productionEnv(db.DSN)
+	env["IDEMGUARD_API_KEYS"] = "acme:billing=" + auth.HashAPIKey(acmeKey) + ",acme:batch=" + auth.HashAPIKey(actorKeys["batch"]) +
+		",acme:retry=" + auth.HashAPIKey(actorKeys["retry"])
+	s := startService(t, env, chatConfig(llm, "  - {name: chat, operation: openai_chat}\n", ""))
+	const body = `{"messages":[{"role":"user","content":"storm"}],"max_tokens":16}`
+	requireEnvelope(t, post(t, c, s, "chat", acmeKey, "storm-1", body))
+	before := footprint(t, db)
+	t.Logf("before the storm: %s", before)
+
+	names := slices.Sorted(maps.Keys(actorKeys))
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	bad := make(chan string, 16)
+	start := time.Now()
+	for range 16 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				i := next.Add(1) - 1
+				if i >= int64(requests) {
+					return
+				}
+				ans, err := tryDo(c, s, request{path: "/v1/ops/chat", apiKey: actorKeys[names[i%3]], key: "storm-1", body: body})
+				if err != nil || ans.status != http.StatusOK {
+					select {
+					case bad <- fmt.Sprintf("request %d: %v %v", i, ans, err):
+					default:
+					}
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	elapsed := time.Since(start)
+	close(bad)
+	for b := range bad {
+		t.Fatal(b)
+	}
+	require.EqualValues(t, 1, llm.calls.Load(), "one execution, every other request a replay")
+
+	var counted int64
+	eventually(t, 30*time.Second, "every replay counted", func() bool {
+		require.NoError(t, db.DB.Get(&counted, `SELECT COALESCE(SUM(n), 0) FROM idempotency_audit_tally WHERE kind = 'replay'`))
+		return counted >= int64(requests)
+	})
+	require.EqualValues(t, requests, counted)
+	after := footprint(t, db)
+	t.Logf("%d replays in %s (%.0f/s) by %d actors", requests, elapsed.Round(time.Millisecond),
+		float64(requests)/elapsed.Seconds(), len(names))
+	t.Logf("after the storm:  %s", after)
+	require.Zero(t, after.auditRows-before.auditRows, "a replay adds no idempotency_audit row")
+	require.LessOrEqual(t, after.tallyRows-before.tallyRows, int64(len(names)), "one tally per actor at most")
+
+	hist := do(t, c, s, request{method: http.MethodGet, path: "/v1/ops/chat/keys/storm-1/history", apiKey: acmeKey})
+	require.Equal(t, http.StatusOK, hist.status, "history: %s", hist)
+	var h struct {
+		Events []auditLine `json:"events"`
+	}
+	require.NoError(t, json.Unmarshal(hist.body, &h))
+	require.Equal(t, "claimed", h.Events[0].Kind)
+	require.Equal(t, "key:billing", h.Events[0].Actor)
+	perActor := map[string]int{}
+	number := 1
+	for _, e := range h.Events[1:] {
+		require.Equal(t, "replay", e.Kind)
+		require.NotNil(t, e.LastAt, "a count has its last time")
+		require.False(t, e.LastAt.Before(e.At), "first %s, last %s", e.At, e.LastAt)
+		require.Equal(t, number, e.Replay, "replays numbered through the counts")
+		number += e.Count
+		perActor[e.Actor] += e.Count
+	}
+	share := requests / 3
+	require.Equal(t, map[string]int{"key:batch": share + boolInt(requests%3 > 0), "key:billing": share + boolInt(requests%3 > 1),
+		"key:retry": share}, perActor)
+}
+
+func boolInt(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
 }

@@ -162,9 +162,9 @@ func TestLeastPrivilegeGrants(t *testing.T) {
 	require.EqualValues(t, 2, report.Counts.Requests, "stats printed: %s", out)
 	require.EqualValues(t, 1, report.Counts.Replays, "stats printed: %s", out)
 
-	// The audit trail as the service user, who may only INSERT and SELECT events: a claim and its
-	// event in one transaction, a batch appended twice (the repeat skipped without an UPDATE), the
-	// key's history read back.
+	// The audit trail as the service user, who may only INSERT and SELECT events (and add to
+	// the counts): a claim carrying its event, a batch appended twice (the repeated durable event
+	// skipped without an UPDATE, the replay counted twice), the key's history read back.
 	ctx := t.Context()
 	app, err := igmysql.Open(ctx, appDSN, igmysql.PoolConfig{})
 	require.NoError(t, err)
@@ -183,7 +183,9 @@ func TestLeastPrivilegeGrants(t *testing.T) {
 	require.NoError(t, st.AppendAudit(ctx, []store.AuditEvent{claimed, replay}))
 	history, err := st.History(ctx, "acme", "grants", []string{kh}, 10)
 	require.NoError(t, err)
-	require.Equal(t, []store.AuditEvent{claimed, replay}, history)
+	counted := replay
+	counted.Count, counted.LastAt = 2, replay.At
+	require.Equal(t, []store.AuditEvent{claimed, counted}, history)
 }
 
 // runAs runs the binary with IDEMGUARD_MYSQL_DSN=dsn, requires exit code want and no denied

@@ -73,20 +73,23 @@ const chatBody = `{"messages":[{"role":"user","content":"` + prompt + `"}],"max_
 
 // service is one `idemguard serve` process.
 type service struct {
-	t      *testing.T
-	cmd    *exec.Cmd
-	addr   string
-	logs   *logBuffer
-	exited chan struct{}
-	state  *os.ProcessState
+	t    *testing.T
+	cmd  *exec.Cmd
+	addr string
+	// opsAddr is the operator listener's (metrics_listen): /metrics, /ops.
+	opsAddr string
+	logs    *logBuffer
+	exited  chan struct{}
+	state   *os.ProcessState
 }
 
 // logBuffer collects a process's stderr and finds its listening line.
 type logBuffer struct {
-	mu    sync.Mutex
-	buf   bytes.Buffer
-	addr  chan string
-	found bool
+	mu      sync.Mutex
+	buf     bytes.Buffer
+	addr    chan string
+	opsAddr string // the operator listener's, from the same line
+	found   bool
 }
 
 func (b *logBuffer) consume(r io.Reader) {
@@ -102,10 +105,13 @@ func (b *logBuffer) consume(r io.Reader) {
 		if found {
 			continue
 		}
-		var l struct{ Msg, Addr string }
+		var l struct {
+			Msg, Addr    string
+			OperatorAddr string `json:"operator_addr"`
+		}
 		if json.Unmarshal(line, &l) == nil && l.Msg == "serve: listening" && l.Addr != "" {
 			b.mu.Lock()
-			b.found = true
+			b.found, b.opsAddr = true, l.OperatorAddr
 			b.mu.Unlock()
 			b.addr <- l.Addr
 		}
@@ -131,6 +137,10 @@ func startService(t *testing.T, env map[string]string, configYAML string) *servi
 	}
 	cmd := exec.Command(binary, args...)
 	cmd.Env = []string{"PATH=" + os.Getenv("PATH")}
+	if _, set := env["IDEMGUARD_METRICS_LISTEN"]; !set {
+		// A free port for the operator listener: parallel services cannot all have 9090.
+		cmd.Env = append(cmd.Env, "IDEMGUARD_METRICS_LISTEN=127.0.0.1:0")
+	}
 	for k, v := range env {
 		cmd.Env = append(cmd.Env, k+"="+v)
 	}
@@ -160,6 +170,9 @@ func startService(t *testing.T, env map[string]string, configYAML string) *servi
 
 	select {
 	case s.addr = <-s.logs.addr:
+		s.logs.mu.Lock()
+		s.opsAddr = s.logs.opsAddr
+		s.logs.mu.Unlock()
 	case <-s.exited:
 		t.Fatalf("idemguard serve exited (%v) before listening; log:\n%s", s.state, s.logs.String())
 	case <-time.After(20 * time.Second):
@@ -187,7 +200,14 @@ func (s *service) waitExit(timeout time.Duration) int {
 	}
 }
 
-func (s *service) url(path string) string { return "http://" + s.addr + path }
+// url is path on the API's listener, or, for /metrics, on the operator listener (serve never
+// serves /metrics on the API's).
+func (s *service) url(path string) string {
+	if path == "/metrics" {
+		return "http://" + s.opsAddr + path
+	}
+	return "http://" + s.addr + path
+}
 
 // ---------------------------------------------------------------------------
 // HTTP

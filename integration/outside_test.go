@@ -21,6 +21,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/idemguard/idemguard/internal/testdb"
+	"github.com/idemguard/idemguard/internal/testlog"
 )
 
 // goBlockFiles are the documents whose ```go blocks the outside module is built from.
@@ -142,7 +143,7 @@ func TestOutsideModule(t *testing.T) {
 	require.NoError(t, err)
 	stdout, err := cmd.StdoutPipe()
 	require.NoError(t, err)
-	stderr := &lockedWriter{}
+	stderr := &testlog.Buffer{}
 	cmd.Stderr = stderr
 	require.NoError(t, cmd.Start())
 	done := make(chan error, 1)
@@ -349,24 +350,6 @@ func requireOutsideProblem(t *testing.T, a outsideAnswer, code int, slug string)
 	var p map[string]any
 	require.NoError(t, json.Unmarshal([]byte(a.body), &p))
 	require.Equal(t, "urn:idemguard:problem:"+slug, p["type"])
-}
-
-// lockedWriter collects a process's output for failure messages.
-type lockedWriter struct {
-	mu  sync.Mutex
-	buf strings.Builder
-}
-
-func (w *lockedWriter) Write(p []byte) (int, error) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	return w.buf.Write(p)
-}
-
-func (w *lockedWriter) String() string {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	return w.buf.String()
 }
 
 // TestOutsideModuleRunsTheConformanceSuite: a module that is not idemguard

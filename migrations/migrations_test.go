@@ -249,3 +249,56 @@ func TestAuditSchema(t *testing.T) {
 	require.NoError(t, db.GetContext(ctx, &actor, `SELECT actor FROM idempotency_audit WHERE tenant = 'acme'`))
 	require.Empty(t, actor, "actor defaults to ''")
 }
+
+// idempotency_audit_tally: one row per key, kind, attempt, actor and detail (the unique key,
+// every column NOT NULL so that it matches), DATETIME(6) times, a BIGINT count; and the claim
+// event columns a key's row carries, NULL when the claim had none.
+func TestAuditTallySchema(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	db := testdb.New(t).DB
+
+	type column struct {
+		Name     string `db:"column_name"`
+		Type     string `db:"column_type"`
+		Nullable string `db:"is_nullable"`
+	}
+	cols := func(table string) map[string]column {
+		var cs []column
+		require.NoError(t, db.SelectContext(ctx, &cs, `SELECT column_name, column_type, is_nullable
+			FROM information_schema.columns WHERE table_schema = DATABASE() AND table_name = ?`, table))
+		out := map[string]column{}
+		for _, c := range cs {
+			out[c.Name] = c
+		}
+		return out
+	}
+	tally := cols("idempotency_audit_tally")
+	for _, name := range []string{"tenant", "scope", "key_hash", "kind", "attempt", "actor", "detail", "event_id",
+		"first_at", "last_at", "n"} {
+		require.Equal(t, "NO", tally[name].Nullable, "column %s", name)
+	}
+	require.Equal(t, "YES", tally["original_at"].Nullable)
+	for _, name := range []string{"first_at", "last_at", "original_at"} {
+		require.Equal(t, "datetime(6)", tally[name].Type, "column %s", name)
+	}
+	require.True(t, strings.HasPrefix(tally["n"].Type, "bigint") && strings.HasSuffix(tally["n"].Type, " unsigned"),
+		"n is %q: a count that never wraps", tally["n"].Type)
+
+	var uk []string
+	require.NoError(t, db.SelectContext(ctx, &uk, `SELECT column_name FROM information_schema.statistics
+		WHERE table_schema = DATABASE() AND table_name = 'idempotency_audit_tally'
+		  AND index_name = 'uk_idempotency_audit_tally' ORDER BY seq_in_index`))
+	require.Equal(t, []string{"tenant", "scope", "key_hash", "kind", "attempt", "actor", "detail"}, uk)
+
+	const insert = `INSERT INTO idempotency_audit_tally (tenant, scope, key_hash, kind, attempt, actor, event_id,
+		first_at, last_at, n) VALUES ('acme', 's', REPEAT('a', 64), 'replay', 1, 'key:a', ?, UTC_TIMESTAMP(6), UTC_TIMESTAMP(6), 1)`
+	_, err := db.ExecContext(ctx, insert, strings.Repeat("0", 32))
+	require.NoError(t, err)
+	_, err = db.ExecContext(ctx, insert, strings.Repeat("1", 32))
+	requireMySQLError(t, err, 1062) // detail defaults to '': the same tally, not a second row
+
+	keys := cols("idempotency_keys")
+	require.Equal(t, column{Name: "claim_event_id", Type: "char(32)", Nullable: "YES"}, keys["claim_event_id"])
+	require.Equal(t, column{Name: "claimed_by", Type: "varchar(128)", Nullable: "YES"}, keys["claimed_by"])
+}

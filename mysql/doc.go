@@ -13,7 +13,7 @@
 // says who won.
 //
 // Every statement on the tables (idempotency_keys, idempotency_audit,
-// idempotency_stats, idempotency_savings), those of the store and those the
+// idempotency_audit_tally, idempotency_stats, idempotency_savings), those of the store and those the
 // idemguard binary's cleanup, stats and operator page run, lives in one
 // internal package that this one wraps; this package exports only what a
 // program that guards with MySQL needs.

@@ -30,8 +30,12 @@ func (h *handlers) problem(c *gin.Context, p pipeline.Problem) {
 // setRef adds the key reference headers: the key's record (Location) and
 // its reference.
 func (h *handlers) setRef(hd http.Header, scope, ref string) {
-	hd.Set(pipeline.HeaderLocation, h.locationPrefix+keyPath(scope, ref))
-	hd.Set(pipeline.HeaderKeyRef, ref)
+	// The names are canonical: assigned directly, without Set's
+	// canonicalization, the two values in one array (each slice capped at
+	// its own element, so an append to one cannot overwrite the other).
+	v := []string{h.locationPrefix + "/v1/ops/" + scope + "/keys/" + ref, ref} // keyPath, in one concatenation
+	hd[pipeline.HeaderLocation] = v[0:1:1]
+	hd[pipeline.HeaderKeyRef] = v[1:2:2]
 }
 
 // keyPath is the lookup path of a key, after Options.Prefix. Scopes and

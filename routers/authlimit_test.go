@@ -74,7 +74,7 @@ func TestAuthFailureLimit(t *testing.T) {
 	require.Equal(t, http.StatusOK, send(attacker, acmeKey1).Code, "the window is over")
 	require.Equal(t, http.StatusUnauthorized, send(attacker, "guess-e").Code, "a new window")
 
-	logged := b.logs.lines(t, "http: too many failed authentications from one client; refusing it until its window ends")
+	logged := b.logs.Lines(t, "http: too many failed authentications from one client; refusing it until its window ends")
 	require.Len(t, logged, 1, "once per client and window")
 	require.Equal(t, attacker, logged[0]["client"])
 	require.NotContains(t, b.logs.String(), "guess-")

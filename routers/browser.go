@@ -59,13 +59,58 @@ func (h *handlers) authenticateScope(creds *auth.Credentials, byScope map[string
 			h.fail(c, err)
 			return
 		}
+		principal, err := h.principalOf(p, scope)
+		if err != nil {
+			h.log.Info("http: authentication failed", slog.String("route", c.FullPath()), slog.String("reason", err.Error()))
+			c.Header("WWW-Authenticate", auth.Challenge(err))
+			h.fail(c, err)
+			return
+		}
 		ctx := tenancy.WithTenant(c.Request.Context(), p.Tenant)
 		c.Request = c.Request.WithContext(idemguard.WithActor(ctx, h.actorOf(p)))
 		c.Set(tenantKey, p.Tenant)
 		c.Set(authMethodKey, string(p.Method))
+		if principal != "" {
+			c.Set(principalKey, principal)
+		}
 		c.Next()
 	}
 }
+
+// principalOf is the key space of p's calls to scope (Scope.Isolation):
+// "" for the tenant's, else "jwt:" and the token's subject or "key:" and
+// the API key's name (idemguard.Call.Principal, which only an HMAC ever
+// keeps). A JWT without a subject cannot have keys of its own: on a scope
+// whose keys are per principal it is refused.
+func (h *handlers) principalOf(p auth.Principal, scope string) (string, error) {
+	isolation := IsolationAuto
+	if s, ok := h.scopes[scope]; ok && s.Isolation != "" {
+		isolation = s.Isolation
+	}
+	switch {
+	case isolation == IsolationTenant, p.Method == auth.MethodAPIKey && isolation == IsolationAuto:
+		return "", nil
+	case p.Method == auth.MethodJWT && p.Subject == "":
+		return "", &auth.Error{Reason: auth.ReasonMissingClaim, Err: errors.New("jwt: no sub claim, and the scope keeps keys per user")}
+	}
+	return identityOf(p), nil
+}
+
+// identityOf is who p is, whatever the scope's isolation: "key:" and the
+// API key's name, "jwt:" and the token's subject ("" without one).
+func identityOf(p auth.Principal) string {
+	switch {
+	case p.Method == auth.MethodAPIKey:
+		return auth.KeyActor(p.KeyName)
+	case p.Subject != "":
+		return "jwt:" + p.Subject
+	}
+	return ""
+}
+
+// principalFrom is the principal authenticateScope found, "" for the
+// tenant's key space.
+func principalFrom(c *gin.Context) string { return c.GetString(principalKey) }
 
 // actorOf names the caller in the audit trail: "key:<name>" for an API key
 // (its configured name, never the key), "jwt:" and the HMAC of the token's

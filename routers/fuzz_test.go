@@ -21,6 +21,7 @@ import (
 
 	"github.com/idemguard/idemguard"
 	"github.com/idemguard/idemguard/internal/ops"
+	"github.com/idemguard/idemguard/internal/testlog"
 	"github.com/idemguard/idemguard/routers/auth"
 	"github.com/idemguard/idemguard/routers/internal/pipeline"
 	"github.com/idemguard/idemguard/sanitize"
@@ -351,7 +352,7 @@ func FuzzRequestPath(f *testing.F) {
 			return
 		}
 		st := memstore.New()
-		logs := &syncBuffer{}
+		logs := &testlog.Buffer{}
 		logger := slog.New(slog.NewJSONHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
 		var panicked atomic.Bool
 		api := newFuzzAPI(t, st, logger, &panicked)

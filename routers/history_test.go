@@ -17,6 +17,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/idemguard/idemguard"
+	"github.com/idemguard/idemguard/internal/testlog"
 	"github.com/idemguard/idemguard/routers/auth"
 	"github.com/idemguard/idemguard/routers/auth/authtest"
 	"github.com/idemguard/idemguard/routers/internal/pipeline"
@@ -293,7 +294,11 @@ func TestAuditActor(t *testing.T) {
 	require.NotEqual(t, jwtActor, other, "two subjects, one actor")
 	require.Equal(t, jwtActor, actorOf(key.Sign(t, "acme", func(c jwt.MapClaims) { c["sub"] = "alice@example.com" }), `{"n":5}`),
 		"one subject, one actor")
-	require.Equal(t, "jwt", actorOf(key.Sign(t, "acme", func(c jwt.MapClaims) { delete(c, "sub") }), `{"n":6}`))
+	// A token without a subject cannot have keys of its own (the default for
+	// JWT callers): refused before anything runs.
+	w := ab.do(req{method: http.MethodPost, path: "/v1/ops/actor", body: `{"n":6}`,
+		apiKey: key.Sign(t, "acme", func(c jwt.MapClaims) { delete(c, "sub") })})
+	require.Equal(t, http.StatusUnauthorized, w.Code, w.Body.String())
 
 	for _, s := range []string{canaryAPIKey, "alice@example.com", auth.HashAPIKey(canaryAPIKey)} {
 		require.NotContains(t, ab.logs.String(), s)
@@ -381,7 +386,7 @@ func TestMiddlewareActor(t *testing.T) {
 		return "svc:" + r.Header.Get("X-Service")
 	}}), handler)
 	r.POST("/default", Idempotent(middleware.Options{Guard: b.guard}), handler)
-	badLog := &syncBuffer{}
+	badLog := &testlog.Buffer{}
 	r.POST("/bad", Idempotent(middleware.Options{Guard: b.guard, Logger: slog.New(slog.NewJSONHandler(badLog, nil)),
 		Actor: func(*http.Request) string { return strings.Repeat("x", idemguard.MaxActorLen+1) }}), handler)
 

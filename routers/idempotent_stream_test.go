@@ -18,6 +18,7 @@ import (
 
 	"github.com/idemguard/idemguard"
 	"github.com/idemguard/idemguard/routers/middleware"
+	"github.com/idemguard/idemguard/sanitize"
 	"github.com/idemguard/idemguard/store/memstore"
 	"github.com/idemguard/idemguard/tenancy"
 )
@@ -111,4 +112,102 @@ func TestMiddlewareCapturesAndReplaysAHandlersStream(t *testing.T) {
 			require.EqualValues(t, 1, runs.Load())
 		})
 	}
+}
+
+// An event whose data holds several JSON documents (one per data line) has
+// the blocklist applied to each of them, and the removal is counted as for
+// any answer. Before the fix the decoder saw more input after the first
+// document and kept the data as written: the blocked member was stored and
+// replayed.
+func TestMiddlewareCleansEveryDocumentOfAnEvent(t *testing.T) {
+	t.Parallel()
+	var mu sync.Mutex
+	var dropped []string
+	g, err := idemguard.New(idemguard.Config{Store: memstore.New(), Secret: testSecret, Observe: func(e idemguard.Event) {
+		if e.Kind == idemguard.EventDroppedField {
+			mu.Lock()
+			dropped = append(dropped, e.Field)
+			mu.Unlock()
+		}
+	}})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = g.Close(context.Background()) })
+	opts := middleware.Options{Guard: g, Scope: "chat.stream",
+		Tenant: func(*http.Request) (tenancy.ID, error) { return "acme", nil }}
+	var runs atomic.Int32
+	h := middleware.Idempotent(opts)(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		runs.Add(1)
+		w.Header().Set("Content-Type", "text/event-stream")
+		fmt.Fprint(w, "data: {\"prompt\":\"CANARY\"}\ndata: {\"delta\":\"x\"}\n\n")
+		fmt.Fprint(w, "data: {\"a\":1} {\"b\":{\"Debug\":\"CANARY\"}}\n\n")
+		fmt.Fprint(w, "data: note\ndata: {\"\\u0070rompt\":\"CANARY\"}\n\n") // a text line and an escaped key
+		fmt.Fprint(w, "data: [DONE]\n\n")
+	}))
+	srv := httptest.NewServer(h)
+	t.Cleanup(srv.Close)
+	send := func() string {
+		req, err := http.NewRequest(http.MethodPost, srv.URL+"/chat", strings.NewReader(`{"q":1}`))
+		require.NoError(t, err)
+		req.Header.Set("Idempotency-Key", "multi-1")
+		req.Header.Set("Accept", "text/event-stream")
+		resp, err := srv.Client().Do(req)
+		require.NoError(t, err)
+		defer resp.Body.Close()
+		body, err := io.ReadAll(resp.Body)
+		require.NoError(t, err)
+		return string(body)
+	}
+	live := send()
+	require.NotContains(t, live, "CANARY")
+	require.Equal(t, "data: {}\ndata: {\"delta\":\"x\"}\n\ndata: {\"a\":1}\ndata: {\"b\":{}}\n\n"+
+		"data: note\ndata: {}\n\ndata: [DONE]\n\n", live)
+	require.Equal(t, live, send(), "the replay is the cleaned stream")
+	require.EqualValues(t, 1, runs.Load())
+	mu.Lock()
+	defer mu.Unlock()
+	require.ElementsMatch(t, []string{"prompt", "b.Debug"}, dropped, "each removed member is counted once")
+}
+
+// A key completed by a plain request through a middleware that keeps the
+// handler's own JSON (Options.Keep), asked for again as a stream, streams
+// that document as its one event. Before the fix the stream got a blank
+// envelope ({"ok":false,"stopReason":"",...}) with 200.
+func TestMiddlewareStreamsAKeptDocumentAsItself(t *testing.T) {
+	t.Parallel()
+	g, err := idemguard.New(idemguard.Config{Store: memstore.New(), Secret: testSecret})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = g.Close(context.Background()) })
+	opts := middleware.Options{Guard: g, Scope: "orders", Keep: sanitize.MustAllowlist("id", "status"),
+		Tenant: func(*http.Request) (tenancy.ID, error) { return "acme", nil }}
+	var runs atomic.Int32
+	h := middleware.Idempotent(opts)(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		runs.Add(1)
+		w.Header().Set("Content-Type", "application/json")
+		fmt.Fprint(w, `{"id":"ord_1","status":"paid","prompt":"CANARY"}`)
+	}))
+	srv := httptest.NewServer(h)
+	t.Cleanup(srv.Close)
+	send := func(accept string) (*http.Response, string) {
+		req, err := http.NewRequest(http.MethodPost, srv.URL+"/orders", strings.NewReader(`{"q":1}`))
+		require.NoError(t, err)
+		req.Header.Set("Idempotency-Key", "doc-1")
+		if accept != "" {
+			req.Header.Set("Accept", accept)
+		}
+		resp, err := srv.Client().Do(req)
+		require.NoError(t, err)
+		defer resp.Body.Close()
+		body, err := io.ReadAll(resp.Body)
+		require.NoError(t, err)
+		return resp, string(body)
+	}
+	resp, plain := send("")
+	require.Equal(t, http.StatusOK, resp.StatusCode)
+	require.JSONEq(t, `{"id":"ord_1","status":"paid"}`, plain)
+
+	resp, streamed := send("text/event-stream")
+	require.Equal(t, http.StatusOK, resp.StatusCode)
+	require.Equal(t, "text/event-stream", resp.Header.Get("Content-Type"))
+	require.Equal(t, "data: "+plain+"\n\n", streamed, "the stored document, as one event")
+	require.EqualValues(t, 1, runs.Load())
 }

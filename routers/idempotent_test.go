@@ -18,6 +18,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/idemguard/idemguard"
+	"github.com/idemguard/idemguard/internal/testlog"
 	"github.com/idemguard/idemguard/routers/internal/pipeline"
 	"github.com/idemguard/idemguard/routers/middleware"
 	"github.com/idemguard/idemguard/store"
@@ -31,13 +32,13 @@ type mwBundle struct {
 	gin     http.Handler
 	mux     http.Handler
 	runs    atomic.Int32
-	logs    *syncBuffer
+	logs    *testlog.Buffer
 	release chan struct{}
 }
 
 func mwSetup(t *testing.T) *mwBundle {
 	t.Helper()
-	b := &mwBundle{logs: &syncBuffer{}, release: make(chan struct{})}
+	b := &mwBundle{logs: &testlog.Buffer{}, release: make(chan struct{})}
 	logger := slog.New(slog.NewJSONHandler(b.logs, nil))
 	g, err := idemguard.New(idemguard.Config{Store: memstore.New(), Secret: testSecret, Logger: logger})
 	require.NoError(t, err)

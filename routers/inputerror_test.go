@@ -116,7 +116,7 @@ func TestUpstreamRejectionLogsItsStatus(t *testing.T) {
 	require.Equal(t, http.StatusUnprocessableEntity, w.Code, w.Body.String())
 	require.Equal(t, "invalid_input", problemOf(t, w)["stopReason"])
 	require.EqualValues(t, 1, calls.Load())
-	failed := b.logs.lines(t, "guard: operation failed")
+	failed := b.logs.Lines(t, "guard: operation failed")
 	require.Len(t, failed, 1)
 	require.EqualValues(t, http.StatusBadRequest, failed[0]["upstream_status"])
 	require.NotContains(t, b.logs.String(), "upstream-body-secret")

@@ -61,7 +61,7 @@ func (h *handlers) runAsync(c *gin.Context, tenant tenancy.ID, scope *Scope, req
 		h.answers.Result(c.Writer, req, res)
 		return
 	}
-	ref := pipeline.Ref(req.ClientKey, res.KeyHash)
+	ref := h.ref(c, scope.Name, req.ClientKey, res.KeyHash)
 	c.Header(pipeline.HeaderPreferenceApplied, pipeline.PreferAsync)
 	rec := keyRecord{Ref: ref, Scope: scope.Name, Status: string(store.RowStarted), AttemptCount: res.Attempt}
 	if key, err := h.guard.KeyOfHash(tenant, scope.Name, res.KeyHash); err == nil {
@@ -172,10 +172,17 @@ func (h *handlers) keyRoute(c *gin.Context, rotated bool) (scope *Scope, ref str
 // secret). It answers 400 itself.
 func (h *handlers) keyOfRef(c *gin.Context, tenant tenancy.ID, scope string, rotated bool) (ref string, key idemguard.Key, ok bool) {
 	ref = c.Param("key")
-	key, derived, err := pipeline.ParseRef(h.guard, tenant, scope, ref)
+	principal := principalFrom(c)
+	key, derived, err := pipeline.ParseRef(h.guard, tenant, scope, principal, ref)
 	if err != nil {
 		h.fail(c, err)
 		return "", idemguard.Key{}, false
+	}
+	if derived && principal != "" { // a principal's derived reference is masked (principalref.go)
+		if key, err = h.guard.KeyOfHash(tenant, scope, h.maskHash(string(tenant), scope, principal, key.Hash())); err != nil {
+			h.fail(c, err)
+			return "", idemguard.Key{}, false
+		}
 	}
 	// Without a row the current hash stands, and the route's own read
 	// answers.

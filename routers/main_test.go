@@ -1,7 +1,6 @@
 package routers
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
@@ -20,6 +19,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/idemguard/idemguard"
+	"github.com/idemguard/idemguard/internal/testlog"
 	"github.com/idemguard/idemguard/routers/auth"
 	"github.com/idemguard/idemguard/store"
 	"github.com/idemguard/idemguard/store/memstore"
@@ -37,40 +37,6 @@ const (
 	betaKey  = "beta-key-one-0001"
 )
 
-// syncBuffer collects log lines from concurrent writers.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
-
-// lines returns the JSON log lines whose msg is msg.
-func (b *syncBuffer) lines(t *testing.T, msg string) []map[string]any {
-	t.Helper()
-	var out []map[string]any
-	sc := bufio.NewScanner(strings.NewReader(b.String()))
-	sc.Buffer(make([]byte, 1<<20), 1<<20)
-	for sc.Scan() {
-		var m map[string]any
-		require.NoError(t, json.Unmarshal(sc.Bytes(), &m), sc.Text())
-		if m["msg"] == msg {
-			out = append(out, m)
-		}
-	}
-	return out
-}
-
 // testBundle is one API over a memstore guard, with fake scopes that count
 // their calls.
 type testBundle struct {
@@ -79,7 +45,7 @@ type testBundle struct {
 	guard   *idemguard.Guard
 	handler http.Handler
 	opts    Options
-	logs    *syncBuffer
+	logs    *testlog.Buffer
 	calls   map[string]*atomic.Int32
 	gets    atomic.Int32  // Store.Get calls the guard made
 	release chan struct{} // closed (releaseNow) to let the "slow" scope finish
@@ -97,7 +63,7 @@ func setup(t *testing.T, so ...setupOpts) *testBundle {
 	b := &testBundle{
 		t:       t,
 		store:   memstore.New(),
-		logs:    &syncBuffer{},
+		logs:    &testlog.Buffer{},
 		calls:   map[string]*atomic.Int32{},
 		release: make(chan struct{}),
 		started: make(chan struct{}, 16),

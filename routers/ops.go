@@ -29,6 +29,7 @@ func (h *handlers) runOperation(c *gin.Context) {
 		h.fail(c, err)
 		return
 	}
+	req.Principal = principalFrom(c)
 	deliver, err := h.delivery(c.Request.Header, scope, &req)
 	if err != nil {
 		h.fail(c, err)
@@ -105,7 +106,7 @@ func (h *handlers) called(c *gin.Context, scope string, req pipeline.Request, re
 		h.fail(c, err)
 		return false
 	}
-	h.setRef(c.Writer.Header(), scope, pipeline.Ref(req.ClientKey, res.KeyHash))
+	h.setRef(c.Writer.Header(), scope, h.ref(c, scope, req.ClientKey, res.KeyHash))
 	c.Set(keyHashKey, shortHash(res.KeyHash))
 	logOutcome(c, res)
 	return true

@@ -73,6 +73,42 @@ type Scope struct {
 	// without events (the key was completed by Run) as events.
 	Stream       func(ctx context.Context, inputs json.RawMessage, emit func(idemguard.Chunk)) (any, error)
 	StreamReplay func(sanitize.Envelope) []idemguard.Chunk
+	// Isolation is whose key space the scope's keys live in. Defaults to
+	// IsolationAuto: each JWT caller (a user) its own, API-key callers the
+	// tenant's.
+	Isolation Isolation
+}
+
+// Isolation says whose key space a scope's keys live in: the tenant's, or
+// the authenticated principal's (idemguard.Call.Principal). In a
+// principal's key space, lookups, events, cancels, history and replays see
+// only that principal's keys: another user of the tenant sending the same
+// body runs it afresh, and their Idempotency-Key of the same name is
+// another key.
+type Isolation string
+
+// The isolations.
+const (
+	// IsolationAuto: per principal for JWT callers (the token's subject),
+	// per tenant for API-key callers.
+	IsolationAuto Isolation = "auto"
+	// IsolationTenant: one key space for the whole tenant, whoever calls
+	// (a browser's user may then see another user's keys of the scope).
+	IsolationTenant Isolation = "tenant"
+	// IsolationPrincipal: per principal for every caller: a JWT's subject,
+	// an API key's name.
+	IsolationPrincipal Isolation = "principal"
+)
+
+// ParseIsolation accepts "auto" (or ""), "tenant" or "principal".
+func ParseIsolation(s string) (Isolation, error) {
+	switch i := Isolation(s); i {
+	case "":
+		return IsolationAuto, nil
+	case IsolationAuto, IsolationTenant, IsolationPrincipal:
+		return i, nil
+	}
+	return "", fmt.Errorf("%q is not an isolation; use %s, %s or %s", s, IsolationAuto, IsolationTenant, IsolationPrincipal)
 }
 
 // Options configure the API.
@@ -92,7 +128,10 @@ type Options struct {
 	// applied); it is called with a context bounded by ReadyTimeout. nil
 	// means always ready.
 	Ready func(ctx context.Context) error
-	// Metrics is served at /metrics; nil answers 404.
+	// Metrics is served at /metrics, outside CORS (no browser page of
+	// another origin may read it); nil answers 404. Prefer serving it on a
+	// listener of its own, apart from the one browsers reach, as `idemguard
+	// serve` does (metrics_listen).
 	Metrics http.Handler
 	// MaxBodyBytes is the largest request body; larger ones get 413.
 	// Defaults to DefaultMaxBodyBytes (1 MiB).
@@ -185,6 +224,9 @@ func (o Options) validate() error {
 			return fmt.Errorf("routers: Options.Scopes[%d] %q: Timeout must not be negative", i, s.Name)
 		case seen[s.Name]:
 			return fmt.Errorf("routers: Options.Scopes[%d]: scope %q is listed twice", i, s.Name)
+		}
+		if _, err := ParseIsolation(string(s.Isolation)); err != nil {
+			return fmt.Errorf("routers: Options.Scopes[%d] %q: Isolation: %w", i, s.Name, err)
 		}
 		seen[s.Name] = true
 	}
@@ -315,6 +357,9 @@ func newEngine(o Options) (*gin.Engine, error) {
 		r.Use(observeHTTP(o.HTTPMetrics))
 	}
 	r.Use(h.requestLog, h.recovery)
+	// Registered before the CORS middleware, which gin adds only to routes
+	// registered after it: /metrics never answers a browser's origin.
+	r.GET(routeMetrics, h.serveMetrics)
 	if len(o.CORSOrigins) > 0 || o.CORSLoopback {
 		r.Use(corsMiddleware(o.CORSOrigins, o.CORSLoopback))
 	}
@@ -325,7 +370,6 @@ func newEngine(o Options) (*gin.Engine, error) {
 	r.GET(routeReadyz, h.readyz)
 	r.HEAD(routeHealthz, h.healthz)
 	r.HEAD(routeReadyz, h.readyz)
-	r.GET(routeMetrics, h.serveMetrics)
 	if o.Page != nil {
 		servePage(r, o.Page)
 	}
@@ -383,6 +427,7 @@ const (
 	tenantKey     = "idemguard.tenant"
 	scopeKey      = "idemguard.scope"
 	keyHashKey    = "idemguard.key_hash"
+	principalKey  = "idemguard.principal"
 	stopReasonKey = "idemguard.stop_reason"
 	replayedKey   = "idemguard.replayed"
 )

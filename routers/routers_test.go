@@ -559,7 +559,7 @@ func TestStoreDown(t *testing.T) {
 
 	// The cause of not-ready is in the log.
 	found := false
-	for _, l := range b.logs.lines(t, "http: not ready") {
+	for _, l := range b.logs.Lines(t, "http: not ready") {
 		found = found || strings.Contains(fmt.Sprint(l["err"]), "connection refused")
 	}
 	require.True(t, found)
@@ -584,10 +584,14 @@ func TestHealthAndMetrics(t *testing.T) {
 			w.Header().Set("Content-Type", "text/plain; version=0.0.4")
 			_, _ = io.WriteString(w, "idemguard_up 1\n")
 		})
+		o.CORSOrigins = []string{"https://app.example.com"}
 	}})
-	w = m.do(req{method: http.MethodGet, path: "/metrics"})
+	w = m.do(req{method: http.MethodGet, path: "/metrics", headers: []string{"Origin", "https://app.example.com"}})
 	require.Equal(t, http.StatusOK, w.Code)
 	require.Equal(t, "idemguard_up 1\n", w.Body.String())
+	require.Empty(t, w.Header().Get("Access-Control-Allow-Origin"), "a page of an allowed origin cannot read /metrics")
+	w = m.do(req{method: http.MethodGet, path: "/healthz", headers: []string{"Origin", "https://app.example.com"}})
+	require.Equal(t, "https://app.example.com", w.Header().Get("Access-Control-Allow-Origin"), "CORS itself is on")
 }
 
 func TestUnknownRouteAndMethod(t *testing.T) {
@@ -616,13 +620,13 @@ func TestPanicRecovery(t *testing.T) {
 	require.Equal(t, http.StatusInternalServerError, w.Code)
 	require.Equal(t, "unknown", problemOf(t, w)["stopReason"])
 	require.NotContains(t, w.Body.String(), "PRIVATE")
-	lines := b.logs.lines(t, "http: handler panicked")
+	lines := b.logs.Lines(t, "http: handler panicked")
 	require.Len(t, lines, 1)
 	require.Equal(t, "string", lines[0]["panic_type"])
 	require.NotContains(t, b.logs.String(), "PRIVATE panic value")
 	// The request log still records the 500.
 	var statuses []float64
-	for _, l := range b.logs.lines(t, "http: request") {
+	for _, l := range b.logs.Lines(t, "http: request") {
 		statuses = append(statuses, l["status"].(float64))
 	}
 	require.Equal(t, []float64{500}, statuses)
@@ -695,7 +699,7 @@ func TestRequestLog(t *testing.T) {
 	for _, secret := range []string{"PRIVATE", acmeKey1, "Bearer"} {
 		require.NotContains(t, logs, secret)
 	}
-	lines := b.logs.lines(t, "http: request")
+	lines := b.logs.Lines(t, "http: request")
 	require.Len(t, lines, 5)
 
 	var hash string

@@ -1,8 +1,8 @@
 package routers
 
-// The operator's view: GET {Prefix}/v1/stats (the caller's figures, behind the API's
-// authentication) and GET {Prefix}/ops (the page that draws them; a static shell that holds no
-// figures, so it needs no credentials).
+// The figures: GET {Prefix}/v1/stats (the caller's tenant's own figures, behind the API's
+// authentication) and GET {Prefix}/ops (a page that draws figures, when Options.OpsPage is set;
+// `idemguard serve` serves its operator page on the operator listener instead, never here).
 
 import (
 	"context"
@@ -51,7 +51,9 @@ type Stats struct {
 	SinceSeconds int64 `json:"sinceSeconds"`
 	// Note says what the figures cover, or why there are none.
 	Note string `json:"note"`
-	// Scopes are the service-wide protocol counters per hour and scope, oldest first.
+	// Scopes are the service-wide protocol counters per hour and scope, oldest first: only in
+	// the operator's view (never in a tenant's answer, which holds its own figures only; an
+	// empty list there).
 	Scopes []ScopeHour `json:"scopes"`
 	// Keys are the tenant's keys created per hour and scope, oldest first.
 	Keys []KeyHour `json:"keys"`
@@ -85,7 +87,8 @@ type KeyHour struct {
 	Started   int64  `json:"started"`
 }
 
-// StatsSource answers GET /v1/stats for one tenant over the last since. An error wrapping
+// StatsSource answers GET /v1/stats for one tenant over the last since: that tenant's own
+// figures only (its keys; no service-wide counter, no other tenant's). An error wrapping
 // idemguard.ErrStoreUnavailable is a 503.
 type StatsSource interface {
 	Stats(ctx context.Context, tenant tenancy.ID, since time.Duration) (Stats, error)

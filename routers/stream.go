@@ -79,7 +79,7 @@ func (h *handlers) runStream(c *gin.Context, tenant tenancy.ID, scope *Scope, re
 		c.Header(pipeline.HeaderPreferenceApplied, pipeline.PreferenceApplied(req.Wait))
 	}
 	out := &pipeline.Stream{SSE: pipeline.NewSSE(c.Writer), OnBegin: func(st idemguard.StreamStart) {
-		h.setRef(c.Writer.Header(), scope.Name, pipeline.Ref(req.ClientKey, st.KeyHash))
+		h.setRef(c.Writer.Header(), scope.Name, h.ref(c, scope.Name, req.ClientKey, st.KeyHash))
 		if st.Origin != idemguard.StreamLive {
 			c.Set(replayedKey, true)
 		}
@@ -102,9 +102,9 @@ func (h *handlers) runStream(c *gin.Context, tenant tenancy.ID, scope *Scope, re
 	p, failed := pipeline.StreamFailure(res, err)
 	if !failed {
 		c.Set(stopReasonKey, string(res.StopReason))
-		_ = out.SSE.Send(doneEvent)
+		_ = out.SSE.End(doneEvent) // flushed with the response's end
 		return
 	}
 	c.Set(stopReasonKey, string(p.StopReason))
-	_ = out.SSE.Send(pipeline.ErrorEvent(p))
+	_ = out.SSE.End(pipeline.ErrorEvent(p))
 }

@@ -1,7 +1,11 @@
 package routers
 
 import (
+	"context"
+	"encoding/json"
 	"net/http"
+	"net/http/httptest"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -62,4 +66,49 @@ func TestTooManyWaitersIs429(t *testing.T) {
 	}
 	b.releaseNow()
 	require.Equal(t, http.StatusOK, <-codes)
+}
+
+// flushLog is a response writer that records what was written and where
+// the handler flushed.
+type flushLog struct {
+	*httptest.ResponseRecorder
+	ops []string // "write:<bytes>" and "flush", in order
+}
+
+func (f *flushLog) Write(p []byte) (int, error) {
+	f.ops = append(f.ops, "write:"+string(p))
+	return f.ResponseRecorder.Write(p)
+}
+
+func (f *flushLog) Flush() {
+	f.ops = append(f.ops, "flush")
+	f.ResponseRecorder.Flush()
+}
+
+// A stream's events are flushed as they come, but its last one ([DONE], or
+// the error event) is not: the end of the response flushes it with the end
+// of the chunked body in one write, so a client that stops reading at
+// [DONE] finds the body ended and keeps its connection for the next
+// request. Flushing [DONE] alone (Send instead of End) fails this test.
+func TestStreamsLastEventGoesOutWithTheResponsesEnd(t *testing.T) {
+	t.Parallel()
+	stream := Scope{Name: "chat.stream",
+		Run: func(context.Context, json.RawMessage) (any, error) { return echoResult(json.RawMessage(`{}`)) },
+		Stream: func(_ context.Context, _ json.RawMessage, emit func(idemguard.Chunk)) (any, error) {
+			emit(idemguard.Chunk{Data: []byte(`{"n":1}`)})
+			emit(idemguard.Chunk{Data: []byte(`{"n":2}`)})
+			return echoResult(json.RawMessage(`{}`))
+		}}
+	b := setup(t, setupOpts{options: func(o *Options) { o.Scopes = append(o.Scopes, stream) }})
+	r := httptest.NewRequest(http.MethodPost, "/v1/ops/chat.stream", strings.NewReader(`{"stream":true}`))
+	r.Header.Set("Authorization", "Bearer "+acmeKey1)
+	r.Header.Set("Idempotency-Key", "last-event")
+	w := &flushLog{ResponseRecorder: httptest.NewRecorder()}
+	b.handler.ServeHTTP(w, r)
+	require.Equal(t, http.StatusOK, w.Code)
+	require.Equal(t, []string{
+		"write:data: {\"n\":1}\n\n", "flush",
+		"write:data: {\"n\":2}\n\n", "flush",
+		"write:data: [DONE]\n\n",
+	}, w.ops)
 }

@@ -76,7 +76,7 @@ func TestUnauthorizedSaysWhy(t *testing.T) {
 			"the token's signature does not verify, or its algorithm is not allowed"},
 		"missing claim": {[]string{"Bearer " + sign(func(c jwt.MapClaims) { delete(c, "aud") })},
 			invalidToken("the token lacks a required claim"),
-			"the token lacks a required claim (exp, iss or aud)"},
+			"the token lacks a required claim (exp, iss or aud; sub where keys are kept per user)"},
 		"invalid tenant": {[]string{"Bearer " + sign(func(c jwt.MapClaims) { c["tenant_id"] = "acme/../beta" })},
 			invalidToken("the token names no valid tenant"),
 			"the token's tenant claim is missing or is not a valid tenant ID"},

@@ -112,12 +112,7 @@ func validNumber(s string) bool {
 		return false
 	}
 	if i < len(s) && s[i] == '.' {
-		i++
-		d := i
-		for i < len(s) && s[i] >= '0' && s[i] <= '9' {
-			i++
-		}
-		if i == d {
+		if i = digits(s, i+1); i < 0 {
 			return false
 		}
 	}
@@ -126,13 +121,21 @@ func validNumber(s string) bool {
 		if i < len(s) && (s[i] == '+' || s[i] == '-') {
 			i++
 		}
-		d := i
-		for i < len(s) && s[i] >= '0' && s[i] <= '9' {
-			i++
-		}
-		if i == d {
+		if i = digits(s, i); i < 0 {
 			return false
 		}
 	}
 	return i == len(s)
+}
+
+// digits returns the index after the run of decimal digits at s[i:], or -1 when there is none.
+func digits(s string, i int) int {
+	d := i
+	for i < len(s) && s[i] >= '0' && s[i] <= '9' {
+		i++
+	}
+	if i == d {
+		return -1
+	}
+	return i
 }

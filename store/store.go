@@ -168,8 +168,14 @@ type ClaimParams struct {
 	// SecretID names the secret of KeyHash and Fingerprint; "" (stored as
 	// NULL) for the unnamed secret.
 	SecretID string
-	// Audit, when set, is written to the audit trail atomically with the
-	// row: both or neither (see Store).
+	// Audit, when set, is the claim's event (kind AuditClaimed), stored on
+	// the row itself: its ID and Actor go with the INSERT, so a claim costs
+	// the same one statement with the trail as without, and the event is
+	// there exactly when the row is. History reads it from the row (At is
+	// the row's CreatedAt, the store's clock, and Attempt 1) until something
+	// overwrites or deletes the row: an expired re-claim, the release of
+	// this claim, or cleanup; each moves the event to the trail in the same
+	// transaction as its change.
 	Audit *AuditEvent
 }
 
@@ -274,7 +280,8 @@ type ReleaseParams struct {
 // Implementations are safe for concurrent use, by many goroutines and (for
 // shared stores) many processes; every method is a single atomic statement
 // (or, when its params carry an Audit event, one transaction that writes
-// the row change and the event together, or neither), and the bool results
+// the row change and the event together, or neither; a claim's event is
+// stored on the row it inserts, see ClaimParams.Audit), and the bool results
 // report whether exactly one row was changed by a guarded update. Every
 // guarded update changes at least one column of the row it matches (a new
 // nonce, a new status or a new microsecond timestamp), so "rows changed",
@@ -358,14 +365,25 @@ type Store interface {
 	// victim, a lock wait timeout) must return an error wrapping
 	// ErrOutcomeUnknown.
 	RequestCancel(ctx context.Context, p CancelParams) (bool, error)
-	// AppendAudit writes events to the audit trail, skipping any whose ID
-	// is already there (a batch retried after an unknown outcome).
+	// AppendAudit writes events to the audit trail. A durable kind is one
+	// event each, skipping any whose ID is already there. The read-only
+	// kinds (AuditKind.Tallied: replays, in-progress answers, conflicts)
+	// are added to their tally: one per (tenant, scope, key hash, kind,
+	// attempt, actor, detail), holding how many there were (Count), the
+	// earliest At with its event's ID and OriginalAt, and the latest At
+	// (LastAt), so that a retry storm adds counts, never rows. A tally has
+	// no memory of IDs: a batch written twice counts twice, so a caller
+	// writes a batch again only when the first write provably never
+	// reached the store (ErrNotSent).
 	// A write the database reports as possibly applied or not (a deadlock
 	// victim, a lock wait timeout) must return an error wrapping
 	// ErrOutcomeUnknown.
 	AppendAudit(ctx context.Context, events []AuditEvent) error
 	// History returns the audit events of (tenant, scope) whose KeyHash is
-	// one of keyHashes, oldest first (by At, then ID), at most limit.
+	// one of keyHashes, oldest first (by At, then ID), at most limit: the
+	// durable events, the claimed events their rows still carry (see
+	// ClaimParams.Audit), and the tallies (each one AuditEvent with Count
+	// and LastAt, at its first time).
 	History(ctx context.Context, tenant, scope string, keyHashes []string, limit int) ([]AuditEvent, error)
 }
 
@@ -403,7 +421,7 @@ type AuditKind string
 
 // The decisions the audit trail records. The first seven change the row and
 // are durable with that change (see AuditConfig.Store); the last three only
-// read it and are written in batches.
+// read it, are written in batches and stored as tallies (Tallied).
 const (
 	AuditClaimed        AuditKind = "claimed"         // a key absent until now was claimed (attempt 1)
 	AuditExpiredReclaim AuditKind = "expired_reclaim" // an expired row was claimed afresh (attempt 1)
@@ -419,12 +437,17 @@ const (
 
 // Durable reports whether events of kind k change the row, and so are
 // written in the same transaction as the change.
-func (k AuditKind) Durable() bool {
+func (k AuditKind) Durable() bool { return !k.Tallied() }
+
+// Tallied reports whether events of kind k only read the row, and so are
+// stored as counts per key, kind, attempt, actor and detail (see
+// Store.AppendAudit) rather than one each.
+func (k AuditKind) Tallied() bool {
 	switch k {
 	case AuditReplay, AuditInProgress, AuditConflict:
-		return false
+		return true
 	}
-	return true
+	return false
 }
 
 // AuditKinds returns every kind, in the order above (a new slice each call).
@@ -475,9 +498,17 @@ type AuditEvent struct {
 	// Detail is, on in_progress, how the duplicate was answered
 	// (InProgressAnswered, InProgressWaited, InProgressAttached).
 	Detail string
-	// Replay is, on a replay read back by Guard.History, its number among
-	// the key's replays (1 for the first); 0 everywhere else.
+	// Replay is, on a replay read back by Guard.History, the number of its
+	// first replay among the key's replays (1 for the first, counted in the
+	// order of the tallies' first times); 0 everywhere else.
 	Replay int
+	// Count is, on a tally read back by History (a replay, in_progress or
+	// conflict kind), how many such events it holds (at least 1); 0 on a
+	// single event, as every sink but History sees them.
+	Count int64
+	// LastAt is, on a tally read back by History, the time of its latest
+	// event (At is the earliest's); zero on a single event.
+	LastAt time.Time
 }
 
 // KeyPrefix is the part of KeyHash the event shows.
@@ -497,16 +528,22 @@ type auditJSON struct {
 	StopReason sanitize.StopReason `json:"stopReason,omitempty"`
 	Detail     string              `json:"detail,omitempty"`
 	Replay     int                 `json:"replay,omitempty"`
+	Count      int64               `json:"count,omitempty"`
+	LastAt     *time.Time          `json:"lastAt,omitempty"`
 }
 
 // MarshalJSON writes the event for an audit stream or a key's history: the
 // key hash appears only as KeyPrefix.
 func (e AuditEvent) MarshalJSON() ([]byte, error) {
 	j := auditJSON{ID: e.ID, Kind: e.Kind, At: e.At.UTC(), Tenant: e.Tenant, Scope: e.Scope, KeyPrefix: e.KeyPrefix(),
-		Attempt: e.Attempt, Actor: e.Actor, StopReason: e.StopReason, Detail: e.Detail, Replay: e.Replay}
+		Attempt: e.Attempt, Actor: e.Actor, StopReason: e.StopReason, Detail: e.Detail, Replay: e.Replay, Count: e.Count}
 	if !e.OriginalAt.IsZero() {
 		t := e.OriginalAt.UTC()
 		j.OriginalAt = &t
+	}
+	if !e.LastAt.IsZero() {
+		t := e.LastAt.UTC()
+		j.LastAt = &t
 	}
 	return json.Marshal(j)
 }

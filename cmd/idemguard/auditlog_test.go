@@ -17,6 +17,7 @@ import (
 
 	"github.com/idemguard/idemguard/internal/metrics"
 	"github.com/idemguard/idemguard/internal/testdb"
+	"github.com/idemguard/idemguard/internal/testlog"
 	"github.com/idemguard/idemguard/routers/auth"
 	"github.com/idemguard/idemguard/store"
 )
@@ -69,7 +70,7 @@ func decodeLines(t *testing.T, text string) []map[string]any {
 // writes what is queued.
 func TestAuditStreamWritesEveryEventAsALine(t *testing.T) {
 	t.Parallel()
-	var out syncBuffer
+	var out testlog.Buffer
 	var drops dropCounter
 	a := newAuditStream(&out, nil, 1000, drops.add)
 	for i := range 500 {
@@ -252,7 +253,7 @@ func TestServeAuditTrail(t *testing.T) {
 	other, b := s.get(t, hist, "beta-key")
 	require.Equal(t, http.StatusNotFound, other.StatusCode, string(b))
 
-	_, metricsText := s.get(t, "/metrics", "")
+	_, metricsText := s.operator(t, "/metrics")
 	require.Contains(t, string(metricsText), `idemguard_audit_events_total{kind="claimed"} 1`)
 
 	s.stop() // Close flushes the stream

@@ -3,8 +3,6 @@ package main
 import (
 	"context"
 	"encoding/json"
-	"errors"
-	"flag"
 	"fmt"
 	"strconv"
 	"strings"
@@ -13,15 +11,14 @@ import (
 	"github.com/idemguard/idemguard"
 	"github.com/idemguard/idemguard/internal/cleanup"
 	"github.com/idemguard/idemguard/internal/metrics"
-	"github.com/idemguard/idemguard/internal/mysqlconn"
 )
 
 const cleanupUsage = `usage: idemguard cleanup [flags]
 
 Deletes idempotency keys whose expires_at has passed (database clock), in batches, never a
 started key whose owner is still heartbeating; then the idempotency_stats buckets older than
---stats-retention and the idempotency_audit events older than --audit-retention. Meant for a
-daily cron at 03:00:
+--stats-retention and the audit events (idempotency_audit) and counts (idempotency_audit_tally)
+older than --audit-retention. Meant for a daily cron at 03:00:
 
   0 3 * * * idemguard cleanup --max-duration 30m >> /var/log/idemguard-cleanup.log 2>&1
 
@@ -40,7 +37,7 @@ type cleanupSummary struct {
 	Batches int   `json:"batches"`
 	// StatsDeleted counts the idempotency_stats buckets pruned.
 	StatsDeleted int64 `json:"stats_deleted"`
-	// AuditDeleted counts the idempotency_audit events pruned.
+	// AuditDeleted counts the idempotency_audit events and idempotency_audit_tally counts pruned.
 	AuditDeleted int64  `json:"audit_deleted"`
 	DurationMS   int64  `json:"duration_ms"`
 	DryRun       bool   `json:"dry_run"`
@@ -49,8 +46,7 @@ type cleanupSummary struct {
 
 // runCleanup implements `idemguard cleanup`.
 func runCleanup(ctx context.Context, e env, args []string) int {
-	fs := flag.NewFlagSet("cleanup", flag.ContinueOnError)
-	fs.SetOutput(e.stderr)
+	fs := newFlagSet(e, "cleanup", cleanupUsage)
 	dsnFlag := fs.String("dsn", "", "MySQL DSN, user:password@tcp(host:3306)/dbname (default $"+EnvMySQLDSN+")")
 	batchSize := fs.Int("batch-size", cleanup.DefaultBatchSize, fmt.Sprintf("rows per DELETE, 1 to %d", cleanup.MaxBatchSize))
 	maxDuration := fs.Duration("max-duration", 0, "stop starting batches after this long; 0 for no limit (e.g. 30m)")
@@ -61,28 +57,19 @@ func runCleanup(ctx context.Context, e env, args []string) int {
 	fs.Var(&statsRetention, "stats-retention", "delete idempotency_stats buckets older than this, at least 24h; "+
 		"days allowed (e.g. 90d, 36h); 0 keeps every bucket")
 	auditRetention := retention(cleanup.DefaultAuditRetention)
-	fs.Var(&auditRetention, "audit-retention", "delete idempotency_audit events older than this, at least 24h; "+
+	fs.Var(&auditRetention, "audit-retention", "delete audit events (and counts whose last event is) older than this, at least 24h; "+
 		"days allowed (e.g. 90d, 36h); 0 keeps every event")
 	dryRun := fs.Bool("dry-run", false, "count the rows a run would delete; delete nothing")
 	metricsFile := fs.String("metrics-file", "", "also write the run's figures to this file for node_exporter's "+
 		"textfile collector (e.g. /var/lib/node_exporter/textfile/idemguard_cleanup.prom); not with --dry-run")
-	fs.Usage = func() {
-		fmt.Fprint(fs.Output(), cleanupUsage)
-		fs.PrintDefaults()
-	}
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return exitOK
-		}
-		return exitUsage // the flag package has printed the problem and the usage
+	if code, ok := parseFlagsOnly(e, fs, args); !ok {
+		return code
 	}
 	usageErr := func(format string, a ...any) int {
 		fmt.Fprintf(e.stderr, "idemguard cleanup: "+format+"\n", a...)
 		return exitUsage
 	}
 	switch {
-	case fs.NArg() > 0:
-		return usageErr("unexpected argument %q; cleanup takes flags only", fs.Arg(0))
 	case *batchSize < 1 || *batchSize > cleanup.MaxBatchSize:
 		return usageErr("--batch-size must be between 1 and %d, got %d", cleanup.MaxBatchSize, *batchSize)
 	case *maxDuration < 0:
@@ -100,16 +87,9 @@ func runCleanup(ctx context.Context, e env, args []string) int {
 	case *metricsFile != "" && *dryRun:
 		return usageErr("--metrics-file records real runs only; drop it or --dry-run")
 	}
-	dsn, ok := resolveDSN(e, "cleanup", *dsnFlag)
-	if !ok {
-		return exitUsage
-	}
-
-	log := e.logger.With("dsn", mysqlconn.Redact(dsn))
-	db, err := mysqlconn.Open(ctx, dsn, mysqlconn.PoolConfig{MaxOpenConns: 2})
-	if err != nil {
-		log.ErrorContext(ctx, "cleanup: connect to database", "err", err)
-		return exitError
+	db, log, code := openDB(ctx, e, "cleanup", *dsnFlag, 2, exitError)
+	if db == nil {
+		return code
 	}
 	defer db.Close()
 

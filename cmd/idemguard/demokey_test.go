@@ -43,6 +43,8 @@ func TestServeDemoKeyNeverJoinsAConfiguredDemoTenant(t *testing.T) {
 		"IDEMGUARD_API_KEYS": "demo:" + auth.HashAPIKey("own-key-0123456789")},
 		"scopes: [{name: demo, operation: demo, delay: 10ms}]\n")
 	require.Contains(t, s.stderr.String(), "the public demo key is not added to it")
+	require.Contains(t, s.stderr.String(), "The public demo key is not accepted: tenant demo is configured with its own API keys")
+	require.NotContains(t, s.stderr.String(), "Bearer dev-demo-key", "the banner advertises no key that is refused")
 	resp, body := s.post(t, "/v1/ops/demo", "dev-demo-key", "k1", `{"a":1}`)
 	require.Equal(t, http.StatusUnauthorized, resp.StatusCode, string(body))
 	resp, body = s.post(t, "/v1/ops/demo", "own-key-0123456789", "k1", `{"a":1}`)

@@ -2,8 +2,6 @@ package main
 
 import (
 	"context"
-	"errors"
-	"flag"
 	"fmt"
 	"net"
 	"net/http"
@@ -25,23 +23,11 @@ flags:
 
 // runHealth implements `idemguard health`.
 func runHealth(ctx context.Context, e env, args []string) int {
-	fs := flag.NewFlagSet("health", flag.ContinueOnError)
-	fs.SetOutput(e.stderr)
+	fs := newFlagSet(e, "health", healthUsage)
 	url := fs.String("url", "", "the URL to GET (default http://<$"+config.EnvListen+", loopback for 0.0.0.0 or ::>/healthz)")
 	timeout := fs.Duration("timeout", 2*time.Second, "give up after this long")
-	fs.Usage = func() {
-		fmt.Fprint(fs.Output(), healthUsage)
-		fs.PrintDefaults()
-	}
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return exitOK
-		}
-		return exitUsage
-	}
-	if fs.NArg() > 0 {
-		fmt.Fprintf(e.stderr, "idemguard health: unexpected argument %q\n", fs.Arg(0))
-		return exitUsage
+	if code, ok := parseFlagsOnly(e, fs, args); !ok {
+		return code
 	}
 	target := *url
 	if target == "" {

@@ -24,6 +24,7 @@ import (
 	"syscall"
 
 	"github.com/idemguard/idemguard/internal/mysqlconn"
+	"github.com/jmoiron/sqlx"
 )
 
 // Exit codes.
@@ -131,4 +132,22 @@ func resolveDSN(e env, cmd, flagValue string) (string, bool) {
 		return "", false
 	}
 	return dsn, true
+}
+
+// openDB resolves the database of subcommand cmd (--dsn, then the environment) and opens a pool
+// of at most maxConns. A missing or malformed DSN ends the command with exitUsage, a failed
+// connection with failCode; log carries the redacted DSN, and what it logs is named after cmd's
+// first word ("stats: connect to database" for `stats secrets` too).
+func openDB(ctx context.Context, e env, cmd, dsnFlag string, maxConns, failCode int) (db *sqlx.DB, log *slog.Logger, code int) {
+	dsn, ok := resolveDSN(e, cmd, dsnFlag)
+	if !ok {
+		return nil, nil, exitUsage
+	}
+	log = e.logger.With("dsn", mysqlconn.Redact(dsn))
+	db, err := mysqlconn.Open(ctx, dsn, mysqlconn.PoolConfig{MaxOpenConns: maxConns})
+	if err != nil {
+		log.ErrorContext(ctx, strings.Fields(cmd)[0]+": connect to database", "err", err)
+		return nil, nil, failCode
+	}
+	return db, log, exitOK
 }

@@ -42,7 +42,7 @@ func exportedMetrics(t *testing.T) map[string]bool {
 
 func scrapeServe(t *testing.T) (map[string]bool, string) {
 	s := startServe(t, map[string]string{"IDEMGUARD_LISTEN": "127.0.0.1:0"}, "scopes: [{name: demo, operation: demo, delay: 1ms}]\n")
-	resp, body := s.get(t, "/metrics", "")
+	resp, body := s.operator(t, "/metrics")
 	if resp.StatusCode != http.StatusOK {
 		return nil, "GET /metrics answered " + resp.Status
 	}

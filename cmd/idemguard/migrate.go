@@ -2,8 +2,6 @@ package main
 
 import (
 	"context"
-	"errors"
-	"flag"
 	"fmt"
 	"strings"
 	"time"
@@ -26,23 +24,15 @@ flags:
 
 // runMigrate implements `idemguard migrate up|down|status`.
 func runMigrate(ctx context.Context, e env, args []string) int {
-	fs := flag.NewFlagSet("migrate", flag.ContinueOnError)
-	fs.SetOutput(e.stderr)
+	fs := newFlagSet(e, "migrate", migrateUsage)
 	dsnFlag := fs.String("dsn", "", "MySQL DSN, user:password@tcp(host:3306)/dbname (default $"+EnvMySQLDSN+")")
 	lockTimeout := fs.Duration("lock-timeout", dbmigrate.LockTimeout, "how long to wait for another replica's migration")
-	fs.Usage = func() {
-		fmt.Fprint(fs.Output(), migrateUsage)
-		fs.PrintDefaults()
-	}
 
 	// Flags may come before or after the action: migrate --dsn X up, migrate up --dsn X.
 	var positional []string
 	for {
-		if err := fs.Parse(args); err != nil {
-			if errors.Is(err, flag.ErrHelp) {
-				return exitOK
-			}
-			return exitUsage // the flag package has printed the problem and the usage
+		if code, ok := parseFlags(fs, args); !ok {
+			return code
 		}
 		if fs.NArg() == 0 {
 			break

@@ -56,13 +56,14 @@ func TestOpsStatsFromMySQL(t *testing.T) {
 	t.Parallel()
 	s := opsServer(t)
 
-	resp, body := s.get(t, "/v1/stats?since=24h", "acme-key")
+	// The operator listener: the service-wide counters, and the keys of the tenant named.
+	resp, body := s.operator(t, "/v1/stats?since=24h&tenant=acme")
 	require.Equal(t, http.StatusOK, resp.StatusCode, string(body))
 	var st routers.Stats
 	require.NoError(t, json.Unmarshal(body, &st))
 	require.Equal(t, "acme", st.Tenant)
 	require.Equal(t, "mysql", st.Store)
-	require.Equal(t, opsui.NoteMySQL, st.Note)
+	require.Equal(t, opsui.NoteOperator, st.Note)
 	require.Equal(t, int64(86400), st.SinceSeconds)
 	from, err := time.Parse(time.RFC3339, st.From)
 	require.NoError(t, err)
@@ -87,17 +88,26 @@ func TestOpsStatsFromMySQL(t *testing.T) {
 		created += k.Created
 		succeeded += k.Succeeded
 	}
-	require.Equal(t, int64(2), created, "acme sees its own 2 keys, not beta's 3")
+	require.Equal(t, int64(2), created, "acme's 2 keys, not beta's 3")
 	require.Equal(t, int64(2), succeeded)
 
+	// A tenant on the API: its own keys, and no service-wide counter (on the code before, beta
+	// read the demo scope's counters of every tenant's calls).
 	resp, body = s.get(t, "/v1/stats", "beta-key")
 	require.Equal(t, http.StatusOK, resp.StatusCode, string(body))
+	st = routers.Stats{}
 	require.NoError(t, json.Unmarshal(body, &st))
+	require.Equal(t, "beta", st.Tenant)
+	require.Equal(t, opsui.NoteMySQL, st.Note)
+	require.Empty(t, st.Scopes, "a tenant sees only its own figures")
 	created = 0
 	for _, k := range st.Keys {
 		created += k.Created
 	}
 	require.Equal(t, int64(3), created)
+	resp, _ = s.get(t, "/v1/stats?tenant=acme", "beta-key")
+	require.Equal(t, http.StatusOK, resp.StatusCode)
+	require.NotContains(t, string(body), `"tenant":"acme"`, "the query names no other tenant on the API")
 
 	resp, _ = s.get(t, "/v1/stats", "")
 	require.Equal(t, http.StatusUnauthorized, resp.StatusCode)
@@ -130,8 +140,9 @@ type opsReport struct {
 	Screenshot string `json:"screenshot"`
 }
 
-// TestOpsPageInChromium opens /ops in headless Chromium (Debian's, driven by playwright-core
-// from web/node_modules), signs in as acme, and checks the charts drew the seeded figures. The
+// TestOpsPageInChromium opens /ops of the operator listener in headless Chromium (Debian's,
+// driven by playwright-core from web/node_modules), names tenant acme (no credential: the
+// listener is the operator's), and checks the charts drew the seeded figures. The
 // screenshot goes to the test's temp directory. It needs node, `npm ci` in web/ and Chromium
 // (.ci/run installs them); without them it skips, except under CI=true.
 func TestOpsPageInChromium(t *testing.T) {
@@ -161,7 +172,7 @@ func TestOpsPageInChromium(t *testing.T) {
 	out := t.TempDir()
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, "node", "browser/ops.browser.mjs", "--url", "http://"+s.addr, "--key", "acme-key", "--out", out)
+	cmd := exec.CommandContext(ctx, "node", "browser/ops.browser.mjs", "--url", "http://"+s.opsAddr, "--tenant", "acme", "--out", out)
 	cmd.Dir = web
 	cmd.Env = append(os.Environ(), "CHROMIUM="+chromium)
 	var stderr strings.Builder
@@ -174,8 +185,8 @@ func TestOpsPageInChromium(t *testing.T) {
 	t.Logf("screenshot: %s", rep.Screenshot)
 
 	require.Empty(t, rep.Errors, "no script errors, no CSP violations")
-	require.Contains(t, rep.Who, "tenant acme")
-	require.True(t, rep.StoredKey)
+	require.Contains(t, rep.Who, "keys of tenant acme")
+	require.False(t, rep.StoredKey, "no credential is kept in the browser")
 	require.FileExists(t, filepath.Join(out, "ops.png"))
 	info, err := os.Stat(filepath.Join(out, "ops.png"))
 	require.NoError(t, err)

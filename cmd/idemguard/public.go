@@ -11,7 +11,8 @@ func routerScopes(reg *ops.Registry) []routers.Scope {
 	for _, name := range names {
 		s, _ := reg.Lookup(name)
 		out = append(out, routers.Scope{Name: s.Name, Settings: s.Settings, KeyRequired: s.KeyRequired,
-			Timeout: s.Timeout, Run: s.Run, Validate: s.Validate, Stream: s.Stream, StreamReplay: s.StreamReplay})
+			Timeout: s.Timeout, Run: s.Run, Validate: s.Validate, Stream: s.Stream, StreamReplay: s.StreamReplay,
+			Isolation: routers.Isolation(s.Isolation)})
 	}
 	return out
 }

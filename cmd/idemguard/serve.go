@@ -63,27 +63,14 @@ const (
 // in-flight requests run for shutdown_grace, cancel the operations still
 // running (the guard stores them as failed), close the database.
 func runServe(ctx context.Context, e env, args []string) int {
-	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
-	fs.SetOutput(e.stderr)
+	fs := newFlagSet(e, "serve", serveUsage)
 	configPath := fs.String("config", "", "YAML config file (default $"+config.EnvConfig+"; none: defaults and environment only)")
 	auditLog := fs.String("audit-log", "", "where the JSON-lines audit stream goes: off, stdout, stderr or a file path (appended, 0600); "+
 		"overrides audit.log and $"+config.EnvAuditLog+" (default off)")
 	auditTable := fs.Bool("audit-table", true, "write the audit trail to the idempotency_audit table when the store is MySQL; "+
 		"overrides audit.table and $"+config.EnvAuditTable)
-	fs.Usage = func() {
-		fmt.Fprint(fs.Output(), serveUsage)
-		fs.PrintDefaults()
-	}
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return exitOK
-		}
-		return exitUsage
-	}
-	if fs.NArg() > 0 {
-		fmt.Fprintf(e.stderr, "idemguard serve: unexpected argument %q\n", fs.Arg(0))
-		fs.Usage()
-		return exitUsage
+	if code, ok := parseFlagsOnly(e, fs, args); !ok {
+		return code
 	}
 
 	cfg, err := config.Load(*configPath, e.getenv)
@@ -172,13 +159,21 @@ func (s *server) run(ctx context.Context) int {
 	if !ok {
 		return exitError
 	}
-	srv, served, ok := s.listen(ctx, handler, names)
+	opsSrv, opsAddr, opsServed, ok := s.listenOperator(ctx, m, names)
+	if !ok {
+		return exitError
+	}
+	defer s.stopOperator(opsSrv)
+	srv, served, ok := s.listen(ctx, handler, names, opsAddr)
 	if !ok {
 		return exitError
 	}
 	select {
 	case err := <-served:
 		s.log.Error("serve: the HTTP server stopped", "err", err)
+		return exitError
+	case err := <-opsServed:
+		s.log.Error("serve: the operator listener stopped", "err", err)
 		return exitError
 	case <-ctx.Done():
 	}
@@ -276,7 +271,7 @@ func (s *server) handler(guard *idemguard.Guard, m *metrics.Metrics, transport *
 			undo[i]()
 		}
 	}
-	registry, err := ops.FromConfig(cfg, &http.Client{Transport: transport})
+	registry, err := ops.FromConfig(cfg, &http.Client{Transport: transport}, guard.HashActor)
 	if err != nil {
 		log.Error("serve: cannot build the operations", "err", err)
 		return nil, nil, done, false
@@ -293,7 +288,6 @@ func (s *server) handler(guard *idemguard.Guard, m *metrics.Metrics, transport *
 		Scopes:                routerScopes(registry),
 		Auth:                  auth,
 		Ready:                 s.ready(guard),
-		Metrics:               m.Handler(),
 		MaxBodyBytes:          cfg.MaxBodyBytes,
 		MaxWait:               cfg.MaxWait,
 		RetryAfter:            cfg.RetryAfter,
@@ -322,14 +316,40 @@ func (s *server) handler(guard *idemguard.Guard, m *metrics.Metrics, transport *
 }
 
 // listen starts serving handler on the configured address; served reports
-// the server's end. ok is false, logged, when it cannot listen.
-func (s *server) listen(ctx context.Context, handler http.Handler, names []string) (
+// the server's end. ok is false, logged, when it cannot listen. opsAddr,
+// the operator listener's address ("" when off), goes into the listening
+// line.
+func (s *server) listen(ctx context.Context, handler http.Handler, names []string, opsAddr string) (
 	srv *http.Server, served chan error, ok bool) {
 	cfg, log := s.cfg, s.log
-	ln, err := net.Listen("tcp", cfg.Listen)
-	if err != nil {
-		log.Error("serve: cannot listen", "listen", cfg.Listen, "err", err)
+	srv, served, ln, ok := s.serveOn(ctx, "listen", cfg.Listen, handler)
+	if !ok {
 		return nil, nil, false
+	}
+
+	addr := ln.Addr().String()
+	// The banner comes before the listening line, which is the signal that serve is ready:
+	// whoever waits for it (a test, a supervisor's log watch) finds the banner written.
+	if cfg.Mode == config.Development {
+		_, refused := demoKeyRefusal(cfg)
+		fmt.Fprint(s.env.stderr, devBanner(addr, cfg.DevelopmentWithoutDatabase(), refused))
+		if opsAddr != "" {
+			fmt.Fprintf(s.env.stderr, "Operator page and metrics (no credential; keep this listener private): http://%s/ops, http://%s/metrics\n", opsAddr, opsAddr)
+		}
+	}
+	log.Info("serve: listening", "addr", addr, "operator_addr", opsAddr, "mode", string(cfg.Mode), "store", s.storeName(),
+		"scopes", names, "config", cfg.Source)
+	return srv, served, true
+}
+
+// serveOn starts an HTTP server of handler on addr (the setting's value);
+// served reports its end. ok is false, logged, when it cannot listen.
+func (s *server) serveOn(ctx context.Context, setting, addr string, handler http.Handler) (
+	srv *http.Server, served chan error, ln net.Listener, ok bool) {
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		s.log.Error("serve: cannot listen", setting, addr, "err", err)
+		return nil, nil, nil, false
 	}
 	srv = &http.Server{
 		Handler:           handler,
@@ -337,21 +357,12 @@ func (s *server) listen(ctx context.Context, handler http.Handler, names []strin
 		ReadTimeout:       readTimeout,
 		IdleTimeout:       idleTimeout,
 		MaxHeaderBytes:    maxHeaderBytes,
-		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
+		ErrorLog:          slog.NewLogLogger(s.log.Handler(), slog.LevelWarn),
 		BaseContext:       func(net.Listener) context.Context { return context.WithoutCancel(ctx) },
 	}
 	served = make(chan error, 1)
 	go func() { served <- srv.Serve(ln) }()
-
-	addr := ln.Addr().String()
-	// The banner comes before the listening line, which is the signal that serve is ready:
-	// whoever waits for it (a test, a supervisor's log watch) finds the banner written.
-	if cfg.Mode == config.Development {
-		fmt.Fprint(s.env.stderr, devBanner(addr, cfg.DevelopmentWithoutDatabase()))
-	}
-	log.Info("serve: listening", "addr", addr, "mode", string(cfg.Mode), "store", s.storeName(),
-		"scopes", names, "config", cfg.Source)
-	return srv, served, true
+	return srv, served, ln, true
 }
 
 // shutdown stops srv and closes guard, in the order that loses no stored
@@ -480,12 +491,18 @@ func (s *server) ready(guard *idemguard.Guard) func(ctx context.Context) error {
 }
 
 // devBanner is what development mode prints on stderr after it starts
-// listening: the demo key and the quick start, ready to paste.
-func devBanner(addr string, inMemory bool) string {
+// listening: the demo key and the quick start, ready to paste; or, when the
+// demo key is refused (refused says why), only that, so the banner never
+// advertises a key that does not work.
+func devBanner(addr string, inMemory bool, refused string) string {
 	var b strings.Builder
 	b.WriteString("\nidemguard is running in development mode")
 	if inMemory {
 		b.WriteString(" (in-memory store: nothing is kept across restarts)")
+	}
+	if refused != "" {
+		b.WriteString(".\nThe public demo key is not accepted: " + refused + ".\n")
+		return b.String()
 	}
 	fmt.Fprintf(&b, ".\nDemo tenant %q, API key: %s (accepted only in development mode).\n", config.DemoTenant, config.DemoAPIKey)
 	fmt.Fprintf(&b, "The %q scope simulates a slow model call. Try it:\n\n", config.DemoScope)
@@ -526,14 +543,27 @@ func (s *server) authenticator() (*auth.Authenticator, error) {
 	if err != nil || cfg.Mode != config.Development {
 		return a, err
 	}
-	scopes := cfg.DemoScopes()
+	scopes, refused := demoKeyRefusal(cfg)
 	switch {
 	case len(cfg.APIKeys[config.DemoTenant]) > 0:
 		s.log.Warn("serve: tenant " + string(config.DemoTenant) + " is configured with its own API keys: " +
 			"the public demo key is not added to it")
 		return a, nil
-	case len(scopes) == 0:
-		return a, nil // no demo scope: the demo key would open nothing
+	case refused != "":
+		return a, nil
 	}
 	return a.WithScopedKey(config.DemoTenant, "demo", auth.HashAPIKey(config.DemoAPIKey), scopes)
+}
+
+// demoKeyRefusal returns the scopes the public demo key opens in development
+// mode, or why it opens none: the authenticator and the banner decide by it.
+func demoKeyRefusal(cfg *config.Config) (scopes []string, refused string) {
+	scopes = cfg.DemoScopes()
+	switch {
+	case len(cfg.APIKeys[config.DemoTenant]) > 0:
+		return nil, "tenant " + string(config.DemoTenant) + " is configured with its own API keys"
+	case len(scopes) == 0:
+		return nil, "no demo scope is configured"
+	}
+	return scopes, ""
 }

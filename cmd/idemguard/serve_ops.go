@@ -46,10 +46,10 @@ func scopeCost(scopes []config.Scope) func(string, idemguard.Usage) float64 {
 	return func(scope string, u idemguard.Usage) float64 { return prices[scope].Cost(u) }
 }
 
-// opsOptions sets the operator page and the source of its figures (GET /v1/stats): the database
-// when there is one; without, routers answers an empty series that says why.
+// opsOptions sets the source of a tenant's own figures (GET /v1/stats on the API): the database
+// when there is one; without, routers answers an empty series that says why. The operator page
+// and the service-wide figures are on the operator listener (serve_operator.go), never here.
 func (s *server) opsOptions(o *routers.Options, scopes []string) {
-	o.OpsPage = opsui.Handler()
 	if s.db != nil {
 		o.Stats = opsui.NewMySQL(s.db, scopes)
 	}

@@ -2,49 +2,33 @@ package main
 
 import (
 	"bufio"
-	"bytes"
 	"context"
 	"encoding/json"
 	"io"
+	"maps"
 	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
 
 	"github.com/idemguard/idemguard/internal/testdb"
+	"github.com/idemguard/idemguard/internal/testlog"
 	"github.com/idemguard/idemguard/routers/auth"
 )
 
-// syncBuffer is a bytes.Buffer safe for a writer and a concurrent reader.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
-
 // served is an in-process `idemguard serve`.
 type served struct {
-	addr   string
-	stderr *syncBuffer
-	stop   context.CancelFunc // stands in for SIGTERM
-	code   chan int
-	client *http.Client
+	addr string
+	// opsAddr is the operator listener's (metrics_listen): /metrics, /ops.
+	opsAddr string
+	stderr  *testlog.Buffer
+	stop    context.CancelFunc // stands in for SIGTERM
+	code    chan int
+	client  *http.Client
 }
 
 const testSecret = "0123456789abcdef0123456789abcdef"
@@ -73,8 +57,16 @@ func startServeArgs(t *testing.T, environ map[string]string, configYAML string, 
 	t.Helper()
 	path := filepath.Join(t.TempDir(), "idemguard.yaml")
 	require.NoError(t, os.WriteFile(path, []byte(configYAML), 0o600))
+	if _, set := environ["IDEMGUARD_METRICS_LISTEN"]; !set {
+		// A free port: parallel tests cannot all have the default 9090.
+		environ = maps.Clone(environ)
+		if environ == nil {
+			environ = map[string]string{}
+		}
+		environ["IDEMGUARD_METRICS_LISTEN"] = "127.0.0.1:0"
+	}
 	ctx, cancel := context.WithCancel(context.Background())
-	s := &served{stderr: &syncBuffer{}, stop: cancel, code: make(chan int, 1),
+	s := &served{stderr: &testlog.Buffer{}, stop: cancel, code: make(chan int, 1),
 		client: &http.Client{Transport: &http.Transport{}, Timeout: 30 * time.Second}}
 	go func() {
 		s.code <- run(ctx, append([]string{"serve", "--config", path}, flags...), io.Discard, s.stderr, func(k string) string { return environ[k] })
@@ -102,9 +94,12 @@ func startServeArgs(t *testing.T, environ map[string]string, configYAML string, 
 		}
 		sc := bufio.NewScanner(strings.NewReader(s.stderr.String()))
 		for sc.Scan() {
-			var line struct{ Msg, Addr string }
+			var line struct {
+				Msg, Addr    string
+				OperatorAddr string `json:"operator_addr"`
+			}
 			if json.Unmarshal(sc.Bytes(), &line) == nil && line.Msg == "serve: listening" {
-				s.addr = line.Addr
+				s.addr, s.opsAddr = line.Addr, line.OperatorAddr
 			}
 		}
 	}
@@ -129,6 +124,15 @@ func (s *served) get(t *testing.T, path, apiKey string) (*http.Response, []byte)
 	if apiKey != "" {
 		req.Header.Set("Authorization", "Bearer "+apiKey)
 	}
+	return s.do(t, req)
+}
+
+// operator GETs path from the operator listener, without a credential.
+func (s *served) operator(t *testing.T, path string) (*http.Response, []byte) {
+	t.Helper()
+	require.NotEmpty(t, s.opsAddr, "the operator listener is off")
+	req, err := http.NewRequest(http.MethodGet, "http://"+s.opsAddr+path, nil)
+	require.NoError(t, err)
 	return s.do(t, req)
 }
 
@@ -206,7 +210,7 @@ func TestServeDevelopmentInMemory(t *testing.T) {
 	require.Contains(t, s.stderr.String(), QuickStart(s.addr), "the banner's commands name the real address")
 
 	// Before the first request, every counter series is there at zero.
-	resp, body := s.get(t, "/metrics", "")
+	resp, body := s.operator(t, "/metrics")
 	require.Equal(t, http.StatusOK, resp.StatusCode)
 	for _, zero := range []string{
 		`idemguard_takeovers_total{scope="demo"} 0`,
@@ -229,7 +233,7 @@ func TestServeDevelopmentInMemory(t *testing.T) {
 
 	resp, _ = s.get(t, "/readyz", "")
 	require.Equal(t, http.StatusOK, resp.StatusCode, "the in-memory store is always ready")
-	resp, body = s.get(t, "/metrics", "")
+	resp, body = s.operator(t, "/metrics")
 	require.Equal(t, http.StatusOK, resp.StatusCode)
 	require.Contains(t, string(body), `idemguard_claims_total{scope="demo"} 1`)
 	require.Contains(t, string(body), `idemguard_replays_total{from_memory="true",scope="demo"} 1`)

@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"math"
@@ -14,7 +13,6 @@ import (
 	"time"
 
 	"github.com/idemguard/idemguard/internal/config"
-	"github.com/idemguard/idemguard/internal/mysqlconn"
 	"github.com/idemguard/idemguard/internal/stats"
 )
 
@@ -125,8 +123,7 @@ func runStats(ctx context.Context, e env, args []string) int {
 	if len(args) > 0 && args[0] == "secrets" {
 		return runStatsSecrets(ctx, e, args[1:])
 	}
-	fs := flag.NewFlagSet("stats", flag.ContinueOnError)
-	fs.SetOutput(e.stderr)
+	fs := newFlagSet(e, "stats", statsUsage)
 	dsnFlag := fs.String("dsn", "", "MySQL DSN, user:password@tcp(host:3306)/dbname (default $"+EnvMySQLDSN+")")
 	since := spanFlag(24 * time.Hour)
 	fs.Var(&since, "since", "the window: a duration (90m, 24h) or days (7d, 1d12h)")
@@ -137,31 +134,13 @@ func runStats(ctx context.Context, e env, args []string) int {
 	fs.Var(&maxTakeover, "max-takeover-rate", "alert when the stale takeover rate is above this")
 	fs.Var(&minHit, "min-hit-rate", "alert when the cache hit rate is below this")
 	fs.Var(&maxFailure, "max-failure-rate", "alert when the failure rate is above this")
-	fs.Usage = func() {
-		fmt.Fprint(fs.Output(), statsUsage)
-		fs.PrintDefaults()
-	}
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return exitOK
-		}
-		return exitUsage // the flag package has printed the problem (naming the flag) and the usage
-	}
-	if fs.NArg() > 0 {
-		fmt.Fprintf(e.stderr, "idemguard stats: unexpected argument %q; stats takes flags only\n", fs.Arg(0))
-		return exitUsage
+	if code, ok := parseFlagsOnly(e, fs, args); !ok {
+		return code
 	}
 	th := stats.Thresholds{MaxTakeoverRate: float64(maxTakeover), MinHitRate: float64(minHit), MaxFailureRate: float64(maxFailure)}
-	dsn, ok := resolveDSN(e, "stats", *dsnFlag)
-	if !ok {
-		return exitUsage
-	}
-
-	log := e.logger.With("dsn", mysqlconn.Redact(dsn))
-	db, err := mysqlconn.Open(ctx, dsn, mysqlconn.PoolConfig{MaxOpenConns: 1})
-	if err != nil {
-		log.ErrorContext(ctx, "stats: connect to database", "err", err)
-		return exitUnreadable
+	db, log, code := openDB(ctx, e, "stats", *dsnFlag, 1, exitUnreadable)
+	if db == nil {
+		return code
 	}
 	defer db.Close()
 	r, err := stats.Collect(ctx, db, time.Duration(since))

@@ -3,14 +3,11 @@ package main
 import (
 	"context"
 	"encoding/json"
-	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"text/tabwriter"
 	"time"
 
-	"github.com/idemguard/idemguard/internal/mysqlconn"
 	"github.com/idemguard/idemguard/internal/stats"
 )
 
@@ -28,33 +25,15 @@ flags:
 
 // runStatsSecrets implements `idemguard stats secrets`.
 func runStatsSecrets(ctx context.Context, e env, args []string) int {
-	fs := flag.NewFlagSet("stats secrets", flag.ContinueOnError)
-	fs.SetOutput(e.stderr)
+	fs := newFlagSet(e, "stats secrets", statsSecretsUsage)
 	dsnFlag := fs.String("dsn", "", "MySQL DSN, user:password@tcp(host:3306)/dbname (default $"+EnvMySQLDSN+")")
 	asJSON := fs.Bool("json", false, "print one JSON object instead of a table")
-	fs.Usage = func() {
-		fmt.Fprint(fs.Output(), statsSecretsUsage)
-		fs.PrintDefaults()
+	if code, ok := parseFlagsOnly(e, fs, args); !ok {
+		return code
 	}
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return exitOK
-		}
-		return exitUsage
-	}
-	if fs.NArg() > 0 {
-		fmt.Fprintf(e.stderr, "idemguard stats secrets: unexpected argument %q; it takes flags only\n", fs.Arg(0))
-		return exitUsage
-	}
-	dsn, ok := resolveDSN(e, "stats secrets", *dsnFlag)
-	if !ok {
-		return exitUsage
-	}
-	log := e.logger.With("dsn", mysqlconn.Redact(dsn))
-	db, err := mysqlconn.Open(ctx, dsn, mysqlconn.PoolConfig{MaxOpenConns: 1})
-	if err != nil {
-		log.ErrorContext(ctx, "stats: connect to database", "err", err)
-		return exitUnreadable
+	db, log, code := openDB(ctx, e, "stats secrets", *dsnFlag, 1, exitUnreadable)
+	if db == nil {
+		return code
 	}
 	defer db.Close()
 	rows, now, err := stats.CollectSecretRows(ctx, db)

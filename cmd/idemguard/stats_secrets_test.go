@@ -3,10 +3,11 @@ package main
 import (
 	"encoding/json"
 	"fmt"
-	"github.com/idemguard/idemguard/store"
 	"regexp"
 	"testing"
 	"time"
+
+	"github.com/idemguard/idemguard/store"
 
 	"github.com/stretchr/testify/require"
 

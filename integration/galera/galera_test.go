@@ -208,8 +208,11 @@ func (c *cluster) guards(t *testing.T, obs func(node int, e idemguard.Event), cf
 	t.Helper()
 	out := make([]*idemguard.Guard, len(c.nodes))
 	for i, db := range c.nodes {
+		// The audit trail on, as serve runs on MySQL: the claim's event on its row, replays and
+		// in-progress answers counted across nodes (INSERT ... ON DUPLICATE KEY UPDATE).
 		conf := idemguard.Config{Store: mysqlstore.New(db), Secret: secret, ReplayCacheSize: -1,
-			Logger: slog.New(slog.DiscardHandler), Observe: func(e idemguard.Event) { obs(i, e) }}
+			Logger: slog.New(slog.DiscardHandler), Observe: func(e idemguard.Event) { obs(i, e) },
+			Audit: idemguard.AuditConfig{Store: true}}
 		if cfg != nil {
 			cfg(&conf)
 		}
@@ -324,6 +327,17 @@ func testStorm(t *testing.T, c *cluster, syncWait string) int64 {
 	}
 	require.Zero(t, ev.count(idemguard.EventStoreError), "store errors")
 	rec.check(t, syncWait)
+	// The audit trail across nodes: each round's duplicates (n-1 replays and in-progress
+	// answers) are counted, one tally per node's kind and detail, added by three writers to the
+	// same rows; the claims ride on their rows.
+	var rounds int
+	require.NoError(t, c.nodes[0].Get(&rounds, `SELECT COUNT(*) FROM idempotency_keys WHERE claim_event_id IS NOT NULL`))
+	require.Eventually(t, func() bool {
+		var counted int64
+		require.NoError(t, c.nodes[0].Get(&counted, `SELECT COALESCE(SUM(n), 0) FROM idempotency_audit_tally`))
+		return counted == int64(rounds*(n-1))
+	}, 20*time.Second, 50*time.Millisecond, "the tallies count every duplicate of %d rounds", rounds)
+	require.Zero(t, ev.count(idemguard.EventAuditDropped), "audit events dropped")
 	return seen
 }
 

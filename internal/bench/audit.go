@@ -10,15 +10,19 @@ import (
 )
 
 // The audit suite measures what the audit trail costs, against the same
-// build with auditing off. Audited guards write to the store
-// (Config.Audit.Store: a claim's event in the claim's transaction, replays
-// in batches off the request path) and hand every event to an observer that
-// only counts it, as serve's stream writer queues it. Cases:
-//   - fresh keys (claim, no-op operation, complete): the claim's INSERT
-//     becomes a transaction with the event's INSERT;
+// build with auditing off and against the raw durable floor. Audited guards
+// write to the store (Config.Audit.Store: a claim's event carried by the
+// claim's own INSERT, replays counted in batches off the request path) and
+// hand every event to an observer that only counts it, as serve's stream
+// writer queues it. Cases:
+//   - the raw durable floor: the INSERT and the guarded UPDATE a fresh key
+//     minimally needs (the fresh suite's raw-insert-update);
+//   - fresh keys (claim, no-op operation, complete), audit off and on;
 //   - store replays (replay cache off): one queued event per replay;
 //   - cached replays: the same, from memory.
-// Each audited case's ratio is against its unaudited twin.
+// Each audited case's ratio is against its unaudited twin; fresh with
+// audit on must reach auditFreshTarget of both its twin and the floor, at
+// every concurrency (the ratio to the floor is printed as a note).
 
 func init() {
 	register(suite{name: "audit", about: "fresh and replay paths with the audit trail on (table + observer) vs off", run: runAudit})
@@ -29,6 +33,10 @@ const (
 	scopeAuditReplay = "bench.audit.replay"
 )
 
+// auditFreshTarget is the least throughput ratio of a fresh key with the
+// audit trail on, to the same with it off and to the raw durable floor.
+const auditFreshTarget = 0.9
+
 func auditReplayCall(n int64) idemguard.Call {
 	return idemguard.Call{Tenant: tenantGuard, Scope: scopeAuditReplay, ClientKey: "audit-replay-" + strconv.FormatInt(n, 10),
 		Inputs: inputs{Doc: n, Text: textHash}}
@@ -36,6 +44,10 @@ func auditReplayCall(n int64) idemguard.Call {
 
 func runAudit(ctx context.Context, e *env) ([]row, error) {
 	if _, err := populate(ctx, e, replayKeys, auditReplayCall); err != nil {
+		return nil, err
+	}
+	body, err := storedBody()
+	if err != nil {
 		return nil, err
 	}
 	var observed atomic.Int64
@@ -93,8 +105,10 @@ func runAudit(ctx context.Context, e *env) ([]row, error) {
 			return nil
 		}}
 	}
-	freshOff := fresh("fresh-audit-off", "", guards["off"])
+	floor := benchCase{name: "raw-insert-update", op: rawInsertUpdate(e, scopeAuditFresh, body)}
+	freshOff := fresh("fresh-audit-off", floor.name, guards["off"])
 	freshOn := fresh("fresh-audit-on", freshOff.name, guards["on"])
+	freshOn.targetRatio = auditFreshTarget
 	storeOff := replay("replay-store-audit-off", "", guards["off-store"])
 	storeOn := replay("replay-store-audit-on", storeOff.name, guards["on-store"])
 	cachedOff := replay("replay-cached-audit-off", "", guards["off"])
@@ -102,7 +116,13 @@ func runAudit(ctx context.Context, e *env) ([]row, error) {
 
 	var rows []row
 	for _, c := range e.opts.concurrency {
-		for _, pair := range [][2]benchCase{{freshOff, freshOn}, {storeOff, storeOn}, {cachedOff, cachedOn}} {
+		r, err := e.compare(ctx, "audit", c, floor, freshOff, freshOn)
+		if err != nil {
+			return nil, err
+		}
+		noteFloor(r, floor.name, freshOn.name)
+		rows = append(rows, r...)
+		for _, pair := range [][2]benchCase{{storeOff, storeOn}, {cachedOff, cachedOn}} {
 			r, err := e.compare(ctx, "audit", c, pair[0], pair[1])
 			if err != nil {
 				return nil, err
@@ -114,4 +134,27 @@ func runAudit(ctx context.Context, e *env) ([]row, error) {
 		return nil, fmt.Errorf("the audited guards observed no event")
 	}
 	return rows, nil
+}
+
+// noteFloor notes on rows' case named on its throughput ratio to the case
+// named floor (one concurrency's rows), against auditFreshTarget.
+func noteFloor(rows []row, floor, on string) {
+	var f, o *row
+	for i := range rows {
+		switch rows[i].Case {
+		case floor:
+			f = &rows[i]
+		case on:
+			o = &rows[i]
+		}
+	}
+	if f == nil || o == nil || f.OpsPerSec <= 0 {
+		return
+	}
+	x := o.OpsPerSec / f.OpsPerSec
+	verdict := "ok"
+	if x < auditFreshTarget {
+		verdict = "MISS"
+	}
+	o.Note = fmt.Sprintf("vs %s = %.2f (target >= %.2f) %s", floor, x, auditFreshTarget, verdict)
 }

@@ -127,21 +127,14 @@ func randomHex(n int) string {
 	return hex.EncodeToString(b)
 }
 
-func runFresh(ctx context.Context, e *env) ([]row, error) {
-	g, err := e.newGuard(nil)
-	if err != nil {
-		return nil, err
-	}
-	defer closeGuard(g)
-	body, err := storedBody()
-	if err != nil {
-		return nil, err
-	}
+// rawInsertUpdate is the raw durable floor of a fresh key: the claim's
+// INSERT, then the nonce-guarded UPDATE that stores body, on random hashes
+// and nonces in scope (tenantRaw).
+func rawInsertUpdate(e *env, scope string, body []byte) func(context.Context) error {
 	ttl := benchTTL.Microseconds()
-
-	raw := benchCase{name: "raw-insert-update", op: func(ctx context.Context) error {
+	return func(ctx context.Context) error {
 		nonce := randomHex(16)
-		res, err := e.db.ExecContext(ctx, rawClaimSQL, string(tenantRaw), scopeFresh, randomHex(32), randomHex(32), nonce, ttl)
+		res, err := e.db.ExecContext(ctx, rawClaimSQL, string(tenantRaw), scope, randomHex(32), randomHex(32), nonce, ttl)
 		if err != nil {
 			return fmt.Errorf("claim insert: %w", err)
 		}
@@ -157,7 +150,21 @@ func runFresh(ctx context.Context, e *env) ([]row, error) {
 			return fmt.Errorf("complete update changed %d rows (err %v), want 1", n, err)
 		}
 		return nil
-	}}
+	}
+}
+
+func runFresh(ctx context.Context, e *env) ([]row, error) {
+	g, err := e.newGuard(nil)
+	if err != nil {
+		return nil, err
+	}
+	defer closeGuard(g)
+	body, err := storedBody()
+	if err != nil {
+		return nil, err
+	}
+
+	raw := benchCase{name: "raw-insert-update", op: rawInsertUpdate(e, scopeFresh, body)}
 
 	// readFirst reads before every claim (idemguardtest.ReadFirstAlways; the same
 	// as ReadFirstClientKey here, where every call has a client key): what a

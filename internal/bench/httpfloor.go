@@ -38,8 +38,11 @@ import (
 // a separate process (the bench binary re-executed with envFloor set), so
 // its CPU is measured like serve's.
 //
-// Routes: POST /v1/ops/:scope (fresh path; a 1062 answers from a SELECT) and
-// POST /floor/replay/:scope (the SELECT alone).
+// Routes: POST /v1/ops/:scope (fresh path; a 1062 answers from a SELECT;
+// the same SQL as serve's with the audit trail on, whose claim event rides
+// on the row), POST /floor/replay/:scope (the SELECT alone), and
+// bareFloorPath: the bare net/http floor, a fixed body
+// answered before the router, authentication and any SQL.
 
 // Environment of the floor process.
 const (
@@ -85,7 +88,7 @@ func runHTTPFloor(getenv func(string) string, stderr io.Writer) int {
 	if err != nil {
 		return fail(err)
 	}
-	srv := &http.Server{Handler: f.handler(auth), ReadHeaderTimeout: 10 * time.Second}
+	srv := &http.Server{Handler: bare(f.handler(auth)), ReadHeaderTimeout: 10 * time.Second}
 	go func() { <-ctx.Done(); _ = srv.Close() }()
 	// The same line serve prints, so one parser finds both addresses.
 	log.Log(ctx, slog.LevelError+4, listeningMsg, slog.String("addr", ln.Addr().String()))
@@ -165,6 +168,29 @@ func (f *floor) fresh(c *gin.Context) {
 		return
 	}
 	c.Data(http.StatusOK, "application/json", envelope)
+}
+
+// bareFloorPath is the bare net/http floor's route: what the least HTTP
+// server costs, with nothing of a guard (bareBody, the size of a replayed
+// chat envelope).
+const bareFloorPath = "/floor/bare"
+
+var bareBody = []byte(`{"ok":true,"stopReason":"completed","needsHuman":false,"cached":true,"data":{"completion_tokens":8,` +
+	`"finish_reason":"stop","prompt_tokens":12,"text":"Retries, once: the guard remembers.","total_tokens":20}}`)
+
+// bare answers bareFloorPath with bareBody and hands every other request
+// to next.
+func bare(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path != bareFloorPath {
+			next.ServeHTTP(w, r)
+			return
+		}
+		_, _ = io.Copy(io.Discard, r.Body)
+		h := w.Header()
+		h["Content-Type"] = []string{"application/json"}
+		_, _ = w.Write(bareBody)
+	})
 }
 
 func (f *floor) replay(c *gin.Context) {

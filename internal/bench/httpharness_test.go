@@ -117,3 +117,19 @@ func TestHTTPCasesFlag(t *testing.T) {
 	_, err = parseFlags([]string{"-http-cases", "replay,nope"}, io.Discard)
 	require.ErrorContains(t, err, `"nope" is not one of`)
 }
+
+// The floor the suite adds beside floor-fresh and floor-replay: the bare
+// net/http floor answers its fixed body.
+func TestBareFloorAnswers(t *testing.T) {
+	t.Parallel()
+	hs := newHarness(t)
+	srv := httptest.NewServer(bare(http.NotFoundHandler()))
+	t.Cleanup(srv.Close)
+	resp, err := hs.h.client.Get(srv.URL + bareFloorPath)
+	require.NoError(t, err)
+	body, err := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	require.NoError(t, err)
+	require.Equal(t, http.StatusOK, resp.StatusCode)
+	require.Equal(t, bareBody, body)
+}

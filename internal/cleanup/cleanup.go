@@ -18,7 +18,13 @@
 //	DELETE FROM idempotency_keys
 //	WHERE (expires_at < UTC_TIMESTAMP(6) AND (status <> 'started' OR (status = 'started'
 //	  AND COALESCE(heartbeat_at, started_at) < UTC_TIMESTAMP(6) - INTERVAL IF(lease_micros > 0, lease_micros, ?) MICROSECOND)))
+//	  AND (claim_event_id IS NULL OR EXISTS (SELECT 1 FROM idempotency_audit a WHERE a.event_id = idempotency_keys.claim_event_id))
 //	ORDER BY expires_at LIMIT ?
+//
+// preceded by the INSERT ... SELECT that moves the claimed audit events those rows carry into
+// idempotency_audit (a row carries its claim's event until something overwrites or deletes it,
+// store.ClaimParams.Audit), so a key's history keeps its claim after the key is gone. A row whose
+// event has not moved is not deleted; the next batch moves it.
 //
 // walks idx_idempotency_expires_at from its oldest end, locks at most one batch of rows (plus the
 // expired rows of live owners it steps over, whose heartbeat UPDATE then waits those
@@ -56,8 +62,9 @@
 //
 // # Audit trail
 //
-// Last, Run prunes idempotency_audit (store.AuditEvent): the events whose at is older than
-// [Options.AuditRetention] (default 90 days), in batches the same way, walking
+// Last, Run prunes idempotency_audit (store.AuditEvent), then idempotency_audit_tally (the counted
+// replays, in-progress answers and conflicts, by their last time): the events whose at is older
+// than [Options.AuditRetention] (default 90 days), in batches the same way, walking
 // idx_idempotency_audit_at from its oldest end:
 //
 //	DELETE FROM idempotency_audit WHERE at < UTC_TIMESTAMP(6) - INTERVAL ? MICROSECOND
@@ -209,8 +216,8 @@ type Summary struct {
 	// StatsDeleted is the number of idempotency_stats and idempotency_savings buckets removed
 	// (past StatsRetention). In a dry run, the number a run would remove now.
 	StatsDeleted int64
-	// AuditDeleted is the number of idempotency_audit events removed (past AuditRetention). In a
-	// dry run, the number a run would remove now.
+	// AuditDeleted is the number of idempotency_audit events and idempotency_audit_tally rows
+	// removed (past AuditRetention). In a dry run, the number a run would remove now.
 	AuditDeleted int64
 	// Duration is the run's wall time.
 	Duration time.Duration
@@ -322,8 +329,11 @@ func Run(ctx context.Context, db *sqlx.DB, opts Options) (Summary, error) {
 	}
 	if pruneAudit {
 		var auditBatches int
+		var tallyBatches int
 		phases = append(phases, phase{what: "old audit events", label: "audit ", purge: mysqlstore.PurgeAudit, param: o.AuditRetention,
-			deleted: &sum.AuditDeleted, batches: &auditBatches})
+			deleted: &sum.AuditDeleted, batches: &auditBatches},
+			phase{what: "old audit tallies", label: "audit tally ", purge: mysqlstore.PurgeAuditTally, param: o.AuditRetention,
+				deleted: &sum.AuditDeleted, batches: &tallyBatches})
 	}
 	for _, ph := range phases {
 		if reason, err := drain(ctx, conn, o, start, ph); reason != StopDone || err != nil {
@@ -353,6 +363,11 @@ func count(ctx context.Context, db *sqlx.DB, o Options, sum *Summary) error {
 		if sum.AuditDeleted, err = mysqlstore.CountPurgeable(ctx, db, mysqlstore.PurgeAudit, o.AuditRetention); err != nil {
 			return fmt.Errorf("cleanup: count old audit events: %w", err)
 		}
+		tallies, err := mysqlstore.CountPurgeable(ctx, db, mysqlstore.PurgeAuditTally, o.AuditRetention)
+		if err != nil {
+			return fmt.Errorf("cleanup: count old audit tallies: %w", err)
+		}
+		sum.AuditDeleted += tallies
 	}
 	return nil
 }

@@ -1,7 +1,6 @@
 package cleanup_test
 
 import (
-	"bytes"
 	"context"
 	"log/slog"
 	"strings"
@@ -19,6 +18,7 @@ import (
 	"github.com/idemguard/idemguard/internal/mysqlconn"
 	"github.com/idemguard/idemguard/internal/mysqlstore"
 	"github.com/idemguard/idemguard/internal/testdb"
+	"github.com/idemguard/idemguard/internal/testlog"
 )
 
 func TestMain(m *testing.M) {
@@ -27,7 +27,7 @@ func TestMain(m *testing.M) {
 
 type testBundle struct {
 	db  *sqlx.DB
-	log *bytes.Buffer
+	log *testlog.Buffer
 	// logger writes JSON lines to log.
 	logger *slog.Logger
 }
@@ -38,20 +38,8 @@ func setup(t *testing.T, rows cleanuptest.Rows) *testBundle {
 	start := time.Now()
 	require.NoError(t, cleanuptest.Seed(t.Context(), d.DB, rows))
 	t.Logf("seeded %d rows in %s", rows.Total(), time.Since(start).Round(time.Millisecond))
-	var buf syncBuffer
-	return &testBundle{db: d.DB, log: &buf.Buffer, logger: slog.New(slog.NewJSONHandler(&buf, &slog.HandlerOptions{Level: slog.LevelDebug}))}
-}
-
-// syncBuffer is a bytes.Buffer safe for the logger's concurrent writes.
-type syncBuffer struct {
-	mu sync.Mutex
-	bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.Buffer.Write(p)
+	var buf testlog.Buffer
+	return &testBundle{db: d.DB, log: &buf, logger: slog.New(slog.NewJSONHandler(&buf, &slog.HandlerOptions{Level: slog.LevelDebug}))}
 }
 
 func count(t *testing.T, db *sqlx.DB) int64 {
@@ -382,8 +370,17 @@ func TestDeleteUsesTheExpiresIndex(t *testing.T) {
 	require.NoError(t, err)
 	stale := (5 * time.Minute).Microseconds()
 
-	del := explain(t, b.db, mysqlstore.PurgeKeys.BatchSQL(), stale, 1000)
-	t.Logf("delete plan: %v", del)
+	var del map[string]string
+	for _, p := range testdb.Explain(t, b.db, mysqlstore.PurgeKeys.BatchSQL(), stale, 1000) {
+		t.Logf("delete plan: %v", p)
+		if p["table"] == "idempotency_keys" {
+			del = p
+		} else {
+			// The check that the row's claimed event was moved: one
+			// unique-key lookup per row.
+			require.Equal(t, "uk_idempotency_audit_event_id", p["key"], "subquery plan %v", p)
+		}
+	}
 	require.Equal(t, "idx_idempotency_expires_at", del["key"], "delete plan %v", del)
 	require.Equal(t, "range", del["type"], "delete plan %v", del)
 	require.NotContains(t, del["Extra"], "filesort", "the index gives the order")
@@ -628,4 +625,78 @@ func TestAuditPruningWaitsForTheKeysAndHonoursMaxDuration(t *testing.T) {
 	require.Equal(t, int64(100), sum.Deleted)
 	require.Equal(t, int64(100), sum.AuditDeleted, "one batch, a pause past MaxDuration, no second batch")
 	require.Equal(t, int64(200), countAudit(t, b.db))
+}
+
+// An expired key whose row carries its claimed audit event (store.ClaimParams.Audit) is deleted
+// only with its event moved to idempotency_audit, so the key's history keeps its claim after the
+// key is gone; a row without an event is deleted as before. A row whose event is already in the
+// trail (moved by a batch a crash interrupted) is deleted without a second copy. Without the
+// move, the claim vanishes with its row: the history check fails.
+func TestExpiredKeysKeepTheirClaimedEvent(t *testing.T) {
+	t.Parallel()
+	b := setup(t, cleanuptest.Rows{Expired: 30, Live: 5})
+	ctx := t.Context()
+	// Ten expired rows and one live row carry an event; one expired row's event is in the trail.
+	_, err := b.db.ExecContext(ctx, `UPDATE idempotency_keys SET claim_event_id = LPAD(HEX(id), 32, 'c'),
+  claimed_by = CONCAT('key:', id) WHERE id % 3 = 0`)
+	require.NoError(t, err)
+	var carrying, expiredCarrying int64
+	require.NoError(t, b.db.GetContext(ctx, &carrying, `SELECT COUNT(*) FROM idempotency_keys WHERE claim_event_id IS NOT NULL`))
+	require.NoError(t, b.db.GetContext(ctx, &expiredCarrying, `SELECT COUNT(*) FROM idempotency_keys
+  WHERE claim_event_id IS NOT NULL AND expires_at < UTC_TIMESTAMP(6)`))
+	require.Positive(t, expiredCarrying)
+	_, err = b.db.ExecContext(ctx, `INSERT INTO idempotency_audit (event_id, kind, at, tenant, scope, key_hash, attempt, actor)
+SELECT claim_event_id, 'claimed', created_at, tenant, scope, key_hash, 1, claimed_by FROM idempotency_keys
+WHERE claim_event_id IS NOT NULL AND expires_at < UTC_TIMESTAMP(6) ORDER BY id LIMIT 1`)
+	require.NoError(t, err)
+	type claim struct {
+		ID    string    `db:"claim_event_id"`
+		At    time.Time `db:"created_at"`
+		Actor string    `db:"claimed_by"`
+		Hash  string    `db:"key_hash"`
+	}
+	var before []claim
+	require.NoError(t, b.db.SelectContext(ctx, &before, `SELECT claim_event_id, created_at, claimed_by, key_hash
+FROM idempotency_keys WHERE claim_event_id IS NOT NULL AND expires_at < UTC_TIMESTAMP(6) ORDER BY claim_event_id`))
+
+	sum, err := cleanup.Run(ctx, b.db, cleanup.Options{BatchSize: 7, Logger: b.logger, Sleep: noSleep})
+	require.NoError(t, err)
+	require.Equal(t, int64(30), sum.Deleted)
+	require.Equal(t, int64(5), count(t, b.db))
+
+	var after []claim
+	require.NoError(t, b.db.SelectContext(ctx, &after, `SELECT event_id AS claim_event_id, at AS created_at,
+  actor AS claimed_by, key_hash FROM idempotency_audit WHERE kind = 'claimed' ORDER BY event_id`))
+	require.Equal(t, len(before), len(after), "each moved once")
+	for i := range before {
+		require.Equal(t, before[i].ID, after[i].ID)
+		require.Equal(t, before[i].Actor, after[i].Actor)
+		require.Equal(t, before[i].Hash, after[i].Hash)
+		require.True(t, before[i].At.Equal(after[i].At))
+	}
+	require.Equal(t, carrying-expiredCarrying, countWhere(t, b.db, "claim_event_id IS NOT NULL"),
+		"live rows keep theirs")
+}
+
+// The tallies of replays, in-progress answers and conflicts are pruned by their last time with
+// the audit events; a tally still counting (its last event recent) stays, however old its first.
+func TestAuditTalliesPastRetentionArePruned(t *testing.T) {
+	t.Parallel()
+	b := setup(t, cleanuptest.Rows{})
+	ctx := t.Context()
+	_, err := b.db.ExecContext(ctx, `INSERT INTO idempotency_audit_tally
+  (tenant, scope, key_hash, kind, attempt, actor, detail, event_id, first_at, last_at, n)
+WITH RECURSIVE h (n) AS (SELECT 1 UNION ALL SELECT n + 1 FROM h WHERE n < 20)
+SELECT 'acme', 's', REPEAT('a', 64), 'replay', 1, CONCAT('key:', n), '', LPAD(HEX(n), 32, '0'),
+  UTC_TIMESTAMP(6) - INTERVAL 200 DAY, UTC_TIMESTAMP(6) - INTERVAL IF(n <= 15, 100, 1) DAY, n FROM h`)
+	require.NoError(t, err)
+	dry, err := cleanup.Run(ctx, b.db, cleanup.Options{DryRun: true, Logger: b.logger})
+	require.NoError(t, err)
+	require.Equal(t, int64(15), dry.AuditDeleted)
+	sum, err := cleanup.Run(ctx, b.db, cleanup.Options{BatchSize: 4, Logger: b.logger, Sleep: noSleep})
+	require.NoError(t, err)
+	require.Equal(t, int64(15), sum.AuditDeleted)
+	require.Equal(t, int64(5), countTable(t, b.db, "idempotency_audit_tally"))
+	del := explain(t, b.db, mysqlstore.PurgeAuditTally.BatchSQL(), cleanup.DefaultAuditRetention.Microseconds(), 100)
+	t.Logf("tally delete plan: %v", del)
 }

@@ -30,6 +30,7 @@ const (
 	EnvConfig          = "IDEMGUARD_CONFIG"
 	EnvMode            = "IDEMGUARD_MODE"
 	EnvListen          = "IDEMGUARD_LISTEN"
+	EnvMetricsListen   = "IDEMGUARD_METRICS_LISTEN"
 	EnvMySQLDSN        = "IDEMGUARD_MYSQL_DSN"
 	EnvAPIKeys         = "IDEMGUARD_API_KEYS"
 	EnvCORSOrigins     = "IDEMGUARD_CORS_ORIGINS"
@@ -78,6 +79,11 @@ const (
 	// job, for Prefer: respond-async, its event stream and cancel.
 	DemoJobScope  = "demo-job"
 	DefaultListen = "127.0.0.1:8080"
+	// DefaultMetricsListen is the operator listener's address: /metrics,
+	// the operator page and the service-wide figures, never on the API's
+	// listener. MetricsListenOff turns it off.
+	DefaultMetricsListen = "127.0.0.1:9090"
+	MetricsListenOff     = "off"
 )
 
 // Defaults of the service settings.
@@ -100,6 +106,25 @@ const (
 	DefaultReplayCacheMaxAge           = idemguard.DefaultReplayCacheMaxAge
 )
 
+// The isolations of a scope's keys (Scope.Isolation).
+const (
+	IsolationAuto      = "auto"
+	IsolationTenant    = "tenant"
+	IsolationPrincipal = "principal"
+)
+
+// isolation parses a scope's isolation; empty (IsolationAuto) stays empty.
+func (p *problems) isolation(setting, raw string) string {
+	switch v := strings.ToLower(strings.TrimSpace(raw)); v {
+	case "", IsolationAuto, IsolationTenant, IsolationPrincipal:
+		return v
+	}
+	p.add(setting, "must be %s (each JWT caller has keys of its own, API-key callers share the tenant's), "+
+		"%s (the whole tenant shares the keys) or %s (every caller, also each API key, has keys of its own), got %q",
+		IsolationAuto, IsolationTenant, IsolationPrincipal, truncate(raw, 20))
+	return ""
+}
+
 // Operation names a built-in operation a scope runs.
 type Operation string
 
@@ -118,6 +143,10 @@ type Config struct {
 	Mode Mode
 	// Listen is the TCP address to serve on. Defaults to 127.0.0.1:8080.
 	Listen string
+	// MetricsListen is the operator listener's TCP address (/metrics, /ops
+	// and the service-wide /v1/stats), apart from the API's, which browsers
+	// reach. Defaults to DefaultMetricsListen; MetricsListenOff: none.
+	MetricsListen string
 	// MySQLDSN is the database; empty means the in-memory store
 	// (development mode only).
 	MySQLDSN string
@@ -238,6 +267,10 @@ type JWT struct {
 	Leeway time.Duration
 	// Algorithms is the allowlist. Defaults to RS256, ES256, EdDSA.
 	Algorithms []string
+	// Tenants are the tenants the identity provider's tokens may name; a
+	// token naming another is refused. Required in production mode; empty
+	// in development mode accepts any tenant.
+	Tenants []tenancy.ID
 }
 
 // Enabled reports whether JWTs are configured.
@@ -256,6 +289,9 @@ type OpenAI struct {
 	Timeout time.Duration
 	// MaxTokens caps the max_tokens a request may ask for (0: no cap).
 	MaxTokens int
+	// ActorField names the request field that carries the caller's
+	// pseudonymous actor (safety_identifier or user); empty: none.
+	ActorField string
 }
 
 // Upstream configures the generic JSON operation.
@@ -286,6 +322,10 @@ type Scope struct {
 	// Auth lists the credentials the scope accepts: api_key, jwt or both.
 	// Defaults to auth.DefaultMethods (api_key).
 	Auth []auth.Method
+	// Isolation is whose key space the scope's keys live in: IsolationAuto
+	// (the default, also when empty: each JWT caller its own, API-key
+	// callers the tenant's), IsolationTenant or IsolationPrincipal.
+	Isolation string
 	// Prices are what the scope's model charges, per million tokens; with
 	// them the money a replay saved is counted too (zero: tokens only).
 	Prices Prices
@@ -311,6 +351,7 @@ func (p Prices) Cost(u idemguard.Usage) float64 {
 type rawConfig struct {
 	Mode                  string              `yaml:"mode"`
 	Listen                string              `yaml:"listen"`
+	MetricsListen         string              `yaml:"metrics_listen"`
 	MySQLDSN              string              `yaml:"mysql_dsn"`
 	Secret                yaml.Node           `yaml:"secret"`
 	SecretID              string              `yaml:"secret_id"`
@@ -358,6 +399,7 @@ type rawJWT struct {
 	TenantClaim string   `yaml:"tenant_claim"`
 	Leeway      string   `yaml:"leeway"`
 	Algorithms  []string `yaml:"algorithms"`
+	Tenants     []string `yaml:"tenants"`
 }
 
 type rawPool struct {
@@ -374,11 +416,12 @@ type rawSettings struct {
 }
 
 type rawOpenAI struct {
-	BaseURL   string    `yaml:"base_url"`
-	Model     string    `yaml:"model"`
-	APIKey    yaml.Node `yaml:"api_key"`
-	Timeout   string    `yaml:"timeout"`
-	MaxTokens int       `yaml:"max_tokens"`
+	BaseURL    string    `yaml:"base_url"`
+	Model      string    `yaml:"model"`
+	APIKey     yaml.Node `yaml:"api_key"`
+	Timeout    string    `yaml:"timeout"`
+	MaxTokens  int       `yaml:"max_tokens"`
+	ActorField string    `yaml:"actor_field"`
 }
 
 type rawUpstream struct {
@@ -396,6 +439,7 @@ type rawScope struct {
 	Delay       string   `yaml:"delay"`
 	URL         string   `yaml:"url"`
 	Auth        []string `yaml:"auth"`
+	Isolation   string   `yaml:"isolation"`
 	Prices      Prices   `yaml:"prices"`
 	Limits      rawLimit `yaml:"limits"`
 }
@@ -477,6 +521,7 @@ func (p *problems) applyEnv(raw *rawConfig, env func(string) string) (apiKeysSet
 	}
 	override(&raw.Mode, EnvMode)
 	override(&raw.Listen, EnvListen)
+	override(&raw.MetricsListen, EnvMetricsListen)
 	override(&raw.MySQLDSN, EnvMySQLDSN)
 	override(&raw.SecretID, EnvSecretID)
 	override(&raw.OpenAI.BaseURL, EnvOpenAIBaseURL)
@@ -533,6 +578,7 @@ func (c *Config) fromRaw(raw *rawConfig, env func(string) string, p *problems) {
 	c.Mode = Mode(strings.ToLower(cmpOr(raw.Mode, string(Development))))
 	c.AllowInsecureUpstreams = raw.AllowInsecureUpstream != nil && *raw.AllowInsecureUpstream
 	c.Listen = cmpOr(raw.Listen, DefaultListen)
+	c.MetricsListen = strings.TrimSpace(cmpOr(raw.MetricsListen, DefaultMetricsListen))
 	c.MySQLDSN = raw.MySQLDSN
 	c.CORSOrigins = raw.CORSOrigins
 	c.MaxBodyBytes = DefaultMaxBodyBytes
@@ -568,6 +614,12 @@ func (c *Config) fromRaw(raw *rawConfig, env func(string) string, p *problems) {
 		Timeout:   p.duration("openai.timeout", raw.OpenAI.Timeout, DefaultOpenAITimeout),
 		MaxTokens: raw.OpenAI.MaxTokens,
 	}
+	switch f := strings.TrimSpace(raw.OpenAI.ActorField); f {
+	case "", "safety_identifier", "user":
+		c.OpenAI.ActorField = f
+	default:
+		p.add("openai.actor_field", "must be safety_identifier, user or empty (send no actor), got %q", truncate(f, 30))
+	}
 	c.Upstream = Upstream{
 		URL:     raw.Upstream.URL,
 		Timeout: p.duration("upstream.timeout", raw.Upstream.Timeout, DefaultUpstreamTimeout),
@@ -588,6 +640,7 @@ func (c *Config) scopesFromRaw(scopes []rawScope, p *problems) {
 			Delay:       p.duration(at+".delay", s.Delay, 0),
 			URL:         s.URL,
 			Auth:        p.methods(at+".auth", s.Auth),
+			Isolation:   p.isolation(at+".isolation", s.Isolation),
 			Prices:      s.Prices,
 			Limits:      s.Limits.limit(Limit{}),
 		}
@@ -614,6 +667,16 @@ func (c *Config) accessFromRaw(raw *rawConfig, p *problems) {
 	}
 	if len(c.JWT.Algorithms) == 0 {
 		c.JWT.Algorithms = slices.Clone(auth.DefaultJWTAlgorithms)
+	}
+	for i, t := range raw.JWT.Tenants {
+		id, err := tenancy.ParseID(strings.TrimSpace(t))
+		if err != nil {
+			p.add(fmt.Sprintf("jwt.tenants[%d]", i), "%v", err)
+			continue
+		}
+		if !slices.Contains(c.JWT.Tenants, id) {
+			c.JWT.Tenants = append(c.JWT.Tenants, id)
+		}
 	}
 	c.Audit = Audit{Log: cmpOr(raw.Audit.Log, AuditLogOff), Table: raw.Audit.Table == nil || *raw.Audit.Table}
 	c.AuthFailures = AuthFailures{Max: DefaultAuthFailuresMax, MaxClients: DefaultAuthFailuresMaxClients,
@@ -704,10 +767,12 @@ func (c *Config) validateServer(p *problems) {
 	default:
 		p.add("mode", "must be %q or %q, got %q (env %s)", Development, Production, c.Mode, EnvMode)
 	}
-	if _, port, err := net.SplitHostPort(c.Listen); err != nil {
-		p.add("listen", "must be host:port (e.g. 127.0.0.1:8080, :8080), got %q", c.Listen)
-	} else if n, err := strconv.Atoi(port); err != nil || n < 0 || n > 65535 {
-		p.add("listen", "port must be a number from 0 to 65535, got %q", port)
+	p.listen("listen", c.Listen, "127.0.0.1:8080, :8080")
+	if c.MetricsListen != MetricsListenOff {
+		p.listen("metrics_listen", c.MetricsListen, "127.0.0.1:9090, :9090, or off")
+		if c.MetricsListen == c.Listen && !strings.HasSuffix(c.Listen, ":0") {
+			p.add("metrics_listen", "must differ from listen: the operator's routes are never on the API's listener")
+		}
 	}
 	if c.MySQLDSN != "" {
 		if _, err := mysqlconn.NormalizeDSN(c.MySQLDSN); err != nil {
@@ -718,6 +783,15 @@ func (c *Config) validateServer(p *problems) {
 			"e.g. user:password@tcp(db:3306)/idemguard", EnvMySQLDSN)
 	}
 
+}
+
+// listen checks a host:port address.
+func (p *problems) listen(setting, addr, examples string) {
+	if _, port, err := net.SplitHostPort(addr); err != nil {
+		p.add(setting, "must be host:port (e.g. %s), got %q", examples, truncate(addr, 64))
+	} else if n, err := strconv.Atoi(port); err != nil || n < 0 || n > 65535 {
+		p.add(setting, "port must be a number from 0 to 65535, got %q", truncate(port, 16))
+	}
 }
 
 // validateAPIKeys checks the API-key digests, reported under apiKeysSetting.

@@ -65,6 +65,10 @@ func (c *Config) validateJWT() problems {
 	if j.Audience == "" {
 		p.add("jwt.audience", "is required with jwt.jwks_url: the aud value your identity provider issues for idemguard (env %s)", EnvJWTAudience)
 	}
+	if len(j.Tenants) == 0 && c.Mode == Production {
+		p.add("jwt.tenants", "is required in production mode: list the tenants your identity provider's tokens may name "+
+			"(a token naming another tenant is refused), e.g. tenants: [acme]")
+	}
 	if strings.TrimSpace(j.TenantClaim) == "" {
 		p.add("jwt.tenant_claim", "must name the claim holding the tenant id, e.g. %s", auth.DefaultTenantClaim)
 	}
@@ -90,5 +94,6 @@ func (c *Config) JWTConfig() auth.JWTConfig {
 		TenantClaim: c.JWT.TenantClaim,
 		Leeway:      leeway,
 		Algorithms:  slices.Clone(c.JWT.Algorithms),
+		Tenants:     slices.Clone(c.JWT.Tenants),
 	}
 }

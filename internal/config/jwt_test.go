@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/idemguard/idemguard/routers/auth"
+	"github.com/idemguard/idemguard/tenancy"
 	"github.com/stretchr/testify/require"
 )
 
@@ -20,8 +21,9 @@ jwt:
   tenant_claim: https://example.com/tenant
   leeway: 10s
   algorithms: [ES256]
+  tenants: [acme, beta, acme]
 scopes:
-  - {name: chat, operation: demo, auth: [api_key, jwt]}
+  - {name: chat, operation: demo, auth: [api_key, jwt], isolation: principal}
   - {name: batch, operation: demo}
 `)
 	// No API key at all: a JWT-only production deployment is valid.
@@ -30,7 +32,10 @@ scopes:
 	require.Equal(t, JWT{
 		JWKSURL: "https://idp.example.com/.well-known/jwks.json", Issuer: "https://idp.example.com/", Audience: "idemguard",
 		TenantClaim: "https://example.com/tenant", Leeway: 10 * time.Second, Algorithms: []string{"ES256"},
+		Tenants: []tenancy.ID{"acme", "beta"},
 	}, c.JWT)
+	require.Equal(t, IsolationPrincipal, c.Scopes[0].Isolation)
+	require.Empty(t, c.Scopes[1].Isolation, "default: auto")
 	require.Equal(t, []auth.Method{auth.MethodAPIKey, auth.MethodJWT}, c.Scopes[0].Auth)
 	require.Nil(t, c.Scopes[1].Auth, "default: API keys only")
 	require.True(t, c.Scopes[0].AcceptsJWT())
@@ -89,4 +94,36 @@ func TestLoadJWTNamesBadSettings(t *testing.T) {
 			require.ErrorContains(t, err, w, name)
 		}
 	}
+}
+
+// A production JWT setup names the tenants its tokens may name; a scope's
+// isolation is one of three words.
+func TestLoadJWTTenantsAndIsolation(t *testing.T) {
+	t.Parallel()
+	path := writeFile(t, `
+mode: production
+mysql_dsn: u:p@tcp(db:3306)/idemguard
+jwt:
+  jwks_url: https://idp.example.com/.well-known/jwks.json
+  issuer: https://idp.example.com/
+  audience: idemguard
+  tenants: [acme, "not a tenant"]
+scopes:
+  - {name: chat, operation: demo, auth: [jwt], isolation: users}
+`)
+	_, err := Load(path, envOf(map[string]string{EnvSecret: secret}))
+	require.ErrorContains(t, err, "jwt.tenants[1]: ")
+	require.ErrorContains(t, err, "scopes[0].isolation: must be auto")
+	path = writeFile(t, `
+mode: production
+mysql_dsn: u:p@tcp(db:3306)/idemguard
+jwt:
+  jwks_url: https://idp.example.com/.well-known/jwks.json
+  issuer: https://idp.example.com/
+  audience: idemguard
+scopes:
+  - {name: chat, operation: demo, auth: [jwt]}
+`)
+	_, err = Load(path, envOf(map[string]string{EnvSecret: secret}))
+	require.ErrorContains(t, err, "jwt.tenants: is required in production mode")
 }

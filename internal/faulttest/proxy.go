@@ -63,13 +63,8 @@ func (p *Proxy) Addr() string { return p.addr }
 func (p *Proxy) Close() {
 	p.mu.Lock()
 	p.closed = true
-	ln := p.ln
-	p.ln = nil
 	p.mu.Unlock()
-	if ln != nil {
-		_ = ln.Close()
-	}
-	p.Drop()
+	p.Refuse()
 	p.wg.Wait()
 }
 

@@ -55,11 +55,8 @@ func (d *decoder) canonical(dst []byte, depth int) ([]byte, bool) {
 }
 
 func (d *decoder) canonicalArray(dst []byte, depth int) ([]byte, bool) {
-	d.i++ // [
 	dst = append(dst, '[')
-	d.skipSpace()
-	if d.i < len(d.b) && d.b[d.i] == ']' {
-		d.i++
+	if d.open(']') {
 		return append(dst, ']'), true
 	}
 	for n := 0; ; n++ {
@@ -70,19 +67,8 @@ func (d *decoder) canonicalArray(dst []byte, depth int) ([]byte, bool) {
 		if dst, ok = d.canonical(dst, depth+1); !ok {
 			return dst, false
 		}
-		d.skipSpace()
-		if d.i >= len(d.b) {
-			return dst, false
-		}
-		switch d.b[d.i] {
-		case ',':
-			d.i++
-			d.skipSpace()
-		case ']':
-			d.i++
-			return append(dst, ']'), true
-		default:
-			return dst, false
+		if more, ok := d.more(']'); !more {
+			return append(dst, ']'), ok
 		}
 	}
 }
@@ -95,49 +81,29 @@ type member struct {
 }
 
 func (d *decoder) canonicalObject(dst []byte, depth int) ([]byte, bool) {
-	d.i++ // {
-	d.skipSpace()
-	if d.i < len(d.b) && d.b[d.i] == '}' {
-		d.i++
+	if d.open('}') {
 		return append(dst, "{}"...), true
 	}
 	base := len(dst)
 	var arr [8]member
 	members := arr[:0]
 	for {
-		if d.i >= len(d.b) || d.b[d.i] != '"' {
-			return dst, false
-		}
-		name, ok := d.str()
+		name, ok := d.memberName()
 		if !ok {
 			return dst, false
 		}
-		d.skipSpace()
-		if d.i >= len(d.b) || d.b[d.i] != ':' {
-			return dst, false
-		}
-		d.i++
-		d.skipSpace()
 		start := len(dst) - base
 		if dst, ok = d.canonical(dst, depth+1); !ok {
 			return dst, false
 		}
 		members = append(members, member{name: name, start: start, end: len(dst) - base})
-		d.skipSpace()
-		if d.i >= len(d.b) {
+		more, ok := d.more('}')
+		if !ok {
 			return dst, false
 		}
-		switch d.b[d.i] {
-		case ',':
-			d.i++
-			d.skipSpace()
-			continue
-		case '}':
-			d.i++
-		default:
-			return dst, false
+		if !more {
+			break
 		}
-		break
 	}
 	// Sorted by name, a repeated name's members in input order: the last
 	// of each run is the one encoding/json keeps.

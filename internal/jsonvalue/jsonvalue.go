@@ -103,27 +103,15 @@ func (d *decoder) literal(lit string) bool {
 }
 
 func (d *decoder) object(depth int) (any, bool) {
-	d.i++ // {
 	m := map[string]any{}
-	d.skipSpace()
-	if d.i < len(d.b) && d.b[d.i] == '}' {
-		d.i++
+	if d.open('}') {
 		return m, true
 	}
 	for {
-		if d.i >= len(d.b) || d.b[d.i] != '"' {
-			return nil, false
-		}
-		k, ok := d.str()
+		k, ok := d.memberName()
 		if !ok {
 			return nil, false
 		}
-		d.skipSpace()
-		if d.i >= len(d.b) || d.b[d.i] != ':' {
-			return nil, false
-		}
-		d.i++
-		d.skipSpace()
 		v, ok := d.value(depth + 1)
 		if !ok {
 			return nil, false
@@ -134,29 +122,64 @@ func (d *decoder) object(depth int) (any, bool) {
 			}
 		}
 		m[k] = v // a repeated key: the last one wins, as in encoding/json
-		d.skipSpace()
-		if d.i >= len(d.b) {
-			return nil, false
-		}
-		switch d.b[d.i] {
-		case ',':
-			d.i++
-			d.skipSpace()
-		case '}':
-			d.i++
-			return m, true
-		default:
-			return nil, false
+		if more, ok := d.more('}'); !more {
+			return m, ok
 		}
 	}
 }
 
-func (d *decoder) array(depth int) (any, bool) {
-	d.i++ // [
-	a := []any{}
+// open steps over an array's or object's opening bracket and the space after it, and over
+// close too when the value is empty (reporting true).
+func (d *decoder) open(close byte) bool {
+	d.i++
 	d.skipSpace()
-	if d.i < len(d.b) && d.b[d.i] == ']' {
+	if d.i < len(d.b) && d.b[d.i] == close {
 		d.i++
+		return true
+	}
+	return false
+}
+
+// memberName reads an object member's `"name":` and the space around the colon.
+func (d *decoder) memberName() (string, bool) {
+	if d.i >= len(d.b) || d.b[d.i] != '"' {
+		return "", false
+	}
+	name, ok := d.str()
+	if !ok {
+		return "", false
+	}
+	d.skipSpace()
+	if d.i >= len(d.b) || d.b[d.i] != ':' {
+		return "", false
+	}
+	d.i++
+	d.skipSpace()
+	return name, true
+}
+
+// more reads what follows an element: a comma, and more elements follow (true); or close, the
+// end of the value (false, ok). Anything else is not JSON (false, false).
+func (d *decoder) more(close byte) (more, ok bool) {
+	d.skipSpace()
+	if d.i >= len(d.b) {
+		return false, false
+	}
+	switch d.b[d.i] {
+	case ',':
+		d.i++
+		d.skipSpace()
+		return true, true
+	case close:
+		d.i++
+		return false, true
+	}
+	return false, false
+}
+
+func (d *decoder) array(depth int) (any, bool) {
+	a := []any{}
+	if d.open(']') {
 		return a, true
 	}
 	for {
@@ -165,19 +188,8 @@ func (d *decoder) array(depth int) (any, bool) {
 			return nil, false
 		}
 		a = append(a, v)
-		d.skipSpace()
-		if d.i >= len(d.b) {
-			return nil, false
-		}
-		switch d.b[d.i] {
-		case ',':
-			d.i++
-			d.skipSpace()
-		case ']':
-			d.i++
-			return a, true
-		default:
-			return nil, false
+		if more, ok := d.more(']'); !more {
+			return a, ok
 		}
 	}
 }

@@ -80,6 +80,7 @@ const (
 	tagActor       = 'A'
 	tagTenant      = 't'
 	tagScope       = 's'
+	tagPrincipal   = 'p'
 	tagClientKey   = 'k'
 	tagInputs      = 'i'
 )
@@ -121,12 +122,26 @@ const maxPooledMsg = 64 << 10
 // when clientKey is not empty, else (tenant, scope, canonicalInputs).
 // canonicalInputs must come from Canonicalize.
 func (d *Deriver) KeyHash(tenant, scope, clientKey string, canonicalInputs []byte) string {
+	return d.PrincipalKeyHash(tenant, scope, "", clientKey, canonicalInputs)
+}
+
+// PrincipalKeyHash is KeyHash in the key space of one principal of the
+// tenant (a user, an API key): a non-empty principal is a field of its own
+// in the tagged tuple, between the scope and the key, so two principals'
+// identical requests or client keys name different keys, and a key hash
+// reveals nothing of its principal. An empty principal gives KeyHash's
+// value (the tenant's shared key space), so hashes made before principals
+// existed keep their rows.
+func (d *Deriver) PrincipalKeyHash(tenant, scope, principal, clientKey string, canonicalInputs []byte) string {
 	st := d.pool.Get().(*macState)
 	defer d.put(st)
 	m := append(st.msg[:0], version...)
 	m = appendField(m, tagKeyHash, "")
 	m = appendField(m, tagTenant, tenant)
 	m = appendField(m, tagScope, scope)
+	if principal != "" {
+		m = appendField(m, tagPrincipal, principal)
+	}
 	if clientKey != "" {
 		m = appendField(m, tagClientKey, clientKey)
 	} else {

@@ -427,3 +427,24 @@ func TestCanonicalFastPathMatches(t *testing.T) {
 		require.True(t, requireFastPathMatches(t, []byte(s)), "the fast path takes %s", s)
 	}
 }
+
+// A principal is a field of its own: two principals' identical requests and
+// client keys name different keys; no principal is KeyHash's value; and a
+// principal cannot be moved into the client key or the scope.
+func TestPrincipalKeyHash(t *testing.T) {
+	t.Parallel()
+	d := newDeriver(t)
+	c := []byte(`{"a":1}`)
+	require.Equal(t, d.KeyHash("acme", "chat", "k", nil), d.PrincipalKeyHash("acme", "chat", "", "k", nil))
+	require.Equal(t, d.KeyHash("acme", "chat", "", c), d.PrincipalKeyHash("acme", "chat", "", "", c))
+	alice, mallory := d.PrincipalKeyHash("acme", "chat", "jwt:alice", "", c), d.PrincipalKeyHash("acme", "chat", "jwt:mallory", "", c)
+	require.NotEqual(t, alice, mallory)
+	require.NotEqual(t, alice, d.KeyHash("acme", "chat", "", c))
+	require.NotEqual(t, d.PrincipalKeyHash("acme", "chat", "jwt:alice", "k", nil), d.PrincipalKeyHash("acme", "chat", "jwt:mallory", "k", nil))
+	seen := map[string]string{}
+	for _, tu := range [][3]string{{"chat", "p", "k"}, {"chat", "", "pk"}, {"chat", "pk", ""}, {"chatp", "", "k"}, {"chat", "p:k", ""}} {
+		h := d.PrincipalKeyHash("acme", tu[0], tu[1], tu[2], c)
+		require.NotContains(t, seen, h, "collision of %v with %s", tu, seen[h])
+		seen[h] = fmt.Sprint(tu)
+	}
+}

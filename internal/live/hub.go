@@ -10,8 +10,6 @@ import (
 
 // Defaults of Config.
 const (
-	// DefaultMaxBytes bounds the events one Log keeps (1 MiB).
-	DefaultMaxBytes = 1 << 20
 	// DefaultMaxPerKey bounds the watchers of one key in one process.
 	DefaultMaxPerKey = 100
 	// DefaultMaxPerTenant bounds the watchers of one tenant in one process.
@@ -27,16 +25,34 @@ var (
 	// caller falls back to the stored answer.
 	ErrLagged = errors.New("live: events were dropped before this watcher read them")
 	// ErrNoLog is returned by Hub.Attach when no execution of the key is
-	// running in this process.
+	// running in this process, or the one running is not the Run asked for.
 	ErrNoLog = errors.New("live: no live execution of this key in this process")
+	// ErrSuperseded ends the log of an execution when another execution of
+	// its key opens a log in this process (its claim was taken over): its
+	// readers read the row, and never continue with the other execution.
+	ErrSuperseded = errors.New("live: another execution of this key superseded this one")
 )
+
+// Run names one execution of a key: its attempt and the nonce of the claim
+// it runs under, as the row holds them (store.Record's Attempts and
+// ClaimNonce). Two executions of one key never share a Run, so a reader
+// that attaches to the Run the row names follows that execution and no
+// other.
+type Run struct {
+	Attempt int
+	Nonce   string
+}
 
 // Key names one idempotency key: tenant, scope and key hash.
 type Key struct{ Tenant, Scope, KeyHash string }
 
-// Config bounds a Hub. Zero fields take the defaults.
+// Config bounds a Hub. Zero fields take the defaults, except MaxBytes.
 type Config struct {
-	// MaxBytes bounds the events one Log keeps. Defaults to DefaultMaxBytes.
+	// MaxBytes bounds the events one Log keeps, counted as their wire form
+	// (WireSize), the measure of a stored sequence: a log holds every event
+	// of an execution exactly when its stored sequence would fit MaxBytes.
+	// Required (the guard passes Config.MaxStreamBytes); NewHub panics
+	// without it.
 	MaxBytes int
 	// MaxPerKey bounds the watchers of one key. Defaults to DefaultMaxPerKey.
 	MaxPerKey int
@@ -58,26 +74,38 @@ type Hub struct {
 
 // NewHub returns an empty Hub with cfg's bounds.
 func NewHub(cfg Config) *Hub {
-	cfg.MaxBytes = cmp.Or(cfg.MaxBytes, DefaultMaxBytes)
+	if cfg.MaxBytes <= 0 {
+		panic("live: Config.MaxBytes is required")
+	}
 	cfg.MaxPerKey = cmp.Or(cfg.MaxPerKey, DefaultMaxPerKey)
 	cfg.MaxPerTenant = cmp.Or(cfg.MaxPerTenant, DefaultMaxPerTenant)
 	return &Hub{cfg: cfg, logs: map[Key]*Log{}, perKey: map[Key]int{}, perTenant: map[string]int{}}
 }
 
-// Open starts the log of a new execution of k and returns it. The caller
-// must own k's claim and must Close the log when the execution ends. A log
-// still open for k (an execution whose claim was taken over) is closed with
-// ErrLagged for its readers, who then fall back to the stored answer.
-func (h *Hub) Open(k Key) *Log {
-	l := &Log{hub: h, key: k, max: h.cfg.MaxBytes, changed: make(chan struct{})}
+// Open starts the log of the execution r of k and returns it. The caller
+// must own k's claim as r and must Close the log when the execution ends.
+// A log still open for k (an execution whose claim was taken over) is
+// closed with ErrSuperseded for its readers, who then read the row.
+func (h *Hub) Open(k Key, r Run) *Log {
+	l := &Log{hub: h, key: k, run: r, max: h.cfg.MaxBytes, changed: make(chan struct{})}
 	h.mu.Lock()
 	old := h.logs[k]
 	h.logs[k] = l
 	h.mu.Unlock()
 	if old != nil {
-		old.close(ErrLagged)
+		old.close(ErrSuperseded)
 	}
 	return l
+}
+
+// Current reports the execution of k whose log is open in this process.
+func (h *Hub) Current(k Key) (Run, bool) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if l := h.logs[k]; l != nil {
+		return l.run, true
+	}
+	return Run{}, false
 }
 
 // Ticket is one admitted watcher; Release gives its place back. Release is
@@ -121,14 +149,17 @@ func (h *Hub) admitLocked(k Key) (*Ticket, error) {
 	return &Ticket{h: h, k: k}, nil
 }
 
-// Attach returns a cursor at the first event of k's running execution in
-// this process. It returns ErrNoLog when there is none (or it has ended:
-// read the stored answer), ErrLagged when the log has already dropped its
-// first events, and ErrTooManyWatchers over the Hub's bounds.
-func (h *Hub) Attach(k Key) (*Cursor, error) {
+// Attach returns a cursor of the execution r of k, running in this
+// process, after its first after events (0: from the first event; the
+// cursor's next event has sequence after+1). It returns ErrNoLog when no
+// log of k is open here, or the open one is another execution's (read the
+// row: it names the execution that counts), ErrLagged when the log has
+// already dropped event after+1, and ErrTooManyWatchers over the Hub's
+// bounds.
+func (h *Hub) Attach(k Key, r Run, after int) (*Cursor, error) {
 	h.mu.Lock()
 	l := h.logs[k]
-	if l == nil {
+	if l == nil || l.run != r {
 		h.mu.Unlock()
 		return nil, ErrNoLog
 	}
@@ -138,13 +169,13 @@ func (h *Hub) Attach(k Key) (*Cursor, error) {
 		return nil, err
 	}
 	l.mu.Lock()
-	dropped := l.first > 0
+	dropped := l.first > max(after, 0)
 	l.mu.Unlock()
 	if dropped {
 		t.Release()
 		return nil, ErrLagged
 	}
-	return &Cursor{log: l, ticket: t}, nil
+	return &Cursor{log: l, next: max(after, 0), ticket: t}, nil
 }
 
 // Watchers reports how many watchers of k are admitted (for tests and metrics).
@@ -154,11 +185,13 @@ func (h *Hub) Watchers(k Key) int {
 	return h.perKey[k]
 }
 
-// Log is the event sequence of one execution. Append and Close are for the
-// owner; readers use a Cursor.
+// Log is the event sequence of one execution (one Run). Events are
+// numbered in the order they are appended, from 1: the sequence. Append and
+// Close are for the owner; readers use a Cursor.
 type Log struct {
 	hub *Hub
 	key Key
+	run Run
 	max int
 
 	mu      sync.Mutex
@@ -170,8 +203,12 @@ type Log struct {
 	changed chan struct{} // closed and replaced at every Append and at Close
 }
 
-// Append adds an event and wakes every reader. Events beyond MaxBytes push
-// the oldest out. Append after Close is ignored.
+// Run is the execution the log belongs to.
+func (l *Log) Run() Run { return l.run }
+
+// Append adds an event, the next in sequence, and wakes every reader.
+// Events beyond MaxBytes push the oldest out. Append after Close is
+// ignored.
 func (l *Log) Append(e Event) {
 	l.mu.Lock()
 	if l.done {
@@ -179,9 +216,9 @@ func (l *Log) Append(e Event) {
 		return
 	}
 	l.events = append(l.events, e)
-	l.bytes += e.Size()
+	l.bytes += WireSize(e)
 	for l.bytes > l.max && len(l.events) > 1 {
-		l.bytes -= l.events[0].Size()
+		l.bytes -= WireSize(l.events[0])
 		l.events[0] = Event{}
 		l.events = l.events[1:]
 		l.first++
@@ -217,8 +254,8 @@ func (l *Log) close(err error) {
 	close(ch)
 }
 
-// Cursor reads a Log from its first event. A Cursor is used by one
-// goroutine; Close it to give its watcher place back.
+// Cursor reads a Log in sequence. A Cursor is used by one goroutine; Close
+// it to give its watcher place back.
 type Cursor struct {
 	log    *Log
 	next   int
@@ -258,8 +295,13 @@ func (c *Cursor) Next(ctx context.Context) (Event, error) {
 	}
 }
 
-// Read is the number of events the cursor has returned.
+// Read is the sequence of the last event the cursor returned (the number
+// of events before its next one): after Next returns an event, that event
+// is number Read of its execution.
 func (c *Cursor) Read() int { return c.next }
+
+// Run is the execution the cursor reads.
+func (c *Cursor) Run() Run { return c.log.run }
 
 // Close releases the cursor's watcher place.
 func (c *Cursor) Close() { c.ticket.Release() }

@@ -13,7 +13,10 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-var k = Key{Tenant: "acme", Scope: "chat", KeyHash: "h1"}
+var (
+	k  = Key{Tenant: "acme", Scope: "chat", KeyHash: "h1"}
+	r1 = Run{Attempt: 1, Nonce: "n1"}
+)
 
 func TestAppendSSE(t *testing.T) {
 	t.Parallel()
@@ -46,12 +49,12 @@ func ctx(t *testing.T) context.Context {
 
 func TestCursorReadsFromTheStartThenLive(t *testing.T) {
 	t.Parallel()
-	h := NewHub(Config{})
-	l := h.Open(k)
+	h := NewHub(Config{MaxBytes: 1 << 20})
+	l := h.Open(k, r1)
 	l.Append(Event{Data: []byte("1")})
 	l.Append(Event{Data: []byte("2")})
 
-	c, err := h.Attach(k)
+	c, err := h.Attach(k, r1, 0)
 	require.NoError(t, err)
 	defer c.Close()
 	for _, want := range []string{"1", "2"} {
@@ -76,15 +79,15 @@ func TestCursorReadsFromTheStartThenLive(t *testing.T) {
 	l.Close(nil)
 	_, err = c.Next(ctx(t))
 	require.ErrorIs(t, err, io.EOF)
-	_, err = h.Attach(k)
+	_, err = h.Attach(k, r1, 0)
 	require.ErrorIs(t, err, ErrNoLog, "a closed log leaves the hub: later callers read the row")
 }
 
 func TestCloseWithReasonReachesReaders(t *testing.T) {
 	t.Parallel()
-	h := NewHub(Config{})
-	l := h.Open(k)
-	c, err := h.Attach(k)
+	h := NewHub(Config{MaxBytes: 1 << 20})
+	l := h.Open(k, r1)
+	c, err := h.Attach(k, r1, 0)
 	require.NoError(t, err)
 	l.Append(Event{Data: []byte("1")})
 	boom := errors.New("upstream failed")
@@ -100,46 +103,114 @@ func TestCloseWithReasonReachesReaders(t *testing.T) {
 
 func TestReopenEndsTheOldLogForItsReaders(t *testing.T) {
 	t.Parallel()
-	h := NewHub(Config{})
-	old := h.Open(k)
-	c, err := h.Attach(k)
+	h := NewHub(Config{MaxBytes: 1 << 20})
+	old := h.Open(k, r1)
+	c, err := h.Attach(k, r1, 0)
 	require.NoError(t, err)
-	fresh := h.Open(k) // a takeover in this process
+	r2 := Run{Attempt: 2, Nonce: "n2"}
+	fresh := h.Open(k, r2) // a takeover in this process
 	_, err = c.Next(ctx(t))
-	require.ErrorIs(t, err, ErrLagged)
+	require.ErrorIs(t, err, ErrSuperseded)
 	old.Close(nil) // must not remove the new log
-	c2, err := h.Attach(k)
+	_, err = h.Attach(k, r1, 0)
+	require.ErrorIs(t, err, ErrNoLog, "the old execution is not followed any more")
+	c2, err := h.Attach(k, r2, 0)
 	require.NoError(t, err)
 	fresh.Append(Event{Data: []byte("new")})
 	e, err := c2.Next(ctx(t))
 	require.NoError(t, err)
 	require.Equal(t, "new", string(e.Data))
+	require.Equal(t, r2, c2.Run())
+}
+
+// A reader attaches to the execution the row names and no other: an old
+// owner's log still open in this process (its operation outlived its
+// claim) is not followed by a caller that read the new attempt's row.
+func TestAttachIsBoundToOneExecution(t *testing.T) {
+	t.Parallel()
+	h := NewHub(Config{MaxBytes: 1 << 20})
+	l := h.Open(k, r1)
+	l.Append(Event{Data: []byte("A1")})
+	for _, other := range []Run{{Attempt: 2, Nonce: "n2"}, {Attempt: 1, Nonce: "n2"}, {Attempt: 2, Nonce: "n1"}} {
+		_, err := h.Attach(k, other, 0)
+		require.ErrorIs(t, err, ErrNoLog, "%+v", other)
+	}
+	require.Zero(t, h.Watchers(k), "a refused attach holds no place")
+	cur, ok := h.Current(k)
+	require.True(t, ok)
+	require.Equal(t, r1, cur)
+	require.Equal(t, r1, l.Run())
+	l.Close(nil)
+	_, ok = h.Current(k)
+	require.False(t, ok)
+}
+
+func TestAttachAfterASequenceNumber(t *testing.T) {
+	t.Parallel()
+	h := NewHub(Config{MaxBytes: 1 << 20})
+	l := h.Open(k, r1)
+	for i := 1; i <= 5; i++ {
+		l.Append(Event{Data: []byte(fmt.Sprint(i))})
+	}
+	c, err := h.Attach(k, r1, 3)
+	require.NoError(t, err)
+	defer c.Close()
+	for _, want := range []string{"4", "5"} {
+		e, err := c.Next(ctx(t))
+		require.NoError(t, err)
+		require.Equal(t, want, string(e.Data))
+		require.Equal(t, want, fmt.Sprint(c.Read()), "Read is the sequence of the event just returned")
+	}
+	l.Close(nil)
+	_, err = c.Next(ctx(t))
+	require.ErrorIs(t, err, io.EOF)
+}
+
+func TestWireSizeIsTheWireLength(t *testing.T) {
+	t.Parallel()
+	for _, e := range []Event{
+		{}, {Data: []byte(`{"a":1}`)}, {ID: "1-2", Type: "delta", Data: []byte("x")},
+		{Data: []byte("a\nb\r\nc\rd")}, {Data: []byte("a\r\n")}, {Data: []byte("\r")}, {Data: []byte("\n\n\r\r\n")},
+	} {
+		require.Equal(t, len(AppendSSE(nil, e)), WireSize(e), "%q", e.Data)
+	}
 }
 
 func TestLogKeepsMaxBytes(t *testing.T) {
 	t.Parallel()
 	h := NewHub(Config{MaxBytes: 200})
-	l := h.Open(k)
-	slow, err := h.Attach(k)
+	l := h.Open(k, r1)
+	slow, err := h.Attach(k, r1, 0)
 	require.NoError(t, err)
 	for i := range 20 {
 		l.Append(Event{Data: []byte(fmt.Sprintf("event-%02d", i))})
 	}
 	l.mu.Lock()
 	require.LessOrEqual(t, l.bytes, 200)
+	kept := 0
+	for _, e := range l.events {
+		kept += len(AppendSSE(nil, e))
+	}
+	require.Equal(t, kept, l.bytes, "the bound counts the wire form, as a stored sequence does")
 	require.Positive(t, l.first)
 	l.mu.Unlock()
 	_, err = slow.Next(ctx(t))
 	require.ErrorIs(t, err, ErrLagged, "a reader behind the ring's start is told, never handed a gap")
-	_, err = h.Attach(k)
+	_, err = h.Attach(k, r1, 0)
 	require.ErrorIs(t, err, ErrLagged, "a new reader cannot start at the first event")
+	l.mu.Lock()
+	first := l.first
+	l.mu.Unlock()
+	c, err := h.Attach(k, r1, first)
+	require.NoError(t, err, "a reader that has the dropped events may attach after them")
+	c.Close()
 }
 
 func TestNextStopsWithContext(t *testing.T) {
 	t.Parallel()
-	h := NewHub(Config{})
-	h.Open(k)
-	c, err := h.Attach(k)
+	h := NewHub(Config{MaxBytes: 1 << 20})
+	h.Open(k, r1)
+	c, err := h.Attach(k, r1, 0)
 	require.NoError(t, err)
 	cctx, cancel := context.WithCancel(context.Background())
 	cancel()
@@ -149,7 +220,7 @@ func TestNextStopsWithContext(t *testing.T) {
 
 func TestAdmitBoundsPerKeyAndTenant(t *testing.T) {
 	t.Parallel()
-	h := NewHub(Config{MaxPerKey: 2, MaxPerTenant: 3})
+	h := NewHub(Config{MaxBytes: 1 << 20, MaxPerKey: 2, MaxPerTenant: 3})
 	a, err := h.Admit(k)
 	require.NoError(t, err)
 	_, err = h.Admit(k)
@@ -171,21 +242,21 @@ func TestAdmitBoundsPerKeyAndTenant(t *testing.T) {
 	_, err = h.Admit(other)
 	require.NoError(t, err)
 
-	h.Open(k)
-	_, err = h.Attach(k)
+	h.Open(k, r1)
+	_, err = h.Attach(k, r1, 0)
 	require.ErrorIs(t, err, ErrTooManyWatchers, "Attach is admitted like any watcher")
 }
 
 func TestManyReadersSeeTheSameSequence(t *testing.T) {
 	t.Parallel()
-	h := NewHub(Config{MaxPerKey: 64})
-	l := h.Open(k)
+	h := NewHub(Config{MaxBytes: 1 << 20, MaxPerKey: 64})
+	l := h.Open(k, r1)
 	const readers, events = 32, 200
 	var wg sync.WaitGroup
 	results := make([]string, readers)
 	cursors := make([]*Cursor, readers)
 	for i := range readers {
-		c, err := h.Attach(k)
+		c, err := h.Attach(k, r1, 0)
 		require.NoError(t, err)
 		cursors[i] = c
 	}

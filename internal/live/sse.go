@@ -31,8 +31,30 @@ func (e Event) Valid() error {
 	return nil
 }
 
-// Size is the number of bytes the event holds in memory, for the Log's bound.
-func (e Event) Size() int { return len(e.ID) + len(e.Type) + len(e.Data) + 32 }
+// WireSize is len(AppendSSE(nil, e)) without rendering it: the measure of
+// the Log's bound, and of a stored sequence.
+func WireSize(e Event) int {
+	n := len("data: ") + len(e.Data) + 2
+	if e.ID != "" {
+		n += len("id: ") + len(e.ID) + 1
+	}
+	if e.Type != "" {
+		n += len("event: ") + len(e.Type) + 1
+	}
+	for i := 0; i < len(e.Data); i++ {
+		switch e.Data[i] {
+		case '\n':
+			n += len("data: ")
+		case '\r':
+			if i+1 < len(e.Data) && e.Data[i+1] == '\n' {
+				n-- // \r\n is one line end, written as \n
+				i++
+			}
+			n += len("data: ")
+		}
+	}
+	return n
+}
 
 // AppendSSE appends the event's wire form to dst: "id:", "event:" and one
 // "data:" line per line of Data, then a blank line. Line breaks inside Data

@@ -30,6 +30,8 @@
 //	idemguard_audit_dropped_total{sink,reason}          audit events a sink lost: sink store (the batched
 //	                                                    table writes: queue_full|store) or stream (serve's
 //	                                                    --audit-log: queue_full|write_error)
+//	idemguard_dropped_fields_total{scope,kind}          answer fields the allowlist dropped, kind field|stream_events
+//	                                                    (the names are logged, bounded per tenant: never a label)
 //	idemguard_store_up                                  gauge: 1 if the last store probe answered, else 0
 //	idemguard_store_probe_duration_seconds              histogram: round trip of the periodic store probe
 //
@@ -89,6 +91,12 @@ var ProbeBuckets = []float64{0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.
 // StoreOps are the values of the op label of idemguard_store_errors_total: the guard's store
 // steps (idemguard.Event.StoreOp). A test checks the engine names no other.
 var StoreOps = []string{"claim", "read", "reclaim expired", "reclaim stale", "reclaim failed", "abandon", "commit", "heartbeat"}
+
+// Values of the kind label of idemguard_dropped_fields_total.
+const (
+	DroppedField        = "field"         // a field of an operation's answer
+	DroppedStreamEvents = "stream_events" // a stream's events over the size limit
+)
 
 // Values of the labels of idemguard_audit_dropped_total: the sinks, and
 // per sink the reasons an event is lost. The store's reasons are the
@@ -152,7 +160,7 @@ func New() *Metrics {
 	m.storeProbe = prometheus.NewHistogram(prometheus.HistogramOpts{Namespace: Namespace, Name: "store_probe_duration_seconds",
 		Help: "Round trip of the periodic store probe (a ping of the database), failed probes included.", Buckets: ProbeBuckets})
 	m.reg.MustRegister(m.storeUp, m.storeProbe)
-	m.droppedFields = counter("dropped_fields_total", "Fields of operation results that the response allowlist dropped, by field name (never the value); (other) past 1000 names.", "scope", "field")
+	m.droppedFields = counter("dropped_fields_total", "Fields of operation results that the response allowlist dropped, by scope and kind (field: a field of the answer, stream_events: a stream's events over the size limit). The field names are in the log and on the key record, never in a label: they come from answers.", "scope", "kind")
 	m.auditEvents = counter("audit_events_total", "Idempotency decisions recorded by the audit trail, by kind (counted once, whatever the sinks).", "kind")
 	m.auditDropped = counter("audit_dropped_total", "Audit events a sink lost, by sink (store: the batched table writes; stream: the --audit-log stream) and reason. The table's durable kinds are never dropped.", "sink", "reason")
 	for _, k := range store.AuditKinds() {
@@ -215,10 +223,11 @@ func (m *Metrics) Observe(e idemguard.Event) {
 	case idemguard.EventStoreError:
 		m.storeErrors.WithLabelValues(e.Scope, e.StoreOp).Inc()
 	case idemguard.EventDroppedField:
-		m.droppedFields.WithLabelValues(e.Scope, e.Field).Inc()
+		// Never e.Field as a label: field names come from answers (an
+		// echoing upstream could mint a series per request).
+		m.droppedFields.WithLabelValues(e.Scope, DroppedField).Inc()
 	case idemguard.EventStreamDropped:
-		// A stream's events over the size limit: dropped like a field, under a name no field has.
-		m.droppedFields.WithLabelValues(e.Scope, "(stream events)").Inc()
+		m.droppedFields.WithLabelValues(e.Scope, DroppedStreamEvents).Inc()
 	case idemguard.EventAuditDropped:
 		m.auditDropped.WithLabelValues(AuditSinkStore, auditReason(AuditSinkStore, e.Field)).Inc()
 	case idemguard.EventAudit:
@@ -297,6 +306,8 @@ func (m *Metrics) InitScopes(scopes ...string) {
 		for _, k := range TokenKinds {
 			m.avoidedTokens.WithLabelValues(sc, k)
 		}
+		m.droppedFields.WithLabelValues(sc, DroppedField)
+		m.droppedFields.WithLabelValues(sc, DroppedStreamEvents)
 	}
 }
 

@@ -1,7 +1,6 @@
 package mysqlconn_test
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"log"
@@ -9,7 +8,6 @@ import (
 	"net"
 	"os"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -17,31 +15,15 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/idemguard/idemguard/internal/mysqlconn"
+	"github.com/idemguard/idemguard/internal/testlog"
 )
-
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
 
 // The driver's own line about a server that hangs up mid-handshake comes out as one JSON
 // record, not as "[mysql] packets.go:58 ..." text in the JSON stream. Not parallel: the driver's
 // logger is process-wide and set without a lock, so this runs while no other test of the
 // package is.
 func TestDriverLinesAreJSON(t *testing.T) {
-	var buf lockedBuffer
+	var buf testlog.Buffer
 	mysqlconn.LogDriverTo(slog.New(slog.NewJSONHandler(&buf, nil)))
 	t.Cleanup(func() { _ = mysql.SetLogger(log.New(os.Stderr, "[mysql] ", log.Ldate|log.Ltime)) })
 

@@ -1,10 +1,12 @@
 package mysqlstore
 
 import (
+	"cmp"
 	"context"
 	"database/sql"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 	"time"
@@ -130,19 +132,29 @@ func auditArgs(args []any, e *store.AuditEvent) []any {
 
 func dbTime(t time.Time) time.Time { return t.UTC().Truncate(time.Microsecond) }
 
-// AppendAudit implements store.Store: one multi-row INSERT per
-// maxAppendRows events, each its own autocommit statement; an event id
-// already stored (or twice in events) is skipped, never an error.
+// AppendAudit implements store.Store: the durable events one multi-row
+// INSERT into idempotency_audit per maxAppendRows events, each its own
+// autocommit statement, an event id already stored (or twice in events)
+// skipped, never an error; the tallied kinds added to their tallies in
+// idempotency_audit_tally (appendTallies).
 func (s *Store) AppendAudit(ctx context.Context, events []store.AuditEvent) error {
-	events = firstOfEachID(events)
-	for len(events) > 0 {
-		n := min(len(events), maxAppendRows)
-		if err := s.appendBatch(ctx, events[:n]); err != nil {
+	var tallied []store.AuditEvent
+	durable := slices.DeleteFunc(slices.Clone(events), func(e store.AuditEvent) bool {
+		if e.Kind.Tallied() {
+			tallied = append(tallied, e)
+			return true
+		}
+		return false
+	})
+	durable = firstOfEachID(durable)
+	for len(durable) > 0 {
+		n := min(len(durable), maxAppendRows)
+		if err := s.appendBatch(ctx, durable[:n]); err != nil {
 			return err
 		}
-		events = events[n:]
+		durable = durable[n:]
 	}
-	return nil
+	return s.appendTallies(ctx, tallied)
 }
 
 // appendBatch inserts batch (ids distinct). The common case is one
@@ -226,10 +238,176 @@ func firstOfEachID(events []store.AuditEvent) []store.AuditEvent {
 	return out
 }
 
-// historySQL reads one key's events (under each of its hashes) through
-// idx_idempotency_audit_key_at.
-const historySQL = `SELECT ` + auditColumns + `
-FROM idempotency_audit WHERE tenant = ? AND scope = ? AND key_hash IN (?)
+// moveClaimSQL writes the claimed event row id (owned by the nonce)
+// carries to the trail, as the row is about to be overwritten or deleted
+// in the same transaction (see store.ClaimParams.Audit). The event is the
+// one History read from the row: at = created_at, attempt 1. A row without
+// one (claimed with the trail off) inserts nothing.
+const moveClaimSQL = `INSERT INTO idempotency_audit (` + auditColumns + `)
+SELECT claim_event_id, 'claimed', created_at, tenant, scope, key_hash, 1, COALESCE(claimed_by, ''), NULL, NULL, NULL
+FROM idempotency_keys WHERE id = ? AND claim_nonce = ? AND claim_event_id IS NOT NULL`
+
+// lockClaimSQL locks row id while it is still owned by the nonce, before
+// its claimed event is read and the row overwritten.
+const lockClaimSQL = `SELECT id FROM idempotency_keys WHERE id = ? AND claim_nonce = ? FOR UPDATE`
+
+// rowQueryer reads one row: the transaction moveClaim runs in.
+type rowQueryer interface {
+	execer
+	QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row
+}
+
+// moveClaim moves the claimed event row id carries into the trail, in the
+// transaction tx, and reports whether the row is still owned by the nonce
+// (false: another writer got there first, and nothing was written).
+//
+// It locks the row first (lockClaimSQL), exclusively: moveClaimSQL alone
+// would take a shared lock, and two writers racing for the row (a storm
+// on an expired key) would each hold one while waiting for the other's to
+// go, a deadlock: an unknown outcome the engine pays a re-read for. A
+// writer that waited finds the nonce changed and stops there.
+//
+// An event id stored already (cleanup moved it a moment ago, see
+// purge.go) is no error: the failed INSERT is rolled back alone, and the
+// trail has the event.
+func moveClaim(ctx context.Context, tx rowQueryer, id uint64, nonce string) (bool, error) {
+	var locked uint64
+	if err := interpretError(tx.QueryRowContext(ctx, lockClaimSQL, id, nonce).Scan(&locked)); err != nil {
+		if errors.Is(err, store.ErrNotFound) {
+			return false, nil
+		}
+		return false, err
+	}
+	_, err := tx.ExecContext(ctx, moveClaimSQL, id, nonce)
+	if err := interpretError(err); err != nil && !errors.Is(err, store.ErrDuplicate) {
+		return false, err
+	}
+	return true, nil
+}
+
+// tallyColumns are idempotency_audit_tally's columns as appendTallies
+// writes them.
+const tallyColumns = `tenant, scope, key_hash, kind, attempt, actor, detail, event_id, first_at, last_at, n, original_at`
+
+// tallyRow is one row's placeholders, in tallyColumns' order.
+const tallyRow = `(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`
+
+// tallySQL adds n tallies to theirs, like idempotency_stats' counters.
+// event_id and original_at follow the earliest event: they are assigned
+// before first_at, so they compare with its old value whether the server
+// assigns left to right (MySQL, MariaDB) or all at once (MariaDB's
+// SIMULTANEOUS_ASSIGNMENT). VALUES(col), not MySQL 8's row alias, which
+// MariaDB lacks.
+func tallySQL(n int) string {
+	return `INSERT INTO idempotency_audit_tally (` + tallyColumns + `) VALUES ` +
+		strings.Repeat(tallyRow+`, `, n-1) + tallyRow + `
+ON DUPLICATE KEY UPDATE
+  event_id = IF(VALUES(first_at) < first_at, VALUES(event_id), event_id),
+  original_at = IF(VALUES(first_at) < first_at, VALUES(original_at), original_at),
+  first_at = LEAST(first_at, VALUES(first_at)),
+  last_at = GREATEST(last_at, VALUES(last_at)),
+  n = n + VALUES(n)`
+}
+
+// tallyKey is what a tally aggregates over, in the unique key's order.
+type tallyKey struct {
+	tenant, scope, keyHash string
+	kind                   store.AuditKind
+	attempt                int
+	actor, detail          string
+}
+
+func compareTally(a, b tallyKey) int {
+	return cmp.Or(cmp.Compare(a.tenant, b.tenant), cmp.Compare(a.scope, b.scope), cmp.Compare(a.keyHash, b.keyHash),
+		cmp.Compare(a.kind, b.kind), cmp.Compare(a.attempt, b.attempt), cmp.Compare(a.actor, b.actor),
+		cmp.Compare(a.detail, b.detail))
+}
+
+// tally is a batch's events of one tallyKey.
+type tally struct {
+	key         tallyKey
+	first, last store.AuditEvent
+	n           int64
+}
+
+// appendTallies sums events per tally in memory, then adds the sums in
+// one INSERT ... ON DUPLICATE KEY UPDATE per maxAppendRows tallies, in the
+// unique key's order (two writers lock shared tallies in the same order).
+// A deadlock victim (or a failed certification on Galera) was rolled back
+// whole and is run again; any other error is returned, and the caller must
+// not write the batch again unless it was never sent (store.ErrNotSent):
+// a tally cannot tell a repeat from new events.
+func (s *Store) appendTallies(ctx context.Context, events []store.AuditEvent) error {
+	byKey := make(map[tallyKey]*tally)
+	for _, e := range events {
+		k := tallyKey{e.Tenant, e.Scope, e.KeyHash, e.Kind, e.Attempt, e.Actor, e.Detail}
+		t := byKey[k]
+		if t == nil {
+			byKey[k] = &tally{key: k, first: e, last: e, n: 1}
+			continue
+		}
+		t.n++
+		if e.At.Before(t.first.At) {
+			t.first = e
+		}
+		if e.At.After(t.last.At) {
+			t.last = e
+		}
+	}
+	sums := slices.SortedFunc(maps.Values(byKey), func(a, b *tally) int { return compareTally(a.key, b.key) })
+	for len(sums) > 0 {
+		n := min(len(sums), maxAppendRows)
+		if err := s.addTallies(ctx, sums[:n]); err != nil {
+			return err
+		}
+		sums = sums[n:]
+	}
+	return nil
+}
+
+func (s *Store) addTallies(ctx context.Context, sums []*tally) error {
+	args := make([]any, 0, len(sums)*12)
+	for _, t := range sums {
+		var original any
+		if !t.first.OriginalAt.IsZero() {
+			original = dbTime(t.first.OriginalAt)
+		}
+		k := t.key
+		args = append(args, k.tenant, k.scope, k.keyHash, string(k.kind), k.attempt, k.actor, k.detail,
+			t.first.ID, dbTime(t.first.At), dbTime(t.last.At), t.n, original)
+	}
+	query := tallySQL(len(sums))
+	for deadlocks := 0; ; deadlocks++ {
+		_, err := s.db.ExecContext(ctx, query, args...)
+		var me *mysql.MySQLError
+		if errors.As(err, &me) && me.Number == errDeadlock && deadlocks < appendDeadlockRetries && ctx.Err() == nil {
+			continue
+		}
+		return interpretError(err)
+	}
+}
+
+// historyColumns are the columns History reads from each of its sources.
+const historyColumns = `event_id, kind, at, tenant, scope, key_hash, attempt, actor, original_at, stop_reason, detail, n, last_at`
+
+// historySQL reads one key's events (under each of its hashes) from the
+// three places they live: idempotency_audit (the durable events, through
+// idx_idempotency_audit_key_at), idempotency_audit_tally (the tallies,
+// through its unique key) and idempotency_keys (the claimed event a row
+// carries, through its unique key, unless the trail has that event id
+// already: cleanup moves an event a moment before it deletes the row).
+// Portable SQL: UNION ALL, no window functions.
+const historySQL = `SELECT ` + historyColumns + ` FROM (
+  SELECT ` + auditColumns + `, 0 AS n, CAST(NULL AS DATETIME(6)) AS last_at
+  FROM idempotency_audit WHERE tenant = ? AND scope = ? AND key_hash IN (?)
+  UNION ALL
+  SELECT event_id, kind, first_at, tenant, scope, key_hash, attempt, actor, original_at, NULL, NULLIF(detail, ''), n, last_at
+  FROM idempotency_audit_tally WHERE tenant = ? AND scope = ? AND key_hash IN (?)
+  UNION ALL
+  SELECT claim_event_id, 'claimed', created_at, tenant, scope, key_hash, 1, COALESCE(claimed_by, ''), NULL, NULL, NULL, 0, NULL
+  FROM idempotency_keys k WHERE tenant = ? AND scope = ? AND key_hash IN (?) AND claim_event_id IS NOT NULL
+    AND NOT EXISTS (SELECT 1 FROM idempotency_audit a WHERE a.event_id = k.claim_event_id)
+) AS trail
 ORDER BY at, event_id LIMIT ?`
 
 type auditRecord struct {
@@ -244,6 +422,8 @@ type auditRecord struct {
 	OriginalAt sql.NullTime   `db:"original_at"`
 	StopReason sql.NullString `db:"stop_reason"`
 	Detail     sql.NullString `db:"detail"`
+	Count      int64          `db:"n"`
+	LastAt     sql.NullTime   `db:"last_at"`
 }
 
 // History implements store.Store.
@@ -251,7 +431,7 @@ func (s *Store) History(ctx context.Context, tenant, scope string, keyHashes []s
 	if len(keyHashes) == 0 || limit <= 0 {
 		return nil, nil
 	}
-	query, args, err := sqlx.In(historySQL, tenant, scope, keyHashes, limit)
+	query, args, err := sqlx.In(historySQL, tenant, scope, keyHashes, tenant, scope, keyHashes, tenant, scope, keyHashes, limit)
 	if err != nil {
 		return nil, err
 	}
@@ -263,9 +443,12 @@ func (s *Store) History(ctx context.Context, tenant, scope string, keyHashes []s
 	for i, r := range recs {
 		out[i] = store.AuditEvent{ID: r.ID, Kind: store.AuditKind(r.Kind), At: r.At.UTC(), Tenant: r.Tenant,
 			Scope: r.Scope, KeyHash: r.KeyHash, Attempt: r.Attempt, Actor: r.Actor,
-			StopReason: sanitize.StopReason(r.StopReason.String), Detail: r.Detail.String}
+			StopReason: sanitize.StopReason(r.StopReason.String), Detail: r.Detail.String, Count: r.Count}
 		if r.OriginalAt.Valid {
 			out[i].OriginalAt = r.OriginalAt.Time.UTC()
+		}
+		if r.LastAt.Valid {
+			out[i].LastAt = r.LastAt.Time.UTC()
 		}
 	}
 	return out, nil

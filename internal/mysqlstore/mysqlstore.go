@@ -1,11 +1,15 @@
 // Package mysqlstore is the store.Store on MySQL 8.x / MariaDB 10.11+ (and
 // TiDB), through sqlx. Every method is one autocommit statement, except a
-// write whose params carry an audit event (store.AuditEvent): Claim,
-// Reclaim, Abandon, Release and RequestCancel then run the same statement and
-// the event's INSERT into idempotency_audit in one transaction, committed
-// only when the statement won, so the row change and its event are stored
-// both or neither (audit.go). Without an event nothing changes: one
-// statement, no transaction, no extra round trip. Ownership is decided only
+// write whose params carry an audit event (store.AuditEvent): Reclaim,
+// Abandon, Release and RequestCancel then run the same statement and the
+// event's INSERT into idempotency_audit in one transaction, committed only
+// when the statement won, so the row change and its event are stored both
+// or neither (audit.go); an expired re-claim and the release of a fresh
+// claim also move, first, the claimed event the row carries. Claim stays
+// one INSERT with or without an event: the row carries its claimed event
+// (claim_event_id, claimed_by). Without an event nothing changes: one
+// statement, no transaction, no extra round trip. Replays, in-progress
+// answers and conflicts are counted in idempotency_audit_tally. Ownership is decided only
 // by the INSERT's unique key and by nonce-guarded UPDATEs whose affected-row
 // count is checked. Every time in idempotency_keys is the database's clock
 // (UTC_TIMESTAMP(6)), never the application server's; an audit event's time
@@ -141,33 +145,26 @@ func notSent(err error) bool {
 
 func micros(d time.Duration) int64 { return d.Microseconds() }
 
+// claimSQL inserts a started row; with an audit event, the row carries it
+// (claim_event_id, claimed_by): the claim is this one statement with the
+// trail as without it.
 const claimSQL = `INSERT INTO idempotency_keys
   (tenant, scope, key_hash, request_fingerprint, secret_id, status, attempt_count, claim_nonce,
-   created_at, started_at, heartbeat_at, lease_micros, expires_at)
+   created_at, started_at, heartbeat_at, lease_micros, expires_at, claim_event_id, claimed_by)
 VALUES (?, ?, ?, ?, NULLIF(?, ''), 'started', 1, ?,
-   UTC_TIMESTAMP(6), UTC_TIMESTAMP(6), UTC_TIMESTAMP(6), NULLIF(?, 0), UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND)`
+   UTC_TIMESTAMP(6), UTC_TIMESTAMP(6), UTC_TIMESTAMP(6), NULLIF(?, 0), UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND, ?, ?)`
 
-// Claim implements store.Store. Never INSERT IGNORE: it would turn a
-// truncation or a bad value into a warning and a silently different row.
+// Claim implements store.Store: one autocommit INSERT, its audit event
+// (if any) carried by the row (store.ClaimParams.Audit). Never INSERT
+// IGNORE: it would turn a truncation or a bad value into a warning and a
+// silently different row.
 func (s *Store) Claim(ctx context.Context, p store.ClaimParams) (uint64, error) {
-	if p.Audit == nil {
-		return claim(ctx, s.db, p)
+	var eventID, actor any // NULL without an event
+	if p.Audit != nil {
+		eventID, actor = p.Audit.ID, p.Audit.Actor
 	}
-	var id uint64
-	_, err := s.write(ctx, p.Audit, func(ex execer) (bool, error) {
-		var err error
-		id, err = claim(ctx, ex, p)
-		return err == nil, err // ErrDuplicate included: no event
-	})
-	if err != nil {
-		return 0, err
-	}
-	return id, nil
-}
-
-func claim(ctx context.Context, ex execer, p store.ClaimParams) (uint64, error) {
-	res, err := ex.ExecContext(ctx, claimSQL, p.Tenant, p.Scope, p.KeyHash, p.Fingerprint, p.SecretID, p.Nonce,
-		micros(p.Lease), micros(p.TTL))
+	res, err := s.db.ExecContext(ctx, claimSQL, p.Tenant, p.Scope, p.KeyHash, p.Fingerprint, p.SecretID, p.Nonce,
+		micros(p.Lease), micros(p.TTL), eventID, actor)
 	if err := interpretError(err); err != nil {
 		return 0, err
 	}
@@ -287,7 +284,8 @@ const (
   status = 'started', claim_nonce = ?, attempt_count = 1, request_fingerprint = ?, secret_id = NULLIF(?, ''),
   response_json = NULL, response_code = NULL, response_events = NULL, completed_at = NULL, cancel_requested_at = NULL,
   created_at = UTC_TIMESTAMP(6), started_at = UTC_TIMESTAMP(6), heartbeat_at = UTC_TIMESTAMP(6),
-  lease_micros = NULLIF(?, 0), expires_at = UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND
+  lease_micros = NULLIF(?, 0), expires_at = UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND,
+  claim_event_id = NULL, claimed_by = NULL
 WHERE id = ? AND claim_nonce = ? AND attempt_count = ? AND ` + reclaimableSQL
 
 	reclaimStaleSQL = `UPDATE idempotency_keys SET
@@ -308,7 +306,9 @@ WHERE id = ? AND status = 'failed' AND claim_nonce = ? AND attempt_count = ?
 func (s *Store) Reclaim(ctx context.Context, p store.ReclaimParams) (bool, error) {
 	switch p.Kind {
 	case store.ReclaimExpired:
-		return s.audited(ctx, p.Audit, reclaimExpiredSQL, p.NewNonce, p.Fingerprint, p.SecretID, micros(p.Lease), micros(p.TTL),
+		// It overwrites the claim the row carries: its event moves to the
+		// trail first, in the same transaction.
+		return s.moving(ctx, p.Audit, p.ID, p.OldNonce, reclaimExpiredSQL, p.NewNonce, p.Fingerprint, p.SecretID, micros(p.Lease), micros(p.TTL),
 			p.ID, p.OldNonce, p.OldAttempts, micros(p.StaleAfter))
 	case store.ReclaimStale:
 		return s.audited(ctx, p.Audit, reclaimStaleSQL, p.NewNonce, micros(p.Lease), p.ID, p.OldNonce, p.OldAttempts, micros(p.StaleAfter))
@@ -405,7 +405,9 @@ WHERE id = ? AND status = 'started' AND claim_nonce = ?`
 // Release implements store.Store.
 func (s *Store) Release(ctx context.Context, p store.ReleaseParams) (bool, error) {
 	if p.Prev == nil {
-		return s.audited(ctx, p.Audit, releaseDeleteSQL, p.ID, p.Nonce)
+		// The row goes, and with it the claim it carries: its event moves
+		// to the trail first, in the same transaction.
+		return s.moving(ctx, p.Audit, p.ID, p.Nonce, releaseDeleteSQL, p.ID, p.Nonce)
 	}
 	r := p.Prev
 	var response, code, heartbeat, completed any
@@ -437,6 +439,22 @@ func (s *Store) audited(ctx context.Context, e *store.AuditEvent, query string, 
 		return s.guarded(ctx, query, args...)
 	}
 	return s.write(ctx, e, func(ex execer) (bool, error) { return changedOne(ex.ExecContext(ctx, query, args...)) })
+}
+
+// moving is audited for a statement that overwrites or deletes row id
+// (owned by nonce) with the claim it carries: in the transaction, the
+// claimed event moves from the row to the trail before the statement runs
+// (moveClaim). When the statement loses, the move is rolled back with it.
+func (s *Store) moving(ctx context.Context, e *store.AuditEvent, id uint64, nonce, query string, args ...any) (bool, error) {
+	if e == nil {
+		return s.guarded(ctx, query, args...)
+	}
+	return s.write(ctx, e, func(ex execer) (bool, error) {
+		if ours, err := moveClaim(ctx, ex.(rowQueryer), id, nonce); !ours || err != nil {
+			return false, err
+		}
+		return changedOne(ex.ExecContext(ctx, query, args...))
+	})
 }
 
 // changedOne reports whether a guarded statement changed exactly one row.

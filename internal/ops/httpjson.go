@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/idemguard/idemguard"
+	"github.com/idemguard/idemguard/internal/caller"
 	"github.com/idemguard/idemguard/sanitize"
 )
 
@@ -25,10 +26,17 @@ type HTTPJSONConfig struct {
 	// Client sends the requests. Defaults to one client, shared by every
 	// operation, on a NewTransport and without a timeout of its own.
 	Client *http.Client
+	// Pseudonym makes the Idemguard-Actor header from the caller the
+	// context names (Guard.HashActor); nil: no actor header.
+	Pseudonym caller.Pseudonym
 }
 
 // HTTPJSON returns the operation of an http_json scope: it POSTs the inputs
-// unchanged to URL. A 2xx answer must be a JSON object. An object with an
+// unchanged to URL, with the configured headers and, set after them so
+// that they always say who asked, the caller's tenant (Idemguard-Tenant)
+// and pseudonymous actor (Idemguard-Actor, made with cfg.Pseudonym) when the
+// context names them (caller.Headers): the upstream can authorise per
+// tenant, and learns no credential and no user's identity. A 2xx answer must be a JSON object. An object with an
 // "ok" field is taken as an envelope (ok, stopReason, data, traceId, ...);
 // any other object becomes the envelope's data: {"ok":true,"data":answer}.
 // The guard sanitizes either before storing it (nested objects and blocked
@@ -39,7 +47,13 @@ func HTTPJSON(cfg HTTPJSONConfig) Func {
 	client := cmp.Or(cfg.Client, defaultClient())
 	headers := maps.Clone(cfg.Headers)
 	return func(ctx context.Context, inputs json.RawMessage) (any, error) {
-		b, _, err := postJSON(ctx, client, "http_json upstream", cfg.URL, cfg.Timeout, headers, inputs)
+		h := caller.Headers(ctx, cfg.Pseudonym)
+		for k, v := range headers {
+			if _, ours := h[http.CanonicalHeaderKey(k)]; !ours {
+				h[k] = v
+			}
+		}
+		b, _, err := postJSON(ctx, client, "http_json upstream", cfg.URL, cfg.Timeout, h, inputs)
 		if err != nil {
 			return nil, err
 		}

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/idemguard/idemguard"
+	"github.com/idemguard/idemguard/internal/caller"
 	"github.com/idemguard/idemguard/sanitize"
 )
 
@@ -32,7 +33,20 @@ type OpenAIConfig struct {
 	// operation, on a NewTransport and without a timeout of its own
 	// (Timeout and the guard bound each call).
 	Client *http.Client
+	// ActorField, when set, is the request field that carries the caller's
+	// pseudonymous actor (caller.Actor, made with Pseudonym), for the
+	// provider's abuse monitoring: ActorSafetyIdentifier or ActorUser.
+	// Empty: none is sent.
+	ActorField string
+	// Pseudonym makes the actor (Guard.HashActor); nil: none is sent.
+	Pseudonym caller.Pseudonym
 }
+
+// The request fields OpenAIConfig.ActorField may name.
+const (
+	ActorSafetyIdentifier = "safety_identifier"
+	ActorUser             = "user"
+)
 
 // ChatMessage is one message of a chat request.
 type ChatMessage struct {
@@ -60,6 +74,22 @@ var chatRoles = map[string]bool{"system": true, "developer": true, "user": true,
 type chatRequest struct {
 	Model string `json:"model"`
 	ChatInput
+	SafetyIdentifier string `json:"safety_identifier,omitempty"`
+	User             string `json:"user,omitempty"`
+}
+
+// newChatRequest is the upstream request for in: the configured model, and
+// the caller's pseudonymous actor in the configured field (never the
+// caller's own words: the inputs have no such field).
+func newChatRequest(ctx context.Context, cfg OpenAIConfig, in ChatInput) chatRequest {
+	r := chatRequest{Model: cfg.Model, ChatInput: in}
+	switch cfg.ActorField {
+	case ActorSafetyIdentifier:
+		r.SafetyIdentifier = caller.Actor(ctx, cfg.Pseudonym)
+	case ActorUser:
+		r.User = caller.Actor(ctx, cfg.Pseudonym)
+	}
+	return r
 }
 
 type chatResponse struct {
@@ -103,7 +133,7 @@ func OpenAIChat(cfg OpenAIConfig) Func {
 		if err != nil {
 			return nil, inputError(err)
 		}
-		body, err := json.Marshal(chatRequest{Model: cfg.Model, ChatInput: in})
+		body, err := json.Marshal(newChatRequest(ctx, cfg, in))
 		if err != nil {
 			return nil, invalidInput("openai_chat: encoding the request: %v", err)
 		}

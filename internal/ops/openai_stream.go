@@ -8,10 +8,12 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net/http"
 	"regexp"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/idemguard/idemguard"
 	"github.com/idemguard/idemguard/sanitize"
@@ -127,7 +129,7 @@ func OpenAIChatStream(cfg OpenAIConfig) StreamFunc {
 		if err := checkChatInput(&in, cfg.MaxTokens); err != nil {
 			return nil, err
 		}
-		body, err := json.Marshal(streamRequest{chatRequest: chatRequest{Model: cfg.Model, ChatInput: in},
+		body, err := json.Marshal(streamRequest{chatRequest: newChatRequest(ctx, cfg, in),
 			Stream: true, StreamOptions: streamOptions{IncludeUsage: true}})
 		if err != nil {
 			return nil, invalidInput("openai_chat: encoding the request: %v", err)
@@ -163,8 +165,27 @@ func OpenAIChatStream(cfg OpenAIConfig) StreamFunc {
 			}
 			return nil, &idemguard.OpError{Reason: sanitize.ProviderError, Err: fmt.Errorf("openai_chat upstream: %w", err)}
 		}
+		drain(resp.Body)
 		return a.envelope(), nil
 	}
+}
+
+// Bounds of drain.
+const (
+	drainWait  = 500 * time.Millisecond
+	drainBytes = 64 << 10
+)
+
+// drain reads what follows [DONE] to the body's end, so that closing the
+// body gives its connection back to the pool: closed before its end, a
+// body's connection is dropped, and the next stream dials (and handshakes
+// TLS) again before its first event. Most servers end the body in a write
+// of its own just after [DONE]; one that sends more than drainBytes, or
+// does not end it within drainWait, loses the connection as before.
+func drain(body io.ReadCloser) {
+	stop := time.AfterFunc(drainWait, func() { _ = body.Close() })
+	defer stop.Stop()
+	_, _ = io.CopyN(io.Discard, body, drainBytes)
 }
 
 // OpenAIChatReplay renders an answer stored without events (the key was

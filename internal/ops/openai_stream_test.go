@@ -5,9 +5,12 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
+	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
@@ -140,4 +143,44 @@ func TestDemoStreamMatchesDemo(t *testing.T) {
 	require.Equal(t, pe, se)
 	require.Greater(t, len(events), 5)
 	require.Equal(t, ops.OpenAIChatReplay(se)[1:], events[len(events)-2:], "the finish and usage chunks are the replay's")
+}
+
+// A stream read to [DONE] gives its connection back for the next stream,
+// also when the upstream ends its body a moment after [DONE] (a separate
+// write, as most servers send it): the operation reads the body to its end
+// before closing it. Closed at [DONE], the connection was dropped and every
+// stream dialed (and, against a provider, handshook TLS) again: this test
+// counted 3 connections for 3 streams.
+func TestOpenAIChatStreamKeepsTheUpstreamConnection(t *testing.T) {
+	t.Parallel()
+	var dialed atomic.Int32
+	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.Copy(io.Discard, r.Body)
+		w.Header().Set("Content-Type", "text/event-stream")
+		for _, l := range wholeStream {
+			fmt.Fprint(w, l+"\n\n")
+		}
+		_ = http.NewResponseController(w).Flush()
+		// The body's end follows [DONE] a moment later, unless the client
+		// hung up first.
+		select {
+		case <-r.Context().Done():
+		case <-time.After(10 * time.Millisecond):
+		}
+	}))
+	srv.Config.ConnState = func(_ net.Conn, s http.ConnState) {
+		if s == http.StateNew {
+			dialed.Add(1)
+		}
+	}
+	srv.Start()
+	t.Cleanup(srv.Close)
+	tr := ops.NewTransport()
+	t.Cleanup(tr.CloseIdleConnections)
+	f := ops.OpenAIChatStream(ops.OpenAIConfig{BaseURL: srv.URL, Model: "gpt-test", APIKey: apiKey, Client: &http.Client{Transport: tr}})
+	for range 3 {
+		_, err := f(context.Background(), chatInputs, func(idemguard.Chunk) {})
+		require.NoError(t, err)
+	}
+	require.EqualValues(t, 1, dialed.Load(), "connections dialed for 3 streams one after another")
 }

@@ -43,6 +43,8 @@ type Scope struct {
 	// stored without events.
 	Stream       StreamFunc
 	StreamReplay func(sanitize.Envelope) []idemguard.Chunk
+	// Isolation is whose key space the keys live in (config.Scope.Isolation).
+	Isolation string
 }
 
 // Registry maps scope names to scopes. It is immutable once built and safe

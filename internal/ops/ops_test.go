@@ -368,7 +368,7 @@ func TestFromConfig(t *testing.T) {
 			{Name: "demo", Operation: config.OpDemo, Delay: time.Millisecond},
 		},
 	}
-	r, err := ops.FromConfig(c, nil)
+	r, err := ops.FromConfig(c, nil, nil)
 	require.NoError(t, err)
 	require.Equal(t, []string{"chat", "demo", "json"}, r.Names())
 	s, ok := r.Lookup("chat")
@@ -384,7 +384,7 @@ func TestFromConfig(t *testing.T) {
 	require.NoError(t, err)
 
 	c.Scopes = append(c.Scopes, config.Scope{Name: "x", Operation: "nope"})
-	_, err = ops.FromConfig(c, nil)
+	_, err = ops.FromConfig(c, nil, nil)
 	require.ErrorContains(t, err, `unknown operation "nope"`)
 }
 

@@ -1,22 +1,23 @@
-// Package opsui is the operator page that `idemguard serve` shows at /ops (routers.Options.OpsPage),
-// and the MySQL source of the figures behind it, GET /v1/stats (routers.Options.Stats): the last
-// day of the guard's work, hour by hour.
+// Package opsui is the operator's view: the operator listener of `idemguard serve`
+// (config metrics_listen, apart from the API's listener) serves, with /metrics, the operator page
+// at /ops and the service-wide figures behind it at /v1/stats (Operator); and the MySQL source of
+// the figures (MySQL), which also answers a tenant's own figures on the API (routers.Options.Stats).
 //
-// The page is a static shell (HTML, an inline script drawing SVG, no third-party code): it holds
-// no figures and no tenant's data, so it is served without credentials. The browser asks for an
-// API key, keeps it in sessionStorage, and fetches /v1/stats with it; that endpoint is behind the
-// same authentication as the REST API and answers for the caller's tenant only.
+// The page is a static shell (HTML, an inline script drawing SVG, no third-party code). It asks
+// for no credential: the operator listener is the operator's (bound to loopback by default, a
+// cluster-internal port in Kubernetes), never reached by the browsers of the API's users, so no
+// tenant's API key is ever typed into a browser for it.
 //
 // Two kinds of figures come back:
 //
 //   - Scopes: the protocol counters of idempotency_stats (requests, replays, conflicts,
 //     takeovers, failures, store errors) per hour and scope. That table is counted per scope for
-//     the whole service, not per tenant, so these are service-wide figures for the scopes this
-//     server serves; the answer says so.
-//   - Keys: the caller's own keys of idempotency_keys created per hour and scope, by status.
-//     These are the tenant's alone.
+//     the whole service, not per tenant: only the operator's view holds them; a tenant's answer
+//     on the API has none.
+//   - Keys: one tenant's keys of idempotency_keys created per hour and scope, by status. The API
+//     answers the caller's tenant's; the operator's view those of the tenant it names (?tenant=).
 //
-// With the in-memory store there is no table to read: routers answers an empty series with a note.
+// With the in-memory store there is no table to read: the answers are empty series with a note.
 package opsui
 
 import (
@@ -37,8 +38,11 @@ import (
 	"github.com/idemguard/idemguard/tenancy"
 )
 
-// NoteMySQL is the note of an answer read from MySQL.
-const NoteMySQL = "scopes: counted per scope for every tenant of this service (idempotency_stats has no tenant); keys: your tenant's keys only, by status now"
+// Notes of the answers read from MySQL: a tenant's (the API) and the operator's.
+const (
+	NoteMySQL    = "keys: your tenant's keys only, by status now; the service-wide protocol counters are the operator's (the operator listener)"
+	NoteOperator = "scopes: counted per scope for every tenant of this service; keys: the named tenant's, by status now"
+)
 
 var _ routers.StatsSource = (*MySQL)(nil)
 
@@ -63,11 +67,25 @@ func NewMySQL(db *sqlx.DB, scopes []string) *MySQL {
 // hourString renders an hour bucket; the database returns them as DATETIME in UTC.
 func hourString(t time.Time) string { return t.UTC().Format(time.RFC3339) }
 
-// Stats reads the window [now - since, now] of the database clock. A database error is returned
-// wrapped in idemguard.ErrStoreUnavailable (the API answers 503).
+// Stats is a tenant's own figures over the window [now - since, now] of the database clock: its
+// keys, never the service-wide counters. A database error is returned wrapped in
+// idemguard.ErrStoreUnavailable (the API answers 503).
 func (m *MySQL) Stats(ctx context.Context, tenant tenancy.ID, since time.Duration) (routers.Stats, error) {
+	return m.read(ctx, tenant, since, false)
+}
+
+// OperatorStats is the operator's view over the same window: the service-wide counters per scope
+// and, when tenant is not empty, that tenant's keys.
+func (m *MySQL) OperatorStats(ctx context.Context, tenant tenancy.ID, since time.Duration) (routers.Stats, error) {
+	return m.read(ctx, tenant, since, true)
+}
+
+func (m *MySQL) read(ctx context.Context, tenant tenancy.ID, since time.Duration, operator bool) (routers.Stats, error) {
 	out := routers.Stats{Tenant: string(tenant), Store: "mysql", SinceSeconds: int64(since / time.Second), Note: NoteMySQL,
 		Scopes: []routers.ScopeHour{}, Keys: []routers.KeyHour{}}
+	if operator {
+		out.Note = NoteOperator
+	}
 	fail := func(what string, err error) (routers.Stats, error) {
 		return routers.Stats{}, fmt.Errorf("opsui: reading %s: %w: %w", what, idemguard.ErrStoreUnavailable, err)
 	}
@@ -78,16 +96,20 @@ func (m *MySQL) Stats(ctx context.Context, tenant tenancy.ID, since time.Duratio
 	from := now.Add(-since.Truncate(time.Microsecond))
 	out.From, out.To = from.UTC().Format(time.RFC3339), now.UTC().Format(time.RFC3339)
 
-	// The bucket holding the window's start counts too: buckets are hourly.
-	hours, err := mysqlstore.StatsHours(ctx, m.db, from)
-	if err != nil {
-		return fail("idempotency_stats", err)
-	}
-	for _, h := range hours {
-		if !m.scopes[h.Scope] {
-			continue
+	if operator {
+		// The bucket holding the window's start counts too: buckets are hourly.
+		hours, err := mysqlstore.StatsHours(ctx, m.db, from)
+		if err != nil {
+			return fail("idempotency_stats", err)
 		}
-		out.Scopes = append(out.Scopes, scopeHour(h))
+		for _, h := range hours {
+			if m.scopes[h.Scope] {
+				out.Scopes = append(out.Scopes, scopeHour(h))
+			}
+		}
+	}
+	if tenant == "" {
+		return out, nil
 	}
 
 	// The tenant's own keys: a range of uk_idempotency_tenant_scope_key on the tenant, read

@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/base64"
+	"encoding/json"
 	"errors"
 	"net/http"
 	"net/http/httptest"
@@ -72,7 +73,7 @@ func TestMySQLWindowScopesAndTenant(t *testing.T) {
 	key("beta", "b1", "succeeded", "30 MINUTE")
 
 	src := opsui.NewMySQL(db.DB, []string{"chat"})
-	st, err := src.Stats(context.Background(), "acme", 2*time.Hour)
+	st, err := src.OperatorStats(context.Background(), "acme", 2*time.Hour)
 	require.NoError(t, err)
 	require.Equal(t, "mysql", st.Store)
 	require.Equal(t, int64(7200), st.SinceSeconds)
@@ -86,7 +87,7 @@ func TestMySQLWindowScopesAndTenant(t *testing.T) {
 	require.Len(t, st.Keys, 1, "acme's keys of the window, in one hour; not beta's, not the 3-hour-old one")
 	require.Equal(t, routers.KeyHour{Hour: st.Keys[0].Hour, Scope: "chat", Created: 2, Succeeded: 1, Failed: 1}, st.Keys[0])
 
-	st, err = src.Stats(context.Background(), "acme", 24*time.Hour)
+	st, err = src.OperatorStats(context.Background(), "acme", 24*time.Hour)
 	require.NoError(t, err)
 	require.Len(t, st.Scopes, 2)
 	var created int64
@@ -95,10 +96,66 @@ func TestMySQLWindowScopesAndTenant(t *testing.T) {
 	}
 	require.Equal(t, int64(3), created)
 
-	st, err = src.Stats(context.Background(), "nobody", time.Hour)
+	st, err = src.OperatorStats(context.Background(), "nobody", time.Hour)
 	require.NoError(t, err)
 	require.Empty(t, st.Keys)
 	require.NotNil(t, st.Keys, "an empty list, never null")
+
+	// A tenant's own answer (the API's /v1/stats) holds its keys and none of the service-wide
+	// counters: on the code before, it held the counters of every tenant's calls (chat: 10
+	// requests, 4 replays).
+	st, err = src.Stats(context.Background(), "acme", 24*time.Hour)
+	require.NoError(t, err)
+	require.Empty(t, st.Scopes, "the service-wide counters are the operator's")
+	require.NotNil(t, st.Scopes)
+	require.Equal(t, opsui.NoteMySQL, st.Note)
+	created = 0
+	for _, k := range st.Keys {
+		created += k.Created
+	}
+	require.Equal(t, int64(3), created)
+
+	// The operator listener's handler answers the same figures without a credential.
+	h := opsui.Operator(opsui.OperatorOptions{Metrics: http.NotFoundHandler(), Stats: src})
+	w := httptest.NewRecorder()
+	h.ServeHTTP(w, httptest.NewRequest(http.MethodGet, "/v1/stats?since=24h&tenant=beta", nil))
+	require.Equal(t, http.StatusOK, w.Code, w.Body.String())
+	var op routers.Stats
+	require.NoError(t, json.Unmarshal(w.Body.Bytes(), &op))
+	require.Equal(t, "beta", op.Tenant)
+	require.Len(t, op.Scopes, 2)
+	require.Len(t, op.Keys, 1)
+	require.Equal(t, opsui.NoteOperator, op.Note)
+}
+
+// The operator listener serves /metrics, the page and the figures, asks for no credential, sends
+// no CORS headers (a browser page of another origin cannot read it), and nothing else.
+func TestOperatorHandler(t *testing.T) {
+	t.Parallel()
+	metrics := http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("idemguard_up 1\n")) })
+	h := opsui.Operator(opsui.OperatorOptions{Metrics: metrics})
+	get := func(path string) *httptest.ResponseRecorder {
+		r := httptest.NewRequest(http.MethodGet, path, nil)
+		r.Header.Set("Origin", "https://app.example.com")
+		w := httptest.NewRecorder()
+		h.ServeHTTP(w, r)
+		require.Empty(t, w.Header().Get("Access-Control-Allow-Origin"), path)
+		return w
+	}
+	require.Equal(t, "idemguard_up 1\n", get("/metrics").Body.String())
+	require.Contains(t, get("/ops").Body.String(), "idemguard · operations")
+	w := get("/v1/stats")
+	require.Equal(t, http.StatusOK, w.Code)
+	var st routers.Stats
+	require.NoError(t, json.Unmarshal(w.Body.Bytes(), &st))
+	require.Equal(t, routers.NoteNoHistory, st.Note)
+	require.Equal(t, http.StatusBadRequest, get("/v1/stats?since=1s").Code)
+	require.Equal(t, http.StatusBadRequest, get("/v1/stats?tenant=a%20b").Code)
+	require.Equal(t, http.StatusNotFound, get("/v1/ops/chat").Code)
+	r := httptest.NewRequest(http.MethodPost, "/metrics", nil)
+	w = httptest.NewRecorder()
+	h.ServeHTTP(w, r)
+	require.Equal(t, http.StatusMethodNotAllowed, w.Code)
 }
 
 func TestMySQLErrorIsStoreUnavailable(t *testing.T) {

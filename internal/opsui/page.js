@@ -1,7 +1,6 @@
 "use strict";
 (function () {
   var SVG = "http://www.w3.org/2000/svg";
-  var KEY = "idemguard.ops.key";
   var $ = function (id) { return document.getElementById(id); };
 
   function el(name, attrs, text) {
@@ -73,7 +72,7 @@
       ["requests", req], ["replays (calls not run again)", rep],
       ["hit rate", req ? (100 * rep / req).toFixed(1) + "%" : "no data"],
       ["conflicts (in progress)", f(data.scopes, "inProgress")], ["takeovers", f(data.scopes, "takeovers")],
-      ["store errors", f(data.scopes, "storeErrors")], ["your keys", f(data.keys, "created")]
+      ["store errors", f(data.scopes, "storeErrors")], ["keys", f(data.keys, "created")]
     ];
     $("totals").replaceChildren.apply($("totals"), items.map(function (it) {
       var d = document.createElement("div"), b = document.createElement("b");
@@ -101,7 +100,7 @@
   }
 
   function render(data) {
-    $("who").textContent = "tenant " + data.tenant + " · store " + data.store;
+    $("who").textContent = "operator · store " + data.store + (data.tenant ? " · keys of tenant " + data.tenant : "");
     $("note").textContent = data.note;
     if (!data.from) {
       $("status").textContent = data.note;
@@ -129,31 +128,32 @@
     document.body.setAttribute("data-loaded", "true");
   }
 
+  // load asks the operator listener, which serves this page, for its figures: no credential, the
+  // listener is the operator's own.
+  var loads = 0; // only the latest load draws: an earlier answer arriving late is dropped
   function load() {
-    var key = sessionStorage.getItem(KEY);
-    if (!key) return;
+    var mine = ++loads;
+    document.body.removeAttribute("data-loaded");
     $("status").textContent = "Loading…";
     $("status").className = "note";
-    fetch("v1/stats?since=" + encodeURIComponent($("since").value), { headers: { Authorization: "Bearer " + key } })
+    var tenant = $("tenant").value.trim();
+    fetch("v1/stats?since=" + encodeURIComponent($("since").value) + (tenant ? "&tenant=" + encodeURIComponent(tenant) : ""))
       .then(function (resp) {
         return resp.json().then(function (body) {
           if (!resp.ok) throw new Error(body.title + ": " + body.detail);
           return body;
         });
       })
-      .then(render)
+      .then(function (data) { if (mine === loads) render(data); })
       .catch(function (err) {
+        if (mine !== loads) return;
         $("status").textContent = String(err.message || err);
         $("status").className = "error";
-        if (/Unauthorized/.test(String(err.message))) sessionStorage.removeItem(KEY);
       });
   }
 
-  $("login").addEventListener("submit", function (ev) {
+  $("filter").addEventListener("submit", function (ev) {
     ev.preventDefault();
-    var v = $("key").value.trim();
-    if (v) sessionStorage.setItem(KEY, v);
-    $("key").value = "";
     load();
   });
   $("since").addEventListener("change", load);

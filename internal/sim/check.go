@@ -50,9 +50,12 @@ const (
 	// durable event, an applied write whose event is missing, or an event of a write
 	// that did not apply.
 	VAudit = "audit-trail"
-	// A streamed call answered with a success got other events than the two the execution
+	// A streamed call answered with a success got other events than the ones the execution
 	// that stored the answer emitted, in order.
 	VStream = "stream-differs"
+	// An execution's attempt was given back (its failure stored as cancelled) though no
+	// cancel of its claim was recorded.
+	VGiveBack = "attempt-given-back"
 )
 
 // Violation is one broken promise in a history.
@@ -141,6 +144,7 @@ func Check(h *History) []Violation {
 	c.burnt()
 	c.orphans()
 	c.streams()
+	c.giveBacks()
 	if h.Trail != nil {
 		c.trail()
 	}
@@ -149,8 +153,10 @@ func Check(h *History) []Violation {
 
 // streams checks that every streamed call answered with a success (fresh, followed live,
 // or replayed) delivered exactly the events of the execution whose answer it got, the one
-// its body names (data.call), in order; an answer a plain call stored is its one rendered
-// event. A caller that hung up is not written to any more, and is not checked.
+// its body names (data.call, data.chunks), in order; an answer stored without events (by a
+// plain call, or a sequence over MaxStreamBytes, replayed) is its one rendered event: the
+// document itself for a key that keeps documents. A caller that hung up is not written to
+// any more, and is not checked.
 func (c *checker) streams() {
 	streamed := map[int]bool{}
 	for i := range c.answers {
@@ -163,16 +169,22 @@ func (c *checker) streams() {
 		}
 		var body struct {
 			Data struct {
-				Call *int `json:"call"`
+				Call   *int `json:"call"`
+				Chunks int  `json:"chunks"`
 			} `json:"data"`
 		}
 		if err := json.Unmarshal(a.Result.Body, &body); err != nil || body.Data.Call == nil {
 			c.add(VStream, a.Key, "call %d: a streamed success whose body names no execution: %s", a.CallID, a.Result.Body)
 			continue
 		}
-		want := []string{streamEventOf(*body.Data.Call, 1), streamEventOf(*body.Data.Call, 2)}
-		if !streamed[*body.Data.Call] { // stored by a plain call: its envelope rendered by Replay
+		want := streamEvents(*body.Data.Call, max(body.Data.Chunks, 2))
+		notStored := !storedWhole(want, c.h.Limits.MaxStreamBytes)
+		if !streamed[*body.Data.Call] || notStored && a.Origin == idemguard.StreamReplayed {
+			// Stored without events: its envelope rendered by Replay, or its document.
 			want = []string{fmt.Sprintf("%d:env", *body.Data.Call)}
+			if c.h.Keys[a.Key].Keep {
+				want = []string{string(a.Result.Body)}
+			}
 		}
 		if !slices.Equal(a.Events, want) {
 			c.add(VStream, a.Key, "call %d (cached %t) got events %q, want %q", a.CallID, a.Result.Cached, a.Events, want)
@@ -373,15 +385,50 @@ func (c *checker) secondExecutions() {
 	}
 }
 
-// canceled reports whether e's claim was completed as cancelled (the attempt given back).
+// canceled reports whether e's claim was completed as cancelled (the attempt given back)
+// after a cancel of it was recorded.
 func (c *checker) canceled(e *Execution) bool {
 	n := c.nonce[e]
 	for _, o := range c.byKey[e.Key] {
-		if o.Kind == KindComplete && o.Nonce == n && o.Canceled && o.MayHaveApplied() {
+		if o.Kind == KindComplete && o.Nonce == n && o.Canceled && o.MayHaveApplied() && c.cancelRecorded(o) {
 			return true
 		}
 	}
 	return false
+}
+
+// surelyStored reports whether a commit of e's claim surely applied.
+func (c *checker) surelyStored(e *Execution) bool {
+	n := c.nonce[e]
+	for _, o := range c.byKey[e.Key] {
+		if o.Kind == KindComplete && o.Nonce == n && o.Applied() {
+			return true
+		}
+	}
+	return false
+}
+
+// cancelRecorded reports whether a cancel of the claim that complete wrote may have been
+// recorded before it.
+func (c *checker) cancelRecorded(complete *StoreOp) bool {
+	for _, o := range c.byKey[complete.Key] {
+		if o.Kind == KindCancel && o.Nonce == complete.Nonce && o.MayHaveApplied() && o.Seq0 < complete.Seq1 {
+			return true
+		}
+	}
+	return false
+}
+
+// giveBacks checks that only a recorded cancel gives an attempt back: a completion that
+// applied as cancelled had a cancel of its claim recorded before it.
+func (c *checker) giveBacks() {
+	for i := range c.ops {
+		o := &c.ops[i]
+		if o.Kind == KindComplete && o.Canceled && o.Applied() && !c.cancelRecorded(o) {
+			c.add(VGiveBack, o.Key, "call %d's failure was stored as cancelled, its attempt given back, but no cancel of its claim was recorded",
+				c.nonceCall[o.Nonce])
+		}
+	}
 }
 
 // lastFailure is the stop reason of the last failure written to key that may have taken
@@ -486,11 +533,18 @@ func (c *checker) answersHold() {
 }
 
 // followedFailure checks the failure a streamed call got from the live stream it followed:
-// another call's execution of the key failed (or was cut off) while the follower waited.
+// another call's execution of the key failed (or was cut off) while the follower waited,
+// succeeded with a sequence too long to be stored, which a follower that fell behind cannot
+// complete, or succeeded without its answer being stored (its claim was taken over first),
+// so that the row cannot complete the stream.
 func (c *checker) followedFailure(a *Answer) {
 	for i := range c.execs {
 		e := &c.execs[i]
-		if e.Key == a.Key && e.CallID != a.CallID && (e.Failed || e.Cut) && e.Seq0 < a.Seq1 && !e.End.IsZero() && !e.End.After(a.End) {
+		if e.Key != a.Key || e.CallID == a.CallID || e.Seq0 >= a.Seq1 || e.End.IsZero() || e.End.After(a.End) {
+			continue
+		}
+		if e.Failed || e.Cut || e.Events > 0 && !storedWhole(streamEvents(e.CallID, e.Events), c.h.Limits.MaxStreamBytes) ||
+			!c.surelyStored(e) {
 			return
 		}
 	}
@@ -525,13 +579,17 @@ func (c *checker) fresh(a *Answer, e *Execution) {
 	case !r.CompletedAt.IsZero():
 		if commit == nil {
 			c.add(VAnswer, a.Key, "call %d was told its result was stored, but no commit of its claim landed", a.CallID)
-		} else if !bytes.Equal(commit.Response, r.Body) || commit.Code != r.StatusCode {
+		} else if !bytes.Equal(storedBody(commit.Response), r.Body) || commit.Code != r.StatusCode {
 			c.add(VAnswer, a.Key, "call %d got %d %s, but %d %s was stored", a.CallID, r.StatusCode, r.Body, commit.Code, commit.Response)
 		}
 	default:
 		c.gaveUp(a, e, n)
 	}
-	if r.Status == idemguard.StatusSucceeded && e.Body != nil {
+	if r.Status == idemguard.StatusSucceeded && e.Body != nil && c.h.Keys[a.Key].Keep {
+		if want, err := keep.Document(e.Body, nil); err != nil || !bytes.Equal(want, r.Body) {
+			c.add(VAnswer, a.Key, "call %d got %s, but its operation answered %s (kept: %v)", a.CallID, r.Body, want, err)
+		}
+	} else if r.Status == idemguard.StatusSucceeded && e.Body != nil {
 		if body, err := sanitize.FromValue(e.Body); err == nil {
 			if want, err := sanitize.Marshal(body); err == nil && !bytes.Equal(want, r.Body) {
 				c.add(VAnswer, a.Key, "call %d got %s, but its operation answered %s", a.CallID, r.Body, want)
@@ -580,6 +638,12 @@ func (c *checker) replay(a *Answer) {
 	var want []byte
 	var code int
 	for _, commit := range commits {
+		if doc, ok := storedDocument(commit.Response); ok {
+			if want, code = doc, cmp.Or(commit.Code, http.StatusOK); bytes.Equal(want, r.Body) && code == r.StatusCode {
+				return
+			}
+			continue
+		}
 		env, err := sanitize.FromJSON(commit.Response)
 		if err != nil {
 			c.add(VReplay, a.Key, "the stored answer does not decode: %v", err)
@@ -697,4 +761,28 @@ func (c *checker) orphans() {
 			c.add(VOrphan, KeyOf(r.Tenant, r.Scope, r.KeyHash), "row %d is left started (attempt %d) with no living owner", r.ID, r.Attempts)
 		}
 	}
+}
+
+// storedDocument returns the document a stored response holds (Call.Keep), as the engine
+// stores it: {"body": "<the document's bytes>", ...}; ok is false for an envelope.
+func storedDocument(resp []byte) (doc []byte, ok bool) {
+	var w struct {
+		Body json.RawMessage `json:"body"`
+	}
+	if json.Unmarshal(resp, &w) != nil || len(w.Body) == 0 || w.Body[0] != '"' {
+		return nil, false
+	}
+	var s string
+	if json.Unmarshal(w.Body, &s) != nil {
+		return nil, false
+	}
+	return []byte(s), true
+}
+
+// storedBody is what a stored response answers: its document, or the envelope as stored.
+func storedBody(resp []byte) []byte {
+	if doc, ok := storedDocument(resp); ok {
+		return doc
+	}
+	return resp
 }

@@ -255,3 +255,58 @@ func TestCheckFindsAnAuditTrailThatDisagrees(t *testing.T) {
 	require.Len(t, build(claimed("won"), claimed("lost")), 1, "the losing claim's event is in the trail")
 	require.Len(t, build(claimed("won"), claimed("stray")), 1, "an event no write carried")
 }
+
+// Only a recorded cancel gives an attempt back: a failure stored as cancelled without a
+// cancel of its claim is a violation, and its execution counts.
+func TestCheckFindsAnAttemptGivenBackWithoutACancel(t *testing.T) {
+	build := func(cancelled bool) *builder {
+		b := newBuilder(time.Second)
+		b.op(0, StoreOp{Kind: KindClaim, CallID: 1, Nonce: "n1", RetID: 7, OK: true})
+		b.exec(1, 0, 300, nil)
+		if cancelled {
+			b.op(100, StoreOp{Kind: KindCancel, ID: 7, Nonce: "n1", OK: true})
+		}
+		failed := []byte(`{"ok":false,"stopReason":"canceled","needsHuman":false,"cached":false}`)
+		b.op(300, StoreOp{Kind: KindComplete, CallID: 1, ID: 7, Nonce: "n1", Status: store.RowFailed, Response: failed, Code: 502, OK: true, Canceled: true})
+		b.answer(1, 0, 300, idemguard.Result{Status: idemguard.StatusFailed, Body: failed, StatusCode: 502, CompletedAt: b.at(300)}, nil)
+		return b
+	}
+	require.NotContains(t, kinds(Check(build(true).h)), VGiveBack)
+	require.Contains(t, kinds(Check(build(false).h)), VGiveBack)
+}
+
+// A streamed success holds every event of the execution whose answer it got: a follower
+// with a gap is a violation; a replay of a sequence too long to be stored is its one
+// rendered event, and a document's replay is the document.
+func TestCheckHoldsStreamsToTheirEvents(t *testing.T) {
+	streamBody := func(cached bool) []byte {
+		env, err := sanitize.FromValue(successBody(1, 0, 4))
+		require.NoError(t, err)
+		env.Cached = cached
+		b, err := sanitize.Marshal(env)
+		require.NoError(t, err)
+		return b
+	}
+	build := func(max int, follower []string, origin idemguard.StreamOrigin) *builder {
+		b := newBuilder(time.Second)
+		b.h.Limits.MaxStreamBytes = max
+		b.op(0, StoreOp{Kind: KindClaim, CallID: 1, Nonce: "n1", RetID: 7, OK: true})
+		b.exec(1, 0, 500, successBody(1, 0, 4))
+		b.h.Execs[0].Events = 4
+		b.op(500, StoreOp{Kind: KindComplete, CallID: 1, ID: 7, Nonce: "n1", Status: store.RowSucceeded, Response: streamBody(false), Code: 200, OK: true})
+		b.answer(1, 0, 500, idemguard.Result{Status: idemguard.StatusSucceeded, Body: streamBody(false), StatusCode: 200, CompletedAt: b.at(500)}, nil)
+		b.answer(2, 100, 600, idemguard.Result{Status: idemguard.StatusSucceeded, Cached: true, Body: streamBody(true), StatusCode: 200}, nil)
+		for i, events := range [][]string{streamEvents(1, 4), follower} {
+			a := b.h.Answers[i]
+			a.Stream, a.Events, a.Origin = true, events, []idemguard.StreamOrigin{idemguard.StreamLive, origin}[i]
+		}
+		return b
+	}
+	require.Empty(t, Check(build(1<<20, streamEvents(1, 4), idemguard.StreamAttached).h))
+	require.Contains(t, kinds(Check(build(1<<20, streamEvents(1, 2), idemguard.StreamAttached).h)), VStream, "a gap")
+	require.Empty(t, Check(build(40, []string{"1:env"}, idemguard.StreamReplayed).h), "not stored: rendered")
+	require.Contains(t, kinds(Check(build(40, streamEvents(1, 2), idemguard.StreamAttached).h)), VStream,
+		"a follower that lost events is not told it succeeded")
+	require.Contains(t, kinds(Check(build(1<<20, []string{"1:env"}, idemguard.StreamReplayed).h)), VStream,
+		"a stored sequence replays as itself")
+}

@@ -9,6 +9,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/idemguard/idemguard/internal/testhooks"
 	"github.com/idemguard/idemguard/store"
 )
 
@@ -38,9 +39,11 @@ type Plan struct {
 	Quiet time.Duration
 }
 
-// Defect names a historical bug that Faults can put back, to prove the checker finds it.
-// None of them exists in the engine or the stores; each is the behaviour of a store (or of
-// an engine) that had it.
+// Defect names a historical bug that the simulation can put back, to prove the checker
+// finds it. The store defects (Defects) are put back by Faults: none of them exists in the
+// engine or the stores; each is the behaviour of a store (or of an engine) that had it.
+// The engine defects (EngineDefects) were fixed in the engine, and the engine puts them back
+// when a test knob asks (internal/testhooks, Knobs.Defect); only the simulation sets it.
 type Defect string
 
 const (
@@ -61,8 +64,27 @@ const (
 	DefectCommitUnknownAsLostRace Defect = "commit-unknown-as-lost-race"
 )
 
+// The engine's fixed defects the simulation can put back (see testhooks.Defect).
+const (
+	// DefectFollowerGap: a stream follower slower than the owner, of an answer stored
+	// without its events (over Config.MaxStreamBytes), is answered succeeded with a gap.
+	DefectFollowerGap = Defect(testhooks.DefectFollowerGap)
+	// DefectBlankDocument: a stored document (Call.Keep) asked for as a stream streams as a
+	// blank envelope.
+	DefectBlankDocument = Defect(testhooks.DefectBlankDocument)
+	// DefectSplice: a stream follower attaches to the live log open in its process, an old
+	// owner's whose operation outlived its claim, instead of the execution the row names.
+	DefectSplice = Defect(testhooks.DefectSplice)
+	// DefectSelfCancel: an operation that reports stopReason canceled itself gets its
+	// attempt back.
+	DefectSelfCancel = Defect(testhooks.DefectSelfCancel)
+)
+
 // Defects lists the defects Faults can put back.
 var Defects = []Defect{DefectUnknownAsLostRace, DefectNoRelease}
+
+// EngineDefects lists the engine's defects the simulation can put back.
+var EngineDefects = []Defect{DefectFollowerGap, DefectBlankDocument, DefectSplice, DefectSelfCancel}
 
 // Errors the fault layer returns.
 var (

@@ -107,6 +107,8 @@ type Execution struct {
 	Failed, Cut bool
 	// Body is the envelope the operation answered (nil when it failed).
 	Body map[string]any
+	// Events is how many events the operation emits when it succeeds, if it streams.
+	Events int
 }
 
 // Answer is what one Do call returned.
@@ -141,6 +143,8 @@ type KeySpec struct {
 	Lease       time.Duration
 	MaxAttempts int
 	Policy      idemguard.StalePolicy
+	// Keep: every call of the key keeps its answer as a document (Call.Keep, KeepAllBut).
+	Keep bool
 }
 
 // History is everything one run recorded. Its methods are safe for concurrent use.
@@ -182,6 +186,9 @@ type Limits struct {
 	// clock's steps). Without it the checker allows the whole lease: a real store's
 	// statements land at an unknown point between call and return.
 	StrictLease bool
+	// MaxStreamBytes is the guards' Config.MaxStreamBytes: a longer sequence of events is
+	// stored without them.
+	MaxStreamBytes int
 }
 
 // NewHistory returns an empty History.
@@ -228,6 +235,13 @@ func (h *History) FinishStream(a *Answer, res idemguard.Result, err error, origi
 	defer h.mu.Unlock()
 	a.Seq1, a.End, a.Result, a.Err = h.next(), time.Now(), res, err
 	a.Origin, a.Events, a.Gone = origin, events, gone
+}
+
+// StreamExec records that e streams n events when it succeeds.
+func (h *History) StreamExec(e *Execution, n int) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	e.Events = n
 }
 
 // StartExec records that call callID started its operation on key.

@@ -1,6 +1,7 @@
 package sim
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -13,6 +14,7 @@ import (
 	"github.com/idemguard/idemguard"
 	"github.com/idemguard/idemguard/idemguardtest"
 	"github.com/idemguard/idemguard/internal/keys"
+	"github.com/idemguard/idemguard/internal/testhooks"
 	"github.com/idemguard/idemguard/sanitize"
 	"github.com/idemguard/idemguard/store"
 	"github.com/idemguard/idemguard/store/memstore"
@@ -47,6 +49,21 @@ type Client struct {
 	// Cancel makes the client a canceller: each of its calls asks the key's running
 	// execution to stop (Guard.Cancel) instead of calling it.
 	Cancel bool
+	// Chunks is how many events a stream's operation emits once it succeeded (after the one
+	// before its work); 0 or 1: one, as before.
+	Chunks int
+	// Slow makes the stream's writer take this long over each event (a slow client).
+	Slow time.Duration
+	// Stubborn makes the stream's operation outlive its cancellation: told to stop, it ends
+	// its work (the history records the end then) but goes on emitting events for Linger
+	// before it returns the error.
+	Stubborn bool
+	Linger   time.Duration
+	// SelfCancel makes an operation that fails report stopReason canceled itself.
+	SelfCancel bool
+	// Added: a client the later choices added (a follower beside a streamed client, the
+	// parts of a takeover); Sync leaves it out.
+	Added bool
 }
 
 // KeyPlan is one simulated key.
@@ -54,6 +71,9 @@ type KeyPlan struct {
 	ClientKey string
 	Spec      KeySpec
 }
+
+// keep is the allowlist of the keys whose answers are kept as documents (KeySpec.Keep).
+var keep = sanitize.KeepAllBut()
 
 // Scenario is everything a seed decides.
 type Scenario struct {
@@ -70,6 +90,10 @@ type Scenario struct {
 	Steps     []Step
 	ReadFirst idemguardtest.ReadFirst
 	CacheSize int
+	// MaxStreamBytes is the guards' Config.MaxStreamBytes (0: the default).
+	MaxStreamBytes int
+	// AddedPauses are pauses the later choices added to the Plans (Simulate applies them).
+	AddedPauses []AddedPause
 	// Quiet is when the faults stop; Horizon is when every living call must have returned.
 	Quiet, Horizon time.Duration
 }
@@ -87,6 +111,10 @@ func Generate(seed uint64, defect Defect, real Real) Scenario {
 	// Choices added later draw from their own stream, so that every earlier choice of a seed
 	// (and the seeds the docs cite) stays what it was.
 	later := rand.New(rand.NewPCG(seed, 0xa57c))
+	// The streams, documents and operations that report their own cancellation came later
+	// still: a stream of their own again.
+	newer := rand.New(rand.NewPCG(seed, 0x28))
+	ndur := func(lo, hi time.Duration) time.Duration { return lo + time.Duration(newer.Int64N(int64(hi-lo)+1)) }
 	dur := func(lo, hi time.Duration) time.Duration { return lo + time.Duration(rng.Int64N(int64(hi-lo)+1)) }
 	sc := Scenario{Seed: seed, Defect: defect, Replicas: 2 + rng.IntN(2)}
 	sc.Lease = []time.Duration{time.Second, 2 * time.Second, 4 * time.Second}[rng.IntN(3)]
@@ -103,6 +131,7 @@ func Generate(seed uint64, defect Defect, real Real) Scenario {
 		if rng.IntN(4) == 0 {
 			spec.Policy = idemguard.StaleFail
 		}
+		spec.Keep = newer.IntN(4) == 0 && !bool(real)
 		sc.Keys = append(sc.Keys, KeyPlan{ClientKey: fmt.Sprintf("k%d-%d", seed, k), Spec: spec})
 		for range 3 + rng.IntN(4) {
 			c := Client{Key: k, Replica: rng.IntN(sc.Replicas), At: dur(0, 3*L), Calls: 1 + rng.IntN(3)}
@@ -124,8 +153,36 @@ func Generate(seed uint64, defect Defect, real Real) Scenario {
 			case 4:
 				c.Cancel = true
 			}
+			if newer.IntN(2) == 0 {
+				c.Chunks = 2 + newer.IntN(30)
+			}
+			if newer.IntN(3) == 0 {
+				c.Slow = ndur(0, L/50)
+			}
+			c.Stubborn, c.Linger = newer.IntN(3) == 0, ndur(0, 3*L)
+			c.SelfCancel = newer.IntN(3) == 0
+			if real { // real time is not free
+				c.Chunks, c.Slow, c.Stubborn, c.SelfCancel = 0, 0, false, false
+			}
 			sc.Clients = append(sc.Clients, c)
+			if c.Stream && newer.IntN(2) == 0 && !bool(real) {
+				// A follower in the same process, slower than the owner it may follow,
+				// arriving while the operation may run, or later, when its claim may have
+				// been taken over by another process while the operation outlives it.
+				after := ndur(0, L/4)
+				if newer.IntN(2) == 0 {
+					after = ndur(L, 3*L)
+				}
+				sc.Clients = append(sc.Clients, Client{Key: k, Replica: c.Replica, At: c.At + after, Calls: 1,
+					Wait: 3 * L, Stream: true, Slow: ndur(0, L/20), Chunks: c.Chunks, Added: true})
+			}
 		}
+	}
+	if newer.IntN(3) > 0 && !bool(real) {
+		sc.MaxStreamBytes = 48 + newer.IntN(400) // a stream of a dozen events or more is not stored
+	}
+	if newer.IntN(4) == 0 && !bool(real) {
+		sc.takeover(newer, ndur)
 	}
 	sc.Quiet = 6 * L
 	rates := []float64{0, 0.05, 0.15, 0.3}
@@ -175,6 +232,45 @@ func Generate(seed uint64, defect Defect, real Real) Scenario {
 	return sc
 }
 
+// takeover adds a stream whose operation outlives its claim: its replica pauses (its
+// heartbeats stall, the lease runs out, the operation is told to stop and goes on emitting
+// for three leases), a caller on another replica takes the key over once it is stale, and a
+// follower on the paused replica reads the row after the pause, while the old operation
+// still runs there.
+func (sc *Scenario) takeover(newer *rand.Rand, ndur func(lo, hi time.Duration) time.Duration) {
+	L := sc.Lease
+	k, at := newer.IntN(len(sc.Keys)), ndur(0, 3*L)
+	p, other := newer.IntN(sc.Replicas), newer.IntN(sc.Replicas-1)
+	if other >= p {
+		other++
+	}
+	pause := at + L/10
+	sc.AddedPauses = append(sc.AddedPauses, AddedPause{Replica: p, Window: Window{pause, pause + 3*L/2}})
+	sc.Clients = append(sc.Clients,
+		Client{Key: k, Replica: p, At: at, Calls: 1, Stream: true, Chunks: 2 + newer.IntN(10), Stubborn: true, Linger: 3 * L, Added: true},
+		Client{Key: k, Replica: other, At: at + 13*L/10 + ndur(0, L/4), Calls: 2, Wait: 2 * L, Stream: newer.IntN(2) == 0, Added: true},
+		Client{Key: k, Replica: p, At: at + 17*L/10 + ndur(0, L/2), Calls: 1, Wait: 3 * L, Stream: true, Added: true})
+}
+
+// AddedPause is a pause of one replica that the later choices added; Sync leaves it out.
+type AddedPause struct {
+	Replica int
+	Window  Window
+}
+
+// withAdded returns sc with its added pauses in its replicas' plans.
+func (sc Scenario) withAdded() Scenario {
+	if len(sc.AddedPauses) == 0 {
+		return sc
+	}
+	sc.Plans = slices.Clone(sc.Plans)
+	for _, a := range sc.AddedPauses {
+		p := &sc.Plans[a.Replica]
+		p.Pauses = append(slices.Clone(p.Pauses), a.Window)
+	}
+	return sc
+}
+
 // skewAt is the store clock's offset d after the start.
 func (sc Scenario) skewAt(d time.Duration) time.Duration {
 	s := sc.Skew
@@ -205,12 +301,19 @@ type Env struct {
 }
 
 // Sync returns sc with every client calling Do: a seed as it ran before Async clients
-// were added to the mix (the seeds the regression test and the docs cite).
+// were added to the mix (the seeds the regression test and the docs cite), without the
+// kept documents and the operations that report their own cancellation added later.
 func (sc Scenario) Sync() Scenario {
-	sc.Clients = slices.Clone(sc.Clients)
+	sc.Clients = slices.DeleteFunc(slices.Clone(sc.Clients), func(c Client) bool { return c.Added })
 	for i := range sc.Clients {
 		sc.Clients[i].Async, sc.Clients[i].Stream, sc.Clients[i].Cancel = false, false, false
+		sc.Clients[i].SelfCancel = false
 	}
+	sc.Keys = slices.Clone(sc.Keys)
+	for i := range sc.Keys {
+		sc.Keys[i].Spec.Keep = false
+	}
+	sc.MaxStreamBytes, sc.AddedPauses = 0, nil
 	return sc
 }
 
@@ -255,10 +358,12 @@ type run struct {
 // Simulate runs sc on env and returns its history, ready for Check. Run it inside a
 // testing/synctest bubble for virtual time (NewMemoryEnv), or in real time on a real store.
 func Simulate(sc Scenario, env Env) *History {
+	sc = sc.withAdded()
 	h := NewHistory()
 	h.StoreTime = env.StoreTime
 	h.Limits.StoreTimeout = sc.StoreTimeout
 	h.Limits.StrictLease = env.StrictLease
+	h.Limits.MaxStreamBytes = cmp.Or(sc.MaxStreamBytes, idemguard.DefaultMaxStreamBytes)
 	h.ReachableFrom = func(replica int, from, to time.Time) time.Time {
 		p := sc.Plans[replica]
 		for _, w := range append(append([]Window(nil), p.Outages...), p.Pauses...) {
@@ -275,7 +380,11 @@ func Simulate(sc Scenario, env Env) *History {
 		cfg := idemguard.Config{Store: f, Secret: Secret, Logger: slog.New(slog.DiscardHandler),
 			StoreTimeout: sc.StoreTimeout, MaxWait: 3 * sc.Lease, ReplayCacheSize: sc.CacheSize,
 			Audit: idemguard.AuditConfig{Store: env.Trail != nil}}
+		cfg.MaxStreamBytes = sc.MaxStreamBytes
 		idemguardtest.SetReadFirst(&cfg, sc.ReadFirst)
+		if slices.Contains(EngineDefects, sc.Defect) {
+			testhooks.ConfigKnobs(&cfg).Defect = testhooks.Defect(sc.Defect)
+		}
 		g, err := idemguard.New(cfg)
 		if err != nil {
 			panic(err)
@@ -406,11 +515,14 @@ func (r *run) call(c Client, i int, probe bool) (idemguard.Result, error) {
 	call := idemguard.Call{Tenant: Tenant, Scope: Scope, ClientKey: k.ClientKey, Inputs: inputs(k),
 		Settings: idemguard.Settings{TTL: time.Hour, StaleAfter: k.Spec.Lease, MaxAttempts: k.Spec.MaxAttempts,
 			StalePolicy: k.Spec.Policy}, Wait: c.Wait, Detach: c.Detach}
+	if k.Spec.Keep {
+		call.Keep = keep
+	}
 	a := r.h.Begin(id, r.keys[c.Key], replica, probe)
 	if c.Stream && !probe {
 		r.h.MarkStream(a)
-		w := &eventLog{}
-		res, err := r.guards[replica].DoStream(ctx, call, r.streamOp(id, replica, r.keys[c.Key]), w)
+		w := &eventLog{slow: c.Slow}
+		res, err := r.guards[replica].DoStream(ctx, call, r.streamOp(id, replica, r.keys[c.Key], c), w)
 		origin, events := w.all()
 		r.h.FinishStream(a, res, err, origin, events, ctx.Err() != nil)
 		return res, err
@@ -419,20 +531,33 @@ func (r *run) call(c Client, i int, probe bool) (idemguard.Result, error) {
 	if c.Async && !probe {
 		do = r.guards[replica].Start
 	}
-	res, err := do(ctx, call, r.op(id, replica, r.keys[c.Key]))
+	res, err := do(ctx, call, r.op(id, replica, r.keys[c.Key], c, 0))
 	r.h.Finish(a, res, err)
 	return res, err
 }
 
 // streamOp is call id's operation as a stream: the event "<id>:1" before the work, and
-// "<id>:2" once it succeeded; an answer stored by a plain call replays as "<id>:env".
-func (r *run) streamOp(id, replica int, key string) idemguard.StreamOperation {
-	op := r.op(id, replica, key)
+// "<id>:2" (to "<id>:<1+c.Chunks>") once it succeeded; an answer stored by a plain call
+// replays as "<id>:env" (a document as itself). A stubborn operation, told to stop, goes
+// on emitting its events for c.Linger.
+func (r *run) streamOp(id, replica int, key string, c Client) idemguard.StreamOperation {
+	n := streamLength(c.Chunks)
+	op := r.op(id, replica, key, c, n)
 	return idemguard.StreamOperation{Run: func(ctx context.Context, emit func(idemguard.Chunk)) (any, error) {
 		emit(idemguard.Chunk{Data: []byte(streamEventOf(id, 1))})
 		v, err := op(ctx)
 		if err == nil {
-			emit(idemguard.Chunk{Data: []byte(streamEventOf(id, 2))})
+			for i := 2; i <= n; i++ {
+				emit(idemguard.Chunk{Data: []byte(streamEventOf(id, i))})
+			}
+		} else if c.Stubborn && ctx.Err() != nil && !errors.Is(err, ErrDead) {
+			// Its work ended when it was told to stop (the history says so); it goes on
+			// streaming, and answers as if nothing had happened.
+			for i := 2; i <= n; i++ {
+				time.Sleep(c.Linger / time.Duration(n))
+				emit(idemguard.Chunk{Data: []byte(streamEventOf(id, i))})
+			}
+			return successBody(id, replica, n), nil
 		}
 		return v, err
 	}, Replay: func(env sanitize.Envelope) []idemguard.Chunk {
@@ -443,8 +568,42 @@ func (r *run) streamOp(id, replica int, key string) idemguard.StreamOperation {
 
 func streamEventOf(call, n int) string { return fmt.Sprintf("%d:%d", call, n) }
 
-// eventLog is a streamed call's writer: it keeps the data of every event it gets.
+// successBody is what call id's operation answers when it succeeds; a stream of more than
+// two events names their number.
+func successBody(id, replica, events int) map[string]any {
+	data := map[string]any{"call": id, "replica": replica}
+	if events > 2 {
+		data["chunks"] = events
+	}
+	return map[string]any{"ok": true, "traceId": fmt.Sprintf("call-%d", id), "data": data}
+}
+
+// streamLength is how many events a stream emits when it succeeds.
+func streamLength(chunks int) int { return 1 + max(chunks, 1) }
+
+// streamEvents are the events of call's stream of n events.
+func streamEvents(call, n int) []string {
+	out := make([]string, n)
+	for i := range out {
+		out[i] = streamEventOf(call, i+1)
+	}
+	return out
+}
+
+// storedWhole reports whether a sequence of events fits maxBytes, so that it is stored
+// with the answer (its wire form: "data: " and a blank line around each).
+func storedWhole(events []string, maxBytes int) bool {
+	n := 0
+	for _, e := range events {
+		n += len("data: ") + len(e) + 2
+	}
+	return n <= maxBytes
+}
+
+// eventLog is a streamed call's writer: it keeps the data of every event it gets, taking
+// slow over each.
 type eventLog struct {
+	slow   time.Duration
 	mu     sync.Mutex
 	origin idemguard.StreamOrigin
 	events []string
@@ -457,6 +616,9 @@ func (w *eventLog) Begin(s idemguard.StreamStart) {
 }
 
 func (w *eventLog) Write(e idemguard.Chunk) error {
+	if w.slow > 0 {
+		time.Sleep(w.slow)
+	}
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	w.events = append(w.events, string(e.Data))
@@ -473,12 +635,18 @@ func (w *eventLog) all() (idemguard.StreamOrigin, []string) {
 // so; it stops when its context ends, and when its replica crashes. On a paused replica it
 // is blocked until the pause ends (it still stops when its context ends: the guarantees are
 // for operations that stop when told to).
-func (r *run) op(id, replica int, key string) idemguard.Operation {
+//
+// A stream's operation of more than two events names their number in its answer (chunks);
+// one of a client with SelfCancel reports its failure as stopReason canceled.
+func (r *run) op(id, replica int, key string, c Client, events int) idemguard.Operation {
 	rng := rand.New(rand.NewPCG(r.sc.Seed, uint64(id)+0x09))
 	took := r.sc.Lease/20 + time.Duration(rng.Int64N(int64(3*r.sc.Lease/2)))
 	fail := rng.IntN(4) == 0
 	return func(ctx context.Context) (any, error) {
 		e := r.h.StartExec(key, id, replica)
+		if events > 0 {
+			r.h.StreamExec(e, events)
+		}
 		cut := func(err error) (any, error) {
 			r.h.EndExec(e, time.Now(), true, true, nil)
 			return nil, err
@@ -508,9 +676,13 @@ func (r *run) op(id, replica int, key string) idemguard.Operation {
 		}
 		if fail {
 			r.h.EndExec(e, time.Now(), true, false, nil)
-			return nil, &idemguard.OpError{Reason: sanitize.ProviderError, Err: errors.New("sim: upstream failed")}
+			reason := sanitize.ProviderError
+			if c.SelfCancel {
+				reason = sanitize.Canceled // as an operation whose HTTP client was cancelled may say
+			}
+			return nil, &idemguard.OpError{Reason: reason, Err: errors.New("sim: upstream failed")}
 		}
-		body := map[string]any{"ok": true, "traceId": fmt.Sprintf("call-%d", id), "data": map[string]any{"call": id, "replica": replica}}
+		body := successBody(id, replica, events)
 		r.h.EndExec(e, time.Now(), false, false, body)
 		return body, nil
 	}

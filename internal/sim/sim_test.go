@@ -180,6 +180,17 @@ func TestDefectsAreFound(t *testing.T) {
 			t.Logf("defect %s found after %d seeds, %s", d, seeds, elapsed.Round(time.Millisecond))
 		})
 	}
+	for _, d := range sim.EngineDefects {
+		t.Run(string(d), func(t *testing.T) {
+			// The whole mix (streams, followers, documents, takeovers), within the seeds
+			// TestSimulation runs.
+			seeds, _, failed, elapsed := explore(t, 1, 3000, time.Minute, 1, d, false, false)
+			if failed == 0 {
+				t.Fatalf("%d seeds in %s found no violation with defect %s", seeds, elapsed, d)
+			}
+			t.Logf("defect %s found after %d seeds, %s", d, seeds, elapsed.Round(time.Millisecond))
+		})
+	}
 }
 
 // TestRegressionSeeds replays the seeds that found real defects, each several times (the

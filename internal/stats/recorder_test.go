@@ -1,7 +1,6 @@
 package stats
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"log/slog"
@@ -16,6 +15,7 @@ import (
 	"github.com/idemguard/idemguard"
 	"github.com/idemguard/idemguard/internal/mysqlstore"
 	"github.com/idemguard/idemguard/internal/testdb"
+	"github.com/idemguard/idemguard/internal/testlog"
 )
 
 func TestMain(m *testing.M) {
@@ -66,31 +66,18 @@ func (f *fakeSink) snapshot() (map[string]Counts, int) {
 type testBundle struct {
 	rec  *Recorder
 	sink *fakeSink
-	log  *syncBuffer
+	log  *testlog.Buffer
 }
 
 func setup(t *testing.T, opts RecorderOptions) *testBundle {
 	t.Helper()
-	buf := &syncBuffer{}
+	buf := &testlog.Buffer{}
 	opts.Logger = slog.New(slog.NewJSONHandler(buf, nil))
 	s := &fakeSink{}
 	rec, err := newRecorder(s, opts)
 	require.NoError(t, err)
 	return &testBundle{rec: rec, sink: s, log: buf}
 }
-
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string { s.mu.Lock(); defer s.mu.Unlock(); return s.b.String() }
 
 // observeAll feeds one of every event kind for scope.
 func observeAll(r *Recorder, scope string) {

@@ -21,7 +21,30 @@ type Knobs struct {
 	// ReadFirst says when the row is read before the claim INSERT. Defaults
 	// to ReadFirstAdaptive.
 	ReadFirst ReadFirst
+	// Defect puts one fixed defect of the engine back (one of the Defect
+	// constants; "" none), so that the simulation (internal/sim) can show
+	// that it finds it. Nothing else sets it.
+	Defect Defect
 }
+
+// Defect names a fixed defect of the engine that Knobs.Defect puts back.
+type Defect string
+
+// The engine's defects that can be put back.
+const (
+	// DefectFollowerGap: a stream follower that fell behind an answer
+	// stored without its events is answered succeeded, with a gap.
+	DefectFollowerGap Defect = "follower-gap"
+	// DefectBlankDocument: a stored document (Call.Keep) asked for as a
+	// stream is rendered as a blank envelope.
+	DefectBlankDocument Defect = "blank-document"
+	// DefectSplice: a stream follower attaches to whatever live log of the
+	// key is open in its process, not the execution the row names.
+	DefectSplice Defect = "splice"
+	// DefectSelfCancel: an operation that reports stopReason canceled on
+	// its own gets its attempt back, as a recorded cancel does.
+	DefectSelfCancel Defect = "self-cancel"
+)
 
 // ReadFirst says when a Guard reads a row before its claim INSERT.
 type ReadFirst string

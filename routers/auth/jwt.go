@@ -80,6 +80,11 @@ type JWTConfig struct {
 	// Algorithms is the allowlist of signature algorithms, a subset of
 	// JWTAlgorithms. Defaults to DefaultJWTAlgorithms.
 	Algorithms []string
+	// Tenants, when not empty, are the only tenants a token may name: a
+	// token whose tenant claim names another (an API-key tenant, a tenant
+	// of another identity provider) is refused with ReasonInvalidTenant.
+	// Empty accepts any valid tenant ID.
+	Tenants []tenancy.ID
 	// RefreshInterval is how often the JWKS is fetched again. Defaults to
 	// DefaultJWKSRefreshInterval.
 	RefreshInterval time.Duration
@@ -150,6 +155,11 @@ func (c JWTConfig) Validate() error {
 			return fmt.Errorf("auth: JWTConfig.Algorithms: %w", err)
 		}
 	}
+	for i, t := range c.Tenants {
+		if _, err := tenancy.ParseID(string(t)); err != nil {
+			return fmt.Errorf("auth: JWTConfig.Tenants[%d]: %w", i, err)
+		}
+	}
 	return nil
 }
 
@@ -178,11 +188,12 @@ func CheckJWTAlgorithm(a string) error {
 // JWTVerifier verifies bearer JWTs and returns their tenant. It is safe for
 // concurrent use. Close stops its background JWKS refresh.
 type JWTVerifier struct {
-	parser *jwt.Parser
-	keys   keyfunc.Keyfunc
-	claim  string
-	ctx    context.Context
-	cancel context.CancelFunc
+	parser  *jwt.Parser
+	keys    keyfunc.Keyfunc
+	claim   string
+	tenants []tenancy.ID // nil: any
+	ctx     context.Context
+	cancel  context.CancelFunc
 }
 
 // NewJWTVerifier validates cfg, fetches the JWKS once and starts refreshing
@@ -231,7 +242,7 @@ func NewJWTVerifier(cfg JWTConfig) (*JWTVerifier, error) {
 		jwt.WithTimeFunc(cfg.Now),
 		jwt.WithStrictDecoding(),
 	)
-	return &JWTVerifier{parser: parser, keys: kf, claim: cfg.TenantClaim, ctx: ctx, cancel: cancel}, nil
+	return &JWTVerifier{parser: parser, keys: kf, claim: cfg.TenantClaim, tenants: slices.Clone(cfg.Tenants), ctx: ctx, cancel: cancel}, nil
 }
 
 // Close stops the background refresh. Verify keeps working on the cached
@@ -271,6 +282,10 @@ func (v *JWTVerifier) VerifySubject(ctx context.Context, token string) (tenancy.
 	id, err := tenancy.ParseID(s)
 	if err != nil {
 		return "", "", newError(ReasonInvalidTenant, fmt.Errorf("jwt: the %q claim: %w", v.claim, err))
+	}
+	if v.tenants != nil && !slices.Contains(v.tenants, id) {
+		// The tenant is not named: the log must not learn who was tried.
+		return "", "", newError(ReasonInvalidTenant, fmt.Errorf("jwt: the %q claim names a tenant outside jwt.tenants", v.claim))
 	}
 	sub, _ := claims["sub"].(string)
 	return id, sub, nil

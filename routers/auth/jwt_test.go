@@ -278,3 +278,24 @@ func TestParseMethod(t *testing.T) {
 	_, err := auth.ParseMethod("cookie")
 	require.ErrorContains(t, err, `"cookie" is not a credential method`)
 }
+
+// A verifier with JWTConfig.Tenants refuses a genuine token whose claim
+// names any other tenant (an API-key tenant, another customer): on the code
+// before the allowlist, the token below for "payroll" was accepted.
+func TestJWTVerifierTenantAllowlist(t *testing.T) {
+	t.Parallel()
+	rsaKey := newRSA(t, "rsa-1")
+	p := authtest.NewIDP(t, rsaKey)
+	v := newVerifier(t, p, func(c *auth.JWTConfig) { c.Tenants = []tenancy.ID{"acme", "beta"} })
+	ctx := context.Background()
+	id, err := v.Verify(ctx, rsaKey.Sign(t, "beta", nil))
+	require.NoError(t, err)
+	require.Equal(t, tenancy.ID("beta"), id)
+	_, err = v.Verify(ctx, rsaKey.Sign(t, "payroll", nil))
+	require.ErrorIs(t, err, auth.ErrInvalidCredentials)
+	require.Equal(t, auth.ReasonInvalidTenant, auth.ReasonOf(err))
+	require.NotContains(t, err.Error(), "payroll", "the log does not learn which tenant was tried")
+
+	cfg := auth.JWTConfig{JWKSURL: p.URL, Issuer: testIssuer, Audience: testAudience, Tenants: []tenancy.ID{"a b"}}
+	require.ErrorContains(t, cfg.Validate(), "JWTConfig.Tenants[0]")
+}

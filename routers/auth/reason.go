@@ -37,10 +37,12 @@ const (
 	// ReasonBadSignature: the JWT's signature does not verify, or its
 	// algorithm is not allowed (none, HMAC, or outside the allowlist).
 	ReasonBadSignature Reason = "bad_signature"
-	// ReasonMissingClaim: the JWT lacks a required claim (exp, iss or aud).
+	// ReasonMissingClaim: the JWT lacks a required claim (exp, iss or aud;
+	// sub on a scope whose keys are kept per user).
 	ReasonMissingClaim Reason = "missing_claim"
-	// ReasonInvalidTenant: the JWT's tenant claim is absent, not a string
-	// or not a valid tenant ID.
+	// ReasonInvalidTenant: the JWT's tenant claim is absent, not a string,
+	// not a valid tenant ID, or names a tenant the identity provider may not
+	// name (JWTConfig.Tenants).
 	ReasonInvalidTenant Reason = "invalid_tenant_claim"
 	// ReasonRejected: the credential was rejected for another reason (e.g.
 	// JWTs accepted but no JWKS configured).
@@ -69,7 +71,7 @@ var reasonTexts = map[Reason]struct{ detail, description string }{
 		"unknown signing key id"},
 	ReasonBadSignature: {"the token's signature does not verify, or its algorithm is not allowed",
 		"the token signature is invalid"},
-	ReasonMissingClaim: {"the token lacks a required claim (exp, iss or aud)",
+	ReasonMissingClaim: {"the token lacks a required claim (exp, iss or aud; sub where keys are kept per user)",
 		"the token lacks a required claim"},
 	ReasonInvalidTenant: {"the token's tenant claim is missing or is not a valid tenant ID",
 		"the token names no valid tenant"},

@@ -5,8 +5,10 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"io"
 	"mime"
 	"net/http"
+	"slices"
 	"strings"
 
 	"github.com/idemguard/idemguard"
@@ -21,7 +23,11 @@ import (
 // handler flushes them, and are captured, stored and replayed byte for byte
 // like a streamed operation's. Each event's JSON data keeps the blocklist of
 // the envelope at every depth (a field named prompt, debug, provider, ... is
-// dropped wherever it is); data that is not JSON is kept as written. The
+// dropped wherever it is), in every JSON document the event holds (several
+// data lines may hold one each); the removed members are counted like
+// those of any answer (Result.DroppedFields, EventDroppedField). Data that
+// is not JSON is kept as written, unless it could hide a document the
+// blocklist cannot read: that event is refused (left out). The
 // stored envelope is {ok:true, data:{events:N}}: a plain request for the key
 // learns that it completed. A handler that answers with another status or
 // content type is answered, stored and replayed as it would be without the
@@ -78,6 +84,7 @@ type captureWriter struct {
 	pending []byte
 	events  int
 	failed  bool
+	dropped []string // the blocked members removed from events (and refused events)
 }
 
 func (c *captureWriter) streaming(w *bufferedWriter) bool {
@@ -95,16 +102,32 @@ func (c *captureWriter) write(w *bufferedWriter, p []byte) (int, error) {
 		}
 		block := c.pending[:i]
 		c.pending = c.pending[i+2:]
-		if e, ok := parseEventBlock(block); ok {
-			if e.Type == "error" {
-				c.failed = true
-				continue
-			}
+		e, dropped, refused, ok := parseEventBlock(block)
+		c.noteDropped(dropped)
+		switch {
+		case !ok || refused:
+		case e.Type == "error":
+			c.failed = true
+		default:
 			c.emit(e)
 			c.events++
 		}
 	}
 }
+
+// noteDropped keeps the names of removed members, each once, at most
+// maxDroppedNames of them.
+func (c *captureWriter) noteDropped(names []string) {
+	for _, name := range names {
+		if len(c.dropped) < maxDroppedNames && !slices.Contains(c.dropped, name) {
+			c.dropped = append(c.dropped, name)
+		}
+	}
+}
+
+// maxDroppedNames bounds the names a stream reports (Result.DroppedFields
+// keeps at most 64).
+const maxDroppedNames = 64
 
 func (c *captureWriter) result(w *bufferedWriter) (any, error) {
 	if !c.streaming(w) || w.streamed != "" {
@@ -115,13 +138,24 @@ func (c *captureWriter) result(w *bufferedWriter) (any, error) {
 	if c.failed || c.events == 0 {
 		return nil, &idemguard.OpError{Reason: sanitize.ProviderError, Err: errors.New("the handler's event stream failed or held no event")}
 	}
-	return sanitize.Envelope{OK: true, StopReason: sanitize.Completed, Data: map[string]any{"events": c.events}}, nil
+	// The removed members are counted as those of any answer: named as
+	// members of the value, the guard drops them from the envelope and
+	// reports them (EventDroppedField, Result.DroppedFields).
+	v := map[string]any{"ok": true, "stopReason": string(sanitize.Completed), "data": map[string]any{"events": c.events}}
+	for _, name := range c.dropped {
+		if _, taken := v[name]; !taken {
+			v[name] = true
+		}
+	}
+	return v, nil
 }
 
 // parseEventBlock reads one event (its "event:" and "data:" fields; comments
-// and ids are not kept) and applies the blocklist to JSON data.
-func parseEventBlock(block []byte) (idemguard.Chunk, bool) {
-	var e idemguard.Chunk
+// and ids are not kept) and applies the blocklist to its JSON data. It
+// returns the names of the blocked members it removed (paths such as
+// "choices[].delta.prompt"); refused is true for an event whose data the
+// blocklist cannot be applied to with certainty (see withoutBlocked).
+func parseEventBlock(block []byte) (e idemguard.Chunk, dropped []string, refused, ok bool) {
 	var data []string
 	for _, line := range strings.Split(strings.ReplaceAll(string(block), "\r", ""), "\n") {
 		switch {
@@ -132,49 +166,122 @@ func parseEventBlock(block []byte) (idemguard.Chunk, bool) {
 		}
 	}
 	if data == nil {
-		return e, false
+		return e, nil, false, false
 	}
-	e.Data = withoutBlocked([]byte(strings.Join(data, "\n")))
-	return e, true
+	e.Data, dropped, refused = withoutBlocked([]byte(strings.Join(data, "\n")))
+	return e, dropped, refused, true
 }
 
-// withoutBlocked drops the blocklisted members of a JSON document at every
-// depth; anything that is not a JSON object or array is returned as it is.
-func withoutBlocked(b []byte) []byte {
+// withoutBlocked drops the blocklisted members, at every depth, of every
+// JSON document an event's data holds: data that is a sequence of JSON
+// documents (one, or several, say one per data line) is cleaned document
+// by document, each written on a line of its own if any member went; data
+// that is not has each of its lines that is a JSON sequence cleaned the
+// same way, and the rest kept as written, unless a JSON reader could still
+// find a blocked member in it (a quoted blocked name followed by a colon,
+// however escaped): then the event is refused. Text, code and [DONE] are
+// kept as written.
+func withoutBlocked(b []byte) (out []byte, dropped []string, refused bool) {
+	if cleaned, names, ok := cleanSequence(b); ok {
+		return cleaned, names, false
+	}
+	lines := bytes.Split(b, []byte("\n"))
+	for i, line := range lines {
+		if cleaned, names, ok := cleanSequence(line); ok {
+			lines[i], dropped = cleaned, append(dropped, names...)
+		}
+	}
+	out = bytes.Join(lines, []byte("\n"))
+	if name := blockedMemberName(out); name != "" {
+		return nil, append(dropped, name), true
+	}
+	return out, dropped, false
+}
+
+// cleanSequence drops the blocked members of the JSON documents b holds, one
+// after another; ok is false when b is not a sequence of JSON documents.
+// Nothing dropped, b is returned as it is.
+func cleanSequence(b []byte) (out []byte, dropped []string, ok bool) {
 	dec := json.NewDecoder(bytes.NewReader(b))
 	dec.UseNumber()
-	var v any
-	if dec.Decode(&v) != nil || dec.More() {
-		return b
+	var docs []any
+	for {
+		var v any
+		err := dec.Decode(&v)
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			return nil, nil, false
+		}
+		docs = append(docs, v)
 	}
-	switch v.(type) {
-	case map[string]any, []any:
-	default:
-		return b
+	if len(docs) == 0 {
+		return nil, nil, false
 	}
-	if !dropBlocked(v) {
-		return b
+	for _, v := range docs {
+		dropBlocked(v, "", func(name string) { dropped = append(dropped, name) })
 	}
-	return pipeline.EncodeJSON(v)
+	if len(dropped) == 0 {
+		return b, nil, true
+	}
+	encoded := make([][]byte, len(docs))
+	for i, v := range docs {
+		encoded[i] = pipeline.EncodeJSON(v)
+	}
+	return bytes.Join(encoded, []byte("\n")), dropped, true
 }
 
-// dropBlocked removes blocked keys in place and reports whether it removed any.
-func dropBlocked(v any) bool {
-	dropped := false
+// dropBlocked removes blocked keys in place, calling dropped with the path
+// of each.
+func dropBlocked(v any, path string, dropped func(string)) {
 	switch t := v.(type) {
 	case map[string]any:
 		for k, x := range t {
+			name := k
+			if path != "" {
+				name = path + "." + k
+			}
 			if sanitize.IsBlockedKey(k) {
 				delete(t, k)
-				dropped = true
+				dropped(name)
 				continue
 			}
-			dropped = dropBlocked(x) || dropped
+			dropBlocked(x, name, dropped)
 		}
 	case []any:
 		for _, x := range t {
-			dropped = dropBlocked(x) || dropped
+			dropBlocked(x, path+"[]", dropped)
 		}
 	}
-	return dropped
+}
+
+// blockedMemberName returns a blocked name that b holds as an object
+// member's name would be written: a JSON string (escapes decoded) followed,
+// after white space, by a colon; "" when there is none. Every quote not
+// escaped is tried as the start of such a string, so text whose quotes do
+// not pair up hides none; each try ends at the next quote or line end, so
+// the scan is linear.
+func blockedMemberName(b []byte) string {
+	for i := 0; i < len(b); i++ {
+		if b[i] != '"' || i > 0 && b[i-1] == '\\' {
+			continue
+		}
+		end := i + 1
+		for end < len(b) && b[end] != '"' && b[end] != '\n' {
+			if b[end] == '\\' {
+				end++
+			}
+			end++
+		}
+		if end >= len(b) || b[end] != '"' {
+			continue
+		}
+		after := bytes.TrimLeft(b[end+1:], " \t\r\n")
+		var name string
+		if len(after) > 0 && after[0] == ':' && json.Unmarshal(b[i:end+1], &name) == nil && sanitize.IsBlockedKey(name) {
+			return name
+		}
+	}
+	return ""
 }

@@ -2,26 +2,87 @@ package memstore
 
 import (
 	"context"
+	"maps"
 	"slices"
 	"time"
 
 	"github.com/idemguard/idemguard/store"
 )
 
-// appendAudit adds e to the trail unless its ID is there already; the
-// caller holds s.mu, so a durable event lands with its row change.
+// tallyKey is what a tally aggregates over (store.Store.AppendAudit).
+type tallyKey struct {
+	tenant, scope, keyHash string
+	kind                   store.AuditKind
+	attempt                int
+	actor, detail          string
+}
+
+// appendAudit adds e to the trail: a durable event unless its ID is there
+// already, a tallied one to its tally. The caller holds s.mu, so a durable
+// event lands with its row change.
 func (s *Store) appendAudit(e *store.AuditEvent) {
-	if e == nil || s.auditIDs[e.ID] {
+	if e == nil {
+		return
+	}
+	c := *e
+	c.At = c.At.UTC().Truncate(time.Microsecond)
+	c.OriginalAt = c.OriginalAt.UTC().Truncate(time.Microsecond)
+	c.Count, c.LastAt, c.Replay = 0, time.Time{}, 0
+	if c.Kind.Tallied() {
+		s.tally(c)
+		return
+	}
+	if s.auditIDs[e.ID] {
 		return
 	}
 	if s.auditIDs == nil {
 		s.auditIDs = make(map[string]bool)
 	}
 	s.auditIDs[e.ID] = true
-	c := *e
-	c.At = c.At.UTC().Truncate(time.Microsecond)
-	c.OriginalAt = c.OriginalAt.UTC().Truncate(time.Microsecond)
 	s.audit = append(s.audit, c)
+}
+
+// tally adds e to its tally, keeping the earliest event's ID, At and
+// OriginalAt, and the latest At.
+func (s *Store) tally(e store.AuditEvent) {
+	k := tallyKey{e.Tenant, e.Scope, e.KeyHash, e.Kind, e.Attempt, e.Actor, e.Detail}
+	i, ok := s.tallies[k]
+	if !ok {
+		if s.tallies == nil {
+			s.tallies = make(map[tallyKey]int)
+		}
+		e.Count, e.LastAt = 1, e.At
+		s.tallies[k] = len(s.audit)
+		s.audit = append(s.audit, e)
+		return
+	}
+	t := &s.audit[i]
+	t.Count++
+	if e.At.Before(t.At) {
+		t.ID, t.At, t.OriginalAt = e.ID, e.At, e.OriginalAt
+	}
+	if e.At.After(t.LastAt) {
+		t.LastAt = e.At
+	}
+}
+
+// moveClaim moves the claimed event r carries (if any) to the trail, as r
+// is about to be overwritten or deleted by an audited write (audited); an
+// unaudited write drops it, as the MySQL store's single statement does.
+// The caller holds s.mu.
+func (s *Store) moveClaim(r *store.Record, audited bool) {
+	if e, ok := s.claims[r.ID]; ok {
+		delete(s.claims, r.ID)
+		if audited {
+			s.appendAudit(claimEvent(r, e))
+		}
+	}
+}
+
+// claimEvent is the claimed event row r carries (its ID and Actor in e).
+func claimEvent(r *store.Record, e store.AuditEvent) *store.AuditEvent {
+	return &store.AuditEvent{ID: e.ID, Kind: store.AuditClaimed, At: r.CreatedAt, Tenant: r.Tenant, Scope: r.Scope,
+		KeyHash: r.KeyHash, Attempt: 1, Actor: e.Actor}
 }
 
 // AppendAudit implements store.Store.
@@ -51,16 +112,31 @@ func (s *Store) History(ctx context.Context, tenant, scope string, keyHashes []s
 			out = append(out, e)
 		}
 	}
+	for _, h := range keyHashes {
+		if r, ok := s.rows[memKey{tenant, scope, h}]; ok {
+			if e, ok := s.claims[r.ID]; ok && !s.auditIDs[e.ID] {
+				out = append(out, *claimEvent(r, e))
+			}
+		}
+	}
 	slices.SortStableFunc(out, compareAudit)
 	return out[:min(limit, len(out))], nil
 }
 
-// AuditEvents returns a copy of the whole audit trail, in the order
-// written. For tests.
+// AuditEvents returns a copy of the whole audit trail: what was written to
+// it, in that order (a tally where it began), then the claimed events the
+// rows still carry, by row id. For tests.
 func (s *Store) AuditEvents() []store.AuditEvent {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return slices.Clone(s.audit)
+	out := slices.Clone(s.audit)
+	ids := slices.Sorted(maps.Keys(s.claims))
+	for _, id := range ids {
+		if r := s.ids[id]; r != nil {
+			out = append(out, *claimEvent(r, s.claims[id]))
+		}
+	}
+	return out
 }
 
 // compareAudit orders events by At, then ID.

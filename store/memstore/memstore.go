@@ -31,9 +31,15 @@ type Store struct {
 	rows   map[memKey]*store.Record
 	ids    map[uint64]*store.Record
 	closed bool
-	// audit is the audit trail, in the order written (memstore_audit.go).
+	// audit is the audit trail, in the order written (audit.go): the
+	// durable events, one each, and the tallies, in tallies.
 	audit    []store.AuditEvent
 	auditIDs map[string]bool
+	tallies  map[tallyKey]int // index in audit of each tally
+	// claims holds the claimed event a row carries, by row id (see
+	// store.ClaimParams.Audit): only its ID and Actor; History dates it by
+	// the row's CreatedAt.
+	claims map[uint64]store.AuditEvent
 }
 
 type memKey struct{ tenant, scope, keyHash string }
@@ -94,7 +100,12 @@ func (s *Store) Claim(ctx context.Context, p store.ClaimParams) (uint64, error) 
 		CreatedAt: now, StartedAt: now, HeartbeatAt: now, ExpiresAt: now.Add(p.TTL), Lease: p.Lease,
 		SecretID: p.SecretID}
 	s.rows[k], s.ids[r.ID] = r, r
-	s.appendAudit(p.Audit)
+	if p.Audit != nil {
+		if s.claims == nil {
+			s.claims = make(map[uint64]store.AuditEvent)
+		}
+		s.claims[r.ID] = store.AuditEvent{ID: p.Audit.ID, Actor: p.Audit.Actor}
+	}
 	return r.ID, nil
 }
 
@@ -152,6 +163,7 @@ func (s *Store) Reclaim(ctx context.Context, p store.ReclaimParams) (bool, error
 		if !rec.Reclaimable(p.StaleAfter) {
 			return false, nil
 		}
+		s.moveClaim(r, p.Audit != nil)
 		*r = store.Record{ID: r.ID, Tenant: r.Tenant, Scope: r.Scope, KeyHash: r.KeyHash,
 			Fingerprint: p.Fingerprint, Status: store.RowStarted, Attempts: 1,
 			CreatedAt: now, StartedAt: now, HeartbeatAt: now, ExpiresAt: now.Add(p.TTL), Lease: p.Lease,
@@ -243,6 +255,7 @@ func (s *Store) Release(ctx context.Context, p store.ReleaseParams) (bool, error
 		return false, nil
 	}
 	if p.Prev == nil {
+		s.moveClaim(r, p.Audit != nil)
 		delete(s.rows, memKey{r.Tenant, r.Scope, r.KeyHash})
 		delete(s.ids, r.ID)
 		s.appendAudit(p.Audit)

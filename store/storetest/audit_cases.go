@@ -2,6 +2,7 @@ package storetest
 
 import (
 	"fmt"
+	"slices"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -49,8 +50,17 @@ func history(t testing.TB, h *Harness, keyHashes ...string) []store.AuditEvent {
 	return events
 }
 
-// Removing the duplicate check before the event, or writing the event
-// outside the claim, leaves an event for a claim that never happened.
+// carried is the claimed event a row carries, as History reads it: the
+// claim's ID and Actor, at the row's CreatedAt, attempt 1.
+func carried(rec store.Record, e store.AuditEvent) store.AuditEvent {
+	return store.AuditEvent{ID: e.ID, Kind: store.AuditClaimed, At: rec.CreatedAt, Tenant: rec.Tenant, Scope: rec.Scope,
+		KeyHash: rec.KeyHash, Attempt: 1, Actor: e.Actor}
+}
+
+// A claim's event is carried by its row (store.ClaimParams.Audit): there
+// exactly when the row is, dated by the row. Removing the duplicate check
+// before the event, or storing the event apart from the claim, leaves an
+// event for a claim that never happened.
 func auditClaimWritesItsEventOnlyWhenItWins(t *testing.T, h *Harness) {
 	kh := hash("audit-claim")
 	won := auditEvent(store.AuditClaimed, kh)
@@ -59,19 +69,85 @@ func auditClaimWritesItsEventOnlyWhenItWins(t *testing.T, h *Harness) {
 		Fingerprint: hash("fp"), Nonce: nonce(), TTL: time.Hour, Audit: &won})
 	require.NoError(t, err)
 	require.NotZero(t, id)
-	require.Equal(t, storedAll(won), history(t, h, kh))
+	rec := get(t, h, "acme", "s", kh)
+	require.Equal(t, []store.AuditEvent{carried(rec, won)}, history(t, h, kh))
 
 	lost := auditEvent(store.AuditClaimed, kh)
 	_, err = h.Store.Claim(ctxFor(t), store.ClaimParams{Tenant: "acme", Scope: "s", KeyHash: kh,
 		Fingerprint: hash("fp"), Nonce: nonce(), TTL: time.Hour, Audit: &lost})
 	require.ErrorIs(t, err, store.ErrDuplicate)
-	require.Equal(t, storedAll(won), history(t, h, kh), "a duplicate claim writes no event")
+	require.Equal(t, []store.AuditEvent{carried(rec, won)}, history(t, h, kh), "a duplicate claim writes no event")
+
+	// The trail holding the claim's event id already (cleanup moves it a
+	// moment before it deletes the row): History shows the event once.
+	require.NoError(t, h.Store.AppendAudit(ctxFor(t), []store.AuditEvent{won}))
+	require.Equal(t, storedAll(won), history(t, h, kh), "one claim, not two")
 
 	// A claim without an event writes none.
 	other := hash("audit-claim-plain")
 	claimOne(t, h, "acme", "s", other)
 	require.Empty(t, history(t, h, other))
 }
+
+// What overwrites or deletes a row moves the claimed event it carries to
+// the trail with its own event, so the claim outlives the row: the release
+// of the claim (the row goes) and an expired re-claim (the row starts
+// afresh, carrying nothing). A losing write moves nothing. Dropping the
+// move loses the claim from the key's history.
+func auditClaimOutlivesItsRow(t *testing.T, h *Harness) {
+	claim := func(kh, actor string) (store.AuditEvent, uint64, string) {
+		t.Helper()
+		e := auditEvent(store.AuditClaimed, kh)
+		e.Actor = actor
+		n := nonce()
+		id, err := h.Store.Claim(ctxFor(t), store.ClaimParams{Tenant: "acme", Scope: "s", KeyHash: kh,
+			Fingerprint: hash("fp"), Nonce: n, TTL: time.Hour, Audit: &e})
+		require.NoError(t, err)
+		return e, id, n
+	}
+
+	kh := hash("audit-claim-released")
+	e, id, n := claim(kh, "key:a")
+	rec := get(t, h, "acme", "s", kh)
+	won, err := h.Store.Release(ctxFor(t), store.ReleaseParams{ID: id, Nonce: nonce(), Audit: ptr(auditEvent(store.AuditReleased, kh))})
+	require.NoError(t, err)
+	require.False(t, won)
+	require.Equal(t, []store.AuditEvent{carried(rec, e)}, history(t, h, kh), "a losing release moves nothing")
+	released := auditEvent(store.AuditReleased, kh)
+	released.At = rec.CreatedAt.Add(time.Second)
+	won, err = h.Store.Release(ctxFor(t), store.ReleaseParams{ID: id, Nonce: n, Audit: &released})
+	require.NoError(t, err)
+	require.True(t, won)
+	require.Equal(t, []store.AuditEvent{carried(rec, e), stored(released)}, history(t, h, kh), "the claim outlives its row")
+
+	kh = hash("audit-claim-expired")
+	e, id, n = claim(kh, "key:b")
+	ok, _, err := h.Store.Complete(ctxFor(t), store.CompleteParams{ID: id, Nonce: n, Status: store.RowSucceeded,
+		Response: []byte(`{"ok":true}`), ResponseCode: 200, TTL: time.Hour})
+	require.NoError(t, err)
+	require.True(t, ok)
+	h.Age(t, "acme", "s", kh, 2*time.Hour)
+	rec = get(t, h, "acme", "s", kh)
+	again := auditEvent(store.AuditExpiredReclaim, kh)
+	again.At, again.Actor = rec.Now, "key:c"
+	won, err = h.Store.Reclaim(ctxFor(t), store.ReclaimParams{Kind: store.ReclaimExpired, ID: id, OldNonce: n,
+		OldAttempts: 1, NewNonce: nonce(), Fingerprint: hash("fp2"), TTL: time.Hour, StaleAfter: time.Minute, Audit: &again})
+	require.NoError(t, err)
+	require.True(t, won)
+	require.Equal(t, []store.AuditEvent{carried(rec, e), stored(again)}, history(t, h, kh),
+		"the old claim is in the trail once, the new row carries none")
+
+	// A write without an event (a replica with the trail off) writes none, and the claim
+	// goes with its row: one statement, as without the trail.
+	kh = hash("audit-claim-unaudited")
+	_, id, n = claim(kh, "key:d")
+	won, err = h.Store.Release(ctxFor(t), store.ReleaseParams{ID: id, Nonce: n})
+	require.NoError(t, err)
+	require.True(t, won)
+	require.Empty(t, history(t, h, kh))
+}
+
+func ptr[T any](v T) *T { return &v }
 
 // Each kind of reclaim: a losing one (wrong nonce, or its condition not
 // met) writes nothing, the winning one exactly its event.
@@ -213,38 +289,104 @@ func auditAbandonReleaseAndCancel(t *testing.T, h *Harness) {
 	require.Equal(t, storedAll(e4), history(t, h, kh))
 }
 
-// A batch retried after an unknown outcome writes nothing twice: an id
-// already stored is skipped, its first version kept, and the rest of the
-// batch written.
+// A durable event written again (a batch retried after an unknown
+// outcome) is stored once: an id already stored is skipped, its first
+// version kept, and the rest of the batch written.
 func auditAppendSkipsARepeatedID(t *testing.T, h *Harness) {
 	kh := hash("audit-append")
 	require.NoError(t, h.Store.AppendAudit(ctxFor(t), nil))
-	a, b, c := auditEvent(store.AuditReplay, kh), auditEvent(store.AuditInProgress, kh), auditEvent(store.AuditConflict, kh)
-	a.OriginalAt = a.At.Add(-time.Minute)
-	b.Detail = store.InProgressWaited
+	a, b, c := auditEvent(store.AuditTakeover, kh), auditEvent(store.AuditAbandoned, kh), auditEvent(store.AuditReleased, kh)
+	b.StopReason = sanitize.StopReason("abandoned")
 	require.NoError(t, h.Store.AppendAudit(ctxFor(t), []store.AuditEvent{a, b}))
 	again := b
-	again.Kind, again.Detail = store.AuditConflict, ""
+	again.Kind, again.StopReason = store.AuditCanceled, ""
 	require.NoError(t, h.Store.AppendAudit(ctxFor(t), []store.AuditEvent{again, c}))
 	require.NoError(t, h.Store.AppendAudit(ctxFor(t), []store.AuditEvent{a, b, c}))
 	require.Equal(t, storedAll(a, b, c), history(t, h, kh))
 
 	// An id twice in one batch: the first is kept.
-	d := auditEvent(store.AuditReplay, kh)
+	d := auditEvent(store.AuditRetried, kh)
 	dAgain := d
 	dAgain.Attempt = 9
-	e := auditEvent(store.AuditReplay, kh)
+	e := auditEvent(store.AuditRetried, kh)
 	require.NoError(t, h.Store.AppendAudit(ctxFor(t), []store.AuditEvent{d, dAgain, e, d}))
 	require.Equal(t, storedAll(a, b, c, d, e), history(t, h, kh))
 
 	// A durable event already stored (its batch copy, say) does not make
 	// the audited write fail: the row changes, the event stays one.
-	claim := auditEvent(store.AuditClaimed, hash("audit-append-claim"))
-	require.NoError(t, h.Store.AppendAudit(ctxFor(t), []store.AuditEvent{claim}))
-	_, err := h.Store.Claim(ctxFor(t), store.ClaimParams{Tenant: "acme", Scope: "s", KeyHash: claim.KeyHash,
-		Fingerprint: hash("fp"), Nonce: nonce(), TTL: time.Hour, Audit: &claim})
+	ckh := hash("audit-append-cancel")
+	id, n := claimOne(t, h, "acme", "s", ckh)
+	cancel := auditEvent(store.AuditCanceled, ckh)
+	require.NoError(t, h.Store.AppendAudit(ctxFor(t), []store.AuditEvent{cancel}))
+	won, err := h.Store.RequestCancel(ctxFor(t), store.CancelParams{ID: id, Nonce: n, Audit: &cancel})
 	require.NoError(t, err)
-	require.Equal(t, storedAll(claim), history(t, h, claim.KeyHash))
+	require.True(t, won)
+	require.Equal(t, storedAll(cancel), history(t, h, ckh))
+}
+
+// Replays, in-progress answers and conflicts are tallied per key, kind,
+// attempt, actor and detail: a storm adds counts, never entries, and
+// History tells each actor's count with its first and last time (the
+// first event's ID and OriginalAt), whatever the order and the batches
+// they came in. A store that keeps one entry per event fails the count of
+// entries; one that tallies per key alone loses who replayed.
+func auditTalliesReadOnlyDecisions(t *testing.T, h *Harness) {
+	kh := hash("audit-tally")
+	base := time.Date(2026, 7, 1, 12, 0, 0, 0, time.UTC)
+	var n atomic.Int64
+	ev := func(kind store.AuditKind, actor string, at time.Duration, attempt int, detail string) store.AuditEvent {
+		e := store.AuditEvent{ID: fmt.Sprintf("%032x", n.Add(1)), Kind: kind, At: base.Add(at), Tenant: "acme",
+			Scope: "s", KeyHash: kh, Attempt: attempt, Actor: actor, Detail: detail}
+		if kind == store.AuditReplay {
+			e.OriginalAt = base.Add(-time.Hour + time.Duration(attempt)*time.Minute)
+		}
+		return e
+	}
+	// A storm of 1000 replays by two actors, in batches of 100, each batch
+	// out of order.
+	var storm []store.AuditEvent
+	for i := range 1000 {
+		actor := "key:a"
+		if i%4 == 3 {
+			actor = "key:b"
+		}
+		storm = append(storm, ev(store.AuditReplay, actor, time.Duration(i+10)*time.Millisecond, 1, ""))
+	}
+	for i := 0; i < len(storm); i += 100 {
+		batch := slices.Clone(storm[i : i+100])
+		slices.Reverse(batch)
+		require.NoError(t, h.Store.AppendAudit(ctxFor(t), batch))
+	}
+	others := []store.AuditEvent{
+		ev(store.AuditInProgress, "key:a", 0, 1, store.InProgressAnswered),
+		ev(store.AuditInProgress, "key:a", 5*time.Millisecond, 1, store.InProgressAnswered),
+		ev(store.AuditInProgress, "key:a", 6*time.Millisecond, 1, store.InProgressWaited),
+		ev(store.AuditConflict, "key:b", 2*time.Second, 1, ""),
+		ev(store.AuditReplay, "key:a", 3*time.Second, 2, ""),
+		ev(store.AuditReplay, "key:a", 4*time.Second, 2, ""),
+		ev(store.AuditReplay, "", 5*time.Second, 2, ""),
+	}
+	require.NoError(t, h.Store.AppendAudit(ctxFor(t), others))
+	// A replay earlier than every counted one: the tally's first time, ID
+	// and original time become its.
+	early := ev(store.AuditReplay, "key:b", 8*time.Millisecond, 1, "")
+	early.OriginalAt = base.Add(-2 * time.Hour)
+	require.NoError(t, h.Store.AppendAudit(ctxFor(t), []store.AuditEvent{early}))
+
+	tally := func(first store.AuditEvent, last time.Duration, count int64) store.AuditEvent {
+		first.Count, first.LastAt = count, base.Add(last)
+		return first
+	}
+	want := []store.AuditEvent{
+		tally(others[0], 5*time.Millisecond, 2),  // in_progress answered, key:a
+		tally(others[2], 6*time.Millisecond, 1),  // in_progress waited, key:a
+		tally(early, 1009*time.Millisecond, 251), // replays of attempt 1 by key:b: 250 + the early one
+		tally(storm[0], 1008*time.Millisecond, 750),
+		tally(others[3], 2*time.Second, 1),
+		tally(others[4], 4*time.Second, 2),
+		tally(others[6], 5*time.Second, 1),
+	}
+	require.Equal(t, want, history(t, h, kh))
 }
 
 // History: only (tenant, scope)'s events of the given hashes (tenants and
@@ -254,8 +396,8 @@ func auditHistoryFiltersOrdersAndLimits(t *testing.T, h *Harness) {
 	k1, k2, k3 := hash("audit-h1"), hash("audit-h2"), hash("audit-h3")
 	base := time.Date(2026, 5, 6, 7, 8, 9, 0, time.UTC)
 	ev := func(id string, kh string, at time.Duration) store.AuditEvent {
-		return store.AuditEvent{ID: id, Kind: store.AuditReplay, At: base.Add(at), Tenant: "acme", Scope: "s",
-			KeyHash: kh, Attempt: 1}
+		return store.AuditEvent{ID: id, Kind: store.AuditTakeover, At: base.Add(at), Tenant: "acme", Scope: "s",
+			KeyHash: kh, Attempt: 2}
 	}
 	id := func(n int) string { return fmt.Sprintf("%032x", n) }
 	// Written out of order; 3 and 4 share k1's latest time, 1 and 2 k2's.
@@ -307,7 +449,10 @@ func auditTimesRoundTrip(t *testing.T, h *Harness) {
 	require.Equal(t, time.Date(2026, 12, 31, 23, 59, 59, 999_999_000, time.UTC), got[0].At)
 	require.Equal(t, time.UTC, got[0].At.Location())
 	require.Equal(t, time.Date(2026, 1, 2, 10, 4, 5, 6_000, time.UTC), got[0].OriginalAt)
-	require.Equal(t, stored(e), got[0])
+	want := stored(e)
+	want.Count, want.LastAt = 1, want.At // a tally of one
+	require.Equal(t, want, got[0])
+	require.Equal(t, time.UTC, got[0].LastAt.Location())
 	require.Equal(t, plain, got[1])
 	require.True(t, got[1].OriginalAt.IsZero())
 	require.Empty(t, got[1].Detail)

@@ -31,6 +31,7 @@ import (
 
 	"github.com/idemguard/idemguard"
 	"github.com/idemguard/idemguard/idemguardtest"
+	"github.com/idemguard/idemguard/internal/testlog"
 	"github.com/idemguard/idemguard/store"
 	"github.com/idemguard/idemguard/tenancy"
 )
@@ -208,7 +209,9 @@ func cases(run func(name string, tc caseFunc)) {
 	run("Store/AuditedClaimWritesItsEventOnlyWhenItWins", auditClaimWritesItsEventOnlyWhenItWins)
 	run("Store/AuditedReclaimsWriteTheirEventOnlyWhenTheyWin", auditReclaimsWriteTheirEventOnlyWhenTheyWin)
 	run("Store/AuditedAbandonReleaseAndCancelWriteTheirEventOnlyWhenTheyWin", auditAbandonReleaseAndCancel)
+	run("Store/AuditedClaimOutlivesItsRow", auditClaimOutlivesItsRow)
 	run("Store/AppendAuditSkipsARepeatedID", auditAppendSkipsARepeatedID)
+	run("Store/AppendAuditTalliesReadOnlyDecisionsPerActor", auditTalliesReadOnlyDecisions)
 	run("Store/HistoryFiltersOrdersAndLimits", auditHistoryFiltersOrdersAndLimits)
 	run("Store/AuditTimesRoundTripToTheMicrosecondInUTC", auditTimesRoundTrip)
 	run("Store/BrokenStoreFailsAuditReadsAndWrites", auditBrokenStoreFails)
@@ -217,30 +220,10 @@ func cases(run func(name string, tc caseFunc)) {
 // Secret is the HMAC secret the suite's guards use.
 var Secret = []byte("storetest-secret-0123456789abcdef-0123")
 
-// logBuffer captures a guard's JSON logs and mirrors them to t.Log.
-type logBuffer struct {
-	t  testing.TB
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *logBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	l.t.Log(string(bytes.TrimSpace(p)))
-	return l.b.Write(p)
-}
-
-func (l *logBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
-
 type guardOpt func(*idemguard.Config)
 
-func newGuard(t testing.TB, h *Harness, opts ...guardOpt) (*idemguard.Guard, *logBuffer) {
-	logs := &logBuffer{t: t}
+func newGuard(t testing.TB, h *Harness, opts ...guardOpt) (*idemguard.Guard, *testlog.Buffer) {
+	logs := &testlog.Buffer{Mirror: t}
 	cfg := idemguard.Config{
 		Store:  h.Store,
 		Secret: Secret,

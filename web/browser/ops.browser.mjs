@@ -1,9 +1,10 @@
 // Opens the operator page (/ops) of a running `idemguard serve` in headless Chromium with
-// playwright-core, signs in with an API key, waits for the charts, saves a screenshot and prints
+// playwright-core (the operator listener's page: no credential), names a tenant whose keys to
+// chart, waits for the charts, saves a screenshot and prints
 // what the page drew as one JSON line; cmd/idemguard's ops browser test seeds the database, runs
 // this script and checks the figures against what it seeded.
 //
-// Usage: node browser/ops.browser.mjs --url http://127.0.0.1:8080 --key API_KEY --out DIR
+// Usage: node browser/ops.browser.mjs --url http://127.0.0.1:9090 --tenant TENANT --out DIR
 // Env: CHROMIUM (default /usr/bin/chromium).
 import { mkdir } from "node:fs/promises";
 import { join } from "node:path";
@@ -11,10 +12,10 @@ import { parseArgs } from "node:util";
 import { chromium } from "playwright-core";
 
 const { values: args } = parseArgs({
-  options: { url: { type: "string" }, key: { type: "string" }, out: { type: "string" } },
+  options: { url: { type: "string" }, tenant: { type: "string" }, out: { type: "string" } },
 });
-if (!args.url || !args.key || !args.out) {
-  console.error("usage: node browser/ops.browser.mjs --url http://127.0.0.1:8080 --key API_KEY --out DIR");
+if (!args.url || !args.tenant || !args.out) {
+  console.error("usage: node browser/ops.browser.mjs --url http://127.0.0.1:9090 --tenant TENANT --out DIR");
   process.exit(2);
 }
 await mkdir(args.out, { recursive: true });
@@ -32,7 +33,7 @@ try {
   page.on("pageerror", (err) => out.errors.push(String(err)));
   page.on("console", (msg) => { if (msg.type() === "error") out.errors.push(msg.text()); });
   await page.goto(args.url.replace(/\/+$/, "") + "/ops");
-  await page.fill("#key", args.key);
+  await page.fill("#tenant", args.tenant);
   await page.click("button[type=submit]");
   await page.waitForSelector("body[data-loaded=true]", { timeout: 30_000 });
   // Every drawn point, per chart and series: the Go test checks they carry the seeded figures.
@@ -46,7 +47,7 @@ try {
   );
   out.who = await page.textContent("#who");
   out.totals = await page.textContent("#totals");
-  out.storedKey = await page.evaluate(() => sessionStorage.getItem("idemguard.ops.key") !== null);
+  out.storedKey = await page.evaluate(() => sessionStorage.length + localStorage.length > 0);
   out.screenshot = join(args.out, "ops.png");
   await page.screenshot({ path: out.screenshot, fullPage: true });
 } finally {

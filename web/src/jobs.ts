@@ -103,8 +103,8 @@ export async function cancelJob(scope: string, keyRef: string, options: JobOptio
 export type AuditEvent = components["schemas"]["AuditEvent"];
 
 /** Reads a key's audit trail (GET …/keys/{key}/history), oldest first: its
- * claim, takeovers, retries, replays (numbered), 409s and 422s, with who
- * asked. Rejects with status 404 when the key has no events for the
+ * claim, takeovers, retries, and the replays, 409s and 422s counted per
+ * caller (`count`, first `at`, `lastAt`), with who asked. Rejects with status 404 when the key has no events for the
  * caller's tenant (unknown, another tenant's, or past retention). */
 export async function keyHistory(scope: string, keyRef: string, options: JobOptions): Promise<AuditEvent[]> {
   const resp = await send(options, `${keyPath(scope, keyRef)}/history`, {}, keyRef);

@@ -82,7 +82,8 @@ export interface paths {
          * The record of a key.
          * @description The status, attempt count and times of a key in this scope, and the
          *     stored envelope once it completed. Only the caller's own tenant's
-         *     keys are visible: another tenant's key is a 404, exactly like an
+         *     keys are visible (and, on a scope isolated per principal, the
+         *     caller's own): another tenant's key is a 404, exactly like an
          *     absent one (never 403).
          */
         get: operations["lookupKey"];
@@ -184,9 +185,13 @@ export interface paths {
          * @description Every idempotency decision recorded for this key, oldest first (at
          *     most 1000): its claims (`claimed`, `expired_reclaim`, `takeover`,
          *     `retried`), `abandoned`, `released`, `canceled`, and the duplicates
-         *     it answered (`replay`, numbered; `in_progress`; `conflict`). A
-         *     client key is looked up under every configured secret, so events
-         *     from before a secret rotation are found too. An event never holds
+         *     it answered (`replay`, `in_progress`, `conflict`). The duplicates
+         *     are counted, not listed one by one: one entry per kind, attempt,
+         *     actor (and, for `in_progress`, detail), with `count`, the first time
+         *     (`at`) and the last (`lastAt`), in the order of their first times; a
+         *     `replay` entry carries the number of its first replay among the
+         *     key's replays. A client key is looked up under every configured
+         *     secret, so events from before a secret rotation are found too. An event never holds
          *     the key, the inputs, the answer or a credential: the key appears as
          *     the first 16 hex digits of its hash (`keyPrefix`), the caller as
          *     `actor`: `key:<name>` for an API key (its configured name, never the
@@ -194,8 +199,8 @@ export interface paths {
          *     service's secret: the subject may name a person, the trail keeps a
          *     pseudonym; `jwt` when the token has no subject).
          *
-         *     The events come from the audit table (written when the store is
-         *     MySQL): the record of truth. Only the caller's own tenant's events
+         *     The events come from the audit tables and the key's row (written
+         *     when the store is MySQL): the record of truth. Only the caller's own tenant's events
          *     are visible: a key without events, and another tenant's key, are the
          *     same 404 (never 403).
          */
@@ -253,7 +258,11 @@ export interface paths {
         };
         /**
          * Prometheus metrics.
-         * @description Expose it to the scraper only (no authentication).
+         * @description Expose it to the scraper only (no authentication); never answered to a
+         *     browser's origin (no CORS headers). `idemguard serve` serves it on its
+         *     operator listener (`metrics_listen`), never on the API's listener,
+         *     where this route answers 404. No label value comes from a request or
+         *     an answer.
          */
         get: operations["metrics"];
         put?: never;
@@ -272,15 +281,15 @@ export interface paths {
             cookie?: never;
         };
         /**
-         * The caller's figures of the last day, hour by hour (the operator page's data).
-         * @description `scopes` are the protocol counters of `idempotency_stats` per hour and
-         *     scope (requests, replays, conflicts, takeovers, failures, store
-         *     errors). That table is counted per scope for every tenant of the
-         *     service, so these are service-wide figures for the scopes this server
-         *     serves. `keys` are the caller's own tenant's keys created per hour and
-         *     scope, by their status now. Authenticated by API key, like a scope
-         *     that lists no credentials. With the in-memory store both lists are
-         *     empty and `note` says why.
+         * The caller's tenant's own figures of the last day, hour by hour.
+         * @description `keys` are the caller's own tenant's keys created per hour and scope,
+         *     by their status now. A tenant sees nothing service-wide and nothing of
+         *     another tenant: `scopes` is empty here. The protocol counters per
+         *     scope (every tenant's calls together) are the operator's: `idemguard
+         *     serve` answers them, without a credential, on its operator listener
+         *     (`metrics_listen`), with the operator page. Authenticated by API key,
+         *     like a scope that lists no credentials. With the in-memory store the
+         *     lists are empty and `note` says why.
          */
         get: operations["stats"];
         put?: never;
@@ -301,9 +310,10 @@ export interface paths {
         /**
          * The operator page (HTML) that charts `GET /v1/stats`.
          * @description A static page with an inline script (no third-party code); it holds no
-         *     figures, so it needs no credentials. It asks for an API key, keeps it
-         *     in the browser tab's sessionStorage, and fetches `/v1/stats` with it.
-         *     Served under the same prefix as the `/v1` routes.
+         *     figures and asks for no credential. Served under the same prefix as
+         *     the `/v1` routes when a server enables it; `idemguard serve` serves it
+         *     only on its operator listener (`metrics_listen`), with the
+         *     service-wide `/v1/stats` it draws, and answers 404 here.
          */
         get: operations["opsPage"];
         put?: never;
@@ -373,7 +383,7 @@ export interface components {
             }[];
         };
         Stats: {
-            /** @description The caller's tenant. */
+            /** @description The caller's tenant (the operator's view: the tenant it named, or empty). */
             tenant: string;
             /** @enum {string} */
             store: "mysql" | "memory";
@@ -391,7 +401,7 @@ export interface components {
             sinceSeconds: number;
             /** @description What the figures cover */
             note: string;
-            /** @description Service-wide counters per hour and scope, oldest first. */
+            /** @description Service-wide counters per hour and scope, oldest first; only in the operator's view, empty in a tenant's answer. */
             scopes: components["schemas"]["ScopeHour"][];
             /** @description The caller's tenant's keys per hour and scope, oldest first. */
             keys: components["schemas"]["KeyHour"][];
@@ -511,13 +521,13 @@ export interface components {
          *     stream (`serve --audit-log`) writes it, one JSON object per line.
          */
         AuditEvent: {
-            /** @description Unique; ordered by creation time. The same event has the same id in the table and in the stream. */
+            /** @description Unique; ordered by creation time. The same event has the same id in the table and in the stream; a counted entry has its first event's id. */
             id: string;
             /** @enum {string} */
             kind: "claimed" | "expired_reclaim" | "takeover" | "retried" | "abandoned" | "released" | "canceled" | "replay" | "in_progress" | "conflict";
             /**
              * Format: date-time
-             * @description When it was decided (the database clock, where a read preceded the decision).
+             * @description When it was decided (the database clock, where a read preceded the decision; for `claimed` in a history, the row's creation). On a counted entry: the first time.
              */
             at: string;
             tenant: string;
@@ -539,8 +549,15 @@ export interface components {
              * @enum {string}
              */
             detail?: "answered" | "waited" | "attached";
-            /** @description On a replay: its number among the key's replays. */
+            /** @description On a replay entry of a history: the number of its first replay among the key's replays. */
             replay?: number;
+            /** @description On a `replay`, `in_progress` or `conflict` entry of a history: how many such events the actor caused. Absent in the stream, where each event is one line. */
+            count?: number;
+            /**
+             * Format: date-time
+             * @description On a counted entry of a history: the time of its last event.
+             */
+            lastAt?: string;
         };
         Status: {
             /** @constant */

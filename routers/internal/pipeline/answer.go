@@ -99,13 +99,13 @@ func (a *Answers) Result(w http.ResponseWriter, req Request, res idemguard.Resul
 		h[k] = v
 	}
 	if h.Get("Content-Type") == "" {
-		h.Set("Content-Type", ContentJSON)
+		h["Content-Type"] = contentJSON
 	}
 	if res.StatusCode == http.StatusNoContent || res.StatusCode == http.StatusNotModified {
 		w.WriteHeader(res.StatusCode)
 		return
 	}
-	h.Set("Content-Length", strconv.Itoa(len(res.Body)))
+	h["Content-Length"] = []string{strconv.Itoa(len(res.Body))}
 	w.WriteHeader(res.StatusCode)
 	_, _ = w.Write(res.Body)
 }
@@ -116,11 +116,20 @@ func SetReplayed(h http.Header, replayed bool, completedAt time.Time) {
 	if !replayed {
 		return
 	}
-	h.Set(HeaderReplayed, "true")
+	h[HeaderReplayed] = replayedTrue
 	if !completedAt.IsZero() {
-		h.Set(HeaderCompletedAt, FormatTime(completedAt))
+		h[HeaderCompletedAt] = []string{FormatTime(completedAt)}
 	}
 }
+
+// Header values every answer shares, set without allocating: a handler
+// that changes such a header replaces its slice (Set, or append past its
+// capacity), never writes into it. The names they are set under are in
+// canonical form.
+var (
+	replayedTrue = []string{"true"}
+	contentJSON  = []string{ContentJSON}
+)
 
 // FormatTime renders t as RFC 3339 in UTC, with its sub-second digits.
 func FormatTime(t time.Time) string { return t.UTC().Format(time.RFC3339Nano) }

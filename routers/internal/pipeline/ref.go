@@ -30,7 +30,9 @@ func Ref(clientKey, keyHash string) string {
 // the current secret (Guard.Lookup and Guard.History still find a row made
 // under a previous one); a derived reference names its hash. A malformed
 // reference is a 400 invalid-key-reference. derived reports a key hash.
-func ParseRef(g *idemguard.Guard, tenant tenancy.ID, scope, ref string) (key idemguard.Key, derived bool, err error) {
+// A client key is principal's (idemguard.Call.Principal; "" for the
+// tenant's key space); a key hash already names one principal's key.
+func ParseRef(g *idemguard.Guard, tenant tenancy.ID, scope, principal, ref string) (key idemguard.Key, derived bool, err error) {
 	if hash, derived := strings.CutPrefix(ref, derivedRefPrefix); derived {
 		key, err := g.KeyOfHash(tenant, scope, hash)
 		if err != nil || !isKeyHash(hash) {
@@ -38,7 +40,7 @@ func ParseRef(g *idemguard.Guard, tenant tenancy.ID, scope, ref string) (key ide
 		}
 		return key, true, nil
 	}
-	key, err = g.Key(tenant, scope, ref) // validates the client key
+	key, err = g.PrincipalKey(tenant, scope, principal, ref) // validates the client key
 	if err != nil {
 		return idemguard.Key{}, false, Reject(ErrInvalidRef, "a key reference is an Idempotency-Key (1 to %d characters of [A-Za-z0-9_.:-]) or ~ followed by a key hash", keys.MaxClientKeyLen)
 	}

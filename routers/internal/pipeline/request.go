@@ -28,6 +28,9 @@ type Request struct {
 	Wait      time.Duration   // Prefer: wait, capped
 	// WaitApplied: the request asked for a wait, and the answer says so.
 	WaitApplied bool
+	// Principal is the caller's key space (idemguard.Call.Principal), set
+	// by the entry path after authentication; "" for the tenant's.
+	Principal string
 }
 
 // Limits bound what Read accepts.
@@ -79,6 +82,7 @@ func (req Request) Call(tenant tenancy.ID, rt Route, inputs any) idemguard.Call 
 		Tenant:    tenant,
 		Scope:     rt.Scope,
 		ClientKey: req.ClientKey,
+		Principal: req.Principal,
 		Inputs:    inputs,
 		Settings:  rt.Settings,
 		Wait:      req.Wait,

@@ -47,6 +47,19 @@ func (s *SSE) Send(e live.Event) error {
 	return s.rc.Flush()
 }
 
+// End writes the last event of the response, unflushed: the handler
+// returns next, and the end of the response flushes it together with the
+// end of the chunked body, in one write. A client that stops reading at the
+// last event ([DONE]) then finds the body ended and keeps its connection;
+// flushed alone, the body's end came later, the client closed a body it
+// had not read to its end, and its next request dialed again.
+func (s *SSE) End(e live.Event) error {
+	s.Start(http.StatusOK)
+	s.buf = live.AppendSSE(s.buf[:0], e)
+	_, err := s.w.Write(s.buf)
+	return err
+}
+
 // Comment writes an SSE comment (a keep-alive) and flushes it.
 func (s *SSE) Comment(text string) error {
 	s.Start(http.StatusOK)

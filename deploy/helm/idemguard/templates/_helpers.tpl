@@ -32,13 +32,17 @@ app.kubernetes.io/managed-by: {{ .Release.Service }}
 {{- printf "%s:%s" .Values.image.repository (default .Chart.AppVersion .Values.image.tag) -}}
 {{- end -}}
 
-{{/* serve's config file: the user's settings and two the chart owns (listen is the container's
-IDEMGUARD_LISTEN, which would override the file). */}}
+{{/* serve's config file: the user's settings and two the chart owns (listen and metrics_listen
+are the container's IDEMGUARD_LISTEN and IDEMGUARD_METRICS_LISTEN, which would override the
+file). */}}
 {{- define "idemguard.config" -}}
-{{- range $k := list "mode" "listen" "shutdown_grace" -}}
+{{- range $k := list "mode" "listen" "metrics_listen" "shutdown_grace" -}}
 {{- if hasKey $.Values.config $k -}}
-{{- fail (printf "config.%s is set by the chart; leave it out of config (shutdown_grace: set shutdownGraceSeconds; listen: containerPort)" $k) -}}
+{{- fail (printf "config.%s is set by the chart; leave it out of config (shutdown_grace: set shutdownGraceSeconds; listen: containerPort; metrics_listen: metrics.port)" $k) -}}
 {{- end -}}
+{{- end -}}
+{{- if eq (int .Values.containerPort) (int .Values.metrics.port) -}}
+{{- fail (printf "containerPort and metrics.port are both %d: the operator listener (/metrics, /ops) needs a port apart from the API's" (int .Values.containerPort)) -}}
 {{- end -}}
 {{- $own := dict "mode" "production" "shutdown_grace" (printf "%ds" (int .Values.shutdownGraceSeconds)) -}}
 {{- toYaml (merge $own (deepCopy .Values.config)) -}}

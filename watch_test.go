@@ -1,0 +1,96 @@
+package idemguard_test
+
+import (
+	"context"
+	"errors"
+	"io"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/idemguard/idemguard"
+	"github.com/idemguard/idemguard/sanitize"
+	"github.com/idemguard/idemguard/store"
+	"github.com/idemguard/idemguard/store/memstore"
+)
+
+// reclaimGate holds a retry's Reclaim after it landed until the test lets
+// it go, then hangs up the caller: the claim is released (the caller is
+// told nothing ran), and the row is back to the failed attempt before it.
+type reclaimGate struct {
+	store.Store
+	landed, release chan struct{}
+	hangUp          context.CancelFunc
+}
+
+func (s *reclaimGate) Reclaim(ctx context.Context, p store.ReclaimParams) (bool, error) {
+	ok, err := s.Store.Reclaim(ctx, p)
+	if ok && p.Kind == store.ReclaimFailed {
+		close(s.landed)
+		<-s.release
+		s.hangUp()
+	}
+	return ok, err
+}
+
+// A watcher that reported a retry's start, whose claim was then given back
+// (the row back to the failed attempt before it), ends with that failure,
+// and so does a reconnect after the start's ID. Before the fix it ended
+// with io.EOF without a final event, and the reconnect too.
+func TestWatcherOfAReleasedClaimEndsWithTheFailure(t *testing.T) {
+	ms := memstore.New()
+	g0, err := idemguard.New(idemguard.Config{Store: ms, Secret: secret})
+	require.NoError(t, err)
+	t.Cleanup(func() { require.NoError(t, g0.Close(context.Background())) })
+	call := idemguard.Call{Tenant: "acme", Scope: "job", ClientKey: "released", Inputs: map[string]any{"n": 1},
+		Settings: idemguard.Settings{MaxAttempts: 3}}
+	res, err := g0.Do(context.Background(), call, func(context.Context) (any, error) {
+		return nil, &idemguard.OpError{Reason: sanitize.ProviderError, Err: errors.New("upstream down")}
+	})
+	require.NoError(t, err)
+	require.Equal(t, idemguard.StatusFailed, res.Status)
+
+	ctx, hangUp := context.WithCancel(context.Background())
+	gate := &reclaimGate{Store: ms, landed: make(chan struct{}), release: make(chan struct{}), hangUp: hangUp}
+	g, err := idemguard.New(idemguard.Config{Store: gate, Secret: secret})
+	require.NoError(t, err)
+	t.Cleanup(func() { require.NoError(t, g.Close(context.Background())) })
+	retried := make(chan error, 1)
+	go func() {
+		_, err := g.Do(ctx, call, func(context.Context) (any, error) { return map[string]any{"ok": true}, nil })
+		retried <- err
+	}()
+	<-gate.landed
+
+	key := clientKey(t, g0, "acme", "job", "released")
+	wctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	w, err := g0.Watch(wctx, key, "")
+	require.NoError(t, err)
+	defer w.Close()
+	e, err := w.Next(wctx)
+	require.NoError(t, err)
+	require.Equal(t, idemguard.EventStarted, e.Kind)
+	require.Equal(t, 2, e.Attempt)
+
+	close(gate.release)
+	require.Error(t, <-retried, "the caller hung up: nothing ran, its claim is given back")
+	info, err := g0.Lookup(wctx, key)
+	require.NoError(t, err)
+	require.Equal(t, store.RowFailed, info.Status)
+	require.Equal(t, 1, info.Attempts)
+
+	end, err := w.Next(wctx)
+	require.NoError(t, err, "the watcher learns the row's outcome, not io.EOF")
+	require.Equal(t, idemguard.EventFailed, end.Kind)
+	_, err = w.Next(wctx)
+	require.ErrorIs(t, err, io.EOF)
+
+	again, err := g0.Watch(wctx, key, e.ID) // a reconnect after the start
+	require.NoError(t, err)
+	defer again.Close()
+	end, err = again.Next(wctx)
+	require.NoError(t, err)
+	require.Equal(t, idemguard.EventFailed, end.Kind)
+}
