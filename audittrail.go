@@ -30,7 +30,7 @@ const (
 type auditor struct {
 	observe bool // to Config.Observe (EventAudit)
 	store   bool
-	queue   chan store.AuditEvent // batched events for the store; nil without Store
+	queue   *auditQueue // batched events for the store, fair between tenants; nil without Store
 	batch   int
 	every   time.Duration
 	stop    chan struct{}
@@ -45,7 +45,7 @@ func newAuditor(c AuditConfig) *auditor {
 	a := &auditor{observe: c.Observe, store: c.Store, batch: cmp.Or(c.BatchSize, DefaultAuditBatchSize),
 		every: cmp.Or(c.FlushEvery, DefaultAuditFlushEvery), stop: make(chan struct{}), done: make(chan struct{})}
 	if c.Store {
-		a.queue = make(chan store.AuditEvent, cmp.Or(c.QueueSize, DefaultAuditQueueSize))
+		a.queue = newAuditQueue(cmp.Or(c.QueueSize, DefaultAuditQueueSize))
 	}
 	return a
 }
@@ -105,9 +105,7 @@ func (g *Guard) note(p prepared, kind store.AuditKind, attempt int, at, original
 	if g.audit.queue == nil {
 		return
 	}
-	select {
-	case g.audit.queue <- e:
-	default:
+	if !g.audit.queue.push(e) {
 		g.emit(Event{Kind: EventAuditDropped, Scope: p.scope, Field: "queue_full"})
 	}
 }
@@ -166,26 +164,22 @@ func (g *Guard) writeAudit() {
 			batch = make([]store.AuditEvent, 0, a.batch)
 		}
 	}
+	// drain takes what is queued, writing each full batch.
+	drain := func() {
+		for batch = a.queue.take(batch, a.batch); len(batch) == a.batch; batch = a.queue.take(batch, a.batch) {
+			flush()
+		}
+	}
 	for {
 		select {
-		case e := <-a.queue:
-			if batch = append(batch, e); len(batch) == a.batch {
-				flush()
-			}
+		case <-a.queue.ready:
+			drain()
 		case <-tick.C:
 			flush()
 		case <-a.stop:
-			for {
-				select {
-				case e := <-a.queue:
-					if batch = append(batch, e); len(batch) == a.batch {
-						flush()
-					}
-				default:
-					flush()
-					return
-				}
-			}
+			drain()
+			flush()
+			return
 		}
 	}
 }

@@ -55,6 +55,15 @@ type Config struct {
 	// answer replays without a store round trip; negative disables the
 	// cache. Defaults to DefaultReplayCacheSize.
 	ReplayCacheSize int
+	// ReplayCacheBytes bounds the memory the replay cache holds, in bytes
+	// (each entry counted as its body, the envelope decoded beside it, its
+	// headers and a fixed overhead). Defaults to DefaultReplayCacheBytes
+	// (64 MiB).
+	ReplayCacheBytes int64
+	// ReplayCacheTenantBytes is one tenant's share of ReplayCacheBytes: a
+	// tenant over it evicts its own least recently used entries, never
+	// another tenant's. Defaults to half of ReplayCacheBytes.
+	ReplayCacheTenantBytes int64
 	// ReplayCacheMaxAge bounds how long a cached key is served without
 	// asking the store. Defaults to DefaultReplayCacheMaxAge (5m).
 	ReplayCacheMaxAge time.Duration
@@ -111,6 +120,9 @@ func (c Config) validate() error {
 	}
 	if err := c.Defaults.Validate(); err != nil {
 		return fmt.Errorf("idemguard: Config.Defaults: %w", err)
+	}
+	if c.ReplayCacheBytes < 0 || c.ReplayCacheTenantBytes < 0 {
+		return fmt.Errorf("idemguard: Config.ReplayCacheBytes and Config.ReplayCacheTenantBytes must not be negative (0 means the default)")
 	}
 	if c.MaxStreamBytes < 0 || c.MaxWaiters < 0 || c.MaxLiveStreams < 0 {
 		return fmt.Errorf("idemguard: Config.MaxStreamBytes, Config.MaxWaiters and Config.MaxLiveStreams must not be negative (0 means the default)")

@@ -80,13 +80,15 @@ func New(cfg Config) (*Guard, error) {
 	if cfg.ReplayCacheSize == 0 {
 		cfg.ReplayCacheSize = DefaultReplayCacheSize
 	}
+	cfg.ReplayCacheBytes = cmp.Or(cfg.ReplayCacheBytes, DefaultReplayCacheBytes)
+	cfg.ReplayCacheTenantBytes = cmp.Or(cfg.ReplayCacheTenantBytes, cfg.ReplayCacheBytes/2)
 	lifetime, shutdown := context.WithCancel(context.Background())
 	g := &Guard{
 		cfg:      cfg,
 		store:    cfg.Store,
 		deriver:  d,
 		log:      cfg.Logger,
-		cache:    newReplayCache(cfg.ReplayCacheSize),
+		cache:    newReplayCache(cfg.ReplayCacheSize, cfg.ReplayCacheBytes, cfg.ReplayCacheTenantBytes),
 		now:      cfg.test.Now,
 		policy:   sanitize.Policy{MaxBytes: cmp.Or(cfg.MaxResponseBytes, sanitize.DefaultMaxBytes)},
 		lifetime: lifetime,
@@ -156,6 +158,7 @@ type prepared struct {
 	hasKey      bool
 	keep        *sanitize.Allowlist
 	check       func() error
+	admit       func(string) (func(), error)
 	settings    Settings
 	wait        time.Duration
 	timeout     time.Duration
@@ -212,6 +215,7 @@ func (g *Guard) prepare(ctx context.Context, c Call) (prepared, error) {
 		hasKey:      c.ClientKey != "",
 		keep:        c.Keep,
 		check:       c.Check,
+		admit:       c.Admit,
 		settings:    c.Settings.withDefaults(g.cfg.Defaults),
 		wait:        min(c.Wait, g.cfg.MaxWait),
 		timeout:     c.Timeout,

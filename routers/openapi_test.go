@@ -359,6 +359,11 @@ func TestOpenAPIProblemTypes(t *testing.T) {
 	}
 	seen[pipeline.ResultProblem(idemguard.Result{Status: idemguard.StatusInProgress}).Type] = true
 	seen[pipeline.ResultProblem(idemguard.Result{Status: idemguard.StatusFailed, StatusCode: 502}).Type] = true
+	for _, limit := range LimitNames {
+		p := pipeline.ProblemFor(&pipeline.LimitError{Limit: limit})
+		require.Equal(t, http.StatusTooManyRequests, p.Status, limit)
+		seen[p.Type] = true
+	}
 	var answered []string
 	for typ := range seen {
 		answered = append(answered, typ)

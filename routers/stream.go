@@ -90,7 +90,7 @@ func (h *handlers) runStream(c *gin.Context, tenant tenancy.ID, scope *Scope, re
 		}
 	}}
 	run, body := scope.Stream, req.Body
-	res, err := h.guard.DoStream(c.Request.Context(), req.Call(tenant, scope.route(body), body), idemguard.StreamOperation{
+	res, err := h.guard.DoStream(c.Request.Context(), req.Call(tenant, h.route(tenant, scope, body, false), body), idemguard.StreamOperation{
 		Run: func(ctx context.Context, emit func(idemguard.Chunk)) (any, error) {
 			return run(ctx, body, emit)
 		},

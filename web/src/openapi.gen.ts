@@ -379,7 +379,7 @@ export interface components {
              * Format: uri
              * @enum {string}
              */
-            type: "urn:idemguard:problem:unauthorized" | "urn:idemguard:problem:unknown-scope" | "urn:idemguard:problem:unknown-route" | "urn:idemguard:problem:key-not-found" | "urn:idemguard:problem:method-not-allowed" | "urn:idemguard:problem:missing-idempotency-key" | "urn:idemguard:problem:invalid-idempotency-key" | "urn:idemguard:problem:invalid-key-reference" | "urn:idemguard:problem:invalid-body" | "urn:idemguard:problem:invalid-query" | "urn:idemguard:problem:invalid-input" | "urn:idemguard:problem:body-too-large" | "urn:idemguard:problem:idempotency-key-reused" | "urn:idemguard:problem:in-progress" | "urn:idemguard:problem:operation-failed" | "urn:idemguard:problem:store-unavailable" | "urn:idemguard:problem:not-ready" | "urn:idemguard:problem:internal" | "urn:idemguard:problem:invalid-result" | "urn:idemguard:problem:key-finished" | "urn:idemguard:problem:too-many-waiters" | "urn:idemguard:problem:too-many-live-streams" | "urn:idemguard:problem:invalid-last-event-id" | "urn:idemguard:problem:too-many-failed-authentications";
+            type: "urn:idemguard:problem:unauthorized" | "urn:idemguard:problem:unknown-scope" | "urn:idemguard:problem:unknown-route" | "urn:idemguard:problem:key-not-found" | "urn:idemguard:problem:method-not-allowed" | "urn:idemguard:problem:missing-idempotency-key" | "urn:idemguard:problem:invalid-idempotency-key" | "urn:idemguard:problem:invalid-key-reference" | "urn:idemguard:problem:invalid-body" | "urn:idemguard:problem:invalid-query" | "urn:idemguard:problem:invalid-input" | "urn:idemguard:problem:body-too-large" | "urn:idemguard:problem:idempotency-key-reused" | "urn:idemguard:problem:in-progress" | "urn:idemguard:problem:operation-failed" | "urn:idemguard:problem:store-unavailable" | "urn:idemguard:problem:not-ready" | "urn:idemguard:problem:internal" | "urn:idemguard:problem:invalid-result" | "urn:idemguard:problem:key-finished" | "urn:idemguard:problem:too-many-waiters" | "urn:idemguard:problem:too-many-live-streams" | "urn:idemguard:problem:invalid-last-event-id" | "urn:idemguard:problem:too-many-failed-authentications" | "urn:idemguard:problem:concurrency-limit" | "urn:idemguard:problem:job-limit" | "urn:idemguard:problem:rate-limit" | "urn:idemguard:problem:scope-concurrency-limit" | "urn:idemguard:problem:scope-job-limit" | "urn:idemguard:problem:scope-rate-limit";
             title: string;
             status: number;
             /** @description Never holds the client key, the body or credentials. */
@@ -923,7 +923,15 @@ export interface operations {
              * @description The request asked to wait (`Prefer: wait=N`) for a key whose
              *     operation is running, but as many requests as this replica admits
              *     (`max_waiters` per key) already wait for it (type
-             *     `too-many-waiters`). Refused at once, never queued; retry after
+             *     `too-many-waiters`). Or the caller's tenant is over one of its
+             *     limits on this replica (docs/CONFIGURATION.md, `limits`), named
+             *     by the type: `concurrency-limit` (operations running at once),
+             *     `job-limit` (background jobs running at once), `rate-limit`
+             *     (requests per second), or `scope-concurrency-limit`,
+             *     `scope-job-limit`, `scope-rate-limit` for the scope's own limits
+             *     of each tenant. Nothing was stored or run. A duplicate of a
+             *     running key joins it and a stored answer is replayed whatever the
+             *     concurrency limits say. Refused at once, never queued; retry after
              *     `Retry-After` seconds.
              */
             429: {

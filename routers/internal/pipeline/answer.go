@@ -1,6 +1,7 @@
 package pipeline
 
 import (
+	"errors"
 	"log/slog"
 	"net/http"
 	"strconv"
@@ -54,6 +55,10 @@ func (a *Answers) retryAfter(p Problem) string {
 func (a *Answers) Fail(w http.ResponseWriter, r *http.Request, route string, err error) Problem {
 	p := ProblemFor(err)
 	setChallenge(w.Header(), err)
+	var le *LimitError
+	if errors.As(err, &le) && le.RetryAfter > 0 {
+		w.Header().Set(HeaderRetryAfter, RetryAfterSeconds(le.RetryAfter))
+	}
 	if p.Status == http.StatusInternalServerError {
 		a.Log.Error("http: unexpected error", slog.String("method", r.Method), slog.String("route", route), slog.Any("err", err))
 	}

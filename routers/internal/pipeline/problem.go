@@ -93,7 +93,12 @@ func ProblemFor(err error) Problem {
 	}
 	var tooLarge *http.MaxBytesError
 	var inputErr *idemguard.InputError
+	var limitErr *LimitError
 	switch {
+	case errors.As(err, &limitErr):
+		if p, ok := limitProblems[limitErr.Limit]; ok {
+			return p
+		}
 	case errors.Is(err, auth.ErrNoCredentials), errors.Is(err, auth.ErrInvalidCredentials):
 		return NewProblem(http.StatusUnauthorized, "unauthorized", "Unauthorized", sanitize.Unknown, unauthorizedDetail(err))
 	case errors.As(err, &tooLarge):

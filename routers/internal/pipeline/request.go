@@ -75,6 +75,9 @@ type Route struct {
 	Keep *sanitize.Allowlist
 	// Check vets the inputs before the claim (a REST scope's Validate).
 	Check func() error
+	// Admit takes the execution's place under the tenant's limits before
+	// the claim (idemguard.Call.Admit); nil: no limits.
+	Admit func(keyHash string) (func(), error)
 }
 
 // Call is the one idemguard.Call of every entry path: the request's key and
@@ -93,6 +96,7 @@ func (req Request) Call(tenant tenancy.ID, rt Route, inputs any) idemguard.Call 
 		Timeout:   rt.Timeout,
 		Detach:    true,
 		Check:     rt.Check,
+		Admit:     rt.Admit,
 		Keep:      rt.Keep,
 		// Used by a streamed delivery only.
 		LastEventID: req.LastEventID,
