@@ -83,6 +83,8 @@ type jobState struct {
 	// logs are the live logs of the keys running here: watchers in this
 	// process wake on their events instead of waiting for the next poll.
 	logs map[live.Key]*live.Log
+	// pollers read the rows of the keys watched here, one per key (poller.go).
+	pollers rowPollers
 }
 
 func newJobState(cfg Config) *jobState {
@@ -125,6 +127,7 @@ func (j *jobState) end(k live.Key, l *live.Log) {
 	j.running--
 	j.mu.Unlock()
 	l.Close(nil)
+	j.pollers.nudge(k) // the row has its outcome
 	j.wg.Done()
 }
 
@@ -136,6 +139,7 @@ func (j *jobState) notify(k live.Key, kind string) {
 	if l != nil {
 		l.Append(live.Event{Type: kind})
 	}
+	j.pollers.nudge(k)
 }
 
 func keyOf(p prepared) live.Key {
@@ -148,6 +152,7 @@ func (g *Guard) runInBackground(ctx context.Context, p prepared, op Operation, o
 	k := keyOf(p)
 	l, ok := g.jobs.begin(k, live.Run{Attempt: o.attempt, Nonce: o.nonce})
 	if !ok {
+		o.freeSlot()
 		g.release(p, o)
 		return Result{}, &StoreError{Op: "claim", Err: ErrShuttingDown}
 	}

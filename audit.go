@@ -32,7 +32,9 @@ type AuditConfig struct {
 	// counted (EventAuditDropped), never waited for.
 	Store bool
 	// QueueSize bounds the batched events waiting to be written. Defaults
-	// to 10,000.
+	// to 10,000. The queue is fair between tenants: one tenant's events
+	// fill at most half of it (past that they are dropped and counted), and
+	// batches take the tenants' events in turn.
 	QueueSize int
 	// BatchSize is the most events one batch writes. Defaults to 500.
 	BatchSize int

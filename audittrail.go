@@ -30,9 +30,7 @@ const (
 type auditor struct {
 	observe bool // to Config.Observe (EventAudit)
 	store   bool
-	queue   chan store.AuditEvent // batched events for the store; nil without Store
-	wake    chan struct{}         // the queue is half full: write now, not at the tick
-	wakeAt  int                   // the queue length that wakes the writer
+	queue   *auditQueue // batched events for the store, fair between tenants; nil without Store
 	batch   int
 	every   time.Duration
 	stop    chan struct{}
@@ -47,8 +45,7 @@ func newAuditor(c AuditConfig) *auditor {
 	a := &auditor{observe: c.Observe, store: c.Store, batch: cmp.Or(c.BatchSize, DefaultAuditBatchSize),
 		every: cmp.Or(c.FlushEvery, DefaultAuditFlushEvery), stop: make(chan struct{}), done: make(chan struct{})}
 	if c.Store {
-		a.queue = make(chan store.AuditEvent, cmp.Or(c.QueueSize, DefaultAuditQueueSize))
-		a.wake, a.wakeAt = make(chan struct{}, 1), max(1, cap(a.queue)/2)
+		a.queue = newAuditQueue(cmp.Or(c.QueueSize, DefaultAuditQueueSize))
 	}
 	return a
 }
@@ -108,24 +105,8 @@ func (g *Guard) note(p prepared, kind store.AuditKind, attempt int, at, original
 	if g.audit.queue == nil {
 		return
 	}
-	select {
-	case g.audit.queue <- e:
-		g.audit.nudge()
-	default:
+	if !g.audit.queue.push(e) {
 		g.emit(Event{Kind: EventAuditDropped, Scope: p.scope, Field: "queue_full"})
-	}
-}
-
-// nudge wakes the writer once the queue is half full. Below that it sleeps
-// until its tick: a writer woken by every event costs a goroutine switch
-// (often a thread's wake-up) per replay, for nothing the tick would not do.
-func (a *auditor) nudge() {
-	if len(a.queue) < a.wakeAt {
-		return
-	}
-	select {
-	case a.wake <- struct{}{}:
-	default: // a wake-up is pending already
 	}
 }
 
@@ -168,8 +149,8 @@ func (g *Guard) startAuditWriter() {
 }
 
 // writeAudit writes the queued events in batches of at most BatchSize, at
-// least every FlushEvery (sooner when the queue is half full), until
-// stopAudit; then it writes what is left.
+// least every FlushEvery (sooner when the queue is half full: auditQueue's
+// ready), until stopAudit; then it writes what is left.
 func (g *Guard) writeAudit() {
 	a := g.audit
 	defer close(a.done)
@@ -188,28 +169,23 @@ func (g *Guard) writeAudit() {
 		// may still be sending it.
 		batch = nil
 	}
+	// drain takes what is queued, writing each full batch.
+	drain := func() {
+		for batch = a.queue.take(batch, a.batch); len(batch) == a.batch; batch = a.queue.take(batch, a.batch) {
+			flush()
+		}
+	}
 	for {
-		stop := false
 		select {
-		case <-a.wake:
+		case <-a.queue.ready: // half full
 		case <-tick.C:
 		case <-a.stop:
-			stop = true
-		}
-		for drained := false; !drained; {
-			select {
-			case e := <-a.queue:
-				if batch = append(batch, e); len(batch) == a.batch {
-					flush()
-				}
-			default:
-				drained = true
-			}
-		}
-		flush()
-		if stop {
+			drain()
+			flush()
 			return
 		}
+		drain()
+		flush()
 	}
 }
 

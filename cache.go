@@ -11,11 +11,27 @@ import (
 // so serving it from memory is exact as long as the entry is dropped before
 // the row can expire; entries live at most ReplayCacheMaxAge and never past
 // the row's remaining TTL as measured on the store's clock when it was read.
+//
+// It is bounded three ways: ReplayCacheSize entries, ReplayCacheBytes in
+// all (each entry counted by entrySize), and ReplayCacheTenantBytes per
+// tenant. A tenant over its share evicts its own least recently used
+// entries, so one tenant's answers never push out more of the others'
+// than the cache holds beyond that share.
 type replayCache struct {
-	mu    sync.Mutex
-	max   int
-	items map[cacheKey]*list.Element
-	order *list.List // front = most recently used
+	mu          sync.Mutex
+	max         int
+	maxBytes    int64
+	tenantBytes int64
+	bytes       int64
+	items       map[cacheKey]*list.Element // of *cacheEntry, in order
+	order       *list.List                 // front = most recently used
+	tenants     map[string]*tenantEntries
+}
+
+// tenantEntries are one tenant's entries, front = most recently used.
+type tenantEntries struct {
+	bytes int64
+	order *list.List // of *list.Element of replayCache.order
 }
 
 type cacheKey struct{ tenant, scope, keyHash string }
@@ -25,13 +41,41 @@ type cacheEntry struct {
 	fingerprint string
 	res         Result
 	until       time.Time
+	size        int64
+	mine        *list.Element // in the tenant's order
 }
 
-func newReplayCache(size int) *replayCache {
-	if size < 0 {
+// entryOverhead is what an entry costs besides its bytes: the map and list
+// elements, the Result, its strings' headers.
+const entryOverhead = 512
+
+// entrySize is what an entry of res holds in memory, near enough: the
+// body, and the envelope decoded beside it (its data's values are about
+// as long as the body), the headers and the strings of the key.
+func entrySize(k cacheKey, fingerprint string, res Result) int64 {
+	n := int64(entryOverhead + len(k.tenant) + len(k.scope) + len(k.keyHash) + len(fingerprint) + len(res.KeyHash))
+	n += int64(len(res.Body))
+	if res.Envelope.Data != nil {
+		n += int64(len(res.Body))
+	}
+	for name, vs := range res.Header {
+		n += int64(len(name))
+		for _, v := range vs {
+			n += int64(len(v)) + 16
+		}
+	}
+	for _, f := range res.DroppedFields {
+		n += int64(len(f)) + 16
+	}
+	return n
+}
+
+func newReplayCache(size int, maxBytes, tenantBytes int64) *replayCache {
+	if size < 0 || maxBytes < 0 {
 		return nil
 	}
-	return &replayCache{max: size, items: make(map[cacheKey]*list.Element), order: list.New()}
+	return &replayCache{max: size, maxBytes: maxBytes, tenantBytes: min(tenantBytes, maxBytes),
+		items: make(map[cacheKey]*list.Element), order: list.New(), tenants: make(map[string]*tenantEntries)}
 }
 
 func (c *replayCache) get(tenant, scope, keyHash string, now time.Time) (Result, string, bool) {
@@ -47,11 +91,11 @@ func (c *replayCache) get(tenant, scope, keyHash string, now time.Time) (Result,
 	}
 	e := el.Value.(*cacheEntry)
 	if !now.Before(e.until) {
-		c.order.Remove(el)
-		delete(c.items, k)
+		c.remove(el)
 		return Result{}, "", false
 	}
 	c.order.MoveToFront(el)
+	c.tenants[tenant].order.MoveToFront(e.mine)
 	return e.res, e.fingerprint, true
 }
 
@@ -60,17 +104,44 @@ func (c *replayCache) put(tenant, scope, keyHash, fingerprint string, res Result
 		return
 	}
 	k := cacheKey{tenant, scope, keyHash}
+	size := entrySize(k, fingerprint, res)
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if el, ok := c.items[k]; ok {
-		el.Value = &cacheEntry{key: k, fingerprint: fingerprint, res: res, until: until}
-		c.order.MoveToFront(el)
-		return
+		c.remove(el)
 	}
-	c.items[k] = c.order.PushFront(&cacheEntry{key: k, fingerprint: fingerprint, res: res, until: until})
-	for c.order.Len() > c.max {
-		last := c.order.Back()
-		c.order.Remove(last)
-		delete(c.items, last.Value.(*cacheEntry).key)
+	if size > c.tenantBytes {
+		return // an answer larger than a tenant's share is read from the store
+	}
+	t := c.tenants[tenant]
+	if t == nil {
+		t = &tenantEntries{order: list.New()}
+		c.tenants[tenant] = t
+	}
+	e := &cacheEntry{key: k, fingerprint: fingerprint, res: res, until: until, size: size}
+	el := c.order.PushFront(e)
+	e.mine = t.order.PushFront(el)
+	c.items[k] = el
+	c.bytes += size
+	t.bytes += size
+	for t.bytes > c.tenantBytes {
+		c.remove(t.order.Back().Value.(*list.Element))
+	}
+	for c.order.Len() > c.max || c.bytes > c.maxBytes {
+		c.remove(c.order.Back())
+	}
+}
+
+// remove drops the entry at el (c.mu held).
+func (c *replayCache) remove(el *list.Element) {
+	e := el.Value.(*cacheEntry)
+	c.order.Remove(el)
+	delete(c.items, e.key)
+	c.bytes -= e.size
+	t := c.tenants[e.key.tenant]
+	t.order.Remove(e.mine)
+	t.bytes -= e.size
+	if t.order.Len() == 0 {
+		delete(c.tenants, e.key.tenant)
 	}
 }

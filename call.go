@@ -33,6 +33,8 @@ const (
 	// DefaultReplayCacheSize is how many succeeded keys a Guard keeps in
 	// memory to answer replays without a round trip.
 	DefaultReplayCacheSize = 10_000
+	// DefaultReplayCacheBytes bounds the memory of the replay cache (64 MiB).
+	DefaultReplayCacheBytes = 64 << 20
 	// DefaultReplayCacheMaxAge bounds how long one cached replay is served
 	// from memory before the store is asked again.
 	DefaultReplayCacheMaxAge = 5 * time.Minute
@@ -127,6 +129,20 @@ type Call struct {
 	// something, such as decoding a body against its schema, is mostly paid
 	// by calls that run.
 	Check func() error
+	// Admit, when set, asks for a place for the execution this call would
+	// start: it is called with the key's hash after Check, before each
+	// claim write (a fresh key, a retry, a takeover), and the release it
+	// returns is called once the claim is not this call's to run (the
+	// write lost to a duplicate) or its execution ended, in the background
+	// too. Concurrent calls of one key each ask (one of them wins the
+	// claim): give them one place (the hash says which calls are one key).
+	// An error refuses the execution: before the call has read the key's
+	// row, the row is read first, so that a duplicate of a running key
+	// still joins it and a stored answer is still replayed; the error is
+	// returned as it is only when the call would otherwise write a claim,
+	// and nothing is written or run. A limit on concurrent executions per
+	// tenant is its use (routers.Limits).
+	Admit func(keyHash string) (release func(), err error)
 	// Principal, when set, makes the key private to one caller of the
 	// tenant (a user, an API key): it enters the key hash with the tenant
 	// and the scope, so another principal's same client key or same inputs
@@ -140,6 +156,14 @@ type Call struct {
 	// data. At most MaxActorLen printable bytes. Defaults to
 	// ActorFrom(ctx).
 	Actor string
+	// LastEventID, for DoStream only, is the ID of the last chunk the
+	// caller received of an earlier request for the key (a dropped
+	// connection): the stream resumes after it, from the same attempt, with
+	// no chunk missing or repeated. A chunk ID of another attempt (or one
+	// whose chunks cannot be delivered again as they were) restarts the
+	// stream from the current attempt's first chunk, and StreamStart.Restart
+	// says so. The form of Chunk.ID; anything else is ErrInvalidInput.
+	LastEventID string
 }
 
 // Operation is the guarded work. Its value must be a JSON object (a struct,

@@ -53,8 +53,13 @@ type claimLoop struct {
 	// waiter is this call's place among the key's waiters (Config.MaxWaiters).
 	waiter *live.Ticket
 
+	// slot is the release of this call's place under Call.Admit while it
+	// writes a claim (nil: none held); own hands it to the execution.
+	slot func()
+
 	needClaim bool // the row was absent at the last read: INSERT first
 	checked   bool // Call.Check ran (and passed)
+	hasRead   bool // the call has read the row at least once
 	races     int  // lost races (and absent reads) in a row
 	nonce     string
 	readAt    time.Time // local time before this round's read, for the replay cache
@@ -103,6 +108,7 @@ func (l *claimLoop) finish() {
 		}
 	}
 	l.g.releaseLater(l.p, notOwned)
+	l.dropSlot()
 	l.releaseWaiter()
 	if l.waited > 0 {
 		l.g.emit(Event{Kind: EventWaited, Scope: l.p.scope, Duration: l.waited})
@@ -134,6 +140,9 @@ func (l *claimLoop) insert() (Result, error) {
 	if err := l.check(); err != nil {
 		return Result{}, err
 	}
+	if err := l.admit(); err != nil {
+		return Result{}, err
+	}
 	sent := time.Now()
 	audit := l.g.newAudit(l.p, store.AuditClaimed, l.p.keyHash, 1, time.Time{})
 	id, err := l.g.claim(l.ctx, l.p, l.nonce, audit)
@@ -153,6 +162,10 @@ func (l *claimLoop) insert() (Result, error) {
 // errAgain when there is none (see absent).
 func (l *claimLoop) read() (store.Record, error) {
 	g, p := l.g, l.p
+	if len(l.unconfirmed) == 0 {
+		l.dropSlot() // no write of this call may have claimed the row
+	}
+	l.hasRead = true
 	settled := l.unsure
 	l.unsure = nil
 	var rec store.Record
@@ -300,13 +313,16 @@ func (l *claimLoop) started(rec store.Record) (Result, error) {
 // next read.
 func (l *claimLoop) running(rec store.Record) (Result, error) {
 	g := l.g
-	if l.waitUntil.IsZero() || !g.now().Before(l.waitUntil) || l.ctx.Err() != nil {
+	waiting := !l.waitUntil.IsZero() && g.now().Before(l.waitUntil) && l.ctx.Err() == nil
+	if waiting || l.p.follow && l.ctx.Err() == nil {
+		if res, err, done := l.p.delivery.attach(l, rec); done {
+			return res, err
+		}
+	}
+	if !waiting {
 		g.emit(Event{Kind: EventInProgress, Scope: l.p.scope})
 		g.noteInProgress(l.p, rec, l.inProgressDetail())
 		return g.inProgress(l.p, rec), nil
-	}
-	if res, err, done := l.p.delivery.attach(l, rec); done {
-		return res, err
 	}
 	if err := l.admitWaiter(); err != nil {
 		return Result{}, err
@@ -337,6 +353,9 @@ func (l *claimLoop) inProgressDetail() string {
 // row again (an unknown outcome joins the unconfirmed claims).
 func (l *claimLoop) reclaim(rp store.ReclaimParams, prev *store.Record, kind EventKind, attempt int, firstSeen time.Time) (Result, error) {
 	if err := l.check(); err != nil {
+		return Result{}, err
+	}
+	if err := l.admit(); err != nil {
 		return Result{}, err
 	}
 	won, u := l.g.tryReclaim(l.ctx, l.p, rp, prev, kind)
@@ -374,6 +393,34 @@ func (l *claimLoop) check() error {
 	return nil
 }
 
+// admit takes a place under Call.Admit before a claim write. Refused
+// before the row was read, the call reads it first (errAgain): a duplicate
+// joins, a stored answer replays, and only a claim write is refused.
+func (l *claimLoop) admit() error {
+	if l.p.admit == nil || l.slot != nil {
+		return nil
+	}
+	release, err := l.p.admit(l.p.keyHash)
+	switch {
+	case err != nil && !l.hasRead:
+		return errAgain
+	case err != nil:
+		return err
+	case release == nil:
+		release = func() {}
+	}
+	l.slot = release
+	return nil
+}
+
+// dropSlot gives back the place Call.Admit gave, if the call holds one.
+func (l *claimLoop) dropSlot() {
+	if l.slot != nil {
+		l.slot()
+		l.slot = nil
+	}
+}
+
 // own runs the operation under the claim o.
 func (l *claimLoop) own(o owned, kind EventKind) (Result, error) {
 	l.g.landed(o.audit)        // the claim's durable audit event was written with it
@@ -382,6 +429,7 @@ func (l *claimLoop) own(o owned, kind EventKind) (Result, error) {
 			return Result{}, err
 		}
 	}
+	o.slot, l.slot = l.slot, nil // the execution gives it back when it ends
 	l.ownedNonce = o.nonce
 	return l.g.own(l.ctx, l.p, o, kind)
 }

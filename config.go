@@ -55,6 +55,15 @@ type Config struct {
 	// answer replays without a store round trip; negative disables the
 	// cache. Defaults to DefaultReplayCacheSize.
 	ReplayCacheSize int
+	// ReplayCacheBytes bounds the memory the replay cache holds, in bytes
+	// (each entry counted as its body, the envelope decoded beside it, its
+	// headers and a fixed overhead). Defaults to DefaultReplayCacheBytes
+	// (64 MiB).
+	ReplayCacheBytes int64
+	// ReplayCacheTenantBytes is one tenant's share of ReplayCacheBytes: a
+	// tenant over it evicts its own least recently used entries, never
+	// another tenant's. Defaults to half of ReplayCacheBytes.
+	ReplayCacheTenantBytes int64
 	// ReplayCacheMaxAge bounds how long a cached key is served without
 	// asking the store. Defaults to DefaultReplayCacheMaxAge (5m).
 	ReplayCacheMaxAge time.Duration
@@ -75,6 +84,11 @@ type Config struct {
 	// the stream of) one running key; over it a call gets
 	// ErrTooManyWaiters at once. Defaults to DefaultMaxWaiters (100).
 	MaxWaiters int
+	// MaxLiveStreams bounds the streams this process runs at once (each
+	// holds a live log of up to MaxStreamBytes); a DoStream that would
+	// claim one more gets ErrTooManyLiveStreams before it claims. Defaults
+	// to DefaultMaxLiveStreams (512).
+	MaxLiveStreams int
 	// test holds the knobs only tests change (package idemguardtest sets
 	// them); production leaves it zero.
 	test testhooks.Knobs
@@ -107,8 +121,11 @@ func (c Config) validate() error {
 	if err := c.Defaults.Validate(); err != nil {
 		return fmt.Errorf("idemguard: Config.Defaults: %w", err)
 	}
-	if c.MaxStreamBytes < 0 || c.MaxWaiters < 0 {
-		return fmt.Errorf("idemguard: Config.MaxStreamBytes and Config.MaxWaiters must not be negative (0 means the default)")
+	if c.ReplayCacheBytes < 0 || c.ReplayCacheTenantBytes < 0 {
+		return fmt.Errorf("idemguard: Config.ReplayCacheBytes and Config.ReplayCacheTenantBytes must not be negative (0 means the default)")
+	}
+	if c.MaxStreamBytes < 0 || c.MaxWaiters < 0 || c.MaxLiveStreams < 0 {
+		return fmt.Errorf("idemguard: Config.MaxStreamBytes, Config.MaxWaiters and Config.MaxLiveStreams must not be negative (0 means the default)")
 	}
 	if c.MaxWait < 0 || c.StoreTimeout < 0 || c.ReplayCacheMaxAge < 0 || c.test.HeartbeatEvery < 0 {
 		return fmt.Errorf("idemguard: Config durations must not be negative")

@@ -55,6 +55,11 @@ var (
 	// wait for that key (or 1000 for its tenant). The call is
 	// refused at once, never queued; it may retry later.
 	ErrTooManyWaiters = errors.New("idemguard: too many callers wait for this key")
+	// ErrTooManyLiveStreams is returned by DoStream when it would run the
+	// operation but Config.MaxLiveStreams streams already run in this
+	// process. Nothing was claimed or run; the call may retry later, or on
+	// another process.
+	ErrTooManyLiveStreams = errors.New("idemguard: too many live streams in this process")
 	// ErrTooManyWatchers is returned by Guard.Watch when the key, or its
 	// tenant, already has as many watchers in this process as
 	// Config.MaxWatchersPerKey (MaxWatchersPerTenant) allow.

@@ -61,3 +61,54 @@ func ExampleGuard_DoStream() {
 	// event: {"delta":"lo"}
 	// plain: Hello true
 }
+
+// idWriter keeps the last chunk ID it got, as a client keeps the last SSE
+// id it received, and prints each chunk's place in its execution.
+type idWriter struct{ last string }
+
+func (w *idWriter) Begin(s idemguard.StreamStart) {
+	fmt.Printf("begin: %s, attempt %d, restart %q\n", s.Origin, s.Attempt, s.Restart)
+}
+
+func (w *idWriter) Write(e idemguard.Chunk) error {
+	w.last = e.ID
+	fmt.Println("event", e.ID[strings.LastIndexByte(e.ID, '-')+1:]+":", string(e.Data))
+	return nil
+}
+
+// A caller whose connection dropped sends the ID of the last chunk it got
+// as Call.LastEventID: it gets the chunks after it, each once.
+func ExampleGuard_DoStream_resume() {
+	ctx := context.Background()
+	guard, err := idemguard.New(idemguard.Config{Store: memstore.New(), Secret: exampleSecret})
+	if err != nil {
+		panic(err)
+	}
+	defer guard.Close(ctx)
+
+	call := idemguard.Call{Tenant: "acme", Scope: "chat", ClientKey: "conv-7-turn-4",
+		Inputs: map[string]any{"prompt": idemguard.HashUserText("Count to three")}, Detach: true}
+	op := idemguard.StreamOperation{Run: func(ctx context.Context, emit func(idemguard.Chunk)) (any, error) {
+		for _, n := range []string{"one", "two", "three"} {
+			emit(idemguard.Chunk{Data: []byte(`{"delta":"` + n + `"}`)})
+		}
+		return sanitize.Envelope{OK: true}, nil
+	}}
+	first := &idWriter{}
+	if _, err := guard.DoStream(ctx, call, op, first); err != nil {
+		panic(err)
+	}
+	// The connection dropped after the first chunk: its ID is "<attempt>-<execution>-1".
+	call.LastEventID = first.last[:strings.LastIndexByte(first.last, '-')] + "-1"
+	if _, err := guard.DoStream(ctx, call, op, &idWriter{}); err != nil {
+		panic(err)
+	}
+	// Output:
+	// begin: live, attempt 1, restart ""
+	// event 1: {"delta":"one"}
+	// event 2: {"delta":"two"}
+	// event 3: {"delta":"three"}
+	// begin: replayed, attempt 1, restart ""
+	// event 2: {"delta":"two"}
+	// event 3: {"delta":"three"}
+}

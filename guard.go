@@ -11,6 +11,7 @@ import (
 	"math/rand/v2"
 	"runtime/debug"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/idemguard/idemguard/internal/keys"
@@ -50,6 +51,8 @@ type Guard struct {
 	previous []previousSecret
 	// hub holds the live logs of streams running here and counts waiters (stream.go).
 	hub *live.Hub
+	// liveStreams counts the streams that may run here (Config.MaxLiveStreams, resume.go).
+	liveStreams atomic.Int64
 	// audit is the audit trail's state (audittrail.go); nil when it is off.
 	audit *auditor
 }
@@ -77,13 +80,15 @@ func New(cfg Config) (*Guard, error) {
 	if cfg.ReplayCacheSize == 0 {
 		cfg.ReplayCacheSize = DefaultReplayCacheSize
 	}
+	cfg.ReplayCacheBytes = cmp.Or(cfg.ReplayCacheBytes, DefaultReplayCacheBytes)
+	cfg.ReplayCacheTenantBytes = cmp.Or(cfg.ReplayCacheTenantBytes, cfg.ReplayCacheBytes/2)
 	lifetime, shutdown := context.WithCancel(context.Background())
 	g := &Guard{
 		cfg:      cfg,
 		store:    cfg.Store,
 		deriver:  d,
 		log:      cfg.Logger,
-		cache:    newReplayCache(cfg.ReplayCacheSize),
+		cache:    newReplayCache(cfg.ReplayCacheSize, cfg.ReplayCacheBytes, cfg.ReplayCacheTenantBytes),
 		now:      cfg.test.Now,
 		policy:   sanitize.Policy{MaxBytes: cmp.Or(cfg.MaxResponseBytes, sanitize.DefaultMaxBytes)},
 		lifetime: lifetime,
@@ -153,6 +158,7 @@ type prepared struct {
 	hasKey      bool
 	keep        *sanitize.Allowlist
 	check       func() error
+	admit       func(string) (func(), error)
 	settings    Settings
 	wait        time.Duration
 	timeout     time.Duration
@@ -160,6 +166,9 @@ type prepared struct {
 	// noCache and noReadFirst skip the replay cache and the read before the
 	// claim for a delivery that cannot use them (delivery.setup).
 	noCache, noReadFirst bool
+	// follow: follow a running execution in this process (attach) even
+	// without a wait (a stream that resumes).
+	follow bool
 	// secretID names the secret of keyHash and fingerprint; versions is the
 	// request under every configured secret, the current one first, or nil
 	// without previous secrets (secrets.go).
@@ -206,6 +215,7 @@ func (g *Guard) prepare(ctx context.Context, c Call) (prepared, error) {
 		hasKey:      c.ClientKey != "",
 		keep:        c.Keep,
 		check:       c.Check,
+		admit:       c.Admit,
 		settings:    c.Settings.withDefaults(g.cfg.Defaults),
 		wait:        min(c.Wait, g.cfg.MaxWait),
 		timeout:     c.Timeout,

@@ -241,5 +241,8 @@ succeeded results in memory (Config.ReplayCacheSize) and answers replays of
 them without a round trip. Entries come from reads only, so they carry the
 database's completed_at; an entry lives at most ReplayCacheMaxAge and never
 past the row's remaining TTL as the store's clock measured it, counted from
-before the read; the fingerprint is still checked on every hit.
+before the read; the fingerprint is still checked on every hit. The cache is
+bounded by count, by bytes (Config.ReplayCacheBytes) and per tenant
+(Config.ReplayCacheTenantBytes): a tenant past its share evicts its own
+least recently used entries, never another tenant's.
 */

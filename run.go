@@ -31,6 +31,15 @@ type owned struct {
 	prev *store.Record
 	// audit is the durable event of the claim (nil: auditing off).
 	audit *store.AuditEvent
+	// slot gives back the execution's place under Call.Admit (nil: none).
+	slot func()
+}
+
+// freeSlot gives back the execution's place under Call.Admit, if any.
+func (o owned) freeSlot() {
+	if o.slot != nil {
+		o.slot()
+	}
 }
 
 // own starts the operation on a claim this call took, unless nothing may
@@ -41,9 +50,11 @@ type owned struct {
 func (g *Guard) own(ctx context.Context, p prepared, o owned, kind EventKind) (Result, error) {
 	switch {
 	case g.lifetime.Err() != nil:
+		o.freeSlot()
 		g.release(p, o)
 		return Result{}, &StoreError{Op: "claim", Err: ErrShuttingDown}
 	case ctx.Err() != nil && !p.detach:
+		o.freeSlot()
 		g.release(p, o)
 		return Result{}, &StoreError{Op: "claim", Err: context.Cause(ctx)}
 	}
@@ -56,11 +67,13 @@ func (g *Guard) own(ctx context.Context, p prepared, o owned, kind EventKind) (R
 			// Taken over while this call settled its claim: nothing
 			// ran here, and the row says what the caller gets.
 			if res, answered := g.answerFromRow(ctx, p); answered {
+				o.freeSlot()
 				return res, nil
 			}
 			err = ErrOwnershipLost
 		}
 		if err != nil {
+			o.freeSlot()
 			g.release(p, o)
 			return Result{}, g.storeErr(ctx, p, "heartbeat", err)
 		}
@@ -73,6 +86,7 @@ func (g *Guard) own(ctx context.Context, p prepared, o owned, kind EventKind) (R
 // runOwned runs the operation under the claim o, with the heartbeat keeping
 // its lease, and records the outcome.
 func (g *Guard) runOwned(ctx context.Context, p prepared, op Operation, o owned) (Result, error) {
+	defer o.freeSlot()
 	parent := ctx
 	if p.detach {
 		parent = context.WithoutCancel(ctx)

@@ -57,6 +57,8 @@ const (
 	// DefaultMaxWaiters bounds the calls of one process waiting for (or
 	// following) one running key.
 	DefaultMaxWaiters = 100
+	// DefaultMaxLiveStreams bounds the streams one process runs at once.
+	DefaultMaxLiveStreams = 512
 )
 
 // Chunk is one piece of a streamed answer, sent to the caller as one
@@ -66,6 +68,13 @@ const (
 // from an upstream's raw bytes: what a stream carries is stored and
 // replayed to every caller of the key.
 type Chunk struct {
+	// ID is the chunk's place in its execution's sequence,
+	// "<attempt>-<execution>-<n>" (the execution a tag of eight hex digits,
+	// n from 1), set by the guard on every chunk it delivers: the live
+	// chunks and every replay of them carry the same IDs, and
+	// Call.LastEventID resumes after one. An operation's own ID is ignored,
+	// and IDs are not stored.
+	ID string
 	// Type is the chunk's type ("" for the default, message). One line.
 	Type string
 	// Data is the chunk's payload, usually one JSON document. It must not
@@ -106,7 +115,27 @@ type StreamStart struct {
 	KeyHash string
 	// CompletedAt is when the replayed answer was stored (StreamReplayed).
 	CompletedAt time.Time
+	// Attempt is the execution whose chunks follow (their IDs start with it).
+	Attempt int
+	// Restart is set when the call asked to resume (Call.LastEventID) but
+	// the chunks start again from the attempt's first: the caller drops what
+	// it has of the earlier stream.
+	Restart StreamRestart
 }
+
+// StreamRestart says why a stream asked to resume starts again from its
+// first chunk.
+type StreamRestart string
+
+const (
+	// RestartSuperseded: the ID names another execution than the one
+	// delivered (an attempt that failed or was taken over, or this call runs
+	// the operation itself).
+	RestartSuperseded StreamRestart = "superseded"
+	// RestartUnavailable: the chunks after the ID cannot be delivered as
+	// they were (the answer was stored without its chunks, or holds fewer).
+	RestartUnavailable StreamRestart = "unavailable"
+)
 
 // StreamWriter receives a streamed call's chunks, on the goroutine that
 // called DoStream.
@@ -133,7 +162,11 @@ func (g *Guard) DoStream(ctx context.Context, call Call, op StreamOperation, w S
 	if op.Run == nil || w == nil {
 		return Result{}, fmt.Errorf("%w: StreamOperation.Run and the StreamWriter are required", ErrInvalidInput)
 	}
-	return g.call(ctx, call, &streamCall{g: g, op: op, w: w, ctx: ctx})
+	after, err := parseChunkID(call.LastEventID)
+	if err != nil {
+		return Result{}, fmt.Errorf("%w: Call.LastEventID: %w", ErrInvalidInput, err)
+	}
+	return g.call(ctx, call, &streamCall{g: g, op: op, w: w, ctx: ctx, after: after})
 }
 
 // streamCall is DoStream's delivery (delivery.go).
@@ -141,8 +174,13 @@ var _ delivery = (*streamCall)(nil)
 
 // setup binds the call. The replay cache holds envelopes, not events, and
 // the read before the claim is the plain call's: the row answers.
+// A call that resumes follows a running execution in this process even
+// without Call.Wait; a call that may claim takes its place among the
+// process's live streams first (resume.go).
 func (s *streamCall) setup(p prepared) prepared {
 	p.noCache, p.noReadFirst = true, true
+	p.follow = s.after.set
+	p.check = s.reserveBefore(p.check)
 	s.p, s.key = p, keyOf(p)
 	return p
 }
@@ -157,9 +195,10 @@ func (s *streamCall) beat(*Guard, prepared) {}
 // end renders, as events, a success answered without them (an operation
 // that emitted none).
 func (s *streamCall) end(res Result, err error) (Result, error) {
+	s.release()
 	if err == nil && res.Status == StatusSucceeded && !s.begun {
-		s.begin(StreamStart{Origin: StreamReplayed, KeyHash: s.p.keyHash, CompletedAt: res.CompletedAt})
-		s.writeAll(s.fromAnswer(res, s.p.keep != nil), 0)
+		s.begin(StreamStart{Origin: StreamReplayed, KeyHash: s.p.keyHash, CompletedAt: res.CompletedAt, Attempt: res.Attempt}, s.exec.Nonce, rebuilt)
+		s.writeAll(s.fromAnswer(res, s.p.keep != nil))
 	}
 	return res, err
 }
@@ -175,13 +214,20 @@ type streamCall struct {
 
 	begun bool
 	gone  bool // w failed: the caller hung up
-	sent  int  // events written to w
+	// sent is the sequence number of the last event w has (written, or
+	// received before the resume: after).
+	sent  int
+	after chunkID // Call.LastEventID
+	slot  bool    // this call holds a place among the live streams
 
-	mu   sync.Mutex // the owner's collection, against a stray emit
-	log  *live.Log
-	done bool
-	wire []byte // the collected sequence in wire form
-	over bool   // wire went over MaxStreamBytes and was let go
+	mu      sync.Mutex // the owner's collection, against a stray emit
+	log     *live.Log
+	done    bool
+	wire    []byte // the collected sequence in wire form
+	over    bool   // wire went over MaxStreamBytes and was let go
+	emitted int    // the owner's events so far
+	attempt int    // the attempt whose events this call delivers (their IDs)
+	tag     string // the execution whose events this call delivers (runTag)
 
 	// exec is the execution this call runs (the owner) or followed (a
 	// follower, follow true); complete: the follower read its live log to
@@ -191,28 +237,24 @@ type streamCall struct {
 	complete bool
 }
 
-func (s *streamCall) begin(st StreamStart) {
-	if !s.begun {
-		s.begun = true
-		s.w.Begin(st)
-	}
-}
-
-func (s *streamCall) write(e Chunk) {
+// write writes e as event number seq of the attempt delivered.
+func (s *streamCall) write(e Chunk, seq int) {
 	if s.gone {
 		return
 	}
+	e.ID = formatChunkID(s.attempt, s.tag, seq)
 	if s.ctx.Err() != nil || s.w.Write(e) != nil {
 		s.gone = true
 		return
 	}
-	s.sent++
+	s.sent = seq
 }
 
-// writeAll writes events[skip:]: a follower that lagged has the first ones.
-func (s *streamCall) writeAll(events []Chunk, skip int) {
-	for _, e := range events[min(skip, len(events)):] {
-		s.write(e)
+// writeAll writes the events after those w has: a follower that lagged,
+// or a call that resumes, has the first ones.
+func (s *streamCall) writeAll(events []Chunk) {
+	for i := s.sent; i < len(events); i++ {
+		s.write(events[i], i+1)
 	}
 }
 
@@ -272,9 +314,11 @@ func (s *streamCall) emit(e Chunk) {
 		}
 	}
 	s.log.Append(le)
+	s.emitted++
+	seq := s.emitted
 	s.mu.Unlock()
-	s.begin(StreamStart{Origin: StreamLive, KeyHash: s.p.keyHash})
-	s.write(e)
+	s.begin(StreamStart{Origin: StreamLive, KeyHash: s.p.keyHash, Attempt: s.exec.Attempt}, s.exec.Nonce, 0)
+	s.write(e, seq)
 }
 
 // events is what the commit stores as response_events: the sequence of a
@@ -337,6 +381,7 @@ func (s *streamCall) replay(ctx context.Context, g *Guard, p prepared, rec store
 	if err != nil {
 		return Result{}, g.storeErr(ctx, p, "read", err)
 	}
+	avail := len(events)
 	switch {
 	case len(events) > 0:
 	case s.follow && s.sent > 0 && !s.complete && !g.defect(testhooks.DefectFollowerGap):
@@ -351,10 +396,10 @@ func (s *streamCall) replay(ctx context.Context, g *Guard, p prepared, rec store
 		if st, err := decodeStored(rec); err == nil {
 			document = st.document != nil
 		}
-		events = s.fromAnswer(res, document)
+		events, avail = s.fromAnswer(res, document), rebuilt
 	}
-	s.begin(StreamStart{Origin: StreamReplayed, KeyHash: p.keyHash, CompletedAt: res.CompletedAt})
-	s.writeAll(events, s.sent) // a follower has the first ones
+	s.begin(StreamStart{Origin: StreamReplayed, KeyHash: p.keyHash, CompletedAt: res.CompletedAt, Attempt: rec.Attempts}, rec.ClaimNonce, avail)
+	s.writeAll(events) // a follower, or a call that resumes, has the first ones
 	g.replayed(p, res, rec.Now, false)
 	return res, nil
 }
@@ -382,7 +427,11 @@ func (s *streamCall) attach(l *claimLoop, rec store.Record) (res Result, err err
 	if open, ok := l.g.hub.Current(s.key); ok && l.g.defect(testhooks.DefectSplice) {
 		logRun = open
 	}
-	cur, err := l.g.hub.Attach(s.key, logRun, 0)
+	from := 0 // a call that resumes this execution follows it after its ID
+	if s.after.names(rec.Attempts, rec.ClaimNonce) {
+		from = s.after.seq
+	}
+	cur, err := l.g.hub.Attach(s.key, logRun, from)
 	switch {
 	case errors.Is(err, live.ErrTooManyWatchers):
 		return Result{}, ErrTooManyWaiters, true
@@ -391,13 +440,13 @@ func (s *streamCall) attach(l *claimLoop, rec store.Record) (res Result, err err
 	}
 	defer cur.Close()
 	s.follow, s.exec = true, run
-	s.begin(StreamStart{Origin: StreamAttached, KeyHash: l.p.keyHash})
+	s.begin(StreamStart{Origin: StreamAttached, KeyHash: l.p.keyHash, Attempt: rec.Attempts}, rec.ClaimNonce, followed)
 	l.g.noteInProgress(l.p, rec, store.InProgressAttached)
 	for {
 		e, err := cur.Next(l.ctx)
 		if err == nil {
-			if cur.Read() > s.sent {
-				s.write(Chunk{Type: e.Type, Data: e.Data})
+			if n := cur.Read(); n > s.sent {
+				s.write(Chunk{Type: e.Type, Data: e.Data}, n)
 			}
 			if !s.gone {
 				continue

@@ -87,20 +87,20 @@ type Watcher struct {
 	pending []Event
 	done    bool
 
-	cur     *live.Cursor // the key's live log in this process, if it runs here
-	curDone bool
-	ticket  *live.Ticket
-	poll    backoff
+	ticket *live.Ticket
+	poller *rowPoller // the key's one poller in this process (poller.go)
+	seen   uint64     // the poller's reads this watcher has taken
 }
 
 // Watch follows key: Next reports each
 // transition in order — started (with the attempt), alive (each heartbeat),
 // cancel_requested, stale — and finally succeeded, failed or canceled with
 // the stored answer, then io.EOF. The store is the authority, so a Watch in
-// any process follows a key running in any other: it reads the row, again
+// any process follows a key running in any other: the row is read again
 // and again with a bounded backoff (at most a quarter of the lease, at most
-// a second), and, when the key runs in this process, wakes at once on each
-// of its heartbeats. after is the ID of the last event the caller has seen
+// a second), and, when the key runs in this process, at once on each of its
+// heartbeats. The watchers of one key in this process share those reads:
+// however many they are, they cost one watcher's. after is the ID of the last event the caller has seen
 // (a reconnecting EventSource's Last-Event-ID): only later ones are
 // reported; "" or an ID Watch did not give out reports from the key's
 // current state.
@@ -118,19 +118,12 @@ func (g *Guard) Watch(ctx context.Context, key Key, after EventID) (*Watcher, er
 	if err != nil {
 		return nil, err
 	}
-	switch cur, err := g.jobs.hub.Attach(w.k, live.Run{Attempt: rec.Attempts, Nonce: rec.ClaimNonce}, 0); {
-	case err == nil:
-		w.cur = cur
-	case errors.Is(err, live.ErrTooManyWatchers):
+	t, err := g.jobs.hub.Admit(w.k)
+	if err != nil {
 		return nil, ErrTooManyWatchers
-	default: // no execution of the key here: poll the row
-		t, err := g.jobs.hub.Admit(w.k)
-		if err != nil {
-			return nil, ErrTooManyWatchers
-		}
-		w.ticket = t
 	}
-	w.poll = newBackoff(rec.LeaseOr(w.fallback))
+	w.ticket = t
+	w.poller, w.seen = g.follow(w.k, w.fallback, rec)
 	w.take(rec)
 	return w, nil
 }
@@ -141,18 +134,7 @@ func keyOfHash(tenant tenancy.ID, scope, keyHash string) live.Key {
 
 // read reads the key's row; an expired one is absent.
 func (w *Watcher) read(ctx context.Context) (store.Record, error) {
-	sctx, cancel := w.g.storeCtx(ctx)
-	defer cancel()
-	rec, err := w.g.store.Get(sctx, w.k.Tenant, w.k.Scope, w.k.KeyHash)
-	switch {
-	case errors.Is(err, ErrNotFound):
-		return store.Record{}, ErrNotFound
-	case err != nil:
-		return store.Record{}, &StoreError{Op: "watch", Err: err}
-	case rec.Reclaimable(w.fallback):
-		return store.Record{}, ErrNotFound
-	}
-	return rec, nil
+	return w.g.readWatched(ctx, w.k, w.fallback)
 }
 
 // take queues the events of rec that come after the last one reported, and
@@ -256,61 +238,33 @@ func (w *Watcher) Next(ctx context.Context) (Event, error) {
 		if w.done {
 			return Event{}, io.EOF
 		}
-		w.wait(ctx)
-		if err := ctx.Err(); err != nil {
+		rec, err, seen, ok := w.poller.next(ctx, w.seen)
+		if !ok {
 			if cause := context.Cause(ctx); errors.Is(cause, ErrShuttingDown) {
 				return Event{}, cause
 			}
-			return Event{}, err
+			return Event{}, ctx.Err()
 		}
-		rec, err := w.read(ctx)
+		w.seen = seen
 		switch {
 		case errors.Is(err, ErrNotFound):
 			w.done = true
 			return Event{}, ErrNotFound
 		case err != nil:
-			continue
+			continue // the poller reads again, with its backoff
 		}
-		if w.take(rec) {
-			w.poll = newBackoff(rec.LeaseOr(w.fallback))
-		}
-	}
-}
-
-// wait pauses until the next read is due, or an event of the key's live
-// log in this process says there is news.
-func (w *Watcher) wait(ctx context.Context) {
-	d := w.poll.next()
-	if w.cur == nil || w.curDone {
-		sleepCtx(ctx, d)
-		return
-	}
-	wctx, cancel := context.WithTimeout(ctx, d)
-	_, err := w.cur.Next(wctx)
-	cancel()
-	if err != nil && wctx.Err() == nil {
-		w.curDone = true // the execution here ended: its row has the outcome
-		return
-	}
-	// Skip the events already logged: one read of the row covers them.
-	done, stop := context.WithCancel(ctx)
-	stop()
-	for {
-		if _, err := w.cur.Next(done); err != nil {
-			if !errors.Is(err, context.Canceled) {
-				w.curDone = true
-			}
-			return
-		}
+		w.take(rec)
 	}
 }
 
 // Close gives the watcher's place back.
 func (w *Watcher) Close() {
-	if w.cur != nil {
-		w.cur.Close()
+	if w.poller != nil {
+		w.g.unfollow(w.poller)
+		w.poller = nil
 	}
 	if w.ticket != nil {
 		w.ticket.Release()
+		w.ticket = nil
 	}
 }

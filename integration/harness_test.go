@@ -399,6 +399,8 @@ func productionEnv(dsn string) map[string]string {
 		"IDEMGUARD_MYSQL_DSN": dsn,
 		"IDEMPOTENCY_SECRET":  secret,
 		"IDEMGUARD_API_KEYS":  "acme:" + auth.HashAPIKey(acmeKey) + ",globex:" + auth.HashAPIKey(globexKey),
+		// The fake upstreams are http:// on loopback.
+		"IDEMGUARD_ALLOW_INSECURE_UPSTREAMS": "true",
 	}
 }
 

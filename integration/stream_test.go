@@ -88,7 +88,7 @@ type sse struct {
 	events []streamEvent
 }
 
-type streamEvent struct{ typ, data string }
+type streamEvent struct{ id, typ, data string }
 
 // content joins the content deltas of the answer's chunks.
 func (a sse) content(t *testing.T) string {
@@ -157,11 +157,13 @@ func (r *streamReader) next() (streamEvent, error) {
 		line = strings.TrimSuffix(line, "\n")
 		switch {
 		case line == "":
-			if data == nil && e.typ == "" {
+			if data == nil && e.typ == "" && e.id == "" {
 				continue
 			}
 			e.data = strings.Join(data, "\n")
 			return e, nil
+		case strings.HasPrefix(line, "id: "):
+			e.id = strings.TrimPrefix(line, "id: ")
 		case strings.HasPrefix(line, "event: "):
 			e.typ = strings.TrimPrefix(line, "event: ")
 		case strings.HasPrefix(line, "data: "):

@@ -12,6 +12,11 @@ import (
 // stops the handler chain.
 func (h *handlers) fail(c *gin.Context, err error) {
 	p := h.answers.Fail(c.Writer, c.Request, c.FullPath(), err)
+	if p.Status == http.StatusTooManyRequests {
+		if tenant, ok := tenantOf(c); ok {
+			h.tenantLimits.noteLimited(tenant, err)
+		}
+	}
 	logOf(c).stopReason = string(p.StopReason)
 	c.Abort()
 }

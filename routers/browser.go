@@ -127,9 +127,6 @@ func (h *handlers) actorOf(p auth.Principal) string {
 	return ""
 }
 
-// authMethodKey is the gin-context key of the credential method used.
-const authMethodKey = "idemguard.auth_method"
-
 // isLoopbackOrigin reports whether origin is http://localhost,
 // http://127.0.0.1 or http://[::1], with an optional port.
 func isLoopbackOrigin(origin string) bool {

@@ -42,7 +42,9 @@ or run:
     missing, malformed, unknown API key, expired, not yet valid, wrong
     issuer or audience, unknown key id, bad signature, missing claim,
     invalid tenant claim. They never name what the service expects.
- 2. the scope is registered → 404
+ 2. the scope is registered → 404; the tenant's request rate (Options.Limits)
+    → 429 rate-limit or scope-rate-limit, with Retry-After (every route
+    of a key counts too)
  3. Idempotency-Key: at most one header (400); a bare token or an RFC 8941
     sf-string ("abc") holding 1–255 characters of [A-Za-z0-9_.:-] (400);
     required when the scope says so (400)
@@ -115,7 +117,11 @@ the client key, the body or the credentials.
 	405 unknown        method not allowed (Allow lists the methods)
 	409 in_progress    the key's operation is running (Retry-After)
 	429 in_progress    too many requests wait for the key (Retry-After); 429 rate_limited: too many
-	                   event streams
+	                   event streams, or the tenant is over a limit of Options.Limits, named by
+	                   the type: concurrency-limit, job-limit, rate-limit (and scope-…),
+	                   Retry-After. An execution takes its place (Call.Admit) just before its
+	                   claim, after the checks above: a duplicate that joins a running key and a
+	                   replay never take one
 	413 invalid_input  body over Options.MaxBodyBytes
 	422 invalid_input  the client key was used with other inputs
 	500 unknown        a bug (logged with its stack); type invalid-result: the operation returned

@@ -82,7 +82,11 @@ func TestMiddlewareCapturesAndReplaysAHandlersStream(t *testing.T) {
 			require.Equal(t, "text/event-stream", first.Header.Get("Content-Type"))
 			br := bufio.NewReader(first.Body)
 			got := make(chan string, 1)
-			go func() { l, _ := br.ReadString('\n'); got <- l }()
+			go func() {
+				id, _ := br.ReadString('\n')
+				l, _ := br.ReadString('\n')
+				got <- id + l
+			}()
 			var line string
 			select {
 			case line = <-got:
@@ -90,7 +94,7 @@ func TestMiddlewareCapturesAndReplaysAHandlersStream(t *testing.T) {
 				open()
 				t.Fatal("the first event did not arrive while the handler ran")
 			}
-			require.Equal(t, "data: {\"delta\":\"Hel\"}\n", line)
+			require.Regexp(t, `^id: 1-[0-9a-f]{8}-1\ndata: \{"delta":"Hel"\}\n$`, line, "each event carries its id")
 			open()
 			rest, err := io.ReadAll(br)
 			require.NoError(t, err)
@@ -159,8 +163,10 @@ func TestMiddlewareCleansEveryDocumentOfAnEvent(t *testing.T) {
 	}
 	live := send()
 	require.NotContains(t, live, "CANARY")
-	require.Equal(t, "data: {}\ndata: {\"delta\":\"x\"}\n\ndata: {\"a\":1}\ndata: {\"b\":{}}\n\n"+
-		"data: note\ndata: {}\n\ndata: [DONE]\n\n", live)
+	run := live[len("id: "):strings.Index(live, "\n")]
+	run = run[:strings.LastIndexByte(run, '-')]
+	require.Equal(t, strings.ReplaceAll("id: RUN-1\ndata: {}\ndata: {\"delta\":\"x\"}\n\nid: RUN-2\ndata: {\"a\":1}\ndata: {\"b\":{}}\n\n"+
+		"id: RUN-3\ndata: note\ndata: {}\n\nid: RUN-4\ndata: [DONE]\n\n", "RUN", run), live)
 	require.Equal(t, live, send(), "the replay is the cleaned stream")
 	require.EqualValues(t, 1, runs.Load())
 	mu.Lock()
@@ -208,6 +214,7 @@ func TestMiddlewareStreamsAKeptDocumentAsItself(t *testing.T) {
 	resp, streamed := send("text/event-stream")
 	require.Equal(t, http.StatusOK, resp.StatusCode)
 	require.Equal(t, "text/event-stream", resp.Header.Get("Content-Type"))
-	require.Equal(t, "data: "+plain+"\n\n", streamed, "the stored document, as one event")
+	require.Regexp(t, `^id: 1-[0-9a-f]{8}-1\n`, streamed)
+	require.Equal(t, "data: "+plain+"\n\n", streamed[strings.IndexByte(streamed, '\n')+1:], "the stored document, as one event")
 	require.EqualValues(t, 1, runs.Load())
 }

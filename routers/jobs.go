@@ -46,7 +46,7 @@ func (h *handlers) jobRoutes(api gin.IRouter) {
 // Prefer: wait=N as well (RFC 7240), a key that completes within N seconds
 // is answered with its outcome instead of 202.
 func (h *handlers) runAsync(c *gin.Context, tenant tenancy.ID, scope *Scope, req pipeline.Request) {
-	res, err := h.guard.Start(c.Request.Context(), req.Call(tenant, scope.route(req.Body), req.Body), scope.operation(req.Body))
+	res, err := h.guard.Start(c.Request.Context(), req.Call(tenant, h.route(tenant, scope, req.Body, true), req.Body), scope.operation(req.Body))
 	if !h.called(c, scope.Name, req, res, err) {
 		return
 	}

@@ -353,11 +353,17 @@ func TestOpenAPIProblemTypes(t *testing.T) {
 		&http.MaxBytesError{Limit: 1}, pipeline.ErrInvalidBody, idemguard.ErrFingerprintMismatch, idemguard.ErrInvalidInput,
 		&idemguard.StoreError{Op: "claim", Err: errors.New("x")}, pipeline.ErrNotReady, pipeline.ErrNoMetrics, errPanic, idemguard.ErrInvalidResult, pipeline.ErrInvalidQuery,
 		idemguard.ErrKeyFinished, idemguard.ErrTooManyWatchers, idemguard.ErrTooManyWaiters, pipeline.ErrTooManyAuthFailures,
+		idemguard.ErrTooManyLiveStreams, pipeline.ErrInvalidLastEventID,
 	} {
 		seen[pipeline.ProblemFor(err).Type] = true
 	}
 	seen[pipeline.ResultProblem(idemguard.Result{Status: idemguard.StatusInProgress}).Type] = true
 	seen[pipeline.ResultProblem(idemguard.Result{Status: idemguard.StatusFailed, StatusCode: 502}).Type] = true
+	for _, limit := range LimitNames {
+		p := pipeline.ProblemFor(&pipeline.LimitError{Limit: limit})
+		require.Equal(t, http.StatusTooManyRequests, p.Status, limit)
+		seen[p.Type] = true
+	}
 	var answered []string
 	for typ := range seen {
 		answered = append(answered, typ)

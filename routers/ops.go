@@ -64,7 +64,7 @@ func (h *handlers) delivery(hd http.Header, scope *Scope, req *pipeline.Request)
 // runPlain answers with the operation's outcome: the stored answer, 409
 // while another request runs it, or its failure.
 func (h *handlers) runPlain(c *gin.Context, tenant tenancy.ID, scope *Scope, req pipeline.Request) {
-	res, err := h.guard.Do(c.Request.Context(), req.Call(tenant, scope.route(req.Body), req.Body), scope.operation(req.Body))
+	res, err := h.guard.Do(c.Request.Context(), req.Call(tenant, h.route(tenant, scope, req.Body, false), req.Body), scope.operation(req.Body))
 	if !h.called(c, scope.Name, req, res, err) {
 		return
 	}
@@ -77,6 +77,16 @@ func (h *handlers) runPlain(c *gin.Context, tenant tenancy.ID, scope *Scope, req
 // route is the scope as the pipeline's call builder takes it, for inputs.
 func (s *Scope) route(inputs json.RawMessage) pipeline.Route {
 	return pipeline.Route{Scope: s.Name, Settings: s.Settings, Timeout: s.Timeout, Check: inputCheck(s, inputs)}
+}
+
+// route is scope's route for tenant: with the admission of the tenant's
+// limits, for a background execution with job.
+func (h *handlers) route(tenant tenancy.ID, scope *Scope, inputs json.RawMessage, job bool) pipeline.Route {
+	rt := scope.route(inputs)
+	if h.tenantLimits != nil {
+		rt.Admit = h.tenantLimits.of(tenant, scope.Name).admission(job)
+	}
+	return rt
 }
 
 // operation is the scope's Run on inputs.
@@ -120,7 +130,14 @@ func (h *handlers) tenantScope(c *gin.Context) (tenancy.ID, *Scope, bool) {
 		return "", nil, false
 	}
 	scope, ok := h.scope(c)
-	return tenant, scope, ok
+	if !ok {
+		return "", nil, false
+	}
+	if _, err := h.tenantLimits.allow(tenant, scope.Name); err != nil {
+		h.fail(c, err)
+		return "", nil, false
+	}
+	return tenant, scope, true
 }
 
 // scope returns the scope named in the path, or answers 404.

@@ -177,6 +177,9 @@ type Options struct {
 	// AuthFailures limits failed authentications per client address
 	// (authlimit.go); the zero value takes the defaults.
 	AuthFailures AuthFailureLimit
+	// Limits are the per-tenant limits (limits.go); the zero value takes
+	// the defaults.
+	Limits Limits
 }
 
 func (o Options) withDefaults() Options {
@@ -319,6 +322,7 @@ func newHandlers(o Options) (*handlers, error) {
 		answers:        pipeline.NewAnswers(o.RetryAfter, o.UnavailableRetryAfter, o.Logger),
 		log:            o.Logger,
 		authFails:      newAuthFailures(o.AuthFailures, o.Logger),
+		tenantLimits:   newLimiter(o.Limits),
 	}, nil
 }
 
@@ -381,6 +385,7 @@ func newEngine(o Options) (*gin.Engine, error) {
 // ExposedHeaders are the response headers a browser may read (CORS).
 var ExposedHeaders = []string{
 	pipeline.HeaderReplayed, pipeline.HeaderCompletedAt, pipeline.HeaderKeyRef, pipeline.HeaderLocation, pipeline.HeaderRetryAfter, pipeline.HeaderPreferenceApplied,
+	pipeline.HeaderStreamRestart,
 }
 
 // AllowedHeaders are the request headers a browser may send (CORS).
@@ -430,4 +435,5 @@ type handlers struct {
 	answers        *pipeline.Answers // the one error and result writer
 	log            *slog.Logger
 	authFails      *authFailures // nil: no limit
+	tenantLimits   *limiter      // nil: no limits
 }

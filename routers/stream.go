@@ -24,6 +24,11 @@ import (
 // fingerprint, so a plain and a streamed request of one key are one
 // operation and get the same content. A failure after the first event ends
 // the stream with an "error" event whose data is the problem.
+//
+// Each event carries its id, "<attempt>-<execution>-<n>" ([DONE] and error events
+// none). A request of the key with Last-Event-ID resumes after that event:
+// from the running execution in this process, or from the stored events
+// (pipeline.Stream, the guard's Call.LastEventID).
 
 // doneEvent ends every successful stream, as OpenAI clients expect.
 var doneEvent = live.Event{Data: []byte("[DONE]")}
@@ -85,7 +90,7 @@ func (h *handlers) runStream(c *gin.Context, tenant tenancy.ID, scope *Scope, re
 		}
 	}}
 	run, body := scope.Stream, req.Body
-	res, err := h.guard.DoStream(c.Request.Context(), req.Call(tenant, scope.route(body), body), idemguard.StreamOperation{
+	res, err := h.guard.DoStream(c.Request.Context(), req.Call(tenant, h.route(tenant, scope, body, false), body), idemguard.StreamOperation{
 		Run: func(ctx context.Context, emit func(idemguard.Chunk)) (any, error) {
 			return run(ctx, body, emit)
 		},

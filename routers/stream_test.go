@@ -106,9 +106,11 @@ func TestStreamsLastEventGoesOutWithTheResponsesEnd(t *testing.T) {
 	w := &flushLog{ResponseRecorder: httptest.NewRecorder()}
 	b.handler.ServeHTTP(w, r)
 	require.Equal(t, http.StatusOK, w.Code)
+	require.NotEmpty(t, w.ops)
+	id1 := strings.TrimSuffix(strings.TrimPrefix(w.ops[0], "write:id: "), "\ndata: {\"n\":1}\n\n") // each event carries its id
 	require.Equal(t, []string{
-		"write:data: {\"n\":1}\n\n", "flush",
-		"write:data: {\"n\":2}\n\n", "flush",
+		"write:id: " + id1 + "\ndata: {\"n\":1}\n\n", "flush",
+		"write:id: " + strings.TrimSuffix(id1, "1") + "2\ndata: {\"n\":2}\n\n", "flush",
 		"write:data: [DONE]\n\n",
 	}, w.ops)
 }

@@ -240,19 +240,22 @@ func (s *server) newGuard(m *metrics.Metrics, cost func(string, idemguard.Usage)
 		}
 	}
 	return idemguard.New(idemguard.Config{
-		Store:             s.store,
-		Secret:            cfg.Secret,
-		SecretID:          cfg.SecretID,
-		PreviousSecrets:   cfg.PreviousSecrets,
-		Logger:            s.log,
-		Observe:           observe,
-		Defaults:          cfg.Defaults,
-		MaxWait:           cfg.MaxWait,
-		MaxWaiters:        cfg.MaxWaiters,
-		StoreTimeout:      cfg.StoreTimeout,
-		ReplayCacheSize:   cfg.ReplayCacheSize,
-		ReplayCacheMaxAge: cfg.ReplayCacheMaxAge,
-		Audit:             audit,
+		Store:                  s.store,
+		Secret:                 cfg.Secret,
+		SecretID:               cfg.SecretID,
+		PreviousSecrets:        cfg.PreviousSecrets,
+		Logger:                 s.log,
+		Observe:                observe,
+		Defaults:               cfg.Defaults,
+		MaxWait:                cfg.MaxWait,
+		MaxWaiters:             cfg.MaxWaiters,
+		StoreTimeout:           cfg.StoreTimeout,
+		ReplayCacheSize:        cfg.ReplayCacheSize,
+		ReplayCacheMaxAge:      cfg.ReplayCacheMaxAge,
+		Audit:                  audit,
+		MaxLiveStreams:         cfg.MaxLiveStreams,
+		ReplayCacheBytes:       cfg.ReplayCacheBytes,
+		ReplayCacheTenantBytes: cfg.ReplayCacheTenantBytes,
 	})
 }
 
@@ -295,6 +298,7 @@ func (s *server) handler(guard *idemguard.Guard, m *metrics.Metrics, transport *
 		HTTPMetrics:           m,
 		AuthFailures: routers.AuthFailureLimit{Max: cfg.AuthFailures.Max, Window: cfg.AuthFailures.Window,
 			MaxClients: cfg.AuthFailures.MaxClients, OnLimited: m.AuthLimited},
+		Limits: limitOptions(cfg, m),
 	}
 	s.opsOptions(&opts, registry.Names())
 	jwtVerifier, err := browserOptions(cfg, log, &opts)

@@ -245,6 +245,8 @@ func serveConfig(pool, replayCacheSize int, upstream string) []byte {
 	// No operator listener: its fixed default address would be taken by
 	// the first of several processes, and the bench reads no metrics.
 	b.WriteString("mode: production\nlisten: 127.0.0.1:0\nmetrics_listen: off\n")
+	// The fake upstream is http:// on loopback; the storms are one tenant's.
+	b.WriteString("allow_insecure_upstreams: true\nlimits: {concurrent: -1, jobs: -1, rate: -1}\n")
 	fmt.Fprintf(&b, "pool:\n  max_open_conns: %d\n", pool)
 	if replayCacheSize != 0 {
 		fmt.Fprintf(&b, "replay_cache_size: %d\n", replayCacheSize)

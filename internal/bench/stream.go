@@ -17,7 +17,6 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/gin-gonic/gin"
@@ -30,9 +29,15 @@ import (
 // without a guard (the floor process's POST /floor/stream/:scope: no claim,
 // no events built, the upstream's bytes copied and flushed per event).
 // Every request is a fresh key, so serve claims, relays, stores the event
-// sequence and commits each one. Reported: events/s (the ratio column is
-// serve's over the floor's), time to first event (p50 of each and their
-// ratio), and serve's resident memory with streamLive streams open at once.
+// sequence and commits each one. Three ways of reading a stream from serve
+// are measured against the floor: the owner (the request that runs it), a
+// follower in the owner's process (a second request for the key with
+// Prefer: wait, once the owner has its first event: it follows the live
+// log), and a resumed stream (the owner hangs up after resumeAfter events
+// and the same request is sent again with Last-Event-ID). Reported for each:
+// events/s and time to first event (p50), with their ratios to the floor's
+// (the ratio column is throughput over the floor's), and serve's resident
+// memory with streamLive streams open at once.
 
 func init() {
 	register(suite{name: "stream", about: "HTTP streams: time to first event and events/s through serve vs a guard-less relay; RSS with 200 live streams", run: runStream})
@@ -51,6 +56,8 @@ const (
 	// chunks, so that streamLive streams are open at the same time.
 	slowPrefix = "slow "
 	slowGap    = 100 * time.Millisecond
+	// resumeAfter is the events a resumed stream's first request reads.
+	resumeAfter = 5
 )
 
 func runStream(ctx context.Context, e *env) (rows []row, err error) {
@@ -60,40 +67,23 @@ func runStream(ctx context.Context, e *env) (rows []row, err error) {
 	}
 	defer func() { err = errors.Join(err, sb.close()) }()
 
-	var seq atomic.Int64
-	ttfe := map[string]*durations{"floor-stream": {}, "serve-stream": {}}
-	streamCase := func(name, baseline, path string, p *proc) benchCase {
-		return benchCase{name: name, baseline: baseline, cpu: cpuOf(p), op: func(ctx context.Context) error {
-			n := seq.Add(1)
-			first, events, err := sb.stream(ctx, p.url+path, "stream-"+strconv.FormatInt(n, 10), "stream "+strconv.FormatInt(n, 10))
-			if err != nil {
-				return err
-			}
-			if events != streamChunks+2 {
-				return fmt.Errorf("%s: %d events, want %d", name, events, streamChunks+2)
-			}
-			ttfe[name].add(first)
-			return nil
-		}}
-	}
-	floor := streamCase("floor-stream", "", "/floor/stream/"+streamScope, sb.floor)
-	serve := streamCase("serve-stream", floor.name, "/v1/ops/"+streamScope, sb.serve)
+	sc := newStreamCases(sb)
+	cases := sc.cases()
 	for _, c := range e.opts.concurrency {
-		ttfe["floor-stream"].reset()
-		ttfe["serve-stream"].reset()
-		r, err := e.compare(ctx, "stream", c, floor, serve)
+		sc.reset()
+		r, err := e.compare(ctx, "stream", c, cases...)
 		if err != nil {
 			return nil, err
 		}
-		fl, sv := ttfe["floor-stream"].median(), ttfe["serve-stream"].median()
+		r = sc.notes(r)
 		for i := range r {
-			perSec := r[i].OpsPerSec * (streamChunks + 2)
-			r[i].Note = fmt.Sprintf("events/s %.0f; time to first event p50 %s", perSec, ttfe[r[i].Case].median().Round(time.Microsecond))
-			if r[i].Case == serve.name && fl > 0 {
-				r[i].Note += fmt.Sprintf(" (floor %s, ratio %.2f)", fl.Round(time.Microsecond), float64(sv)/float64(fl))
-				if claim, err := claimRoundTrip(ctx, e, c); err == nil {
-					r[i].Note += firstEventBudget(sv, fl, claim)
-				}
+			if r[i].Case != caseOwner {
+				continue
+			}
+			// The owner's first event waits for its claim: within the
+			// floor's plus one claim round trip is the budget.
+			if claim, err := claimRoundTrip(ctx, e, c); err == nil {
+				r[i].Note += firstEventBudget(sc.ttfe[caseOwner].median(), sc.ttfe[caseFloor].median(), claim)
 			}
 		}
 		rows = append(rows, r...)
@@ -262,54 +252,84 @@ func streamUpstream(w http.ResponseWriter, r *http.Request) {
 	_ = rc.Flush()
 }
 
-// stream POSTs one streamed request and reads it to [DONE]: the time to its
-// first event and the events before [DONE].
-func (sb *streamBench) stream(ctx context.Context, url, key, content string) (time.Duration, int, error) {
-	return sb.streamUntil(ctx, url, key, content, nil)
+// streamUntil POSTs one streamed request and reads it to [DONE]: the time
+// to its first event and the events before [DONE]; firstEvent, when set, is
+// called at the first event.
+func (sb *streamBench) streamUntil(ctx context.Context, url, key, content string, firstEvent func()) (time.Duration, int, error) {
+	got, err := sb.do(ctx, streamReq{url: url, key: key, content: content, firstEvent: firstEvent})
+	return got.first, got.events, err
 }
 
-// streamUntil is stream; firstEvent, when set, is called at the first event.
-func (sb *streamBench) streamUntil(ctx context.Context, url, key, content string, firstEvent func()) (time.Duration, int, error) {
-	body := `{"messages":[{"role":"user","content":"` + content + `"}],"stream":true}`
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, strings.NewReader(body))
+// streamReq is one streamed request of the suite.
+type streamReq struct {
+	url, key, content string
+	lastEventID       string // resume after this event
+	wait              bool   // Prefer: wait (a follower of a running stream)
+	firstEvent        func() // called at the first event
+	cutAfter          int    // > 0: hang up after that many events
+}
+
+// streamGot is what a streamed request read.
+type streamGot struct {
+	first  time.Duration // time to the first event
+	events int           // events before [DONE] (or the cut)
+	lastID string        // the id of the last event read
+}
+
+// do sends r and reads its answer to [DONE], or to r.cutAfter events.
+func (sb *streamBench) do(ctx context.Context, r streamReq) (streamGot, error) {
+	body := `{"messages":[{"role":"user","content":"` + r.content + `"}],"stream":true}`
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, r.url, strings.NewReader(body))
 	if err != nil {
-		return 0, 0, err
+		return streamGot{}, err
 	}
 	req.Header.Set("Authorization", "Bearer "+sb.apiKey)
 	req.Header.Set("Content-Type", "application/json")
-	req.Header.Set("Idempotency-Key", key)
+	req.Header.Set("Idempotency-Key", r.key)
+	if r.lastEventID != "" {
+		req.Header.Set("Last-Event-ID", r.lastEventID)
+	}
+	if r.wait {
+		req.Header.Set("Prefer", "wait=30")
+	}
 	start := time.Now()
 	resp, err := sb.client.Do(req)
 	if err != nil {
-		return 0, 0, err
+		return streamGot{}, err
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
 		b, _ := io.ReadAll(io.LimitReader(resp.Body, 512))
-		return 0, 0, fmt.Errorf("%s: status %d: %s", url, resp.StatusCode, b)
+		return streamGot{}, fmt.Errorf("%s: status %d: %s", r.url, resp.StatusCode, b)
 	}
 	br := bufio.NewReader(resp.Body)
-	var first time.Duration
-	events := 0
+	var got streamGot
 	for {
 		line, err := br.ReadString('\n')
 		if err != nil {
-			return 0, 0, fmt.Errorf("%s: the stream ended before [DONE] after %d events: %w", url, events, err)
+			return streamGot{}, fmt.Errorf("%s: the stream ended before [DONE] after %d events: %w", r.url, got.events, err)
 		}
-		data, ok := strings.CutPrefix(strings.TrimSuffix(line, "\n"), "data: ")
+		line = strings.TrimSuffix(line, "\n")
+		if id, ok := strings.CutPrefix(line, "id: "); ok {
+			got.lastID = id
+			continue
+		}
+		data, ok := strings.CutPrefix(line, "data: ")
 		if !ok {
 			continue
 		}
 		if data == "[DONE]" {
-			return first, events, nil
+			return got, nil
 		}
-		if events == 0 {
-			first = time.Since(start)
-			if firstEvent != nil {
-				firstEvent()
+		if got.events == 0 {
+			got.first = time.Since(start)
+			if r.firstEvent != nil {
+				r.firstEvent()
 			}
 		}
-		events++
+		if got.events++; got.events == r.cutAfter {
+			return got, nil // the deferred Close hangs up
+		}
 	}
 }
 

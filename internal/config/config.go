@@ -2,6 +2,7 @@ package config
 
 import (
 	"bytes"
+	"cmp"
 	"errors"
 	"fmt"
 	"io"
@@ -174,6 +175,9 @@ type Config struct {
 	// MaxWaiters bounds the requests of one process that wait for one
 	// running key (429 over it). Defaults to idemguard.DefaultMaxWaiters.
 	MaxWaiters int
+	// MaxLiveStreams bounds the streamed answers one process runs at once
+	// (503 over it). Defaults to idemguard.DefaultMaxLiveStreams.
+	MaxLiveStreams int
 	// RetryAfter is the Retry-After of a 409 (in progress). Defaults to 1s.
 	RetryAfter time.Duration
 	// UnavailableRetryAfter is the Retry-After of a 503 (store down).
@@ -190,6 +194,11 @@ type Config struct {
 	// replay cache (size -1 disables it).
 	ReplayCacheSize   int
 	ReplayCacheMaxAge time.Duration
+	// ReplayCacheBytes bounds the replay cache's memory, and
+	// ReplayCacheTenantBytes one tenant's share of it (see
+	// idemguard.Config). Defaults 64 MiB and half of it.
+	ReplayCacheBytes       int64
+	ReplayCacheTenantBytes int64
 	// Defaults are the protocol settings of scopes that leave one unset.
 	Defaults idemguard.Settings
 	// OpenAI configures the openai_chat operation.
@@ -205,6 +214,11 @@ type Config struct {
 	Audit Audit
 	// AuthFailures limits failed authentications per client address.
 	AuthFailures AuthFailures
+	// Limits are the per-tenant limits (limits.go).
+	Limits Limits
+	// AllowInsecureUpstreams allows http:// provider URLs (openai.base_url,
+	// upstream.url, a scope's url) in production.
+	AllowInsecureUpstreams bool
 }
 
 // AuthFailures limits failed authentications per client address
@@ -318,6 +332,9 @@ type Scope struct {
 	// Prices are what the scope's model charges, per million tokens; with
 	// them the money a replay saved is counted too (zero: tokens only).
 	Prices Prices
+	// Limits limit each tenant within the scope, besides its own limits;
+	// zero fields add none.
+	Limits Limit
 }
 
 // Prices are a model's prices per million tokens, in the currency the
@@ -347,12 +364,15 @@ type rawConfig struct {
 	MaxBodyBytes          *int64              `yaml:"max_body_bytes"`
 	MaxWait               string              `yaml:"max_wait"`
 	MaxWaiters            *int                `yaml:"max_waiters"`
+	MaxLiveStreams        *int                `yaml:"max_live_streams"`
 	RetryAfter            string              `yaml:"retry_after"`
 	UnavailableRetryAfter string              `yaml:"unavailable_retry_after"`
 	ShutdownGrace         string              `yaml:"shutdown_grace"`
 	StoreTimeout          string              `yaml:"store_timeout"`
 	ReplayCacheSize       *int                `yaml:"replay_cache_size"`
 	ReplayCacheMaxAge     string              `yaml:"replay_cache_max_age"`
+	ReplayCacheBytes      int64               `yaml:"replay_cache_bytes"`
+	ReplayCacheTenant     int64               `yaml:"replay_cache_tenant_bytes"`
 	Pool                  rawPool             `yaml:"pool"`
 	Defaults              rawSettings         `yaml:"defaults"`
 	OpenAI                rawOpenAI           `yaml:"openai"`
@@ -361,6 +381,8 @@ type rawConfig struct {
 	JWT                   rawJWT              `yaml:"jwt"`
 	Audit                 rawAudit            `yaml:"audit"`
 	AuthFailures          rawAuthFailures     `yaml:"auth_failures"`
+	Limits                rawLimits           `yaml:"limits"`
+	AllowInsecureUpstream *bool               `yaml:"allow_insecure_upstreams"`
 }
 
 type rawAuthFailures struct {
@@ -423,6 +445,7 @@ type rawScope struct {
 	Auth        []string `yaml:"auth"`
 	Isolation   string   `yaml:"isolation"`
 	Prices      Prices   `yaml:"prices"`
+	Limits      rawLimit `yaml:"limits"`
 }
 
 // problems collects configuration errors, each naming its setting.
@@ -466,6 +489,7 @@ func Load(path string, getenv func(string) string) (*Config, error) {
 	c.fromRaw(&raw, env, &p)
 	c.scopesFromRaw(raw.Scopes, &p)
 	c.accessFromRaw(&raw, &p)
+	c.limitsFromRaw(raw.Limits)
 	c.apiKeysFromRaw(raw.APIKeys, apiKeysSetting, &p)
 	p = append(p, c.validate(apiKeysSetting)...)
 	c.loadSecrets(raw.SecretID, getenv, &p)
@@ -511,6 +535,13 @@ func (p *problems) applyEnv(raw *rawConfig, env func(string) string) (apiKeysSet
 	override(&raw.JWT.Issuer, EnvJWTIssuer)
 	override(&raw.JWT.Audience, EnvJWTAudience)
 	override(&raw.Audit.Log, EnvAuditLog)
+	if v := env(EnvAllowInsecureUpstreams); v != "" {
+		if b, err := strconv.ParseBool(v); err != nil {
+			p.add(EnvAllowInsecureUpstreams, "must be true or false, got %q", truncate(v, 20))
+		} else {
+			raw.AllowInsecureUpstream = &b
+		}
+	}
 	if v := env(EnvAuditTable); v != "" {
 		if b, err := strconv.ParseBool(v); err != nil {
 			p.add(EnvAuditTable, "must be true or false, got %q", truncate(v, 20))
@@ -549,6 +580,7 @@ func (c *Config) fromRaw(raw *rawConfig, env func(string) string, p *problems) {
 		}
 	}
 	c.Mode = Mode(strings.ToLower(cmpOr(raw.Mode, string(Development))))
+	c.AllowInsecureUpstreams = raw.AllowInsecureUpstream != nil && *raw.AllowInsecureUpstream
 	c.Listen = cmpOr(raw.Listen, DefaultListen)
 	c.MetricsListen = strings.TrimSpace(cmpOr(raw.MetricsListen, DefaultMetricsListen))
 	c.MySQLDSN = raw.MySQLDSN
@@ -562,6 +594,10 @@ func (c *Config) fromRaw(raw *rawConfig, env func(string) string, p *problems) {
 	if raw.MaxWaiters != nil {
 		c.MaxWaiters = *raw.MaxWaiters
 	}
+	c.MaxLiveStreams = idemguard.DefaultMaxLiveStreams
+	if raw.MaxLiveStreams != nil {
+		c.MaxLiveStreams = *raw.MaxLiveStreams
+	}
 	c.RetryAfter = p.duration("retry_after", raw.RetryAfter, DefaultRetryAfter)
 	c.UnavailableRetryAfter = p.duration("unavailable_retry_after", raw.UnavailableRetryAfter, DefaultUnavailableRetryAfter)
 	c.ShutdownGrace = p.duration("shutdown_grace", raw.ShutdownGrace, DefaultShutdownGrace)
@@ -571,6 +607,8 @@ func (c *Config) fromRaw(raw *rawConfig, env func(string) string, p *problems) {
 		c.ReplayCacheSize = *raw.ReplayCacheSize
 	}
 	c.ReplayCacheMaxAge = p.duration("replay_cache_max_age", raw.ReplayCacheMaxAge, DefaultReplayCacheMaxAge)
+	c.ReplayCacheBytes = cmp.Or(raw.ReplayCacheBytes, idemguard.DefaultReplayCacheBytes)
+	c.ReplayCacheTenantBytes = cmp.Or(raw.ReplayCacheTenant, c.ReplayCacheBytes/2)
 	c.Pool = mysqlconn.PoolConfig{
 		MaxOpenConns:    raw.Pool.MaxOpenConns,
 		MaxIdleConns:    raw.Pool.MaxIdleConns,
@@ -612,6 +650,7 @@ func (c *Config) scopesFromRaw(scopes []rawScope, p *problems) {
 			Auth:        p.methods(at+".auth", s.Auth),
 			Isolation:   p.isolation(at+".isolation", s.Isolation),
 			Prices:      s.Prices,
+			Limits:      s.Limits.limit(Limit{}),
 		}
 		if s.Prices.PromptPerMillion < 0 || s.Prices.CompletionPerMillion < 0 {
 			p.add(at+".prices", "prices per million tokens must not be negative")
@@ -723,6 +762,7 @@ func (c *Config) validate(apiKeysSetting string) problems {
 	c.validateAPIKeys(apiKeysSetting, &p)
 	p = append(p, c.validateJWT()...)
 	c.validateLimits(&p)
+	c.validateTenantLimits(&p)
 	uses := c.validateScopes(&p)
 	c.validateUpstreams(uses, &p)
 	return p
@@ -816,6 +856,9 @@ func (c *Config) validateLimits(p *problems) {
 	if c.MaxWaiters < 1 || c.MaxWaiters > 100_000 {
 		p.add("max_waiters", "must be between 1 and 100000, got %d", c.MaxWaiters)
 	}
+	if c.MaxLiveStreams < 1 || c.MaxLiveStreams > 100_000 {
+		p.add("max_live_streams", "must be between 1 and 100000, got %d", c.MaxLiveStreams)
+	}
 	p.between("retry_after", c.RetryAfter, time.Second, time.Hour)
 	p.between("unavailable_retry_after", c.UnavailableRetryAfter, time.Second, time.Hour)
 	p.between("shutdown_grace", c.ShutdownGrace, 0, time.Hour)
@@ -824,6 +867,12 @@ func (c *Config) validateLimits(p *problems) {
 		p.add("replay_cache_size", "must be -1 (off), 0 (default %d) or positive, got %d", DefaultReplayCacheSize, c.ReplayCacheSize)
 	}
 	p.between("replay_cache_max_age", c.ReplayCacheMaxAge, time.Second, idemguard.MaxTTL)
+	if c.ReplayCacheBytes < 1<<20 || c.ReplayCacheBytes > 1<<40 {
+		p.add("replay_cache_bytes", "must be between 1 MiB (1048576) and 1 TiB, got %d", c.ReplayCacheBytes)
+	}
+	if c.ReplayCacheTenantBytes < 64<<10 || c.ReplayCacheTenantBytes > c.ReplayCacheBytes {
+		p.add("replay_cache_tenant_bytes", "must be between 64 KiB (65536) and replay_cache_bytes (%d), got %d", c.ReplayCacheBytes, c.ReplayCacheTenantBytes)
+	}
 	if c.Pool.MaxOpenConns < 0 {
 		p.add("pool.max_open_conns", "must not be negative (0: default %d), got %d", mysqlconn.DefaultMaxOpenConns, c.Pool.MaxOpenConns)
 	}
@@ -877,6 +926,7 @@ func (c *Config) validateScopes(p *problems) map[Operation]bool {
 			if err := checkHTTPURL(s.URL); err != nil {
 				p.add(at+".url", "%v", err)
 			}
+			c.checkProviderURL(p, at+".url", s.URL)
 		case s.Operation == OpHTTPJSON && c.Upstream.URL == "":
 			p.add(at+".url", "an http_json scope needs a url: set upstream.url (or %s), or url on the scope", EnvUpstreamURL)
 		}
@@ -890,6 +940,7 @@ func (c *Config) validateUpstreams(uses map[Operation]bool, p *problems) {
 		if err := checkHTTPURL(c.OpenAI.BaseURL); err != nil {
 			p.add("openai.base_url", "%v (env %s)", err, EnvOpenAIBaseURL)
 		}
+		c.checkProviderURL(p, "openai.base_url", c.OpenAI.BaseURL)
 		if strings.TrimSpace(c.OpenAI.Model) == "" {
 			p.add("openai.model", "is required by the openai_chat scopes: set it, or %s", EnvOpenAIModel)
 		}
@@ -902,6 +953,7 @@ func (c *Config) validateUpstreams(uses map[Operation]bool, p *problems) {
 		if err := checkHTTPURL(c.Upstream.URL); err != nil {
 			p.add("upstream.url", "%v (env %s)", err, EnvUpstreamURL)
 		}
+		c.checkProviderURL(p, "upstream.url", c.Upstream.URL)
 	}
 	p.between("upstream.timeout", c.Upstream.Timeout, time.Millisecond, MaxOperationTimeout)
 	for name := range c.Upstream.Headers {

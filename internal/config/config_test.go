@@ -65,11 +65,12 @@ shutdown_grace: 5s
 store_timeout: 2s
 pool: {max_open_conns: 8, conn_max_lifetime: 1m}
 defaults: {ttl: 48h, stale_after: 1m, max_attempts: 5, stale_policy: fail}
-openai: {base_url: "http://127.0.0.1:1/v1/", model: gpt-x, timeout: 20s, max_tokens: 512}
-upstream: {url: "http://127.0.0.1:2/op", timeout: 3s, headers: {X-Token: t}}
+openai: {base_url: "https://127.0.0.1:1/v1/", model: gpt-x, timeout: 20s, max_tokens: 512}
+upstream: {url: "https://127.0.0.1:2/op", timeout: 3s, headers: {X-Token: t}}
+limits: {concurrent: 10, rate: 5.5, burst: 11, tenants: {acme: {jobs: 3}}}
 scopes:
-  - {name: chat, operation: openai_chat, key_required: true, ttl: 1h, stale_after: 2s, max_attempts: 2, stale_policy: takeover, timeout: 9s}
-  - {name: json, operation: http_json, url: "http://127.0.0.1:3/other"}
+  - {name: chat, operation: openai_chat, key_required: true, ttl: 1h, stale_after: 2s, max_attempts: 2, stale_policy: takeover, timeout: 9s, limits: {concurrent: 2}}
+  - {name: json, operation: http_json, url: "https://127.0.0.1:3/other"}
   - {name: slow, operation: demo, delay: 250ms}
 `)
 	c, err := Load(path, envOf(map[string]string{
@@ -94,12 +95,14 @@ scopes:
 	require.Equal(t, 8, c.Pool.MaxOpenConns)
 	require.Equal(t, time.Minute, c.Pool.ConnMaxLifetime)
 	require.Equal(t, idemguard.Settings{TTL: 48 * time.Hour, StaleAfter: time.Minute, MaxAttempts: 5, StalePolicy: idemguard.StaleFail}, c.Defaults)
-	require.Equal(t, OpenAI{BaseURL: "http://127.0.0.1:1/v1", Model: "gpt-x", APIKey: "sk-test", Timeout: 20 * time.Second, MaxTokens: 512}, c.OpenAI)
-	require.Equal(t, Upstream{URL: "http://127.0.0.1:2/op", Timeout: 3 * time.Second, Headers: map[string]string{"X-Token": "t"}}, c.Upstream)
+	require.Equal(t, OpenAI{BaseURL: "https://127.0.0.1:1/v1", Model: "gpt-x", APIKey: "sk-test", Timeout: 20 * time.Second, MaxTokens: 512}, c.OpenAI)
+	require.Equal(t, Upstream{URL: "https://127.0.0.1:2/op", Timeout: 3 * time.Second, Headers: map[string]string{"X-Token": "t"}}, c.Upstream)
+	require.Equal(t, Limits{Tenant: Limit{Concurrent: 10, Jobs: DefaultLimitJobs, Rate: 5.5, Burst: 11},
+		Tenants: map[tenancy.ID]Limit{"acme": {Concurrent: 10, Jobs: 3, Rate: 5.5, Burst: 11}}}, c.Limits)
 	require.Equal(t, []Scope{
-		{Name: "chat", Operation: OpOpenAIChat, KeyRequired: true, Timeout: 9 * time.Second,
+		{Name: "chat", Operation: OpOpenAIChat, KeyRequired: true, Timeout: 9 * time.Second, Limits: Limit{Concurrent: 2},
 			Settings: idemguard.Settings{TTL: time.Hour, StaleAfter: 2 * time.Second, MaxAttempts: 2, StalePolicy: idemguard.StaleTakeover}},
-		{Name: "json", Operation: OpHTTPJSON, URL: "http://127.0.0.1:3/other"},
+		{Name: "json", Operation: OpHTTPJSON, URL: "https://127.0.0.1:3/other"},
 		{Name: "slow", Operation: OpDemo, Delay: 250 * time.Millisecond},
 	}, c.Scopes, "production mode adds no demo scope")
 	require.NoError(t, c.Validate())
@@ -131,6 +134,8 @@ func TestLoadEnvironmentOverrides(t *testing.T) {
 		EnvOpenAIModel:     "m",
 		EnvOpenAIAPIKeyStd: "sk-std",
 		EnvUpstreamURL:     "http://127.0.0.1:9/u",
+		// http:// provider URLs in production need this.
+		EnvAllowInsecureUpstreams: "true",
 	}))
 	require.NoError(t, err)
 	require.Equal(t, Production, c.Mode)
@@ -199,6 +204,7 @@ func TestLoadNamesBadSettings(t *testing.T) {
 		{"duration without unit", "max_wait: 30\n", nil, `max_wait: "30" is not a duration; write a number with a unit`},
 		{"max_wait range", "max_wait: 1h\n", nil, `max_wait: must be between 1s and 5m0s, got 1h0m0s`}, {"max_wait zero", "max_wait: 0s\n", nil, `max_wait: must be between 1s and 5m0s, got 0s`},
 		{"body", "max_body_bytes: 0\n", nil, `max_body_bytes: must be between 1 and`},
+		{"max_live_streams", "max_live_streams: 0\n", nil, `max_live_streams: must be between 1 and 100000, got 0`},
 		{"store_timeout", "store_timeout: 0s\n", nil, `store_timeout: must be between 1ms and 1m0s`},
 		{"dsn", "mysql_dsn: 'mysql://u:pw@h/d'\n", nil, `mysql_dsn: mysqlconn: invalid DSN`},
 		{"defaults ttl", "defaults: {ttl: 500ms}\n", nil, `defaults.ttl: must be between 1s and 168h0m0s, got 500ms`},
@@ -300,6 +306,9 @@ func TestExampleConfig(t *testing.T) {
 	require.Equal(t, []string{"chat", "actionRequests.aiProposeCopy", "demo"}, names)
 	require.Equal(t, Audit{Log: AuditLogOff, Table: true}, c.Audit)
 	require.Equal(t, "checkout="+digestA, c.APIKeys["acme"][0])
+	require.Equal(t, Limit{Concurrent: 128, Jobs: 64, Rate: 1000, Burst: 2000}, c.Limits.Tenants["acme"])
+	require.Equal(t, Limit{Concurrent: 8}, c.Scopes[0].Limits)
+	require.False(t, c.AllowInsecureUpstreams)
 
 	foo, bar := auth.HashAPIKey("foo"), auth.HashAPIKey("bar")
 	_, err = Load(writeFile(t, replace(foo, bar)), env)

@@ -27,7 +27,10 @@ import (
 // data lines may hold one each); the removed members are counted like
 // those of any answer (Result.DroppedFields, EventDroppedField). Data that
 // is not JSON is kept as written, unless it could hide a document the
-// blocklist cannot read: that event is refused (left out). The
+// blocklist cannot read: that event is refused (left out). The handler's
+// own ids and comments are not kept: every event is sent with the guard's
+// id ("<attempt>-<execution>-<n>"), and a request with Last-Event-ID resumes after it,
+// as on the REST API. The
 // stored envelope is {ok:true, data:{events:N}}: a plain request for the key
 // learns that it completed. A handler that answers with another status or
 // content type is answered, stored and replayed as it would be without the

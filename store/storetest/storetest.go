@@ -204,6 +204,14 @@ func cases(run func(name string, tc caseFunc)) {
 	run("Guard/StreamFollowerGetsEveryEventLive", guardStreamFollowerGetsEveryEventLive)
 	run("Guard/WaitersAreBoundedPerKey", guardWaitersAreBoundedPerKey)
 	run("Guard/OversizeStreamIsStoredAsItsEnvelope", guardOversizeStreamIsStoredAsItsEnvelope)
+	// Resumable streams: chunk IDs and Last-Event-ID (resume_cases.go).
+	run("Guard/StreamResumesAfterTheLastStoredChunk", guardStreamResumesAfterTheLastStoredChunk)
+	run("Guard/StreamResumesLiveWithoutWaiting", guardStreamResumesLiveWithoutWaiting)
+	run("Guard/StreamResumeNeverCrossesAttempts", guardStreamResumeNeverCrossesAttempts)
+	run("Guard/StreamResumeOfARebuiltAnswerRestarts", guardStreamResumeOfARebuiltAnswerRestarts)
+	run("Guard/LiveStreamsAreBoundedPerProcess", guardLiveStreamsAreBoundedPerProcess)
+	run("Guard/StreamResumeTellsExecutionsOfOneAttemptApart", guardStreamResumeTellsExecutionsOfOneAttemptApart)
+	run("Guard/StreamResumesLiveAfterTheLogDroppedItsStart", guardStreamResumesLiveAfterTheLogDroppedItsStart)
 	// Audit trail: durable events with their row change, batches, history
 	// (audit_cases.go).
 	run("Store/AuditedClaimWritesItsEventOnlyWhenItWins", auditClaimWritesItsEventOnlyWhenItWins)

@@ -118,9 +118,13 @@ async function streamAnswer(text: string, resumed = false): Promise<void> {
       const n = await pending;
       if (n.done) {
         li.dataset["replay"] = String(n.value.cached);
+        li.dataset["reconnects"] = String(n.value.resumed);
         badge.textContent = n.value.cached ? "replay (streamed)" : "first execution (streamed)";
+        if (n.value.resumed > 0) meta.append(document.createTextNode(`· reconnected ${n.value.resumed}×`));
         break;
       }
+      // A restart event: the stream starts again from its first event.
+      if (n.value.type === "restart") answer.textContent = "";
       answer.textContent += contentOf(n.value);
     }
   } catch (err) {

@@ -44,6 +44,24 @@ export interface paths {
          *     first event ends the stream with an `error` event whose data is the
          *     problem. See docs/STREAMS.md.
          *
+         *     **Resuming a stream.** Every event of a streamed answer carries an
+         *     `id`, `<attempt>-<execution>-<n>` (the attempt, eight hex digits
+         *     naming its execution, and the event's place in it, from 1); a
+         *     replay carries the same ids. After a dropped connection,
+         *     send the same request with `Last-Event-ID` set to the last id
+         *     received: the answer is the events after it, then `data: [DONE]`,
+         *     with no event missing or repeated: live from the running execution
+         *     when it runs on the replica that answers (without `Prefer: wait`),
+         *     from the stored events on any replica once they are stored (a 409
+         *     before that, or wait with `Prefer: wait=N`). When the id names
+         *     another execution than the one answered (it failed, was canceled
+         *     or taken over, or the key expired and ran again), or the stored answer has no such event (it was stored
+         *     without its events), the answer starts again from the first event
+         *     of the current attempt and says so: the `Idempotent-Stream-Restart`
+         *     header, and a first event `event: restart` without an id whose data
+         *     is `{"restart": "superseded" | "unavailable", "attempt": N}`. Drop
+         *     what the earlier events built.
+         *
          *     Every answer of the guard (200, 202, 409, 502, and 422/503 when a
          *     client key was sent) carries `Location` and `Idempotency-Key-Ref`.
          *
@@ -361,7 +379,7 @@ export interface components {
              * Format: uri
              * @enum {string}
              */
-            type: "urn:idemguard:problem:unauthorized" | "urn:idemguard:problem:unknown-scope" | "urn:idemguard:problem:unknown-route" | "urn:idemguard:problem:key-not-found" | "urn:idemguard:problem:method-not-allowed" | "urn:idemguard:problem:missing-idempotency-key" | "urn:idemguard:problem:invalid-idempotency-key" | "urn:idemguard:problem:invalid-key-reference" | "urn:idemguard:problem:invalid-body" | "urn:idemguard:problem:invalid-query" | "urn:idemguard:problem:invalid-input" | "urn:idemguard:problem:body-too-large" | "urn:idemguard:problem:idempotency-key-reused" | "urn:idemguard:problem:in-progress" | "urn:idemguard:problem:operation-failed" | "urn:idemguard:problem:store-unavailable" | "urn:idemguard:problem:not-ready" | "urn:idemguard:problem:internal" | "urn:idemguard:problem:invalid-result" | "urn:idemguard:problem:key-finished" | "urn:idemguard:problem:too-many-waiters" | "urn:idemguard:problem:too-many-failed-authentications";
+            type: "urn:idemguard:problem:unauthorized" | "urn:idemguard:problem:unknown-scope" | "urn:idemguard:problem:unknown-route" | "urn:idemguard:problem:key-not-found" | "urn:idemguard:problem:method-not-allowed" | "urn:idemguard:problem:missing-idempotency-key" | "urn:idemguard:problem:invalid-idempotency-key" | "urn:idemguard:problem:invalid-key-reference" | "urn:idemguard:problem:invalid-body" | "urn:idemguard:problem:invalid-query" | "urn:idemguard:problem:invalid-input" | "urn:idemguard:problem:body-too-large" | "urn:idemguard:problem:idempotency-key-reused" | "urn:idemguard:problem:in-progress" | "urn:idemguard:problem:operation-failed" | "urn:idemguard:problem:store-unavailable" | "urn:idemguard:problem:not-ready" | "urn:idemguard:problem:internal" | "urn:idemguard:problem:invalid-result" | "urn:idemguard:problem:key-finished" | "urn:idemguard:problem:too-many-waiters" | "urn:idemguard:problem:too-many-live-streams" | "urn:idemguard:problem:invalid-last-event-id" | "urn:idemguard:problem:too-many-failed-authentications" | "urn:idemguard:problem:concurrency-limit" | "urn:idemguard:problem:job-limit" | "urn:idemguard:problem:rate-limit" | "urn:idemguard:problem:scope-concurrency-limit" | "urn:idemguard:problem:scope-job-limit" | "urn:idemguard:problem:scope-rate-limit";
             title: string;
             status: number;
             /** @description Never holds the client key, the body or credentials. */
@@ -659,6 +677,13 @@ export interface components {
          * @example 1.started.1764080000123456
          */
         LastEventID: string;
+        /**
+         * @description On a streamed request (`"stream": true`): the `id` of the last event
+         *     received of an earlier answer for this key; the answer resumes
+         *     after it (or restarts, and says so, when it cannot).
+         * @example 2-9f3c01ab-17
+         */
+        StreamLastEventID: string;
     };
     requestBodies: never;
     headers: {
@@ -675,6 +700,13 @@ export interface components {
         IdempotencyKeyRef: string;
         /** @description `true` when the answer is a stored one (a replay), absent otherwise. */
         IdempotentReplayed: "true";
+        /**
+         * @description On a streamed answer to a request with `Last-Event-ID` that does not
+         *     resume after it: why the events start again from the first
+         *     (`superseded`: the id names another execution; `unavailable`: the
+         *     stored answer has no such event).
+         */
+        IdempotentStreamRestart: "superseded" | "unavailable";
         /** @description On a replay, when the stored answer was written (RFC 3339, UTC). */
         IdempotentCompletedAt: string;
         /**
@@ -723,6 +755,13 @@ export interface operations {
                  * @example wait=5
                  */
                 Prefer?: components["parameters"]["Prefer"];
+                /**
+                 * @description On a streamed request (`"stream": true`): the `id` of the last event
+                 *     received of an earlier answer for this key; the answer resumes
+                 *     after it (or restarts, and says so, when it cannot).
+                 * @example 2-9f3c01ab-17
+                 */
+                "Last-Event-ID"?: components["parameters"]["StreamLastEventID"];
             };
             path: {
                 /** @description The registered operation, e.g. `chat`, `demo` or `actionRequests.aiProposeCopy`. */
@@ -765,11 +804,13 @@ export interface operations {
                     "Idempotent-Replayed": components["headers"]["IdempotentReplayed"];
                     "Idempotent-Completed-At": components["headers"]["IdempotentCompletedAt"];
                     "Preference-Applied": components["headers"]["PreferenceApplied"];
+                    "Idempotent-Stream-Restart": components["headers"]["IdempotentStreamRestart"];
                     [name: string]: unknown;
                 };
                 content: {
                     /**
-                     * @example data: {"object":"chat.completion.chunk","choices":[{"index":0,"delta":{"role":"assistant","content":"Fast"},"finish_reason":null}]}
+                     * @example id: 1-5e0c93a1-1
+                     *     data: {"object":"chat.completion.chunk","choices":[{"index":0,"delta":{"role":"assistant","content":"Fast"},"finish_reason":null}]}
                      *
                      *     data: [DONE]
                      */
@@ -802,7 +843,9 @@ export interface operations {
              *     not fit the operation's schema (`invalid-input`: the `errors`
              *     member names each field by its JSON Pointer, e.g. a missing
              *     `messages`, a message role that is not system, developer, user
-             *     or assistant, an unknown field such as `model`, a wrong type).
+             *     or assistant, an unknown field such as `model`, a wrong type), or
+             *     a `Last-Event-ID` that is not `<attempt>-<execution>-<n>`
+             *     (`invalid-last-event-id`).
              *     Nothing was stored or run, and the key stays free: the corrected
              *     request with the same `Idempotency-Key` runs.
              */
@@ -880,7 +923,15 @@ export interface operations {
              * @description The request asked to wait (`Prefer: wait=N`) for a key whose
              *     operation is running, but as many requests as this replica admits
              *     (`max_waiters` per key) already wait for it (type
-             *     `too-many-waiters`). Refused at once, never queued; retry after
+             *     `too-many-waiters`). Or the caller's tenant is over one of its
+             *     limits on this replica (docs/CONFIGURATION.md, `limits`), named
+             *     by the type: `concurrency-limit` (operations running at once),
+             *     `job-limit` (background jobs running at once), `rate-limit`
+             *     (requests per second), or `scope-concurrency-limit`,
+             *     `scope-job-limit`, `scope-rate-limit` for the scope's own limits
+             *     of each tenant. Nothing was stored or run. A duplicate of a
+             *     running key joins it and a stored answer is replayed whatever the
+             *     concurrency limits say. Refused at once, never queued; retry after
              *     `Retry-After` seconds.
              */
             429: {
@@ -927,7 +978,10 @@ export interface operations {
             /**
              * @description The idempotency store cannot be reached (type `store-unavailable`).
              *     The operation was not run (fail closed). Retry after `Retry-After`
-             *     seconds.
+             *     seconds. For a streamed request also: this replica runs as many
+             *     streamed answers as it allows (`max_live_streams`, type
+             *     `too-many-live-streams`); nothing was claimed or run; retry after
+             *     `Retry-After` seconds (another replica may have room).
              */
             503: {
                 headers: {

@@ -6,15 +6,19 @@ function memoryStore(): KeyStore & { size(): number } {
   return { getItem: (k) => m.get(k) ?? null, setItem: (k, v) => void m.set(k, v), removeItem: (k) => void m.delete(k), size: () => m.size };
 }
 
+const withId = (id: string, event: string) => `id: ${id}\n${event}`;
 const chunk = (content: string) => `data: {"object":"chat.completion.chunk","choices":[{"index":0,"delta":{"content":${JSON.stringify(content)}},"finish_reason":null}]}\n\n`;
 
 /** A text/event-stream Response whose body arrives in the given pieces. */
 function sse(pieces: string[], headers: Record<string, string> = {}, end = true): Response {
   const enc = new TextEncoder();
+  let i = 0;
+  // Pulled piece by piece, so that a connection that breaks (end false)
+  // breaks after the client has read every piece.
   const body = new ReadableStream<Uint8Array>({
-    start(c) {
-      for (const p of pieces) c.enqueue(enc.encode(p));
-      if (end) c.close();
+    pull(c) {
+      if (i < pieces.length) c.enqueue(enc.encode(pieces[i++]!));
+      else if (end) c.close();
       else c.error(new TypeError("network error"));
     },
   });
@@ -95,5 +99,50 @@ describe("runStream", () => {
     const { events } = await collect(runStream("chat", input, opts(store, srv.fetch)));
     expect(events.map(contentOf).join("")).toBe("ok");
     expect(srv.requests).toHaveLength(2);
+  });
+
+  it("resumes a dropped connection with Last-Event-ID: every event once, in order", async () => {
+    const store = memoryStore();
+    const srv = fakeServer([
+      sse([withId("1-1", chunk("Hel")), withId("1-2", chunk("lo"))], {}, false),
+      sse([withId("1-3", chunk(" world")), "data: [DONE]\n\n"], { "Idempotent-Replayed": "true" }),
+    ]);
+    const { events, result } = await collect(runStream("chat", input, opts(store, srv.fetch)));
+    expect(events.map(contentOf).join("")).toBe("Hello world");
+    expect(events.map((e) => e.id)).toEqual(["1-1", "1-2", "1-3"]);
+    expect(srv.requests.map((r) => r.headers.get("Last-Event-ID"))).toEqual([null, "1-2"]);
+    expect(srv.requests.map((r) => r.headers.get("Idempotency-Key"))).toEqual(["web-k1", "web-k1"]);
+    expect(result).toMatchObject({ cached: false, events: 3, resumed: 1, attempts: 2 });
+    expect(store.size()).toBe(0);
+  });
+
+  it("keeps resuming while each connection brings new events, and gives up after maxAttempts without one", async () => {
+    const store = memoryStore();
+    const drops = Array.from({ length: 8 }, (_, i) => sse([withId(`1-${i + 1}`, chunk(String(i)))], {}, false));
+    const srv = fakeServer([...drops, sse([withId("1-9", chunk("8")), "data: [DONE]\n\n"])]);
+    const { events } = await collect(runStream("chat", input, { ...opts(store, srv.fetch), maxAttempts: 2 }));
+    expect(events.map(contentOf).join("")).toBe("012345678");
+    expect(srv.requests.at(-1)!.headers.get("Last-Event-ID")).toBe("1-8");
+
+    const stuck = fakeServer([sse([withId("1-1", chunk("a"))], {}, false), sse([], {}, false), sse([], {}, false)]);
+    const err = await collect(runStream("chat", { other: 1 }, { ...opts(store, stuck.fetch), maxAttempts: 2 })).catch((e: unknown) => e);
+    expect(err).toBeInstanceOf(IdemguardError);
+    expect((err as IdemguardError).retryable).toBe(true);
+    expect(stuck.requests).toHaveLength(3);
+  });
+
+  it("yields the server's restart event, after which the content starts again", async () => {
+    const store = memoryStore();
+    const srv = fakeServer([
+      sse([withId("1-1", chunk("stale "))], {}, false),
+      sse([`event: restart\ndata: {"restart":"superseded","attempt":2}\n\n`, withId("2-1", chunk("fresh")), "data: [DONE]\n\n"],
+        { "Idempotent-Stream-Restart": "superseded" }),
+    ]);
+    let text = "";
+    const { events, result } = await collect(runStream("chat", input, opts(store, srv.fetch)));
+    for (const e of events) text = e.type === "restart" ? "" : text + contentOf(e);
+    expect(text).toBe("fresh");
+    expect(events.map((e) => e.type)).toEqual(["", "restart", ""]);
+    expect(result).toMatchObject({ events: 1, resumed: 1 });
   });
 });

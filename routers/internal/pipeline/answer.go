@@ -1,6 +1,7 @@
 package pipeline
 
 import (
+	"errors"
 	"log/slog"
 	"net/http"
 	"strconv"
@@ -54,6 +55,10 @@ func (a *Answers) retryAfter(p Problem) string {
 func (a *Answers) Fail(w http.ResponseWriter, r *http.Request, route string, err error) Problem {
 	p := ProblemFor(err)
 	setChallenge(w.Header(), err)
+	var le *LimitError
+	if errors.As(err, &le) && le.RetryAfter > 0 {
+		w.Header().Set(HeaderRetryAfter, RetryAfterSeconds(le.RetryAfter))
+	}
 	if p.Status == http.StatusInternalServerError {
 		a.Log.Error("http: unexpected error", slog.String("method", r.Method), slog.String("route", route), slog.Any("err", err))
 	}
@@ -130,8 +135,17 @@ var (
 func FormatTime(t time.Time) string { return t.UTC().Format(time.RFC3339Nano) }
 
 // Stream is the idemguard.StreamWriter of every streamed entry path: the
-// events go to the client as server-sent events as they happen. OnBegin,
-// when set, adds a door's own headers before the status is sent.
+// events go to the client as server-sent events as they happen, each with
+// its id ("<attempt>-<execution>-<n>"), which a reconnecting client sends back as
+// Last-Event-ID. OnBegin, when set, adds a door's own headers before the
+// status is sent.
+//
+// A stream asked to resume that starts again from its first event instead
+// says so before that event: the Idempotent-Stream-Restart header names the
+// reason, and a "restart" event without an id (so that an EventSource's
+// last event id is kept) carries it with the attempt that follows:
+// {"restart":"superseded","attempt":2}. The client drops what it has of the
+// earlier stream.
 type Stream struct {
 	SSE     *SSE
 	OnBegin func(idemguard.StreamStart)
@@ -147,12 +161,32 @@ func (s *Stream) Begin(st idemguard.StreamStart) {
 		s.OnBegin(st)
 	}
 	SetReplayed(s.SSE.w.Header(), st.Origin != idemguard.StreamLive, st.CompletedAt)
+	if st.Restart != "" {
+		s.SSE.w.Header().Set(HeaderStreamRestart, string(st.Restart))
+	}
 	s.SSE.Start(http.StatusOK)
+	switch {
+	case st.Restart != "":
+		_ = s.SSE.Send(RestartEvent(st))
+	case st.Origin == idemguard.StreamAttached:
+		// A follower's next event may be a while coming: the client learns
+		// at once that it is answered (and an EventSource that it resumed).
+		_ = s.SSE.rc.Flush()
+	}
 }
 
-// Write sends one event; an error means the client is gone.
+// RestartEvent is the "restart" event that begins a stream asked to resume
+// which starts again from its first event.
+func RestartEvent(st idemguard.StreamStart) live.Event {
+	return live.Event{Type: "restart", Data: EncodeJSON(struct {
+		Restart idemguard.StreamRestart `json:"restart"`
+		Attempt int                     `json:"attempt"`
+	}{st.Restart, st.Attempt})}
+}
+
+// Write sends one event with its id; an error means the client is gone.
 func (s *Stream) Write(e idemguard.Chunk) error {
-	return s.SSE.Send(live.Event{Type: e.Type, Data: e.Data})
+	return s.SSE.Send(live.Event{ID: e.ID, Type: e.Type, Data: e.Data})
 }
 
 // StreamFailure is the problem that ends a begun stream which did not

@@ -3,6 +3,7 @@ package pipeline
 import (
 	"fmt"
 	"net/http"
+	"regexp"
 	"strconv"
 	"strings"
 	"time"
@@ -20,6 +21,8 @@ const (
 	HeaderPreferenceApplied = "Preference-Applied"
 	HeaderRetryAfter        = "Retry-After"
 	HeaderLocation          = "Location"
+	HeaderLastEventID       = "Last-Event-ID"
+	HeaderStreamRestart     = "Idempotent-Stream-Restart"
 )
 
 // PreferAsync is the preference of a background run (RFC 7240).
@@ -43,6 +46,26 @@ func PrefersAsync(hd http.Header) bool {
 // rounded up, at least 1.
 func RetryAfterSeconds(d time.Duration) string {
 	return fmt.Sprint(max(1, int64((d+time.Second-1)/time.Second)))
+}
+
+// eventIDPattern is the form of a streamed chunk's id: attempt, execution
+// and sequence.
+var eventIDPattern = regexp.MustCompile(`^[1-9][0-9]{0,8}-[0-9a-f]{8}-[0-9]{1,9}$`)
+
+// parseLastEventID returns the Last-Event-ID of a request that resumes a
+// stream ("" for none): the id of a chunk, "<attempt>-<execution>-<n>". One
+// header, in that form, or the request is refused.
+func parseLastEventID(h http.Header) (string, error) {
+	vs := h.Values(HeaderLastEventID)
+	switch {
+	case len(vs) == 0:
+		return "", nil
+	case len(vs) > 1:
+		return "", Reject(ErrInvalidLastEventID, "more than one Last-Event-ID header")
+	case !eventIDPattern.MatchString(vs[0]):
+		return "", Reject(ErrInvalidLastEventID, `a Last-Event-ID of a stream is the id of one of its events, "<attempt>-<execution>-<n>" (e.g. 2-9f3c01ab-17)`)
+	}
+	return vs[0], nil
 }
 
 // parseIdempotencyKey returns the client key of h, "" when there is no

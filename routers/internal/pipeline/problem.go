@@ -74,6 +74,8 @@ var (
 	ErrNotReady         = errors.New("not ready")
 	ErrNoMetrics        = errors.New("metrics not configured")
 	ErrInvalidQuery     = errors.New("invalid query parameter")
+	// ErrInvalidLastEventID: a Last-Event-ID that no stream event carries.
+	ErrInvalidLastEventID = errors.New("invalid Last-Event-ID")
 	// ErrTooManyAuthFailures: the client failed to authenticate too often.
 	ErrTooManyAuthFailures = errors.New("too many failed authentications")
 	// ErrNoScope is a middleware without a scope on a route without a template.
@@ -91,7 +93,12 @@ func ProblemFor(err error) Problem {
 	}
 	var tooLarge *http.MaxBytesError
 	var inputErr *idemguard.InputError
+	var limitErr *LimitError
 	switch {
+	case errors.As(err, &limitErr):
+		if p, ok := limitProblems[limitErr.Limit]; ok {
+			return p
+		}
 	case errors.Is(err, auth.ErrNoCredentials), errors.Is(err, auth.ErrInvalidCredentials):
 		return NewProblem(http.StatusUnauthorized, "unauthorized", "Unauthorized", sanitize.Unknown, unauthorizedDetail(err))
 	case errors.As(err, &tooLarge):
@@ -139,6 +146,9 @@ var kindProblems = []struct {
 		"this key's answer is stored; there is nothing running to cancel")},
 	{idemguard.ErrTooManyWatchers, NewProblem(http.StatusTooManyRequests, "too-many-waiters", "Too many watchers", sanitize.RateLimited,
 		"this key, or your tenant, has as many open event streams on this server as it allows; close one, or poll the key record")},
+	{ErrInvalidLastEventID, NewProblem(http.StatusBadRequest, "invalid-last-event-id", "Invalid Last-Event-ID", sanitize.InvalidInput, "")},
+	{idemguard.ErrTooManyLiveStreams, NewProblem(http.StatusServiceUnavailable, "too-many-live-streams", "Too many live streams", sanitize.Unknown,
+		"this server runs as many streamed answers as it allows; nothing was run; retry after Retry-After seconds")},
 	{ErrInvalidQuery, NewProblem(http.StatusBadRequest, "invalid-query", "Invalid query parameter", sanitize.InvalidInput, "")},
 	{idemguard.ErrFingerprintMismatch, NewProblem(http.StatusUnprocessableEntity, "idempotency-key-reused", "Idempotency-Key reused with other inputs", sanitize.InvalidInput,
 		"this Idempotency-Key was already used with a different request body; use a new key for a new request")},

@@ -28,6 +28,9 @@ type Request struct {
 	Wait      time.Duration   // Prefer: wait, capped
 	// WaitApplied: the request asked for a wait, and the answer says so.
 	WaitApplied bool
+	// LastEventID is the id of the last event of an earlier stream of the
+	// key the client received: a streamed answer resumes after it.
+	LastEventID string
 	// Principal is the caller's key space (idemguard.Call.Principal), set
 	// by the entry path after authentication; "" for the tenant's.
 	Principal string
@@ -39,9 +42,9 @@ type Limits struct {
 	MaxWait time.Duration // the cap of Prefer: wait
 }
 
-// Read reads the Idempotency-Key (required when keyRequired), the JSON body
-// and Prefer: wait, in that order: a request refused here never reaches the
-// guard, so it stores no row and burns no key.
+// Read reads the Idempotency-Key (required when keyRequired), the JSON body,
+// Prefer: wait and Last-Event-ID, in that order: a request refused here
+// never reaches the guard, so it stores no row and burns no key.
 func Read(w http.ResponseWriter, r *http.Request, scope string, keyRequired bool, l Limits) (Request, error) {
 	key, err := parseIdempotencyKey(r.Header)
 	if err != nil {
@@ -55,7 +58,11 @@ func Read(w http.ResponseWriter, r *http.Request, scope string, keyRequired bool
 		return Request{}, err
 	}
 	wait, applied := parsePreferWait(r.Header, l.MaxWait)
-	return Request{ClientKey: key, Raw: raw, Body: body, Wait: wait, WaitApplied: applied}, nil
+	last, err := parseLastEventID(r.Header)
+	if err != nil {
+		return Request{}, err
+	}
+	return Request{ClientKey: key, Raw: raw, Body: body, Wait: wait, WaitApplied: applied, LastEventID: last}, nil
 }
 
 // Route is what an entry path knows of the operation a request runs.
@@ -68,6 +75,9 @@ type Route struct {
 	Keep *sanitize.Allowlist
 	// Check vets the inputs before the claim (a REST scope's Validate).
 	Check func() error
+	// Admit takes the execution's place under the tenant's limits before
+	// the claim (idemguard.Call.Admit); nil: no limits.
+	Admit func(keyHash string) (func(), error)
 }
 
 // Call is the one idemguard.Call of every entry path: the request's key and
@@ -86,7 +96,10 @@ func (req Request) Call(tenant tenancy.ID, rt Route, inputs any) idemguard.Call 
 		Timeout:   rt.Timeout,
 		Detach:    true,
 		Check:     rt.Check,
+		Admit:     rt.Admit,
 		Keep:      rt.Keep,
+		// Used by a streamed delivery only.
+		LastEventID: req.LastEventID,
 	}
 }
 

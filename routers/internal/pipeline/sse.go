@@ -22,8 +22,9 @@ func NewSSE(w http.ResponseWriter) *SSE {
 }
 
 // Start writes the status and the event-stream headers; headers already set
-// on the response (Location, replay headers) go with them. Proxies are asked
-// not to buffer (X-Accel-Buffering) and caches not to store.
+// on the response (Location, replay headers) go with them, with the first
+// event. Proxies are asked not to buffer (X-Accel-Buffering) and caches not
+// to store.
 func (s *SSE) Start(status int) {
 	if s.Started {
 		return

@@ -1,0 +1,72 @@
+// Drives the demo page of a running `idemguard serve` (development mode),
+// reached through a TCP proxy, in headless Chromium: Stream shows the
+// answer word by word; in the middle of the stream every connection through
+// the proxy is cut (the --cut URL, served by the Go test, closes them). The
+// page's client must reconnect on its own with Last-Event-ID and show the
+// whole answer, each word once, without a reload. Prints what it saw as one
+// JSON line; integration/browser_resume_test.go checks the server's side.
+//
+// Usage: node browser/resume.browser.mjs --url http://127.0.0.1:8081 --cut http://127.0.0.1:9000/cut
+// Env: CHROMIUM (default /usr/bin/chromium).
+import { parseArgs } from "node:util";
+import { chromium } from "playwright-core";
+
+const { values: args } = parseArgs({ options: { url: { type: "string" }, cut: { type: "string" } } });
+if (!args.url || !args.cut) {
+  console.error("usage: node browser/resume.browser.mjs --url http://127.0.0.1:8081 --cut http://127.0.0.1:9000/cut");
+  process.exit(2);
+}
+const api = args.url.replace(/\/+$/, "");
+const wait = { timeout: 30_000 };
+
+function check(cond, what) {
+  if (!cond) throw new Error(`check failed: ${what}`);
+}
+
+const browser = await chromium.launch({
+  executablePath: process.env.CHROMIUM || "/usr/bin/chromium",
+  headless: true,
+  args: ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--disable-background-networking",
+    "--disable-component-update", "--disable-sync", "--disable-dev-shm-usage"],
+});
+const out = { posts: [] };
+try {
+  const page = await browser.newPage();
+  const pageErrors = [];
+  page.on("pageerror", (e) => pageErrors.push(String(e)));
+  page.on("request", (req) => {
+    if (req.method() === "POST" && req.url().endsWith("/v1/ops/demo")) {
+      const h = req.headers();
+      out.posts.push({ key: h["idempotency-key"] ?? null, lastEventId: h["last-event-id"] ?? null });
+    }
+  });
+  const newest = () => page.$eval("#results .result", (li) => ({
+    state: li.dataset.state ?? "", key: li.dataset.key ?? "", reconnects: Number(li.dataset.reconnects ?? "0"),
+    answer: li.querySelector(".answer")?.textContent ?? "", error: li.classList.contains("error"),
+  }));
+
+  await page.goto(`${api}/`, wait);
+  await page.fill("#prompt", `Stream a haiku ${Math.random().toString(36).slice(2, 8)}`);
+  await page.click("#stream");
+  // Some words have arrived, and the stream is still running.
+  await page.waitForFunction(() => {
+    const li = document.querySelector("#results .result");
+    return li?.dataset.state === "streaming" && (li.querySelector(".answer")?.textContent ?? "").split(" ").length >= 3;
+  }, null, wait);
+  const partial = await newest();
+  const resp = await fetch(args.cut, { method: "POST" });
+  check(resp.ok, `the connections were cut: ${resp.status}`);
+
+  await page.waitForFunction(() => document.querySelector("#results .result")?.dataset.state === "done", null, wait);
+  const done = await newest();
+  check(!done.error, `the stream ended without an error: ${JSON.stringify(done)}`);
+  check(done.reconnects >= 1, `the client reconnected: ${JSON.stringify(done)}`);
+  check(done.answer.startsWith(partial.answer), `the answer goes on from what was shown: ${JSON.stringify([partial, done])}`);
+  check(out.posts.length >= 2 && out.posts[0].lastEventId === null && out.posts.at(-1).lastEventId !== null,
+    `the reconnection sent Last-Event-ID: ${JSON.stringify(out.posts)}`);
+  check(pageErrors.length === 0, `no errors in the page: ${pageErrors.join("; ")}`);
+  Object.assign(out, { key: done.key, partial: partial.answer, answer: done.answer, reconnects: done.reconnects, ok: true });
+} finally {
+  await browser.close();
+}
+console.log(JSON.stringify(out));
