@@ -17,9 +17,10 @@ type auditQueue struct {
 	size    int
 	share   int
 	n       int
-	pending map[string][]store.AuditEvent // per tenant, oldest first
-	turn    []string                      // the tenants with events, in turn order
-	next    int                           // the index in turn of the next tenant to take from
+	pending map[string]*tenantEvents // the tenants with events
+	turn    []string                 // the tenants with events, in turn order
+	next    int                      // the index in turn of the next tenant to take from
+	free    []*tenantEvents          // emptied queues, kept for reuse
 	// ready gets a token when the queue is half full. Below that the
 	// writer sleeps until its tick: a writer woken by every event costs a
 	// goroutine switch (often a thread's wake-up) per replay, for nothing
@@ -28,8 +29,20 @@ type auditQueue struct {
 	wakeAt int // the number of events that wakes the writer
 }
 
+// tenantEvents is one tenant's queued events, oldest first from head. Its
+// array is reused: taken places are compacted away, and an emptied queue
+// goes to the free list, so a steady stream of events allocates nothing.
+type tenantEvents struct {
+	evs  []store.AuditEvent
+	head int
+}
+
+// maxFreeQueues bounds the emptied per-tenant queues kept for reuse (each
+// at most a tenant's share of the queue).
+const maxFreeQueues = 4
+
 func newAuditQueue(size int) *auditQueue {
-	return &auditQueue{size: size, share: max(1, size/2), pending: map[string][]store.AuditEvent{}, ready: make(chan struct{}, 1),
+	return &auditQueue{size: size, share: max(1, size/2), pending: map[string]*tenantEvents{}, ready: make(chan struct{}, 1),
 		wakeAt: max(1, size/2)}
 }
 
@@ -38,14 +51,22 @@ func newAuditQueue(size int) *auditQueue {
 func (q *auditQueue) push(e store.AuditEvent) bool {
 	q.mu.Lock()
 	mine := q.pending[e.Tenant]
-	if q.n >= q.size || len(mine) >= q.share {
+	if q.n >= q.size || mine != nil && len(mine.evs)-mine.head >= q.share {
 		q.mu.Unlock()
 		return false
 	}
-	if len(mine) == 0 {
+	if mine == nil {
+		mine = q.reuse()
+		q.pending[e.Tenant] = mine
 		q.turn = append(q.turn, e.Tenant)
 	}
-	q.pending[e.Tenant] = append(mine, e)
+	if mine.head > 0 && len(mine.evs) == cap(mine.evs) {
+		// Full at the back, free at the front: move the events down.
+		mine.evs = mine.evs[:copy(mine.evs, mine.evs[mine.head:])]
+		clear(mine.evs[len(mine.evs):cap(mine.evs)])
+		mine.head = 0
+	}
+	mine.evs = append(mine.evs, e)
 	q.n++
 	wake := q.n >= q.wakeAt
 	q.mu.Unlock()
@@ -58,6 +79,16 @@ func (q *auditQueue) push(e store.AuditEvent) bool {
 	return true
 }
 
+// reuse returns an emptied queue from the free list, or a new one.
+func (q *auditQueue) reuse() *tenantEvents {
+	if n := len(q.free); n > 0 {
+		t := q.free[n-1]
+		q.free = q.free[:n-1]
+		return t
+	}
+	return &tenantEvents{}
+}
+
 // take appends queued events to batch, round robin between tenants, until
 // batch holds max or the queue is empty.
 func (q *auditQueue) take(batch []store.AuditEvent, max int) []store.AuditEvent {
@@ -68,16 +99,19 @@ func (q *auditQueue) take(batch []store.AuditEvent, max int) []store.AuditEvent 
 			q.next = 0
 		}
 		tenant := q.turn[q.next]
-		evs := q.pending[tenant]
-		batch = append(batch, evs[0])
+		t := q.pending[tenant]
+		batch = append(batch, t.evs[t.head])
+		t.evs[t.head] = store.AuditEvent{} // holds no strings for the collector
+		t.head++
 		q.n--
-		if len(evs) == 1 {
+		if t.head == len(t.evs) {
 			delete(q.pending, tenant)
 			q.turn = append(q.turn[:q.next], q.turn[q.next+1:]...)
+			if t.evs, t.head = t.evs[:0], 0; len(q.free) < maxFreeQueues {
+				q.free = append(q.free, t)
+			}
 			continue // the next tenant moved into this place
 		}
-		evs[0] = store.AuditEvent{}
-		q.pending[tenant] = evs[1:]
 		q.next++
 	}
 	return batch
