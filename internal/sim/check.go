@@ -241,6 +241,9 @@ func eventData(wire []byte) [][]byte {
 // blockedMemberOf returns a blocked member of a JSON document in data (the whole data as
 // a sequence of documents, or any line of it as one), or "".
 func blockedMemberOf(data []byte) string {
+	if bytes.IndexAny(data, "{[") < 0 {
+		return "" // no document: most events ("<call>:<n>")
+	}
 	for _, view := range append([][]byte{data}, bytes.Split(data, []byte("\n"))...) {
 		dec := json.NewDecoder(bytes.NewReader(view))
 		for {
