@@ -97,6 +97,7 @@ type Config struct {
 func init() {
 	testhooks.ConfigKnobs = func(cfg any) *testhooks.Knobs { return &cfg.(*Config).test }
 	testhooks.Jobs = func(g any) int { return g.(*Guard).runningJobs() }
+	testhooks.GuardDefect = func(g any) testhooks.Defect { return g.(*Guard).cfg.test.Defect }
 }
 
 func (s Settings) withDefaults(d Settings) Settings {

@@ -17,6 +17,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/idemguard/idemguard"
+	"github.com/idemguard/idemguard/internal/testhooks"
 	"github.com/idemguard/idemguard/routers/middleware"
 	"github.com/idemguard/idemguard/sanitize"
 	"github.com/idemguard/idemguard/store/memstore"
@@ -172,6 +173,31 @@ func TestMiddlewareCleansEveryDocumentOfAnEvent(t *testing.T) {
 	mu.Lock()
 	defer mu.Unlock()
 	require.ElementsMatch(t, []string{"prompt", "b.Debug"}, dropped, "each removed member is counted once")
+}
+
+// The guard's test knob blocklist-multi-document reaches the middleware's
+// reading of events (internal/eventdata, which the simulation's streams
+// share): with it, the event of two documents is relayed as written, as
+// before the fix. So the defect the simulation puts back is this one.
+func TestMiddlewareReadsEventsWithTheGuardsDefectKnob(t *testing.T) {
+	t.Parallel()
+	cfg := idemguard.Config{Store: memstore.New(), Secret: testSecret}
+	testhooks.ConfigKnobs(&cfg).Defect = testhooks.DefectBlocklistMultiDocument
+	g, err := idemguard.New(cfg)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = g.Close(context.Background()) })
+	h := middleware.Idempotent(middleware.Options{Guard: g, Scope: "chat.stream",
+		Tenant: func(*http.Request) (tenancy.ID, error) { return "acme", nil }})(
+		http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+			w.Header().Set("Content-Type", "text/event-stream")
+			fmt.Fprint(w, "data: {\"prompt\":\"CANARY\"}\ndata: {\"delta\":\"x\"}\n\n")
+		}))
+	req := httptest.NewRequest(http.MethodPost, "/chat", strings.NewReader(`{"q":1}`))
+	req.Header.Set("Idempotency-Key", "knob-1")
+	req.Header.Set("Accept", "text/event-stream")
+	rec := httptest.NewRecorder()
+	h.ServeHTTP(rec, req)
+	require.Contains(t, rec.Body.String(), "data: {\"prompt\":\"CANARY\"}\ndata: {\"delta\":\"x\"}\n\n")
 }
 
 // A key completed by a plain request through a middleware that keeps the

@@ -56,6 +56,9 @@ const (
 	// An execution's attempt was given back (its failure stored as cancelled) though no
 	// cancel of its claim was recorded.
 	VGiveBack = "attempt-given-back"
+	// An event relayed to a streamed caller, or stored in a row's event sequence, holds a
+	// blocked member (sanitize.IsBlockedKey) in a JSON document of its data.
+	VBlocked = "blocked-member-kept"
 )
 
 // Violation is one broken promise in a history.
@@ -144,6 +147,7 @@ func Check(h *History) []Violation {
 	c.burnt()
 	c.orphans()
 	c.streams()
+	c.blockedKept()
 	c.giveBacks()
 	if h.Trail != nil {
 		c.trail()
@@ -177,7 +181,8 @@ func (c *checker) streams() {
 			c.add(VStream, a.Key, "call %d: a streamed success whose body names no execution: %s", a.CallID, a.Result.Body)
 			continue
 		}
-		want := streamEvents(*body.Data.Call, max(body.Data.Chunks, 2))
+		e := c.execOf[*body.Data.Call]
+		want := streamEvents(*body.Data.Call, max(body.Data.Chunks, 2), e != nil && e.Documents)
 		notStored := !storedWhole(want, c.h.Limits.MaxStreamBytes)
 		if !streamed[*body.Data.Call] || notStored && a.Origin == idemguard.StreamReplayed {
 			// Stored without events: its envelope rendered by Replay, or its document.
@@ -190,6 +195,89 @@ func (c *checker) streams() {
 			c.add(VStream, a.Key, "call %d (cached %t) got events %q, want %q", a.CallID, a.Result.Cached, a.Events, want)
 		}
 	}
+}
+
+// blockedKept checks that no event a streamed caller got (whatever its call's outcome)
+// and no event of a row's stored sequence holds a blocked member at any depth of a JSON
+// document its data holds: read as a sequence of documents, or line by line.
+func (c *checker) blockedKept() {
+	for i := range c.answers {
+		a := &c.answers[i]
+		for _, e := range a.Events {
+			if name := blockedMemberOf([]byte(e)); name != "" {
+				c.add(VBlocked, a.Key, "call %d got an event holding the blocked member %q: %q", a.CallID, name, e)
+				break
+			}
+		}
+	}
+	for _, r := range c.h.Final {
+		for _, data := range eventData(r.Events) {
+			if name := blockedMemberOf(data); name != "" {
+				c.add(VBlocked, KeyOf(r.Tenant, r.Scope, r.KeyHash), "row %d stores an event holding the blocked member %q: %q", r.ID, name, data)
+				break
+			}
+		}
+	}
+}
+
+// eventData splits a stored sequence of server-sent events into each event's data (its
+// data: lines joined by line ends).
+func eventData(wire []byte) [][]byte {
+	var out [][]byte
+	for block := range bytes.SplitSeq(wire, []byte("\n\n")) {
+		var lines [][]byte
+		for line := range bytes.SplitSeq(block, []byte("\n")) {
+			if d, ok := bytes.CutPrefix(line, []byte("data:")); ok {
+				lines = append(lines, bytes.TrimPrefix(d, []byte(" ")))
+			}
+		}
+		if lines != nil {
+			out = append(out, bytes.Join(lines, []byte("\n")))
+		}
+	}
+	return out
+}
+
+// blockedMemberOf returns a blocked member of a JSON document in data (the whole data as
+// a sequence of documents, or any line of it as one), or "".
+func blockedMemberOf(data []byte) string {
+	if bytes.IndexAny(data, "{[") < 0 {
+		return "" // no document: most events ("<call>:<n>")
+	}
+	for _, view := range append([][]byte{data}, bytes.Split(data, []byte("\n"))...) {
+		dec := json.NewDecoder(bytes.NewReader(view))
+		for {
+			var doc any
+			if dec.Decode(&doc) != nil {
+				break
+			}
+			if name := blockedIn(doc); name != "" {
+				return name
+			}
+		}
+	}
+	return ""
+}
+
+func blockedIn(v any) string {
+	switch t := v.(type) {
+	case map[string]any:
+		for k, x := range t {
+			if sanitize.IsBlockedKey(k) {
+				return k
+			}
+			if name := blockedIn(x); name != "" {
+				return name
+			}
+		}
+	case []any:
+		for _, x := range t {
+			if name := blockedIn(x); name != "" {
+				return name
+			}
+		}
+	}
+	return ""
 }
 
 // trail holds the audit trail to the row changes: every write that applied carried its
@@ -543,7 +631,7 @@ func (c *checker) followedFailure(a *Answer) {
 		if e.Key != a.Key || e.CallID == a.CallID || e.Seq0 >= a.Seq1 || e.End.IsZero() || e.End.After(a.End) {
 			continue
 		}
-		if e.Failed || e.Cut || e.Events > 0 && !storedWhole(streamEvents(e.CallID, e.Events), c.h.Limits.MaxStreamBytes) ||
+		if e.Failed || e.Cut || e.Events > 0 && !storedWhole(streamEvents(e.CallID, e.Events, e.Documents), c.h.Limits.MaxStreamBytes) ||
 			!c.surelyStored(e) {
 			return
 		}

@@ -296,17 +296,42 @@ func TestCheckHoldsStreamsToTheirEvents(t *testing.T) {
 		b.op(500, StoreOp{Kind: KindComplete, CallID: 1, ID: 7, Nonce: "n1", Status: store.RowSucceeded, Response: streamBody(false), Code: 200, OK: true})
 		b.answer(1, 0, 500, idemguard.Result{Status: idemguard.StatusSucceeded, Body: streamBody(false), StatusCode: 200, CompletedAt: b.at(500)}, nil)
 		b.answer(2, 100, 600, idemguard.Result{Status: idemguard.StatusSucceeded, Cached: true, Body: streamBody(true), StatusCode: 200}, nil)
-		for i, events := range [][]string{streamEvents(1, 4), follower} {
+		for i, events := range [][]string{streamEvents(1, 4, false), follower} {
 			a := b.h.Answers[i]
 			a.Stream, a.Events, a.Origin = true, events, []idemguard.StreamOrigin{idemguard.StreamLive, origin}[i]
 		}
 		return b
 	}
-	require.Empty(t, Check(build(1<<20, streamEvents(1, 4), idemguard.StreamAttached).h))
-	require.Contains(t, kinds(Check(build(1<<20, streamEvents(1, 2), idemguard.StreamAttached).h)), VStream, "a gap")
+	require.Empty(t, Check(build(1<<20, streamEvents(1, 4, false), idemguard.StreamAttached).h))
+	require.Contains(t, kinds(Check(build(1<<20, streamEvents(1, 2, false), idemguard.StreamAttached).h)), VStream, "a gap")
 	require.Empty(t, Check(build(40, []string{"1:env"}, idemguard.StreamReplayed).h), "not stored: rendered")
-	require.Contains(t, kinds(Check(build(40, streamEvents(1, 2), idemguard.StreamAttached).h)), VStream,
+	require.Contains(t, kinds(Check(build(40, streamEvents(1, 2, false), idemguard.StreamAttached).h)), VStream,
 		"a follower that lost events is not told it succeeded")
 	require.Contains(t, kinds(Check(build(1<<20, []string{"1:env"}, idemguard.StreamReplayed).h)), VStream,
 		"a stored sequence replays as itself")
+}
+
+// No event relayed to a streamed caller, whatever its answer, and no event of a row's stored
+// sequence holds a blocked member in any JSON document of its data; other data (text, or a
+// blocked name that is not a member) is not held to it.
+func TestCheckFindsABlockedMemberInAnEvent(t *testing.T) {
+	build := func(relayed []string, stored string) *builder {
+		b := newBuilder(time.Second)
+		b.op(0, StoreOp{Kind: KindClaim, CallID: 1, Nonce: "n1", RetID: 7, OK: true})
+		b.exec(1, 0, 300, nil)
+		b.h.Execs[0].Failed = true
+		failed := []byte(`{"ok":false,"stopReason":"provider_error","needsHuman":false,"cached":false}`)
+		b.op(300, StoreOp{Kind: KindComplete, CallID: 1, ID: 7, Nonce: "n1", Status: store.RowFailed, Response: failed, Code: 502, OK: true})
+		b.answer(1, 0, 300, idemguard.Result{Status: idemguard.StatusFailed, Body: failed, StatusCode: 502, CompletedAt: b.at(300)}, nil)
+		b.h.Answers[0].Stream, b.h.Answers[0].Events = true, relayed
+		b.h.Final = []store.Record{{ID: 7, Tenant: "t", Scope: "s", KeyHash: "k", Status: store.RowFailed, Events: []byte(stored)}}
+		return b
+	}
+	clean := []string{"{\"event\":\"1:1\"}\n{\"delta\":\"x\"}", "prompt: 1", `{"text":"prompt"}`}
+	require.Empty(t, Check(build(clean, "data: {\"a\":1}\ndata: {\"delta\":\"x\"}\n\ndata: model\n\n").h))
+	v := Check(build(append(clean, "{\"event\":\"1:2\"}\n{\"delta\":\"x\",\"usage\":{\"Model\":\"m\"}}"), "").h)
+	require.Equal(t, []string{VBlocked}, kinds(v), "a blocked member in the second document, one level down")
+	v = Check(build(clean, "data: {\"a\":1}\n\ndata: {\"b\":2}\ndata: {\"prompt\":\"c\"}\n\n").h)
+	require.Equal(t, []string{VBlocked}, kinds(v), "a stored event's second data line")
+	require.Contains(t, v[0].Detail, "row 7")
 }

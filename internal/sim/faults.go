@@ -42,8 +42,10 @@ type Plan struct {
 // Defect names a historical bug that the simulation can put back, to prove the checker
 // finds it. The store defects (Defects) are put back by Faults: none of them exists in the
 // engine or the stores; each is the behaviour of a store (or of an engine) that had it.
-// The engine defects (EngineDefects) were fixed in the engine, and the engine puts them back
-// when a test knob asks (internal/testhooks, Knobs.Defect); only the simulation sets it.
+// The engine defects (EngineDefects) were fixed in the engine (one of them in the reading of
+// a handler's events that the middleware and the simulation's streams share), and the
+// engine puts them back when a test knob asks (internal/testhooks, Knobs.Defect); only the
+// simulation sets it.
 type Defect string
 
 const (
@@ -78,13 +80,18 @@ const (
 	// DefectSelfCancel: an operation that reports stopReason canceled itself gets its
 	// attempt back.
 	DefectSelfCancel = Defect(testhooks.DefectSelfCancel)
+	// DefectBlocklistMultiDocument: an event whose data holds several JSON documents is
+	// kept as written by the middleware's reading of events (internal/eventdata), blocked
+	// members and all; the simulation's streams of Documents pass through that reading.
+	DefectBlocklistMultiDocument = Defect(testhooks.DefectBlocklistMultiDocument)
 )
 
 // Defects lists the defects Faults can put back.
 var Defects = []Defect{DefectUnknownAsLostRace, DefectNoRelease}
 
 // EngineDefects lists the engine's defects the simulation can put back.
-var EngineDefects = []Defect{DefectFollowerGap, DefectBlankDocument, DefectSplice, DefectSelfCancel}
+var EngineDefects = []Defect{DefectFollowerGap, DefectBlankDocument, DefectSplice, DefectSelfCancel,
+	DefectBlocklistMultiDocument}
 
 // Errors the fault layer returns.
 var (

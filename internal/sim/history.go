@@ -107,8 +107,10 @@ type Execution struct {
 	Failed, Cut bool
 	// Body is the envelope the operation answered (nil when it failed).
 	Body map[string]any
-	// Events is how many events the operation emits when it succeeds, if it streams.
-	Events int
+	// Events is how many events the operation emits when it succeeds, if it streams;
+	// Documents: each of several JSON documents (Client.Documents).
+	Events    int
+	Documents bool
 }
 
 // Answer is what one Do call returned.
@@ -237,11 +239,12 @@ func (h *History) FinishStream(a *Answer, res idemguard.Result, err error, origi
 	a.Origin, a.Events, a.Gone = origin, events, gone
 }
 
-// StreamExec records that e streams n events when it succeeds.
-func (h *History) StreamExec(e *Execution, n int) {
+// StreamExec records that e streams n events when it succeeds, each of several JSON
+// documents if documents.
+func (h *History) StreamExec(e *Execution, n int, documents bool) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	e.Events = n
+	e.Events, e.Documents = n, documents
 }
 
 // StartExec records that call callID started its operation on key.

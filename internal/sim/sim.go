@@ -8,11 +8,13 @@ import (
 	"log/slog"
 	"math/rand/v2"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
 	"github.com/idemguard/idemguard"
 	"github.com/idemguard/idemguard/idemguardtest"
+	"github.com/idemguard/idemguard/internal/eventdata"
 	"github.com/idemguard/idemguard/internal/keys"
 	"github.com/idemguard/idemguard/internal/testhooks"
 	"github.com/idemguard/idemguard/sanitize"
@@ -61,6 +63,11 @@ type Client struct {
 	Linger   time.Duration
 	// SelfCancel makes an operation that fails report stopReason canceled itself.
 	SelfCancel bool
+	// Documents makes the stream's operation write its events as a handler behind the
+	// middleware may: each event's data several JSON documents on several data: lines, most
+	// of them holding a blocked member at some depth. Each event is read as the middleware
+	// reads it (internal/eventdata) before it is emitted: stored and relayed as cleaned.
+	Documents bool
 	// Added: a client the later choices added (a follower beside a streamed client, the
 	// parts of a takeover); Sync leaves it out.
 	Added bool
@@ -114,6 +121,8 @@ func Generate(seed uint64, defect Defect, real Real) Scenario {
 	// The streams, documents and operations that report their own cancellation came later
 	// still: a stream of their own again.
 	newer := rand.New(rand.NewPCG(seed, 0x28))
+	// The events of several JSON documents came last: a stream of their own.
+	docs := rand.New(rand.NewPCG(seed, 0xd0c5))
 	ndur := func(lo, hi time.Duration) time.Duration { return lo + time.Duration(newer.Int64N(int64(hi-lo)+1)) }
 	dur := func(lo, hi time.Duration) time.Duration { return lo + time.Duration(rng.Int64N(int64(hi-lo)+1)) }
 	sc := Scenario{Seed: seed, Defect: defect, Replicas: 2 + rng.IntN(2)}
@@ -161,8 +170,9 @@ func Generate(seed uint64, defect Defect, real Real) Scenario {
 			}
 			c.Stubborn, c.Linger = newer.IntN(3) == 0, ndur(0, 3*L)
 			c.SelfCancel = newer.IntN(3) == 0
+			c.Documents = docs.IntN(2) == 0
 			if real { // real time is not free
-				c.Chunks, c.Slow, c.Stubborn, c.SelfCancel = 0, 0, false, false
+				c.Chunks, c.Slow, c.Stubborn, c.SelfCancel, c.Documents = 0, 0, false, false, false
 			}
 			sc.Clients = append(sc.Clients, c)
 			if c.Stream && newer.IntN(2) == 0 && !bool(real) {
@@ -174,7 +184,7 @@ func Generate(seed uint64, defect Defect, real Real) Scenario {
 					after = ndur(L, 3*L)
 				}
 				sc.Clients = append(sc.Clients, Client{Key: k, Replica: c.Replica, At: c.At + after, Calls: 1,
-					Wait: 3 * L, Stream: true, Slow: ndur(0, L/20), Chunks: c.Chunks, Added: true})
+					Wait: 3 * L, Stream: true, Slow: ndur(0, L/20), Chunks: c.Chunks, Documents: c.Documents, Added: true})
 			}
 		}
 	}
@@ -302,12 +312,13 @@ type Env struct {
 
 // Sync returns sc with every client calling Do: a seed as it ran before Async clients
 // were added to the mix (the seeds the regression test and the docs cite), without the
-// kept documents and the operations that report their own cancellation added later.
+// kept documents, the operations that report their own cancellation and the events of
+// several JSON documents added later.
 func (sc Scenario) Sync() Scenario {
 	sc.Clients = slices.DeleteFunc(slices.Clone(sc.Clients), func(c Client) bool { return c.Added })
 	for i := range sc.Clients {
 		sc.Clients[i].Async, sc.Clients[i].Stream, sc.Clients[i].Cancel = false, false, false
-		sc.Clients[i].SelfCancel = false
+		sc.Clients[i].SelfCancel, sc.Clients[i].Documents = false, false
 	}
 	sc.Keys = slices.Clone(sc.Keys)
 	for i := range sc.Keys {
@@ -537,25 +548,37 @@ func (r *run) call(c Client, i int, probe bool) (idemguard.Result, error) {
 }
 
 // streamOp is call id's operation as a stream: the event "<id>:1" before the work, and
-// "<id>:2" (to "<id>:<1+c.Chunks>") once it succeeded; an answer stored by a plain call
-// replays as "<id>:env" (a document as itself). A stubborn operation, told to stop, goes
-// on emitting its events for c.Linger.
+// "<id>:2" (to "<id>:<1+c.Chunks>") once it succeeded (of a client with Documents, each
+// as handlerEvent writes it, read as the middleware reads it); an answer stored by a plain
+// call replays as "<id>:env" (a document as itself). A stubborn operation, told to stop,
+// goes on emitting its events for c.Linger.
 func (r *run) streamOp(id, replica int, key string, c Client) idemguard.StreamOperation {
 	n := streamLength(c.Chunks)
 	op := r.op(id, replica, key, c, n)
+	defect := testhooks.GuardDefect(r.guards[replica])
+	send := func(emit func(idemguard.Chunk), i int) {
+		if !c.Documents {
+			emit(idemguard.Chunk{Data: []byte(streamEventOf(id, i, false))})
+			return
+		}
+		// What the middleware does with each event its handler writes.
+		if e, _, refused, ok := eventdata.Parse(handlerEvent(id, i), defect); ok && !refused {
+			emit(e)
+		}
+	}
 	return idemguard.StreamOperation{Run: func(ctx context.Context, emit func(idemguard.Chunk)) (any, error) {
-		emit(idemguard.Chunk{Data: []byte(streamEventOf(id, 1))})
+		send(emit, 1)
 		v, err := op(ctx)
 		if err == nil {
 			for i := 2; i <= n; i++ {
-				emit(idemguard.Chunk{Data: []byte(streamEventOf(id, i))})
+				send(emit, i)
 			}
 		} else if c.Stubborn && ctx.Err() != nil && !errors.Is(err, ErrDead) {
 			// Its work ended when it was told to stop (the history says so); it goes on
 			// streaming, and answers as if nothing had happened.
 			for i := 2; i <= n; i++ {
 				time.Sleep(c.Linger / time.Duration(n))
-				emit(idemguard.Chunk{Data: []byte(streamEventOf(id, i))})
+				send(emit, i)
 			}
 			return successBody(id, replica, n), nil
 		}
@@ -566,7 +589,33 @@ func (r *run) streamOp(id, replica int, key string, c Client) idemguard.StreamOp
 	}}
 }
 
-func streamEventOf(call, n int) string { return fmt.Sprintf("%d:%d", call, n) }
+// streamEventOf is the data of the n-th event of call's stream, as its callers get it: of
+// a stream of Documents, two JSON documents, one per line, with no blocked member.
+func streamEventOf(call, n int, documents bool) string {
+	if !documents {
+		return fmt.Sprintf("%d:%d", call, n)
+	}
+	second := `{"delta":"x"}`
+	if n%3 == 2 {
+		second = `{"delta":"x","usage":{"tokens":1}}`
+	}
+	return fmt.Sprintf("{\"event\":\"%d:%d\"}\n%s", call, n, second)
+}
+
+// handlerEvent is the n-th event of call's stream of Documents as a handler writes it (the
+// block, without the blank line that ends it): streamEventOf's two documents on two data:
+// lines, with a blocked member in the first (prompt), in the second one level down
+// (usage.model), or in neither, by turns.
+func handlerEvent(call, n int) []byte {
+	first, second := `,"prompt":"CANARY"`, `{"delta":"x"}`
+	switch n % 3 {
+	case 2:
+		first, second = "", `{"delta":"x","usage":{"tokens":1,"model":"CANARY"}}`
+	case 0:
+		first = ""
+	}
+	return fmt.Appendf(nil, "data: {\"event\":\"%d:%d\"%s}\ndata: %s", call, n, first, second)
+}
 
 // successBody is what call id's operation answers when it succeeds; a stream of more than
 // two events names their number.
@@ -581,21 +630,21 @@ func successBody(id, replica, events int) map[string]any {
 // streamLength is how many events a stream emits when it succeeds.
 func streamLength(chunks int) int { return 1 + max(chunks, 1) }
 
-// streamEvents are the events of call's stream of n events.
-func streamEvents(call, n int) []string {
+// streamEvents are the events of call's stream of n events (of Documents if documents).
+func streamEvents(call, n int, documents bool) []string {
 	out := make([]string, n)
 	for i := range out {
-		out[i] = streamEventOf(call, i+1)
+		out[i] = streamEventOf(call, i+1, documents)
 	}
 	return out
 }
 
 // storedWhole reports whether a sequence of events fits maxBytes, so that it is stored
-// with the answer (its wire form: "data: " and a blank line around each).
+// with the answer (its wire form: "data: " before each of its lines, and a blank line).
 func storedWhole(events []string, maxBytes int) bool {
 	n := 0
 	for _, e := range events {
-		n += len("data: ") + len(e) + 2
+		n += len("data: ")*(1+strings.Count(e, "\n")) + len(e) + 2
 	}
 	return n <= maxBytes
 }
@@ -645,7 +694,7 @@ func (r *run) op(id, replica int, key string, c Client, events int) idemguard.Op
 	return func(ctx context.Context) (any, error) {
 		e := r.h.StartExec(key, id, replica)
 		if events > 0 {
-			r.h.StreamExec(e, events)
+			r.h.StreamExec(e, events, c.Documents)
 		}
 		cut := func(err error) (any, error) {
 			r.h.EndExec(e, time.Now(), true, true, nil)

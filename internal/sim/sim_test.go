@@ -31,7 +31,7 @@ func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
 func defectNames() string {
 	var names []string
-	for _, d := range sim.Defects {
+	for _, d := range append(append([]sim.Defect(nil), sim.Defects...), sim.EngineDefects...) {
 		names = append(names, string(d))
 	}
 	return strings.Join(names, ", ")

@@ -1,7 +1,9 @@
 // Package testhooks carries the guard's test-only knobs between package
 // idemguard and package idemguardtest, so that the root package exports
 // none of them. Package idemguard assigns the function variables in its
-// init; only idemguardtest calls them.
+// init; idemguardtest calls them, and GuardDefect is also read by the code
+// beside the engine that a defect can reach (the middleware's reading of
+// events, internal/eventdata).
 package testhooks
 
 import (
@@ -44,6 +46,11 @@ const (
 	// DefectSelfCancel: an operation that reports stopReason canceled on
 	// its own gets its attempt back, as a recorded cancel does.
 	DefectSelfCancel Defect = "self-cancel"
+	// DefectBlocklistMultiDocument: a streamed event whose data holds
+	// several JSON documents (one per data line, say) is kept as written,
+	// blocked members and all (internal/eventdata), as the middleware's
+	// decoder once left it.
+	DefectBlocklistMultiDocument Defect = "blocklist-multi-document"
 )
 
 // ReadFirst says when a Guard reads a row before its claim INSERT.
@@ -77,4 +84,8 @@ var (
 	// Jobs returns how many background operations g, an *idemguard.Guard,
 	// runs in this process.
 	Jobs func(g any) int
+	// GuardDefect returns the defect g, an *idemguard.Guard, was built to
+	// put back (its Config's Knobs.Defect), for the code beside the engine
+	// that reads it (internal/eventdata's callers).
+	GuardDefect func(g any) Defect
 )

@@ -3,15 +3,15 @@ package middleware
 import (
 	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
-	"io"
 	"mime"
 	"net/http"
 	"slices"
 	"strings"
 
 	"github.com/idemguard/idemguard"
+	"github.com/idemguard/idemguard/internal/eventdata"
+	"github.com/idemguard/idemguard/internal/testhooks"
 	"github.com/idemguard/idemguard/routers/internal/pipeline"
 	"github.com/idemguard/idemguard/sanitize"
 )
@@ -21,8 +21,9 @@ import (
 // A request that accepts text/event-stream is served by the guard's
 // streamed form: the handler's server-sent events reach the client as the
 // handler flushes them, and are captured, stored and replayed byte for byte
-// like a streamed operation's. Each event's JSON data keeps the blocklist of
-// the envelope at every depth (a field named prompt, debug, provider, ... is
+// like a streamed operation's (each read by internal/eventdata, as the
+// simulation's streamed events are). Each event's JSON data keeps the
+// blocklist of the envelope at every depth (a field named prompt, debug, provider, ... is
 // dropped wherever it is), in every JSON document the event holds (several
 // data lines may hold one each); the removed members are counted like
 // those of any answer (Result.DroppedFields, EventDroppedField). Data that
@@ -60,7 +61,7 @@ func (m *Middleware) serveStream(w http.ResponseWriter, in incoming, next http.H
 	rt.Keep = nil // the events are stored as they were sent
 	res, err := m.guard.DoStream(in.r.Context(), in.req.Call(in.tenant, rt, in.inputs()), idemguard.StreamOperation{
 		Run: func(ctx context.Context, emit func(idemguard.Chunk)) (any, error) {
-			cw := &captureWriter{emit: emit, kept: m.headers}
+			cw := &captureWriter{emit: emit, kept: m.headers, defect: testhooks.GuardDefect(m.guard)}
 			bw := &bufferedWriter{header: make(http.Header), max: m.limits.MaxBody, capture: cw}
 			next.ServeHTTP(bw, in.req.HandlerRequest(ctx, in.r))
 			return cw.result(bw)
@@ -88,6 +89,7 @@ type captureWriter struct {
 	events  int
 	failed  bool
 	dropped []string // the blocked members removed from events (and refused events)
+	defect  testhooks.Defect
 }
 
 func (c *captureWriter) streaming(w *bufferedWriter) bool {
@@ -105,7 +107,7 @@ func (c *captureWriter) write(w *bufferedWriter, p []byte) (int, error) {
 		}
 		block := c.pending[:i]
 		c.pending = c.pending[i+2:]
-		e, dropped, refused, ok := parseEventBlock(block)
+		e, dropped, refused, ok := eventdata.Parse(block, c.defect)
 		c.noteDropped(dropped)
 		switch {
 		case !ok || refused:
@@ -151,140 +153,4 @@ func (c *captureWriter) result(w *bufferedWriter) (any, error) {
 		}
 	}
 	return v, nil
-}
-
-// parseEventBlock reads one event (its "event:" and "data:" fields; comments
-// and ids are not kept) and applies the blocklist to its JSON data. It
-// returns the names of the blocked members it removed (paths such as
-// "choices[].delta.prompt"); refused is true for an event whose data the
-// blocklist cannot be applied to with certainty (see withoutBlocked).
-func parseEventBlock(block []byte) (e idemguard.Chunk, dropped []string, refused, ok bool) {
-	var data []string
-	for _, line := range strings.Split(strings.ReplaceAll(string(block), "\r", ""), "\n") {
-		switch {
-		case strings.HasPrefix(line, "event:"):
-			e.Type = strings.TrimPrefix(strings.TrimPrefix(line, "event:"), " ")
-		case strings.HasPrefix(line, "data:"):
-			data = append(data, strings.TrimPrefix(strings.TrimPrefix(line, "data:"), " "))
-		}
-	}
-	if data == nil {
-		return e, nil, false, false
-	}
-	e.Data, dropped, refused = withoutBlocked([]byte(strings.Join(data, "\n")))
-	return e, dropped, refused, true
-}
-
-// withoutBlocked drops the blocklisted members, at every depth, of every
-// JSON document an event's data holds: data that is a sequence of JSON
-// documents (one, or several, say one per data line) is cleaned document
-// by document, each written on a line of its own if any member went; data
-// that is not has each of its lines that is a JSON sequence cleaned the
-// same way, and the rest kept as written, unless a JSON reader could still
-// find a blocked member in it (a quoted blocked name followed by a colon,
-// however escaped): then the event is refused. Text, code and [DONE] are
-// kept as written.
-func withoutBlocked(b []byte) (out []byte, dropped []string, refused bool) {
-	if cleaned, names, ok := cleanSequence(b); ok {
-		return cleaned, names, false
-	}
-	lines := bytes.Split(b, []byte("\n"))
-	for i, line := range lines {
-		if cleaned, names, ok := cleanSequence(line); ok {
-			lines[i], dropped = cleaned, append(dropped, names...)
-		}
-	}
-	out = bytes.Join(lines, []byte("\n"))
-	if name := blockedMemberName(out); name != "" {
-		return nil, append(dropped, name), true
-	}
-	return out, dropped, false
-}
-
-// cleanSequence drops the blocked members of the JSON documents b holds, one
-// after another; ok is false when b is not a sequence of JSON documents.
-// Nothing dropped, b is returned as it is.
-func cleanSequence(b []byte) (out []byte, dropped []string, ok bool) {
-	dec := json.NewDecoder(bytes.NewReader(b))
-	dec.UseNumber()
-	var docs []any
-	for {
-		var v any
-		err := dec.Decode(&v)
-		if err == io.EOF {
-			break
-		}
-		if err != nil {
-			return nil, nil, false
-		}
-		docs = append(docs, v)
-	}
-	if len(docs) == 0 {
-		return nil, nil, false
-	}
-	for _, v := range docs {
-		dropBlocked(v, "", func(name string) { dropped = append(dropped, name) })
-	}
-	if len(dropped) == 0 {
-		return b, nil, true
-	}
-	encoded := make([][]byte, len(docs))
-	for i, v := range docs {
-		encoded[i] = pipeline.EncodeJSON(v)
-	}
-	return bytes.Join(encoded, []byte("\n")), dropped, true
-}
-
-// dropBlocked removes blocked keys in place, calling dropped with the path
-// of each.
-func dropBlocked(v any, path string, dropped func(string)) {
-	switch t := v.(type) {
-	case map[string]any:
-		for k, x := range t {
-			name := k
-			if path != "" {
-				name = path + "." + k
-			}
-			if sanitize.IsBlockedKey(k) {
-				delete(t, k)
-				dropped(name)
-				continue
-			}
-			dropBlocked(x, name, dropped)
-		}
-	case []any:
-		for _, x := range t {
-			dropBlocked(x, path+"[]", dropped)
-		}
-	}
-}
-
-// blockedMemberName returns a blocked name that b holds as an object
-// member's name would be written: a JSON string (escapes decoded) followed,
-// after white space, by a colon; "" when there is none. Every quote not
-// escaped is tried as the start of such a string, so text whose quotes do
-// not pair up hides none; each try ends at the next quote or line end, so
-// the scan is linear.
-func blockedMemberName(b []byte) string {
-	for i := 0; i < len(b); i++ {
-		if b[i] != '"' || i > 0 && b[i-1] == '\\' {
-			continue
-		}
-		end := i + 1
-		for end < len(b) && b[end] != '"' && b[end] != '\n' {
-			if b[end] == '\\' {
-				end++
-			}
-			end++
-		}
-		if end >= len(b) || b[end] != '"' {
-			continue
-		}
-		after := bytes.TrimLeft(b[end+1:], " \t\r\n")
-		var name string
-		if len(after) > 0 && after[0] == ':' && json.Unmarshal(b[i:end+1], &name) == nil && sanitize.IsBlockedKey(name) {
-			return name
-		}
-	}
-	return ""
 }

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"testing"
 
+	"github.com/idemguard/idemguard/internal/eventdata"
 	"github.com/idemguard/idemguard/internal/live"
 	"github.com/idemguard/idemguard/sanitize"
 )
@@ -30,7 +31,7 @@ func FuzzEventBlocklist(f *testing.F) {
 		f.Add([]byte(seed))
 	}
 	f.Fuzz(func(t *testing.T, block []byte) {
-		e, _, refused, ok := parseEventBlock(block)
+		e, _, refused, ok := eventdata.Parse(block, "")
 		if !ok || refused {
 			return
 		}
@@ -38,7 +39,7 @@ func FuzzEventBlocklist(f *testing.F) {
 			t.Fatalf("kept data %q holds the blocked member %q", e.Data, name)
 		}
 		wire := live.AppendSSE(nil, live.Event{Type: e.Type, Data: e.Data})
-		again, dropped, refused, ok := parseEventBlock(bytes.TrimSuffix(wire, []byte("\n\n")))
+		again, dropped, refused, ok := eventdata.Parse(bytes.TrimSuffix(wire, []byte("\n\n")), "")
 		if !ok || refused || len(dropped) > 0 || !bytes.Equal(again.Data, e.Data) {
 			t.Fatalf("read again, %q became %q (dropped %q, refused %t)", e.Data, again.Data, dropped, refused)
 		}
@@ -95,28 +96,4 @@ func blockedIn(v any) string {
 		}
 	}
 	return ""
-}
-
-// What happens to each kind of event data: JSON documents are cleaned one
-// by one, text is kept, and text in which a JSON reader could still find a
-// blocked field is refused.
-func TestEventDataBlocklist(t *testing.T) {
-	for _, tc := range []struct {
-		data, want string
-		refused    bool
-	}{
-		{data: `{"delta":"x"}`, want: `{"delta":"x"}`},
-		{data: "{\"prompt\":\"c\"}\n{\"delta\":\"x\"}", want: "{}\n{\"delta\":\"x\"}"},
-		{data: `{"a":1} {"b":{"Debug":1}}`, want: "{\"a\":1}\n{\"b\":{}}"},
-		{data: "[DONE]", want: "[DONE]"},
-		{data: "if (err) { return error }", want: "if (err) { return error }"},
-		{data: "note\n{\"\\u0070rompt\":1}", want: "note\n{}"},
-		{data: `see {"prompt": 1} here`, refused: true},
-		{data: "text {\"x\":1,\n\"model\"\n: 2}", refused: true},
-	} {
-		got, _, refused := withoutBlocked([]byte(tc.data))
-		if refused != tc.refused || !tc.refused && string(got) != tc.want {
-			t.Errorf("%q: got %q (refused %t), want %q (refused %t)", tc.data, got, refused, tc.want, tc.refused)
-		}
-	}
 }
