@@ -107,25 +107,14 @@ func guardStreamResumesLiveWithoutWaiting(t *testing.T, h *Harness) {
 	g, _ := newGuard(t, h)
 	c := &chunker{n: 4, steps: make(chan struct{})}
 	owner := newRecorder()
-	ownerDone := make(chan idemguard.Result, 1)
-	go func() {
-		res, _ := g.DoStream(ctxFor(t), streamCall("r2"), c.op(), owner)
-		ownerDone <- res
-	}()
+	ownerDone := streamAsync(t, g, streamCall("r2"), c.op(), owner)
 	for range 2 {
 		c.steps <- struct{}{}
 		<-owner.wrote
 	}
 	run := owner.runOf(t, 1)
 	r := newRecorder()
-	done := make(chan idemguard.Result, 1)
-	go func() {
-		res, err := g.DoStream(ctxFor(t), resumeCall("r2", run+"-2"), c.op(), r)
-		if err != nil {
-			t.Error(err) // fails this case only; the result is still sent so the case ends
-		}
-		done <- res
-	}()
+	done := streamAsync(t, g, resumeCall("r2", run+"-2"), c.op(), r)
 	c.steps <- struct{}{}
 	select { // the third chunk, live, while the owner is blocked again
 	case <-r.wrote:
@@ -211,12 +200,8 @@ func guardStreamResumeOfARebuiltAnswerRestarts(t *testing.T, h *Harness) {
 func guardLiveStreamsAreBoundedPerProcess(t *testing.T, h *Harness) {
 	g, _ := newGuard(t, h, withMaxLiveStreams(1))
 	c := &chunker{n: 2, steps: make(chan struct{})}
-	done := make(chan idemguard.Result, 1)
 	owner := newRecorder()
-	go func() {
-		res, _ := g.DoStream(ctxFor(t), streamCall("r5"), c.op(), owner)
-		done <- res
-	}()
+	done := streamAsync(t, g, streamCall("r5"), c.op(), owner)
 	c.steps <- struct{}{}
 	<-owner.wrote
 
@@ -277,25 +262,14 @@ func guardStreamResumesLiveAfterTheLogDroppedItsStart(t *testing.T, h *Harness) 
 	g, _ := newGuard(t, h, withMaxStreamBytes(128)) // the log keeps the last four or five chunks
 	c := &chunker{n: 12, steps: make(chan struct{})}
 	owner := newRecorder()
-	ownerDone := make(chan idemguard.Result, 1)
-	go func() {
-		res, _ := g.DoStream(ctxFor(t), streamCall("r7"), c.op(), owner)
-		ownerDone <- res
-	}()
+	ownerDone := streamAsync(t, g, streamCall("r7"), c.op(), owner)
 	for range 8 {
 		c.steps <- struct{}{}
 		<-owner.wrote
 	}
 	run := owner.runOf(t, 1)
 	r := newRecorder()
-	done := make(chan idemguard.Result, 1)
-	go func() {
-		res, err := g.DoStream(ctxFor(t), resumeCall("r7", run+"-7"), c.op(), r)
-		if err != nil {
-			t.Error(err) // fails this case only; the result is still sent so the case ends
-		}
-		done <- res
-	}()
+	done := streamAsync(t, g, resumeCall("r7", run+"-7"), c.op(), r)
 	select { // the eighth chunk, from the log, while the owner is blocked
 	case <-r.wrote:
 	case res := <-done:

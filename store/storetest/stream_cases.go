@@ -126,6 +126,22 @@ func (c *chunker) wantText() string {
 	return b.String() + "done:{\"finish\":\"stop\"}\n"
 }
 
+// streamAsync runs g.DoStream in a goroutine, for a case that steps the
+// operation or starts a follower meanwhile; the result arrives on the
+// channel. An error fails this case only, and the result is still sent so
+// the case ends.
+func streamAsync(t *testing.T, g *idemguard.Guard, call idemguard.Call, op idemguard.StreamOperation, w idemguard.StreamWriter) <-chan idemguard.Result {
+	done := make(chan idemguard.Result, 1)
+	go func() {
+		res, err := g.DoStream(ctxFor(t), call, op, w)
+		if err != nil {
+			t.Error(err)
+		}
+		done <- res
+	}()
+	return done
+}
+
 func streamCall(key string) idemguard.Call {
 	return idemguard.Call{Tenant: "acme", Scope: "chat", ClientKey: key, Inputs: map[string]any{"q": key}, Detach: true}
 }
@@ -280,25 +296,14 @@ func guardStreamFollowerGetsEveryEventLive(t *testing.T, h *Harness) {
 	g, _ := newGuard(t, h)
 	c := &chunker{n: 4, steps: make(chan struct{})}
 	owner := newRecorder()
-	ownerDone := make(chan idemguard.Result, 1)
-	go func() {
-		res, _ := g.DoStream(ctxFor(t), streamCall("k5"), c.op(), owner)
-		ownerDone <- res
-	}()
+	ownerDone := streamAsync(t, g, streamCall("k5"), c.op(), owner)
 	c.steps <- struct{}{}
 	<-owner.wrote
 
 	f := newRecorder()
 	fc := streamCall("k5")
 	fc.Wait = 20 * time.Second
-	fDone := make(chan idemguard.Result, 1)
-	go func() {
-		res, err := g.DoStream(ctxFor(t), fc, c.op(), f)
-		if err != nil {
-			t.Error(err) // fails this case only; the result is still sent so the case ends
-		}
-		fDone <- res
-	}()
+	fDone := streamAsync(t, g, fc, c.op(), f)
 	select { // the first event, from the log, while the owner is blocked
 	case <-f.wrote:
 	case <-time.After(20 * time.Second):
