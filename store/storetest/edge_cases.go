@@ -13,6 +13,7 @@ import (
 
 	"github.com/idemguard/idemguard"
 	"github.com/idemguard/idemguard/internal/faulttest"
+	"github.com/idemguard/idemguard/internal/testkeys"
 	"github.com/idemguard/idemguard/sanitize"
 	"github.com/idemguard/idemguard/store"
 )
@@ -455,9 +456,9 @@ func guardLookupJudgesStalenessByTheRowsLease(t *testing.T, h *Harness) {
 		Fingerprint: hash("fp"), Nonce: nonce(), TTL: time.Second, Lease: time.Second})
 	require.NoError(t, err)
 	h.Age(t, "acme", "s2", kh, 10*time.Second) // expired, silent for 10 × its lease
-	_, err = g.Lookup(ctxFor(t), hashKey(t, g, "acme", "s2", kh))
+	_, err = g.Lookup(ctxFor(t), testkeys.Hash(t, g, "acme", "s2", kh))
 	require.ErrorIs(t, err, idemguard.ErrNotFound, "a dead, expired claim was reported as running")
-	info, err := g.Lookup(ctxFor(t), hashKey(t, g, "acme", "s", probe.KeyHash))
+	info, err := g.Lookup(ctxFor(t), testkeys.Hash(t, g, "acme", "s", probe.KeyHash))
 	require.NoError(t, err)
 	require.Equal(t, store.RowSucceeded, info.Status)
 }

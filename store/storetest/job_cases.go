@@ -11,6 +11,7 @@ import (
 
 	"github.com/idemguard/idemguard"
 	"github.com/idemguard/idemguard/idemguardtest"
+	"github.com/idemguard/idemguard/internal/testkeys"
 	"github.com/idemguard/idemguard/sanitize"
 	"github.com/idemguard/idemguard/store"
 )
@@ -166,9 +167,9 @@ func jobCancelFromAnotherProcess(t *testing.T, h *Harness) {
 	require.NoError(t, err)
 	waitStarted(t, b)
 
-	require.ErrorIs(t, other.Cancel(ctxFor(t), clientKey(t, other, "acme", "jobs", "no-such-key")), idemguard.ErrNotFound)
-	require.ErrorIs(t, other.Cancel(ctxFor(t), hashKey(t, other, "globex", "jobs", res.KeyHash)), idemguard.ErrNotFound)
-	require.NoError(t, other.Cancel(ctxFor(t), hashKey(t, other, "acme", "jobs", res.KeyHash)))
+	require.ErrorIs(t, other.Cancel(ctxFor(t), testkeys.Client(t, other, "acme", "jobs", "no-such-key")), idemguard.ErrNotFound)
+	require.ErrorIs(t, other.Cancel(ctxFor(t), testkeys.Hash(t, other, "globex", "jobs", res.KeyHash)), idemguard.ErrNotFound)
+	require.NoError(t, other.Cancel(ctxFor(t), testkeys.Hash(t, other, "acme", "jobs", res.KeyHash)))
 	require.True(t, idemguardtest.Jobs(other) == 0 && idemguardtest.Jobs(g) <= 1)
 
 	r := waitForStatus(t, h, res.KeyHash, store.RowFailed)
@@ -176,8 +177,8 @@ func jobCancelFromAnotherProcess(t *testing.T, h *Harness) {
 	env, err := sanitize.FromJSON(r.Response)
 	require.NoError(t, err)
 	require.Equal(t, sanitize.Canceled, env.StopReason)
-	require.ErrorIs(t, other.Cancel(ctxFor(t), hashKey(t, other, "acme", "jobs", res.KeyHash)), idemguard.ErrKeyFinished)
-	info, err := other.Lookup(ctxFor(t), hashKey(t, other, "acme", "jobs", res.KeyHash))
+	require.ErrorIs(t, other.Cancel(ctxFor(t), testkeys.Hash(t, other, "acme", "jobs", res.KeyHash)), idemguard.ErrKeyFinished)
+	info, err := other.Lookup(ctxFor(t), testkeys.Hash(t, other, "acme", "jobs", res.KeyHash))
 	require.NoError(t, err)
 	require.Equal(t, store.RowFailed, info.Status)
 	require.False(t, info.CancelRequested)
@@ -216,10 +217,10 @@ func jobWatchReportsEveryTransition(t *testing.T, h *Harness) {
 	require.NoError(t, err)
 	waitStarted(t, b)
 
-	remote, err := other.Watch(ctxFor(t), hashKey(t, other, "acme", "jobs", res.KeyHash), "")
+	remote, err := other.Watch(ctxFor(t), testkeys.Hash(t, other, "acme", "jobs", res.KeyHash), "")
 	require.NoError(t, err)
 	defer remote.Close()
-	local, err := owner.Watch(ctxFor(t), hashKey(t, owner, "acme", "jobs", res.KeyHash), "")
+	local, err := owner.Watch(ctxFor(t), testkeys.Hash(t, owner, "acme", "jobs", res.KeyHash), "")
 	require.NoError(t, err)
 	defer local.Close()
 	first, err := remote.Next(ctxFor(t))
@@ -248,13 +249,13 @@ func jobWatchReportsEveryTransition(t *testing.T, h *Harness) {
 
 	// A reconnect after the started event resumes after it; after the
 	// final one, there is nothing more.
-	resumed, err := other.Watch(ctxFor(t), hashKey(t, other, "acme", "jobs", res.KeyHash), first.ID)
+	resumed, err := other.Watch(ctxFor(t), testkeys.Hash(t, other, "acme", "jobs", res.KeyHash), first.ID)
 	require.NoError(t, err)
 	evs := collect(t, resumed)
 	resumed.Close()
 	require.Len(t, evs, 1)
 	require.Equal(t, idemguard.EventSucceeded, evs[0].Kind)
-	done, err := other.Watch(ctxFor(t), hashKey(t, other, "acme", "jobs", res.KeyHash), evs[0].ID)
+	done, err := other.Watch(ctxFor(t), testkeys.Hash(t, other, "acme", "jobs", res.KeyHash), evs[0].ID)
 	require.NoError(t, err)
 	require.Empty(t, collect(t, done))
 	done.Close()
@@ -270,18 +271,18 @@ func jobWatchersAreBounded(t *testing.T, h *Harness) {
 	res, err := g.Start(ctxFor(t), jobCall("bounded-1"), b.op)
 	require.NoError(t, err)
 	defer close(b.release)
-	w1, err := other.Watch(ctxFor(t), hashKey(t, other, "acme", "jobs", res.KeyHash), "")
+	w1, err := other.Watch(ctxFor(t), testkeys.Hash(t, other, "acme", "jobs", res.KeyHash), "")
 	require.NoError(t, err)
-	w2, err := other.Watch(ctxFor(t), hashKey(t, other, "acme", "jobs", res.KeyHash), "")
+	w2, err := other.Watch(ctxFor(t), testkeys.Hash(t, other, "acme", "jobs", res.KeyHash), "")
 	require.NoError(t, err)
 	defer w2.Close()
-	_, err = other.Watch(ctxFor(t), hashKey(t, other, "acme", "jobs", res.KeyHash), "")
+	_, err = other.Watch(ctxFor(t), testkeys.Hash(t, other, "acme", "jobs", res.KeyHash), "")
 	require.ErrorIs(t, err, idemguard.ErrTooManyWatchers)
 	w1.Close()
-	w3, err := other.Watch(ctxFor(t), hashKey(t, other, "acme", "jobs", res.KeyHash), "")
+	w3, err := other.Watch(ctxFor(t), testkeys.Hash(t, other, "acme", "jobs", res.KeyHash), "")
 	require.NoError(t, err)
 	w3.Close()
-	local, err := g.Watch(ctxFor(t), hashKey(t, g, "acme", "jobs", res.KeyHash), "")
+	local, err := g.Watch(ctxFor(t), testkeys.Hash(t, g, "acme", "jobs", res.KeyHash), "")
 	require.NoError(t, err, "each process counts its own watchers")
 	local.Close()
 }
@@ -292,7 +293,7 @@ func jobWaitJobs(t *testing.T, h *Harness) {
 	res, err := g.Start(ctxFor(t), jobCall("drain-1"), b.op)
 	require.NoError(t, err)
 	waitStarted(t, b)
-	w, err := g.Watch(ctxFor(t), hashKey(t, g, "acme", "jobs", res.KeyHash), "")
+	w, err := g.Watch(ctxFor(t), testkeys.Hash(t, g, "acme", "jobs", res.KeyHash), "")
 	require.NoError(t, err)
 	defer w.Close()
 	_, err = w.Next(ctxFor(t)) // started

@@ -10,6 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/idemguard/idemguard"
+	"github.com/idemguard/idemguard/internal/testkeys"
 	"github.com/idemguard/idemguard/sanitize"
 )
 
@@ -190,7 +191,7 @@ func guardStreamResumeOfARebuiltAnswerRestarts(t *testing.T, h *Harness) {
 		_, err := g.DoStream(ctxFor(t), resumeCall("r4-bad", bad), c.op(), newRecorder())
 		require.ErrorIs(t, err, idemguard.ErrInvalidInput, bad)
 	}
-	_, err = g.Lookup(ctxFor(t), clientKey(t, g, "acme", "chat", "r4-bad"))
+	_, err = g.Lookup(ctxFor(t), testkeys.Client(t, g, "acme", "chat", "r4-bad"))
 	require.ErrorIs(t, err, idemguard.ErrNotFound, "an invalid ID claims nothing")
 }
 
@@ -209,7 +210,7 @@ func guardLiveStreamsAreBoundedPerProcess(t *testing.T, h *Harness) {
 	_, err := g.DoStream(ctxFor(t), streamCall("r5-other"), other.op(), newRecorder())
 	require.ErrorIs(t, err, idemguard.ErrTooManyLiveStreams)
 	require.Zero(t, other.runs.Load())
-	_, err = g.Lookup(ctxFor(t), clientKey(t, g, "acme", "chat", "r5-other"))
+	_, err = g.Lookup(ctxFor(t), testkeys.Client(t, g, "acme", "chat", "r5-other"))
 	require.ErrorIs(t, err, idemguard.ErrNotFound, "a refused stream claims nothing")
 
 	c.steps <- struct{}{}
@@ -230,7 +231,7 @@ func guardStreamResumeTellsExecutionsOfOneAttemptApart(t *testing.T, h *Harness)
 	_, err := g.DoStream(ctxFor(t), streamCall("r6"), c.op(), old)
 	require.NoError(t, err)
 	oldRun := old.runOf(t, 1)
-	h.Age(t, "acme", "chat", clientKey(t, g, "acme", "chat", "r6").Hash(), 48*time.Hour)
+	h.Age(t, "acme", "chat", testkeys.Client(t, g, "acme", "chat", "r6").Hash(), 48*time.Hour)
 
 	again := newRecorder()
 	res, err := g.DoStream(ctxFor(t), resumeCall("r6", oldRun+"-2"), c.op(), again)

@@ -33,7 +33,6 @@ import (
 	"github.com/idemguard/idemguard/idemguardtest"
 	"github.com/idemguard/idemguard/internal/testlog"
 	"github.com/idemguard/idemguard/store"
-	"github.com/idemguard/idemguard/tenancy"
 )
 
 // Harness gives the suite a fresh store and the few test-only powers it
@@ -299,20 +298,4 @@ func mustJSON(t testing.TB, v any) json.RawMessage {
 	b, err := json.Marshal(v)
 	require.NoError(t, err)
 	return b
-}
-
-// clientKey is g.Key(tenant, scope, key), failing the case on an error.
-func clientKey(t testing.TB, g *idemguard.Guard, tenant tenancy.ID, scope, key string) idemguard.Key {
-	t.Helper()
-	k, err := g.Key(tenant, scope, key)
-	require.NoError(t, err)
-	return k
-}
-
-// hashKey is g.KeyOfHash(tenant, scope, hash), failing the case on an error.
-func hashKey(t testing.TB, g *idemguard.Guard, tenant tenancy.ID, scope, hash string) idemguard.Key {
-	t.Helper()
-	k, err := g.KeyOfHash(tenant, scope, hash)
-	require.NoError(t, err)
-	return k
 }

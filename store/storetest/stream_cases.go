@@ -13,6 +13,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/idemguard/idemguard"
+	"github.com/idemguard/idemguard/internal/testkeys"
 	"github.com/idemguard/idemguard/sanitize"
 	"github.com/idemguard/idemguard/store"
 )
@@ -204,7 +205,7 @@ func guardStreamRunsOnceAndReplaysTheSameEvents(t *testing.T, h *Harness) {
 	require.True(t, plain.Cached)
 	require.Equal(t, "tok0 tok1 tok2 tok3 tok4 ", plain.Envelope.Data["text"], "a plain call gets the assembled envelope")
 	require.Contains(t, h.Dump(t), `data: {"delta":"tok4 "}`, "the row holds the event sequence")
-	info, err := g.Lookup(ctxFor(t), clientKey(t, g, "acme", "chat", "k1"))
+	info, err := g.Lookup(ctxFor(t), testkeys.Client(t, g, "acme", "chat", "k1"))
 	require.NoError(t, err)
 	require.Equal(t, "stored", info.StreamEvents)
 }
@@ -375,7 +376,7 @@ func guardOversizeStreamIsStoredAsItsEnvelope(t *testing.T, h *Harness) {
 	require.EqualValues(t, 1, dropped.Load())
 	require.Contains(t, logs.String(), "stream over the size limit")
 	require.NotContains(t, h.Dump(t), "delta")
-	info, err := g.Lookup(ctxFor(t), clientKey(t, g, "acme", "chat", "k6"))
+	info, err := g.Lookup(ctxFor(t), testkeys.Client(t, g, "acme", "chat", "k6"))
 	require.NoError(t, err)
 	require.Equal(t, "dropped", info.StreamEvents, "the key's record says the events were not stored")
 
