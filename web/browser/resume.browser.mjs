@@ -8,27 +8,11 @@
 //
 // Usage: node browser/resume.browser.mjs --url http://127.0.0.1:8081 --cut http://127.0.0.1:9000/cut
 // Env: CHROMIUM (default /usr/bin/chromium).
-import { parseArgs } from "node:util";
-import { chromium } from "playwright-core";
+import { check, cli, launch, wait } from "./harness.mjs";
 
-const { values: args } = parseArgs({ options: { url: { type: "string" }, cut: { type: "string" } } });
-if (!args.url || !args.cut) {
-  console.error("usage: node browser/resume.browser.mjs --url http://127.0.0.1:8081 --cut http://127.0.0.1:9000/cut");
-  process.exit(2);
-}
-const api = args.url.replace(/\/+$/, "");
-const wait = { timeout: 30_000 };
+const { args, api } = cli("node browser/resume.browser.mjs --url http://127.0.0.1:8081 --cut http://127.0.0.1:9000/cut", "cut");
 
-function check(cond, what) {
-  if (!cond) throw new Error(`check failed: ${what}`);
-}
-
-const browser = await chromium.launch({
-  executablePath: process.env.CHROMIUM || "/usr/bin/chromium",
-  headless: true,
-  args: ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--disable-background-networking",
-    "--disable-component-update", "--disable-sync", "--disable-dev-shm-usage"],
-});
+const browser = await launch();
 const out = { posts: [] };
 try {
   const page = await browser.newPage();
