@@ -33,3 +33,30 @@ export function launch() {
       "--disable-component-update", "--disable-sync", "--disable-dev-shm-usage"],
   });
 }
+
+// newest reads the demo page's newest result.
+export function newest(page) {
+  return page.$eval("#results .result", (li) => ({
+    state: li.dataset.state ?? "", replay: li.dataset.replay ?? "", key: li.dataset.key ?? "",
+    reconnects: Number(li.dataset.reconnects ?? "0"),
+    answer: li.querySelector(".answer")?.textContent ?? "", error: li.classList.contains("error"),
+    resumed: (li.querySelector(".meta")?.textContent ?? "").includes("resumed"),
+  }));
+}
+
+// streamSome opens the demo page, asks it to stream a new prompt, and
+// returns once some words have arrived while the stream still runs.
+export async function streamSome(page, api) {
+  await page.goto(`${api}/`, wait);
+  await page.fill("#prompt", `Stream a haiku ${Math.random().toString(36).slice(2, 8)}`);
+  await page.click("#stream");
+  await page.waitForFunction(() => {
+    const li = document.querySelector("#results .result");
+    return li?.dataset.state === "streaming" && (li.querySelector(".answer")?.textContent ?? "").split(" ").length >= 3;
+  }, null, wait);
+}
+
+// untilDone waits until the newest result has ended.
+export function untilDone(page) {
+  return page.waitForFunction(() => document.querySelector("#results .result")?.dataset.state === "done", null, wait);
+}
