@@ -4,14 +4,13 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
-	"fmt"
 	"net/http"
-	"strings"
 	"sync"
 	"syscall"
 	"testing"
 	"time"
 
+	"github.com/idemguard/idemguard/internal/live"
 	"github.com/stretchr/testify/require"
 )
 
@@ -121,25 +120,18 @@ func watch(t *testing.T, s *service, path, lastEventID string) (int, <-chan sseE
 	go func() {
 		defer close(out)
 		defer resp.Body.Close()
-		sc := bufio.NewScanner(resp.Body)
-		var e sseEvent
-		for sc.Scan() {
-			line := sc.Text()
-			switch {
-			case line == "":
-				if e.kind != "" {
-					out <- e
-				}
-				e = sseEvent{}
-			case strings.HasPrefix(line, "id: "):
-				e.id = line[4:]
-			case strings.HasPrefix(line, "event: "):
-				e.kind = line[7:]
-			case strings.HasPrefix(line, "data: "):
-				if err := json.Unmarshal([]byte(line[6:]), &e.data); err != nil {
-					panic(fmt.Sprintf("event data %q: %v", line, err))
-				}
+		br := bufio.NewReader(resp.Body)
+		for {
+			ev, err := live.ReadSSE(br)
+			if err != nil {
+				return
 			}
+			e := sseEvent{id: ev.ID, kind: ev.Type}
+			if err := json.Unmarshal(ev.Data, &e.data); err != nil {
+				t.Errorf("event data %q: %v", ev.Data, err) // fails the test; the channel still closes
+				return
+			}
+			out <- e
 		}
 	}()
 	return resp.StatusCode, out
