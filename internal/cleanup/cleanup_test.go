@@ -447,6 +447,29 @@ func countTable(t *testing.T, db *sqlx.DB, table string) int64 {
 	return n
 }
 
+// seedAges seeds, through seed (hours before now, from and to), 30 rows
+// of the last 30 hours, kept by every retention the tests use; 50 of 30
+// days, kept by the default and pruned by 7 days; 250 past the default 90
+// days; and 10 far past.
+func seedAges(t *testing.T, db *sqlx.DB, seed func(t *testing.T, db *sqlx.DB, fromHours, toHours int)) {
+	t.Helper()
+	const day = 24
+	seed(t, db, 1, 30)
+	seed(t, db, 30*day, 30*day+49)
+	seed(t, db, 91*day, 91*day+249)
+	seed(t, db, 400*day, 400*day+9)
+}
+
+// requireNoneOlderThan90Days requires the time oldestSQL selects to be
+// within the default retention.
+func requireNoneOlderThan90Days(t *testing.T, db *sqlx.DB, oldestSQL string) {
+	t.Helper()
+	var oldest, cutoff time.Time
+	require.NoError(t, db.GetContext(t.Context(), &oldest, oldestSQL))
+	require.NoError(t, db.GetContext(t.Context(), &cutoff, `SELECT UTC_TIMESTAMP(6) - INTERVAL 90 DAY`))
+	require.True(t, oldest.After(cutoff), "oldest %s kept past the cutoff %s", oldest, cutoff)
+}
+
 func countStats(t *testing.T, db *sqlx.DB) int64 {
 	t.Helper()
 	return countTable(t, db, "idempotency_stats")
@@ -459,11 +482,7 @@ func TestStatsBucketsPastRetentionArePruned(t *testing.T) {
 	t.Parallel()
 	b := setup(t, cleanuptest.Rows{Expired: 120, Live: 10})
 	ctx := t.Context()
-	const day = 24
-	seedStats(t, b.db, 1, 30)              // the last 30 hours: kept by every retention below
-	seedStats(t, b.db, 30*day, 30*day+49)  // 30 days old: kept by the default, pruned by 7 days
-	seedStats(t, b.db, 91*day, 91*day+249) // past the default 90 days
-	seedStats(t, b.db, 400*day, 400*day+9) // far past
+	seedAges(t, b.db, seedStats)
 	require.Equal(t, int64(30+50+250+10), countStats(t, b.db))
 
 	del := explain(t, b.db, mysqlstore.PurgeStats.BatchSQL(), cleanup.DefaultStatsRetention.Microseconds(), 100)
@@ -491,11 +510,7 @@ func TestStatsBucketsPastRetentionArePruned(t *testing.T) {
 	require.Equal(t, int64(260), sum.StatsDeleted)
 	require.Equal(t, 2, sleeps, "batches of 100, 100, 60: a pause after each full one")
 	require.Equal(t, int64(80), countStats(t, b.db))
-	var oldest time.Time
-	require.NoError(t, b.db.GetContext(ctx, &oldest, `SELECT MIN(bucket_start) FROM idempotency_stats`))
-	var cutoff time.Time
-	require.NoError(t, b.db.GetContext(ctx, &cutoff, `SELECT UTC_TIMESTAMP(6) - INTERVAL 90 DAY`))
-	require.True(t, oldest.After(cutoff), "oldest bucket %s kept past the cutoff %s", oldest, cutoff)
+	requireNoneOlderThan90Days(t, b.db, `SELECT MIN(bucket_start) FROM idempotency_stats`)
 
 	sum, err = cleanup.Run(ctx, b.db, cleanup.Options{StatsRetention: 7 * 24 * time.Hour, Logger: b.logger, Sleep: noSleep})
 	require.NoError(t, err)
@@ -543,12 +558,8 @@ func TestAuditEventsPastRetentionArePruned(t *testing.T) {
 	t.Parallel()
 	b := setup(t, cleanuptest.Rows{Expired: 120, Live: 10})
 	ctx := t.Context()
-	const day = 24
-	seedAudit(t, b.db, 1, 30)              // the last 30 hours: kept by every retention below
-	seedAudit(t, b.db, 30*day, 30*day+49)  // 30 days old: kept by the default, pruned by 7 days
-	seedAudit(t, b.db, 91*day, 91*day+249) // past the default 90 days
-	seedAudit(t, b.db, 400*day, 400*day+9) // far past
-	seedStats(t, b.db, 100*day, 100*day+4) // counted apart
+	seedAges(t, b.db, seedAudit)
+	seedStats(t, b.db, 100*24, 100*24+4) // counted apart
 	require.Equal(t, int64(30+50+250+10), countAudit(t, b.db))
 	_, err := b.db.ExecContext(ctx, `ANALYZE TABLE idempotency_audit`)
 	require.NoError(t, err)
@@ -585,10 +596,7 @@ func TestAuditEventsPastRetentionArePruned(t *testing.T) {
 	require.Zero(t, sum.StatsDeleted)
 	require.Equal(t, 2, sleeps, "batches of 100, 100, 60: a pause after each full one")
 	require.Equal(t, int64(80), countAudit(t, b.db))
-	var oldest, cutoff time.Time
-	require.NoError(t, b.db.GetContext(ctx, &oldest, `SELECT MIN(at) FROM idempotency_audit`))
-	require.NoError(t, b.db.GetContext(ctx, &cutoff, `SELECT UTC_TIMESTAMP(6) - INTERVAL 90 DAY`))
-	require.True(t, oldest.After(cutoff), "oldest event %s kept past the cutoff %s", oldest, cutoff)
+	requireNoneOlderThan90Days(t, b.db, `SELECT MIN(at) FROM idempotency_audit`)
 	require.Contains(t, b.log.String(), `"audit_deleted":260`, "the finish log counts them")
 
 	sum, err = cleanup.Run(ctx, b.db, cleanup.Options{AuditRetention: 7 * 24 * time.Hour, Logger: b.logger, Sleep: noSleep})
