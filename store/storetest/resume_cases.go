@@ -106,13 +106,7 @@ func guardStreamResumesAfterTheLastStoredChunk(t *testing.T, h *Harness) {
 // prepared.follow in claimLoop.running it is answered in progress.
 func guardStreamResumesLiveWithoutWaiting(t *testing.T, h *Harness) {
 	g, _ := newGuard(t, h)
-	c := &chunker{n: 4, steps: make(chan struct{})}
-	owner := newRecorder()
-	ownerDone := streamAsync(t, g, streamCall("r2"), c.op(), owner)
-	for range 2 {
-		c.steps <- struct{}{}
-		<-owner.wrote
-	}
+	c, owner, ownerDone := steppedOwner(t, g, "r2", 4, 2)
 	run := owner.runOf(t, 1)
 	r := newRecorder()
 	done := streamAsync(t, g, resumeCall("r2", run+"-2"), c.op(), r)
@@ -200,11 +194,7 @@ func guardStreamResumeOfARebuiltAnswerRestarts(t *testing.T, h *Harness) {
 // reservation the second stream runs.
 func guardLiveStreamsAreBoundedPerProcess(t *testing.T, h *Harness) {
 	g, _ := newGuard(t, h, withMaxLiveStreams(1))
-	c := &chunker{n: 2, steps: make(chan struct{})}
-	owner := newRecorder()
-	done := streamAsync(t, g, streamCall("r5"), c.op(), owner)
-	c.steps <- struct{}{}
-	<-owner.wrote
+	c, _, done := steppedOwner(t, g, "r5", 2, 1)
 
 	other := &chunker{n: 1}
 	_, err := g.DoStream(ctxFor(t), streamCall("r5-other"), other.op(), newRecorder())
@@ -261,13 +251,7 @@ func guardStreamResumeTellsExecutionsOfOneAttemptApart(t *testing.T, h *Harness)
 // finds them gone and answers in progress.
 func guardStreamResumesLiveAfterTheLogDroppedItsStart(t *testing.T, h *Harness) {
 	g, _ := newGuard(t, h, withMaxStreamBytes(128)) // the log keeps the last four or five chunks
-	c := &chunker{n: 12, steps: make(chan struct{})}
-	owner := newRecorder()
-	ownerDone := streamAsync(t, g, streamCall("r7"), c.op(), owner)
-	for range 8 {
-		c.steps <- struct{}{}
-		<-owner.wrote
-	}
+	c, owner, ownerDone := steppedOwner(t, g, "r7", 12, 8)
 	run := owner.runOf(t, 1)
 	r := newRecorder()
 	done := streamAsync(t, g, resumeCall("r7", run+"-7"), c.op(), r)

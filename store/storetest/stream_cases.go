@@ -143,6 +143,21 @@ func streamAsync(t *testing.T, g *idemguard.Guard, call idemguard.Call, op idemg
 	return done
 }
 
+// steppedOwner starts a stream of n chunks under key whose operation
+// writes each chunk when stepped, and returns once it has written the
+// first written ones: its chunker, its writer and where its result
+// arrives.
+func steppedOwner(t *testing.T, g *idemguard.Guard, key string, n, written int) (*chunker, *recorder, <-chan idemguard.Result) {
+	c := &chunker{n: n, steps: make(chan struct{})}
+	owner := newRecorder()
+	done := streamAsync(t, g, streamCall(key), c.op(), owner)
+	for range written {
+		c.steps <- struct{}{}
+		<-owner.wrote
+	}
+	return c, owner, done
+}
+
 func streamCall(key string) idemguard.Call {
 	return idemguard.Call{Tenant: "acme", Scope: "chat", ClientKey: key, Inputs: map[string]any{"q": key}, Detach: true}
 }
@@ -295,11 +310,7 @@ func guardStreamCallerHangUpStillStores(t *testing.T, h *Harness) {
 // and the event it must see while the owner is blocked never comes.
 func guardStreamFollowerGetsEveryEventLive(t *testing.T, h *Harness) {
 	g, _ := newGuard(t, h)
-	c := &chunker{n: 4, steps: make(chan struct{})}
-	owner := newRecorder()
-	ownerDone := streamAsync(t, g, streamCall("k5"), c.op(), owner)
-	c.steps <- struct{}{}
-	<-owner.wrote
+	c, owner, ownerDone := steppedOwner(t, g, "k5", 4, 1)
 
 	f := newRecorder()
 	fc := streamCall("k5")
