@@ -7,12 +7,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/go-sql-driver/mysql"
 	"github.com/stretchr/testify/require"
 
 	"github.com/idemguard/idemguard"
 	"github.com/idemguard/idemguard/internal/faulttest"
-	"github.com/idemguard/idemguard/internal/mysqlconn"
 	"github.com/idemguard/idemguard/store"
 )
 
@@ -30,15 +28,8 @@ func TestRefusedReplicaFailsFastWhileTheOtherServes(t *testing.T) {
 		staleAfter = 5 * time.Second
 		refusedFor = 1500 * time.Millisecond
 	)
-	b := newBench(t) // replica 0 reaches the database through b.proxy
-	cfg, err := mysql.ParseDSN(b.db.DSN)
-	require.NoError(t, err)
-	other := faulttest.NewProxy(t, cfg.Addr)
-	cfg.Addr = other.Addr()
-	cfg.Timeout = time.Second
-	pool, err := mysqlconn.Open(context.Background(), cfg.FormatDSN(), mysqlconn.PoolConfig{MaxOpenConns: 24})
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = pool.Close() })
+	b := newBench(t)                    // replica 0 reaches the database through b.proxy
+	_, pool := proxiedPool(t, b.db.DSN) // replica 1's own way to the database
 	replicas := []*idemguard.Guard{guard(t, b.viaProxy, storeTimeout(storeTO)), guard(t, pool, storeTimeout(storeTO))}
 	rec := faulttest.NewRecorder()
 
