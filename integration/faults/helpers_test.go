@@ -56,6 +56,21 @@ func proxiedPool(t *testing.T, dsn string) (*faulttest.Proxy, *sqlx.DB) {
 	return proxy, pool
 }
 
+// doAsync runs g.Do in a goroutine; the result arrives on the channel. An
+// error fails the test (t.Error, never require in a goroutine), and the
+// result is still sent so the test goes on to its checks.
+func doAsync(t *testing.T, g *idemguard.Guard, c idemguard.Call, op idemguard.Operation) <-chan idemguard.Result {
+	done := make(chan idemguard.Result, 1)
+	go func() {
+		r, err := g.Do(context.Background(), c, op)
+		if err != nil {
+			t.Error(err)
+		}
+		done <- r
+	}()
+	return done
+}
+
 type logWriter struct{ t testing.TB }
 
 func (w logWriter) Write(p []byte) (int, error) {
