@@ -155,10 +155,7 @@ func guardLostClaimReplyIsSettledByTheRow(t *testing.T, h *Harness) {
 	require.Equal(t, idemguard.StatusSucceeded, res.Status)
 	require.False(t, res.LostClaim)
 	require.Equal(t, 1, c.n())
-	again, err := g.Do(ctxFor(t), call("s", "lost-claim"), c.op(okValue, nil))
-	require.NoError(t, err)
-	require.True(t, again.Cached)
-	sameExceptCached(t, res.Body, again.Body)
+	requireReplay(t, g, call("s", "lost-claim"), c.op(okValue, nil), res)
 	require.Equal(t, 1, c.n())
 }
 
@@ -286,10 +283,7 @@ func guardUnknownCommitOutcomeStillStoresTheResult(t *testing.T, h *Harness) {
 		require.NoError(t, err)
 		require.Equal(t, idemguard.StatusSucceeded, res.Status)
 		require.False(t, res.LostClaim, "an unknown outcome is not a lost claim")
-		again, err := g.Do(ctxFor(t), c, cnt.op(okValue, nil))
-		require.NoError(t, err)
-		require.True(t, again.Cached, "the result was stored")
-		sameExceptCached(t, res.Body, again.Body)
+		requireReplay(t, g, c, cnt.op(okValue, nil), res)
 		require.Equal(t, 1, cnt.n())
 	}
 }

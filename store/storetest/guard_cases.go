@@ -146,10 +146,7 @@ func guardBusinessFailureIsASuccessAndReplayed(t *testing.T, h *Harness) {
 	require.NoError(t, err)
 	require.Equal(t, idemguard.StatusSucceeded, first.Status)
 	require.Equal(t, sanitize.NeedsHuman, first.StopReason)
-	again, err := g.Do(ctxFor(t), call("s", "x"), op)
-	require.NoError(t, err)
-	require.True(t, again.Cached)
-	sameExceptCached(t, first.Body, again.Body)
+	requireReplay(t, g, call("s", "x"), op, first)
 	require.Equal(t, 1, c.n())
 }
 

@@ -184,10 +184,7 @@ func guardKeyCompletedUnderTheOldSecretIsReplayedUnderTheNew(t *testing.T, h *Ha
 	readStore := &hookStore{Store: h.Store}
 	reader, _ := newGuard(t, h, newSide(), withoutCache(), withStore(readStore),
 		func(c *idemguard.Config) { idemguardtest.SetReadFirst(c, idemguardtest.ReadFirstAlways) })
-	again, err := reader.Do(ctxFor(t), keyCall("k-1", map[string]any{"q": 1}), op)
-	require.NoError(t, err)
-	require.True(t, again.Cached)
-	sameExceptCached(t, first.Body, again.Body)
+	requireReplay(t, reader, keyCall("k-1", map[string]any{"q": 1}), op, first)
 	require.EqualValues(t, 1, readStore.getMany.Load())
 	require.Zero(t, readStore.claims.Load())
 
@@ -391,10 +388,7 @@ func guardLaterClaimUnderAnotherSecretYieldsToARunningOne(t *testing.T, h *Harne
 			require.Positive(t, lateStore.getMany.Load(), "the late side checked after its claim")
 			close(b.release)
 			first := <-firstDone
-			again, err := late.Do(ctxFor(t), keyCall(key, "x"), b.op)
-			require.NoError(t, err)
-			require.True(t, again.Cached)
-			sameExceptCached(t, first.Body, again.Body)
+			requireReplay(t, late, keyCall(key, "x"), b.op, first)
 			require.EqualValues(t, 1, b.runs.Load())
 		})
 	}

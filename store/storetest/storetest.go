@@ -285,6 +285,16 @@ func (c *counter) op(value any, err error) idemguard.Operation {
 	}
 }
 
+// requireReplay calls g.Do(c, op) again and requires the stored answer of
+// first back, marked cached.
+func requireReplay(t testing.TB, g *idemguard.Guard, c idemguard.Call, op idemguard.Operation, first idemguard.Result) {
+	t.Helper()
+	again, err := g.Do(ctxFor(t), c, op)
+	require.NoError(t, err)
+	require.True(t, again.Cached, "a replay of the stored answer")
+	sameExceptCached(t, first.Body, again.Body)
+}
+
 // sameExceptCached asserts a replay body equals the first body byte for byte
 // once "cached" is set back to false.
 func sameExceptCached(t testing.TB, first, replay []byte) {
