@@ -163,9 +163,7 @@ func jobCancelFromAnotherProcess(t *testing.T, h *Harness) {
 	g, _ := newGuard(t, h, withHeartbeat(50*time.Millisecond))
 	other, _ := newGuard(t, h)
 	b := newBlocker()
-	res, err := g.Start(ctxFor(t), jobCall("cancel-1"), b.op)
-	require.NoError(t, err)
-	waitStarted(t, b)
+	res := startedJob(t, g, "cancel-1", b)
 
 	require.ErrorIs(t, other.Cancel(ctxFor(t), testkeys.Client(t, other, "acme", "jobs", "no-such-key")), idemguard.ErrNotFound)
 	require.ErrorIs(t, other.Cancel(ctxFor(t), testkeys.Hash(t, other, "globex", "jobs", res.KeyHash)), idemguard.ErrNotFound)
@@ -208,21 +206,35 @@ func collect(t *testing.T, w *idemguard.Watcher) []idemguard.Event {
 	}
 }
 
+// startedJob starts the job key with b's operation on g and returns once
+// the operation runs.
+func startedJob(t *testing.T, g *idemguard.Guard, key string, b *blocker) idemguard.Result {
+	t.Helper()
+	res, err := g.Start(ctxFor(t), jobCall(key), b.op)
+	require.NoError(t, err)
+	waitStarted(t, b)
+	return res
+}
+
+// watchJob watches the job of keyHash through g from its start; the
+// watcher is closed when the case ends.
+func watchJob(t *testing.T, g *idemguard.Guard, keyHash string) *idemguard.Watcher {
+	t.Helper()
+	w, err := g.Watch(ctxFor(t), testkeys.Hash(t, g, "acme", "jobs", keyHash), "")
+	require.NoError(t, err)
+	t.Cleanup(w.Close)
+	return w
+}
+
 func jobWatchReportsEveryTransition(t *testing.T, h *Harness) {
 	stale := idemguard.Settings{StaleAfter: 600 * time.Millisecond}
 	owner, _ := newGuard(t, h, func(c *idemguard.Config) { c.Defaults = stale })
 	other, _ := newGuard(t, h, func(c *idemguard.Config) { c.Defaults = stale })
 	b := newBlocker()
-	res, err := owner.Start(ctxFor(t), jobCall("watch-1"), b.op)
-	require.NoError(t, err)
-	waitStarted(t, b)
+	res := startedJob(t, owner, "watch-1", b)
 
-	remote, err := other.Watch(ctxFor(t), testkeys.Hash(t, other, "acme", "jobs", res.KeyHash), "")
-	require.NoError(t, err)
-	defer remote.Close()
-	local, err := owner.Watch(ctxFor(t), testkeys.Hash(t, owner, "acme", "jobs", res.KeyHash), "")
-	require.NoError(t, err)
-	defer local.Close()
+	remote := watchJob(t, other, res.KeyHash)
+	local := watchJob(t, owner, res.KeyHash)
 	first, err := remote.Next(ctxFor(t))
 	require.NoError(t, err)
 	require.Equal(t, idemguard.EventStarted, first.Kind)
@@ -273,9 +285,7 @@ func jobWatchersAreBounded(t *testing.T, h *Harness) {
 	defer close(b.release)
 	w1, err := other.Watch(ctxFor(t), testkeys.Hash(t, other, "acme", "jobs", res.KeyHash), "")
 	require.NoError(t, err)
-	w2, err := other.Watch(ctxFor(t), testkeys.Hash(t, other, "acme", "jobs", res.KeyHash), "")
-	require.NoError(t, err)
-	defer w2.Close()
+	watchJob(t, other, res.KeyHash) // the second, held until the case ends
 	_, err = other.Watch(ctxFor(t), testkeys.Hash(t, other, "acme", "jobs", res.KeyHash), "")
 	require.ErrorIs(t, err, idemguard.ErrTooManyWatchers)
 	w1.Close()
@@ -290,13 +300,9 @@ func jobWatchersAreBounded(t *testing.T, h *Harness) {
 func jobWaitJobs(t *testing.T, h *Harness) {
 	g, _ := newGuard(t, h)
 	b := newBlocker()
-	res, err := g.Start(ctxFor(t), jobCall("drain-1"), b.op)
-	require.NoError(t, err)
-	waitStarted(t, b)
-	w, err := g.Watch(ctxFor(t), testkeys.Hash(t, g, "acme", "jobs", res.KeyHash), "")
-	require.NoError(t, err)
-	defer w.Close()
-	_, err = w.Next(ctxFor(t)) // started
+	res := startedJob(t, g, "drain-1", b)
+	w := watchJob(t, g, res.KeyHash)
+	_, err := w.Next(ctxFor(t)) // started
 	require.NoError(t, err)
 	short, cancel := context.WithTimeout(ctxFor(t), 100*time.Millisecond)
 	defer cancel()
