@@ -13,6 +13,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/idemguard/idemguard"
+	"github.com/idemguard/idemguard/internal/testkeys"
 	"github.com/idemguard/idemguard/sanitize"
 	"github.com/idemguard/idemguard/store"
 	"github.com/idemguard/idemguard/store/memstore"
@@ -132,11 +133,11 @@ func TestAuditRecordsEachDecisionOnce(t *testing.T) {
 	}
 	require.True(t, events[1].OriginalAt.Equal(first.CompletedAt), "a replay names the original's completion time")
 
-	history, err := b.guard.History(context.Background(), hashKey(t, b.guard, "acme", "ai.copy", first.KeyHash))
+	history, err := b.guard.History(context.Background(), testkeys.Hash(t, b.guard, "acme", "ai.copy", first.KeyHash))
 	require.NoError(t, err)
 	require.Equal(t, kindsOf(events), kindsOf(history))
 	require.Equal(t, 1, history[1].Replay, "History numbers the replays")
-	none, err := b.guard.History(context.Background(), hashKey(t, b.guard, "other", "ai.copy", first.KeyHash))
+	none, err := b.guard.History(context.Background(), testkeys.Hash(t, b.guard, "other", "ai.copy", first.KeyHash))
 	require.NoError(t, err)
 	require.Empty(t, none, "another tenant's key has no history")
 }
@@ -147,7 +148,7 @@ func TestAuditTakeoverAbandonAndRetry(t *testing.T) {
 	ctx := context.Background()
 	stale := idemguard.Settings{StaleAfter: time.Second, MaxAttempts: 3}
 	call := idemguard.Call{Tenant: "acme", Scope: "ai.copy", ClientKey: "k-2", Inputs: 1, Settings: stale}
-	hash := clientKey(t, b.guard, "acme", "ai.copy", "k-2").Hash()
+	hash := testkeys.Client(t, b.guard, "acme", "ai.copy", "k-2").Hash()
 
 	// A claim whose owner died: its row stays started and goes stale.
 	id, err := b.st.Claim(ctx, store.ClaimParams{Tenant: "acme", Scope: "ai.copy", KeyHash: hash,
@@ -176,7 +177,7 @@ func TestAuditAbandonedUnderPolicyFail(t *testing.T) {
 	ctx := context.Background()
 	call := idemguard.Call{Tenant: "acme", Scope: "ai.bill", ClientKey: "k-3", Inputs: 1,
 		Settings: idemguard.Settings{StaleAfter: time.Second, StalePolicy: idemguard.StaleFail}}
-	hash := clientKey(t, b.guard, "acme", "ai.bill", "k-3").Hash()
+	hash := testkeys.Client(t, b.guard, "acme", "ai.bill", "k-3").Hash()
 	_, err := b.st.Claim(ctx, store.ClaimParams{Tenant: "acme", Scope: "ai.bill", KeyHash: hash,
 		Fingerprint: fingerprintOf(t, b, call), Nonce: "dead", TTL: time.Hour, Lease: time.Second})
 	require.NoError(t, err)
@@ -227,7 +228,7 @@ func TestAuditInProgressAndCancel(t *testing.T) {
 	res, err := b.guard.Do(ctx, call, func(context.Context) (any, error) { return nil, errors.New("never runs") })
 	require.NoError(t, err)
 	require.Equal(t, idemguard.StatusInProgress, res.Status)
-	require.NoError(t, b.guard.Cancel(idemguard.WithActor(ctx, "key:ops"), hashKey(t, b.guard, "acme", "ai.job", res.KeyHash)))
+	require.NoError(t, b.guard.Cancel(idemguard.WithActor(ctx, "key:ops"), testkeys.Hash(t, b.guard, "acme", "ai.job", res.KeyHash)))
 	close(release)
 	require.NoError(t, <-done)
 
@@ -413,6 +414,6 @@ func TestContextActorIsValidated(t *testing.T) {
 	_, err := b.guard.Do(ctx, idemguard.Call{Tenant: "acme", Scope: "s", Inputs: 1},
 		func(context.Context) (any, error) { return nil, nil })
 	require.ErrorIs(t, err, idemguard.ErrInvalidInput)
-	require.ErrorIs(t, b.guard.Cancel(ctx, hashKey(t, b.guard, "acme", "s", strings.Repeat("0", 64))), idemguard.ErrInvalidInput)
+	require.ErrorIs(t, b.guard.Cancel(ctx, testkeys.Hash(t, b.guard, "acme", "s", strings.Repeat("0", 64))), idemguard.ErrInvalidInput)
 	require.Empty(t, b.st.Rows())
 }

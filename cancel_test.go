@@ -10,6 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/idemguard/idemguard"
+	"github.com/idemguard/idemguard/internal/testkeys"
 	"github.com/idemguard/idemguard/sanitize"
 )
 
@@ -38,7 +39,7 @@ func TestSelfReportedCancelDoesNotGiveTheAttemptBack(t *testing.T) {
 		require.Equal(t, idemguard.StatusFailed, res.Status, "call %d", i)
 		require.NotEqual(t, sanitize.Canceled, res.StopReason, "call %d: no cancel was recorded", i)
 	}
-	info, err := b.guard.Lookup(context.Background(), clientKey(t, b.guard, "acme", "pay", "self-cancel"))
+	info, err := b.guard.Lookup(context.Background(), testkeys.Client(t, b.guard, "acme", "pay", "self-cancel"))
 	require.NoError(t, err)
 	require.Equal(t, 1, info.Attempts)
 }
@@ -66,7 +67,7 @@ func TestCancelOfAStaleKeyFollowsTheStalePolicy(t *testing.T) {
 			}()
 			<-started
 			b.clock.Advance(2 * time.Minute) // stale on the store's clock
-			key := clientKey(t, b.guard, "acme", "job", "silent")
+			key := testkeys.Client(t, b.guard, "acme", "job", "silent")
 			require.NoError(t, b.guard.Cancel(context.Background(), key), "a stale key is still cancelled")
 
 			var runs atomic.Int32

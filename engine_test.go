@@ -19,7 +19,6 @@ import (
 	"github.com/idemguard/idemguard/sanitize"
 	"github.com/idemguard/idemguard/store"
 	"github.com/idemguard/idemguard/store/memstore"
-	"github.com/idemguard/idemguard/tenancy"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -368,20 +367,4 @@ func TestClosedGuardRefusesNewCallsAndReleasesWaiters(t *testing.T) {
 	require.ErrorIs(t, err, idemguard.ErrShuttingDown)
 	require.False(t, ran)
 	require.Len(t, st.Rows(), 1, "nothing claimed after Close")
-}
-
-// clientKey is g.Key(tenant, scope, key), failing the test on an error.
-func clientKey(t testing.TB, g *idemguard.Guard, tenant tenancy.ID, scope, key string) idemguard.Key {
-	t.Helper()
-	k, err := g.Key(tenant, scope, key)
-	require.NoError(t, err)
-	return k
-}
-
-// hashKey is g.KeyOfHash(tenant, scope, hash), failing the test on an error.
-func hashKey(t testing.TB, g *idemguard.Guard, tenant tenancy.ID, scope, hash string) idemguard.Key {
-	t.Helper()
-	k, err := g.KeyOfHash(tenant, scope, hash)
-	require.NoError(t, err)
-	return k
 }

@@ -10,6 +10,7 @@ import (
 
 	"github.com/idemguard/idemguard"
 	"github.com/idemguard/idemguard/internal/metrics"
+	"github.com/idemguard/idemguard/internal/testkeys"
 	"github.com/idemguard/idemguard/internal/testlog"
 	"github.com/idemguard/idemguard/sanitize"
 	"github.com/idemguard/idemguard/store"
@@ -122,7 +123,7 @@ func TestNoSilentLoss(t *testing.T) {
 		require.EqualValues(t, 0, failureCount(t, m, "summarize", "provider_error"))
 		require.EqualValues(t, 1, failureCount(t, m, "summarize", "unknown"))
 
-		info, err := g.Lookup(ctx, clientKey(t, g, "acme", "summarize", "k1"))
+		info, err := g.Lookup(ctx, testkeys.Client(t, g, "acme", "summarize", "k1"))
 		require.NoError(t, err)
 		require.Equal(t, store.RowFailed, info.Status)
 		require.Equal(t, http.StatusInternalServerError, info.StatusCode)

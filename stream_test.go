@@ -81,36 +81,48 @@ func eventually(t *testing.T, cond func() bool, msg string) {
 	require.Eventually(t, cond, 10*time.Second, time.Millisecond, msg)
 }
 
+// streamAsync runs g.DoStream in a goroutine; the result arrives on the
+// channel. An error fails the test (t.Error), and the result is still
+// sent so the test ends.
+func streamAsync(t *testing.T, g *idemguard.Guard, call idemguard.Call, op idemguard.StreamOperation, w idemguard.StreamWriter) <-chan idemguard.Result {
+	done := make(chan idemguard.Result, 1)
+	go func() {
+		res, err := g.DoStream(context.Background(), call, op, w)
+		if err != nil {
+			t.Error(err)
+		}
+		done <- res
+	}()
+	return done
+}
+
+// slowFollower starts an owner streaming n events of size bytes under the
+// key "big" and a follower whose writer is held until its gate is closed;
+// it returns once the follower has attached, with the owner let past its
+// first event.
+func slowFollower(t *testing.T, g *idemguard.Guard, n, size int) (owner, slow *chunks, ownerDone, followerDone <-chan idemguard.Result) {
+	start := make(chan struct{})
+	owner = newChunks()
+	ownerDone = streamAsync(t, g, streamed("big"), bigOp(n, size, start), owner)
+	<-owner.wrote
+	slow = newChunks()
+	slow.gate = make(chan struct{})
+	fc := streamed("big")
+	fc.Wait = time.Minute
+	followerDone = streamAsync(t, g, fc, bigOp(n, size, nil), slow)
+	eventually(t, func() bool { o, _ := slow.got(); return o == idemguard.StreamAttached }, "the follower attaches")
+	close(start)
+	return owner, slow, ownerDone, followerDone
+}
+
 // A follower slower than the owner, of an answer too long to be stored
 // with its events, is told its chunks are incomplete: never succeeded with
 // a gap. Before the fix it was answered succeeded after one event of 128
 // (the rest rebuilt from the envelope and skipped as already written).
 func TestSlowFollowerOfAnOversizeStreamIsNotToldItSucceeded(t *testing.T) {
 	b := setup(t)
-	start := make(chan struct{})
 	const n, size = 128, 16 << 10 // 2 MiB, over the default MaxStreamBytes
-	owner := newChunks()
-	ownerDone := make(chan idemguard.Result, 1)
-	go func() {
-		res, _ := b.guard.DoStream(context.Background(), streamed("big"), bigOp(n, size, start), owner)
-		ownerDone <- res
-	}()
-	<-owner.wrote
-
-	slow := newChunks()
-	slow.gate = make(chan struct{})
-	fc := streamed("big")
-	fc.Wait = time.Minute
-	followerDone := make(chan idemguard.Result, 1)
-	go func() {
-		res, err := b.guard.DoStream(context.Background(), fc, bigOp(n, size, nil), slow)
-		if err != nil {
-			t.Error(err)
-		}
-		followerDone <- res
-	}()
-	eventually(t, func() bool { o, _ := slow.got(); return o == idemguard.StreamAttached }, "the follower attaches")
-	close(start)
+	owner, slow, ownerDone, followerDone := slowFollower(t, b.guard, n, size)
 	res := <-ownerDone
 	require.Equal(t, idemguard.StatusSucceeded, res.Status)
 	_, got := owner.got()
@@ -131,29 +143,8 @@ func TestSlowFollowerOfAnOversizeStreamIsNotToldItSucceeded(t *testing.T) {
 // kept whole, so a follower however slow gets every event, live.
 func TestLiveLogKeepsWhatMaxStreamBytesStores(t *testing.T) {
 	b := setup(t, func(c *idemguard.Config) { c.MaxStreamBytes = 4 << 20 })
-	start := make(chan struct{})
 	const n, size = 128, 16 << 10
-	owner := newChunks()
-	ownerDone := make(chan idemguard.Result, 1)
-	go func() {
-		res, _ := b.guard.DoStream(context.Background(), streamed("big"), bigOp(n, size, start), owner)
-		ownerDone <- res
-	}()
-	<-owner.wrote
-	slow := newChunks()
-	slow.gate = make(chan struct{})
-	fc := streamed("big")
-	fc.Wait = time.Minute
-	followerDone := make(chan idemguard.Result, 1)
-	go func() {
-		res, err := b.guard.DoStream(context.Background(), fc, bigOp(n, size, nil), slow)
-		if err != nil {
-			t.Error(err)
-		}
-		followerDone <- res
-	}()
-	eventually(t, func() bool { o, _ := slow.got(); return o == idemguard.StreamAttached }, "the follower attaches")
-	close(start)
+	owner, slow, ownerDone, followerDone := slowFollower(t, b.guard, n, size)
 	require.Equal(t, idemguard.StatusSucceeded, (<-ownerDone).Status)
 	close(slow.gate)
 	require.Equal(t, idemguard.StatusSucceeded, (<-followerDone).Status)
@@ -209,34 +200,19 @@ func TestFollowerNeverSplicesTwoExecutions(t *testing.T) {
 	call.Settings.StaleAfter = time.Minute // no heartbeat fires in this test
 
 	aStarted, releaseA := make(chan struct{}), make(chan struct{})
-	aDone := make(chan idemguard.Result, 1)
-	go func() {
-		res, _ := p.DoStream(context.Background(), call, steppedOp("A", aStarted, releaseA), newChunks())
-		aDone <- res
-	}()
+	aDone := streamAsync(t, p, call, steppedOp("A", aStarted, releaseA), newChunks())
 	<-aStarted
 	clock.Advance(2 * time.Minute) // attempt 1 went silent: stale on the store's clock
 
 	bStarted, releaseB := make(chan struct{}), make(chan struct{})
-	bDone := make(chan idemguard.Result, 1)
-	go func() {
-		res, _ := q.DoStream(context.Background(), call, steppedOp("B", bStarted, releaseB), newChunks())
-		bDone <- res
-	}()
+	bDone := streamAsync(t, q, call, steppedOp("B", bStarted, releaseB), newChunks())
 	<-bStarted
 
 	f := newChunks()
 	fc := call
 	fc.Wait = time.Minute
-	fDone := make(chan idemguard.Result, 1)
 	before := pStore.gets.Load()
-	go func() {
-		res, err := p.DoStream(context.Background(), fc, steppedOp("F", make(chan struct{}), nil), f)
-		if err != nil {
-			t.Error(err)
-		}
-		fDone <- res
-	}()
+	fDone := streamAsync(t, p, fc, steppedOp("F", make(chan struct{}), nil), f)
 	// The follower has read the row and either attached (the defect) or
 	// waits for the row (it read it twice).
 	eventually(t, func() bool {
@@ -356,15 +332,8 @@ func TestStreamAnsweredAfterALateSettledClaimGetsTheStoredChunks(t *testing.T) {
 	call := streamed("late")
 	call.Settings.StaleAfter = idemguard.MinStaleAfter
 	sent := time.Now()
-	pDone := make(chan idemguard.Result, 1)
 	w := newChunks()
-	go func() {
-		res, err := p.DoStream(context.Background(), call, steppedOp("P", make(chan struct{}), nil), w)
-		if err != nil {
-			t.Error(err)
-		}
-		pDone <- res
-	}()
+	pDone := streamAsync(t, p, call, steppedOp("P", make(chan struct{}), nil), w)
 	<-hl.reading // P's claim landed; its settling read holds the row as it was
 	clock.Advance(time.Minute)
 	qStarted, releaseQ := make(chan struct{}), make(chan struct{})

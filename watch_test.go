@@ -10,6 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/idemguard/idemguard"
+	"github.com/idemguard/idemguard/internal/testkeys"
 	"github.com/idemguard/idemguard/sanitize"
 	"github.com/idemguard/idemguard/store"
 	"github.com/idemguard/idemguard/store/memstore"
@@ -63,7 +64,7 @@ func TestWatcherOfAReleasedClaimEndsWithTheFailure(t *testing.T) {
 	}()
 	<-gate.landed
 
-	key := clientKey(t, g0, "acme", "job", "released")
+	key := testkeys.Client(t, g0, "acme", "job", "released")
 	wctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	w, err := g0.Watch(wctx, key, "")

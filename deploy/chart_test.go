@@ -66,6 +66,14 @@ func strict(t *testing.T, doc []byte, v any) {
 	require.NoError(t, yaml.UnmarshalStrict(doc, v), "strict decode into %T:\n%s", v, doc)
 }
 
+// decodeInto decodes one rendered document strictly and appends it to into.
+func decodeInto[T any](t *testing.T, doc []byte, into *[]*T) {
+	t.Helper()
+	var o T
+	strict(t, doc, &o)
+	*into = append(*into, &o)
+}
+
 func helmTemplate(t *testing.T, args ...string) []byte {
 	t.Helper()
 	cmd := exec.Command(helm(t), append([]string{"template", "idemguard", chartDir, "--kube-version", kubeVersion}, args...)...)
@@ -98,37 +106,21 @@ func decodeAll(t *testing.T, out []byte) *rendered {
 		b := []byte(doc)
 		switch meta.APIVersion + " " + meta.Kind {
 		case "apps/v1 Deployment":
-			var o appsv1.Deployment
-			strict(t, b, &o)
-			r.deployments = append(r.deployments, &o)
+			decodeInto(t, b, &r.deployments)
 		case "v1 Service":
-			var o corev1.Service
-			strict(t, b, &o)
-			r.services = append(r.services, &o)
+			decodeInto(t, b, &r.services)
 		case "v1 ConfigMap":
-			var o corev1.ConfigMap
-			strict(t, b, &o)
-			r.configMaps = append(r.configMaps, &o)
+			decodeInto(t, b, &r.configMaps)
 		case "policy/v1 PodDisruptionBudget":
-			var o policyv1.PodDisruptionBudget
-			strict(t, b, &o)
-			r.pdbs = append(r.pdbs, &o)
+			decodeInto(t, b, &r.pdbs)
 		case "batch/v1 Job":
-			var o batchv1.Job
-			strict(t, b, &o)
-			r.jobs = append(r.jobs, &o)
+			decodeInto(t, b, &r.jobs)
 		case "batch/v1 CronJob":
-			var o batchv1.CronJob
-			strict(t, b, &o)
-			r.cronJobs = append(r.cronJobs, &o)
+			decodeInto(t, b, &r.cronJobs)
 		case "monitoring.coreos.com/v1 ServiceMonitor":
-			var o monitoringv1.ServiceMonitor
-			strict(t, b, &o)
-			r.serviceMonitor = append(r.serviceMonitor, &o)
+			decodeInto(t, b, &r.serviceMonitor)
 		case "monitoring.coreos.com/v1 PrometheusRule":
-			var o monitoringv1.PrometheusRule
-			strict(t, b, &o)
-			r.prometheusRule = append(r.prometheusRule, &o)
+			decodeInto(t, b, &r.prometheusRule)
 		default:
 			t.Fatalf("the chart renders %s %s, which this test does not decode: add it", meta.APIVersion, meta.Kind)
 		}

@@ -16,6 +16,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/idemguard/idemguard/internal/quickstart"
 	"github.com/idemguard/idemguard/internal/testdb"
 )
 
@@ -222,9 +223,7 @@ func quickStartBlock(t *testing.T) string {
 	t.Helper()
 	doc, err := os.ReadFile(filepath.Join(repoRoot, "README.md"))
 	require.NoError(t, err)
-	_, rest, ok := strings.Cut(string(doc), "<!-- quickstart:begin -->\n```sh\n")
-	require.True(t, ok, "README.md has no <!-- quickstart:begin --> ```sh marker")
-	block, _, ok := strings.Cut(rest, "```\n<!-- quickstart:end -->")
-	require.True(t, ok, "README.md: quickstart:begin without quickstart:end")
+	block, err := quickstart.Block(string(doc))
+	require.NoError(t, err)
 	return block
 }

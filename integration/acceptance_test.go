@@ -13,6 +13,8 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/idemguard/idemguard/internal/quickstart"
 )
 
 // 1. Fresh call → 200 with the envelope; the same request again → the same status and body
@@ -397,10 +399,8 @@ func quickStartBlock(t *testing.T) string {
 	t.Helper()
 	doc, err := os.ReadFile(filepath.Join("..", "README.md"))
 	require.NoError(t, err)
-	_, rest, ok := strings.Cut(string(doc), "<!-- quickstart:begin -->\n```sh\n")
-	require.True(t, ok, "README.md has no <!-- quickstart:begin --> ```sh marker")
-	block, _, ok := strings.Cut(rest, "```\n<!-- quickstart:end -->")
-	require.True(t, ok, "README.md: quickstart:begin without quickstart:end")
+	block, err := quickstart.Block(string(doc))
+	require.NoError(t, err)
 	return block
 }
 

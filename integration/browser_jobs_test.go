@@ -6,6 +6,8 @@ import (
 	"testing"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/idemguard/idemguard/internal/browsertest"
 )
 
 // TestBrowserDemoJob drives the long-job part of the demo page of the built
@@ -19,7 +21,7 @@ import (
 // and skips without them except under CI=true.
 func TestBrowserDemoJob(t *testing.T) {
 	t.Parallel()
-	web, chromium := browserTools(t)
+	web, chromium := browsertest.Tools(t, "../web")
 
 	s := startService(t, map[string]string{"IDEMGUARD_MODE": "development", "IDEMGUARD_LISTEN": "127.0.0.1:0"}, "")
 	out := t.ArtifactDir()
@@ -30,7 +32,7 @@ func TestBrowserDemoJob(t *testing.T) {
 		CanceledAfterMs int      `json:"canceledAfterMs"`
 		Events          []string `json:"events"`
 	}
-	runBrowserScript(t, web, chromium, &rep, "jobs.browser.mjs", "--url", s.url(""), "--out", out)
+	browsertest.Run(t, web, chromium, &rep, "jobs.browser.mjs", "--url", s.url(""), "--out", out)
 	require.True(t, rep.OK)
 	require.Less(t, rep.AcceptedAfterMs, 10_000, "the submission answered before the 30-second job ended")
 	// The demo job's heartbeat (and so its cancel check) comes every 2 s.

@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/idemguard/idemguard/internal/browsertest"
 )
 
 // TestBrowserKeepsKeyUntilOutcomeKnown drives the demo page in headless Chromium
@@ -19,7 +21,7 @@ import (
 // except under CI=true.
 func TestBrowserKeepsKeyUntilOutcomeKnown(t *testing.T) {
 	t.Parallel()
-	web, chromium := browserTools(t)
+	web, chromium := browsertest.Tools(t, "../web")
 
 	s := startService(t, map[string]string{"IDEMGUARD_MODE": "development", "IDEMGUARD_LISTEN": "127.0.0.1:0"}, "")
 	var rep struct {
@@ -31,7 +33,7 @@ func TestBrowserKeepsKeyUntilOutcomeKnown(t *testing.T) {
 			LostStatus int
 		}
 	}
-	runBrowserScript(t, web, chromium, &rep, "keepkey.browser.mjs", "--url", s.url(""))
+	browsertest.Run(t, web, chromium, &rep, "keepkey.browser.mjs", "--url", s.url(""))
 
 	require.True(t, rep.OK)
 	require.True(t, rep.Replay)

@@ -7,6 +7,8 @@ import (
 	"testing"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/idemguard/idemguard/internal/browsertest"
 )
 
 // TestBrowserStreamResumesAfterACutConnection drives the demo page in
@@ -22,7 +24,7 @@ import (
 // Chromium, and skips without them except under CI=true.
 func TestBrowserStreamResumesAfterACutConnection(t *testing.T) {
 	t.Parallel()
-	web, chromium := browserTools(t)
+	web, chromium := browsertest.Tools(t, "../web")
 
 	s := startService(t, map[string]string{"IDEMGUARD_MODE": "development", "IDEMGUARD_LISTEN": "127.0.0.1:0"}, "")
 	proxy := newTCPProxy(t, s.addr)
@@ -43,7 +45,7 @@ func TestBrowserStreamResumesAfterACutConnection(t *testing.T) {
 			LastEventID *string `json:"lastEventId"`
 		} `json:"posts"`
 	}
-	runBrowserScript(t, web, chromium, &rep, "resume.browser.mjs", "--url", "http://"+proxy.addr(), "--cut", cut.URL)
+	browsertest.Run(t, web, chromium, &rep, "resume.browser.mjs", "--url", "http://"+proxy.addr(), "--cut", cut.URL)
 	require.True(t, rep.OK)
 	require.GreaterOrEqual(t, rep.Reconnects, 1)
 	require.NotEqual(t, rep.Partial, rep.Answer, "the cut came in the middle of the stream")

@@ -5,6 +5,8 @@ import (
 	"testing"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/idemguard/idemguard/internal/browsertest"
 )
 
 // TestBrowserStreamResumesAfterReload drives the demo page in headless Chromium
@@ -18,7 +20,7 @@ import (
 // except under CI=true.
 func TestBrowserStreamResumesAfterReload(t *testing.T) {
 	t.Parallel()
-	web, chromium := browserTools(t)
+	web, chromium := browsertest.Tools(t, "../web")
 
 	s := startService(t, map[string]string{"IDEMGUARD_MODE": "development", "IDEMGUARD_LISTEN": "127.0.0.1:0"}, "")
 	var rep struct {
@@ -29,7 +31,7 @@ func TestBrowserStreamResumesAfterReload(t *testing.T) {
 		Replay  bool
 		Keys    []string
 	}
-	runBrowserScript(t, web, chromium, &rep, "stream.browser.mjs", "--url", s.url(""))
+	browsertest.Run(t, web, chromium, &rep, "stream.browser.mjs", "--url", s.url(""))
 	require.True(t, rep.OK)
 	require.True(t, rep.Replay)
 	require.NotEqual(t, rep.Partial, rep.Answer, "the reload came in the middle of the stream")

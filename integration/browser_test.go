@@ -1,11 +1,8 @@
 package integration
 
 import (
-	"context"
 	"encoding/json"
 	"net/http"
-	"os"
-	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strconv"
@@ -14,11 +11,9 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
-)
 
-// chromiumPath is Debian's Chromium (apt-get install chromium); CHROMIUM
-// overrides it.
-const chromiumPath = "/usr/bin/chromium"
+	"github.com/idemguard/idemguard/internal/browsertest"
+)
 
 // browserReport is what web/browser/demo.browser.mjs saw on the page.
 type browserReport struct {
@@ -55,12 +50,12 @@ type browserReport struct {
 // artifact directory (go test -artifacts keeps them).
 func TestBrowserDemoPage(t *testing.T) {
 	t.Parallel()
-	web, chromium := browserTools(t)
+	web, chromium := browsertest.Tools(t, "../web")
 
 	s := startService(t, map[string]string{"IDEMGUARD_MODE": "development", "IDEMGUARD_LISTEN": "127.0.0.1:0"}, "")
 	out := t.ArtifactDir()
 	var rep browserReport
-	runBrowserScript(t, web, chromium, &rep, "demo.browser.mjs", "--url", s.url(""), "--out", out)
+	browsertest.Run(t, web, chromium, &rep, "demo.browser.mjs", "--url", s.url(""), "--out", out)
 
 	// What the page showed (the script checked it too).
 	require.True(t, rep.OK)
@@ -127,54 +122,4 @@ func metricValue(t *testing.T, body, series string) int {
 	v, err := strconv.ParseFloat(m[1], 64)
 	require.NoError(t, err)
 	return int(v)
-}
-
-// browserTools returns web/ and the Chromium binary the browser tests drive,
-// or skips the test (fails it under CI=true) when node, web/node_modules or
-// Chromium is missing; .ci/run installs them.
-func browserTools(t *testing.T) (web, chromium string) {
-	t.Helper()
-	web, err := filepath.Abs("../web")
-	require.NoError(t, err)
-	chromium = chromiumPath
-	if c := os.Getenv("CHROMIUM"); c != "" {
-		chromium = c
-	}
-	var missing []string
-	if _, err := exec.LookPath("node"); err != nil {
-		missing = append(missing, "node")
-	}
-	if _, err := os.Stat(filepath.Join(web, "node_modules", "playwright-core")); err != nil {
-		missing = append(missing, "web/node_modules (npm ci in web/)")
-	}
-	if _, err := os.Stat(chromium); err != nil {
-		missing = append(missing, chromium+" (apt-get install chromium)")
-	}
-	if len(missing) > 0 {
-		msg := "browser test needs: " + strings.Join(missing, ", ") + "; .ci/run installs them"
-		if os.Getenv("CI") == "true" {
-			t.Fatal(msg)
-		}
-		t.Skip(msg)
-	}
-	return web, chromium
-}
-
-// runBrowserScript runs web/browser/<script> with node in headless Chromium
-// (args follow it) and decodes the JSON report on the last line of its
-// output into report.
-func runBrowserScript(t *testing.T, web, chromium string, report any, script string, args ...string) {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, "node", append([]string{"browser/" + script}, args...)...)
-	cmd.Dir = web
-	cmd.Env = append(os.Environ(), "CHROMIUM="+chromium)
-	var stderr strings.Builder
-	cmd.Stderr = &stderr
-	stdout, err := cmd.Output()
-	require.NoError(t, err, "the browser script failed:\n%s\n%s", stdout, stderr.String())
-	lines := strings.Split(strings.TrimSpace(string(stdout)), "\n")
-	require.NoError(t, json.Unmarshal([]byte(lines[len(lines)-1]), report), "report: %s", stdout)
-	t.Logf("browser report: %s", lines[len(lines)-1])
 }

@@ -4,14 +4,14 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
-	"fmt"
 	"net/http"
-	"strings"
 	"sync"
 	"syscall"
 	"testing"
 	"time"
 
+	"github.com/idemguard/idemguard/internal/live"
+	"github.com/idemguard/idemguard/internal/testdb"
 	"github.com/stretchr/testify/require"
 )
 
@@ -28,6 +28,24 @@ type jobUpstream struct {
 	released chan struct{}
 	once     sync.Once
 	canceled []time.Time
+}
+
+// jobReplicas starts two replicas (a, b) of serve with jobsConfig on one
+// database, against one job upstream, and a client.
+func jobReplicas(t *testing.T) (*testdb.Database, *jobUpstream, *http.Client, *service, *service) {
+	t.Helper()
+	db, u, c := database(t), newJobUpstream(t), newClient(t)
+	cfg := jobsConfig(u, "", "")
+	return db, u, c, startService(t, productionEnv(db.DSN), cfg), startService(t, productionEnv(db.DSN), cfg)
+}
+
+// submitRunning submits the job key to s and returns its location once the
+// upstream call has begun (it is the first).
+func submitRunning(t *testing.T, c *http.Client, s *service, u *jobUpstream, key string) string {
+	t.Helper()
+	loc := requireAccepted(t, submit(t, c, s, key))
+	eventually(t, 10*time.Second, "the upstream call", func() bool { return u.calls.Load() == 1 })
+	return loc
 }
 
 func newJobUpstream(t *testing.T) *jobUpstream {
@@ -121,25 +139,18 @@ func watch(t *testing.T, s *service, path, lastEventID string) (int, <-chan sseE
 	go func() {
 		defer close(out)
 		defer resp.Body.Close()
-		sc := bufio.NewScanner(resp.Body)
-		var e sseEvent
-		for sc.Scan() {
-			line := sc.Text()
-			switch {
-			case line == "":
-				if e.kind != "" {
-					out <- e
-				}
-				e = sseEvent{}
-			case strings.HasPrefix(line, "id: "):
-				e.id = line[4:]
-			case strings.HasPrefix(line, "event: "):
-				e.kind = line[7:]
-			case strings.HasPrefix(line, "data: "):
-				if err := json.Unmarshal([]byte(line[6:]), &e.data); err != nil {
-					panic(fmt.Sprintf("event data %q: %v", line, err))
-				}
+		br := bufio.NewReader(resp.Body)
+		for {
+			ev, err := live.ReadSSE(br)
+			if err != nil {
+				return
 			}
+			e := sseEvent{id: ev.ID, kind: ev.Type}
+			if err := json.Unmarshal(ev.Data, &e.data); err != nil {
+				t.Errorf("event data %q: %v", ev.Data, err) // fails the test; the channel still closes
+				return
+			}
+			out <- e
 		}
 	}()
 	return resp.StatusCode, out
@@ -188,10 +199,7 @@ func readJob(t *testing.T, db interface {
 // Idempotency-Key) works the same through the record's ref.
 func TestJobAcceptedDuplicateThenStoredAnswer(t *testing.T) {
 	t.Parallel()
-	db, u, c := database(t), newJobUpstream(t), newClient(t)
-	cfg := jobsConfig(u, "", "")
-	a := startService(t, productionEnv(db.DSN), cfg)
-	b := startService(t, productionEnv(db.DSN), cfg)
+	db, u, c, a, b := jobReplicas(t)
 
 	loc := requireAccepted(t, submit(t, c, a, "job-1"))
 	require.Equal(t, "/v1/ops/jobs/keys/job-1", loc)
@@ -224,10 +232,7 @@ func TestJobAcceptedDuplicateThenStoredAnswer(t *testing.T) {
 // the final answer, in order; so does one on A, with the same event ids.
 func TestJobWatchedFromAnotherReplica(t *testing.T) {
 	t.Parallel()
-	db, u, c := database(t), newJobUpstream(t), newClient(t)
-	cfg := jobsConfig(u, "", "")
-	a := startService(t, productionEnv(db.DSN), cfg)
-	b := startService(t, productionEnv(db.DSN), cfg)
+	_, u, c, a, b := jobReplicas(t)
 
 	loc := requireAccepted(t, submit(t, c, a, "watched"))
 	code, onB := watch(t, b, loc, "")
@@ -276,13 +281,9 @@ func TestJobWatchedFromAnotherReplica(t *testing.T) {
 // is never cancelled and this fails.
 func TestJobCanceledThroughAnotherReplica(t *testing.T) {
 	t.Parallel()
-	db, u, c := database(t), newJobUpstream(t), newClient(t)
-	cfg := jobsConfig(u, "", "")
-	a := startService(t, productionEnv(db.DSN), cfg)
-	b := startService(t, productionEnv(db.DSN), cfg)
+	db, u, c, a, b := jobReplicas(t)
 
-	loc := requireAccepted(t, submit(t, c, a, "cancel-me"))
-	eventually(t, 10*time.Second, "the upstream call", func() bool { return u.calls.Load() == 1 })
+	loc := submitRunning(t, c, a, u, "cancel-me")
 	_, events := watch(t, b, loc, "")
 	asked := time.Now()
 	cancel := do(t, c, b, request{path: loc + "/cancel", apiKey: acmeKey})
@@ -318,13 +319,9 @@ func TestJobCanceledThroughAnotherReplica(t *testing.T) {
 // do; a resubmission takes over and completes.
 func TestJobOfAKilledOwnerShowsStaleThenIsTakenOver(t *testing.T) {
 	t.Parallel()
-	db, u, c := database(t), newJobUpstream(t), newClient(t)
-	cfg := jobsConfig(u, "", "")
-	a := startService(t, productionEnv(db.DSN), cfg)
-	b := startService(t, productionEnv(db.DSN), cfg)
+	db, u, c, a, b := jobReplicas(t)
 
-	loc := requireAccepted(t, submit(t, c, a, "orphan"))
-	eventually(t, 10*time.Second, "the upstream call", func() bool { return u.calls.Load() == 1 })
+	loc := submitRunning(t, c, a, u, "orphan")
 	_, events := watch(t, b, loc, "")
 	a.kill()
 	var stale sseEvent
@@ -445,8 +442,7 @@ func TestJobSIGTERMWaitsForARunningJob(t *testing.T) {
 	t.Parallel()
 	db, u, c := database(t), newJobUpstream(t), newClient(t)
 	s := startService(t, productionEnv(db.DSN), jobsConfig(u, "", "shutdown_grace: 20s"))
-	requireAccepted(t, submit(t, c, s, "drained"))
-	eventually(t, 10*time.Second, "the upstream call", func() bool { return u.calls.Load() == 1 })
+	submitRunning(t, c, s, u, "drained")
 	require.NoError(t, s.cmd.Process.Signal(syscall.SIGTERM))
 	eventually(t, 10*time.Second, "serve stops accepting", func() bool {
 		_, err := tryDo(c, s, request{method: http.MethodGet, path: "/healthz"})
@@ -470,8 +466,7 @@ func TestJobSIGTERMCutsOffAJobPastTheGrace(t *testing.T) {
 	db, u, c := database(t), newJobUpstream(t), newClient(t)
 	cfg := jobsConfig(u, "", "shutdown_grace: 500ms")
 	s := startService(t, productionEnv(db.DSN), cfg)
-	requireAccepted(t, submit(t, c, s, "cut-job"))
-	eventually(t, 10*time.Second, "the upstream call", func() bool { return u.calls.Load() == 1 })
+	submitRunning(t, c, s, u, "cut-job")
 	require.NoError(t, s.cmd.Process.Signal(syscall.SIGTERM))
 	require.Equal(t, 0, s.waitExit(20*time.Second))
 	row := readJob(t, db.DB)

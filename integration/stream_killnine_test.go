@@ -33,12 +33,7 @@ func (s *killNineLLM) behave(n int32, w http.ResponseWriter, r *http.Request) {
 	if n == 1 {
 		defer close(s.firstEnded)
 	}
-	w.Header().Set("Content-Type", "text/event-stream")
-	rc := http.NewResponseController(w)
-	write := func(format string, args ...any) {
-		fmt.Fprintf(w, format, args...)
-		_ = rc.Flush()
-	}
+	write := eventStream(w)
 	for i := range s.n {
 		if n == 1 {
 			select {

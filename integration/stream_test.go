@@ -39,13 +39,19 @@ type streamLLM struct {
 	progress atomic.Int32
 }
 
-func (s *streamLLM) behave(n int32, w http.ResponseWriter, r *http.Request) {
+// eventStream starts a text/event-stream answer on w and returns a write
+// that sends one piece of it and flushes it to the client at once.
+func eventStream(w http.ResponseWriter) func(format string, args ...any) {
 	w.Header().Set("Content-Type", "text/event-stream")
 	rc := http.NewResponseController(w)
-	write := func(format string, args ...any) {
+	return func(format string, args ...any) {
 		fmt.Fprintf(w, format, args...)
 		_ = rc.Flush()
 	}
+}
+
+func (s *streamLLM) behave(n int32, w http.ResponseWriter, r *http.Request) {
+	write := eventStream(w)
 	for i := range s.n {
 		if s.cut > 0 && i == s.cut {
 			return // the stream ends without a finish reason or [DONE]

@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/go-sql-driver/mysql"
+	"github.com/jmoiron/sqlx"
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
 
@@ -55,22 +56,8 @@ func TestSchema(t *testing.T) {
 	ctx := t.Context()
 	db := testdb.New(t).DB
 
-	type column struct {
-		Name      string `db:"column_name"`
-		DataType  string `db:"data_type"`
-		Type      string `db:"column_type"`
-		Precision *int   `db:"datetime_precision"`
-		Nullable  string `db:"is_nullable"`
-	}
-	var cols []column
-	require.NoError(t, db.SelectContext(ctx, &cols, `
-		SELECT column_name, data_type, column_type, datetime_precision, is_nullable
-		FROM information_schema.columns
-		WHERE table_schema = DATABASE() AND table_name = 'idempotency_keys'
-		ORDER BY ordinal_position`))
-	byName := map[string]column{}
-	for _, c := range cols {
-		byName[c.Name] = c
+	_, byName := columnsOf(t, db, "idempotency_keys")
+	for _, c := range byName {
 		require.NotEqual(t, "timestamp", c.DataType, "column %s: TIMESTAMP is banned, use DATETIME(6)", c.Name)
 	}
 
@@ -78,12 +65,8 @@ func TestSchema(t *testing.T) {
 		"created_at": "NO", "started_at": "NO", "heartbeat_at": "YES", "completed_at": "YES", "expires_at": "NO",
 	}
 	for name, nullable := range times {
-		c, ok := byName[name]
-		require.True(t, ok, "column %s exists", name)
-		require.Equal(t, "datetime", c.DataType, "column %s", name)
-		require.NotNil(t, c.Precision, "column %s", name)
-		require.Equal(t, 6, *c.Precision, "column %s: DATETIME(6)", name)
-		require.Equal(t, nullable, c.Nullable, "column %s nullability", name)
+		require.Contains(t, byName, name)
+		requireDatetime6(t, byName[name], nullable)
 	}
 	// MySQL 8 says "bigint unsigned", MariaDB "bigint(20) unsigned".
 	require.Equal(t, "bigint", byName["id"].DataType)
@@ -94,23 +77,7 @@ func TestSchema(t *testing.T) {
 	}
 
 	// Indexes, columns in order.
-	type indexColumn struct {
-		Index     string `db:"index_name"`
-		Column    string `db:"column_name"`
-		NonUnique int    `db:"non_unique"`
-	}
-	var idx []indexColumn
-	require.NoError(t, db.SelectContext(ctx, &idx, `
-		SELECT index_name, column_name, non_unique
-		FROM information_schema.statistics
-		WHERE table_schema = DATABASE() AND table_name = 'idempotency_keys'
-		ORDER BY index_name, seq_in_index`))
-	indexes := map[string][]string{}
-	unique := map[string]bool{}
-	for _, ic := range idx {
-		indexes[ic.Index] = append(indexes[ic.Index], ic.Column)
-		unique[ic.Index] = ic.NonUnique == 0
-	}
+	indexes, unique := indexesOf(t, db, "idempotency_keys")
 	require.Equal(t, []string{"tenant", "scope", "key_hash"}, indexes["uk_idempotency_tenant_scope_key"])
 	require.True(t, unique["uk_idempotency_tenant_scope_key"])
 	require.Equal(t, []string{"expires_at"}, indexes["idx_idempotency_expires_at"])
@@ -147,6 +114,68 @@ func TestSchema(t *testing.T) {
 	require.Equal(t, 1, attempts)
 }
 
+// column is one column of a table, as information_schema describes it.
+type column struct {
+	Name      string  `db:"column_name"`
+	DataType  string  `db:"data_type"`
+	Type      string  `db:"column_type"`
+	Precision *int    `db:"datetime_precision"`
+	Nullable  string  `db:"is_nullable"`
+	Charset   *string `db:"character_set_name"`
+	Collation *string `db:"collation_name"`
+}
+
+// columnsOf reads table's columns: their names in order, and each by name.
+func columnsOf(t *testing.T, db *sqlx.DB, table string) ([]string, map[string]column) {
+	t.Helper()
+	var cols []column
+	require.NoError(t, db.SelectContext(t.Context(), &cols, `
+		SELECT column_name, data_type, column_type, datetime_precision, is_nullable, character_set_name, collation_name
+		FROM information_schema.columns
+		WHERE table_schema = DATABASE() AND table_name = ?
+		ORDER BY ordinal_position`, table))
+	var names []string
+	byName := map[string]column{}
+	for _, c := range cols {
+		names = append(names, c.Name)
+		byName[c.Name] = c
+	}
+	return names, byName
+}
+
+// indexesOf reads table's indexes: each one's columns in order, and
+// whether it is unique.
+func indexesOf(t *testing.T, db *sqlx.DB, table string) (map[string][]string, map[string]bool) {
+	t.Helper()
+	var idx []struct {
+		Index     string `db:"index_name"`
+		Column    string `db:"column_name"`
+		NonUnique int    `db:"non_unique"`
+	}
+	require.NoError(t, db.SelectContext(t.Context(), &idx, `
+		SELECT index_name, column_name, non_unique
+		FROM information_schema.statistics
+		WHERE table_schema = DATABASE() AND table_name = ?
+		ORDER BY index_name, seq_in_index`, table))
+	indexes := map[string][]string{}
+	unique := map[string]bool{}
+	for _, ic := range idx {
+		indexes[ic.Index] = append(indexes[ic.Index], ic.Column)
+		unique[ic.Index] = ic.NonUnique == 0
+	}
+	return indexes, unique
+}
+
+// requireDatetime6 requires c to be a DATETIME(6), never a TIMESTAMP, of
+// that nullability.
+func requireDatetime6(t *testing.T, c column, nullable string) {
+	t.Helper()
+	require.Equal(t, "datetime", c.DataType, "column %s: DATETIME(6), never TIMESTAMP", c.Name)
+	require.NotNil(t, c.Precision, "column %s", c.Name)
+	require.Equal(t, 6, *c.Precision, "column %s: DATETIME(6)", c.Name)
+	require.Equal(t, nullable, c.Nullable, "column %s nullability", c.Name)
+}
+
 func requireMySQLError(t *testing.T, err error, number uint16) {
 	t.Helper()
 	var myErr *mysql.MySQLError
@@ -161,35 +190,11 @@ func TestAuditSchema(t *testing.T) {
 	ctx := t.Context()
 	db := testdb.New(t).DB
 
-	type column struct {
-		Name      string  `db:"column_name"`
-		DataType  string  `db:"data_type"`
-		Type      string  `db:"column_type"`
-		Precision *int    `db:"datetime_precision"`
-		Nullable  string  `db:"is_nullable"`
-		Charset   *string `db:"character_set_name"`
-		Collation *string `db:"collation_name"`
-	}
-	var cols []column
-	require.NoError(t, db.SelectContext(ctx, &cols, `
-		SELECT column_name, data_type, column_type, datetime_precision, is_nullable, character_set_name, collation_name
-		FROM information_schema.columns
-		WHERE table_schema = DATABASE() AND table_name = 'idempotency_audit'
-		ORDER BY ordinal_position`))
-	var names []string
-	byName := map[string]column{}
-	for _, c := range cols {
-		names = append(names, c.Name)
-		byName[c.Name] = c
-	}
+	names, byName := columnsOf(t, db, "idempotency_audit")
 	require.Equal(t, []string{"id", "event_id", "kind", "at", "tenant", "scope", "key_hash", "attempt", "actor",
 		"original_at", "stop_reason", "detail"}, names)
 	for name, nullable := range map[string]string{"at": "NO", "original_at": "YES"} {
-		c := byName[name]
-		require.Equal(t, "datetime", c.DataType, "column %s: DATETIME(6), never TIMESTAMP", name)
-		require.NotNil(t, c.Precision, "column %s", name)
-		require.Equal(t, 6, *c.Precision, "column %s: DATETIME(6)", name)
-		require.Equal(t, nullable, c.Nullable, "column %s nullability", name)
+		requireDatetime6(t, byName[name], nullable)
 	}
 	for _, name := range []string{"event_id", "kind", "tenant", "scope", "key_hash", "stop_reason", "detail"} {
 		c := byName[name]
@@ -208,23 +213,7 @@ func TestAuditSchema(t *testing.T) {
 		require.Equal(t, "YES", byName[name].Nullable, "column %s", name)
 	}
 
-	type indexColumn struct {
-		Index     string `db:"index_name"`
-		Column    string `db:"column_name"`
-		NonUnique int    `db:"non_unique"`
-	}
-	var idx []indexColumn
-	require.NoError(t, db.SelectContext(ctx, &idx, `
-		SELECT index_name, column_name, non_unique
-		FROM information_schema.statistics
-		WHERE table_schema = DATABASE() AND table_name = 'idempotency_audit'
-		ORDER BY index_name, seq_in_index`))
-	indexes := map[string][]string{}
-	unique := map[string]bool{}
-	for _, ic := range idx {
-		indexes[ic.Index] = append(indexes[ic.Index], ic.Column)
-		unique[ic.Index] = ic.NonUnique == 0
-	}
+	indexes, unique := indexesOf(t, db, "idempotency_audit")
 	require.Equal(t, map[string][]string{
 		"PRIMARY":                       {"id"},
 		"uk_idempotency_audit_event_id": {"event_id"},
@@ -258,22 +247,7 @@ func TestAuditTallySchema(t *testing.T) {
 	ctx := t.Context()
 	db := testdb.New(t).DB
 
-	type column struct {
-		Name     string `db:"column_name"`
-		Type     string `db:"column_type"`
-		Nullable string `db:"is_nullable"`
-	}
-	cols := func(table string) map[string]column {
-		var cs []column
-		require.NoError(t, db.SelectContext(ctx, &cs, `SELECT column_name, column_type, is_nullable
-			FROM information_schema.columns WHERE table_schema = DATABASE() AND table_name = ?`, table))
-		out := map[string]column{}
-		for _, c := range cs {
-			out[c.Name] = c
-		}
-		return out
-	}
-	tally := cols("idempotency_audit_tally")
+	_, tally := columnsOf(t, db, "idempotency_audit_tally")
 	for _, name := range []string{"tenant", "scope", "key_hash", "kind", "attempt", "actor", "detail", "event_id",
 		"first_at", "last_at", "n"} {
 		require.Equal(t, "NO", tally[name].Nullable, "column %s", name)
@@ -285,11 +259,10 @@ func TestAuditTallySchema(t *testing.T) {
 	require.True(t, strings.HasPrefix(tally["n"].Type, "bigint") && strings.HasSuffix(tally["n"].Type, " unsigned"),
 		"n is %q: a count that never wraps", tally["n"].Type)
 
-	var uk []string
-	require.NoError(t, db.SelectContext(ctx, &uk, `SELECT column_name FROM information_schema.statistics
-		WHERE table_schema = DATABASE() AND table_name = 'idempotency_audit_tally'
-		  AND index_name = 'uk_idempotency_audit_tally' ORDER BY seq_in_index`))
-	require.Equal(t, []string{"tenant", "scope", "key_hash", "kind", "attempt", "actor", "detail"}, uk)
+	indexes, unique := indexesOf(t, db, "idempotency_audit_tally")
+	require.Equal(t, []string{"tenant", "scope", "key_hash", "kind", "attempt", "actor", "detail"},
+		indexes["uk_idempotency_audit_tally"])
+	require.True(t, unique["uk_idempotency_audit_tally"])
 
 	const insert = `INSERT INTO idempotency_audit_tally (tenant, scope, key_hash, kind, attempt, actor, event_id,
 		first_at, last_at, n) VALUES ('acme', 's', REPEAT('a', 64), 'replay', 1, 'key:a', ?, UTC_TIMESTAMP(6), UTC_TIMESTAMP(6), 1)`
@@ -298,7 +271,9 @@ func TestAuditTallySchema(t *testing.T) {
 	_, err = db.ExecContext(ctx, insert, strings.Repeat("1", 32))
 	requireMySQLError(t, err, 1062) // detail defaults to '': the same tally, not a second row
 
-	keys := cols("idempotency_keys")
-	require.Equal(t, column{Name: "claim_event_id", Type: "char(32)", Nullable: "YES"}, keys["claim_event_id"])
-	require.Equal(t, column{Name: "claimed_by", Type: "varchar(128)", Nullable: "YES"}, keys["claimed_by"])
+	_, keys := columnsOf(t, db, "idempotency_keys")
+	for name, typ := range map[string]string{"claim_event_id": "char(32)", "claimed_by": "varchar(128)"} {
+		require.Equal(t, typ, keys[name].Type, "column %s", name)
+		require.Equal(t, "YES", keys[name].Nullable, "column %s", name)
+	}
 }

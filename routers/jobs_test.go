@@ -14,6 +14,7 @@ import (
 
 	"github.com/idemguard/idemguard"
 	"github.com/idemguard/idemguard/idemguardtest"
+	"github.com/idemguard/idemguard/internal/live"
 )
 
 // sseEvent is one event of a stream as a client reads it.
@@ -43,23 +44,13 @@ func openEvents(t *testing.T, srv *httptest.Server, path, lastEventID string) (i
 	go func() {
 		defer close(out)
 		defer resp.Body.Close()
-		sc := bufio.NewScanner(resp.Body)
-		var e sseEvent
-		for sc.Scan() {
-			line := sc.Text()
-			switch {
-			case line == "":
-				if e.kind != "" {
-					out <- e
-				}
-				e = sseEvent{}
-			case strings.HasPrefix(line, "id: "):
-				e.id = line[4:]
-			case strings.HasPrefix(line, "event: "):
-				e.kind = line[7:]
-			case strings.HasPrefix(line, "data: "):
-				e.data += line[6:]
+		br := bufio.NewReader(resp.Body)
+		for {
+			e, err := live.ReadSSE(br)
+			if err != nil {
+				return
 			}
+			out <- sseEvent{id: e.ID, kind: e.Type, data: string(e.Data)}
 		}
 	}()
 	return resp.StatusCode, out

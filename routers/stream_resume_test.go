@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -15,6 +16,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/idemguard/idemguard"
+	"github.com/idemguard/idemguard/internal/live"
 	"github.com/idemguard/idemguard/routers/middleware"
 	"github.com/idemguard/idemguard/sanitize"
 	"github.com/idemguard/idemguard/tenancy"
@@ -24,27 +26,15 @@ import (
 func readSSE(t *testing.T, body string) []sseEvent {
 	t.Helper()
 	var out []sseEvent
-	var e sseEvent
-	var data []string
-	sc := bufio.NewScanner(strings.NewReader(body))
-	for sc.Scan() {
-		line := sc.Text()
-		switch {
-		case line == "":
-			if data != nil {
-				e.data = strings.Join(data, "\n")
-				out = append(out, e)
-			}
-			e, data = sseEvent{}, nil
-		case strings.HasPrefix(line, "id: "):
-			e.id = strings.TrimPrefix(line, "id: ")
-		case strings.HasPrefix(line, "event: "):
-			e.kind = strings.TrimPrefix(line, "event: ")
-		case strings.HasPrefix(line, "data: "):
-			data = append(data, strings.TrimPrefix(line, "data: "))
+	br := bufio.NewReader(strings.NewReader(body))
+	for {
+		e, err := live.ReadSSE(br)
+		if err != nil {
+			require.ErrorIs(t, err, io.EOF)
+			return out
 		}
+		out = append(out, sseEvent{id: e.ID, kind: e.Type, data: string(e.Data)})
 	}
-	return out
 }
 
 // runOf is the "<attempt>-<execution>" of a first event's id, of attempt 1.

@@ -7,11 +7,29 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/jmoiron/sqlx"
 	"github.com/stretchr/testify/require"
 
 	"github.com/idemguard/idemguard/internal/cleanup/cleanuptest"
 	"github.com/idemguard/idemguard/internal/testdb"
 )
+
+// cleanupCLI runs `idemguard cleanup args...`, requires it to succeed,
+// and returns its summary line.
+func cleanupCLI(t *testing.T, environ map[string]string, args ...string) cleanupSummary {
+	t.Helper()
+	r := runCLI(t, environ, append([]string{"cleanup"}, args...)...)
+	require.Equal(t, exitOK, r.code, r.stderr)
+	return decodeSummary(t, r.stdout)
+}
+
+// countRows counts the rows of table (a name from this file, never input).
+func countRows(t *testing.T, db *sqlx.DB, table string) int {
+	t.Helper()
+	var n int
+	require.NoError(t, db.GetContext(t.Context(), &n, `SELECT COUNT(*) FROM `+table))
+	return n
+}
 
 func decodeSummary(t *testing.T, stdout string) cleanupSummary {
 	t.Helper()
@@ -58,9 +76,8 @@ func TestCleanupCommand(t *testing.T) {
 	require.Contains(t, string(prom), "idemguard_cleanup_deleted_rows 5010\n")
 	require.Contains(t, string(prom), "idemguard_cleanup_success 1\n")
 
-	r = runCLI(t, environ, "cleanup")
-	require.Equal(t, exitOK, r.code, r.stderr)
-	require.Equal(t, cleanupSummary{Stopped: "done", DurationMS: decodeSummary(t, r.stdout).DurationMS}, decodeSummary(t, r.stdout))
+	s = cleanupCLI(t, environ)
+	require.Equal(t, cleanupSummary{Stopped: "done", DurationMS: s.DurationMS}, s)
 }
 
 func TestCleanupUsageErrors(t *testing.T) {
@@ -149,36 +166,22 @@ WITH RECURSIVE h (n) AS (SELECT 1 UNION ALL SELECT n + 1 FROM h WHERE n < 120)
 SELECT CAST(DATE_FORMAT(UTC_TIMESTAMP(6), '%Y-%m-%d %H:00:00') AS DATETIME(6)) - INTERVAL n DAY, 's', 1, UTC_TIMESTAMP(6) FROM h`)
 	require.NoError(t, err)
 	environ := map[string]string{EnvMySQLDSN: d.DSN}
-	left := func() int {
-		var n int
-		require.NoError(t, d.DB.GetContext(t.Context(), &n, `SELECT COUNT(*) FROM idempotency_stats`))
-		return n
-	}
+	left := func() int { return countRows(t, d.DB, "idempotency_stats") }
 
-	r := runCLI(t, environ, "cleanup", "--stats-retention", "0")
-	require.Equal(t, exitOK, r.code, r.stderr)
-	require.Zero(t, decodeSummary(t, r.stdout).StatsDeleted)
+	require.Zero(t, cleanupCLI(t, environ, "--stats-retention", "0").StatsDeleted)
 	require.Equal(t, 120, left())
 
-	r = runCLI(t, environ, "cleanup", "--dry-run")
-	require.Equal(t, exitOK, r.code, r.stderr)
 	// A bucket goes when its hour started more than the retention ago: day 90's bucket started
 	// before now - 90 days (unless now is exactly on the hour).
-	require.EqualValues(t, 31, decodeSummary(t, r.stdout).StatsDeleted, "the default keeps 90 days: days 90 to 120 go")
+	require.EqualValues(t, 31, cleanupCLI(t, environ, "--dry-run").StatsDeleted, "the default keeps 90 days: days 90 to 120 go")
 	require.Equal(t, 120, left())
 
-	r = runCLI(t, environ, "cleanup")
-	require.Equal(t, exitOK, r.code, r.stderr)
-	require.EqualValues(t, 31, decodeSummary(t, r.stdout).StatsDeleted)
+	require.EqualValues(t, 31, cleanupCLI(t, environ).StatsDeleted)
 	require.Equal(t, 89, left())
 
-	r = runCLI(t, environ, "cleanup", "--stats-retention", "30d")
-	require.Equal(t, exitOK, r.code, r.stderr)
-	require.EqualValues(t, 60, decodeSummary(t, r.stdout).StatsDeleted)
+	require.EqualValues(t, 60, cleanupCLI(t, environ, "--stats-retention", "30d").StatsDeleted)
 
-	r = runCLI(t, environ, "cleanup", "--stats-retention", "36h")
-	require.Equal(t, exitOK, r.code, r.stderr)
-	require.EqualValues(t, 28, decodeSummary(t, r.stdout).StatsDeleted, "days 2 to 29 go, day 1 stays")
+	require.EqualValues(t, 28, cleanupCLI(t, environ, "--stats-retention", "36h").StatsDeleted, "days 2 to 29 go, day 1 stays")
 	require.Equal(t, 1, left())
 }
 
@@ -193,32 +196,22 @@ WITH RECURSIVE h (n) AS (SELECT 1 UNION ALL SELECT n + 1 FROM h WHERE n < 120)
 SELECT LPAD(HEX(n), 32, '0'), 'replay', UTC_TIMESTAMP(6) - INTERVAL n DAY, 'acme', 's', REPEAT('a', 64), 1 FROM h`)
 	require.NoError(t, err)
 	environ := map[string]string{EnvMySQLDSN: d.DSN}
-	left := func() int {
-		var n int
-		require.NoError(t, d.DB.GetContext(t.Context(), &n, `SELECT COUNT(*) FROM idempotency_audit`))
-		return n
-	}
+	left := func() int { return countRows(t, d.DB, "idempotency_audit") }
 
-	r := runCLI(t, environ, "cleanup", "--audit-retention", "0")
-	require.Equal(t, exitOK, r.code, r.stderr)
-	require.Zero(t, decodeSummary(t, r.stdout).AuditDeleted)
+	require.Zero(t, cleanupCLI(t, environ, "--audit-retention", "0").AuditDeleted)
 	require.Equal(t, 120, left())
 
-	r = runCLI(t, environ, "cleanup", "--dry-run")
+	r := runCLI(t, environ, "cleanup", "--dry-run")
 	require.Equal(t, exitOK, r.code, r.stderr)
 	require.Regexp(t, `^\{"deleted":0,"batches":0,"stats_deleted":0,"audit_deleted":31,"duration_ms":\d+,"dry_run":true,"stopped":"done"\}\n$`,
 		r.stdout, "the default keeps 90 days: days 90 to 120 would go")
 	require.Equal(t, 120, left())
 
-	r = runCLI(t, environ, "cleanup", "--audit-retention", "2160h", "--batch-size", "10", "--pause", "0")
-	require.Equal(t, exitOK, r.code, r.stderr)
-	s := decodeSummary(t, r.stdout)
+	s := cleanupCLI(t, environ, "--audit-retention", "2160h", "--batch-size", "10", "--pause", "0")
 	require.Equal(t, cleanupSummary{AuditDeleted: 31, DurationMS: s.DurationMS, Stopped: "done"}, s,
 		"keys and their batches are counted apart")
 	require.Equal(t, 89, left())
 
-	r = runCLI(t, environ, "cleanup", "--audit-retention", "30d")
-	require.Equal(t, exitOK, r.code, r.stderr)
-	require.EqualValues(t, 60, decodeSummary(t, r.stdout).AuditDeleted)
+	require.EqualValues(t, 60, cleanupCLI(t, environ, "--audit-retention", "30d").AuditDeleted)
 	require.Equal(t, 29, left())
 }

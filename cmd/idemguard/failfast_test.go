@@ -10,7 +10,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/go-sql-driver/mysql"
 	"github.com/stretchr/testify/require"
 
 	"github.com/idemguard/idemguard/internal/faulttest"
@@ -32,10 +31,7 @@ func TestServeFailsFastWhileTheDatabaseRefuses(t *testing.T) {
 		clients  = 10
 	)
 	db := testdb.New(t)
-	cfg, err := mysql.ParseDSN(db.DSN)
-	require.NoError(t, err)
-	proxy := faulttest.NewProxy(t, cfg.Addr)
-	cfg.Addr = proxy.Addr()
+	proxy, cfg := faulttest.ProxyDSN(t, db.DSN)
 	s := startServe(t, productionEnv(cfg.FormatDSN()), `
 store_timeout: 5s
 scopes:

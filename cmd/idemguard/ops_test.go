@@ -1,13 +1,10 @@
 package main
 
 import (
-	"cmp"
-	"context"
 	"encoding/json"
 	"fmt"
 	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -15,6 +12,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/idemguard/idemguard/internal/browsertest"
 	"github.com/idemguard/idemguard/internal/opsui"
 	"github.com/idemguard/idemguard/internal/testdb"
 	"github.com/idemguard/idemguard/routers"
@@ -147,41 +145,12 @@ type opsReport struct {
 // (.ci/run installs them); without them it skips, except under CI=true.
 func TestOpsPageInChromium(t *testing.T) {
 	t.Parallel()
-	web, err := filepath.Abs(filepath.Join("..", "..", "web"))
-	require.NoError(t, err)
-	chromium := cmp.Or(os.Getenv("CHROMIUM"), "/usr/bin/chromium")
-	var missing []string
-	if _, err := exec.LookPath("node"); err != nil {
-		missing = append(missing, "node")
-	}
-	if _, err := os.Stat(filepath.Join(web, "node_modules", "playwright-core")); err != nil {
-		missing = append(missing, "web/node_modules (npm ci in web/)")
-	}
-	if _, err := os.Stat(chromium); err != nil {
-		missing = append(missing, chromium+" (apt-get install chromium)")
-	}
-	if len(missing) > 0 {
-		msg := "the ops page browser test needs: " + strings.Join(missing, ", ") + "; .ci/run installs them"
-		if os.Getenv("CI") == "true" {
-			t.Fatal(msg)
-		}
-		t.Skip(msg)
-	}
+	web, chromium := browsertest.Tools(t, "../../web")
 
 	s := opsServer(t)
 	out := t.TempDir()
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, "node", "browser/ops.browser.mjs", "--url", "http://"+s.opsAddr, "--tenant", "acme", "--out", out)
-	cmd.Dir = web
-	cmd.Env = append(os.Environ(), "CHROMIUM="+chromium)
-	var stderr strings.Builder
-	cmd.Stderr = &stderr
-	stdout, err := cmd.Output()
-	require.NoError(t, err, "the browser script failed:\n%s\n%s", stdout, stderr.String())
-	lines := strings.Split(strings.TrimSpace(string(stdout)), "\n")
 	var rep opsReport
-	require.NoError(t, json.Unmarshal([]byte(lines[len(lines)-1]), &rep), "report: %s", stdout)
+	browsertest.Run(t, web, chromium, &rep, "ops.browser.mjs", "--url", "http://"+s.opsAddr, "--tenant", "acme", "--out", out)
 	t.Logf("screenshot: %s", rep.Screenshot)
 
 	require.Empty(t, rep.Errors, "no script errors, no CSP violations")

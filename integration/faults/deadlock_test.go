@@ -101,12 +101,7 @@ func TestDeadlockOnCommitStoresTheResult(t *testing.T) {
 		return map[string]any{"ok": true, "data": map[string]any{"answer": 42}}, nil
 	}
 	c := idemguard.Call{Tenant: "acme", Scope: "s", ClientKey: "deadlock-commit", Inputs: 1}
-	done := make(chan idemguard.Result, 1)
-	go func() {
-		r, err := g.Do(context.Background(), c, op)
-		require.NoError(t, err)
-		done <- r
-	}()
+	done := doAsync(t, g, c, op)
 	<-started
 	id, expires, _ := keyRow(t, b.db)
 	d := newDeadlocker(t, b.db)
@@ -157,12 +152,7 @@ func TestDeadlockOnAHeartbeatDoesNotCancelTheOperation(t *testing.T) {
 	}
 	c := idemguard.Call{Tenant: "acme", Scope: "s", ClientKey: "deadlock-heartbeat", Inputs: 1,
 		Settings: idemguard.Settings{StaleAfter: 10 * time.Second}}
-	done := make(chan idemguard.Result, 1)
-	go func() {
-		r, err := g.Do(context.Background(), c, op)
-		require.NoError(t, err)
-		done <- r
-	}()
+	done := doAsync(t, g, c, op)
 	<-started
 	id, _, heartbeat := keyRow(t, b.db) // the first beat is a second away
 	d := newDeadlocker(t, b.db)

@@ -8,7 +8,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/go-sql-driver/mysql"
 	"github.com/jmoiron/sqlx"
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
@@ -41,15 +40,35 @@ type bench struct {
 func newBench(t *testing.T) *bench {
 	t.Helper()
 	db := testdb.New(t)
-	cfg, err := mysql.ParseDSN(db.DSN)
-	require.NoError(t, err)
-	proxy := faulttest.NewProxy(t, cfg.Addr)
-	cfg.Addr = proxy.Addr()
+	proxy, pool := proxiedPool(t, db.DSN)
+	return &bench{db: db, proxy: proxy, viaProxy: pool}
+}
+
+// proxiedPool opens a pool to dsn's database whose every connection goes
+// through a new fault proxy.
+func proxiedPool(t *testing.T, dsn string) (*faulttest.Proxy, *sqlx.DB) {
+	t.Helper()
+	proxy, cfg := faulttest.ProxyDSN(t, dsn)
 	cfg.Timeout = time.Second // dial, through a proxy that may be blackholed
 	pool, err := mysqlconn.Open(context.Background(), cfg.FormatDSN(), mysqlconn.PoolConfig{MaxOpenConns: 24})
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = pool.Close() })
-	return &bench{db: db, proxy: proxy, viaProxy: pool}
+	return proxy, pool
+}
+
+// doAsync runs g.Do in a goroutine; the result arrives on the channel. An
+// error fails the test (t.Error, never require in a goroutine), and the
+// result is still sent so the test goes on to its checks.
+func doAsync(t *testing.T, g *idemguard.Guard, c idemguard.Call, op idemguard.Operation) <-chan idemguard.Result {
+	done := make(chan idemguard.Result, 1)
+	go func() {
+		r, err := g.Do(context.Background(), c, op)
+		if err != nil {
+			t.Error(err)
+		}
+		done <- r
+	}()
+	return done
 }
 
 type logWriter struct{ t testing.TB }

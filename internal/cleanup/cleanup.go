@@ -93,6 +93,7 @@ import (
 	"log/slog"
 	"math"
 	"math/rand/v2"
+	"slices"
 	"time"
 
 	"github.com/go-sql-driver/mysql"
@@ -293,8 +294,6 @@ func Run(ctx context.Context, db *sqlx.DB, opts Options) (Summary, error) {
 		}
 		return sum, err
 	}
-	pruneStats := o.StatsRetention > 0
-	pruneAudit := o.AuditRetention > 0
 
 	if ctx.Err() != nil {
 		return finish(StopCanceled, nil)
@@ -319,22 +318,7 @@ func Run(ctx context.Context, db *sqlx.DB, opts Options) (Summary, error) {
 
 	phases := []phase{{what: "expired keys", purge: mysqlstore.PurgeKeys, param: o.StaleAfter, deleted: &sum.Deleted,
 		batches: &sum.Batches, report: true}}
-	if pruneStats {
-		var statsBatches int
-		var savingsBatches int
-		phases = append(phases, phase{what: "old stats buckets", label: "stats ", purge: mysqlstore.PurgeStats, param: o.StatsRetention,
-			deleted: &sum.StatsDeleted, batches: &statsBatches},
-			phase{what: "old savings buckets", label: "savings ", purge: mysqlstore.PurgeSavings, param: o.StatsRetention,
-				deleted: &sum.StatsDeleted, batches: &savingsBatches})
-	}
-	if pruneAudit {
-		var auditBatches int
-		var tallyBatches int
-		phases = append(phases, phase{what: "old audit events", label: "audit ", purge: mysqlstore.PurgeAudit, param: o.AuditRetention,
-			deleted: &sum.AuditDeleted, batches: &auditBatches},
-			phase{what: "old audit tallies", label: "audit tally ", purge: mysqlstore.PurgeAuditTally, param: o.AuditRetention,
-				deleted: &sum.AuditDeleted, batches: &tallyBatches})
-	}
+	phases = append(phases, retained(o, &sum)...)
 	for _, ph := range phases {
 		if reason, err := drain(ctx, conn, o, start, ph); reason != StopDone || err != nil {
 			return finish(reason, err)
@@ -349,25 +333,12 @@ func count(ctx context.Context, db *sqlx.DB, o Options, sum *Summary) error {
 	if sum.Deleted, err = mysqlstore.CountPurgeable(ctx, db, mysqlstore.PurgeKeys, o.StaleAfter); err != nil {
 		return fmt.Errorf("cleanup: count expired rows: %w", err)
 	}
-	if o.StatsRetention > 0 {
-		if sum.StatsDeleted, err = mysqlstore.CountPurgeable(ctx, db, mysqlstore.PurgeStats, o.StatsRetention); err != nil {
-			return fmt.Errorf("cleanup: count old stats buckets: %w", err)
-		}
-		savings, err := mysqlstore.CountPurgeable(ctx, db, mysqlstore.PurgeSavings, o.StatsRetention)
+	for _, ph := range retained(o, sum) {
+		n, err := mysqlstore.CountPurgeable(ctx, db, ph.purge, ph.param)
 		if err != nil {
-			return fmt.Errorf("cleanup: count old savings buckets: %w", err)
+			return fmt.Errorf("cleanup: count %s: %w", ph.what, err)
 		}
-		sum.StatsDeleted += savings
-	}
-	if o.AuditRetention > 0 {
-		if sum.AuditDeleted, err = mysqlstore.CountPurgeable(ctx, db, mysqlstore.PurgeAudit, o.AuditRetention); err != nil {
-			return fmt.Errorf("cleanup: count old audit events: %w", err)
-		}
-		tallies, err := mysqlstore.CountPurgeable(ctx, db, mysqlstore.PurgeAuditTally, o.AuditRetention)
-		if err != nil {
-			return fmt.Errorf("cleanup: count old audit tallies: %w", err)
-		}
-		sum.AuditDeleted += tallies
+		*ph.deleted += n
 	}
 	return nil
 }
@@ -381,6 +352,24 @@ type phase struct {
 	deleted *int64
 	batches *int
 	report  bool // call Options.OnBatch
+}
+
+// retained is the phases after the keys: the stats and savings buckets
+// older than StatsRetention, the audit events and tallies older than
+// AuditRetention. A table whose retention is 0 or less is kept whole and
+// has none.
+func retained(o Options, sum *Summary) []phase {
+	all := []phase{
+		{what: "old stats buckets", label: "stats ", purge: mysqlstore.PurgeStats, param: o.StatsRetention,
+			deleted: &sum.StatsDeleted, batches: new(int)},
+		{what: "old savings buckets", label: "savings ", purge: mysqlstore.PurgeSavings, param: o.StatsRetention,
+			deleted: &sum.StatsDeleted, batches: new(int)},
+		{what: "old audit events", label: "audit ", purge: mysqlstore.PurgeAudit, param: o.AuditRetention,
+			deleted: &sum.AuditDeleted, batches: new(int)},
+		{what: "old audit tallies", label: "audit tally ", purge: mysqlstore.PurgeAuditTally, param: o.AuditRetention,
+			deleted: &sum.AuditDeleted, batches: new(int)},
+	}
+	return slices.DeleteFunc(all, func(ph phase) bool { return ph.param <= 0 })
 }
 
 // drain runs ph's batches until none is left, MaxDuration, cancellation, or an error.

@@ -2,6 +2,7 @@ package cleanup_test
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 	"strings"
 	"sync"
@@ -447,60 +448,32 @@ func countTable(t *testing.T, db *sqlx.DB, table string) int64 {
 	return n
 }
 
+// seedAges seeds, through seed (hours before now, from and to), 30 rows
+// of the last 30 hours, kept by every retention the tests use; 50 of 30
+// days, kept by the default and pruned by 7 days; 250 past the default 90
+// days; and 10 far past.
+func seedAges(t *testing.T, db *sqlx.DB, seed func(t *testing.T, db *sqlx.DB, fromHours, toHours int)) {
+	t.Helper()
+	const day = 24
+	seed(t, db, 1, 30)
+	seed(t, db, 30*day, 30*day+49)
+	seed(t, db, 91*day, 91*day+249)
+	seed(t, db, 400*day, 400*day+9)
+}
+
+// requireNoneOlderThan90Days requires the time oldestSQL selects to be
+// within the default retention.
+func requireNoneOlderThan90Days(t *testing.T, db *sqlx.DB, oldestSQL string) {
+	t.Helper()
+	var oldest, cutoff time.Time
+	require.NoError(t, db.GetContext(t.Context(), &oldest, oldestSQL))
+	require.NoError(t, db.GetContext(t.Context(), &cutoff, `SELECT UTC_TIMESTAMP(6) - INTERVAL 90 DAY`))
+	require.True(t, oldest.After(cutoff), "oldest %s kept past the cutoff %s", oldest, cutoff)
+}
+
 func countStats(t *testing.T, db *sqlx.DB) int64 {
 	t.Helper()
 	return countTable(t, db, "idempotency_stats")
-}
-
-// idempotency_stats buckets older than StatsRetention (default 90 days) are pruned in
-// batches after the keys; younger ones stay; the dry run counts them and deletes nothing; a
-// negative retention keeps every bucket. The batch DELETE walks the primary key.
-func TestStatsBucketsPastRetentionArePruned(t *testing.T) {
-	t.Parallel()
-	b := setup(t, cleanuptest.Rows{Expired: 120, Live: 10})
-	ctx := t.Context()
-	const day = 24
-	seedStats(t, b.db, 1, 30)              // the last 30 hours: kept by every retention below
-	seedStats(t, b.db, 30*day, 30*day+49)  // 30 days old: kept by the default, pruned by 7 days
-	seedStats(t, b.db, 91*day, 91*day+249) // past the default 90 days
-	seedStats(t, b.db, 400*day, 400*day+9) // far past
-	require.Equal(t, int64(30+50+250+10), countStats(t, b.db))
-
-	del := explain(t, b.db, mysqlstore.PurgeStats.BatchSQL(), cleanup.DefaultStatsRetention.Microseconds(), 100)
-	t.Logf("stats delete plan: %v", del)
-	require.Equal(t, "PRIMARY", del["key"], "stats delete plan %v", del)
-	require.NotContains(t, del["Extra"], "filesort", "the primary key gives the order")
-
-	dry, err := cleanup.Run(ctx, b.db, cleanup.Options{DryRun: true, Logger: b.logger})
-	require.NoError(t, err)
-	require.Equal(t, int64(260), dry.StatsDeleted)
-	require.Equal(t, int64(120), dry.Deleted)
-	require.Equal(t, int64(340), countStats(t, b.db), "the dry run deleted nothing")
-
-	off, err := cleanup.Run(ctx, b.db, cleanup.Options{StatsRetention: -1, Logger: b.logger, Sleep: noSleep})
-	require.NoError(t, err)
-	require.Equal(t, int64(120), off.Deleted)
-	require.Zero(t, off.StatsDeleted)
-	require.Equal(t, int64(340), countStats(t, b.db), "a negative retention keeps every bucket")
-
-	var sleeps int
-	sum, err := cleanup.Run(ctx, b.db, cleanup.Options{BatchSize: 100, Logger: b.logger,
-		Sleep: func(context.Context, time.Duration) { sleeps++ }})
-	require.NoError(t, err)
-	require.Equal(t, cleanup.StopDone, sum.Stopped)
-	require.Equal(t, int64(260), sum.StatsDeleted)
-	require.Equal(t, 2, sleeps, "batches of 100, 100, 60: a pause after each full one")
-	require.Equal(t, int64(80), countStats(t, b.db))
-	var oldest time.Time
-	require.NoError(t, b.db.GetContext(ctx, &oldest, `SELECT MIN(bucket_start) FROM idempotency_stats`))
-	var cutoff time.Time
-	require.NoError(t, b.db.GetContext(ctx, &cutoff, `SELECT UTC_TIMESTAMP(6) - INTERVAL 90 DAY`))
-	require.True(t, oldest.After(cutoff), "oldest bucket %s kept past the cutoff %s", oldest, cutoff)
-
-	sum, err = cleanup.Run(ctx, b.db, cleanup.Options{StatsRetention: 7 * 24 * time.Hour, Logger: b.logger, Sleep: noSleep})
-	require.NoError(t, err)
-	require.Equal(t, int64(50), sum.StatsDeleted)
-	require.Equal(t, int64(30), countStats(t, b.db))
 }
 
 // A run stopped while deleting keys leaves the stats buckets for the next run.
@@ -536,65 +509,93 @@ func countAudit(t *testing.T, db *sqlx.DB) int64 {
 	return countTable(t, db, "idempotency_audit")
 }
 
-// idempotency_audit events older than AuditRetention (default 90 days) are pruned in batches
-// after the keys and the stats; younger ones stay; the dry run counts them and deletes nothing;
-// a negative retention keeps every event. The batch DELETE walks idx_idempotency_audit_at.
-func TestAuditEventsPastRetentionArePruned(t *testing.T) {
+// idempotency_stats buckets older than StatsRetention and idempotency_audit events older than
+// AuditRetention (each 90 days by default) are pruned in batches after the keys, each counted
+// apart from the other; younger ones stay; the dry run counts them and deletes nothing; a
+// negative retention keeps every one, and its dry run counts none. The stats' batch DELETE
+// walks the primary key, the audit's idx_idempotency_audit_at.
+func TestRowsPastRetentionArePruned(t *testing.T) {
 	t.Parallel()
-	b := setup(t, cleanuptest.Rows{Expired: 120, Live: 10})
-	ctx := t.Context()
-	const day = 24
-	seedAudit(t, b.db, 1, 30)              // the last 30 hours: kept by every retention below
-	seedAudit(t, b.db, 30*day, 30*day+49)  // 30 days old: kept by the default, pruned by 7 days
-	seedAudit(t, b.db, 91*day, 91*day+249) // past the default 90 days
-	seedAudit(t, b.db, 400*day, 400*day+9) // far past
-	seedStats(t, b.db, 100*day, 100*day+4) // counted apart
-	require.Equal(t, int64(30+50+250+10), countAudit(t, b.db))
-	_, err := b.db.ExecContext(ctx, `ANALYZE TABLE idempotency_audit`)
-	require.NoError(t, err)
+	for _, tc := range []struct {
+		name            string
+		seed, seedOther func(t *testing.T, db *sqlx.DB, fromHours, toHours int)
+		table, oldest   string // oldest: the column the age is read from
+		purge           mysqlstore.Purge
+		retention       time.Duration
+		planKey         string
+		retain          func(o *cleanup.Options, d time.Duration)
+		deleted, other  func(s cleanup.Summary) int64
+	}{
+		{name: "stats", seed: seedStats, seedOther: seedAudit, table: "idempotency_stats", oldest: "bucket_start",
+			purge: mysqlstore.PurgeStats, retention: cleanup.DefaultStatsRetention, planKey: "PRIMARY",
+			retain:  func(o *cleanup.Options, d time.Duration) { o.StatsRetention = d },
+			deleted: func(s cleanup.Summary) int64 { return s.StatsDeleted },
+			other:   func(s cleanup.Summary) int64 { return s.AuditDeleted }},
+		{name: "audit", seed: seedAudit, seedOther: seedStats, table: "idempotency_audit", oldest: "at",
+			purge: mysqlstore.PurgeAudit, retention: cleanup.DefaultAuditRetention, planKey: "idx_idempotency_audit_at",
+			retain:  func(o *cleanup.Options, d time.Duration) { o.AuditRetention = d },
+			deleted: func(s cleanup.Summary) int64 { return s.AuditDeleted },
+			other:   func(s cleanup.Summary) int64 { return s.StatsDeleted }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			b := setup(t, cleanuptest.Rows{Expired: 120, Live: 10})
+			ctx := t.Context()
+			count := func() int64 { return countTable(t, b.db, tc.table) }
+			opts := func(d time.Duration) cleanup.Options {
+				o := cleanup.Options{Logger: b.logger, Sleep: noSleep}
+				tc.retain(&o, d)
+				return o
+			}
+			seedAges(t, b.db, tc.seed)
+			tc.seedOther(t, b.db, 100*24, 100*24+4) // counted apart
+			require.Equal(t, int64(30+50+250+10), count())
+			_, err := b.db.ExecContext(ctx, `ANALYZE TABLE `+tc.table)
+			require.NoError(t, err)
 
-	del := explain(t, b.db, mysqlstore.PurgeAudit.BatchSQL(), cleanup.DefaultAuditRetention.Microseconds(), 100)
-	t.Logf("audit delete plan: %v", del)
-	require.Equal(t, "idx_idempotency_audit_at", del["key"], "audit delete plan %v", del)
-	require.Equal(t, "range", del["type"], "audit delete plan %v", del)
-	require.NotContains(t, del["Extra"], "filesort", "the index gives the order")
+			del := explain(t, b.db, tc.purge.BatchSQL(), tc.retention.Microseconds(), 100)
+			t.Logf("%s delete plan: %v", tc.name, del)
+			require.Equal(t, tc.planKey, del["key"], "%s delete plan %v", tc.name, del)
+			require.Equal(t, "range", del["type"], "%s delete plan %v", tc.name, del)
+			require.NotContains(t, del["Extra"], "filesort", "the index gives the order")
 
-	dry, err := cleanup.Run(ctx, b.db, cleanup.Options{DryRun: true, Logger: b.logger})
-	require.NoError(t, err)
-	require.Equal(t, int64(260), dry.AuditDeleted)
-	require.Equal(t, int64(5), dry.StatsDeleted)
-	require.Equal(t, int64(120), dry.Deleted)
-	require.Equal(t, int64(340), countAudit(t, b.db), "the dry run deleted nothing")
+			dry, err := cleanup.Run(ctx, b.db, cleanup.Options{DryRun: true, Logger: b.logger})
+			require.NoError(t, err)
+			require.Equal(t, int64(260), tc.deleted(dry))
+			require.Equal(t, int64(5), tc.other(dry))
+			require.Equal(t, int64(120), dry.Deleted)
+			require.Equal(t, int64(340), count(), "the dry run deleted nothing")
 
-	off, err := cleanup.Run(ctx, b.db, cleanup.Options{AuditRetention: -1, Logger: b.logger, Sleep: noSleep})
-	require.NoError(t, err)
-	require.Equal(t, int64(120), off.Deleted)
-	require.Equal(t, int64(5), off.StatsDeleted)
-	require.Zero(t, off.AuditDeleted)
-	require.Equal(t, int64(340), countAudit(t, b.db), "a negative retention keeps every event")
-	dry, err = cleanup.Run(ctx, b.db, cleanup.Options{DryRun: true, AuditRetention: -1, Logger: b.logger})
-	require.NoError(t, err)
-	require.Zero(t, dry.AuditDeleted, "nor does its dry run count any")
+			off, err := cleanup.Run(ctx, b.db, opts(-1))
+			require.NoError(t, err)
+			require.Equal(t, int64(120), off.Deleted)
+			require.Equal(t, int64(5), tc.other(off))
+			require.Zero(t, tc.deleted(off))
+			require.Equal(t, int64(340), count(), "a negative retention keeps every one")
+			o := opts(-1)
+			o.DryRun = true
+			dry, err = cleanup.Run(ctx, b.db, o)
+			require.NoError(t, err)
+			require.Zero(t, tc.deleted(dry), "nor does its dry run count any")
 
-	var sleeps int
-	sum, err := cleanup.Run(ctx, b.db, cleanup.Options{BatchSize: 100, Logger: b.logger,
-		Sleep: func(context.Context, time.Duration) { sleeps++ }})
-	require.NoError(t, err)
-	require.Equal(t, cleanup.StopDone, sum.Stopped)
-	require.Equal(t, int64(260), sum.AuditDeleted)
-	require.Zero(t, sum.StatsDeleted)
-	require.Equal(t, 2, sleeps, "batches of 100, 100, 60: a pause after each full one")
-	require.Equal(t, int64(80), countAudit(t, b.db))
-	var oldest, cutoff time.Time
-	require.NoError(t, b.db.GetContext(ctx, &oldest, `SELECT MIN(at) FROM idempotency_audit`))
-	require.NoError(t, b.db.GetContext(ctx, &cutoff, `SELECT UTC_TIMESTAMP(6) - INTERVAL 90 DAY`))
-	require.True(t, oldest.After(cutoff), "oldest event %s kept past the cutoff %s", oldest, cutoff)
-	require.Contains(t, b.log.String(), `"audit_deleted":260`, "the finish log counts them")
+			var sleeps int
+			sum, err := cleanup.Run(ctx, b.db, cleanup.Options{BatchSize: 100, Logger: b.logger,
+				Sleep: func(context.Context, time.Duration) { sleeps++ }})
+			require.NoError(t, err)
+			require.Equal(t, cleanup.StopDone, sum.Stopped)
+			require.Equal(t, int64(260), tc.deleted(sum))
+			require.Zero(t, tc.other(sum))
+			require.Equal(t, 2, sleeps, "batches of 100, 100, 60: a pause after each full one")
+			require.Equal(t, int64(80), count())
+			requireNoneOlderThan90Days(t, b.db, `SELECT MIN(`+tc.oldest+`) FROM `+tc.table)
+			require.Contains(t, b.log.String(), fmt.Sprintf(`"%s_deleted":260`, tc.name), "the finish log counts them")
 
-	sum, err = cleanup.Run(ctx, b.db, cleanup.Options{AuditRetention: 7 * 24 * time.Hour, Logger: b.logger, Sleep: noSleep})
-	require.NoError(t, err)
-	require.Equal(t, int64(50), sum.AuditDeleted)
-	require.Equal(t, int64(30), countAudit(t, b.db))
+			sum, err = cleanup.Run(ctx, b.db, opts(7*24*time.Hour))
+			require.NoError(t, err)
+			require.Equal(t, int64(50), tc.deleted(sum))
+			require.Equal(t, int64(30), count())
+		})
+	}
 }
 
 // A run stopped while deleting keys leaves the audit events for the next run; MaxDuration also

@@ -11,13 +11,8 @@ import (
 
 func TestLoadJWT(t *testing.T) {
 	t.Parallel()
-	path := writeFile(t, `
-mode: production
-mysql_dsn: u:p@tcp(db:3306)/idemguard
-jwt:
-  jwks_url: https://idp.example.com/.well-known/jwks.json
-  issuer: https://idp.example.com/
-  audience: idemguard
+	// No API key at all: a JWT-only production deployment is valid.
+	c, err := loadProductionJWT(t, `
   tenant_claim: https://example.com/tenant
   leeway: 10s
   algorithms: [ES256]
@@ -26,8 +21,6 @@ scopes:
   - {name: chat, operation: demo, auth: [api_key, jwt], isolation: principal}
   - {name: batch, operation: demo}
 `)
-	// No API key at all: a JWT-only production deployment is valid.
-	c, err := Load(path, envOf(map[string]string{EnvSecret: secret}))
 	require.NoError(t, err)
 	require.Equal(t, JWT{
 		JWKSURL: "https://idp.example.com/.well-known/jwks.json", Issuer: "https://idp.example.com/", Audience: "idemguard",
@@ -100,30 +93,32 @@ func TestLoadJWTNamesBadSettings(t *testing.T) {
 // isolation is one of three words.
 func TestLoadJWTTenantsAndIsolation(t *testing.T) {
 	t.Parallel()
-	path := writeFile(t, `
-mode: production
-mysql_dsn: u:p@tcp(db:3306)/idemguard
-jwt:
-  jwks_url: https://idp.example.com/.well-known/jwks.json
-  issuer: https://idp.example.com/
-  audience: idemguard
+	_, err := loadProductionJWT(t, `
   tenants: [acme, "not a tenant"]
 scopes:
   - {name: chat, operation: demo, auth: [jwt], isolation: users}
 `)
-	_, err := Load(path, envOf(map[string]string{EnvSecret: secret}))
 	require.ErrorContains(t, err, "jwt.tenants[1]: ")
 	require.ErrorContains(t, err, "scopes[0].isolation: must be auto")
-	path = writeFile(t, `
+	_, err = loadProductionJWT(t, `
+scopes:
+  - {name: chat, operation: demo, auth: [jwt]}
+`)
+	require.ErrorContains(t, err, "jwt.tenants: is required in production mode")
+}
+
+// loadProductionJWT loads a production config whose jwt section has the
+// JWKS URL, issuer and audience; rest goes on after them (more jwt
+// settings, indented, then the scopes).
+func loadProductionJWT(t *testing.T, rest string) (*Config, error) {
+	t.Helper()
+	const head = `
 mode: production
 mysql_dsn: u:p@tcp(db:3306)/idemguard
 jwt:
   jwks_url: https://idp.example.com/.well-known/jwks.json
   issuer: https://idp.example.com/
   audience: idemguard
-scopes:
-  - {name: chat, operation: demo, auth: [jwt]}
-`)
-	_, err = Load(path, envOf(map[string]string{EnvSecret: secret}))
-	require.ErrorContains(t, err, "jwt.tenants: is required in production mode")
+`
+	return Load(writeFile(t, head+rest[1:]), envOf(map[string]string{EnvSecret: secret}))
 }

@@ -8,6 +8,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/go-sql-driver/mysql"
 )
 
 // Proxy forwards TCP connections from a loopback port to a target (MySQL)
@@ -54,6 +56,20 @@ func NewProxy(t testing.TB, target string) *Proxy {
 	go p.accept(ln)
 	t.Cleanup(p.Close)
 	return p
+}
+
+// ProxyDSN starts a Proxy to the server of dsn (a MySQL DSN) and returns
+// it with dsn's config, its address changed to the proxy's: what a pool
+// whose every connection goes through the proxy is opened with.
+func ProxyDSN(t testing.TB, dsn string) (*Proxy, *mysql.Config) {
+	t.Helper()
+	cfg, err := mysql.ParseDSN(dsn)
+	if err != nil {
+		t.Fatalf("faulttest: %v", err)
+	}
+	p := NewProxy(t, cfg.Addr)
+	cfg.Addr = p.Addr()
+	return p, cfg
 }
 
 // Addr is the proxy's address (host:port).

@@ -1,6 +1,8 @@
 package live
 
 import (
+	"bufio"
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -39,6 +41,32 @@ func TestAppendSSE(t *testing.T) {
 	require.ErrorIs(t, Event{ID: "a\nb"}.Valid(), ErrInvalidEvent)
 	require.ErrorIs(t, Event{Type: "a\rb"}.Valid(), ErrInvalidEvent)
 	require.Equal(t, ": keep alive \n\n", string(Comment("keep alive\n")))
+}
+
+// ReadSSE gives back what AppendSSE wrote (line ends as \n), and skips
+// comments and events without data.
+func TestReadSSEReadsWhatAppendSSEWrites(t *testing.T) {
+	t.Parallel()
+	events := []Event{
+		{Data: []byte(`{"a":1}`)}, {ID: "3", Type: "state", Data: []byte("x")}, {Type: "ping", Data: []byte{}},
+		{Data: []byte("a\nb\nc")}, {Data: []byte("a\n")},
+	}
+	var wire []byte
+	for i, e := range events {
+		wire = AppendSSE(wire, e)
+		if i == 1 {
+			wire = append(wire, Comment("keep alive")...)
+			wire = append(wire, "id: 9\n\n"...)
+		}
+	}
+	r := bufio.NewReader(bytes.NewReader(wire))
+	for _, want := range events {
+		got, err := ReadSSE(r)
+		require.NoError(t, err)
+		require.Equal(t, want, got)
+	}
+	_, err := ReadSSE(r)
+	require.ErrorIs(t, err, io.EOF)
 }
 
 func ctx(t *testing.T) context.Context {

@@ -1,6 +1,7 @@
 package live
 
 import (
+	"bufio"
 	"bytes"
 	"errors"
 	"strings"
@@ -95,4 +96,40 @@ func AppendSSE(dst []byte, e Event) []byte {
 // used as a keep-alive so that proxies do not close an idle stream.
 func Comment(text string) []byte {
 	return []byte(": " + strings.NewReplacer("\r", " ", "\n", " ").Replace(text) + "\n\n")
+}
+
+// ReadSSE reads the next event from r: the receiving side of AppendSSE,
+// for clients of the event streams (tests, the benchmark). Its data lines
+// are joined by \n; a field's one leading space is dropped; comments and
+// unknown fields are skipped; a blank line after no data line dispatches
+// nothing, as in an EventSource. The error is r's (io.EOF at the end of
+// the stream); an event the stream cut off is lost with it.
+func ReadSSE(r *bufio.Reader) (Event, error) {
+	var e Event
+	var data []string
+	for {
+		line, err := r.ReadString('\n')
+		if err != nil {
+			return Event{}, err
+		}
+		line = strings.TrimSuffix(strings.TrimSuffix(line, "\n"), "\r")
+		if line == "" {
+			if data != nil {
+				e.Data = []byte(strings.Join(data, "\n"))
+				return e, nil
+			}
+			e = Event{}
+			continue
+		}
+		field, value, _ := strings.Cut(line, ":")
+		value = strings.TrimPrefix(value, " ")
+		switch field {
+		case "id":
+			e.ID = value
+		case "event":
+			e.Type = value
+		case "data":
+			data = append(data, value)
+		}
+	}
 }

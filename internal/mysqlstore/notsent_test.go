@@ -32,10 +32,7 @@ type notSentBench struct {
 func newNotSentBench(t *testing.T) *notSentBench {
 	t.Helper()
 	db := testdb.New(t)
-	cfg, err := mysql.ParseDSN(db.DSN)
-	require.NoError(t, err)
-	proxy := faulttest.NewProxy(t, cfg.Addr)
-	cfg.Addr = proxy.Addr()
+	proxy, cfg := faulttest.ProxyDSN(t, db.DSN)
 	dsn, err := mysqlconn.NormalizeDSN(cfg.FormatDSN())
 	require.NoError(t, err)
 	pool, err := mysqlconn.Open(context.Background(), dsn, mysqlconn.PoolConfig{MaxOpenConns: 1})

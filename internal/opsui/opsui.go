@@ -34,6 +34,7 @@ import (
 
 	"github.com/idemguard/idemguard"
 	"github.com/idemguard/idemguard/internal/mysqlstore"
+	"github.com/idemguard/idemguard/internal/webui"
 	"github.com/idemguard/idemguard/routers"
 	"github.com/idemguard/idemguard/tenancy"
 )
@@ -154,10 +155,7 @@ var page, contentSecurityPolicy = func() (string, string) {
 func Handler() http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		h := w.Header()
-		h.Set("Content-Security-Policy", contentSecurityPolicy)
-		h.Set("X-Content-Type-Options", "nosniff")
-		h.Set("Referrer-Policy", "no-referrer")
-		h.Set("Cache-Control", "no-cache")
+		webui.SetPageHeaders(h, contentSecurityPolicy)
 		h.Set("Content-Type", "text/html; charset=utf-8")
 		if r.Method != http.MethodHead {
 			_, _ = w.Write([]byte(page))

@@ -29,15 +29,22 @@ func Files() fs.FS {
 const contentSecurityPolicy = "default-src 'none'; script-src 'self'; style-src 'unsafe-inline'; " +
 	"connect-src 'self'; img-src data:; base-uri 'none'; form-action 'none'; frame-ancestors 'none'"
 
+// SetPageHeaders sets what every page the service serves is sent with:
+// its Content-Security-Policy, no content sniffing, no referrer, and
+// revalidation on every load (a new binary serves a new page).
+func SetPageHeaders(h http.Header, csp string) {
+	h.Set("Content-Security-Policy", csp)
+	h.Set("X-Content-Type-Options", "nosniff")
+	h.Set("Referrer-Policy", "no-referrer")
+	h.Set("Cache-Control", "no-cache")
+}
+
 // Handler serves GET / (index.html) and GET /assets/*; anything else is 404.
 func Handler() http.Handler {
 	files := http.FileServerFS(Files())
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		h := w.Header()
-		h.Set("Content-Security-Policy", contentSecurityPolicy)
-		h.Set("X-Content-Type-Options", "nosniff")
-		h.Set("Referrer-Policy", "no-referrer")
-		h.Set("Cache-Control", "no-cache")
+		SetPageHeaders(h, contentSecurityPolicy)
 		p := path.Clean("/" + r.URL.Path)
 		switch {
 		case p == "/":

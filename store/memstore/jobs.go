@@ -12,8 +12,8 @@ func (s *Store) Renew(ctx context.Context, p store.RenewParams) (store.RenewResu
 		return store.RenewResult{}, err
 	}
 	defer s.mu.Unlock()
-	r := s.byID(p.ID)
-	if r == nil || r.Status != store.RowStarted || r.ClaimNonce != p.Nonce {
+	r := s.held(p.ID, p.Nonce)
+	if r == nil {
 		return store.RenewResult{}, nil
 	}
 	now := s.clock()
@@ -28,8 +28,8 @@ func (s *Store) RequestCancel(ctx context.Context, p store.CancelParams) (bool, 
 		return false, err
 	}
 	defer s.mu.Unlock()
-	r := s.byID(p.ID)
-	if r == nil || r.Status != store.RowStarted || r.ClaimNonce != p.Nonce {
+	r := s.held(p.ID, p.Nonce)
+	if r == nil {
 		return false, nil
 	}
 	r.CancelRequestedAt = s.clock()

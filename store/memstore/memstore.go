@@ -146,14 +146,34 @@ func (s *Store) GetMany(ctx context.Context, tenant, scope string, keyHashes []s
 
 func (s *Store) byID(id uint64) *store.Record { return s.ids[id] }
 
+// held is the running row id while the claim nonce still holds it; nil
+// once another claim took it over or it ended.
+func (s *Store) held(id uint64, nonce string) *store.Record {
+	r := s.byID(id)
+	if r == nil || r.Status != store.RowStarted || r.ClaimNonce != nonce {
+		return nil
+	}
+	return r
+}
+
+// claimOf is row id while it is still the claim seen as (nonce, attempts),
+// whatever its status: what a takeover or an abandon compares and swaps.
+func (s *Store) claimOf(id uint64, nonce string, attempts int) *store.Record {
+	r := s.byID(id)
+	if r == nil || r.ClaimNonce != nonce || r.Attempts != attempts {
+		return nil
+	}
+	return r
+}
+
 // Reclaim implements store.Store.
 func (s *Store) Reclaim(ctx context.Context, p store.ReclaimParams) (bool, error) {
 	if err := s.lock(ctx); err != nil {
 		return false, err
 	}
 	defer s.mu.Unlock()
-	r := s.byID(p.ID)
-	if r == nil || r.ClaimNonce != p.OldNonce || r.Attempts != p.OldAttempts {
+	r := s.claimOf(p.ID, p.OldNonce, p.OldAttempts)
+	if r == nil {
 		return false, nil
 	}
 	now := s.clock()
@@ -197,9 +217,9 @@ func (s *Store) Abandon(ctx context.Context, p store.AbandonParams) (bool, error
 		return false, err
 	}
 	defer s.mu.Unlock()
-	r := s.byID(p.ID)
+	r := s.claimOf(p.ID, p.OldNonce, p.OldAttempts)
 	now := s.clock()
-	if r == nil || r.ClaimNonce != p.OldNonce || r.Attempts != p.OldAttempts || !judged(r, now).Stale(p.StaleAfter) {
+	if r == nil || !judged(r, now).Stale(p.StaleAfter) {
 		return false, nil
 	}
 	r.Status = store.RowFailed
@@ -215,8 +235,8 @@ func (s *Store) Heartbeat(ctx context.Context, id uint64, nonce string) (bool, e
 		return false, err
 	}
 	defer s.mu.Unlock()
-	r := s.byID(id)
-	if r == nil || r.Status != store.RowStarted || r.ClaimNonce != nonce {
+	r := s.held(id, nonce)
+	if r == nil {
 		return false, nil
 	}
 	r.HeartbeatAt = s.clock()
@@ -229,8 +249,8 @@ func (s *Store) Complete(ctx context.Context, p store.CompleteParams) (bool, tim
 		return false, time.Time{}, err
 	}
 	defer s.mu.Unlock()
-	r := s.byID(p.ID)
-	if r == nil || r.Status != store.RowStarted || r.ClaimNonce != p.Nonce {
+	r := s.held(p.ID, p.Nonce)
+	if r == nil {
 		return false, time.Time{}, nil
 	}
 	now := s.clock()
@@ -250,8 +270,8 @@ func (s *Store) Release(ctx context.Context, p store.ReleaseParams) (bool, error
 		return false, err
 	}
 	defer s.mu.Unlock()
-	r := s.byID(p.ID)
-	if r == nil || r.Status != store.RowStarted || r.ClaimNonce != p.Nonce {
+	r := s.held(p.ID, p.Nonce)
+	if r == nil {
 		return false, nil
 	}
 	if p.Prev == nil {

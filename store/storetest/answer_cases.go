@@ -10,6 +10,7 @@ import (
 
 	"github.com/idemguard/idemguard"
 	"github.com/idemguard/idemguard/idemguardtest"
+	"github.com/idemguard/idemguard/internal/testkeys"
 	"github.com/idemguard/idemguard/sanitize"
 )
 
@@ -42,7 +43,7 @@ func guardKeptDocumentIsReplayedByteForByte(t *testing.T, h *Harness) {
 	}
 	require.Equal(t, 1, c.n())
 	require.NotContains(t, h.Dump(t), "canary")
-	info, err := g.Lookup(ctxFor(t), hashKey(t, g, "acme", "doc", first.KeyHash))
+	info, err := g.Lookup(ctxFor(t), testkeys.Hash(t, g, "acme", "doc", first.KeyHash))
 	require.NoError(t, err)
 	require.Nil(t, info.Envelope)
 	require.Equal(t, string(first.Body), string(info.Document))

@@ -13,6 +13,7 @@ import (
 
 	"github.com/idemguard/idemguard"
 	"github.com/idemguard/idemguard/internal/faulttest"
+	"github.com/idemguard/idemguard/internal/testkeys"
 	"github.com/idemguard/idemguard/sanitize"
 	"github.com/idemguard/idemguard/store"
 )
@@ -154,10 +155,7 @@ func guardLostClaimReplyIsSettledByTheRow(t *testing.T, h *Harness) {
 	require.Equal(t, idemguard.StatusSucceeded, res.Status)
 	require.False(t, res.LostClaim)
 	require.Equal(t, 1, c.n())
-	again, err := g.Do(ctxFor(t), call("s", "lost-claim"), c.op(okValue, nil))
-	require.NoError(t, err)
-	require.True(t, again.Cached)
-	sameExceptCached(t, res.Body, again.Body)
+	requireReplay(t, g, call("s", "lost-claim"), c.op(okValue, nil), res)
 	require.Equal(t, 1, c.n())
 }
 
@@ -285,10 +283,7 @@ func guardUnknownCommitOutcomeStillStoresTheResult(t *testing.T, h *Harness) {
 		require.NoError(t, err)
 		require.Equal(t, idemguard.StatusSucceeded, res.Status)
 		require.False(t, res.LostClaim, "an unknown outcome is not a lost claim")
-		again, err := g.Do(ctxFor(t), c, cnt.op(okValue, nil))
-		require.NoError(t, err)
-		require.True(t, again.Cached, "the result was stored")
-		sameExceptCached(t, res.Body, again.Body)
+		requireReplay(t, g, c, cnt.op(okValue, nil), res)
 		require.Equal(t, 1, cnt.n())
 	}
 }
@@ -455,9 +450,9 @@ func guardLookupJudgesStalenessByTheRowsLease(t *testing.T, h *Harness) {
 		Fingerprint: hash("fp"), Nonce: nonce(), TTL: time.Second, Lease: time.Second})
 	require.NoError(t, err)
 	h.Age(t, "acme", "s2", kh, 10*time.Second) // expired, silent for 10 × its lease
-	_, err = g.Lookup(ctxFor(t), hashKey(t, g, "acme", "s2", kh))
+	_, err = g.Lookup(ctxFor(t), testkeys.Hash(t, g, "acme", "s2", kh))
 	require.ErrorIs(t, err, idemguard.ErrNotFound, "a dead, expired claim was reported as running")
-	info, err := g.Lookup(ctxFor(t), hashKey(t, g, "acme", "s", probe.KeyHash))
+	info, err := g.Lookup(ctxFor(t), testkeys.Hash(t, g, "acme", "s", probe.KeyHash))
 	require.NoError(t, err)
 	require.Equal(t, store.RowSucceeded, info.Status)
 }

@@ -13,6 +13,7 @@ import (
 
 	"github.com/idemguard/idemguard"
 	"github.com/idemguard/idemguard/internal/keys"
+	"github.com/idemguard/idemguard/internal/testkeys"
 	"github.com/idemguard/idemguard/sanitize"
 	"github.com/idemguard/idemguard/store"
 	"github.com/idemguard/idemguard/tenancy"
@@ -65,6 +66,14 @@ func waitStarted(t testing.TB, b *blocker) {
 // case ends.
 func doStarted(t testing.TB, g *idemguard.Guard, c idemguard.Call, b *blocker) <-chan idemguard.Result {
 	t.Helper()
+	done := doAsync(t, g, c, b)
+	waitStarted(t, b)
+	return done
+}
+
+// doAsync is doStarted without waiting for the operation: for a duplicate
+// that is to wait on a running first call.
+func doAsync(t testing.TB, g *idemguard.Guard, c idemguard.Call, b *blocker) <-chan idemguard.Result {
 	done := make(chan idemguard.Result, 1)
 	go func() {
 		res, err := g.Do(context.Background(), c, b.op)
@@ -73,8 +82,20 @@ func doStarted(t testing.TB, g *idemguard.Guard, c idemguard.Call, b *blocker) <
 		}
 		done <- res
 	}()
-	waitStarted(t, b)
 	return done
+}
+
+// releaseToWaiter lets the blocked first call finish and requires the
+// duplicate that waited on it to get its answer as a replay of the one run.
+func releaseToWaiter(t testing.TB, b *blocker, firstDone, waited <-chan idemguard.Result) {
+	t.Helper()
+	close(b.release)
+	first := <-firstDone
+	w := <-waited
+	require.Equal(t, idemguard.StatusSucceeded, w.Status)
+	require.True(t, w.Cached)
+	sameExceptCached(t, first.Body, w.Body)
+	require.EqualValues(t, 1, b.runs.Load())
 }
 
 func pollUntil(t testing.TB, what string, cond func() bool) {
@@ -125,10 +146,7 @@ func guardBusinessFailureIsASuccessAndReplayed(t *testing.T, h *Harness) {
 	require.NoError(t, err)
 	require.Equal(t, idemguard.StatusSucceeded, first.Status)
 	require.Equal(t, sanitize.NeedsHuman, first.StopReason)
-	again, err := g.Do(ctxFor(t), call("s", "x"), op)
-	require.NoError(t, err)
-	require.True(t, again.Cached)
-	sameExceptCached(t, first.Body, again.Body)
+	requireReplay(t, g, call("s", "x"), op, first)
 	require.Equal(t, 1, c.n())
 }
 
@@ -152,7 +170,7 @@ func guardBlockedFieldsAreNeverStoredOrReplayed(t *testing.T, h *Harness) {
 	dropped := []string{"debug", "model", "prompt", "data.Prompt", "data.nested", "data.requestId"}
 	require.ElementsMatch(t, dropped, first.DroppedFields)
 	require.ElementsMatch(t, dropped, again.DroppedFields)
-	info, err := g.Lookup(ctxFor(t), hashKey(t, g, "acme", "s", first.KeyHash))
+	info, err := g.Lookup(ctxFor(t), testkeys.Hash(t, g, "acme", "s", first.KeyHash))
 	require.NoError(t, err)
 	require.ElementsMatch(t, dropped, info.DroppedFields)
 }
@@ -182,24 +200,11 @@ func guardDuplicateWhileRunningIsInProgressOrWaits(t *testing.T, h *Harness) {
 	require.Equal(t, sanitize.InProgress, dup.StopReason)
 	require.False(t, dup.Envelope.OK)
 
-	waited := make(chan idemguard.Result, 1)
-	go func() {
-		c := call("s", "slow")
-		c.Wait = 20 * time.Second
-		res, err := g.Do(context.Background(), c, b.op)
-		if err != nil {
-			t.Error(err) // fails this case only; the result is still sent so the case ends
-		}
-		waited <- res
-	}()
+	c := call("s", "slow")
+	c.Wait = 20 * time.Second
+	waited := doAsync(t, g, c, b)
 	time.Sleep(50 * time.Millisecond) // let the waiter start polling; correctness does not depend on it
-	close(b.release)
-	first := <-firstDone
-	w := <-waited
-	require.Equal(t, idemguard.StatusSucceeded, w.Status)
-	require.True(t, w.Cached)
-	sameExceptCached(t, first.Body, w.Body)
-	require.EqualValues(t, 1, b.runs.Load())
+	releaseToWaiter(t, b, firstDone, waited)
 }
 
 func guardBoundedWaitGivesUpWithInProgress(t *testing.T, h *Harness) {
@@ -420,7 +425,7 @@ func guardExpiredKeyIsClaimableAgain(t *testing.T, h *Harness) {
 	require.False(t, again.Cached)
 	require.Equal(t, 1, again.Attempt)
 	require.Equal(t, 2, c.n())
-	_, err = g.Lookup(ctxFor(t), clientKey(t, g, "acme", "s", "never-used"))
+	_, err = g.Lookup(ctxFor(t), testkeys.Client(t, g, "acme", "s", "never-used"))
 	require.ErrorIs(t, err, idemguard.ErrNotFound)
 }
 
@@ -444,7 +449,7 @@ func guardSameClientKeyWithOtherInputsIsAMismatch(t *testing.T, h *Harness) {
 	res, err := fresh.Do(ctxFor(t), c3, c.op(okValue, nil))
 	require.NoError(t, err)
 	require.True(t, res.Cached)
-	info, err := fresh.Lookup(ctxFor(t), clientKey(t, fresh, "acme", "s", "order-1"))
+	info, err := fresh.Lookup(ctxFor(t), testkeys.Client(t, fresh, "acme", "s", "order-1"))
 	require.NoError(t, err)
 	require.Equal(t, store.RowSucceeded, info.Status)
 	require.Equal(t, 1, info.Attempts)
@@ -463,7 +468,7 @@ func guardTenantsAndScopesAreIndependent(t *testing.T, h *Harness) {
 		require.False(t, res.Cached, "%s/%s", tc.tenant, tc.scope)
 	}
 	require.Equal(t, 4, c.n())
-	_, err := g.Lookup(ctxFor(t), clientKey(t, g, "initech", "s", "k-1"))
+	_, err := g.Lookup(ctxFor(t), testkeys.Client(t, g, "initech", "s", "k-1"))
 	require.ErrorIs(t, err, idemguard.ErrNotFound)
 }
 
@@ -488,7 +493,7 @@ func guardPolicyFailMarksAStaleRowAbandoned(t *testing.T, h *Harness) {
 		require.Equal(t, 1, res.Attempt)
 	}
 	require.Zero(t, cnt.n(), "an abandoned operation never runs again")
-	info, err := g.Lookup(ctxFor(t), hashKey(t, g, "acme", "billed", probe.KeyHash))
+	info, err := g.Lookup(ctxFor(t), testkeys.Hash(t, g, "acme", "billed", probe.KeyHash))
 	require.NoError(t, err)
 	require.Equal(t, store.RowFailed, info.Status)
 }

@@ -11,6 +11,7 @@ import (
 
 	"github.com/idemguard/idemguard"
 	"github.com/idemguard/idemguard/idemguardtest"
+	"github.com/idemguard/idemguard/internal/testkeys"
 	"github.com/idemguard/idemguard/sanitize"
 	"github.com/idemguard/idemguard/store"
 )
@@ -162,13 +163,11 @@ func jobCancelFromAnotherProcess(t *testing.T, h *Harness) {
 	g, _ := newGuard(t, h, withHeartbeat(50*time.Millisecond))
 	other, _ := newGuard(t, h)
 	b := newBlocker()
-	res, err := g.Start(ctxFor(t), jobCall("cancel-1"), b.op)
-	require.NoError(t, err)
-	waitStarted(t, b)
+	res := startedJob(t, g, "cancel-1", b)
 
-	require.ErrorIs(t, other.Cancel(ctxFor(t), clientKey(t, other, "acme", "jobs", "no-such-key")), idemguard.ErrNotFound)
-	require.ErrorIs(t, other.Cancel(ctxFor(t), hashKey(t, other, "globex", "jobs", res.KeyHash)), idemguard.ErrNotFound)
-	require.NoError(t, other.Cancel(ctxFor(t), hashKey(t, other, "acme", "jobs", res.KeyHash)))
+	require.ErrorIs(t, other.Cancel(ctxFor(t), testkeys.Client(t, other, "acme", "jobs", "no-such-key")), idemguard.ErrNotFound)
+	require.ErrorIs(t, other.Cancel(ctxFor(t), testkeys.Hash(t, other, "globex", "jobs", res.KeyHash)), idemguard.ErrNotFound)
+	require.NoError(t, other.Cancel(ctxFor(t), testkeys.Hash(t, other, "acme", "jobs", res.KeyHash)))
 	require.True(t, idemguardtest.Jobs(other) == 0 && idemguardtest.Jobs(g) <= 1)
 
 	r := waitForStatus(t, h, res.KeyHash, store.RowFailed)
@@ -176,8 +175,8 @@ func jobCancelFromAnotherProcess(t *testing.T, h *Harness) {
 	env, err := sanitize.FromJSON(r.Response)
 	require.NoError(t, err)
 	require.Equal(t, sanitize.Canceled, env.StopReason)
-	require.ErrorIs(t, other.Cancel(ctxFor(t), hashKey(t, other, "acme", "jobs", res.KeyHash)), idemguard.ErrKeyFinished)
-	info, err := other.Lookup(ctxFor(t), hashKey(t, other, "acme", "jobs", res.KeyHash))
+	require.ErrorIs(t, other.Cancel(ctxFor(t), testkeys.Hash(t, other, "acme", "jobs", res.KeyHash)), idemguard.ErrKeyFinished)
+	info, err := other.Lookup(ctxFor(t), testkeys.Hash(t, other, "acme", "jobs", res.KeyHash))
 	require.NoError(t, err)
 	require.Equal(t, store.RowFailed, info.Status)
 	require.False(t, info.CancelRequested)
@@ -207,21 +206,35 @@ func collect(t *testing.T, w *idemguard.Watcher) []idemguard.Event {
 	}
 }
 
+// startedJob starts the job key with b's operation on g and returns once
+// the operation runs.
+func startedJob(t *testing.T, g *idemguard.Guard, key string, b *blocker) idemguard.Result {
+	t.Helper()
+	res, err := g.Start(ctxFor(t), jobCall(key), b.op)
+	require.NoError(t, err)
+	waitStarted(t, b)
+	return res
+}
+
+// watchJob watches the job of keyHash through g from its start; the
+// watcher is closed when the case ends.
+func watchJob(t *testing.T, g *idemguard.Guard, keyHash string) *idemguard.Watcher {
+	t.Helper()
+	w, err := g.Watch(ctxFor(t), testkeys.Hash(t, g, "acme", "jobs", keyHash), "")
+	require.NoError(t, err)
+	t.Cleanup(w.Close)
+	return w
+}
+
 func jobWatchReportsEveryTransition(t *testing.T, h *Harness) {
 	stale := idemguard.Settings{StaleAfter: 600 * time.Millisecond}
 	owner, _ := newGuard(t, h, func(c *idemguard.Config) { c.Defaults = stale })
 	other, _ := newGuard(t, h, func(c *idemguard.Config) { c.Defaults = stale })
 	b := newBlocker()
-	res, err := owner.Start(ctxFor(t), jobCall("watch-1"), b.op)
-	require.NoError(t, err)
-	waitStarted(t, b)
+	res := startedJob(t, owner, "watch-1", b)
 
-	remote, err := other.Watch(ctxFor(t), hashKey(t, other, "acme", "jobs", res.KeyHash), "")
-	require.NoError(t, err)
-	defer remote.Close()
-	local, err := owner.Watch(ctxFor(t), hashKey(t, owner, "acme", "jobs", res.KeyHash), "")
-	require.NoError(t, err)
-	defer local.Close()
+	remote := watchJob(t, other, res.KeyHash)
+	local := watchJob(t, owner, res.KeyHash)
 	first, err := remote.Next(ctxFor(t))
 	require.NoError(t, err)
 	require.Equal(t, idemguard.EventStarted, first.Kind)
@@ -248,13 +261,13 @@ func jobWatchReportsEveryTransition(t *testing.T, h *Harness) {
 
 	// A reconnect after the started event resumes after it; after the
 	// final one, there is nothing more.
-	resumed, err := other.Watch(ctxFor(t), hashKey(t, other, "acme", "jobs", res.KeyHash), first.ID)
+	resumed, err := other.Watch(ctxFor(t), testkeys.Hash(t, other, "acme", "jobs", res.KeyHash), first.ID)
 	require.NoError(t, err)
 	evs := collect(t, resumed)
 	resumed.Close()
 	require.Len(t, evs, 1)
 	require.Equal(t, idemguard.EventSucceeded, evs[0].Kind)
-	done, err := other.Watch(ctxFor(t), hashKey(t, other, "acme", "jobs", res.KeyHash), evs[0].ID)
+	done, err := other.Watch(ctxFor(t), testkeys.Hash(t, other, "acme", "jobs", res.KeyHash), evs[0].ID)
 	require.NoError(t, err)
 	require.Empty(t, collect(t, done))
 	done.Close()
@@ -270,18 +283,16 @@ func jobWatchersAreBounded(t *testing.T, h *Harness) {
 	res, err := g.Start(ctxFor(t), jobCall("bounded-1"), b.op)
 	require.NoError(t, err)
 	defer close(b.release)
-	w1, err := other.Watch(ctxFor(t), hashKey(t, other, "acme", "jobs", res.KeyHash), "")
+	w1, err := other.Watch(ctxFor(t), testkeys.Hash(t, other, "acme", "jobs", res.KeyHash), "")
 	require.NoError(t, err)
-	w2, err := other.Watch(ctxFor(t), hashKey(t, other, "acme", "jobs", res.KeyHash), "")
-	require.NoError(t, err)
-	defer w2.Close()
-	_, err = other.Watch(ctxFor(t), hashKey(t, other, "acme", "jobs", res.KeyHash), "")
+	watchJob(t, other, res.KeyHash) // the second, held until the case ends
+	_, err = other.Watch(ctxFor(t), testkeys.Hash(t, other, "acme", "jobs", res.KeyHash), "")
 	require.ErrorIs(t, err, idemguard.ErrTooManyWatchers)
 	w1.Close()
-	w3, err := other.Watch(ctxFor(t), hashKey(t, other, "acme", "jobs", res.KeyHash), "")
+	w3, err := other.Watch(ctxFor(t), testkeys.Hash(t, other, "acme", "jobs", res.KeyHash), "")
 	require.NoError(t, err)
 	w3.Close()
-	local, err := g.Watch(ctxFor(t), hashKey(t, g, "acme", "jobs", res.KeyHash), "")
+	local, err := g.Watch(ctxFor(t), testkeys.Hash(t, g, "acme", "jobs", res.KeyHash), "")
 	require.NoError(t, err, "each process counts its own watchers")
 	local.Close()
 }
@@ -289,13 +300,9 @@ func jobWatchersAreBounded(t *testing.T, h *Harness) {
 func jobWaitJobs(t *testing.T, h *Harness) {
 	g, _ := newGuard(t, h)
 	b := newBlocker()
-	res, err := g.Start(ctxFor(t), jobCall("drain-1"), b.op)
-	require.NoError(t, err)
-	waitStarted(t, b)
-	w, err := g.Watch(ctxFor(t), hashKey(t, g, "acme", "jobs", res.KeyHash), "")
-	require.NoError(t, err)
-	defer w.Close()
-	_, err = w.Next(ctxFor(t)) // started
+	res := startedJob(t, g, "drain-1", b)
+	w := watchJob(t, g, res.KeyHash)
+	_, err := w.Next(ctxFor(t)) // started
 	require.NoError(t, err)
 	short, cancel := context.WithTimeout(ctxFor(t), 100*time.Millisecond)
 	defer cancel()

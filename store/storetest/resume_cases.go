@@ -10,6 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/idemguard/idemguard"
+	"github.com/idemguard/idemguard/internal/testkeys"
 	"github.com/idemguard/idemguard/sanitize"
 )
 
@@ -105,27 +106,10 @@ func guardStreamResumesAfterTheLastStoredChunk(t *testing.T, h *Harness) {
 // prepared.follow in claimLoop.running it is answered in progress.
 func guardStreamResumesLiveWithoutWaiting(t *testing.T, h *Harness) {
 	g, _ := newGuard(t, h)
-	c := &chunker{n: 4, steps: make(chan struct{})}
-	owner := newRecorder()
-	ownerDone := make(chan idemguard.Result, 1)
-	go func() {
-		res, _ := g.DoStream(ctxFor(t), streamCall("r2"), c.op(), owner)
-		ownerDone <- res
-	}()
-	for range 2 {
-		c.steps <- struct{}{}
-		<-owner.wrote
-	}
+	c, owner, ownerDone := steppedOwner(t, g, "r2", 4, 2)
 	run := owner.runOf(t, 1)
 	r := newRecorder()
-	done := make(chan idemguard.Result, 1)
-	go func() {
-		res, err := g.DoStream(ctxFor(t), resumeCall("r2", run+"-2"), c.op(), r)
-		if err != nil {
-			t.Error(err) // fails this case only; the result is still sent so the case ends
-		}
-		done <- res
-	}()
+	done := streamAsync(t, g, resumeCall("r2", run+"-2"), c.op(), r)
 	c.steps <- struct{}{}
 	select { // the third chunk, live, while the owner is blocked again
 	case <-r.wrote:
@@ -201,7 +185,7 @@ func guardStreamResumeOfARebuiltAnswerRestarts(t *testing.T, h *Harness) {
 		_, err := g.DoStream(ctxFor(t), resumeCall("r4-bad", bad), c.op(), newRecorder())
 		require.ErrorIs(t, err, idemguard.ErrInvalidInput, bad)
 	}
-	_, err = g.Lookup(ctxFor(t), clientKey(t, g, "acme", "chat", "r4-bad"))
+	_, err = g.Lookup(ctxFor(t), testkeys.Client(t, g, "acme", "chat", "r4-bad"))
 	require.ErrorIs(t, err, idemguard.ErrNotFound, "an invalid ID claims nothing")
 }
 
@@ -210,21 +194,13 @@ func guardStreamResumeOfARebuiltAnswerRestarts(t *testing.T, h *Harness) {
 // reservation the second stream runs.
 func guardLiveStreamsAreBoundedPerProcess(t *testing.T, h *Harness) {
 	g, _ := newGuard(t, h, withMaxLiveStreams(1))
-	c := &chunker{n: 2, steps: make(chan struct{})}
-	done := make(chan idemguard.Result, 1)
-	owner := newRecorder()
-	go func() {
-		res, _ := g.DoStream(ctxFor(t), streamCall("r5"), c.op(), owner)
-		done <- res
-	}()
-	c.steps <- struct{}{}
-	<-owner.wrote
+	c, _, done := steppedOwner(t, g, "r5", 2, 1)
 
 	other := &chunker{n: 1}
 	_, err := g.DoStream(ctxFor(t), streamCall("r5-other"), other.op(), newRecorder())
 	require.ErrorIs(t, err, idemguard.ErrTooManyLiveStreams)
 	require.Zero(t, other.runs.Load())
-	_, err = g.Lookup(ctxFor(t), clientKey(t, g, "acme", "chat", "r5-other"))
+	_, err = g.Lookup(ctxFor(t), testkeys.Client(t, g, "acme", "chat", "r5-other"))
 	require.ErrorIs(t, err, idemguard.ErrNotFound, "a refused stream claims nothing")
 
 	c.steps <- struct{}{}
@@ -245,7 +221,7 @@ func guardStreamResumeTellsExecutionsOfOneAttemptApart(t *testing.T, h *Harness)
 	_, err := g.DoStream(ctxFor(t), streamCall("r6"), c.op(), old)
 	require.NoError(t, err)
 	oldRun := old.runOf(t, 1)
-	h.Age(t, "acme", "chat", clientKey(t, g, "acme", "chat", "r6").Hash(), 48*time.Hour)
+	h.Age(t, "acme", "chat", testkeys.Client(t, g, "acme", "chat", "r6").Hash(), 48*time.Hour)
 
 	again := newRecorder()
 	res, err := g.DoStream(ctxFor(t), resumeCall("r6", oldRun+"-2"), c.op(), again)
@@ -275,27 +251,10 @@ func guardStreamResumeTellsExecutionsOfOneAttemptApart(t *testing.T, h *Harness)
 // finds them gone and answers in progress.
 func guardStreamResumesLiveAfterTheLogDroppedItsStart(t *testing.T, h *Harness) {
 	g, _ := newGuard(t, h, withMaxStreamBytes(128)) // the log keeps the last four or five chunks
-	c := &chunker{n: 12, steps: make(chan struct{})}
-	owner := newRecorder()
-	ownerDone := make(chan idemguard.Result, 1)
-	go func() {
-		res, _ := g.DoStream(ctxFor(t), streamCall("r7"), c.op(), owner)
-		ownerDone <- res
-	}()
-	for range 8 {
-		c.steps <- struct{}{}
-		<-owner.wrote
-	}
+	c, owner, ownerDone := steppedOwner(t, g, "r7", 12, 8)
 	run := owner.runOf(t, 1)
 	r := newRecorder()
-	done := make(chan idemguard.Result, 1)
-	go func() {
-		res, err := g.DoStream(ctxFor(t), resumeCall("r7", run+"-7"), c.op(), r)
-		if err != nil {
-			t.Error(err) // fails this case only; the result is still sent so the case ends
-		}
-		done <- res
-	}()
+	done := streamAsync(t, g, resumeCall("r7", run+"-7"), c.op(), r)
 	select { // the eighth chunk, from the log, while the owner is blocked
 	case <-r.wrote:
 	case res := <-done:

@@ -15,6 +15,7 @@ import (
 
 	"github.com/idemguard/idemguard"
 	"github.com/idemguard/idemguard/idemguardtest"
+	"github.com/idemguard/idemguard/internal/testkeys"
 	"github.com/idemguard/idemguard/sanitize"
 	"github.com/idemguard/idemguard/store"
 )
@@ -183,14 +184,11 @@ func guardKeyCompletedUnderTheOldSecretIsReplayedUnderTheNew(t *testing.T, h *Ha
 	readStore := &hookStore{Store: h.Store}
 	reader, _ := newGuard(t, h, newSide(), withoutCache(), withStore(readStore),
 		func(c *idemguard.Config) { idemguardtest.SetReadFirst(c, idemguardtest.ReadFirstAlways) })
-	again, err := reader.Do(ctxFor(t), keyCall("k-1", map[string]any{"q": 1}), op)
-	require.NoError(t, err)
-	require.True(t, again.Cached)
-	sameExceptCached(t, first.Body, again.Body)
+	requireReplay(t, reader, keyCall("k-1", map[string]any{"q": 1}), op, first)
 	require.EqualValues(t, 1, readStore.getMany.Load())
 	require.Zero(t, readStore.claims.Load())
 
-	info, err := after.Lookup(ctxFor(t), clientKey(t, after, "acme", "s", "k-1"))
+	info, err := after.Lookup(ctxFor(t), testkeys.Client(t, after, "acme", "s", "k-1"))
 	require.NoError(t, err)
 	require.Equal(t, "old", info.SecretID)
 	require.Equal(t, first.KeyHash, info.KeyHash)
@@ -200,7 +198,7 @@ func guardKeyCompletedUnderTheOldSecretIsReplayedUnderTheNew(t *testing.T, h *Ha
 	fresh, err := after.Do(ctxFor(t), keyCall("k-2", map[string]any{"q": 1}), op)
 	require.NoError(t, err)
 	require.False(t, fresh.Cached)
-	info, err = after.Lookup(ctxFor(t), hashKey(t, after, "acme", "s", fresh.KeyHash))
+	info, err = after.Lookup(ctxFor(t), testkeys.Hash(t, after, "acme", "s", fresh.KeyHash))
 	require.NoError(t, err)
 	require.Equal(t, "new", info.SecretID)
 	require.Equal(t, 2, c.n())
@@ -265,23 +263,9 @@ func guardRunningUnderOneSecretIsInProgressUnderTheOther(t *testing.T, h *Harnes
 	_, err = newG.Do(ctxFor(t), keyCall("k", "other inputs"), b.op)
 	require.ErrorIs(t, err, idemguard.ErrFingerprintMismatch, "a mismatch while running, across secrets")
 
-	waited := make(chan idemguard.Result, 1)
-	go func() {
-		c := keyCall("k", "slow")
-		c.Wait = 20 * time.Second
-		res, err := newG.Do(context.Background(), c, b.op)
-		if err != nil {
-			t.Error(err) // fails this case only; the result is still sent so the case ends
-		}
-		waited <- res
-	}()
-	close(b.release)
-	first := <-firstDone
-	w := <-waited
-	require.Equal(t, idemguard.StatusSucceeded, w.Status)
-	require.True(t, w.Cached)
-	sameExceptCached(t, first.Body, w.Body)
-	require.EqualValues(t, 1, b.runs.Load())
+	c := keyCall("k", "slow")
+	c.Wait = 20 * time.Second
+	releaseToWaiter(t, b, firstDone, doAsync(t, newG, c, b))
 }
 
 func guardFailedUnderTheOldSecretIsRetriedOnItsOwnRow(t *testing.T, h *Harness) {
@@ -306,7 +290,7 @@ func guardFailedUnderTheOldSecretIsRetriedOnItsOwnRow(t *testing.T, h *Harness) 
 	require.Equal(t, idemguard.StatusSucceeded, res.Status)
 	require.Equal(t, 2, res.Attempt, "the retry is the old row's second attempt")
 	require.EqualValues(t, 2, runs.Load())
-	info, err := after.Lookup(ctxFor(t), clientKey(t, after, "acme", "s", "k"))
+	info, err := after.Lookup(ctxFor(t), testkeys.Client(t, after, "acme", "s", "k"))
 	require.NoError(t, err)
 	require.Equal(t, "old", info.SecretID)
 	require.Equal(t, 2, info.Attempts)
@@ -404,10 +388,7 @@ func guardLaterClaimUnderAnotherSecretYieldsToARunningOne(t *testing.T, h *Harne
 			require.Positive(t, lateStore.getMany.Load(), "the late side checked after its claim")
 			close(b.release)
 			first := <-firstDone
-			again, err := late.Do(ctxFor(t), keyCall(key, "x"), b.op)
-			require.NoError(t, err)
-			require.True(t, again.Cached)
-			sameExceptCached(t, first.Body, again.Body)
+			requireReplay(t, late, keyCall(key, "x"), b.op, first)
 			require.EqualValues(t, 1, b.runs.Load())
 		})
 	}
@@ -539,7 +520,7 @@ func guardExpiredRowUnderTheOldSecretIsClaimedAnewUnderTheNew(t *testing.T, h *H
 	require.False(t, res.Cached)
 	require.NotEqual(t, first.KeyHash, res.KeyHash)
 	require.Equal(t, 2, c.n())
-	info, err := after.Lookup(ctxFor(t), clientKey(t, after, "acme", "s", "k"))
+	info, err := after.Lookup(ctxFor(t), testkeys.Client(t, after, "acme", "s", "k"))
 	require.NoError(t, err)
 	require.Equal(t, "new", info.SecretID)
 	require.Equal(t, res.KeyHash, info.KeyHash)

@@ -33,7 +33,6 @@ import (
 	"github.com/idemguard/idemguard/idemguardtest"
 	"github.com/idemguard/idemguard/internal/testlog"
 	"github.com/idemguard/idemguard/store"
-	"github.com/idemguard/idemguard/tenancy"
 )
 
 // Harness gives the suite a fresh store and the few test-only powers it
@@ -286,6 +285,16 @@ func (c *counter) op(value any, err error) idemguard.Operation {
 	}
 }
 
+// requireReplay calls g.Do(c, op) again and requires the stored answer of
+// first back, marked cached.
+func requireReplay(t testing.TB, g *idemguard.Guard, c idemguard.Call, op idemguard.Operation, first idemguard.Result) {
+	t.Helper()
+	again, err := g.Do(ctxFor(t), c, op)
+	require.NoError(t, err)
+	require.True(t, again.Cached, "a replay of the stored answer")
+	sameExceptCached(t, first.Body, again.Body)
+}
+
 // sameExceptCached asserts a replay body equals the first body byte for byte
 // once "cached" is set back to false.
 func sameExceptCached(t testing.TB, first, replay []byte) {
@@ -299,20 +308,4 @@ func mustJSON(t testing.TB, v any) json.RawMessage {
 	b, err := json.Marshal(v)
 	require.NoError(t, err)
 	return b
-}
-
-// clientKey is g.Key(tenant, scope, key), failing the case on an error.
-func clientKey(t testing.TB, g *idemguard.Guard, tenant tenancy.ID, scope, key string) idemguard.Key {
-	t.Helper()
-	k, err := g.Key(tenant, scope, key)
-	require.NoError(t, err)
-	return k
-}
-
-// hashKey is g.KeyOfHash(tenant, scope, hash), failing the case on an error.
-func hashKey(t testing.TB, g *idemguard.Guard, tenant tenancy.ID, scope, hash string) idemguard.Key {
-	t.Helper()
-	k, err := g.KeyOfHash(tenant, scope, hash)
-	require.NoError(t, err)
-	return k
 }

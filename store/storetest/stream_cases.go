@@ -13,6 +13,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/idemguard/idemguard"
+	"github.com/idemguard/idemguard/internal/testkeys"
 	"github.com/idemguard/idemguard/sanitize"
 	"github.com/idemguard/idemguard/store"
 )
@@ -126,6 +127,37 @@ func (c *chunker) wantText() string {
 	return b.String() + "done:{\"finish\":\"stop\"}\n"
 }
 
+// streamAsync runs g.DoStream in a goroutine, for a case that steps the
+// operation or starts a follower meanwhile; the result arrives on the
+// channel. An error fails this case only, and the result is still sent so
+// the case ends.
+func streamAsync(t *testing.T, g *idemguard.Guard, call idemguard.Call, op idemguard.StreamOperation, w idemguard.StreamWriter) <-chan idemguard.Result {
+	done := make(chan idemguard.Result, 1)
+	go func() {
+		res, err := g.DoStream(ctxFor(t), call, op, w)
+		if err != nil {
+			t.Error(err)
+		}
+		done <- res
+	}()
+	return done
+}
+
+// steppedOwner starts a stream of n chunks under key whose operation
+// writes each chunk when stepped, and returns once it has written the
+// first written ones: its chunker, its writer and where its result
+// arrives.
+func steppedOwner(t *testing.T, g *idemguard.Guard, key string, n, written int) (*chunker, *recorder, <-chan idemguard.Result) {
+	c := &chunker{n: n, steps: make(chan struct{})}
+	owner := newRecorder()
+	done := streamAsync(t, g, streamCall(key), c.op(), owner)
+	for range written {
+		c.steps <- struct{}{}
+		<-owner.wrote
+	}
+	return c, owner, done
+}
+
 func streamCall(key string) idemguard.Call {
 	return idemguard.Call{Tenant: "acme", Scope: "chat", ClientKey: key, Inputs: map[string]any{"q": key}, Detach: true}
 }
@@ -188,7 +220,7 @@ func guardStreamRunsOnceAndReplaysTheSameEvents(t *testing.T, h *Harness) {
 	require.True(t, plain.Cached)
 	require.Equal(t, "tok0 tok1 tok2 tok3 tok4 ", plain.Envelope.Data["text"], "a plain call gets the assembled envelope")
 	require.Contains(t, h.Dump(t), `data: {"delta":"tok4 "}`, "the row holds the event sequence")
-	info, err := g.Lookup(ctxFor(t), clientKey(t, g, "acme", "chat", "k1"))
+	info, err := g.Lookup(ctxFor(t), testkeys.Client(t, g, "acme", "chat", "k1"))
 	require.NoError(t, err)
 	require.Equal(t, "stored", info.StreamEvents)
 }
@@ -278,27 +310,12 @@ func guardStreamCallerHangUpStillStores(t *testing.T, h *Harness) {
 // and the event it must see while the owner is blocked never comes.
 func guardStreamFollowerGetsEveryEventLive(t *testing.T, h *Harness) {
 	g, _ := newGuard(t, h)
-	c := &chunker{n: 4, steps: make(chan struct{})}
-	owner := newRecorder()
-	ownerDone := make(chan idemguard.Result, 1)
-	go func() {
-		res, _ := g.DoStream(ctxFor(t), streamCall("k5"), c.op(), owner)
-		ownerDone <- res
-	}()
-	c.steps <- struct{}{}
-	<-owner.wrote
+	c, owner, ownerDone := steppedOwner(t, g, "k5", 4, 1)
 
 	f := newRecorder()
 	fc := streamCall("k5")
 	fc.Wait = 20 * time.Second
-	fDone := make(chan idemguard.Result, 1)
-	go func() {
-		res, err := g.DoStream(ctxFor(t), fc, c.op(), f)
-		if err != nil {
-			t.Error(err) // fails this case only; the result is still sent so the case ends
-		}
-		fDone <- res
-	}()
+	fDone := streamAsync(t, g, fc, c.op(), f)
 	select { // the first event, from the log, while the owner is blocked
 	case <-f.wrote:
 	case <-time.After(20 * time.Second):
@@ -370,7 +387,7 @@ func guardOversizeStreamIsStoredAsItsEnvelope(t *testing.T, h *Harness) {
 	require.EqualValues(t, 1, dropped.Load())
 	require.Contains(t, logs.String(), "stream over the size limit")
 	require.NotContains(t, h.Dump(t), "delta")
-	info, err := g.Lookup(ctxFor(t), clientKey(t, g, "acme", "chat", "k6"))
+	info, err := g.Lookup(ctxFor(t), testkeys.Client(t, g, "acme", "chat", "k6"))
 	require.NoError(t, err)
 	require.Equal(t, "dropped", info.StreamEvents, "the key's record says the events were not stored")
 

@@ -15,22 +15,11 @@
 import { createServer } from "node:http";
 import { mkdir } from "node:fs/promises";
 import { join } from "node:path";
-import { parseArgs } from "node:util";
-import { chromium } from "playwright-core";
+import { check, cli, launch, wait } from "./harness.mjs";
 
-const { values: args } = parseArgs({ options: { url: { type: "string" }, out: { type: "string" } } });
-if (!args.url || !args.out) {
-  console.error("usage: node browser/demo.browser.mjs --url http://127.0.0.1:8080 --out DIR");
-  process.exit(2);
-}
-const api = args.url.replace(/\/+$/, "");
+const { args, api } = cli("node browser/demo.browser.mjs --url http://127.0.0.1:8080 --out DIR", "out");
 await mkdir(args.out, { recursive: true });
-const wait = { timeout: 30_000 };
 const tag = Math.random().toString(36).slice(2, 8);
-
-function check(cond, what) {
-  if (!cond) throw new Error(`check failed: ${what}`);
-}
 
 // The results the page lists, newest first.
 async function results(page) {
@@ -45,13 +34,7 @@ async function results(page) {
   );
 }
 
-const browser = await chromium.launch({
-  executablePath: process.env.CHROMIUM || "/usr/bin/chromium",
-  headless: true,
-  // As root in a container, without Google's services on a closed network.
-  args: ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--disable-background-networking",
-    "--disable-component-update", "--disable-sync", "--disable-dev-shm-usage"],
-});
+const browser = await launch();
 const other = createServer((_, res) => {
   res.writeHead(200, { "Content-Type": "text/html" });
   res.end("<!doctype html><title>another origin</title><p>another loopback origin</p>");

@@ -12,31 +12,15 @@
 // 3. Cancel: the job ends canceled within a few seconds.
 import { mkdir } from "node:fs/promises";
 import { join } from "node:path";
-import { parseArgs } from "node:util";
-import { chromium } from "playwright-core";
+import { check, cli, launch, wait } from "./harness.mjs";
 
-const { values: args } = parseArgs({ options: { url: { type: "string" }, out: { type: "string" } } });
-if (!args.url || !args.out) {
-  console.error("usage: node browser/jobs.browser.mjs --url http://127.0.0.1:8080 --out DIR");
-  process.exit(2);
-}
-const api = args.url.replace(/\/+$/, "");
+const { args, api } = cli("node browser/jobs.browser.mjs --url http://127.0.0.1:8080 --out DIR", "out");
 await mkdir(args.out, { recursive: true });
-const wait = { timeout: 30_000 };
 const tag = Math.random().toString(36).slice(2, 8);
-
-function check(cond, what) {
-  if (!cond) throw new Error(`check failed: ${what}`);
-}
 
 const kinds = (page) => page.$$eval("#job-events li", (items) => items.map((li) => li.dataset.kind));
 
-const browser = await chromium.launch({
-  executablePath: process.env.CHROMIUM || "/usr/bin/chromium",
-  headless: true,
-  args: ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--disable-background-networking",
-    "--disable-component-update", "--disable-sync", "--disable-dev-shm-usage"],
-});
+const browser = await launch();
 const out = {};
 try {
   const context = await browser.newContext({ viewport: { width: 900, height: 1000 } });

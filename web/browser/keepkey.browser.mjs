@@ -8,27 +8,11 @@
 //
 // Usage: node browser/keepkey.browser.mjs --url http://127.0.0.1:8080
 // Env: CHROMIUM (default /usr/bin/chromium).
-import { parseArgs } from "node:util";
-import { chromium } from "playwright-core";
+import { check, cli, launch, wait } from "./harness.mjs";
 
-const { values: args } = parseArgs({ options: { url: { type: "string" } } });
-if (!args.url) {
-  console.error("usage: node browser/keepkey.browser.mjs --url http://127.0.0.1:8080");
-  process.exit(2);
-}
-const api = args.url.replace(/\/+$/, "");
-const wait = { timeout: 30_000 };
+const { api } = cli("node browser/keepkey.browser.mjs --url http://127.0.0.1:8080");
 
-function check(cond, what) {
-  if (!cond) throw new Error(`check failed: ${what}`);
-}
-
-const browser = await chromium.launch({
-  executablePath: process.env.CHROMIUM || "/usr/bin/chromium",
-  headless: true,
-  args: ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--disable-background-networking",
-    "--disable-component-update", "--disable-sync", "--disable-dev-shm-usage"],
-});
+const browser = await launch();
 const out = { requests: [] };
 try {
   const page = await browser.newPage();

@@ -8,31 +8,18 @@
 // Env: CHROMIUM (default /usr/bin/chromium).
 import { mkdir } from "node:fs/promises";
 import { join } from "node:path";
-import { parseArgs } from "node:util";
-import { chromium } from "playwright-core";
+import { cli, launch } from "./harness.mjs";
 
-const { values: args } = parseArgs({
-  options: { url: { type: "string" }, tenant: { type: "string" }, out: { type: "string" } },
-});
-if (!args.url || !args.tenant || !args.out) {
-  console.error("usage: node browser/ops.browser.mjs --url http://127.0.0.1:9090 --tenant TENANT --out DIR");
-  process.exit(2);
-}
+const { args, api } = cli("node browser/ops.browser.mjs --url http://127.0.0.1:9090 --tenant TENANT --out DIR", "tenant", "out");
 await mkdir(args.out, { recursive: true });
 
-const browser = await chromium.launch({
-  executablePath: process.env.CHROMIUM || "/usr/bin/chromium",
-  headless: true,
-  // As root in a container, without Google's services on a closed network.
-  args: ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--disable-background-networking",
-    "--disable-component-update", "--disable-sync", "--disable-dev-shm-usage"],
-});
+const browser = await launch();
 const out = { errors: [] };
 try {
   const page = await browser.newPage({ viewport: { width: 1200, height: 900 } });
   page.on("pageerror", (err) => out.errors.push(String(err)));
   page.on("console", (msg) => { if (msg.type() === "error") out.errors.push(msg.text()); });
-  await page.goto(args.url.replace(/\/+$/, "") + "/ops");
+  await page.goto(api + "/ops");
   await page.fill("#tenant", args.tenant);
   await page.click("button[type=submit]");
   await page.waitForSelector("body[data-loaded=true]", { timeout: 30_000 });

@@ -8,27 +8,11 @@
 //
 // Usage: node browser/resume.browser.mjs --url http://127.0.0.1:8081 --cut http://127.0.0.1:9000/cut
 // Env: CHROMIUM (default /usr/bin/chromium).
-import { parseArgs } from "node:util";
-import { chromium } from "playwright-core";
+import { check, cli, launch, newest, streamSome, untilDone } from "./harness.mjs";
 
-const { values: args } = parseArgs({ options: { url: { type: "string" }, cut: { type: "string" } } });
-if (!args.url || !args.cut) {
-  console.error("usage: node browser/resume.browser.mjs --url http://127.0.0.1:8081 --cut http://127.0.0.1:9000/cut");
-  process.exit(2);
-}
-const api = args.url.replace(/\/+$/, "");
-const wait = { timeout: 30_000 };
+const { args, api } = cli("node browser/resume.browser.mjs --url http://127.0.0.1:8081 --cut http://127.0.0.1:9000/cut", "cut");
 
-function check(cond, what) {
-  if (!cond) throw new Error(`check failed: ${what}`);
-}
-
-const browser = await chromium.launch({
-  executablePath: process.env.CHROMIUM || "/usr/bin/chromium",
-  headless: true,
-  args: ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--disable-background-networking",
-    "--disable-component-update", "--disable-sync", "--disable-dev-shm-usage"],
-});
+const browser = await launch();
 const out = { posts: [] };
 try {
   const page = await browser.newPage();
@@ -40,25 +24,13 @@ try {
       out.posts.push({ key: h["idempotency-key"] ?? null, lastEventId: h["last-event-id"] ?? null });
     }
   });
-  const newest = () => page.$eval("#results .result", (li) => ({
-    state: li.dataset.state ?? "", key: li.dataset.key ?? "", reconnects: Number(li.dataset.reconnects ?? "0"),
-    answer: li.querySelector(".answer")?.textContent ?? "", error: li.classList.contains("error"),
-  }));
-
-  await page.goto(`${api}/`, wait);
-  await page.fill("#prompt", `Stream a haiku ${Math.random().toString(36).slice(2, 8)}`);
-  await page.click("#stream");
-  // Some words have arrived, and the stream is still running.
-  await page.waitForFunction(() => {
-    const li = document.querySelector("#results .result");
-    return li?.dataset.state === "streaming" && (li.querySelector(".answer")?.textContent ?? "").split(" ").length >= 3;
-  }, null, wait);
-  const partial = await newest();
+  await streamSome(page, api); // some words have arrived, and the stream is still running
+  const partial = await newest(page);
   const resp = await fetch(args.cut, { method: "POST" });
   check(resp.ok, `the connections were cut: ${resp.status}`);
 
-  await page.waitForFunction(() => document.querySelector("#results .result")?.dataset.state === "done", null, wait);
-  const done = await newest();
+  await untilDone(page);
+  const done = await newest(page);
   check(!done.error, `the stream ended without an error: ${JSON.stringify(done)}`);
   check(done.reconnects >= 1, `the client reconnected: ${JSON.stringify(done)}`);
   check(done.answer.startsWith(partial.answer), `the answer goes on from what was shown: ${JSON.stringify([partial, done])}`);

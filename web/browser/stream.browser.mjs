@@ -7,27 +7,11 @@
 //
 // Usage: node browser/stream.browser.mjs --url http://127.0.0.1:8080
 // Env: CHROMIUM (default /usr/bin/chromium).
-import { parseArgs } from "node:util";
-import { chromium } from "playwright-core";
+import { check, cli, launch, newest, streamSome, untilDone, wait } from "./harness.mjs";
 
-const { values: args } = parseArgs({ options: { url: { type: "string" } } });
-if (!args.url) {
-  console.error("usage: node browser/stream.browser.mjs --url http://127.0.0.1:8080");
-  process.exit(2);
-}
-const api = args.url.replace(/\/+$/, "");
-const wait = { timeout: 30_000 };
+const { api } = cli("node browser/stream.browser.mjs --url http://127.0.0.1:8080");
 
-function check(cond, what) {
-  if (!cond) throw new Error(`check failed: ${what}`);
-}
-
-const browser = await chromium.launch({
-  executablePath: process.env.CHROMIUM || "/usr/bin/chromium",
-  headless: true,
-  args: ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--disable-background-networking",
-    "--disable-component-update", "--disable-sync", "--disable-dev-shm-usage"],
-});
+const browser = await launch();
 const out = { keys: [] };
 try {
   const page = await browser.newPage();
@@ -36,26 +20,13 @@ try {
   page.on("request", (req) => {
     if (req.method() === "POST" && req.url().endsWith("/v1/ops/demo")) out.keys.push(req.headers()["idempotency-key"] ?? null);
   });
-  const newest = () => page.$eval("#results .result", (li) => ({
-    state: li.dataset.state ?? "", replay: li.dataset.replay ?? "", key: li.dataset.key ?? "",
-    answer: li.querySelector(".answer")?.textContent ?? "", error: li.classList.contains("error"),
-    resumed: (li.querySelector(".meta")?.textContent ?? "").includes("resumed"),
-  }));
-
-  await page.goto(`${api}/`, wait);
-  await page.fill("#prompt", `Stream a haiku ${Math.random().toString(36).slice(2, 8)}`);
-  await page.click("#stream");
-  // Some words have arrived, and the stream is still running.
-  await page.waitForFunction(() => {
-    const li = document.querySelector("#results .result");
-    return li?.dataset.state === "streaming" && (li.querySelector(".answer")?.textContent ?? "").split(" ").length >= 3;
-  }, null, wait);
-  const partial = await newest();
+  await streamSome(page, api); // some words have arrived, and the stream is still running
+  const partial = await newest(page);
   check(partial.state === "streaming", `the answer is still streaming: ${JSON.stringify(partial)}`);
 
   await page.reload(wait);
-  await page.waitForFunction(() => document.querySelector("#results .result")?.dataset.state === "done", null, wait);
-  const resumed = await newest();
+  await untilDone(page);
+  const resumed = await newest(page);
   check(!resumed.error && resumed.resumed, `the stream resumed after the reload: ${JSON.stringify(resumed)}`);
   check(resumed.replay === "true", `the resumed stream is the first execution's, not a new one: ${JSON.stringify(resumed)}`);
   check(resumed.key === partial.key, `one key before and after the reload: ${JSON.stringify([partial, resumed])}`);

@@ -30,7 +30,9 @@ function setStatus(state: "idle" | "running", text: string, key?: string): void 
   else delete status.dataset["key"];
 }
 
-function show(res: RunResult | IdemguardError, resumed: boolean): void {
+// resultItem adds a result to the top of the list: its answer, and a line
+// with its badge and its key.
+function resultItem(resumed: boolean, badgeText = "") {
   const li = document.createElement("li");
   li.className = "result";
   const answer = document.createElement("p");
@@ -39,8 +41,28 @@ function show(res: RunResult | IdemguardError, resumed: boolean): void {
   meta.className = "meta";
   const badge = document.createElement("span");
   badge.className = "badge";
+  badge.textContent = badgeText;
   const key = document.createElement("code");
   key.className = "key";
+  meta.append(badge, document.createTextNode("key"), key);
+  if (resumed) meta.append(document.createTextNode("· resumed after reload"));
+  li.append(answer, meta);
+  results.prepend(li);
+  return { li, answer, meta, badge, key };
+}
+
+// settled ends a call of the prompt text: its pending entry goes once the
+// action has its outcome, and the status is idle when no call runs.
+function settled(text: string, pendingEntry: string): void {
+  running--;
+  if (pendingKey(SCOPE, inputOf(text)) === null && sessionStorage.getItem(pendingEntry) === text) {
+    sessionStorage.removeItem(pendingEntry);
+  }
+  if (running === 0) setStatus("idle", "");
+}
+
+function show(res: RunResult | IdemguardError, resumed: boolean): void {
+  const { li, answer, badge, key } = resultItem(resumed);
   if (res instanceof IdemguardError) {
     li.classList.add("error");
     answer.textContent = res.message;
@@ -54,10 +76,6 @@ function show(res: RunResult | IdemguardError, resumed: boolean): void {
     key.textContent = res.key;
     li.dataset["key"] = res.key;
   }
-  meta.append(badge, document.createTextNode("key"), key);
-  if (resumed) meta.append(document.createTextNode("· resumed after reload"));
-  li.append(answer, meta);
-  results.prepend(li);
 }
 
 async function generate(text: string, resumed = false): Promise<void> {
@@ -73,11 +91,7 @@ async function generate(text: string, resumed = false): Promise<void> {
     if (!(err instanceof IdemguardError)) throw err;
     show(err, resumed);
   } finally {
-    running--;
-    if (pendingKey(SCOPE, inputOf(text)) === null && sessionStorage.getItem(PENDING) === text) {
-      sessionStorage.removeItem(PENDING);
-    }
-    if (running === 0) setStatus("idle", "");
+    settled(text, PENDING);
   }
 }
 
@@ -87,22 +101,8 @@ async function generate(text: string, resumed = false): Promise<void> {
 async function streamAnswer(text: string, resumed = false): Promise<void> {
   sessionStorage.setItem(PENDING_STREAM, text);
   running++;
-  const li = document.createElement("li");
-  li.className = "result";
+  const { li, answer, meta, badge, key } = resultItem(resumed, "streaming");
   li.dataset["state"] = "streaming";
-  const answer = document.createElement("p");
-  answer.className = "answer";
-  const meta = document.createElement("div");
-  meta.className = "meta";
-  const badge = document.createElement("span");
-  badge.className = "badge";
-  badge.textContent = "streaming";
-  const key = document.createElement("code");
-  key.className = "key";
-  meta.append(badge, document.createTextNode("key"), key);
-  if (resumed) meta.append(document.createTextNode("· resumed after reload"));
-  li.append(answer, meta);
-  results.prepend(li);
   const events = runStream(SCOPE, inputOf(text), { token: TOKEN, waitSeconds: 25 });
   setStatus("running", resumed ? "Resuming the stream after reload…" : "Streaming…");
   try {
@@ -133,11 +133,7 @@ async function streamAnswer(text: string, resumed = false): Promise<void> {
     badge.textContent = err.status !== undefined ? `error ${err.status}` : "network error";
   } finally {
     li.dataset["state"] = "done";
-    running--;
-    if (pendingKey(SCOPE, inputOf(text)) === null && sessionStorage.getItem(PENDING_STREAM) === text) {
-      sessionStorage.removeItem(PENDING_STREAM);
-    }
-    if (running === 0) setStatus("idle", "");
+    settled(text, PENDING_STREAM);
   }
 }
 

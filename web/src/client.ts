@@ -156,25 +156,44 @@ export async function run(scope: string, input: unknown, options: RunOptions): P
         ...(completedAt !== undefined ? { completedAt } : {}),
       };
     }
-    const problem = await readProblem(resp);
-    const known = outcomeKnown(resp.status, problem);
-    if (!known && (resp.status === 503 || resp.status === 409)) {
-      // Store down, or the action still runs (elsewhere: another tab, the
-      // page before a reload): the same key again, after Retry-After.
-      retryAfterMs = parseRetryAfter(resp.headers.get("Retry-After"));
-      lastError = new IdemguardError(problem?.title ?? `HTTP ${resp.status}`, {
-        status: resp.status, key, retryable: true, ...(problem ? { problem } : {}),
-      });
-      continue;
-    }
-    // Known: released, a new call is a new action. Unknown (a 401 after a
-    // network error, a 502 the same key may retry, a 500): kept.
-    if (known) release();
-    throw new IdemguardError(problem?.detail ?? problem?.title ?? `HTTP ${resp.status}`, {
-      status: resp.status, key, retryable: !known, ...(problem ? { problem } : {}),
-    });
+    const r = await refusal(resp, key, release);
+    if (!r.retry) throw r.error;
+    retryAfterMs = r.retryAfterMs;
+    lastError = r.error;
   }
   throw lastError ?? new IdemguardError("no attempt made", { key, retryable: true });
+}
+
+/**
+ * What a call makes of an answer that is not its result. Store down, or
+ * the action still runs (elsewhere: another tab, the page before a
+ * reload): retry the same key after Retry-After. Otherwise the error to
+ * throw; when the outcome is known the key is released (a new call is a
+ * new action), when it is not (a 401 after a network error, a 502 the same
+ * key may retry, a 500) it is kept.
+ */
+export async function refusal(
+  resp: Response, key: string, release: () => void,
+): Promise<{ retry: boolean; retryAfterMs: number | undefined; error: IdemguardError }> {
+  const problem = await readProblem(resp);
+  const known = outcomeKnown(resp.status, problem);
+  if (!known && (resp.status === 503 || resp.status === 409)) {
+    return {
+      retry: true,
+      retryAfterMs: parseRetryAfter(resp.headers.get("Retry-After")),
+      error: new IdemguardError(problem?.title ?? `HTTP ${resp.status}`, {
+        status: resp.status, key, retryable: true, ...(problem ? { problem } : {}),
+      }),
+    };
+  }
+  if (known) release();
+  return {
+    retry: false,
+    retryAfterMs: undefined,
+    error: new IdemguardError(problem?.detail ?? problem?.title ?? `HTTP ${resp.status}`, {
+      status: resp.status, key, retryable: !known, ...(problem ? { problem } : {}),
+    }),
+  };
 }
 
 /** Statuses the server answers before it claims a key, for reasons that are

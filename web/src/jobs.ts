@@ -4,7 +4,7 @@
 // bearer credential travels in the Authorization header; it reconnects after
 // a dropped connection with Last-Event-ID and resumes where it stopped.
 
-import { IdemguardError, canonicalJSON, newKey, type Envelope, type KeyRecord, type KeyStore, type Problem } from "./client.js";
+import { IdemguardError, abortableSleep, canonicalJSON, defaultStore, newKey, type Envelope, type KeyRecord, type KeyStore, type Problem } from "./client.js";
 import type { components } from "./openapi.gen.js";
 
 /** The data of one event of GET …/keys/{key}/events. */
@@ -63,7 +63,7 @@ export interface SubmitResult {
  * IdemguardError for any other answer.
  */
 export async function submitJob(scope: string, input: unknown, options: SubmitOptions): Promise<SubmitResult> {
-  const store = options.store ?? jobStore();
+  const store = options.store ?? defaultStore();
   const name = jobName(scope, options.action ?? canonicalJSON(input ?? {}));
   const key = store.getItem(name) ?? (options.newKey ?? newKey)();
   store.setItem(name, key);
@@ -82,12 +82,12 @@ export async function submitJob(scope: string, input: unknown, options: SubmitOp
 
 /** Forgets the key submitJob keeps for an action: the next submission is a new job. */
 export function forgetJob(scope: string, input: unknown, options: Pick<SubmitOptions, "action" | "store"> = {}): void {
-  (options.store ?? jobStore()).removeItem(jobName(scope, options.action ?? canonicalJSON(input ?? {})));
+  (options.store ?? defaultStore()).removeItem(jobName(scope, options.action ?? canonicalJSON(input ?? {})));
 }
 
 /** The key submitJob keeps for an action, or null. */
 export function jobKey(scope: string, input: unknown, options: Pick<SubmitOptions, "action" | "store"> = {}): string | null {
-  return (options.store ?? jobStore()).getItem(jobName(scope, options.action ?? canonicalJSON(input ?? {})));
+  return (options.store ?? defaultStore()).getItem(jobName(scope, options.action ?? canonicalJSON(input ?? {})));
 }
 
 /** Asks the job of a key to stop (POST …/keys/{key}/cancel). Resolves with
@@ -133,7 +133,7 @@ export async function* watchJob(scope: string, keyRef: string, options: WatchOpt
   let last = options.lastEventId;
   let failures = 0;
   const max = options.maxReconnects ?? 8;
-  const sleep = options.sleep ?? pause;
+  const sleep = options.sleep ?? abortableSleep;
   for (;;) {
     let resp: Response | undefined;
     try {
@@ -235,28 +235,3 @@ function jobName(scope: string, action: string): string {
   return `${jobPrefix}${scope}:${action}`;
 }
 
-let memory: KeyStore | undefined;
-
-function jobStore(): KeyStore {
-  try {
-    if (typeof sessionStorage !== "undefined") return sessionStorage;
-  } catch {
-    // Storage blocked: fall through.
-  }
-  if (memory === undefined) {
-    const m = new Map<string, string>();
-    memory = { getItem: (k) => m.get(k) ?? null, setItem: (k, v) => void m.set(k, v), removeItem: (k) => void m.delete(k) };
-  }
-  return memory;
-}
-
-function pause(ms: number, signal?: AbortSignal): Promise<void> {
-  return new Promise((resolve, reject) => {
-    if (signal?.aborted) return reject(signal.reason);
-    const t = setTimeout(resolve, ms);
-    signal?.addEventListener("abort", () => {
-      clearTimeout(t);
-      reject(signal.reason);
-    }, { once: true });
-  });
-}

@@ -26,9 +26,8 @@ import {
   defaults,
   newKey,
   outcomeKnown,
-  parseRetryAfter,
   readKey,
-  readProblem,
+  refusal,
   storageName,
   type Problem,
   type RunOptions,
@@ -169,19 +168,10 @@ export async function* runStream(scope: string, input: Record<string, unknown>, 
       retryAfterMs = undefined;
       continue;
     }
-    const problem = await readProblem(resp);
-    const known = outcomeKnown(resp.status, problem);
-    if (!known && (resp.status === 503 || resp.status === 409)) {
-      retryAfterMs = parseRetryAfter(resp.headers.get("Retry-After"));
-      lastError = new IdemguardError(problem?.title ?? `HTTP ${resp.status}`, {
-        status: resp.status, key, retryable: true, ...(problem ? { problem } : {}),
-      });
-      continue;
-    }
-    if (known) release();
-    throw new IdemguardError(problem?.detail ?? problem?.title ?? `HTTP ${resp.status}`, {
-      status: resp.status, key, retryable: !known, ...(problem ? { problem } : {}),
-    });
+    const r = await refusal(resp, key, release);
+    if (!r.retry) throw r.error;
+    retryAfterMs = r.retryAfterMs;
+    lastError = r.error;
   }
   throw lastError ?? new IdemguardError("no attempt made", { key, retryable: true });
 }
