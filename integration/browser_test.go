@@ -3,6 +3,7 @@ package integration
 import (
 	"encoding/json"
 	"net/http"
+	"net/http/httptest"
 	"path/filepath"
 	"regexp"
 	"strconv"
@@ -14,6 +15,16 @@ import (
 
 	"github.com/idemguard/idemguard/internal/browsertest"
 )
+
+// demoService finds the browser tools (skipping the test without them, as
+// browsertest.Tools says) and starts the service in development mode, where it
+// serves the demo page at /.
+func demoService(t *testing.T) (web, chromium string, s *service) {
+	t.Helper()
+	web, chromium = browsertest.Tools(t, "../web")
+	s = startService(t, map[string]string{"IDEMGUARD_MODE": "development", "IDEMGUARD_LISTEN": "127.0.0.1:0"}, "")
+	return web, chromium, s
+}
 
 // browserReport is what web/browser/demo.browser.mjs saw on the page.
 type browserReport struct {
@@ -50,9 +61,7 @@ type browserReport struct {
 // artifact directory (go test -artifacts keeps them).
 func TestBrowserDemoPage(t *testing.T) {
 	t.Parallel()
-	web, chromium := browsertest.Tools(t, "../web")
-
-	s := startService(t, map[string]string{"IDEMGUARD_MODE": "development", "IDEMGUARD_LISTEN": "127.0.0.1:0"}, "")
+	web, chromium, s := demoService(t)
 	out := t.ArtifactDir()
 	var rep browserReport
 	browsertest.Run(t, web, chromium, &rep, "demo.browser.mjs", "--url", s.url(""), "--out", out)
@@ -122,4 +131,188 @@ func metricValue(t *testing.T, body, series string) int {
 	v, err := strconv.ParseFloat(m[1], 64)
 	require.NoError(t, err)
 	return int(v)
+}
+
+// TestBrowserKeepsKeyUntilOutcomeKnown drives the demo page in headless Chromium
+// (web/browser/keepkey.browser.mjs): the first request runs the operation but its answer is
+// lost, the client's retry is refused with 401, and the user clicks again. The page must send one
+// key all three times and show the replay; the server must have run the operation once.
+//
+// It needs node, `npm ci` in web/ and Chromium (.ci/run installs them); without them it skips,
+// except under CI=true.
+func TestBrowserKeepsKeyUntilOutcomeKnown(t *testing.T) {
+	t.Parallel()
+	web, chromium, s := demoService(t)
+	var rep struct {
+		OK       bool `json:"ok"`
+		Key      string
+		Replay   bool
+		Requests []struct {
+			Key        string
+			LostStatus int
+		}
+	}
+	browsertest.Run(t, web, chromium, &rep, "keepkey.browser.mjs", "--url", s.url(""))
+
+	require.True(t, rep.OK)
+	require.True(t, rep.Replay)
+	require.Len(t, rep.Requests, 3)
+	require.Equal(t, http.StatusOK, rep.Requests[0].LostStatus, "the lost answer was a success")
+	for _, r := range rep.Requests {
+		require.Equal(t, rep.Key, r.Key, "one key for the lost answer, the 401 and the retry")
+	}
+
+	// The server's side: one execution, and the 401 in the request log.
+	c := newClient(t)
+	res, rec := lookup(t, c, s, "demo", "dev-demo-key", rep.Key)
+	require.Equal(t, http.StatusOK, res.status, res.String())
+	require.Equal(t, "succeeded", rec.Status)
+	require.Equal(t, 1, rec.AttemptCount)
+	metrics := do(t, c, s, request{method: http.MethodGet, path: "/metrics"})
+	require.Equal(t, http.StatusOK, metrics.status)
+	require.Equal(t, 1, metricValue(t, string(metrics.body), `idemguard_claims_total{scope="demo"}`))
+	require.Equal(t, 1, metricValue(t, string(metrics.body), `idemguard_operations_total{outcome="succeeded",scope="demo"}`))
+	eventually(t, 10*time.Second, "the refused retry in the request log", func() bool {
+		for _, line := range strings.Split(s.logs.String(), "\n") {
+			var l struct {
+				Msg, Method string
+				Status      int
+			}
+			if json.Unmarshal([]byte(line), &l) == nil && l.Msg == "http: request" && l.Method == http.MethodPost && l.Status == http.StatusUnauthorized {
+				return true
+			}
+		}
+		return false
+	})
+}
+
+// TestBrowserStreamResumesAfterReload drives the demo page in headless Chromium
+// (web/browser/stream.browser.mjs): Stream shows the answer word by word, the page is reloaded in
+// the middle, and the page must resume the action with its key and show the whole answer from the
+// first word, as the replay of the first page's execution. The server must have run the
+// operation once. Without the client keeping the key across the reload, the resumed request
+// would be a second execution under a new key.
+//
+// It needs node, `npm ci` in web/ and Chromium (.ci/run installs them); without them it skips,
+// except under CI=true.
+func TestBrowserStreamResumesAfterReload(t *testing.T) {
+	t.Parallel()
+	web, chromium, s := demoService(t)
+	var rep struct {
+		OK      bool `json:"ok"`
+		Key     string
+		Partial string
+		Answer  string
+		Replay  bool
+		Keys    []string
+	}
+	browsertest.Run(t, web, chromium, &rep, "stream.browser.mjs", "--url", s.url(""))
+	require.True(t, rep.OK)
+	require.True(t, rep.Replay)
+	require.NotEqual(t, rep.Partial, rep.Answer, "the reload came in the middle of the stream")
+	require.GreaterOrEqual(t, len(rep.Keys), 2)
+	for _, k := range rep.Keys {
+		require.Equal(t, rep.Key, k, "one key before and after the reload, and for the replay")
+	}
+
+	c := newClient(t)
+	res, rec := lookup(t, c, s, "demo", "dev-demo-key", rep.Key)
+	require.Equal(t, http.StatusOK, res.status, res.String())
+	require.Equal(t, "succeeded", rec.Status)
+	require.Equal(t, 1, rec.AttemptCount, "the operation ran once")
+	metrics := do(t, c, s, request{method: http.MethodGet, path: "/metrics"})
+	require.Equal(t, 1, metricValue(t, string(metrics.body), `idemguard_operations_total{outcome="succeeded",scope="demo"}`))
+}
+
+// TestBrowserStreamResumesAfterACutConnection drives the demo page in
+// headless Chromium (web/browser/resume.browser.mjs) through a TCP proxy:
+// Stream shows the answer word by word, every connection through the proxy
+// is cut in the middle, and the page's client must reconnect on its own
+// with Last-Event-ID and show the whole answer, each word once: the page's
+// text equals the stored answer. The server ran the operation once. A
+// client that does not resume ends the stream with an error; one that
+// resumes without Last-Event-ID shows the first words twice.
+//
+// Like the other browser tests it needs node, `npm ci` in web/ and
+// Chromium, and skips without them except under CI=true.
+func TestBrowserStreamResumesAfterACutConnection(t *testing.T) {
+	t.Parallel()
+	web, chromium, s := demoService(t)
+	proxy := newTCPProxy(t, s.addr)
+	cut := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		proxy.closeAll()
+		w.WriteHeader(http.StatusNoContent)
+	}))
+	t.Cleanup(cut.Close)
+
+	var rep struct {
+		OK         bool   `json:"ok"`
+		Key        string `json:"key"`
+		Partial    string `json:"partial"`
+		Answer     string `json:"answer"`
+		Reconnects int    `json:"reconnects"`
+		Posts      []struct {
+			Key         string  `json:"key"`
+			LastEventID *string `json:"lastEventId"`
+		} `json:"posts"`
+	}
+	browsertest.Run(t, web, chromium, &rep, "resume.browser.mjs", "--url", "http://"+proxy.addr(), "--cut", cut.URL)
+	require.True(t, rep.OK)
+	require.GreaterOrEqual(t, rep.Reconnects, 1)
+	require.NotEqual(t, rep.Partial, rep.Answer, "the cut came in the middle of the stream")
+	for _, p := range rep.Posts {
+		require.Equal(t, rep.Key, p.Key, "one key before and after the cut")
+	}
+	require.Regexp(t, `^1-[0-9a-f]{8}-[0-9]+$`, *rep.Posts[len(rep.Posts)-1].LastEventID)
+
+	c := newClient(t)
+	res, rec := lookup(t, c, s, "demo", "dev-demo-key", rep.Key)
+	require.Equal(t, http.StatusOK, res.status, res.String())
+	require.Equal(t, "succeeded", rec.Status)
+	require.Equal(t, 1, rec.AttemptCount, "the operation ran once")
+	var env struct {
+		Data struct {
+			Text string `json:"text"`
+		} `json:"data"`
+	}
+	require.NoError(t, json.Unmarshal(rec.Response, &env))
+	require.Equal(t, env.Data.Text, rep.Answer, "the page shows the stored answer whole, each word once")
+	metrics := do(t, c, s, request{method: http.MethodGet, path: "/metrics"})
+	require.Equal(t, 1, metricValue(t, string(metrics.body), `idemguard_operations_total{outcome="succeeded",scope="demo"}`))
+}
+
+// TestBrowserDemoJob drives the long-job part of the demo page of the built
+// binary (development mode, the 30-second demo-job scope) in headless
+// Chromium (web/browser/jobs.browser.mjs): the submission answers at once,
+// a reload reattaches to the same key and keeps following its events, and
+// Cancel ends it canceled. Then the server's side: the key is failed with
+// stopReason canceled, the attempt not counted.
+//
+// Like TestBrowserDemoPage it needs node, `npm ci` in web/ and Chromium,
+// and skips without them except under CI=true.
+func TestBrowserDemoJob(t *testing.T) {
+	t.Parallel()
+	web, chromium, s := demoService(t)
+	out := t.ArtifactDir()
+	var rep struct {
+		OK              bool     `json:"ok"`
+		Key             string   `json:"key"`
+		AcceptedAfterMs int      `json:"acceptedAfterMs"`
+		CanceledAfterMs int      `json:"canceledAfterMs"`
+		Events          []string `json:"events"`
+	}
+	browsertest.Run(t, web, chromium, &rep, "jobs.browser.mjs", "--url", s.url(""), "--out", out)
+	require.True(t, rep.OK)
+	require.Less(t, rep.AcceptedAfterMs, 10_000, "the submission answered before the 30-second job ended")
+	// The demo job's heartbeat (and so its cancel check) comes every 2 s.
+	require.Less(t, rep.CanceledAfterMs, 2000+3000)
+	require.Equal(t, "canceled", rep.Events[len(rep.Events)-1])
+	require.FileExists(t, filepath.Join(out, "job-reattached.png"))
+
+	c := newClient(t)
+	res, rec := lookup(t, c, s, "demo-job", "dev-demo-key", rep.Key)
+	require.Equal(t, http.StatusOK, res.status, res.String())
+	require.Equal(t, "failed", rec.Status)
+	require.Equal(t, 0, rec.AttemptCount, "a canceled attempt is not counted")
+	require.Contains(t, string(rec.Response), `"stopReason":"canceled"`)
 }

@@ -1,8 +1,6 @@
 package integration
 
 import (
-	"bufio"
-	"context"
 	"encoding/json"
 	"net/http"
 	"sync"
@@ -11,6 +9,7 @@ import (
 	"time"
 
 	"github.com/idemguard/idemguard/internal/live"
+	"github.com/idemguard/idemguard/internal/ssetest"
 	"github.com/idemguard/idemguard/internal/testdb"
 	"github.com/stretchr/testify/require"
 )
@@ -118,54 +117,19 @@ type sseEvent struct {
 // channel closes when the stream ends.
 func watch(t *testing.T, s *service, path, lastEventID string) (int, <-chan sseEvent) {
 	t.Helper()
-	ctx, cancel := context.WithCancel(context.Background())
 	tr := &http.Transport{}
-	t.Cleanup(func() { cancel(); tr.CloseIdleConnections() })
-	r, err := http.NewRequestWithContext(ctx, http.MethodGet, s.url(path+"/events"), nil)
-	require.NoError(t, err)
-	r.Header.Set("Authorization", "Bearer "+acmeKey)
-	if lastEventID != "" {
-		r.Header.Set("Last-Event-ID", lastEventID)
-	}
-	resp, err := (&http.Client{Transport: tr}).Do(r)
-	require.NoError(t, err)
-	out := make(chan sseEvent, 256)
-	if resp.StatusCode != http.StatusOK {
-		resp.Body.Close()
-		close(out)
-		return resp.StatusCode, out
-	}
-	require.Equal(t, "text/event-stream", resp.Header.Get("Content-Type"))
-	go func() {
-		defer close(out)
-		defer resp.Body.Close()
-		br := bufio.NewReader(resp.Body)
-		for {
-			ev, err := live.ReadSSE(br)
-			if err != nil {
-				return
-			}
+	t.Cleanup(tr.CloseIdleConnections)
+	return ssetest.Open(t, &http.Client{Transport: tr}, s.url(path+"/events"), acmeKey, lastEventID,
+		func(ev live.Event) (sseEvent, error) {
 			e := sseEvent{id: ev.ID, kind: ev.Type}
-			if err := json.Unmarshal(ev.Data, &e.data); err != nil {
-				t.Errorf("event data %q: %v", ev.Data, err) // fails the test; the channel still closes
-				return
-			}
-			out <- e
-		}
-	}()
-	return resp.StatusCode, out
+			return e, json.Unmarshal(ev.Data, &e.data)
+		})
 }
 
 // next waits for the stream's next event; false when it ended.
 func next(t *testing.T, events <-chan sseEvent) (sseEvent, bool) {
 	t.Helper()
-	select {
-	case e, ok := <-events:
-		return e, ok
-	case <-time.After(20 * time.Second):
-		t.Fatal("no event within 20s")
-		return sseEvent{}, false
-	}
+	return ssetest.Next(t, events, 20*time.Second)
 }
 
 // all reads the stream to its end.

@@ -1,8 +1,6 @@
 package routers
 
 import (
-	"bufio"
-	"context"
 	"encoding/json"
 	"net/http"
 	"net/http/httptest"
@@ -15,6 +13,7 @@ import (
 	"github.com/idemguard/idemguard"
 	"github.com/idemguard/idemguard/idemguardtest"
 	"github.com/idemguard/idemguard/internal/live"
+	"github.com/idemguard/idemguard/internal/ssetest"
 )
 
 // sseEvent is one event of a stream as a client reads it.
@@ -24,47 +23,14 @@ type sseEvent struct{ id, kind, data string }
 // a channel of its events (closed when the stream ends).
 func openEvents(t *testing.T, srv *httptest.Server, path, lastEventID string) (int, <-chan sseEvent) {
 	t.Helper()
-	ctx, cancel := context.WithCancel(context.Background())
-	t.Cleanup(cancel)
-	r, err := http.NewRequestWithContext(ctx, http.MethodGet, srv.URL+path, nil)
-	require.NoError(t, err)
-	r.Header.Set("Authorization", "Bearer "+acmeKey1)
-	if lastEventID != "" {
-		r.Header.Set("Last-Event-ID", lastEventID)
-	}
-	resp, err := srv.Client().Do(r)
-	require.NoError(t, err)
-	out := make(chan sseEvent, 64)
-	if resp.StatusCode != http.StatusOK {
-		resp.Body.Close()
-		close(out)
-		return resp.StatusCode, out
-	}
-	require.Equal(t, "text/event-stream", resp.Header.Get("Content-Type"))
-	go func() {
-		defer close(out)
-		defer resp.Body.Close()
-		br := bufio.NewReader(resp.Body)
-		for {
-			e, err := live.ReadSSE(br)
-			if err != nil {
-				return
-			}
-			out <- sseEvent{id: e.ID, kind: e.Type, data: string(e.Data)}
-		}
-	}()
-	return resp.StatusCode, out
+	return ssetest.Open(t, srv.Client(), srv.URL+path, acmeKey1, lastEventID, func(e live.Event) (sseEvent, error) {
+		return sseEvent{id: e.ID, kind: e.Type, data: string(e.Data)}, nil
+	})
 }
 
 func nextEvent(t *testing.T, ch <-chan sseEvent) (sseEvent, bool) {
 	t.Helper()
-	select {
-	case e, ok := <-ch:
-		return e, ok
-	case <-time.After(10 * time.Second):
-		t.Fatal("no event within 10s")
-		return sseEvent{}, false
-	}
+	return ssetest.Next(t, ch, 10*time.Second)
 }
 
 func TestRespondAsyncWatchAndCancel(t *testing.T) {

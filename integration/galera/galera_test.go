@@ -274,6 +274,19 @@ func storm(t *testing.T, rec *recording, guards []*idemguard.Guard, n int, c ide
 	return results, errs
 }
 
+// acrossSyncWaits runs test on a new cluster under each setting of
+// wsrep_sync_wait and fails unless the runs together caused at least one
+// certification conflict (test returns how many it saw), so that a pass means
+// the 1213 path was taken.
+func acrossSyncWaits(t *testing.T, what string, test func(*testing.T, *cluster, string) int64) {
+	requireCluster(t)
+	var seen int64
+	for _, sw := range syncWaits {
+		t.Run("wsrep_sync_wait="+sw, func(t *testing.T) { seen += test(t, newCluster(t, sw), sw) })
+	}
+	require.Positive(t, seen, what+" caused no certification conflict: the 1213 path was not exercised")
+}
+
 // TestSameKeyStormAcrossNodes: 300 concurrent calls with one key, 100 on each node, run the
 // operation exactly once, and every caller gets an answer (no store error, i.e. no 5xx). Three
 // rounds with fresh keys per setting of wsrep_sync_wait (up to 10 until the cluster has reported a
@@ -281,12 +294,7 @@ func storm(t *testing.T, rec *recording, guards []*idemguard.Guard, n int, c ide
 // either setting, so that a pass means the 1213 path was taken. Whether a storm conflicts depends
 // on timing (runs have seen 0, 0, 1 and 0, 0, 250), hence the count across both settings.
 func TestSameKeyStormAcrossNodes(t *testing.T) {
-	requireCluster(t)
-	var seen int64
-	for _, sw := range syncWaits {
-		t.Run("wsrep_sync_wait="+sw, func(t *testing.T) { seen += testStorm(t, newCluster(t, sw), sw) })
-	}
-	require.Positive(t, seen, "storms caused no certification conflict: the 1213 path was not exercised")
+	acrossSyncWaits(t, "storms", testStorm)
 }
 
 func testStorm(t *testing.T, c *cluster, syncWait string) int64 {
@@ -349,12 +357,7 @@ func testStorm(t *testing.T, c *cluster, syncWait string) int64 {
 // given race conflicts depends on timing (on a busy machine 10 rounds under wsrep_sync_wait=1
 // once saw none), hence the count across both settings rather than per setting.
 func TestConcurrentTakeoversAcrossNodes(t *testing.T) {
-	requireCluster(t)
-	var seen int64
-	for _, sw := range syncWaits {
-		t.Run("wsrep_sync_wait="+sw, func(t *testing.T) { seen += testTakeover(t, newCluster(t, sw), sw) })
-	}
-	require.Positive(t, seen, "takeover races caused no certification conflict: the 1213 path was not exercised")
+	acrossSyncWaits(t, "takeover races", testTakeover)
 }
 
 func testTakeover(t *testing.T, c *cluster, syncWait string) int64 {

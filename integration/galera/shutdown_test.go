@@ -57,44 +57,33 @@ func TestNodeShutDownUnderLoad(t *testing.T) {
 		lostSlowest       time.Duration
 		unexpected        []string
 	)
-	stop := make(chan struct{})
-	var wg sync.WaitGroup
-	for cl := range clients {
-		wg.Go(func() {
-			for n := 0; ; n++ {
-				select {
-				case <-stop:
-					return
-				default:
-				}
-				key := fmt.Sprintf("c%d-%d", cl, n)
-				r := cl % len(guards) // a client of replica r
-				began := time.Now()
-				res, err := guards[r].Do(context.Background(), shutdownCall(key), rec.Op(key, 2*time.Millisecond))
-				took := time.Since(began)
-				ok := err == nil && res.Status == idemguard.StatusSucceeded && !res.LostClaim
-				mu.Lock()
-				down := !downAt.IsZero() && began.After(downAt) && backAt.IsZero()
-				switch {
-				case err != nil && !errors.Is(err, idemguard.ErrStoreUnavailable):
-					unexpected = append(unexpected, fmt.Sprintf("replica %d key %s: %v", r+1, key, err))
-				case r == lost && down:
-					lostCalls++
-					lostSlowest = max(lostSlowest, took)
-					if ok {
-						unexpected = append(unexpected, fmt.Sprintf("replica %d served key %s while its node was down", r+1, key))
-					}
-				case r != lost && down && ok:
-					served++
-				}
-				mu.Unlock()
-				if !ok {
-					time.Sleep(5 * time.Millisecond)
-				}
+	stopClients := faulttest.Clients(clients, func(cl, n int) bool {
+		key := fmt.Sprintf("c%d-%d", cl, n)
+		r := cl % len(guards) // a client of replica r
+		began := time.Now()
+		res, err := guards[r].Do(context.Background(), shutdownCall(key), rec.Op(key, 2*time.Millisecond))
+		took := time.Since(began)
+		ok := err == nil && res.Status == idemguard.StatusSucceeded && !res.LostClaim
+		mu.Lock()
+		down := !downAt.IsZero() && began.After(downAt) && backAt.IsZero()
+		switch {
+		case err != nil && !errors.Is(err, idemguard.ErrStoreUnavailable):
+			unexpected = append(unexpected, fmt.Sprintf("replica %d key %s: %v", r+1, key, err))
+		case r == lost && down:
+			lostCalls++
+			lostSlowest = max(lostSlowest, took)
+			if ok {
+				unexpected = append(unexpected, fmt.Sprintf("replica %d served key %s while its node was down", r+1, key))
 			}
-		})
-	}
-	stopClients := sync.OnceFunc(func() { close(stop); wg.Wait() })
+		case r != lost && down && ok:
+			served++
+		}
+		mu.Unlock()
+		if !ok {
+			time.Sleep(5 * time.Millisecond)
+		}
+		return true
+	})
 	t.Cleanup(stopClients)
 
 	time.Sleep(300 * time.Millisecond)

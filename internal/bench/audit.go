@@ -78,19 +78,7 @@ func runAudit(ctx context.Context, e *env) ([]row, error) {
 
 	var seq atomic.Int64
 	fresh := func(name, baseline string, g *idemguard.Guard) benchCase {
-		return benchCase{name: name, baseline: baseline, op: func(ctx context.Context) error {
-			n := seq.Add(1)
-			res, err := g.Do(ctx, idemguard.Call{Tenant: tenantGuard, Scope: scopeAuditFresh,
-				ClientKey: "audit-fresh-" + strconv.FormatInt(n, 10), Inputs: inputs{Doc: n, Text: textHash}}, noop)
-			if err != nil {
-				return err
-			}
-			if res.Status != idemguard.StatusSucceeded || res.Cached || res.LostClaim {
-				return fmt.Errorf("fresh key answered status %s cached %t lost %t, want a fresh success",
-					res.Status, res.Cached, res.LostClaim)
-			}
-			return nil
-		}}
+		return benchCase{name: name, baseline: baseline, op: freshDo(g, scopeAuditFresh, "audit-fresh-", &seq)}
 	}
 	replay := func(name, baseline string, g *idemguard.Guard) benchCase {
 		var seq atomic.Int64

@@ -176,19 +176,7 @@ func runFresh(ctx context.Context, e *env) ([]row, error) {
 	defer closeGuard(readFirst)
 	var seq atomic.Int64
 	fresh := func(name string, g *idemguard.Guard, target float64) benchCase {
-		return benchCase{name: name, baseline: raw.name, targetRatio: target, op: func(ctx context.Context) error {
-			n := seq.Add(1)
-			res, err := g.Do(ctx, idemguard.Call{Tenant: tenantGuard, Scope: scopeFresh,
-				ClientKey: "fresh-" + strconv.FormatInt(n, 10), Inputs: inputs{Doc: n, Text: textHash}}, noop)
-			if err != nil {
-				return err
-			}
-			if res.Status != idemguard.StatusSucceeded || res.Cached || res.LostClaim {
-				return fmt.Errorf("fresh key answered status %s cached %t lost %t, want a fresh success",
-					res.Status, res.Cached, res.LostClaim)
-			}
-			return nil
-		}}
+		return benchCase{name: name, baseline: raw.name, targetRatio: target, op: freshDo(g, scopeFresh, "fresh-", &seq)}
 	}
 	// The default configuration (adaptive read-first) must meet the target.
 	guard := fresh("guard-fresh", g, uncachedTarget)
@@ -329,6 +317,26 @@ func populate(ctx context.Context, e *env, replayKeys int64, replayCall func(int
 	}
 	defer closeGuard(g)
 	hashes := make([]string, replayKeys)
+	err = forEachKey(ctx, replayKeys, func(n int64) error {
+		res, err := g.Do(ctx, replayCall(n), noop)
+		if err == nil && (res.Status != idemguard.StatusSucceeded || res.Cached) {
+			err = fmt.Errorf("status %s cached %t, want a fresh success", res.Status, res.Cached)
+		}
+		if err != nil {
+			return fmt.Errorf("populate replay key %d: %w", n, err)
+		}
+		hashes[n] = res.KeyHash
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	return hashes, nil
+}
+
+// forEachKey calls do for 0..keys-1 from 16 workers and stops at the first
+// error, which it returns (else the context's error, if it ended).
+func forEachKey(ctx context.Context, keys int64, do func(n int64) error) error {
 	var (
 		wg       sync.WaitGroup
 		mu       sync.Mutex
@@ -339,33 +347,43 @@ func populate(ctx context.Context, e *env, replayKeys int64, replayCall func(int
 		wg.Go(func() {
 			for {
 				n := next.Add(1) - 1
-				if n >= replayKeys || ctx.Err() != nil {
+				if n >= keys || ctx.Err() != nil {
 					return
 				}
-				res, err := g.Do(ctx, replayCall(n), noop)
-				if err == nil && (res.Status != idemguard.StatusSucceeded || res.Cached) {
-					err = fmt.Errorf("status %s cached %t, want a fresh success", res.Status, res.Cached)
-				}
-				if err != nil {
+				if err := do(n); err != nil {
 					mu.Lock()
 					if firstErr == nil {
-						firstErr = fmt.Errorf("populate replay key %d: %w", n, err)
+						firstErr = err
 					}
 					mu.Unlock()
 					return
 				}
-				hashes[n] = res.KeyHash
 			}
 		})
 	}
 	wg.Wait()
 	if firstErr != nil {
-		return nil, firstErr
+		return firstErr
 	}
-	if err := ctx.Err(); err != nil {
-		return nil, err
+	return ctx.Err()
+}
+
+// freshDo calls Do on g with a new client key (prefix and the next of seq)
+// and a no-op operation, and fails unless the call ran fresh and succeeded.
+func freshDo(g *idemguard.Guard, scope, prefix string, seq *atomic.Int64) func(context.Context) error {
+	return func(ctx context.Context) error {
+		n := seq.Add(1)
+		res, err := g.Do(ctx, idemguard.Call{Tenant: tenantGuard, Scope: scope,
+			ClientKey: prefix + strconv.FormatInt(n, 10), Inputs: inputs{Doc: n, Text: textHash}}, noop)
+		if err != nil {
+			return err
+		}
+		if res.Status != idemguard.StatusSucceeded || res.Cached || res.LostClaim {
+			return fmt.Errorf("fresh key answered status %s cached %t lost %t, want a fresh success",
+				res.Status, res.Cached, res.LostClaim)
+		}
+		return nil
 	}
-	return hashes, nil
 }
 
 func closeGuard(g *idemguard.Guard) {

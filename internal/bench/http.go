@@ -183,14 +183,9 @@ func startHTTPBench(ctx context.Context, e *env) (_ *httpBench, err error) {
 
 	ctx, cancel := context.WithTimeout(ctx, serveStartTimeout)
 	defer cancel()
-	bin := filepath.Join(dir, "idemguard")
-	e.log.Info("bench: building serve", slog.String("binary", bin))
-	build := exec.CommandContext(ctx, "go", "build", "-o", bin, "./cmd/idemguard")
-	if build.Dir, err = moduleRoot(ctx); err != nil {
+	bin, err := buildServe(ctx, e, dir)
+	if err != nil {
 		return nil, err
-	}
-	if out, err := build.CombinedOutput(); err != nil {
-		return nil, fmt.Errorf("go build ./cmd/idemguard: %w\n%s", err, out)
 	}
 
 	digest := auth.HashAPIKey(h.apiKey)
@@ -203,31 +198,16 @@ func startHTTPBench(ctx context.Context, e *env) (_ *httpBench, err error) {
 		if err := os.WriteFile(cfgPath, serveConfig(e.opts.pool, cacheSize, h.upstream.url()), 0o600); err != nil {
 			return nil, err
 		}
-		cmd := exec.Command(bin, "serve", "--config", cfgPath)
-		cmd.Env = append(os.Environ(),
-			"IDEMGUARD_MYSQL_DSN="+e.dsn,
-			"IDEMPOTENCY_SECRET="+hexOf(e.secret),
-			"IDEMGUARD_API_KEYS="+string(httpTenant)+":"+digest,
-			"IDEMGUARD_OPENAI_API_KEY=bench-upstream-key",
-		)
-		p, err := startProc(ctx, e.log, dir, fmt.Sprintf("serve%d", i), cmd)
+		p, err := startProc(ctx, e.log, dir, fmt.Sprintf("serve%d", i), serveCmd(e, bin, cfgPath, digest))
 		if err != nil {
 			return nil, err
 		}
 		h.serves = append(h.serves, p)
 	}
-	self, err := os.Executable()
+	cmd, err := floorCmd(e, h.upstream.url(), digest)
 	if err != nil {
 		return nil, err
 	}
-	cmd := exec.Command(self)
-	cmd.Env = append(os.Environ(),
-		envFloor+"=1",
-		envFloorDSN+"="+e.dsn,
-		envFloorPool+"="+strconv.Itoa(e.opts.pool),
-		envFloorUpstream+"="+h.upstream.url()+"/chat/completions",
-		envFloorKeys+"="+string(httpTenant)+":"+digest,
-	)
 	if h.floor, err = startProc(ctx, e.log, dir, "floor", cmd); err != nil {
 		return nil, err
 	}
@@ -237,6 +217,52 @@ func startHTTPBench(ctx context.Context, e *env) (_ *httpBench, err error) {
 		}
 	}
 	return h, nil
+}
+
+// buildServe builds ./cmd/idemguard into dir and returns the binary's path.
+func buildServe(ctx context.Context, e *env, dir string) (string, error) {
+	bin := filepath.Join(dir, "idemguard")
+	e.log.Info("bench: building serve", slog.String("binary", bin))
+	build := exec.CommandContext(ctx, "go", "build", "-o", bin, "./cmd/idemguard")
+	var err error
+	if build.Dir, err = moduleRoot(ctx); err != nil {
+		return "", err
+	}
+	if out, err := build.CombinedOutput(); err != nil {
+		return "", fmt.Errorf("go build ./cmd/idemguard: %w\n%s", err, out)
+	}
+	return bin, nil
+}
+
+// serveCmd runs the serve binary bin with the config at cfgPath on the bench
+// database, accepting the API key whose digest is given for httpTenant.
+func serveCmd(e *env, bin, cfgPath, digest string) *exec.Cmd {
+	cmd := exec.Command(bin, "serve", "--config", cfgPath)
+	cmd.Env = append(os.Environ(),
+		"IDEMGUARD_MYSQL_DSN="+e.dsn,
+		"IDEMPOTENCY_SECRET="+hexOf(e.secret),
+		"IDEMGUARD_API_KEYS="+string(httpTenant)+":"+digest,
+		"IDEMGUARD_OPENAI_API_KEY=bench-upstream-key",
+	)
+	return cmd
+}
+
+// floorCmd runs this program as the HTTP floor (runHTTPFloor) against the
+// upstream at upstreamURL, with the same pool and API key as serve.
+func floorCmd(e *env, upstreamURL, digest string) (*exec.Cmd, error) {
+	self, err := os.Executable()
+	if err != nil {
+		return nil, err
+	}
+	cmd := exec.Command(self)
+	cmd.Env = append(os.Environ(),
+		envFloor+"=1",
+		envFloorDSN+"="+e.dsn,
+		envFloorPool+"="+strconv.Itoa(e.opts.pool),
+		envFloorUpstream+"="+upstreamURL+"/chat/completions",
+		envFloorKeys+"="+string(httpTenant)+":"+digest,
+	)
+	return cmd, nil
 }
 
 // serveConfig is the YAML config of one serve process.
@@ -433,33 +459,17 @@ func (h *httpBench) expect(ctx context.Context, url, key, content string, replay
 // populate makes the replay keys succeed on serve (rows shared by every
 // serve process) and on the floor (rows of its own naming).
 func (h *httpBench) populate(ctx context.Context) error {
-	var wg sync.WaitGroup
-	var next atomic.Int64
-	var mu sync.Mutex
-	var first error
-	for range 16 {
-		wg.Go(func() {
-			for {
-				n := next.Add(1) - 1
-				if n >= replayKeys || ctx.Err() != nil {
-					return
-				}
-				k, c := "replay-"+strconv.FormatInt(n, 10), "replay "+strconv.FormatInt(n, 10)
-				err := h.expect(ctx, h.serves[1].url+"/v1/ops/"+httpScope, k, c, false)
-				if err == nil {
-					err = h.expect(ctx, h.floor.url+"/v1/ops/"+httpScope, k, c, false)
-				}
-				if err != nil {
-					mu.Lock()
-					first = cmpErr(first, fmt.Errorf("populate: %w", err))
-					mu.Unlock()
-					return
-				}
-			}
-		})
-	}
-	wg.Wait()
-	return cmpErr(first, ctx.Err())
+	return forEachKey(ctx, replayKeys, func(n int64) error {
+		k, c := "replay-"+strconv.FormatInt(n, 10), "replay "+strconv.FormatInt(n, 10)
+		err := h.expect(ctx, h.serves[1].url+"/v1/ops/"+httpScope, k, c, false)
+		if err == nil {
+			err = h.expect(ctx, h.floor.url+"/v1/ops/"+httpScope, k, c, false)
+		}
+		if err != nil {
+			return fmt.Errorf("populate: %w", err)
+		}
+		return nil
+	})
 }
 
 func cmpErr(a, b error) error {

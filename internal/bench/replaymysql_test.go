@@ -33,16 +33,7 @@ func BenchmarkReplayStoreMySQL(b *testing.B) {
 	g, err := e.newGuard(func(c *idemguard.Config) { c.ReplayCacheSize = -1 })
 	require.NoError(b, err)
 	b.Cleanup(func() { closeGuard(g) })
-	ctx := context.Background()
-	b.ReportAllocs()
-	n := int64(0)
-	for b.Loop() {
-		n = (n + 1) % replayKeys
-		res, err := g.Do(ctx, replayCall(n), noop)
-		if err != nil || !res.Cached {
-			b.Fatalf("replay: cached %t, err %v", res.Cached, err)
-		}
-	}
+	loopReplays(b, g)
 }
 
 func BenchmarkRawSelectMySQL(b *testing.B) {

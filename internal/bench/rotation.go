@@ -2,8 +2,6 @@ package main
 
 import (
 	"context"
-	"fmt"
-	"strconv"
 	"sync/atomic"
 
 	"github.com/idemguard/idemguard"
@@ -39,19 +37,7 @@ func runRotation(ctx context.Context, e *env) ([]row, error) {
 	defer closeGuard(rotating)
 	var seq atomic.Int64
 	fresh := func(name, baseline string, g *idemguard.Guard) benchCase {
-		return benchCase{name: name, baseline: baseline, op: func(ctx context.Context) error {
-			n := seq.Add(1)
-			res, err := g.Do(ctx, idemguard.Call{Tenant: tenantGuard, Scope: scopeRotation,
-				ClientKey: "rotation-" + strconv.FormatInt(n, 10), Inputs: inputs{Doc: n, Text: textHash}}, noop)
-			if err != nil {
-				return err
-			}
-			if res.Status != idemguard.StatusSucceeded || res.Cached || res.LostClaim {
-				return fmt.Errorf("fresh key answered status %s cached %t lost %t, want a fresh success",
-					res.Status, res.Cached, res.LostClaim)
-			}
-			return nil
-		}}
+		return benchCase{name: name, baseline: baseline, op: freshDo(g, scopeRotation, "rotation-", &seq)}
 	}
 	without := fresh("guard-fresh", "", plain)
 	with := fresh("guard-fresh-previous-secret", without.name, rotating)

@@ -7,11 +7,9 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -178,14 +176,9 @@ func startStreamBench(ctx context.Context, e *env) (_ *streamBench, err error) {
 
 	ctx, cancel := context.WithTimeout(ctx, serveStartTimeout)
 	defer cancel()
-	bin := filepath.Join(dir, "idemguard")
-	e.log.Info("bench: building serve", slog.String("binary", bin))
-	build := exec.CommandContext(ctx, "go", "build", "-o", bin, "./cmd/idemguard")
-	if build.Dir, err = moduleRoot(ctx); err != nil {
+	bin, err := buildServe(ctx, e, dir)
+	if err != nil {
 		return nil, err
-	}
-	if out, err := build.CombinedOutput(); err != nil {
-		return nil, fmt.Errorf("go build ./cmd/idemguard: %w\n%s", err, out)
 	}
 	digest := auth.HashAPIKey(sb.apiKey)
 	cfg := strings.Replace(string(serveConfig(e.opts.pool, -1, sb.upstream.URL)), httpScope, streamScope, 1)
@@ -193,19 +186,13 @@ func startStreamBench(ctx context.Context, e *env) (_ *streamBench, err error) {
 	if err := os.WriteFile(cfgPath, []byte(cfg), 0o600); err != nil {
 		return nil, err
 	}
-	cmd := exec.Command(bin, "serve", "--config", cfgPath)
-	cmd.Env = append(os.Environ(), "IDEMGUARD_MYSQL_DSN="+e.dsn, "IDEMPOTENCY_SECRET="+hexOf(e.secret),
-		"IDEMGUARD_API_KEYS="+string(httpTenant)+":"+digest, "IDEMGUARD_OPENAI_API_KEY=bench-upstream-key")
-	if sb.serve, err = startProc(ctx, e.log, dir, "serve-stream", cmd); err != nil {
+	if sb.serve, err = startProc(ctx, e.log, dir, "serve-stream", serveCmd(e, bin, cfgPath, digest)); err != nil {
 		return nil, err
 	}
-	self, err := os.Executable()
+	cmd, err := floorCmd(e, sb.upstream.URL, digest)
 	if err != nil {
 		return nil, err
 	}
-	cmd = exec.Command(self)
-	cmd.Env = append(os.Environ(), envFloor+"=1", envFloorDSN+"="+e.dsn, envFloorPool+"="+strconv.Itoa(e.opts.pool),
-		envFloorUpstream+"="+sb.upstream.URL+"/chat/completions", envFloorKeys+"="+string(httpTenant)+":"+digest)
 	if sb.floor, err = startProc(ctx, e.log, dir, "floor-stream", cmd); err != nil {
 		return nil, err
 	}

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/idemguard/idemguard"
+	"github.com/idemguard/idemguard/internal/blockedscan"
 	"github.com/idemguard/idemguard/sanitize"
 	"github.com/idemguard/idemguard/store"
 )
@@ -204,7 +205,7 @@ func (c *checker) blockedKept() {
 	for i := range c.answers {
 		a := &c.answers[i]
 		for _, e := range a.Events {
-			if name := blockedMemberOf([]byte(e)); name != "" {
+			if name := blockedscan.Member([]byte(e), false); name != "" {
 				c.add(VBlocked, a.Key, "call %d got an event holding the blocked member %q: %q", a.CallID, name, e)
 				break
 			}
@@ -212,7 +213,7 @@ func (c *checker) blockedKept() {
 	}
 	for _, r := range c.h.Final {
 		for _, data := range eventData(r.Events) {
-			if name := blockedMemberOf(data); name != "" {
+			if name := blockedscan.Member(data, false); name != "" {
 				c.add(VBlocked, KeyOf(r.Tenant, r.Scope, r.KeyHash), "row %d stores an event holding the blocked member %q: %q", r.ID, name, data)
 				break
 			}
@@ -236,48 +237,6 @@ func eventData(wire []byte) [][]byte {
 		}
 	}
 	return out
-}
-
-// blockedMemberOf returns a blocked member of a JSON document in data (the whole data as
-// a sequence of documents, or any line of it as one), or "".
-func blockedMemberOf(data []byte) string {
-	if bytes.IndexAny(data, "{[") < 0 {
-		return "" // no document: most events ("<call>:<n>")
-	}
-	for _, view := range append([][]byte{data}, bytes.Split(data, []byte("\n"))...) {
-		dec := json.NewDecoder(bytes.NewReader(view))
-		for {
-			var doc any
-			if dec.Decode(&doc) != nil {
-				break
-			}
-			if name := blockedIn(doc); name != "" {
-				return name
-			}
-		}
-	}
-	return ""
-}
-
-func blockedIn(v any) string {
-	switch t := v.(type) {
-	case map[string]any:
-		for k, x := range t {
-			if sanitize.IsBlockedKey(k) {
-				return k
-			}
-			if name := blockedIn(x); name != "" {
-				return name
-			}
-		}
-	case []any:
-		for _, x := range t {
-			if name := blockedIn(x); name != "" {
-				return name
-			}
-		}
-	}
-	return ""
 }
 
 // trail holds the audit trail to the row changes: every write that applied carried its

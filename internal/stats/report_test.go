@@ -19,16 +19,23 @@ import (
 	"github.com/idemguard/idemguard/sanitize"
 )
 
+// seededReport seeds a database of its own (statstest.Seed) and collects its
+// figures over 24 hours; it returns the database, the seed's now and the report.
+func seededReport(t *testing.T) (*testdb.Database, time.Time, stats.Report) {
+	t.Helper()
+	d := testdb.New(t)
+	now, err := statstest.Seed(t.Context(), d.DB)
+	require.NoError(t, err)
+	r, err := stats.Collect(t.Context(), d.DB, 24*time.Hour)
+	require.NoError(t, err)
+	return d, now, r
+}
+
 // The figures of a table seeded with known counts, exactly.
 func TestCollectKnownFigures(t *testing.T) {
 	t.Parallel()
-	d := testdb.New(t)
+	d, now, r := seededReport(t)
 	ctx := t.Context()
-	now, err := statstest.Seed(ctx, d.DB)
-	require.NoError(t, err)
-
-	r, err := stats.Collect(ctx, d.DB, 24*time.Hour)
-	require.NoError(t, err)
 	require.WithinDuration(t, now, r.Now, time.Minute)
 	require.Equal(t, r.Now.Add(-24*time.Hour), r.WindowStart)
 	require.Equal(t, r.WindowStart.Truncate(time.Hour), r.BucketsFrom)
@@ -55,7 +62,7 @@ func TestCollectKnownFigures(t *testing.T) {
 
 	// A 2h window holds the same keys (created an hour ago) and only this hour's and the
 	// previous hour's buckets.
-	r, err = stats.Collect(ctx, d.DB, 2*time.Hour)
+	r, err := stats.Collect(ctx, d.DB, 2*time.Hour)
 	require.NoError(t, err)
 	require.Equal(t, int64(statstest.TotalKeys), r.TotalKeys)
 	require.Equal(t, int64(100), r.Counts.Requests)
@@ -66,12 +73,7 @@ func TestCollectKnownFigures(t *testing.T) {
 // fine).
 func TestCheckEachThreshold(t *testing.T) {
 	t.Parallel()
-	d := testdb.New(t)
-	ctx := t.Context()
-	_, err := statstest.Seed(ctx, d.DB)
-	require.NoError(t, err)
-	r, err := stats.Collect(ctx, d.DB, 24*time.Hour)
-	require.NoError(t, err)
+	_, _, r := seededReport(t)
 
 	lenient := stats.Thresholds{MaxTakeoverRate: 0.10, MinHitRate: 0.20, MaxFailureRate: 0.20}
 	for _, tt := range []struct {

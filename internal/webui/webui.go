@@ -1,21 +1,25 @@
-// Package webui embeds the demo page that `idemguard serve` shows at / in
-// development mode. Its files (dist/) are built from web/ (`npm run
-// build:demo`) and committed, so building the binary needs no npm; a test
-// fails when they are stale.
+// Package webui serves the demo page that `idemguard serve` shows at / in
+// development mode: its HTML as web/demo/index.html stands (package web), its
+// script from dist/, which is built from web/ (`npm run build:demo`) and
+// committed, so building the binary needs no npm; a test fails when it is
+// stale.
 package webui
 
 import (
 	"embed"
+	"io"
 	"io/fs"
 	"net/http"
 	"path"
 	"strings"
+
+	"github.com/idemguard/idemguard/web"
 )
 
 //go:embed dist
 var dist embed.FS
 
-// Files are the page's files: index.html and assets/.
+// Files are the page's built files: assets/.
 func Files() fs.FS {
 	sub, err := fs.Sub(dist, "dist")
 	if err != nil {
@@ -48,15 +52,9 @@ func Handler() http.Handler {
 		p := path.Clean("/" + r.URL.Path)
 		switch {
 		case p == "/":
-			// Served directly: FileServer would redirect /index.html to /.
-			b, err := fs.ReadFile(Files(), "index.html")
-			if err != nil {
-				http.NotFound(w, r)
-				return
-			}
 			h.Set("Content-Type", "text/html; charset=utf-8")
 			if r.Method != http.MethodHead {
-				_, _ = w.Write(b)
+				_, _ = io.WriteString(w, web.DemoPage())
 			}
 		case strings.HasPrefix(p, "/assets/"):
 			r2 := r.Clone(r.Context())

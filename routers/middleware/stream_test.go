@@ -2,12 +2,11 @@ package middleware
 
 import (
 	"bytes"
-	"encoding/json"
 	"testing"
 
+	"github.com/idemguard/idemguard/internal/blockedscan"
 	"github.com/idemguard/idemguard/internal/eventdata"
 	"github.com/idemguard/idemguard/internal/live"
-	"github.com/idemguard/idemguard/sanitize"
 )
 
 // FuzzEventBlocklist: whatever event block a handler writes, the event the
@@ -35,7 +34,7 @@ func FuzzEventBlocklist(f *testing.F) {
 		if !ok || refused {
 			return
 		}
-		if name := blockedMemberIn(e.Data); name != "" {
+		if name := blockedscan.Member(e.Data, true); name != "" {
 			t.Fatalf("kept data %q holds the blocked member %q", e.Data, name)
 		}
 		wire := live.AppendSSE(nil, live.Event{Type: e.Type, Data: e.Data})
@@ -44,56 +43,4 @@ func FuzzEventBlocklist(f *testing.F) {
 			t.Fatalf("read again, %q became %q (dropped %q, refused %t)", e.Data, again.Data, dropped, refused)
 		}
 	})
-}
-
-// blockedMemberIn returns a blocked member of a JSON document a client
-// could read from data, or "".
-func blockedMemberIn(data []byte) string {
-	views := [][]byte{data}
-	views = append(views, bytes.Split(data, []byte("\n"))...)
-	for _, v := range views {
-		dec := json.NewDecoder(bytes.NewReader(v))
-		for {
-			var doc any
-			if dec.Decode(&doc) != nil {
-				break
-			}
-			if name := blockedIn(doc); name != "" {
-				return name
-			}
-		}
-	}
-	for i := range data {
-		if data[i] != '{' {
-			continue
-		}
-		var doc any
-		if json.NewDecoder(bytes.NewReader(data[i:])).Decode(&doc) == nil {
-			if name := blockedIn(doc); name != "" {
-				return name
-			}
-		}
-	}
-	return ""
-}
-
-func blockedIn(v any) string {
-	switch t := v.(type) {
-	case map[string]any:
-		for k, x := range t {
-			if sanitize.IsBlockedKey(k) {
-				return k
-			}
-			if name := blockedIn(x); name != "" {
-				return name
-			}
-		}
-	case []any:
-		for _, x := range t {
-			if name := blockedIn(x); name != "" {
-				return name
-			}
-		}
-	}
-	return ""
 }

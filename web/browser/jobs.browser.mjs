@@ -1,6 +1,6 @@
 // Drives the long-job part of the demo page of a running `idemguard serve`
 // (development mode) in headless Chromium with playwright-core, and prints
-// what the page showed as one JSON line; integration/browser_jobs_test.go
+// what the page showed as one JSON line; integration/browser_test.go
 // starts the built binary, runs this script and checks the server's side.
 //
 // Usage: node browser/jobs.browser.mjs --url http://127.0.0.1:8080 --out DIR

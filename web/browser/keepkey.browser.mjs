@@ -4,7 +4,7 @@
 // refused with 401 (an expired credential), and the user clicks again. The
 // client must send one key all three times, so the server runs the operation
 // once and the last click gets its replay. Prints what it saw as one JSON
-// line; integration/browser_keepkey_test.go checks the server's side.
+// line; integration/browser_test.go checks the server's side.
 //
 // Usage: node browser/keepkey.browser.mjs --url http://127.0.0.1:8080
 // Env: CHROMIUM (default /usr/bin/chromium).

@@ -4,7 +4,7 @@
 // the proxy is cut (the --cut URL, served by the Go test, closes them). The
 // page's client must reconnect on its own with Last-Event-ID and show the
 // whole answer, each word once, without a reload. Prints what it saw as one
-// JSON line; integration/browser_resume_test.go checks the server's side.
+// JSON line; integration/browser_test.go checks the server's side.
 //
 // Usage: node browser/resume.browser.mjs --url http://127.0.0.1:8081 --cut http://127.0.0.1:9000/cut
 // Env: CHROMIUM (default /usr/bin/chromium).

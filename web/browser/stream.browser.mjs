@@ -3,7 +3,7 @@
 // reloaded in the middle of the stream and must resume the action with the
 // same key and show the whole answer from its first word, as the replay of
 // the execution the first page started. Prints what it saw as one JSON line;
-// integration/browser_stream_test.go checks the server's side.
+// integration/browser_test.go checks the server's side.
 //
 // Usage: node browser/stream.browser.mjs --url http://127.0.0.1:8080
 // Env: CHROMIUM (default /usr/bin/chromium).

@@ -1,9 +1,10 @@
-// Builds the demo page into a directory (default ../internal/webui/dist,
-// which is committed and embedded into the binary): index.html and
-// assets/demo.js, a minified bundle of demo/demo.ts with the client.
+// Builds the demo page's script into a directory (default
+// ../internal/webui/dist, which is committed and embedded into the binary):
+// assets/demo.js, a minified bundle of demo/demo.ts with the client. The
+// page itself, demo/index.html, is embedded as it stands (demo.go).
 // Usage: node scripts/build-demo.mjs [outdir]
 import { build } from "esbuild";
-import { copyFile, mkdir, rm } from "node:fs/promises";
+import { mkdir, rm } from "node:fs/promises";
 import { dirname, join, resolve } from "node:path";
 import { fileURLToPath } from "node:url";
 
@@ -24,7 +25,6 @@ export async function buildDemo(out = defaultOut) {
     charset: "utf8",
     logLevel: "warning",
   });
-  await copyFile(join(web, "demo/index.html"), join(out, "index.html"));
 }
 
 if (process.argv[1] && resolve(process.argv[1]) === fileURLToPath(import.meta.url)) {
