@@ -129,8 +129,9 @@ const claimProbeTime = 500 * time.Millisecond
 // then completes the row with the nonce-guarded UPDATE, and claims again.
 // It is not the budget (claimRoundTrip is): it says what one claim round
 // trip costs after the connection, and the server's thread behind it, sat
-// idle for a stream, and with the completions' durable writes sharing the
-// server's log flushes, where the probe's claims follow one another.
+// idle for a stream, where the probe's claims follow one another (at high
+// concurrency those queue on each other's log flushes, and a paced claim
+// can come out cheaper).
 func claimAtPace(ctx context.Context, e *env, c int, pace time.Duration) (time.Duration, error) {
 	var lat durations
 	_, err := e.runFor(ctx, c, pacedProbeTime, func(ctx context.Context) error {
