@@ -228,7 +228,11 @@ var errTruncated = errors.New("the event stream ended before [DONE]")
 
 func (a *assembler) read(r interface{ Read([]byte) (int, error) }) error {
 	sc := bufio.NewScanner(r)
-	sc.Buffer(make([]byte, 0, 64<<10), MaxStreamLineBytes)
+	// A small first buffer, grown as a line needs (to MaxStreamLineBytes):
+	// a chunk is a few hundred bytes, and a large first buffer was a large
+	// allocation (and its zeroing, and the collections it brought on)
+	// before every stream's first event.
+	sc.Buffer(make([]byte, 0, 4<<10), MaxStreamLineBytes)
 	for sc.Scan() {
 		line := sc.Bytes()
 		data, ok := bytes.CutPrefix(line, []byte("data:"))

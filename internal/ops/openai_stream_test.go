@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -125,6 +126,28 @@ func TestOpenAIChatStreamFailures(t *testing.T) {
 			require.NotContains(t, err.Error(), prompt)
 		})
 	}
+}
+
+// The line buffer starts small and grows: a chunk longer than its first
+// size is read whole, one longer than MaxStreamLineBytes is a
+// provider_error.
+func TestOpenAIChatStreamLongLines(t *testing.T) {
+	t.Parallel()
+	long := strings.Repeat("x", 200<<10)
+	srv, _ := streamUpstream(t, 200, chunk(`"choices":[{"index":0,"delta":{"content":"`+long+`"},"finish_reason":"stop"}]`), "data: [DONE]")
+	events, v, err := runStream(t, srv)
+	require.NoError(t, err)
+	require.Len(t, events, 2)
+	require.Contains(t, string(events[0].Data), long)
+	require.Equal(t, long, v.(sanitize.Envelope).Data["text"])
+
+	over := strings.Repeat("x", ops.MaxStreamLineBytes)
+	srv, _ = streamUpstream(t, 200, chunk(`"choices":[{"index":0,"delta":{"content":"`+over+`"},"finish_reason":"stop"}]`), "data: [DONE]")
+	_, v, err = runStream(t, srv)
+	require.Nil(t, v)
+	var oe *idemguard.OpError
+	require.True(t, errors.As(err, &oe), "err %v", err)
+	require.Equal(t, sanitize.ProviderError, oe.Reason)
 }
 
 // The streamed demo gives the same answer as the plain one, word by word.
