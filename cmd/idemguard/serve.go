@@ -116,6 +116,7 @@ type server struct {
 
 func (s *server) run(ctx context.Context) int {
 	s.warnAtStart()
+	s.tuneGC()
 	if err := s.openStore(ctx); err != nil {
 		s.log.Error("serve: cannot open the store", "err", err)
 		return exitError
