@@ -15,9 +15,11 @@ import (
 	"log/slog"
 	"math"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
-	"unicode/utf8"
+
+	"github.com/idemguard/idemguard/internal/jsonvalue"
 )
 
 // Msg is the message of every request line.
@@ -90,9 +92,10 @@ func NewJSONHandler(w io.Writer) *JSONHandler {
 // WriteRequest writes l as the JSON line slog's handler would write for the
 // record (t, level, Msg) with l.Attrs.
 func (h *JSONHandler) WriteRequest(t time.Time, level slog.Level, l Line) {
-	if y := t.Year(); t.IsZero() || y < 0 || y >= 10000 {
-		// slog leaves a zero time out and reports a year RFC 3339 cannot
-		// write: its own path, for a clock that far off.
+	if y := t.Year(); t.IsZero() || y < 0 || y >= 10000 || l.escapesDiffer() {
+		// slog leaves a zero time out, reports a year RFC 3339 cannot
+		// write, and escapes \b and \f its own way: its own path, for a
+		// clock that far off or a field that odd.
 		var attrs [10]slog.Attr
 		r := slog.NewRecord(t, level, Msg, 0)
 		r.AddAttrs(l.Attrs(attrs[:0])...)
@@ -100,7 +103,7 @@ func (h *JSONHandler) WriteRequest(t time.Time, level slog.Level, l Line) {
 		return
 	}
 	bp := bufPool.Get().(*[]byte)
-	b := AppendJSON((*bp)[:0], t, level, &l)
+	b := appendJSON((*bp)[:0], t, level, &l)
 	_, _ = h.w.Write(b) // as slog's handler, whose Handle error the logger drops
 	if cap(b) <= maxPooledBuf {
 		*bp = b
@@ -124,20 +127,36 @@ func (w *lockedWriter) Write(p []byte) (int, error) {
 	return w.w.Write(p)
 }
 
-// AppendJSON appends l's line, ending in a newline, as slog.JSONHandler
+// escapesDiffer reports whether a field holds \b or \f, which slog's JSON
+// handler escapes as \u0008 and \u000c where encoding/json (and
+// jsonvalue.AppendString) write \b and \f.
+func (l *Line) escapesDiffer() bool {
+	if strings.ContainsAny(l.Method, "\b\f") || strings.ContainsAny(l.Route, "\b\f") {
+		return true
+	}
+	for _, f := range l.optional() {
+		if strings.ContainsAny(f.v, "\b\f") {
+			return true
+		}
+	}
+	return false
+}
+
+// appendJSON appends l's line, ending in a newline, as slog.JSONHandler
 // encodes it: the time as RFC 3339 with nanoseconds, the level's name, the
-// message, then the fields. t is not zero and its year has four digits.
-func AppendJSON(b []byte, t time.Time, level slog.Level, l *Line) []byte {
+// message, then the fields. t is not zero, its year has four digits, and
+// no field holds \b or \f (escapesDiffer).
+func appendJSON(b []byte, t time.Time, level slog.Level, l *Line) []byte {
 	b = append(b, `{"time":"`...)
 	b = t.AppendFormat(b, time.RFC3339Nano)
 	b = append(b, `","level":`...)
-	b = appendString(b, level.String())
+	b = jsonvalue.AppendString(b, level.String())
 	b = append(b, `,"msg":`...)
-	b = appendString(b, Msg)
+	b = jsonvalue.AppendString(b, Msg)
 	b = append(b, `,"method":`...)
-	b = appendString(b, l.Method)
+	b = jsonvalue.AppendString(b, l.Method)
 	b = append(b, `,"route":`...)
-	b = appendString(b, l.Route)
+	b = jsonvalue.AppendString(b, l.Route)
 	b = append(b, `,"status":`...)
 	b = strconv.AppendInt(b, int64(l.Status), 10)
 	b = append(b, `,"duration_ms":`...)
@@ -147,7 +166,7 @@ func AppendJSON(b []byte, t time.Time, level slog.Level, l *Line) []byte {
 			b = append(b, ',', '"')
 			b = append(b, f.name...)
 			b = append(b, '"', ':')
-			b = appendString(b, f.v)
+			b = jsonvalue.AppendString(b, f.v)
 		}
 	}
 	if l.Replayed {
@@ -173,52 +192,3 @@ func appendFloat(b []byte, f float64) []byte {
 	}
 	return b
 }
-
-// appendString appends s quoted and escaped as slog's JSON handler escapes
-// it: ", \ and the control characters, invalid UTF-8 as U+FFFD, and
-// U+2028 and U+2029; HTML characters stay as they are.
-func appendString(b []byte, s string) []byte {
-	b = append(b, '"')
-	start := 0
-	for i := 0; i < len(s); {
-		c := s[i]
-		if c < utf8.RuneSelf {
-			if c >= 0x20 && c != '"' && c != '\\' {
-				i++
-				continue
-			}
-			b = append(append(b, s[start:i]...), '\\')
-			switch c {
-			case '"', '\\':
-				b = append(b, c)
-			case '\n':
-				b = append(b, 'n')
-			case '\r':
-				b = append(b, 'r')
-			case '\t':
-				b = append(b, 't')
-			default:
-				b = append(b, 'u', '0', '0', hexDigits[c>>4], hexDigits[c&0xF])
-			}
-			i++
-			start = i
-			continue
-		}
-		r, size := utf8.DecodeRuneInString(s[i:])
-		switch {
-		case r == utf8.RuneError && size == 1:
-			b = append(append(b, s[start:i]...), `\ufffd`...)
-		case r == '\u2028' || r == '\u2029':
-			b = append(append(b, s[start:i]...), `\u202`...)
-			b = append(b, hexDigits[r&0xF])
-		default:
-			i += size
-			continue
-		}
-		i += size
-		start = i
-	}
-	return append(append(b, s[start:]...), '"')
-}
-
-const hexDigits = "0123456789abcdef"

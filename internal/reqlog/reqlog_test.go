@@ -47,8 +47,10 @@ func TestWriteRequestIsSlogsJSONLine(t *testing.T) {
 		full,
 		{Method: "GET", Route: "unmatched", Status: 404},
 		{Method: "GET", Route: "/healthz", Status: 200, DurationMS: 0},
-		{Method: `P"O\ST`, Route: "a\nb\rc\td\x00\x1f\x7f", Status: 500, Tenant: "<&>é\u2028\u2029", Scope: "\xff\xfe", KeyHash: "日本",
+		{Method: `P"O\ST`, Route: "a\nb\rc\td\x00\x1f\x7f", Status: 500, Tenant: "<&>é\u2028\u2029\b\f", Scope: "\xff\xfe", KeyHash: "日本",
 			StopReason: "a\u00a0b", Auth: `\u0041`},
+		{Method: "GET\f", Route: "/x", Status: 200}, // slog's \u000c, not encoding/json's \f
+		{Method: "GET", Route: "/x", Status: 200, Auth: "a\bb"},
 	}
 	for _, d := range []float64{0, 0.001, 1, 12.345, 1234567.891, 1e-7, 2.5e-7, 1e21, 1.5e22, 1e20, -0.5, math.SmallestNonzeroFloat64} {
 		l := full
@@ -67,6 +69,7 @@ func TestWriteRequestIsSlogsJSONLine(t *testing.T) {
 func FuzzWriteRequestIsSlogsJSONLine(f *testing.F) {
 	f.Add("POST", "/v1/ops/:scope", 200, 0.5, "acme", "chat", "abcd", "completed", "key", true, int64(1764287401123456789))
 	f.Add("\x00\"", "\xff", -1, 1e-9, "\u2028", "", "é", "", "", false, int64(0))
+	f.Add("GET", "/\b", 200, 1.0, "", "\f", "", "", "", false, int64(1))
 	f.Fuzz(func(t *testing.T, method, route string, status int, d float64, tenant, scope, keyHash, stop, authm string, replayed bool, ns int64) {
 		if math.IsNaN(d) || math.IsInf(d, 0) {
 			t.Skip("a duration is finite")
