@@ -13,6 +13,7 @@ import (
 
 	"github.com/gin-gonic/gin"
 
+	"github.com/idemguard/idemguard/internal/reqlog"
 	"github.com/idemguard/idemguard/routers/internal/pipeline"
 	"github.com/idemguard/idemguard/tenancy"
 )
@@ -137,36 +138,21 @@ func (h *handlers) logRequest(c *gin.Context, start time.Time, f *logFields) {
 	if !lh.Enabled(ctx, level) {
 		return
 	}
-	// At most 10 attributes, in an array that stays on the stack.
-	var buf [10]slog.Attr
-	attrs := append(buf[:0],
-		slog.String("method", c.Request.Method),
-		slog.String("route", route),
-		slog.Int("status", status),
-		slog.Float64("duration_ms", math.Round(float64(time.Since(start).Microseconds()))/1000),
-	)
-	attrs = appendLogString(attrs, "tenant", string(f.tenant))
-	attrs = appendLogString(attrs, "scope", f.scope)
-	attrs = appendLogString(attrs, "key_hash", f.keyHash)
-	attrs = appendLogString(attrs, "stop_reason", f.stopReason)
-	attrs = appendLogString(attrs, "auth", f.auth)
-	if f.replayed {
-		attrs = append(attrs, slog.Bool("replayed", true))
+	line := reqlog.Line{Method: c.Request.Method, Route: route, Status: status,
+		DurationMS: math.Round(float64(time.Since(start).Microseconds())) / 1000,
+		Tenant:     string(f.tenant), Scope: f.scope, KeyHash: f.keyHash, StopReason: f.stopReason, Auth: f.auth, Replayed: f.replayed}
+	if w, ok := lh.(reqlog.Writer); ok { // serve's: the line without a record
+		w.WriteRequest(time.Now(), level, line)
+		return
 	}
 	// The handler directly, as LogAttrs would call it but without the
 	// caller's program counter: runtime.Callers on every request, for a
-	// source line that would always be this one.
-	r := slog.NewRecord(time.Now(), level, "http: request", 0)
-	r.AddAttrs(attrs...)
+	// source line that would always be this one. The attributes stay in an
+	// array on the stack.
+	var attrs [10]slog.Attr
+	r := slog.NewRecord(time.Now(), level, reqlog.Msg, 0)
+	r.AddAttrs(line.Attrs(attrs[:0])...)
 	_ = lh.Handle(ctx, r)
-}
-
-// appendLogString appends the attribute name = v unless v is empty.
-func appendLogString(attrs []slog.Attr, name, v string) []slog.Attr {
-	if v != "" {
-		attrs = append(attrs, slog.String(name, v))
-	}
-	return attrs
 }
 
 // recovery turns a handler panic into a logged 500 problem. Only the panic

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"regexp"
@@ -17,6 +18,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/idemguard/idemguard"
+	"github.com/idemguard/idemguard/internal/reqlog"
+	"github.com/idemguard/idemguard/internal/testlog"
 	"github.com/idemguard/idemguard/routers/auth"
 	"github.com/idemguard/idemguard/routers/internal/pipeline"
 	"github.com/idemguard/idemguard/sanitize"
@@ -683,6 +686,35 @@ func TestCORS(t *testing.T) {
 	plain := setup(t)
 	w = preflight(plain, origin)
 	require.Empty(t, w.Header().Get("Access-Control-Allow-Origin"))
+}
+
+// serve's handler (reqlog.JSONHandler) writes the request lines itself:
+// the same bytes as slog's JSON handler, but for the time and the duration.
+func TestRequestLogThroughServesHandler(t *testing.T) {
+	t.Parallel()
+	requests := func(b *testBundle) {
+		b.post("echo", "log-1", `{"text":"x"}`)
+		b.post("echo", "log-1", `{"text":"x"}`)
+		b.do(req{method: http.MethodGet, path: "/v1/ops/echo/keys/log-1", apiKey: acmeKey1})
+		b.do(req{method: http.MethodPost, path: "/v1/ops/echo", apiKey: "wrong-key"})
+		b.do(req{method: http.MethodGet, path: "/nope"})
+		b.do(req{method: http.MethodGet, path: "/healthz"}) // below Info: in neither
+	}
+	var plain, own testlog.Buffer
+	requests(setup(t, setupOpts{options: func(o *Options) { o.Logger = slog.New(slog.NewJSONHandler(&plain, nil)) }}))
+	requests(setup(t, setupOpts{options: func(o *Options) { o.Logger = slog.New(reqlog.NewJSONHandler(&own)) }}))
+	varying := regexp.MustCompile(`"time":"[^"]+"|"duration_ms":[0-9.e-]+`)
+	lines := func(b *testlog.Buffer) []string {
+		var out []string
+		for _, l := range strings.SplitAfter(b.String(), "\n") {
+			if strings.Contains(l, `"msg":"http: request"`) {
+				out = append(out, varying.ReplaceAllString(l, "…"))
+			}
+		}
+		return out
+	}
+	require.Len(t, lines(&plain), 5)
+	require.Equal(t, lines(&plain), lines(&own))
 }
 
 func TestRequestLog(t *testing.T) {

@@ -66,6 +66,7 @@ func main() {
 	// The MySQL driver's own lines go to the same JSON stream, once for the process (its logger
 	// is global and set without a lock, so run, which tests call in parallel, does not do it).
 	mysqlconn.LogDriverTo(slog.New(slog.NewJSONHandler(os.Stderr, nil)))
+	tuneProcessGC = true // serve's garbage-collector settings (serve_gc.go) apply to this process
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	code := run(ctx, os.Args[1:], os.Stdout, os.Stderr, os.Getenv)
 	stop()

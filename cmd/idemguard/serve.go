@@ -23,6 +23,7 @@ import (
 	"github.com/idemguard/idemguard/internal/metrics"
 	"github.com/idemguard/idemguard/internal/mysqlconn"
 	"github.com/idemguard/idemguard/internal/ops"
+	"github.com/idemguard/idemguard/internal/reqlog"
 	"github.com/idemguard/idemguard/internal/stats"
 	"github.com/idemguard/idemguard/mysql"
 	"github.com/idemguard/idemguard/routers"
@@ -96,7 +97,9 @@ func runServe(ctx context.Context, e env, args []string) int {
 	// written directly, so one may land ahead of lines still queued.
 	lw := newLogWriter(e.stderr)
 	defer lw.Close()
-	e.stderr, e.logger = lw, slog.New(slog.NewJSONHandler(lw, nil))
+	// slog's JSON handler, which also writes the request log's lines
+	// without building a record for each (the same bytes).
+	e.stderr, e.logger = lw, slog.New(reqlog.NewJSONHandler(lw))
 	s := &server{cfg: cfg, log: e.logger, env: e}
 	return s.run(ctx)
 }
@@ -116,6 +119,7 @@ type server struct {
 
 func (s *server) run(ctx context.Context) int {
 	s.warnAtStart()
+	s.tuneGC()
 	if err := s.openStore(ctx); err != nil {
 		s.log.Error("serve: cannot open the store", "err", err)
 		return exitError

@@ -16,6 +16,7 @@ import (
 	"github.com/idemguard/idemguard"
 	"github.com/idemguard/idemguard/internal/metrics"
 	"github.com/idemguard/idemguard/internal/ops"
+	"github.com/idemguard/idemguard/internal/reqlog"
 	"github.com/idemguard/idemguard/routers"
 	"github.com/idemguard/idemguard/routers/auth"
 	"github.com/idemguard/idemguard/store/memstore"
@@ -39,7 +40,7 @@ func newHTTPHandler(b *testing.B, cacheSize int) (http.Handler, *fakeUpstream) {
 	b.Helper()
 	up := newFakeUpstream()
 	b.Cleanup(up.close)
-	log := slog.New(slog.NewJSONHandler(io.Discard, nil))
+	log := slog.New(reqlog.NewJSONHandler(io.Discard)) // serve's handler
 	m := metrics.New()
 	m.InitScopes(httpScope)
 	observe := func(ev idemguard.Event) { // serve's observer, without the stats recorder's database
