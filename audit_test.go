@@ -282,20 +282,28 @@ func (s blockingAudit) AppendAudit(ctx context.Context, events []store.AuditEven
 	return s.Store.AppendAudit(ctx, events)
 }
 
+// countingDrops returns a Guard on st auditing as audit, and the count of
+// the audit decisions it dropped for reason (EventAuditDropped's Field).
+func countingDrops(t *testing.T, st store.Store, audit idemguard.AuditConfig, reason string) (*idemguard.Guard, *atomic.Int32) {
+	t.Helper()
+	dropped := &atomic.Int32{}
+	g, err := idemguard.New(idemguard.Config{Store: st, Secret: secret, Audit: audit,
+		Observe: func(e idemguard.Event) {
+			if e.Kind == idemguard.EventAuditDropped && e.Field == reason {
+				dropped.Add(1)
+			}
+		}})
+	require.NoError(t, err)
+	return g, dropped
+}
+
 // TestAuditDropsBatchedEventsWhenTheQueueIsFull: replays never wait for the
 // audit writer; a replay that needs a new count (another actor's) and
 // finds no room is dropped and counted.
 func TestAuditDropsBatchedEventsWhenTheQueueIsFull(t *testing.T) {
 	st := blockingAudit{Store: memstore.New(), release: make(chan struct{})}
-	var dropped atomic.Int32
-	g, err := idemguard.New(idemguard.Config{Store: st, Secret: secret,
-		Audit: idemguard.AuditConfig{Store: true, QueueSize: 1, BatchSize: 1, FlushEvery: time.Hour},
-		Observe: func(e idemguard.Event) {
-			if e.Kind == idemguard.EventAuditDropped && e.Field == "queue_full" {
-				dropped.Add(1)
-			}
-		}})
-	require.NoError(t, err)
+	g, dropped := countingDrops(t, st, idemguard.AuditConfig{Store: true, QueueSize: 1, BatchSize: 1, FlushEvery: time.Hour},
+		"queue_full")
 	call := idemguard.Call{Tenant: "acme", Scope: "ai.copy", ClientKey: "k-6", Inputs: 1}
 	var runs atomic.Int32
 	for i := range 10 {
@@ -362,15 +370,8 @@ func (failingAudit) AppendAudit(context.Context, []store.AuditEvent) error {
 // metrics count them: a storm of replays of one key in one window is one
 // count for the store, and as many drops as replays when it is lost.
 func TestAuditCountsEveryDecisionOfARefusedBatch(t *testing.T) {
-	var dropped atomic.Int32
-	g, err := idemguard.New(idemguard.Config{Store: failingAudit{memstore.New()}, Secret: secret,
-		Audit: idemguard.AuditConfig{Store: true, FlushEvery: time.Hour},
-		Observe: func(e idemguard.Event) {
-			if e.Kind == idemguard.EventAuditDropped && e.Field == "store" {
-				dropped.Add(1)
-			}
-		}})
-	require.NoError(t, err)
+	g, dropped := countingDrops(t, failingAudit{memstore.New()}, idemguard.AuditConfig{Store: true, FlushEvery: time.Hour},
+		"store")
 	call := idemguard.Call{Tenant: "acme", Scope: "ai.copy", ClientKey: "k-lost", Inputs: 1}
 	var runs atomic.Int32
 	for range 26 { // the claim, then 25 replays
