@@ -1,7 +1,9 @@
 package idemguard
 
 import (
+	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -128,4 +130,46 @@ func TestAuditQueueReusesItsArrays(t *testing.T) {
 	cycle()
 	require.Zero(t, testing.AllocsPerRun(100, cycle))
 	require.Equal(t, 28*102, taken, "every tally made was taken") // AllocsPerRun runs it once more to warm up
+}
+
+// Decisions added from many goroutines while the writer takes tallies are
+// each counted once: the counts taken add up to the decisions added, none
+// lost between a tally's taking and the next decision of its key.
+func TestAuditQueueCountsConcurrentDecisionsOnce(t *testing.T) {
+	t.Parallel()
+	q := newAuditQueue(1000)
+	const workers, each = 8, 2000
+	done := make(chan struct{})
+	var wg sync.WaitGroup
+	for w := range workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range each {
+				e := store.AuditEvent{Kind: store.AuditReplay, Tenant: []string{"acme", "globex"}[w%2], Scope: "s",
+					KeyHash: strconv.Itoa(i % 7), Attempt: 1, Actor: strconv.Itoa(w % 3)}
+				require.True(t, q.add(&e))
+			}
+		}()
+	}
+	go func() { wg.Wait(); close(done) }()
+	var counted int64
+	var batch []store.AuditEvent
+	for stop := false; !stop; {
+		select {
+		case <-done:
+			stop = true
+		default:
+		}
+		batch = q.take(batch[:0], 5)
+		for _, e := range batch {
+			counted += e.Count
+		}
+	}
+	for batch = q.take(batch[:0], 1000); len(batch) > 0; batch = q.take(batch[:0], 1000) {
+		for _, e := range batch {
+			counted += e.Count
+		}
+	}
+	require.EqualValues(t, workers*each, counted)
 }
