@@ -26,21 +26,26 @@ type AuditConfig struct {
 	// the row change they describe, so a crash can never keep one without
 	// the other: a claim's event on the row it inserts (no extra statement),
 	// the others in the change's transaction. Replays, in-progress answers
-	// and conflicts are queued and written in batches off the request path,
-	// where the store counts them per key and actor (store.Store.AppendAudit);
-	// when the queue is full, or a batch's write fails, they are dropped and
-	// counted (EventAuditDropped), never waited for.
+	// and conflicts are counted in the process per key, kind, attempt,
+	// actor and detail (how many, the first and the last time), and the
+	// counts written in batches off the request path, which the store adds
+	// to its own (store.Store.AppendAudit): a replay of a key counted
+	// already costs one count. When a decision needs a new count and the
+	// queue has no room for one, or a batch's write fails, its decisions are
+	// dropped and counted (EventAuditDropped, one per decision), never
+	// waited for.
 	Store bool
-	// QueueSize bounds the batched events waiting to be written. Defaults
-	// to 10,000. The queue is fair between tenants: one tenant's events
-	// fill at most half of it (past that they are dropped and counted), and
-	// batches take the tenants' events in turn.
+	// QueueSize bounds the counts waiting to be written (each of any
+	// number of decisions of one key and actor). Defaults to 10,000. The
+	// queue is fair between tenants: one tenant's counts fill at most half
+	// of it (past that its decisions needing a new count are dropped and
+	// counted), and batches take the tenants' counts in turn.
 	QueueSize int
-	// BatchSize is the most events one batch writes. Defaults to 500.
+	// BatchSize is the most counts one batch writes. Defaults to 500.
 	BatchSize int
-	// FlushEvery is the longest a queued event waits for its batch: the
-	// writer sleeps that long between batches unless the queue is half
-	// full. Defaults to 200ms.
+	// FlushEvery is the longest a decision waits for its batch: the writer
+	// sleeps that long between batches unless the queue is half full.
+	// Defaults to 200ms.
 	FlushEvery time.Duration
 }
 

@@ -4,6 +4,8 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -280,31 +282,41 @@ func (s blockingAudit) AppendAudit(ctx context.Context, events []store.AuditEven
 	return s.Store.AppendAudit(ctx, events)
 }
 
-// TestAuditDropsBatchedEventsWhenTheQueueIsFull: replays never wait for the
-// audit writer; what does not fit is dropped and counted.
-func TestAuditDropsBatchedEventsWhenTheQueueIsFull(t *testing.T) {
-	st := blockingAudit{Store: memstore.New(), release: make(chan struct{})}
-	var dropped atomic.Int32
-	g, err := idemguard.New(idemguard.Config{Store: st, Secret: secret,
-		Audit: idemguard.AuditConfig{Store: true, QueueSize: 1, BatchSize: 1, FlushEvery: time.Hour},
+// countingDrops returns a Guard on st auditing as audit, and the count of
+// the audit decisions it dropped for reason (EventAuditDropped's Field).
+func countingDrops(t *testing.T, st store.Store, audit idemguard.AuditConfig, reason string) (*idemguard.Guard, *atomic.Int32) {
+	t.Helper()
+	dropped := &atomic.Int32{}
+	g, err := idemguard.New(idemguard.Config{Store: st, Secret: secret, Audit: audit,
 		Observe: func(e idemguard.Event) {
-			if e.Kind == idemguard.EventAuditDropped && e.Field == "queue_full" {
+			if e.Kind == idemguard.EventAuditDropped && e.Field == reason {
 				dropped.Add(1)
 			}
 		}})
 	require.NoError(t, err)
+	return g, dropped
+}
+
+// TestAuditDropsBatchedEventsWhenTheQueueIsFull: replays never wait for the
+// audit writer; a replay that needs a new count (another actor's) and
+// finds no room is dropped and counted.
+func TestAuditDropsBatchedEventsWhenTheQueueIsFull(t *testing.T) {
+	st := blockingAudit{Store: memstore.New(), release: make(chan struct{})}
+	g, dropped := countingDrops(t, st, idemguard.AuditConfig{Store: true, QueueSize: 1, BatchSize: 1, FlushEvery: time.Hour},
+		"queue_full")
 	call := idemguard.Call{Tenant: "acme", Scope: "ai.copy", ClientKey: "k-6", Inputs: 1}
 	var runs atomic.Int32
-	for range 10 {
-		_, err := g.Do(context.Background(), call, okOp(&runs))
+	for i := range 10 {
+		_, err := g.Do(idemguard.WithActor(context.Background(), fmt.Sprintf("key:%d", i)), call, okOp(&runs))
 		require.NoError(t, err)
 	}
 	close(st.release)
 	require.NoError(t, g.Close(context.Background()))
 	require.EqualValues(t, 1, runs.Load())
 	stored := st.AuditEvents()
-	// The claim is durable (carried by the row); of 9 replays, one is held
-	// by the blocked writer, one waits in the queue, the rest were dropped.
+	// The claim is durable (carried by the row); of 9 replays by 9 actors,
+	// one is held by the blocked writer, one waits in the queue, the rest
+	// were dropped.
 	var replays int64
 	for _, e := range stored {
 		if e.Kind == store.AuditReplay {
@@ -335,13 +347,104 @@ func TestAuditWriterWakesWhenTheQueueIsHalfFull(t *testing.T) {
 		}
 		return n
 	}
-	for range 2 { // the claim, and one replay: the queue is a quarter full
+	// The claim, and replays by one actor: the queue holds one count, a
+	// quarter full.
+	for range 3 {
+		_, err := g.Do(idemguard.WithActor(context.Background(), "key:a"), call, okOp(&runs))
+		require.NoError(t, err)
+	}
+	_, err = g.Do(idemguard.WithActor(context.Background(), "key:b"), call, okOp(&runs)) // half full
+	require.NoError(t, err)
+	require.Eventually(t, func() bool { return replays() == 3 }, 5*time.Second, time.Millisecond)
+}
+
+// failingAudit is a store that refuses every audit batch.
+type failingAudit struct{ *memstore.Store }
+
+func (failingAudit) AppendAudit(context.Context, []store.AuditEvent) error {
+	return errors.New("audit table unavailable")
+}
+
+// TestAuditCountsEveryDecisionOfARefusedBatch: a batch the store refuses
+// is dropped, and each decision its counts held is counted lost, as
+// metrics count them: a storm of replays of one key in one window is one
+// count for the store, and as many drops as replays when it is lost.
+func TestAuditCountsEveryDecisionOfARefusedBatch(t *testing.T) {
+	g, dropped := countingDrops(t, failingAudit{memstore.New()}, idemguard.AuditConfig{Store: true, FlushEvery: time.Hour},
+		"store")
+	call := idemguard.Call{Tenant: "acme", Scope: "ai.copy", ClientKey: "k-lost", Inputs: 1}
+	var runs atomic.Int32
+	for range 26 { // the claim, then 25 replays
 		_, err := g.Do(context.Background(), call, okOp(&runs))
 		require.NoError(t, err)
 	}
-	_, err = g.Do(context.Background(), call, okOp(&runs)) // half full
+	require.NoError(t, g.Close(context.Background()))
+	require.EqualValues(t, 25, dropped.Load())
+}
+
+// recordingAudit is a store that keeps every batch AppendAudit got.
+type recordingAudit struct {
+	*memstore.Store
+	mu      sync.Mutex
+	batches [][]store.AuditEvent
+}
+
+func (s *recordingAudit) AppendAudit(ctx context.Context, events []store.AuditEvent) error {
+	s.mu.Lock()
+	s.batches = append(s.batches, slices.Clone(events))
+	s.mu.Unlock()
+	return s.Store.AppendAudit(ctx, events)
+}
+
+// TestAuditCountsReplaysBeforeTheStore: a storm of replays of one key in
+// one flush window reaches the store as one count per actor, not one event
+// per replay, while the observer still sees each replay; the stored
+// count's ID is its first replay's, and the history tells each actor's
+// count, first and last time. Queuing one event per replay hands the
+// store all of them.
+func TestAuditCountsReplaysBeforeTheStore(t *testing.T) {
+	sink := &auditSink{}
+	var st *recordingAudit
+	b := setup(t, auditing(sink), func(c *idemguard.Config) {
+		st = &recordingAudit{Store: c.Store.(*memstore.Store)}
+		c.Store, c.Audit.FlushEvery = st, time.Hour
+	})
+	g, clock := b.guard, b.clock
+	call := idemguard.Call{Tenant: "acme", Scope: "ai.copy", ClientKey: "k-storm", Inputs: 1}
+	var runs atomic.Int32
+	const n = 300
+	for i := range n + 1 { // the claim, then n replays: two of three by key:a
+		actor := "key:a"
+		if i%3 == 2 {
+			actor = "key:b"
+		}
+		clock.Advance(time.Millisecond)
+		_, err := g.Do(idemguard.WithActor(context.Background(), actor), call, okOp(&runs))
+		require.NoError(t, err)
+	}
+	require.NoError(t, g.Close(context.Background()))
+	require.EqualValues(t, 1, runs.Load())
+
+	seen := sink.all()
+	require.Len(t, seen, n+1, "the observer sees every decision")
+	require.Len(t, st.batches, 1, "one batch at the flush")
+	batch := st.batches[0]
+	require.Len(t, batch, 2, "one count per actor")
+	require.Equal(t, [2]int64{n / 3 * 2, n / 3}, [2]int64{batch[0].Count, batch[1].Count})
+	require.Equal(t, [2]string{seen[1].ID, seen[2].ID}, [2]string{batch[0].ID, batch[1].ID},
+		"a count carries its first replay's ID")
+	require.Equal(t, [2]time.Time{seen[1].At, seen[2].At}, [2]time.Time{batch[0].At, batch[1].At})
+	require.Equal(t, [2]time.Time{seen[n].At, seen[n-1].At}, [2]time.Time{batch[0].LastAt, batch[1].LastAt})
+
+	history, err := g.History(context.Background(), testkeys.Client(t, g, "acme", "ai.copy", "k-storm"))
 	require.NoError(t, err)
-	require.Eventually(t, func() bool { return replays() == 2 }, 5*time.Second, time.Millisecond)
+	require.Equal(t, []store.AuditKind{store.AuditClaimed, store.AuditReplay, store.AuditReplay}, kindsOf(history))
+	for i, actor := range []string{"key:a", "key:b"} {
+		h := history[i+1]
+		require.Equal(t, actor, h.Actor)
+		require.Equal(t, batch[i].Count, h.Count)
+		require.True(t, h.At.Equal(batch[i].At) && h.LastAt.Equal(batch[i].LastAt), "%s: first and last time", actor)
+	}
 }
 
 func TestAuditOffWritesNothing(t *testing.T) {

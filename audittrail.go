@@ -16,8 +16,8 @@ import (
 // travels with that write (the write's Audit param: the claim's row itself,
 // or one transaction in the store), and reaches Config.Observe (EventAudit)
 // once the write is known to have landed. A read-only decision (replay, in
-// progress, conflict) is observed at once and queued for the store's batch
-// writer, which the store counts per key and actor.
+// progress, conflict) is observed at once and counted per key and actor
+// (auditQueue) until the store's batch writer hands the store the counts.
 
 // Defaults of AuditConfig.
 const (
@@ -30,19 +30,23 @@ const (
 type auditor struct {
 	observe bool // to Config.Observe (EventAudit)
 	store   bool
-	queue   *auditQueue // batched events for the store, fair between tenants; nil without Store
-	batch   int
-	every   time.Duration
-	stop    chan struct{}
-	done    chan struct{}
-	once    sync.Once
+	// processClock is true when the service's clock (Guard.now) is the
+	// process's (time.Now, outside tests): a decision timed by it has the
+	// reading an event ID needs already.
+	processClock bool
+	queue        *auditQueue // batched events for the store, fair between tenants; nil without Store
+	batch        int
+	every        time.Duration
+	stop         chan struct{}
+	done         chan struct{}
+	once         sync.Once
 }
 
-func newAuditor(c AuditConfig) *auditor {
+func newAuditor(c AuditConfig, processClock bool) *auditor {
 	if !c.on() {
 		return nil
 	}
-	a := &auditor{observe: c.Observe, store: c.Store, batch: cmp.Or(c.BatchSize, DefaultAuditBatchSize),
+	a := &auditor{observe: c.Observe, store: c.Store, processClock: processClock, batch: cmp.Or(c.BatchSize, DefaultAuditBatchSize),
 		every: cmp.Or(c.FlushEvery, DefaultAuditFlushEvery), stop: make(chan struct{}), done: make(chan struct{})}
 	if c.Store {
 		a.queue = newAuditQueue(cmp.Or(c.QueueSize, DefaultAuditQueueSize))
@@ -90,31 +94,44 @@ func (g *Guard) landed(e *store.AuditEvent) {
 	}
 }
 
-// note records a read-only decision: observed now, written to the store in
-// a batch (dropped and counted if the queue is full). at zero is the
-// service's clock; originalAt and detail as in AuditEvent.
-func (g *Guard) note(p prepared, kind store.AuditKind, attempt int, at, originalAt time.Time, detail string) {
-	if at.IsZero() {
-		at = g.now()
+// note records e, a read-only decision about p's key (Kind, Attempt, At,
+// OriginalAt and Detail set; At zero: the service's clock now): observed
+// now, and counted in its tally for the store's next batch (dropped and
+// counted if it needs a new tally and the queue has no room for it). local
+// says At is a reading of the service's clock. Only the observer needs the
+// event whole: without it, an ID is made only for a new tally.
+func (g *Guard) note(p prepared, e store.AuditEvent, local bool) {
+	if e.At.IsZero() {
+		e.At, local = g.now(), true
 	}
-	e := store.AuditEvent{ID: newAuditID(time.Now()), Kind: kind, At: at.UTC(), Tenant: p.tenant, Scope: p.scope,
-		KeyHash: p.keyHash, Attempt: attempt, Actor: p.actor, OriginalAt: originalAt, Detail: detail}
+	e.At = e.At.UTC()
+	e.Tenant, e.Scope, e.KeyHash, e.Actor = p.tenant, p.scope, p.keyHash, p.actor
 	if g.audit.observe {
+		made := e.At // the process's clock, read a moment ago: no second reading
+		if !local || !g.audit.processClock {
+			made = time.Now()
+		}
+		e.ID = newAuditID(made)
 		g.observeAudit(e)
 	}
 	if g.audit.queue == nil {
 		return
 	}
-	if !g.audit.queue.push(e) {
+	if !g.audit.queue.add(&e) {
 		g.emit(Event{Kind: EventAuditDropped, Scope: p.scope, Field: "queue_full"})
 	}
 }
 
 // noteReplay records that res, a stored answer, was replayed; at is the
-// database's clock at the read that found it (zero: from the replay cache).
-func (g *Guard) noteReplay(p prepared, res Result, at time.Time) {
+// database's clock at the read that found it.
+func (g *Guard) noteReplay(p prepared, res Result, at time.Time) { g.noteReplayAt(p, res, at, false) }
+
+// noteReplayAt records a replay of res at at; local says at is the
+// service's clock (the replay cache answered).
+func (g *Guard) noteReplayAt(p prepared, res Result, at time.Time, local bool) {
 	if g.audit != nil {
-		g.note(p, store.AuditReplay, res.Attempt, at, res.CompletedAt, "")
+		g.note(p, store.AuditEvent{Kind: store.AuditReplay, Attempt: res.Attempt, At: at, OriginalAt: res.CompletedAt},
+			local)
 	}
 }
 
@@ -122,14 +139,16 @@ func (g *Guard) noteReplay(p prepared, res Result, at time.Time) {
 // was answered.
 func (g *Guard) noteInProgress(p prepared, rec store.Record, detail string) {
 	if g.audit != nil {
-		g.note(p, store.AuditInProgress, rec.Attempts, rec.Now, time.Time{}, detail)
+		g.note(p, store.AuditEvent{Kind: store.AuditInProgress, Attempt: rec.Attempts, At: rec.Now, Detail: detail}, false)
 	}
 }
 
-// noteConflict records a client key reused with other inputs.
+// noteConflict records a client key reused with other inputs; at is the
+// database's clock at the read that found the row (zero: the replay cache
+// did).
 func (g *Guard) noteConflict(p prepared, attempt int, at time.Time) {
 	if g.audit != nil {
-		g.note(p, store.AuditConflict, attempt, at, time.Time{}, "")
+		g.note(p, store.AuditEvent{Kind: store.AuditConflict, Attempt: attempt, At: at}, false)
 	}
 }
 
@@ -148,7 +167,7 @@ func (g *Guard) startAuditWriter() {
 	go g.writeAudit()
 }
 
-// writeAudit writes the queued events in batches of at most BatchSize, at
+// writeAudit writes the queued tallies in batches of at most BatchSize, at
 // least every FlushEvery (sooner when the queue is half full: auditQueue's
 // ready), until stopAudit; then it writes what is left.
 func (g *Guard) writeAudit() {
@@ -189,8 +208,8 @@ func (g *Guard) writeAudit() {
 	}
 }
 
-// appendAudit writes one batch. A batch the store provably never got
-// (store.ErrNotSent) is tried once more; any other failure may have been
+// appendAudit writes one batch of tallies. A batch the store provably
+// never got (store.ErrNotSent) is tried once more; any other failure may have been
 // written, and the store keeps replays, in-progress answers and conflicts
 // as counts that cannot tell a repeat (store.Store.AppendAudit), so the
 // batch is dropped and counted rather than perhaps counted twice.
@@ -210,9 +229,16 @@ func (g *Guard) appendAudit(batch []store.AuditEvent) (written bool) {
 	if err == nil {
 		return true
 	}
-	g.log.Warn("guard: audit events not written", slog.Int("events", len(batch)), slog.Any("err", err))
+	var lost int64
 	for _, e := range batch {
-		g.emit(Event{Kind: EventAuditDropped, Scope: e.Scope, Field: "store"})
+		lost += e.Count
+	}
+	g.log.Warn("guard: audit events not written", slog.Int64("events", lost), slog.Int("tallies", len(batch)),
+		slog.Any("err", err))
+	for _, e := range batch {
+		for range e.Count { // each decision the tally counted, as metrics count them
+			g.emit(Event{Kind: EventAuditDropped, Scope: e.Scope, Field: "store"})
+		}
 	}
 	return false
 }

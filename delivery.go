@@ -119,7 +119,8 @@ func (g *Guard) fromCache(p prepared) (res Result, err error, ok bool) {
 	if p.noCache {
 		return Result{}, nil, false
 	}
-	res, fp, ok := g.cache.get(p.tenant, p.scope, p.keyHash, g.now())
+	now := g.now() // the cache's clock, and the audit trail's for a decision no read preceded
+	res, fp, ok := g.cache.get(p.tenant, p.scope, p.keyHash, now)
 	switch {
 	case !ok:
 		return Result{}, nil, false
@@ -128,16 +129,16 @@ func (g *Guard) fromCache(p prepared) (res Result, err error, ok bool) {
 		g.noteConflict(p, res.Attempt, time.Time{})
 		return Result{}, ErrFingerprintMismatch, true
 	}
-	g.replayed(p, res, time.Time{}, true)
+	g.replayed(p, res, now, true)
 	return res, nil, true
 }
 
 // replayed reports a stored success answered to p's call, whatever
 // delivered it: the event books the tokens the replay saved to the call's
 // tenant, and the audit trail notes it. at is the database's clock at the
-// read that found the row; zero when the replay cache answered
+// read that found the row; the service's when the replay cache answered
 // (fromMemory).
 func (g *Guard) replayed(p prepared, res Result, at time.Time, fromMemory bool) {
 	g.emit(Event{Kind: EventReplayed, Tenant: p.tenant, Scope: p.scope, FromMemory: fromMemory, Usage: res.Usage})
-	g.noteReplay(p, res, at)
+	g.noteReplayAt(p, res, at, fromMemory)
 }

@@ -73,7 +73,8 @@ func New(cfg Config) (*Guard, error) {
 	cfg.MaxWait = cmp.Or(cfg.MaxWait, DefaultMaxWait)
 	cfg.StoreTimeout = cmp.Or(cfg.StoreTimeout, DefaultStoreTimeout)
 	cfg.ReplayCacheMaxAge = cmp.Or(cfg.ReplayCacheMaxAge, DefaultReplayCacheMaxAge)
-	if cfg.test.Now == nil {
+	processClock := cfg.test.Now == nil
+	if processClock {
 		cfg.test.Now = time.Now
 	}
 	cfg.Logger = cmp.Or(cfg.Logger, slog.Default())
@@ -96,7 +97,7 @@ func New(cfg Config) (*Guard, error) {
 		jobs:     newJobState(cfg),
 		previous: previous,
 		hub:      live.NewHub(live.Config{MaxBytes: cmp.Or(cfg.MaxStreamBytes, DefaultMaxStreamBytes), MaxPerKey: cmp.Or(cfg.MaxWaiters, DefaultMaxWaiters)}),
-		audit:    newAuditor(cfg.Audit),
+		audit:    newAuditor(cfg.Audit, processClock),
 	}
 	g.startAuditWriter()
 	return g, nil

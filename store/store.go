@@ -371,9 +371,12 @@ type Store interface {
 	// are added to their tally: one per (tenant, scope, key hash, kind,
 	// attempt, actor, detail), holding how many there were (Count), the
 	// earliest At with its event's ID and OriginalAt, and the latest At
-	// (LastAt), so that a retry storm adds counts, never rows. A tally has
-	// no memory of IDs: a batch written twice counts twice, so a caller
-	// writes a batch again only when the first write provably never
+	// (LastAt), so that a retry storm adds counts, never rows. A tallied
+	// event may stand for several its caller counted already: Count of
+	// them (below 1: one), the earliest at At (with its ID and
+	// OriginalAt), the latest at LastAt (zero, or before At: At). A tally
+	// has no memory of IDs: a batch written twice counts twice, so a
+	// caller writes a batch again only when the first write provably never
 	// reached the store (ErrNotSent).
 	// A write the database reports as possibly applied or not (a deadlock
 	// victim, a lock wait timeout) must return an error wrapping
@@ -503,12 +506,13 @@ type AuditEvent struct {
 	// first replay among the key's replays (1 for the first, counted in the
 	// order of the tallies' first times); 0 everywhere else.
 	Replay int
-	// Count is, on a tally read back by History (a replay, in_progress or
-	// conflict kind), how many such events it holds (at least 1); 0 on a
-	// single event, as every sink but History sees them.
+	// Count is, on a tally (a replay, in_progress or conflict kind) read
+	// back by History or handed to Store.AppendAudit, how many such events
+	// it holds (at least 1); 0 on a single event, as Config.Observe and
+	// the stream see them.
 	Count int64
-	// LastAt is, on a tally read back by History, the time of its latest
-	// event (At is the earliest's); zero on a single event.
+	// LastAt is, on a tally, the time of its latest event (At is the
+	// earliest's); zero on a single event.
 	LastAt time.Time
 }
 

@@ -18,8 +18,11 @@ import (
 //   - the raw durable floor: the INSERT and the guarded UPDATE a fresh key
 //     minimally needs (the fresh suite's raw-insert-update);
 //   - fresh keys (claim, no-op operation, complete), audit off and on;
-//   - store replays (replay cache off): one queued event per replay;
-//   - cached replays: the same, from memory.
+//   - store replays (replay cache off): one observed event per replay,
+//     counted in its key's tally for the batch writer;
+//   - cached replays: the same, from memory; and from memory with the
+//     trail stored but not observed (replay-cached-audit-stored), where
+//     a replay builds no event at all, only adds to its tally.
 // Each audited case's ratio is against its unaudited twin; fresh with
 // audit on must reach auditFreshTarget of both its twin and the floor, at
 // every concurrency (the ratio to the floor is printed as a note).
@@ -60,9 +63,10 @@ func runAudit(ctx context.Context, e *env) ([]row, error) {
 		}
 	}
 	noCache := func(c *idemguard.Config) { c.ReplayCacheSize = -1 }
+	storedOnly := func(c *idemguard.Config) { c.Audit = idemguard.AuditConfig{Store: true} }
 	guards := map[string]*idemguard.Guard{}
 	for name, mutate := range map[string][]func(*idemguard.Config){
-		"off": nil, "on": {audited}, "off-store": {noCache}, "on-store": {noCache, audited},
+		"off": nil, "on": {audited}, "off-store": {noCache}, "on-store": {noCache, audited}, "stored": {storedOnly},
 	} {
 		g, err := e.newGuard(func(c *idemguard.Config) {
 			for _, m := range mutate {
@@ -101,6 +105,7 @@ func runAudit(ctx context.Context, e *env) ([]row, error) {
 	storeOn := replay("replay-store-audit-on", storeOff.name, guards["on-store"])
 	cachedOff := replay("replay-cached-audit-off", "", guards["off"])
 	cachedOn := replay("replay-cached-audit-on", cachedOff.name, guards["on"])
+	cachedStored := replay("replay-cached-audit-stored", cachedOff.name, guards["stored"])
 
 	var rows []row
 	for _, c := range e.opts.concurrency {
@@ -110,8 +115,8 @@ func runAudit(ctx context.Context, e *env) ([]row, error) {
 		}
 		noteFloor(r, floor.name, freshOn.name)
 		rows = append(rows, r...)
-		for _, pair := range [][2]benchCase{{storeOff, storeOn}, {cachedOff, cachedOn}} {
-			r, err := e.compare(ctx, "audit", c, pair[0], pair[1])
+		for _, group := range [][]benchCase{{storeOff, storeOn}, {cachedOff, cachedOn, cachedStored}} {
+			r, err := e.compare(ctx, "audit", c, group...)
 			if err != nil {
 				return nil, err
 			}

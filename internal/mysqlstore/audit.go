@@ -325,13 +325,24 @@ func compareTally(a, b tallyKey) int {
 
 // tally is a batch's events of one tallyKey.
 type tally struct {
-	key         tallyKey
-	first, last store.AuditEvent
-	n           int64
+	key   tallyKey
+	first store.AuditEvent
+	last  time.Time
+	n     int64
+}
+
+// lastOf is the latest time of e, a tally of its caller's or one event
+// (store.Store.AppendAudit).
+func lastOf(e *store.AuditEvent) time.Time {
+	if e.LastAt.After(e.At) {
+		return e.LastAt
+	}
+	return e.At
 }
 
 // appendTallies sums the tallied events per tally in memory (skipping the
-// durable kinds), then adds the sums in
+// durable kinds; an event that is a tally of its caller's counts Count),
+// then adds the sums in
 // one INSERT ... ON DUPLICATE KEY UPDATE per maxAppendRows tallies, in the
 // unique key's order (two writers lock shared tallies in the same order).
 // A deadlock victim (or a failed certification on Galera) was rolled back
@@ -346,17 +357,18 @@ func (s *Store) appendTallies(ctx context.Context, events []store.AuditEvent) er
 			continue
 		}
 		k := tallyKey{e.Tenant, e.Scope, e.KeyHash, e.Kind, e.Attempt, e.Actor, e.Detail}
+		n, last := max(1, e.Count), lastOf(e)
 		t := byKey[k]
 		if t == nil {
-			byKey[k] = &tally{key: k, first: *e, last: *e, n: 1}
+			byKey[k] = &tally{key: k, first: *e, last: last, n: n}
 			continue
 		}
-		t.n++
+		t.n += n
 		if e.At.Before(t.first.At) {
 			t.first = *e
 		}
-		if e.At.After(t.last.At) {
-			t.last = *e
+		if last.After(t.last) {
+			t.last = last
 		}
 	}
 	sums := slices.SortedFunc(maps.Values(byKey), func(a, b *tally) int { return compareTally(a.key, b.key) })
@@ -379,7 +391,7 @@ func (s *Store) addTallies(ctx context.Context, sums []*tally) error {
 		}
 		k := t.key
 		args = append(args, k.tenant, k.scope, k.keyHash, string(k.kind), k.attempt, k.actor, k.detail,
-			t.first.ID, dbTime(t.first.At), dbTime(t.last.At), t.n, original)
+			t.first.ID, dbTime(t.first.At), dbTime(t.last), t.n, original)
 	}
 	query := tallySQL(len(sums))
 	for deadlocks := 0; ; deadlocks++ {

@@ -27,11 +27,19 @@ func (s *Store) appendAudit(e *store.AuditEvent) {
 	c := *e
 	c.At = c.At.UTC().Truncate(time.Microsecond)
 	c.OriginalAt = c.OriginalAt.UTC().Truncate(time.Microsecond)
-	c.Count, c.LastAt, c.Replay = 0, time.Time{}, 0
 	if c.Kind.Tallied() {
+		// A tally of its caller's (Count events, the last at LastAt), or
+		// one event.
+		c.Count = max(1, c.Count)
+		c.LastAt = c.LastAt.UTC().Truncate(time.Microsecond)
+		if c.LastAt.Before(c.At) {
+			c.LastAt = c.At
+		}
+		c.Replay = 0
 		s.tally(c)
 		return
 	}
+	c.Count, c.LastAt, c.Replay = 0, time.Time{}, 0
 	if s.auditIDs[e.ID] {
 		return
 	}
@@ -42,8 +50,8 @@ func (s *Store) appendAudit(e *store.AuditEvent) {
 	s.audit = append(s.audit, c)
 }
 
-// tally adds e to its tally, keeping the earliest event's ID, At and
-// OriginalAt, and the latest At.
+// tally adds e (a tally: Count events, from At to LastAt) to its tally,
+// keeping the earliest event's ID, At and OriginalAt, and the latest At.
 func (s *Store) tally(e store.AuditEvent) {
 	k := tallyKey{e.Tenant, e.Scope, e.KeyHash, e.Kind, e.Attempt, e.Actor, e.Detail}
 	i, ok := s.tallies[k]
@@ -51,18 +59,17 @@ func (s *Store) tally(e store.AuditEvent) {
 		if s.tallies == nil {
 			s.tallies = make(map[tallyKey]int)
 		}
-		e.Count, e.LastAt = 1, e.At
 		s.tallies[k] = len(s.audit)
 		s.audit = append(s.audit, e)
 		return
 	}
 	t := &s.audit[i]
-	t.Count++
+	t.Count += e.Count
 	if e.At.Before(t.At) {
 		t.ID, t.At, t.OriginalAt = e.ID, e.At, e.OriginalAt
 	}
-	if e.At.After(t.LastAt) {
-		t.LastAt = e.At
+	if e.LastAt.After(t.LastAt) {
+		t.LastAt = e.LastAt
 	}
 }
 

@@ -389,6 +389,39 @@ func auditTalliesReadOnlyDecisions(t *testing.T, h *Harness) {
 	require.Equal(t, want, history(t, h, kh))
 }
 
+// A tallied event may be a tally its caller counted already (Count events
+// from At to LastAt: the engine counts a flush window's replays before it
+// writes them): the store adds its Count, keeps the earliest At with its ID
+// and OriginalAt and the latest LastAt, mixed with single events in any
+// order and batch. A Count below 1 is one event; a LastAt zero or before
+// At is At. A store that counts each event as one fails the counts; one
+// that ignores LastAt, the last times.
+func auditAppendAddsCallersTallies(t *testing.T, h *Harness) {
+	kh := hash("audit-pre-tallied")
+	base := time.Date(2026, 8, 1, 12, 0, 0, 0, time.UTC)
+	ev := func(id int, actor string, at, last time.Duration, count int64) store.AuditEvent {
+		e := store.AuditEvent{ID: fmt.Sprintf("%032x", 0x7a11e0+id), Kind: store.AuditReplay, At: base.Add(at),
+			Tenant: "acme", Scope: "s", KeyHash: kh, Attempt: 1, Actor: actor, OriginalAt: base.Add(at - time.Hour),
+			Count: count}
+		if last != 0 {
+			e.LastAt = base.Add(last)
+		}
+		return e
+	}
+	a1 := ev(1, "key:a", time.Second, 3*time.Second, 40)   // 40 replays from 1s to 3s
+	a2 := ev(2, "key:a", 2*time.Second, 5*time.Second, 10) // 10 more, the last at 5s
+	a3 := ev(3, "key:a", 4*time.Second, 0, 0)              // a single event
+	b1 := ev(4, "key:b", 10*time.Second, 12*time.Second, 1000)
+	b0 := ev(5, "key:b", 9*time.Second, 8*time.Second, -3) // one event, at 9s
+	require.NoError(t, h.Store.AppendAudit(ctxFor(t), []store.AuditEvent{a2, b1, a3}))
+	require.NoError(t, h.Store.AppendAudit(ctxFor(t), []store.AuditEvent{b0, a1, a1}))
+
+	wantA, wantB := a1, b0
+	wantA.Count, wantA.LastAt = 40+10+1+40, base.Add(5*time.Second)
+	wantB.Count, wantB.LastAt = 1000+1, base.Add(12*time.Second)
+	require.Equal(t, []store.AuditEvent{wantA, wantB}, history(t, h, kh))
+}
+
 // History: only (tenant, scope)'s events of the given hashes (tenants and
 // scopes are byte-exact), oldest first, a tie in At broken by ID, at most
 // limit.

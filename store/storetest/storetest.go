@@ -219,6 +219,7 @@ func cases(run func(name string, tc caseFunc)) {
 	run("Store/AuditedClaimOutlivesItsRow", auditClaimOutlivesItsRow)
 	run("Store/AppendAuditSkipsARepeatedID", auditAppendSkipsARepeatedID)
 	run("Store/AppendAuditTalliesReadOnlyDecisionsPerActor", auditTalliesReadOnlyDecisions)
+	run("Store/AppendAuditAddsCallersTallies", auditAppendAddsCallersTallies)
 	run("Store/HistoryFiltersOrdersAndLimits", auditHistoryFiltersOrdersAndLimits)
 	run("Store/AuditTimesRoundTripToTheMicrosecondInUTC", auditTimesRoundTrip)
 	run("Store/BrokenStoreFailsAuditReadsAndWrites", auditBrokenStoreFails)
