@@ -441,7 +441,7 @@ func final(r sanitize.StopReason) bool {
 }
 
 func (g *Guard) claim(ctx context.Context, p prepared, nonce string, audit *store.AuditEvent) (uint64, error) {
-	ctx, cancel := g.storeCtx(context.WithoutCancel(ctx))
+	ctx, cancel := g.writeCtx(ctx)
 	defer cancel()
 	return g.store.Claim(ctx, store.ClaimParams{Tenant: p.tenant, Scope: p.scope, KeyHash: p.keyHash,
 		Fingerprint: p.fingerprint, Nonce: nonce, TTL: p.settings.TTL, Lease: p.settings.StaleAfter, SecretID: p.secretID,
@@ -543,7 +543,7 @@ func pendingIn(unconfirmed []pendingClaim, rec store.Record) (pendingClaim, bool
 func (g *Guard) tryReclaim(ctx context.Context, p prepared, rp store.ReclaimParams, prev *store.Record, kind EventKind) (won *owned, u *unknownWrite) {
 	rp.Lease = p.settings.StaleAfter
 	sent := time.Now()
-	sctx, cancel := g.storeCtx(context.WithoutCancel(ctx))
+	sctx, cancel := g.writeCtx(ctx)
 	sp := rp
 	sp.Audit = g.stored(rp.Audit)
 	ok, err := g.store.Reclaim(sctx, sp)
@@ -563,7 +563,7 @@ func (g *Guard) abandon(ctx context.Context, p prepared, rec store.Record, reaso
 	if err != nil {
 		return g.storeErr(ctx, p, "abandon", err)
 	}
-	ctx, cancel := g.storeCtx(context.WithoutCancel(ctx))
+	ctx, cancel := g.writeCtx(ctx)
 	defer cancel()
 	audit := g.newAudit(p, store.AuditAbandoned, rec.KeyHash, rec.Attempts, rec.Now)
 	if audit != nil {

@@ -59,7 +59,7 @@ func (g *Guard) complete(ctx context.Context, p prepared, hb *heartbeat, cp stor
 	giveUp := time.Now().Add(p.settings.StaleAfter)
 	var lastErr error
 	for try := 0; ; try++ {
-		sctx, cancel := g.storeCtx(ctx)
+		sctx, cancel := g.writeCtx(ctx)
 		ok, at, err := g.store.Complete(sctx, cp)
 		cancel()
 		if err == nil && ok {

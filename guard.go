@@ -55,6 +55,8 @@ type Guard struct {
 	liveStreams atomic.Int64
 	// audit is the audit trail's state (audittrail.go); nil when it is off.
 	audit *auditor
+	// deadline is the deadline store writes share (writeCtx, deadline.go).
+	deadline sharedDeadline
 }
 
 // New validates cfg and returns a Guard.
@@ -270,8 +272,9 @@ func HashUserText(s string) string { return keys.HashUserText(s) }
 // Store calls. Each is bounded by StoreTimeout. Every write runs detached
 // from the caller's cancellation: a write whose caller hung up may still
 // land, and then only a re-read of the row can tell what happened
-// (decide by the row, never by the error). Reads follow the caller's context, except those that
-// settle a write's outcome.
+// (decide by the row, never by the error): writeCtx gives a write its
+// context. Reads follow the caller's context, except those that settle a
+// write's outcome.
 
 func (g *Guard) storeCtx(ctx context.Context) (context.Context, context.CancelFunc) {
 	return context.WithTimeout(ctx, g.cfg.StoreTimeout)

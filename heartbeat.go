@@ -36,8 +36,11 @@ func leaseMargin(lease time.Duration) time.Duration {
 //
 // It runs on timers (time.AfterFunc), not on a goroutine of its own: most
 // operations finish long before the first beat is due, and then the
-// heartbeat costs two timers instead of a goroutine start, a ticker and a
-// wake-up of another thread (measured with internal/bench).
+// heartbeat costs one timer instead of a goroutine start, a ticker and a
+// wake-up of another thread (measured with internal/bench). The lease's own
+// timer is armed by the first beat, before it renews: that beat is due
+// before the lease ends (every StaleAfter/3, the end StaleAfter less the
+// margin), and a lease that ends first gets its timer at the start.
 type heartbeat struct {
 	g      *Guard
 	p      prepared
@@ -48,7 +51,7 @@ type heartbeat struct {
 
 	mu       sync.Mutex
 	timer    *time.Timer // the next renewal
-	expiry   *time.Timer // the lease's end
+	expiry   *time.Timer // the lease's end; nil until armed (armExpiry)
 	deadline time.Time   // local monotonic time the lease ends (margin included)
 	stopped  bool
 	lost     bool // a renewal changed no row: another owner holds the row
@@ -66,9 +69,18 @@ func (g *Guard) startHeartbeat(p prepared, o owned, cancel context.CancelCauseFu
 	hb.mu.Lock()
 	defer hb.mu.Unlock()
 	hb.deadline = o.leaseFrom.Add(lease - leaseMargin(lease))
-	hb.expiry = time.AfterFunc(time.Until(hb.deadline), hb.expire)
 	hb.timer = time.AfterFunc(hb.every, hb.beat)
+	if time.Until(hb.deadline) <= hb.every {
+		hb.armExpiry() // the lease ends before the first beat is due
+	}
 	return hb
+}
+
+// armExpiry starts the lease's timer unless it runs already (hb.mu held).
+func (hb *heartbeat) armExpiry() {
+	if hb.expiry == nil {
+		hb.expiry = time.AfterFunc(time.Until(hb.deadline), hb.expire)
+	}
 }
 
 // beat renews the lease once and schedules the next renewal.
@@ -79,6 +91,7 @@ func (hb *heartbeat) beat() {
 		return
 	}
 	hb.beating.Add(1) // under mu, before stop can Wait
+	hb.armExpiry()    // before the renewal, which may hang past the lease's end
 	hb.mu.Unlock()
 	defer hb.beating.Done()
 
@@ -129,7 +142,9 @@ func (hb *heartbeat) renew(deadline time.Time) {
 		return
 	}
 	hb.deadline = deadline
-	hb.expiry.Reset(time.Until(deadline))
+	if hb.expiry != nil {
+		hb.expiry.Reset(time.Until(deadline))
+	}
 }
 
 // left is how much of the lease remains (negative once spent).
@@ -162,7 +177,9 @@ func (hb *heartbeat) stop() {
 	hb.mu.Lock()
 	hb.stopped = true
 	hb.timer.Stop()
-	hb.expiry.Stop()
+	if hb.expiry != nil {
+		hb.expiry.Stop()
+	}
 	hb.mu.Unlock()
 	hb.beating.Wait()
 }

@@ -60,7 +60,7 @@ func (g *Guard) own(ctx context.Context, p prepared, o owned, kind EventKind) (R
 	}
 	if time.Since(o.leaseFrom) > p.settings.StaleAfter/2 {
 		began := time.Now()
-		sctx, cancel := g.storeCtx(context.WithoutCancel(ctx))
+		sctx, cancel := g.writeCtx(ctx)
 		ok, err := g.store.Heartbeat(sctx, o.id, o.nonce)
 		cancel()
 		if err == nil && !ok {

@@ -2,8 +2,12 @@ package main
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"log/slog"
+	"runtime"
+	"strconv"
+	"sync/atomic"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -47,4 +51,61 @@ func BenchmarkRawSelectMySQL(b *testing.B) {
 			b.Fatal(err)
 		}
 	}
+}
+
+// The fresh suite's two sides on the real MariaDB at the suite's
+// concurrency of 16 (RunParallel, 8 goroutines per CPU on this 2-CPU VM),
+// with cpu-ns/op: the client's CPU per fresh key, the garbage collector
+// and the scheduler included, which on a machine the database shares is
+// taken from the database.
+
+func BenchmarkFreshMySQL(b *testing.B) {
+	e, _ := newFreshEnv(b)
+	g, err := e.newGuard(nil)
+	require.NoError(b, err)
+	b.Cleanup(func() { closeGuard(g) })
+	var seq atomic.Int64
+	runParallelCPU(b, func(ctx context.Context) error {
+		n := seq.Add(1)
+		res, err := g.Do(ctx, idemguard.Call{Tenant: tenantGuard, Scope: scopeFresh,
+			ClientKey: "fresh-" + strconv.FormatInt(n, 10), Inputs: inputs{Doc: n, Text: textHash}}, noop)
+		if err == nil && (res.Cached || res.Status != idemguard.StatusSucceeded) {
+			err = fmt.Errorf("fresh key answered status %s cached %t", res.Status, res.Cached)
+		}
+		return err
+	})
+}
+
+func BenchmarkRawInsertUpdateMySQL(b *testing.B) {
+	e, body := newFreshEnv(b)
+	runParallelCPU(b, rawInsertUpdate(e, scopeFresh, body))
+}
+
+func newFreshEnv(b *testing.B) (*env, []byte) {
+	b.Helper()
+	db := testdb.New(b)
+	e := &env{log: slog.New(slog.NewTextHandler(io.Discard, nil)), db: db.DB,
+		secret: []byte("bench-secret-0123456789abcdef-0123")}
+	body, err := storedBody()
+	require.NoError(b, err)
+	return e, body
+}
+
+// runParallelCPU runs op from 16 goroutines on a context that can end, as
+// the bench program's workers do, and reports cpu-ns/op.
+func runParallelCPU(b *testing.B, op func(context.Context) error) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	b.ReportAllocs()
+	b.SetParallelism(max(1, 16/runtime.GOMAXPROCS(0)))
+	cpu := processCPU()
+	b.RunParallel(func(pb *testing.PB) {
+		for pb.Next() {
+			if err := op(ctx); err != nil {
+				b.Error(err)
+				return
+			}
+		}
+	})
+	reportCPU(b, cpu)
 }
