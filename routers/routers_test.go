@@ -160,54 +160,65 @@ func TestDerivedKey(t *testing.T) {
 	require.Equal(t, "true", braces.Header().Get("Idempotent-Replayed"))
 }
 
+// Bodies and keys of rejectedRequests: none of them may appear in an
+// answer or a log line.
+const (
+	secretBody = `{"prompt":"PRIVATE-USER-TEXT"`
+	badKey     = "bad key/PRIVATE"
+)
+
+// bigBody is over the 512-byte body limit TestRejectedRequestsChangeNothing sets.
+var bigBody = `{"pad":"` + strings.Repeat("x", 600) + `"}`
+
+// rejectedRequests are requests the API refuses before the guard, with
+// the status, problem type slug and stop reason of the refusal. They seed
+// FuzzRequestPath too.
+var rejectedRequests = []struct {
+	name   string
+	r      req
+	chunk  bool // send the body without a Content-Length
+	status int
+	slug   string
+	reason string
+}{
+	{"no credentials", req{path: "/v1/ops/echo", body: `{}`}, false, 401, "unauthorized", "unknown"},
+	{"wrong key", req{path: "/v1/ops/echo", body: `{}`, apiKey: "acme-key-one-0009"}, false, 401, "unauthorized", "unknown"},
+	{"basic auth", req{path: "/v1/ops/echo", body: `{}`, headers: []string{"Authorization", "Basic YWNtZTprZXk="}},
+		false, 401, "unauthorized", "unknown"},
+	{"unknown scope", req{path: "/v1/ops/nope", body: `{}`, apiKey: acmeKey1}, false, 404, "unknown-scope", "unknown"},
+	{"invalid scope", req{path: "/v1/ops/" + strings.Repeat("s", 300), body: `{}`, apiKey: acmeKey1}, false, 404, "unknown-scope", "unknown"},
+	{"malformed key", req{path: "/v1/ops/echo", body: `{}`, apiKey: acmeKey1, headers: []string{"Idempotency-Key", badKey}}, false, 400, "invalid-idempotency-key", "invalid_input"},
+	{"empty key", req{path: "/v1/ops/echo", body: `{}`, apiKey: acmeKey1, headers: []string{"Idempotency-Key", ""}}, false, 400, "invalid-idempotency-key", "invalid_input"},
+	{"empty sf-string", req{path: "/v1/ops/echo", body: `{}`, apiKey: acmeKey1, headers: []string{"Idempotency-Key", `""`}}, false, 400, "invalid-idempotency-key", "invalid_input"},
+	{"unterminated", req{path: "/v1/ops/echo", body: `{}`, apiKey: acmeKey1, headers: []string{"Idempotency-Key", `"abc`}}, false, 400, "invalid-idempotency-key", "invalid_input"},
+	{"sf-string params", req{path: "/v1/ops/echo", body: `{}`, apiKey: acmeKey1, headers: []string{"Idempotency-Key", `"abc";x=1`}}, false, 400, "invalid-idempotency-key", "invalid_input"},
+	{"escaped sf-string", req{path: "/v1/ops/echo", body: `{}`, apiKey: acmeKey1, headers: []string{"Idempotency-Key", `"a\"b"`}}, false, 400, "invalid-idempotency-key", "invalid_input"},
+	{"key too long", req{path: "/v1/ops/echo", body: `{}`, apiKey: acmeKey1, headers: []string{"Idempotency-Key", strings.Repeat("k", 256)}}, false, 400, "invalid-idempotency-key", "invalid_input"},
+	{"key list", req{path: "/v1/ops/echo", body: `{}`, apiKey: acmeKey1, headers: []string{"Idempotency-Key", "a, b"}}, false, 400, "invalid-idempotency-key", "invalid_input"},
+	{"two keys", req{path: "/v1/ops/echo", body: `{}`, apiKey: acmeKey1, headers: []string{"Idempotency-Key", "a", "Idempotency-Key", "a"}},
+		false, 400, "invalid-idempotency-key", "invalid_input"},
+	{"missing required key", req{path: "/v1/ops/actionRequests.aiProposeCopy", body: `{}`, apiKey: acmeKey1}, false, 400, "missing-idempotency-key", "invalid_input"},
+	{"malformed JSON", req{path: "/v1/ops/echo", body: secretBody, apiKey: acmeKey1, headers: []string{"Idempotency-Key", "k1"}}, false, 400, "invalid-body", "invalid_input"},
+	{"trailing data", req{path: "/v1/ops/echo", body: `{} {"x":"PRIVATE"}`, apiKey: acmeKey1}, false, 400, "invalid-body", "invalid_input"},
+	{"not JSON at all", req{path: "/v1/ops/echo", body: `PRIVATE=1&b=2`, apiKey: acmeKey1}, false, 400, "invalid-body", "invalid_input"},
+	{"invalid UTF-8 string", req{path: "/v1/ops/echo", body: "{\"a\":\"\xff\"}", apiKey: acmeKey1}, false, 400, "invalid-body", "invalid_input"},
+	{"too large", req{path: "/v1/ops/echo", body: bigBody, apiKey: acmeKey1, headers: []string{"Idempotency-Key", "k2"}}, false, 413, "body-too-large", "invalid_input"},
+	{"too large, chunked", req{path: "/v1/ops/echo", body: bigBody, apiKey: acmeKey1}, true, 413, "body-too-large", "invalid_input"},
+	// Auth comes first: an unknown scope without credentials is a 401.
+	{"unknown scope, no credentials", req{path: "/v1/ops/nope", body: `{}`}, false, 401, "unauthorized", "unknown"},
+	// The scope comes before the key: an unknown scope with a bad key is a 404.
+	{"unknown scope, bad key", req{path: "/v1/ops/nope", body: `{}`, apiKey: acmeKey1, headers: []string{"Idempotency-Key", badKey}}, false, 404, "unknown-scope", "unknown"},
+	// The key comes before the body.
+	{"bad key, bad body", req{path: "/v1/ops/echo", body: secretBody, apiKey: acmeKey1, headers: []string{"Idempotency-Key", badKey}}, false, 400, "invalid-idempotency-key", "invalid_input"},
+	{"missing key, body too large", req{path: "/v1/ops/actionRequests.aiProposeCopy", body: bigBody, apiKey: acmeKey1}, false, 400, "missing-idempotency-key", "invalid_input"},
+}
+
 // TestRejectedRequestsChangeNothing: every request refused before the guard
 // answers with a problem, and neither stores a row nor runs an operation.
 func TestRejectedRequestsChangeNothing(t *testing.T) {
 	t.Parallel()
-	const (
-		secretBody = `{"prompt":"PRIVATE-USER-TEXT"`
-		badKey     = "bad key/PRIVATE"
-	)
-	big := `{"pad":"` + strings.Repeat("x", 600) + `"}`
-	for name, tc := range map[string]struct {
-		r      req
-		chunk  bool // send the body without a Content-Length
-		status int
-		slug   string
-		reason string
-	}{
-		"no credentials": {req{path: "/v1/ops/echo", body: `{}`}, false, 401, "unauthorized", "unknown"},
-		"wrong key":      {req{path: "/v1/ops/echo", body: `{}`, apiKey: "acme-key-one-0009"}, false, 401, "unauthorized", "unknown"},
-		"basic auth": {req{path: "/v1/ops/echo", body: `{}`, headers: []string{"Authorization", "Basic YWNtZTprZXk="}},
-			false, 401, "unauthorized", "unknown"},
-		"unknown scope":     {req{path: "/v1/ops/nope", body: `{}`, apiKey: acmeKey1}, false, 404, "unknown-scope", "unknown"},
-		"invalid scope":     {req{path: "/v1/ops/" + strings.Repeat("s", 300), body: `{}`, apiKey: acmeKey1}, false, 404, "unknown-scope", "unknown"},
-		"malformed key":     {req{path: "/v1/ops/echo", body: `{}`, apiKey: acmeKey1, headers: []string{"Idempotency-Key", badKey}}, false, 400, "invalid-idempotency-key", "invalid_input"},
-		"empty key":         {req{path: "/v1/ops/echo", body: `{}`, apiKey: acmeKey1, headers: []string{"Idempotency-Key", ""}}, false, 400, "invalid-idempotency-key", "invalid_input"},
-		"empty sf-string":   {req{path: "/v1/ops/echo", body: `{}`, apiKey: acmeKey1, headers: []string{"Idempotency-Key", `""`}}, false, 400, "invalid-idempotency-key", "invalid_input"},
-		"unterminated":      {req{path: "/v1/ops/echo", body: `{}`, apiKey: acmeKey1, headers: []string{"Idempotency-Key", `"abc`}}, false, 400, "invalid-idempotency-key", "invalid_input"},
-		"sf-string params":  {req{path: "/v1/ops/echo", body: `{}`, apiKey: acmeKey1, headers: []string{"Idempotency-Key", `"abc";x=1`}}, false, 400, "invalid-idempotency-key", "invalid_input"},
-		"escaped sf-string": {req{path: "/v1/ops/echo", body: `{}`, apiKey: acmeKey1, headers: []string{"Idempotency-Key", `"a\"b"`}}, false, 400, "invalid-idempotency-key", "invalid_input"},
-		"key too long":      {req{path: "/v1/ops/echo", body: `{}`, apiKey: acmeKey1, headers: []string{"Idempotency-Key", strings.Repeat("k", 256)}}, false, 400, "invalid-idempotency-key", "invalid_input"},
-		"key list":          {req{path: "/v1/ops/echo", body: `{}`, apiKey: acmeKey1, headers: []string{"Idempotency-Key", "a, b"}}, false, 400, "invalid-idempotency-key", "invalid_input"},
-		"two keys": {req{path: "/v1/ops/echo", body: `{}`, apiKey: acmeKey1, headers: []string{"Idempotency-Key", "a", "Idempotency-Key", "a"}},
-			false, 400, "invalid-idempotency-key", "invalid_input"},
-		"missing required key": {req{path: "/v1/ops/actionRequests.aiProposeCopy", body: `{}`, apiKey: acmeKey1}, false, 400, "missing-idempotency-key", "invalid_input"},
-		"malformed JSON":       {req{path: "/v1/ops/echo", body: secretBody, apiKey: acmeKey1, headers: []string{"Idempotency-Key", "k1"}}, false, 400, "invalid-body", "invalid_input"},
-		"trailing data":        {req{path: "/v1/ops/echo", body: `{} {"x":"PRIVATE"}`, apiKey: acmeKey1}, false, 400, "invalid-body", "invalid_input"},
-		"not JSON at all":      {req{path: "/v1/ops/echo", body: `PRIVATE=1&b=2`, apiKey: acmeKey1}, false, 400, "invalid-body", "invalid_input"},
-		"invalid UTF-8 string": {req{path: "/v1/ops/echo", body: "{\"a\":\"\xff\"}", apiKey: acmeKey1}, false, 400, "invalid-body", "invalid_input"},
-		"too large":            {req{path: "/v1/ops/echo", body: big, apiKey: acmeKey1, headers: []string{"Idempotency-Key", "k2"}}, false, 413, "body-too-large", "invalid_input"},
-		"too large, chunked":   {req{path: "/v1/ops/echo", body: big, apiKey: acmeKey1}, true, 413, "body-too-large", "invalid_input"},
-		// Auth comes first: an unknown scope without credentials is a 401.
-		"unknown scope, no credentials": {req{path: "/v1/ops/nope", body: `{}`}, false, 401, "unauthorized", "unknown"},
-		// The scope comes before the key: an unknown scope with a bad key is a 404.
-		"unknown scope, bad key": {req{path: "/v1/ops/nope", body: `{}`, apiKey: acmeKey1, headers: []string{"Idempotency-Key", badKey}}, false, 404, "unknown-scope", "unknown"},
-		// The key comes before the body.
-		"bad key, bad body":           {req{path: "/v1/ops/echo", body: secretBody, apiKey: acmeKey1, headers: []string{"Idempotency-Key", badKey}}, false, 400, "invalid-idempotency-key", "invalid_input"},
-		"missing key, body too large": {req{path: "/v1/ops/actionRequests.aiProposeCopy", body: big, apiKey: acmeKey1}, false, 400, "missing-idempotency-key", "invalid_input"},
-	} {
-		t.Run(name, func(t *testing.T) {
+	for _, tc := range rejectedRequests {
+		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			b := setup(t, setupOpts{options: func(o *Options) { o.MaxBodyBytes = 512 }})
 			hr := httptest.NewRequest(http.MethodPost, tc.r.path, strings.NewReader(tc.r.body))
