@@ -455,6 +455,39 @@ func TestTenantIsolation(t *testing.T) {
 	require.Equal(t, map[string]int{"acme": 2, "beta": 2}, tenants)
 }
 
+// lookedUpKey is the key record GET …/keys/{key} answers, its times parsed.
+type lookedUpKey struct {
+	Ref          string          `json:"ref"`
+	Scope        string          `json:"scope"`
+	Status       string          `json:"status"`
+	AttemptCount int             `json:"attemptCount"`
+	CreatedAt    time.Time       `json:"createdAt"`
+	StartedAt    time.Time       `json:"startedAt"`
+	HeartbeatAt  time.Time       `json:"heartbeatAt"`
+	CompletedAt  time.Time       `json:"completedAt"`
+	ExpiresAt    time.Time       `json:"expiresAt"`
+	Response     json.RawMessage `json:"response"`
+	ResponseCode int             `json:"responseCode"`
+}
+
+// problemCase is a GET of path with apiKey that answers status with the
+// problem type ProblemTypePrefix+slug.
+type problemCase struct {
+	path, apiKey string
+	status       int
+	slug         string
+}
+
+// requireProblems sends each case's GET and checks its status and problem type.
+func (b *testBundle) requireProblems(t *testing.T, cases map[string]problemCase) {
+	t.Helper()
+	for name, tc := range cases {
+		w := b.do(req{method: http.MethodGet, path: tc.path, apiKey: tc.apiKey})
+		require.Equal(t, tc.status, w.Code, name)
+		require.Equal(t, ProblemTypePrefix+tc.slug, problemOf(t, w)["type"], name)
+	}
+}
+
 func TestLookupKey(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
@@ -464,19 +497,7 @@ func TestLookupKey(t *testing.T) {
 	w := b.do(req{method: http.MethodGet, path: "/v1/ops/created/keys/look-1", apiKey: acmeKey1})
 	require.Equal(t, http.StatusOK, w.Code, w.Body.String())
 	require.Equal(t, "application/json", w.Header().Get("Content-Type"))
-	var rec struct {
-		Ref          string          `json:"ref"`
-		Scope        string          `json:"scope"`
-		Status       string          `json:"status"`
-		AttemptCount int             `json:"attemptCount"`
-		CreatedAt    time.Time       `json:"createdAt"`
-		StartedAt    time.Time       `json:"startedAt"`
-		HeartbeatAt  time.Time       `json:"heartbeatAt"`
-		CompletedAt  time.Time       `json:"completedAt"`
-		ExpiresAt    time.Time       `json:"expiresAt"`
-		Response     json.RawMessage `json:"response"`
-		ResponseCode int             `json:"responseCode"`
-	}
+	var rec lookedUpKey
 	require.NoError(t, json.Unmarshal(w.Body.Bytes(), &rec))
 	require.Equal(t, "look-1", rec.Ref)
 	require.Equal(t, "created", rec.Scope)
@@ -500,26 +521,18 @@ func TestLookupKey(t *testing.T) {
 	require.Equal(t, http.StatusOK, byHash.Code)
 	require.Equal(t, strings.Replace(w.Body.String(), `"ref":"look-1"`, `"ref":"~`+hash+`"`, 1), byHash.Body.String())
 
-	for name, tc := range map[string]struct {
-		path   string
-		status int
-		slug   string
-	}{
-		"other scope":        {"/v1/ops/echo/keys/look-1", 404, "key-not-found"},
-		"unknown scope":      {"/v1/ops/nope/keys/look-1", 404, "unknown-scope"},
-		"bad client key":     {"/v1/ops/created/keys/a%20b", 400, "invalid-key-reference"},
-		"short hash":         {"/v1/ops/created/keys/~abc", 400, "invalid-key-reference"},
-		"upper-case hash":    {"/v1/ops/created/keys/~" + strings.ToUpper(hash), 400, "invalid-key-reference"},
-		"tilde only":         {"/v1/ops/created/keys/~", 400, "invalid-key-reference"},
-		"unknown hash":       {"/v1/ops/created/keys/~" + strings.Repeat("0", 64), 404, "key-not-found"},
-		"trailing slash":     {"/v1/ops/created/keys/look-1/", 404, "unknown-route"},
-		"no key":             {"/v1/ops/created/keys/", 404, "unknown-route"},
-		"derived key absent": {"/v1/ops/created/keys/~" + strings.Repeat("f", 64), 404, "key-not-found"},
-	} {
-		w := b.do(req{method: http.MethodGet, path: tc.path, apiKey: acmeKey1})
-		require.Equal(t, tc.status, w.Code, name)
-		require.Equal(t, ProblemTypePrefix+tc.slug, problemOf(t, w)["type"], name)
-	}
+	b.requireProblems(t, map[string]problemCase{
+		"other scope":        {"/v1/ops/echo/keys/look-1", acmeKey1, 404, "key-not-found"},
+		"unknown scope":      {"/v1/ops/nope/keys/look-1", acmeKey1, 404, "unknown-scope"},
+		"bad client key":     {"/v1/ops/created/keys/a%20b", acmeKey1, 400, "invalid-key-reference"},
+		"short hash":         {"/v1/ops/created/keys/~abc", acmeKey1, 400, "invalid-key-reference"},
+		"upper-case hash":    {"/v1/ops/created/keys/~" + strings.ToUpper(hash), acmeKey1, 400, "invalid-key-reference"},
+		"tilde only":         {"/v1/ops/created/keys/~", acmeKey1, 400, "invalid-key-reference"},
+		"unknown hash":       {"/v1/ops/created/keys/~" + strings.Repeat("0", 64), acmeKey1, 404, "key-not-found"},
+		"trailing slash":     {"/v1/ops/created/keys/look-1/", acmeKey1, 404, "unknown-route"},
+		"no key":             {"/v1/ops/created/keys/", acmeKey1, 404, "unknown-route"},
+		"derived key absent": {"/v1/ops/created/keys/~" + strings.Repeat("f", 64), acmeKey1, 404, "key-not-found"},
+	})
 	// Without credentials: 401 before anything else.
 	w = b.do(req{method: http.MethodGet, path: "/v1/ops/nope/keys/look-1"})
 	require.Equal(t, http.StatusUnauthorized, w.Code)
