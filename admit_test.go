@@ -121,7 +121,6 @@ func TestAdmitLimitsExecutionsNotDuplicates(t *testing.T) {
 // when the INSERT finds the running key; once a is released, the
 // duplicate gets its answer and the job's place is given back.
 func waitingDuplicateHoldsNoPlace(t *testing.T, r *admitRig) {
-	t.Helper()
 	ctx, s := context.Background(), r.s
 	s.max.Store(2)
 	asked := s.asked.Load()
