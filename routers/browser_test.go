@@ -44,35 +44,7 @@ func TestJWTAuth(t *testing.T) {
 	}
 	require.EqualValues(t, 1, b.calls["echo"].Load(), "the second token of the same tenant got the replay")
 
-	now := time.Now()
-	hs256 := func() string {
-		tok := jwt.NewWithClaims(jwt.SigningMethodHS256, jwt.MapClaims{
-			"iss": authtest.Issuer, "aud": authtest.Audience, "tenant_id": "acme", "exp": now.Add(time.Minute).Unix(),
-		})
-		tok.Header["kid"] = "rsa-1"
-		s, err := tok.SignedString([]byte("public key bytes, or any secret"))
-		require.NoError(t, err)
-		return s
-	}()
-	none := func() string {
-		tok := jwt.NewWithClaims(jwt.SigningMethodNone, jwt.MapClaims{
-			"iss": authtest.Issuer, "aud": authtest.Audience, "tenant_id": "acme", "exp": now.Add(time.Minute).Unix(),
-		})
-		s, err := tok.SignedString(jwt.UnsafeAllowNoneSignatureType)
-		require.NoError(t, err)
-		return s
-	}()
-	bad := map[string]string{
-		"expired":        rsaKey.Sign(t, "acme", func(c jwt.MapClaims) { c["exp"] = now.Add(-time.Hour).Unix() }),
-		"wrong issuer":   rsaKey.Sign(t, "acme", func(c jwt.MapClaims) { c["iss"] = "https://evil.test/" }),
-		"wrong audience": rsaKey.Sign(t, "acme", func(c jwt.MapClaims) { c["aud"] = "other" }),
-		"alg none":       none,
-		"HS256":          hs256,
-		"unknown kid":    authtest.RSA(t, "rsa-2").Sign(t, "acme", nil),
-		"no tenant":      rsaKey.Sign(t, "acme", func(c jwt.MapClaims) { delete(c, "tenant_id") }),
-		"bad tenant":     rsaKey.Sign(t, "acme beta", nil),
-		"not a jwt":      "eyJhbGciOiJSUzI1NiJ9.e30",
-	}
+	bad := badJWTs(t, rsaKey)
 	for name, token := range bad {
 		for _, r := range []req{
 			{method: http.MethodPost, path: "/v1/ops/echo", body: `{"n":2}`, apiKey: token},
@@ -107,6 +79,42 @@ func TestJWTAuth(t *testing.T) {
 		apiKey: rsaKey.Sign(t, "acme", nil), headers: []string{"Idempotency-Key", "k"}})
 	require.Equal(t, http.StatusUnauthorized, w.Code)
 	require.EqualValues(t, 0, b.calls["strict"].Load())
+}
+
+// badJWTs are bearer credentials jwtSetup's API refuses, by name: tokens
+// of rsaKey's tenant acme that are expired, for another issuer or
+// audience, unsigned, HMAC-signed or signed by an unpublished key, without
+// a valid tenant, and a string that is no JWT.
+func badJWTs(t *testing.T, rsaKey authtest.Key) map[string]string {
+	now := time.Now()
+	hs256 := func() string {
+		tok := jwt.NewWithClaims(jwt.SigningMethodHS256, jwt.MapClaims{
+			"iss": authtest.Issuer, "aud": authtest.Audience, "tenant_id": "acme", "exp": now.Add(time.Minute).Unix(),
+		})
+		tok.Header["kid"] = "rsa-1"
+		s, err := tok.SignedString([]byte("public key bytes, or any secret"))
+		require.NoError(t, err)
+		return s
+	}()
+	none := func() string {
+		tok := jwt.NewWithClaims(jwt.SigningMethodNone, jwt.MapClaims{
+			"iss": authtest.Issuer, "aud": authtest.Audience, "tenant_id": "acme", "exp": now.Add(time.Minute).Unix(),
+		})
+		s, err := tok.SignedString(jwt.UnsafeAllowNoneSignatureType)
+		require.NoError(t, err)
+		return s
+	}()
+	return map[string]string{
+		"expired":        rsaKey.Sign(t, "acme", func(c jwt.MapClaims) { c["exp"] = now.Add(-time.Hour).Unix() }),
+		"wrong issuer":   rsaKey.Sign(t, "acme", func(c jwt.MapClaims) { c["iss"] = "https://evil.test/" }),
+		"wrong audience": rsaKey.Sign(t, "acme", func(c jwt.MapClaims) { c["aud"] = "other" }),
+		"alg none":       none,
+		"HS256":          hs256,
+		"unknown kid":    authtest.RSA(t, "rsa-2").Sign(t, "acme", nil),
+		"no tenant":      rsaKey.Sign(t, "acme", func(c jwt.MapClaims) { delete(c, "tenant_id") }),
+		"bad tenant":     rsaKey.Sign(t, "acme beta", nil),
+		"not a jwt":      "eyJhbGciOiJSUzI1NiJ9.e30",
+	}
 }
 
 // TestJWTTenantIsolation: the tenant comes only from the verified claim, so

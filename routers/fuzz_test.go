@@ -133,97 +133,87 @@ func seedOf(r req) fuzzSeed {
 // fuzzSeeds are the requests of TestRejectedRequestsChangeNothing's table
 // (paths, keys, bodies), the happy paths, and requests built to hurt.
 func fuzzSeeds() []fuzzSeed {
-	auth := "Authorization: Bearer " + fuzzAPIKey + "\n"
-	const secretBody = `{"prompt":"PRIVATE-USER-TEXT"`
 	var seeds []fuzzSeed
-	for _, r := range []req{
-		// TestRejectedRequestsChangeNothing
-		{path: "/v1/ops/echo", body: `{}`},
-		{path: "/v1/ops/echo", body: `{}`, apiKey: "acme-key-one-0009"},
-		{path: "/v1/ops/echo", body: `{}`, headers: []string{"Authorization", "Basic YWNtZTprZXk="}},
-		{path: "/v1/ops/nope", body: `{}`, apiKey: acmeKey1},
-		{path: "/v1/ops/" + strings.Repeat("s", 300), body: `{}`, apiKey: acmeKey1},
-		{path: "/v1/ops/echo", body: `{}`, apiKey: acmeKey1, headers: []string{"Idempotency-Key", "bad key/PRIVATE"}},
-		{path: "/v1/ops/echo", body: `{}`, apiKey: acmeKey1, headers: []string{"Idempotency-Key", ""}},
-		{path: "/v1/ops/echo", body: `{}`, apiKey: acmeKey1, headers: []string{"Idempotency-Key", `""`}},
-		{path: "/v1/ops/echo", body: `{}`, apiKey: acmeKey1, headers: []string{"Idempotency-Key", `"abc`}},
-		{path: "/v1/ops/echo", body: `{}`, apiKey: acmeKey1, headers: []string{"Idempotency-Key", `"abc";x=1`}},
-		{path: "/v1/ops/echo", body: `{}`, apiKey: acmeKey1, headers: []string{"Idempotency-Key", `"a\"b"`}},
-		{path: "/v1/ops/echo", body: `{}`, apiKey: acmeKey1, headers: []string{"Idempotency-Key", strings.Repeat("k", 256)}},
-		{path: "/v1/ops/echo", body: `{}`, apiKey: acmeKey1, headers: []string{"Idempotency-Key", "a, b"}},
-		{path: "/v1/ops/echo", body: `{}`, apiKey: acmeKey1, headers: []string{"Idempotency-Key", "a", "Idempotency-Key", "a"}},
-		{path: "/v1/ops/actionRequests.aiProposeCopy", body: `{}`, apiKey: acmeKey1},
-		{path: "/v1/ops/echo", body: secretBody, apiKey: acmeKey1, headers: []string{"Idempotency-Key", "k1"}},
-		{path: "/v1/ops/echo", body: `{} {"x":"PRIVATE"}`, apiKey: acmeKey1},
-		{path: "/v1/ops/echo", body: `PRIVATE=1&b=2`, apiKey: acmeKey1},
-		{path: "/v1/ops/echo", body: "{\"a\":\"\xff\"}", apiKey: acmeKey1},
-		{path: "/v1/ops/nope", body: `{}`},
-		{path: "/v1/ops/echo", body: secretBody, apiKey: acmeKey1, headers: []string{"Idempotency-Key", "bad key/PRIVATE"}},
-		// Happy paths: fresh, keyed, replayed by the second send, lookups.
-		{path: "/v1/ops/echo", body: fuzzPrimedBody, apiKey: acmeKey1, headers: []string{"Idempotency-Key", fuzzPrimedKey}},
-		{path: "/v1/ops/echo", body: `{"n":2}`, apiKey: acmeKey1, headers: []string{"Idempotency-Key", fuzzPrimedKey}},
-		{path: "/v1/ops/echo", body: `{"n":2}`, apiKey: acmeKey1, headers: []string{"Idempotency-Key", "order-2"}},
-		{path: "/v1/ops/echo", body: ` { "q":"same", "n":1 } `, apiKey: acmeKey1},
-		{path: "/v1/ops/echo", apiKey: acmeKey1},
-		{path: "/v1/ops/actionRequests.aiProposeCopy", body: `{"n":1e400}`, apiKey: acmeKey1, headers: []string{"Idempotency-Key", `"order-2"`, "Prefer", "respond-async, wait=5"}},
-		{path: "/v1/ops/broken", body: `{"n":1}`, apiKey: acmeKey1, headers: []string{"Idempotency-Key", "b-1"}},
-		{path: "/v1/ops/broken", body: `{"x":"panic"}`, apiKey: acmeKey1},
-		{method: http.MethodGet, path: "/v1/ops/echo/keys/order-1", apiKey: acmeKey1},
-		{method: http.MethodGet, path: "/v1/ops/echo/keys/~" + strings.Repeat("ab", 32), apiKey: acmeKey1},
-		{method: http.MethodGet, path: "/v1/ops/echo/keys/~ABC", apiKey: acmeKey1},
-		{method: http.MethodGet, path: "/healthz"},
-		{method: http.MethodGet, path: "/readyz"},
-		{method: http.MethodGet, path: "/metrics"},
-		{method: http.MethodGet, path: "/metrics?" + fuzzPanicMarker}, // the router's recovery answers 500
-		// CORS
-		{method: http.MethodOptions, path: "/v1/ops/echo", headers: []string{"Origin", fuzzOrigin, "Access-Control-Request-Method", "POST",
-			"Access-Control-Request-Headers", "authorization, content-type, idempotency-key, prefer"}},
-		{method: http.MethodOptions, path: "/v1/ops/echo", headers: []string{"Origin", strings.ToUpper(fuzzOrigin), "Access-Control-Request-Method", "POST"}},
-		{path: "/v1/ops/echo", body: `{}`, apiKey: acmeKey1, headers: []string{"Origin", fuzzOrigin, "Idempotency-Key", "cors-1"}},
-		{path: "/v1/ops/echo", body: `{}`, apiKey: acmeKey1, headers: []string{"Origin", "https://evil.example"}},
-		// Credentials
-		{path: "/v1/ops/echo", body: `{}`, headers: []string{"Authorization", "bearer " + fuzzAPIKey}},
-		{path: "/v1/ops/echo", body: `{}`, headers: []string{"Authorization", "Bearer  " + fuzzAPIKey + " x"}},
-		{path: "/v1/ops/echo", body: `{}`, apiKey: acmeKey1, headers: []string{"Authorization", "Bearer " + fuzzAPIKey}},
-		// Prefer
-		{path: "/v1/ops/echo", body: `{}`, apiKey: acmeKey1, headers: []string{"Prefer", "wait=" + strings.Repeat("9", 4096)}},
-		{path: "/v1/ops/echo", body: `{}`, apiKey: acmeKey1, headers: []string{"Prefer", strings.Repeat(`a="x,\"y", `, 1000) + "wait=1"}},
-		{path: "/v1/ops/echo", body: `{}`, apiKey: acmeKey1, headers: []string{"Prefer", `wait="1`, "Prefer", "wait=-1"}},
-		// Invalid UTF-8 outside the body
-		{path: "/v1/ops/echo", body: `{}`, apiKey: acmeKey1, headers: []string{"Idempotency-Key", "k\xff"}},
-		{path: "/v1/ops/ech\xff", body: `{}`, apiKey: acmeKey1},
-		{method: http.MethodGet, path: "/v1/ops/echo/keys/\xfe\xff", apiKey: acmeKey1},
-		// Odd methods
-		{method: "PROPFIND", path: "/v1/ops/echo", apiKey: acmeKey1},
-		{method: "post", path: "/v1/ops/echo", body: `{}`, apiKey: acmeKey1},
-		{method: http.MethodHead, path: "/healthz"},
-		{method: http.MethodPut, path: "/v1/ops/echo", body: `{}`, apiKey: acmeKey1},
-		{method: http.MethodDelete, path: "/v1/ops/echo/keys/order-1", apiKey: acmeKey1},
-		{method: http.MethodTrace, path: "/"},
-		{method: http.MethodOptions, path: "*"},
-		{method: http.MethodConnect, path: "example.com:443"},
-		// Paths: traversal, encoded slashes, absolute form, query
-		{path: "/v1/ops/../ops/echo", body: `{}`, apiKey: acmeKey1},
-		{path: "/v1/ops/%2e%2e/keys/x", apiKey: acmeKey1},
-		{path: "/v1//ops/echo", body: `{}`, apiKey: acmeKey1},
-		{path: "//v1/ops/echo", body: `{}`, apiKey: acmeKey1},
-		{path: "/v1/ops/echo/", body: `{}`, apiKey: acmeKey1},
-		{path: "/v1/ops/echo%2Fkeys%2Fk1", body: `{}`, apiKey: acmeKey1},
-		{path: "/v1/ops/ec%68o", body: `{}`, apiKey: acmeKey1},
-		{method: http.MethodGet, path: "/v1/ops/echo/keys/a%2Fb", apiKey: acmeKey1},
-		{method: http.MethodGet, path: "/v1/ops/echo/keys/..%2f..%2fhealthz", apiKey: acmeKey1},
-		{path: "http://idemguard.test/v1/ops/echo?x=1#f", body: `{}`, apiKey: acmeKey1},
-		{path: "/v1/ops/echo?Idempotency-Key=q", body: `{}`, apiKey: acmeKey1},
-	} {
+	for _, tc := range rejectedRequests {
+		s := seedOf(tc.r)
+		s.chunked = tc.chunk
+		seeds = append(seeds, s)
+	}
+	for _, r := range fuzzRequests {
 		seeds = append(seeds, seedOf(r))
 	}
+	return append(seeds, fuzzBodySeeds()...)
+}
 
-	// Bodies at the 1 MiB limit and one byte over, sized and chunked.
+// fuzzRequests are the happy paths and requests built to hurt, written as
+// the routers tests write a request.
+var fuzzRequests = []req{
+	// Happy paths: fresh, keyed, replayed by the second send, lookups.
+	{path: "/v1/ops/echo", body: fuzzPrimedBody, apiKey: acmeKey1, headers: []string{"Idempotency-Key", fuzzPrimedKey}},
+	{path: "/v1/ops/echo", body: `{"n":2}`, apiKey: acmeKey1, headers: []string{"Idempotency-Key", fuzzPrimedKey}},
+	{path: "/v1/ops/echo", body: `{"n":2}`, apiKey: acmeKey1, headers: []string{"Idempotency-Key", "order-2"}},
+	{path: "/v1/ops/echo", body: ` { "q":"same", "n":1 } `, apiKey: acmeKey1},
+	{path: "/v1/ops/echo", apiKey: acmeKey1},
+	{path: "/v1/ops/actionRequests.aiProposeCopy", body: `{"n":1e400}`, apiKey: acmeKey1, headers: []string{"Idempotency-Key", `"order-2"`, "Prefer", "respond-async, wait=5"}},
+	{path: "/v1/ops/broken", body: `{"n":1}`, apiKey: acmeKey1, headers: []string{"Idempotency-Key", "b-1"}},
+	{path: "/v1/ops/broken", body: `{"x":"panic"}`, apiKey: acmeKey1},
+	{method: http.MethodGet, path: "/v1/ops/echo/keys/order-1", apiKey: acmeKey1},
+	{method: http.MethodGet, path: "/v1/ops/echo/keys/~" + strings.Repeat("ab", 32), apiKey: acmeKey1},
+	{method: http.MethodGet, path: "/v1/ops/echo/keys/~ABC", apiKey: acmeKey1},
+	{method: http.MethodGet, path: "/healthz"},
+	{method: http.MethodGet, path: "/readyz"},
+	{method: http.MethodGet, path: "/metrics"},
+	{method: http.MethodGet, path: "/metrics?" + fuzzPanicMarker}, // the router's recovery answers 500
+	// CORS
+	{method: http.MethodOptions, path: "/v1/ops/echo", headers: []string{"Origin", fuzzOrigin, "Access-Control-Request-Method", "POST",
+		"Access-Control-Request-Headers", "authorization, content-type, idempotency-key, prefer"}},
+	{method: http.MethodOptions, path: "/v1/ops/echo", headers: []string{"Origin", strings.ToUpper(fuzzOrigin), "Access-Control-Request-Method", "POST"}},
+	{path: "/v1/ops/echo", body: `{}`, apiKey: acmeKey1, headers: []string{"Origin", fuzzOrigin, "Idempotency-Key", "cors-1"}},
+	{path: "/v1/ops/echo", body: `{}`, apiKey: acmeKey1, headers: []string{"Origin", "https://evil.example"}},
+	// Credentials
+	{path: "/v1/ops/echo", body: `{}`, headers: []string{"Authorization", "bearer " + fuzzAPIKey}},
+	{path: "/v1/ops/echo", body: `{}`, headers: []string{"Authorization", "Bearer  " + fuzzAPIKey + " x"}},
+	{path: "/v1/ops/echo", body: `{}`, apiKey: acmeKey1, headers: []string{"Authorization", "Bearer " + fuzzAPIKey}},
+	// Prefer
+	{path: "/v1/ops/echo", body: `{}`, apiKey: acmeKey1, headers: []string{"Prefer", "wait=" + strings.Repeat("9", 4096)}},
+	{path: "/v1/ops/echo", body: `{}`, apiKey: acmeKey1, headers: []string{"Prefer", strings.Repeat(`a="x,\"y", `, 1000) + "wait=1"}},
+	{path: "/v1/ops/echo", body: `{}`, apiKey: acmeKey1, headers: []string{"Prefer", `wait="1`, "Prefer", "wait=-1"}},
+	// Invalid UTF-8 outside the body
+	{path: "/v1/ops/echo", body: `{}`, apiKey: acmeKey1, headers: []string{"Idempotency-Key", "k\xff"}},
+	{path: "/v1/ops/ech\xff", body: `{}`, apiKey: acmeKey1},
+	{method: http.MethodGet, path: "/v1/ops/echo/keys/\xfe\xff", apiKey: acmeKey1},
+	// Odd methods
+	{method: "PROPFIND", path: "/v1/ops/echo", apiKey: acmeKey1},
+	{method: "post", path: "/v1/ops/echo", body: `{}`, apiKey: acmeKey1},
+	{method: http.MethodHead, path: "/healthz"},
+	{method: http.MethodPut, path: "/v1/ops/echo", body: `{}`, apiKey: acmeKey1},
+	{method: http.MethodDelete, path: "/v1/ops/echo/keys/order-1", apiKey: acmeKey1},
+	{method: http.MethodTrace, path: "/"},
+	{method: http.MethodOptions, path: "*"},
+	{method: http.MethodConnect, path: "example.com:443"},
+	// Paths: traversal, encoded slashes, absolute form, query
+	{path: "/v1/ops/../ops/echo", body: `{}`, apiKey: acmeKey1},
+	{path: "/v1/ops/%2e%2e/keys/x", apiKey: acmeKey1},
+	{path: "/v1//ops/echo", body: `{}`, apiKey: acmeKey1},
+	{path: "//v1/ops/echo", body: `{}`, apiKey: acmeKey1},
+	{path: "/v1/ops/echo/", body: `{}`, apiKey: acmeKey1},
+	{path: "/v1/ops/echo%2Fkeys%2Fk1", body: `{}`, apiKey: acmeKey1},
+	{path: "/v1/ops/ec%68o", body: `{}`, apiKey: acmeKey1},
+	{method: http.MethodGet, path: "/v1/ops/echo/keys/a%2Fb", apiKey: acmeKey1},
+	{method: http.MethodGet, path: "/v1/ops/echo/keys/..%2f..%2fhealthz", apiKey: acmeKey1},
+	{path: "http://idemguard.test/v1/ops/echo?x=1#f", body: `{}`, apiKey: acmeKey1},
+	{path: "/v1/ops/echo?Idempotency-Key=q", body: `{}`, apiKey: acmeKey1},
+}
+
+// fuzzBodySeeds are bodies at the 1 MiB limit and one byte over, sized and
+// chunked, and bodies framed by their own header lines.
+func fuzzBodySeeds() []fuzzSeed {
+	auth := "Authorization: Bearer " + fuzzAPIKey + "\n"
 	const limit = DefaultMaxBodyBytes
 	post := func(header, body string, pad uint32, chunked bool) fuzzSeed {
 		return fuzzSeed{http.MethodPost, "/v1/ops/echo", auth + header, []byte(body), pad, chunked}
 	}
-	seeds = append(seeds,
+	return []fuzzSeed{
 		post("", `{"p":"x"}`, limit, false),
 		post("", `{"p":"x"}`, limit+1, false),
 		post("", `{"p":"x"}`, limit+1, true),
@@ -238,8 +228,7 @@ func fuzzSeeds() []fuzzSeed {
 		post("Content-Type: application/x-www-form-urlencoded\n", `a=1`, 0, false),
 		post("", strings.Repeat("[", 10001)+strings.Repeat("]", 10001), 0, false), // over encoding/json's nesting limit
 		post("", "\xef\xbb\xbf{}", 0, false),                                      // a BOM
-	)
-	return seeds
+	}
 }
 
 // maxPad caps fuzzSeed.pad: a body this long is over every limit already.
@@ -483,20 +472,31 @@ func checkAnswer(t *testing.T, r *http.Request, w *httptest.ResponseRecorder, pa
 	default:
 		t.Fatalf("status %d: %s", code, body)
 	}
-
 	if code >= 400 {
-		require.Equal(t, pipeline.ContentProblem, ctype, "%d answered as %q: %q", code, ctype, body)
-		var p pipeline.Problem
-		strictDecode(t, body, &p)
-		require.Equal(t, code, p.Status)
-		require.True(t, strings.HasPrefix(p.Type, ProblemTypePrefix), p.Type)
-		require.NotEmpty(t, p.Title)
-		require.False(t, p.OK)
-		require.True(t, p.StopReason.Valid(), p.StopReason)
-		require.Equal(t, string(pipeline.EncodeJSON(p)), string(body), "not the problem as ProblemFor writes it")
+		checkProblem(t, code, body, ctype)
 		return
 	}
+	checkSuccess(t, r, w)
+}
 
+// checkProblem checks an error answer: the problem as ProblemFor writes it.
+func checkProblem(t *testing.T, code int, body []byte, ctype string) {
+	t.Helper()
+	require.Equal(t, pipeline.ContentProblem, ctype, "%d answered as %q: %q", code, ctype, body)
+	var p pipeline.Problem
+	strictDecode(t, body, &p)
+	require.Equal(t, code, p.Status)
+	require.True(t, strings.HasPrefix(p.Type, ProblemTypePrefix), p.Type)
+	require.NotEmpty(t, p.Title)
+	require.False(t, p.OK)
+	require.True(t, p.StopReason.Valid(), p.StopReason)
+	require.Equal(t, string(pipeline.EncodeJSON(p)), string(body), "not the problem as ProblemFor writes it")
+}
+
+// checkSuccess checks a success answer: by route, what that route answers.
+func checkSuccess(t *testing.T, r *http.Request, w *httptest.ResponseRecorder) {
+	t.Helper()
+	code, body, ctype := w.Code, w.Body.Bytes(), w.Header().Get("Content-Type")
 	path := r.URL.Path
 	switch {
 	case isOpsRoute(r) && code == http.StatusAccepted, r.Method == http.MethodPost && strings.HasSuffix(path, "/cancel") && code == http.StatusAccepted:

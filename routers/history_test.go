@@ -141,6 +141,10 @@ func kinds(events []map[string]any) []string {
 	return out
 }
 
+// trailPreviousSecret is the secret TestKeyHistoryOfSeededTrail's guard used
+// before its current one.
+const trailPreviousSecret = "routers-previous-secret-0123456789ab"
+
 // TestKeyHistoryOfSeededTrail: the route answers the store's events of the
 // key, oldest first, as AuditEvent's JSON (the key as its prefix only),
 // found by client key (under the current and a previous secret) and by
@@ -148,34 +152,10 @@ func kinds(events []map[string]any) []string {
 func TestKeyHistoryOfSeededTrail(t *testing.T) {
 	t.Parallel()
 	b := setup(t, setupOpts{guard: func(c *idemguard.Config) {
-		c.PreviousSecrets = []idemguard.SecretVersion{{ID: "old", Secret: []byte("routers-previous-secret-0123456789ab")}}
+		c.PreviousSecrets = []idemguard.SecretVersion{{ID: "old", Secret: []byte(trailPreviousSecret)}}
 		c.SecretID = "new"
 	}})
-	// The key's hash under the current secret, then under the previous one
-	// (what a guard that still claims under the previous secret derives).
-	cur, err := b.guard.Key("acme", "echo", "seeded-1")
-	require.NoError(t, err)
-	oldGuard, err := idemguard.New(idemguard.Config{Store: memstore.New(), Secret: []byte("routers-previous-secret-0123456789ab")})
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = oldGuard.Close(context.Background()) })
-	old, err := oldGuard.Key("acme", "echo", "seeded-1")
-	require.NoError(t, err)
-	hashes := []string{cur.Hash(), old.Hash()}
-	t0 := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
-	seed := []store.AuditEvent{
-		// Written out of order: the answer is oldest first.
-		{ID: strings.Repeat("2", 32), Kind: store.AuditReplay, At: t0.Add(2 * time.Second), Tenant: "acme", Scope: "echo",
-			KeyHash: hashes[0], Attempt: 1, Actor: "key:billing", OriginalAt: t0.Add(time.Second)},
-		{ID: strings.Repeat("1", 32), Kind: store.AuditClaimed, At: t0, Tenant: "acme", Scope: "echo",
-			KeyHash: hashes[1], Attempt: 1, Actor: "key:billing"}, // made under the previous secret
-		{ID: strings.Repeat("3", 32), Kind: store.AuditReplay, At: t0.Add(3 * time.Second), Tenant: "acme", Scope: "echo",
-			KeyHash: hashes[0], Attempt: 1, OriginalAt: t0.Add(time.Second)},
-		// Not this key's: another scope, another tenant, another key.
-		{ID: strings.Repeat("4", 32), Kind: store.AuditClaimed, At: t0, Tenant: "acme", Scope: "slow", KeyHash: hashes[0], Attempt: 1},
-		{ID: strings.Repeat("5", 32), Kind: store.AuditClaimed, At: t0, Tenant: "beta", Scope: "echo", KeyHash: strings.Repeat("d", 64), Attempt: 1},
-		{ID: strings.Repeat("6", 32), Kind: store.AuditClaimed, At: t0, Tenant: "acme", Scope: "echo", KeyHash: strings.Repeat("e", 64), Attempt: 1},
-	}
-	require.NoError(t, b.store.AppendAudit(context.Background(), seed))
+	hashes := seedTrail(t, b)
 
 	w, events := b.history(t, "echo", "seeded-1", acmeKey1)
 	require.Equal(t, http.StatusOK, w.Code, w.Body.String())
@@ -208,23 +188,50 @@ func TestKeyHistoryOfSeededTrail(t *testing.T) {
 		require.Equal(t, unknown.Body.String(), w.Body.String(), "another tenant's key must look unknown")
 	}
 
-	for name, tc := range map[string]struct {
-		path, apiKey string
-		status       int
-		slug         string
-	}{
+	b.requireProblems(t, map[string]problemCase{
 		"unknown scope":  {"/v1/ops/nope/keys/seeded-1/history", acmeKey1, 404, "unknown-scope"},
 		"bad client key": {"/v1/ops/echo/keys/a%20b/history", acmeKey1, 400, "invalid-key-reference"},
 		"short hash":     {"/v1/ops/echo/keys/~abc/history", acmeKey1, 400, "invalid-key-reference"},
 		"no credentials": {"/v1/ops/echo/keys/seeded-1/history", "", 401, "unauthorized"},
 		"wrong key":      {"/v1/ops/echo/keys/seeded-1/history", "not-a-key", 401, "unauthorized"},
-	} {
-		w := b.do(req{method: http.MethodGet, path: tc.path, apiKey: tc.apiKey})
-		require.Equal(t, tc.status, w.Code, name)
-		require.Equal(t, ProblemTypePrefix+tc.slug, problemOf(t, w)["type"], name)
-	}
+	})
 	w = b.do(req{method: http.MethodPost, path: "/v1/ops/echo/keys/seeded-1/history", apiKey: acmeKey1})
 	require.Equal(t, http.StatusMethodNotAllowed, w.Code)
+}
+
+// seedTrail writes the audit events of TestKeyHistoryOfSeededTrail to b's
+// store: the key "seeded-1" of acme's scope echo under the current secret
+// (hashes[0]) and the previous one (hashes[1]), out of order, and events of
+// other scopes, tenants and keys. b's guard lists trailPreviousSecret among
+// its previous secrets.
+func seedTrail(t *testing.T, b *testBundle) (hashes []string) {
+	t.Helper()
+	// The key's hash under the current secret, then under the previous one
+	// (what a guard that still claims under the previous secret derives).
+	cur, err := b.guard.Key("acme", "echo", "seeded-1")
+	require.NoError(t, err)
+	oldGuard, err := idemguard.New(idemguard.Config{Store: memstore.New(), Secret: []byte(trailPreviousSecret)})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = oldGuard.Close(context.Background()) })
+	old, err := oldGuard.Key("acme", "echo", "seeded-1")
+	require.NoError(t, err)
+	hashes = []string{cur.Hash(), old.Hash()}
+	t0 := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
+	seed := []store.AuditEvent{
+		// Written out of order: the answer is oldest first.
+		{ID: strings.Repeat("2", 32), Kind: store.AuditReplay, At: t0.Add(2 * time.Second), Tenant: "acme", Scope: "echo",
+			KeyHash: hashes[0], Attempt: 1, Actor: "key:billing", OriginalAt: t0.Add(time.Second)},
+		{ID: strings.Repeat("1", 32), Kind: store.AuditClaimed, At: t0, Tenant: "acme", Scope: "echo",
+			KeyHash: hashes[1], Attempt: 1, Actor: "key:billing"}, // made under the previous secret
+		{ID: strings.Repeat("3", 32), Kind: store.AuditReplay, At: t0.Add(3 * time.Second), Tenant: "acme", Scope: "echo",
+			KeyHash: hashes[0], Attempt: 1, OriginalAt: t0.Add(time.Second)},
+		// Not this key's: another scope, another tenant, another key.
+		{ID: strings.Repeat("4", 32), Kind: store.AuditClaimed, At: t0, Tenant: "acme", Scope: "slow", KeyHash: hashes[0], Attempt: 1},
+		{ID: strings.Repeat("5", 32), Kind: store.AuditClaimed, At: t0, Tenant: "beta", Scope: "echo", KeyHash: strings.Repeat("d", 64), Attempt: 1},
+		{ID: strings.Repeat("6", 32), Kind: store.AuditClaimed, At: t0, Tenant: "acme", Scope: "echo", KeyHash: strings.Repeat("e", 64), Attempt: 1},
+	}
+	require.NoError(t, b.store.AppendAudit(context.Background(), seed))
+	return hashes
 }
 
 // TestKeyHistoryStoreDown: a store that cannot be read is a 503 with

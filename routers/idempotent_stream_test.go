@@ -20,9 +20,68 @@ import (
 	"github.com/idemguard/idemguard/internal/testhooks"
 	"github.com/idemguard/idemguard/routers/middleware"
 	"github.com/idemguard/idemguard/sanitize"
+	"github.com/idemguard/idemguard/store"
 	"github.com/idemguard/idemguard/store/memstore"
 	"github.com/idemguard/idemguard/tenancy"
 )
+
+// acmeMiddleware is the middleware's options for scope on a new guard over
+// st: every request is tenant acme's.
+func acmeMiddleware(t *testing.T, st store.Store, scope string) middleware.Options {
+	t.Helper()
+	g, err := idemguard.New(idemguard.Config{Store: st, Secret: testSecret})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = g.Close(context.Background()) })
+	return middleware.Options{Guard: g, Scope: scope, Tenant: func(*http.Request) (tenancy.ID, error) { return "acme", nil }}
+}
+
+// guardedChatRoute is POST /chat served by handler behind the middleware of
+// kind, "gin" or "net/http".
+func guardedChatRoute(kind string, opts middleware.Options, handler func(http.ResponseWriter)) http.Handler {
+	if kind == "gin" {
+		gin.SetMode(gin.TestMode)
+		r := gin.New()
+		r.POST("/chat", Idempotent(opts), func(c *gin.Context) { handler(c.Writer) })
+		return r
+	}
+	return middleware.Idempotent(opts)(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { handler(w) }))
+}
+
+// postStreamChat sends POST /chat with the key stream-1 and accept (if any) to srv.
+func postStreamChat(t *testing.T, srv *httptest.Server, accept string) *http.Response {
+	t.Helper()
+	req, err := http.NewRequest(http.MethodPost, srv.URL+"/chat", strings.NewReader(`{"q":1}`))
+	require.NoError(t, err)
+	req.Header.Set("Idempotency-Key", "stream-1")
+	if accept != "" {
+		req.Header.Set("Accept", accept)
+	}
+	client := &http.Client{Transport: srv.Client().Transport, Timeout: 20 * time.Second}
+	resp, err := client.Do(req)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = resp.Body.Close() })
+	return resp
+}
+
+// firstEventWhileRunning reads the first event's two lines from br, failing (after
+// open) when they do not arrive within 10 seconds.
+func firstEventWhileRunning(t *testing.T, br *bufio.Reader, open func()) string {
+	t.Helper()
+	got := make(chan string, 1)
+	go func() {
+		id, _ := br.ReadString('\n')
+		l, _ := br.ReadString('\n')
+		got <- id + l
+	}()
+	select {
+	case line := <-got:
+		return line
+	case <-time.After(10 * time.Second):
+		open()
+		t.Fatal("the first event did not arrive while the handler ran")
+		return ""
+	}
+}
 
 // A handler behind the middleware that writes server-sent events, asked
 // for with Accept: text/event-stream: its events reach the client as it
@@ -35,15 +94,11 @@ func TestMiddlewareCapturesAndReplaysAHandlersStream(t *testing.T) {
 	for _, kind := range []string{"gin", "net/http"} {
 		t.Run(kind, func(t *testing.T) {
 			t.Parallel()
-			g, err := idemguard.New(idemguard.Config{Store: memstore.New(), Secret: testSecret})
-			require.NoError(t, err)
-			t.Cleanup(func() { _ = g.Close(context.Background()) })
-			opts := middleware.Options{Guard: g, Scope: "chat.stream",
-				Tenant: func(*http.Request) (tenancy.ID, error) { return "acme", nil }}
+			opts := acmeMiddleware(t, memstore.New(), "chat.stream")
 			var runs atomic.Int32
 			gate := make(chan struct{})
 			open := sync.OnceFunc(func() { close(gate) })
-			handler := func(w http.ResponseWriter) {
+			srv := httptest.NewServer(guardedChatRoute(kind, opts, func(w http.ResponseWriter) {
 				runs.Add(1)
 				w.Header().Set("Content-Type", "text/event-stream")
 				fmt.Fprint(w, "data: {\"delta\":\"Hel\",\"debug\":{\"prompt\":\"CANARY\"}}\n\n")
@@ -51,50 +106,15 @@ func TestMiddlewareCapturesAndReplaysAHandlersStream(t *testing.T) {
 				<-gate
 				fmt.Fprint(w, "event: usage\ndata: {\"tokens\":2,\"nested\":[{\"Provider\":\"CANARY\",\"ok\":1}]}\n\n")
 				fmt.Fprint(w, "data: [DONE]\n\n")
-			}
-			var h http.Handler
-			if kind == "gin" {
-				gin.SetMode(gin.TestMode)
-				r := gin.New()
-				r.POST("/chat", Idempotent(opts), func(c *gin.Context) { handler(c.Writer) })
-				h = r
-			} else {
-				h = middleware.Idempotent(opts)(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { handler(w) }))
-			}
-			srv := httptest.NewServer(h)
+			}))
 			t.Cleanup(srv.Close)
 			t.Cleanup(open) // runs first: never leave the handler blocked
 
-			send := func(accept string) *http.Response {
-				req, err := http.NewRequest(http.MethodPost, srv.URL+"/chat", strings.NewReader(`{"q":1}`))
-				require.NoError(t, err)
-				req.Header.Set("Idempotency-Key", "stream-1")
-				if accept != "" {
-					req.Header.Set("Accept", accept)
-				}
-				client := &http.Client{Transport: srv.Client().Transport, Timeout: 20 * time.Second}
-				resp, err := client.Do(req)
-				require.NoError(t, err)
-				t.Cleanup(func() { _ = resp.Body.Close() })
-				return resp
-			}
-			first := send("text/event-stream")
+			first := postStreamChat(t, srv, "text/event-stream")
 			require.Equal(t, http.StatusOK, first.StatusCode)
 			require.Equal(t, "text/event-stream", first.Header.Get("Content-Type"))
 			br := bufio.NewReader(first.Body)
-			got := make(chan string, 1)
-			go func() {
-				id, _ := br.ReadString('\n')
-				l, _ := br.ReadString('\n')
-				got <- id + l
-			}()
-			var line string
-			select {
-			case line = <-got:
-			case <-time.After(10 * time.Second):
-				open()
-				t.Fatal("the first event did not arrive while the handler ran")
-			}
+			line := firstEventWhileRunning(t, br, open)
 			require.Regexp(t, `^id: 1-[0-9a-f]{8}-1\ndata: \{"delta":"Hel"\}\n$`, line, "each event carries its id")
 			open()
 			rest, err := io.ReadAll(br)
@@ -103,13 +123,13 @@ func TestMiddlewareCapturesAndReplaysAHandlersStream(t *testing.T) {
 			require.NotContains(t, live, "CANARY", "blocked fields are dropped at every depth")
 			require.Contains(t, live, "event: usage\n")
 
-			replay := send("text/event-stream")
+			replay := postStreamChat(t, srv, "text/event-stream")
 			body, err := io.ReadAll(replay.Body)
 			require.NoError(t, err)
 			require.Equal(t, "true", replay.Header.Get("Idempotent-Replayed"))
 			require.Equal(t, live, string(body), "the replay is what the first caller got, byte for byte")
 
-			plain := send("")
+			plain := postStreamChat(t, srv, "")
 			pb, err := io.ReadAll(plain.Body)
 			require.NoError(t, err)
 			require.Equal(t, http.StatusOK, plain.StatusCode)

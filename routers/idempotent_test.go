@@ -48,6 +48,13 @@ func mwSetup(t *testing.T) *mwBundle {
 		return tenancy.ParseID(r.Header.Get("X-Tenant"))
 	}}
 
+	b.gin = b.ginApp(opts)
+	b.mux = b.muxApp(opts)
+	return b
+}
+
+// ginApp is the team's gin app: its routes, each behind Idempotent(opts).
+func (b *mwBundle) ginApp(opts middleware.Options) http.Handler {
 	gin.SetMode(gin.ReleaseMode)
 	r := gin.New()
 	r.POST("/orders/:id", Idempotent(opts), func(c *gin.Context) {
@@ -88,8 +95,12 @@ func mwSetup(t *testing.T) *mwBundle {
 		<-b.release
 		c.JSON(http.StatusOK, gin.H{"ok": true, "data": gin.H{"slow": true}})
 	})
-	b.gin = r
+	return r
+}
 
+// muxApp is the team's net/http app: POST /orders/{id} behind the
+// middleware.
+func (b *mwBundle) muxApp(opts middleware.Options) http.Handler {
 	mux := http.NewServeMux()
 	mux.Handle("POST /orders/{id}", middleware.Idempotent(opts)(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		b.runs.Add(1)
@@ -99,8 +110,7 @@ func mwSetup(t *testing.T) *mwBundle {
 		w.WriteHeader(http.StatusCreated)
 		_, _ = w.Write([]byte(`{"ok":true,"data":{"id":"` + r.PathValue("id") + `","echo":` + string(body) + `,"n":1}}`))
 	})))
-	b.mux = mux
-	return b
+	return mux
 }
 
 func mwDo(h http.Handler, method, path, tenant, key, body string, headers ...string) *httptest.ResponseRecorder {

@@ -67,24 +67,8 @@ func TestRespondAsyncWatchAndCancel(t *testing.T) {
 	require.Equal(t, http.StatusTooManyRequests, second.Code)
 	require.Equal(t, "urn:idemguard:problem:too-many-waiters", problemOf(t, second)["type"])
 
-	require.Equal(t, http.StatusNotFound, b.do(req{method: http.MethodPost, path: "/v1/ops/slow/keys/job-1/cancel", apiKey: betaKey}).Code,
-		"another tenant's key is unknown")
-	require.Equal(t, http.StatusNotFound, b.do(req{method: http.MethodPost, path: "/v1/ops/slow/keys/nope/cancel", apiKey: acmeKey1}).Code)
-	cancel := b.do(req{method: http.MethodPost, path: "/v1/ops/slow/keys/job-1/cancel", apiKey: acmeKey1})
-	require.Equal(t, http.StatusAccepted, cancel.Code, cancel.Body.String())
-
-	var last sseEvent
-	for e, ok := nextEvent(t, events); ok; e, ok = nextEvent(t, events) {
-		require.Contains(t, []string{"alive", "cancel_requested", "canceled"}, e.kind)
-		last = e
-	}
-	require.Equal(t, "canceled", last.kind)
-	var data struct {
-		Record keyRecord `json:"record"`
-	}
-	require.NoError(t, json.Unmarshal([]byte(last.data), &data))
-	require.Equal(t, "failed", data.Record.Status)
-	require.JSONEq(t, `{"ok":false,"stopReason":"canceled","needsHuman":false,"cached":false}`, string(data.Record.Response))
+	cancelJob1(t, b)
+	last := followToCanceled(t, events)
 
 	finished := b.do(req{method: http.MethodPost, path: "/v1/ops/slow/keys/job-1/cancel", apiKey: acmeKey1})
 	require.Equal(t, http.StatusConflict, finished.Code)
@@ -104,6 +88,36 @@ func TestRespondAsyncWatchAndCancel(t *testing.T) {
 	replay := b.post("slow", "job-1", `{"n":1}`, async...)
 	require.Equal(t, http.StatusOK, replay.Code)
 	require.Equal(t, "true", replay.Header().Get("Idempotent-Replayed"))
+}
+
+// cancelJob1 asks to cancel acme's running job-1 of the "slow" scope: as
+// beta and under an unknown key, not found; as acme, accepted.
+func cancelJob1(t *testing.T, b *testBundle) {
+	t.Helper()
+	require.Equal(t, http.StatusNotFound, b.do(req{method: http.MethodPost, path: "/v1/ops/slow/keys/job-1/cancel", apiKey: betaKey}).Code,
+		"another tenant's key is unknown")
+	require.Equal(t, http.StatusNotFound, b.do(req{method: http.MethodPost, path: "/v1/ops/slow/keys/nope/cancel", apiKey: acmeKey1}).Code)
+	cancel := b.do(req{method: http.MethodPost, path: "/v1/ops/slow/keys/job-1/cancel", apiKey: acmeKey1})
+	require.Equal(t, http.StatusAccepted, cancel.Code, cancel.Body.String())
+}
+
+// followToCanceled reads events until the stream ends: heartbeats, the
+// cancel request, and last the canceled key's record, which it returns.
+func followToCanceled(t *testing.T, events <-chan sseEvent) sseEvent {
+	t.Helper()
+	var last sseEvent
+	for e, ok := nextEvent(t, events); ok; e, ok = nextEvent(t, events) {
+		require.Contains(t, []string{"alive", "cancel_requested", "canceled"}, e.kind)
+		last = e
+	}
+	require.Equal(t, "canceled", last.kind)
+	var data struct {
+		Record keyRecord `json:"record"`
+	}
+	require.NoError(t, json.Unmarshal([]byte(last.data), &data))
+	require.Equal(t, "failed", data.Record.Status)
+	require.JSONEq(t, `{"ok":false,"stopReason":"canceled","needsHuman":false,"cached":false}`, string(data.Record.Response))
+	return last
 }
 
 func TestRespondAsyncWithWaitAnswersTheOutcome(t *testing.T) {

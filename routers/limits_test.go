@@ -100,32 +100,7 @@ func TestOneTenantsFloodLeavesOthersServed(t *testing.T) {
 	normal := latency(b, 20, "before")
 
 	const n = 200
-	codes := make([]int, n)
-	types := make([]string, n)
-	retry := make([]string, n)
-	var wg sync.WaitGroup
-	for i := range n {
-		wg.Go(func() {
-			w := b.post("hold", fmt.Sprintf("job-%03d", i), `{}`, "Prefer", "respond-async")
-			codes[i], retry[i] = w.Code, w.Header().Get("Retry-After")
-			if w.Code == http.StatusTooManyRequests {
-				var p pipeline.Problem
-				if err := json.Unmarshal(w.Body.Bytes(), &p); err != nil {
-					t.Error(err)
-				}
-				types[i] = p.Type
-			}
-		})
-	}
-	wg.Wait()
-	byCode := map[int]int{}
-	for i, c := range codes {
-		byCode[c]++
-		if c == http.StatusTooManyRequests {
-			require.Equal(t, ProblemTypePrefix+pipeline.LimitJobs, types[i])
-			require.NotEmpty(t, retry[i], "a 429 without Retry-After")
-		}
-	}
+	codes, byCode := floodJobs(t, b, n)
 	require.Equal(t, map[int]int{http.StatusAccepted: DefaultLimitJobs, http.StatusTooManyRequests: n - DefaultLimitJobs}, byCode,
 		"%d background submissions of one tenant", n)
 	require.Eventually(t, func() bool { return hold.running.Load() == DefaultLimitJobs }, 5*time.Second, time.Millisecond)
@@ -153,6 +128,40 @@ func TestOneTenantsFloodLeavesOthersServed(t *testing.T) {
 	require.Eventually(t, func() bool {
 		return b.post("hold", "after", `{}`, "Prefer", "respond-async").Code == http.StatusAccepted
 	}, 5*time.Second, 5*time.Millisecond)
+}
+
+// floodJobs submits n background jobs of acme's "hold" scope at once,
+// keys job-000 on, and returns each one's status and the count of each
+// status; every 429 names the job limit and carries Retry-After.
+func floodJobs(t *testing.T, b *testBundle, n int) (codes []int, byCode map[int]int) {
+	t.Helper()
+	codes = make([]int, n)
+	types := make([]string, n)
+	retry := make([]string, n)
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Go(func() {
+			w := b.post("hold", fmt.Sprintf("job-%03d", i), `{}`, "Prefer", "respond-async")
+			codes[i], retry[i] = w.Code, w.Header().Get("Retry-After")
+			if w.Code == http.StatusTooManyRequests {
+				var p pipeline.Problem
+				if err := json.Unmarshal(w.Body.Bytes(), &p); err != nil {
+					t.Error(err)
+				}
+				types[i] = p.Type
+			}
+		})
+	}
+	wg.Wait()
+	byCode = map[int]int{}
+	for i, c := range codes {
+		byCode[c]++
+		if c == http.StatusTooManyRequests {
+			require.Equal(t, ProblemTypePrefix+pipeline.LimitJobs, types[i])
+			require.NotEmpty(t, retry[i], "a 429 without Retry-After")
+		}
+	}
+	return codes, byCode
 }
 
 // The concurrency limit of a scope and the request rate: 429 with the

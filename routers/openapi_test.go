@@ -150,64 +150,81 @@ func driftProblems(doc yamlMap, routes gin.RoutesInfo) []string {
 			problems = append(problems, fmt.Sprintf("%s is documented but not registered", r))
 			continue
 		}
-		responses, _ := op["responses"].(yamlMap)
-		var got []int
-		for code, resp := range responses {
-			n, err := strconv.Atoi(code)
-			if err != nil {
-				problems = append(problems, fmt.Sprintf("%s documents response %q: list statuses explicitly", r, code))
-				continue
-			}
-			got = append(got, n)
-			if resolve(doc, resp)["description"] == nil {
-				problems = append(problems, fmt.Sprintf("%s %d has no description", r, n))
-			}
-		}
-		sort.Ints(got)
-		if want := routeStatuses[r]; !slices.Equal(got, want) {
-			problems = append(problems, fmt.Sprintf("%s documents statuses %v; the handler answers %v", r, got, want))
-		}
-		if resp := resolve(doc, responses[strconv.Itoa(notAllowedStatus)]); resp != nil {
-			if hs, _ := resp["headers"].(yamlMap); resolve(doc, hs["Allow"]) == nil {
-				problems = append(problems, fmt.Sprintf("%s %d does not document the response header Allow", r, notAllowedStatus))
-			}
-		}
-		for status, headers := range routeHeaders[r] {
-			resp := resolve(doc, responses[strconv.Itoa(status)])
-			documentedHeaders, _ := resp["headers"].(yamlMap)
-			for _, h := range headers {
-				if resolve(doc, documentedHeaders[h]) == nil {
-					problems = append(problems, fmt.Sprintf("%s %d does not document the response header %s", r, status, h))
-				}
-			}
-		}
-		params := map[string]string{} // name → in
-		pathItem, _ := doc["paths"].(yamlMap)[strings.SplitN(r, " ", 2)[1]].(yamlMap)
-		for _, list := range []any{pathItem["parameters"], op["parameters"]} {
-			items, _ := list.([]any)
-			for _, p := range items {
-				p := resolve(doc, p)
-				name, _ := p["name"].(string)
-				in, _ := p["in"].(string)
-				params[name] = in
-				if in == "path" && p["required"] != true {
-					problems = append(problems, fmt.Sprintf("%s: path parameter %s must be required", r, name))
-				}
-			}
-		}
-		for _, m := range docParam.FindAllStringSubmatch(r, -1) {
-			if params[m[1]] != "path" {
-				problems = append(problems, fmt.Sprintf("%s: path parameter %s is not documented", r, m[1]))
-			}
-		}
-		for _, h := range routeRequestHeaders[r] {
-			if params[h] != "header" {
-				problems = append(problems, fmt.Sprintf("%s: request header %s is not documented", r, h))
-			}
-		}
+		problems = append(problems, responseProblems(doc, r, op)...)
+		problems = append(problems, parameterProblems(doc, r, op)...)
 	}
 	problems = append(problems, namingProblems(doc)...)
 	sort.Strings(problems)
+	return problems
+}
+
+// responseProblems compares the responses the document gives route r
+// (operation op) with the statuses and headers the handler answers.
+func responseProblems(doc yamlMap, r string, op yamlMap) []string {
+	var problems []string
+	responses, _ := op["responses"].(yamlMap)
+	var got []int
+	for code, resp := range responses {
+		n, err := strconv.Atoi(code)
+		if err != nil {
+			problems = append(problems, fmt.Sprintf("%s documents response %q: list statuses explicitly", r, code))
+			continue
+		}
+		got = append(got, n)
+		if resolve(doc, resp)["description"] == nil {
+			problems = append(problems, fmt.Sprintf("%s %d has no description", r, n))
+		}
+	}
+	sort.Ints(got)
+	if want := routeStatuses[r]; !slices.Equal(got, want) {
+		problems = append(problems, fmt.Sprintf("%s documents statuses %v; the handler answers %v", r, got, want))
+	}
+	if resp := resolve(doc, responses[strconv.Itoa(notAllowedStatus)]); resp != nil {
+		if hs, _ := resp["headers"].(yamlMap); resolve(doc, hs["Allow"]) == nil {
+			problems = append(problems, fmt.Sprintf("%s %d does not document the response header Allow", r, notAllowedStatus))
+		}
+	}
+	for status, headers := range routeHeaders[r] {
+		resp := resolve(doc, responses[strconv.Itoa(status)])
+		documentedHeaders, _ := resp["headers"].(yamlMap)
+		for _, h := range headers {
+			if resolve(doc, documentedHeaders[h]) == nil {
+				problems = append(problems, fmt.Sprintf("%s %d does not document the response header %s", r, status, h))
+			}
+		}
+	}
+	return problems
+}
+
+// parameterProblems checks the parameters the document gives route r
+// (operation op): each path parameter and request header documented, path
+// parameters required.
+func parameterProblems(doc yamlMap, r string, op yamlMap) []string {
+	var problems []string
+	params := map[string]string{} // name → in
+	pathItem, _ := doc["paths"].(yamlMap)[strings.SplitN(r, " ", 2)[1]].(yamlMap)
+	for _, list := range []any{pathItem["parameters"], op["parameters"]} {
+		items, _ := list.([]any)
+		for _, p := range items {
+			p := resolve(doc, p)
+			name, _ := p["name"].(string)
+			in, _ := p["in"].(string)
+			params[name] = in
+			if in == "path" && p["required"] != true {
+				problems = append(problems, fmt.Sprintf("%s: path parameter %s must be required", r, name))
+			}
+		}
+	}
+	for _, m := range docParam.FindAllStringSubmatch(r, -1) {
+		if params[m[1]] != "path" {
+			problems = append(problems, fmt.Sprintf("%s: path parameter %s is not documented", r, m[1]))
+		}
+	}
+	for _, h := range routeRequestHeaders[r] {
+		if params[h] != "header" {
+			problems = append(problems, fmt.Sprintf("%s: request header %s is not documented", r, h))
+		}
+	}
 	return problems
 }
 

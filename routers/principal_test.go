@@ -59,8 +59,21 @@ func TestUsersOfOneTenantHaveTheirOwnKeys(t *testing.T) {
 		require.NotContains(t, r.KeyHash, "alice")
 	}
 
-	// A running job of alice's under her client key.
-	w = b.do(req{method: http.MethodPost, path: "/v1/ops/slow", body: `{"n":2}`, apiKey: alice,
+	otherUserCannotReachJob(t, b, alice, mallory)
+	// The same client key from mallory is a key of her own.
+	w = b.do(req{method: http.MethodPost, path: "/v1/ops/echo", body: `{"n":3}`, apiKey: alice, headers: []string{"Idempotency-Key", "k"}})
+	require.Equal(t, http.StatusOK, w.Code, w.Body.String())
+	w = b.do(req{method: http.MethodPost, path: "/v1/ops/echo", body: `{"n":4}`, apiKey: mallory, headers: []string{"Idempotency-Key", "k"}})
+	require.Equal(t, http.StatusOK, w.Code, "another principal's key of the same name is no fingerprint mismatch: %s", w.Body.String())
+	b.releaseNow()
+}
+
+// otherUserCannotReachJob starts a job of owner's under the client key
+// job-1 of the "slow" scope: every key route of it is a 404 to other, and
+// other's cancel leaves it running uncancelled.
+func otherUserCannotReachJob(t *testing.T, b *testBundle, owner, other string) {
+	t.Helper()
+	w := b.do(req{method: http.MethodPost, path: "/v1/ops/slow", body: `{"n":2}`, apiKey: owner,
 		headers: []string{"Idempotency-Key", "job-1", "Prefer", "respond-async"}})
 	require.Equal(t, http.StatusAccepted, w.Code, w.Body.String())
 	<-b.started
@@ -70,22 +83,16 @@ func TestUsersOfOneTenantHaveTheirOwnKeys(t *testing.T) {
 		{method: http.MethodGet, path: "/v1/ops/slow/keys/job-1/events"},
 		{method: http.MethodPost, path: "/v1/ops/slow/keys/job-1/cancel"},
 	} {
-		r.apiKey = mallory
+		r.apiKey = other
 		w := b.do(r)
 		require.Equal(t, http.StatusNotFound, w.Code, "%s %s: %s", r.method, r.path, w.Body.String())
 	}
-	w = b.do(req{method: http.MethodGet, path: "/v1/ops/slow/keys/job-1", apiKey: alice})
+	w = b.do(req{method: http.MethodGet, path: "/v1/ops/slow/keys/job-1", apiKey: owner})
 	require.Equal(t, http.StatusOK, w.Code, w.Body.String())
 	var rec keyRecord
 	require.NoError(t, json.Unmarshal(w.Body.Bytes(), &rec))
 	require.Equal(t, "started", rec.Status)
-	require.False(t, rec.CancelRequested, "mallory cancelled alice's job")
-	// The same client key from mallory is a key of her own.
-	w = b.do(req{method: http.MethodPost, path: "/v1/ops/echo", body: `{"n":3}`, apiKey: alice, headers: []string{"Idempotency-Key", "k"}})
-	require.Equal(t, http.StatusOK, w.Code, w.Body.String())
-	w = b.do(req{method: http.MethodPost, path: "/v1/ops/echo", body: `{"n":4}`, apiKey: mallory, headers: []string{"Idempotency-Key", "k"}})
-	require.Equal(t, http.StatusOK, w.Code, "another principal's key of the same name is no fingerprint mismatch: %s", w.Body.String())
-	b.releaseNow()
+	require.False(t, rec.CancelRequested, "another user cancelled the owner's job")
 }
 
 // Isolation per scope: tenant shares one key space among a tenant's users;

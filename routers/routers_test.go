@@ -160,54 +160,65 @@ func TestDerivedKey(t *testing.T) {
 	require.Equal(t, "true", braces.Header().Get("Idempotent-Replayed"))
 }
 
+// Bodies and keys of rejectedRequests: none of them may appear in an
+// answer or a log line.
+const (
+	secretBody = `{"prompt":"PRIVATE-USER-TEXT"`
+	badKey     = "bad key/PRIVATE"
+)
+
+// bigBody is over the 512-byte body limit TestRejectedRequestsChangeNothing sets.
+var bigBody = `{"pad":"` + strings.Repeat("x", 600) + `"}`
+
+// rejectedRequests are requests the API refuses before the guard, with
+// the status, problem type slug and stop reason of the refusal. They seed
+// FuzzRequestPath too.
+var rejectedRequests = []struct {
+	name   string
+	r      req
+	chunk  bool // send the body without a Content-Length
+	status int
+	slug   string
+	reason string
+}{
+	{"no credentials", req{path: "/v1/ops/echo", body: `{}`}, false, 401, "unauthorized", "unknown"},
+	{"wrong key", req{path: "/v1/ops/echo", body: `{}`, apiKey: "acme-key-one-0009"}, false, 401, "unauthorized", "unknown"},
+	{"basic auth", req{path: "/v1/ops/echo", body: `{}`, headers: []string{"Authorization", "Basic YWNtZTprZXk="}},
+		false, 401, "unauthorized", "unknown"},
+	{"unknown scope", req{path: "/v1/ops/nope", body: `{}`, apiKey: acmeKey1}, false, 404, "unknown-scope", "unknown"},
+	{"invalid scope", req{path: "/v1/ops/" + strings.Repeat("s", 300), body: `{}`, apiKey: acmeKey1}, false, 404, "unknown-scope", "unknown"},
+	{"malformed key", req{path: "/v1/ops/echo", body: `{}`, apiKey: acmeKey1, headers: []string{"Idempotency-Key", badKey}}, false, 400, "invalid-idempotency-key", "invalid_input"},
+	{"empty key", req{path: "/v1/ops/echo", body: `{}`, apiKey: acmeKey1, headers: []string{"Idempotency-Key", ""}}, false, 400, "invalid-idempotency-key", "invalid_input"},
+	{"empty sf-string", req{path: "/v1/ops/echo", body: `{}`, apiKey: acmeKey1, headers: []string{"Idempotency-Key", `""`}}, false, 400, "invalid-idempotency-key", "invalid_input"},
+	{"unterminated", req{path: "/v1/ops/echo", body: `{}`, apiKey: acmeKey1, headers: []string{"Idempotency-Key", `"abc`}}, false, 400, "invalid-idempotency-key", "invalid_input"},
+	{"sf-string params", req{path: "/v1/ops/echo", body: `{}`, apiKey: acmeKey1, headers: []string{"Idempotency-Key", `"abc";x=1`}}, false, 400, "invalid-idempotency-key", "invalid_input"},
+	{"escaped sf-string", req{path: "/v1/ops/echo", body: `{}`, apiKey: acmeKey1, headers: []string{"Idempotency-Key", `"a\"b"`}}, false, 400, "invalid-idempotency-key", "invalid_input"},
+	{"key too long", req{path: "/v1/ops/echo", body: `{}`, apiKey: acmeKey1, headers: []string{"Idempotency-Key", strings.Repeat("k", 256)}}, false, 400, "invalid-idempotency-key", "invalid_input"},
+	{"key list", req{path: "/v1/ops/echo", body: `{}`, apiKey: acmeKey1, headers: []string{"Idempotency-Key", "a, b"}}, false, 400, "invalid-idempotency-key", "invalid_input"},
+	{"two keys", req{path: "/v1/ops/echo", body: `{}`, apiKey: acmeKey1, headers: []string{"Idempotency-Key", "a", "Idempotency-Key", "a"}},
+		false, 400, "invalid-idempotency-key", "invalid_input"},
+	{"missing required key", req{path: "/v1/ops/actionRequests.aiProposeCopy", body: `{}`, apiKey: acmeKey1}, false, 400, "missing-idempotency-key", "invalid_input"},
+	{"malformed JSON", req{path: "/v1/ops/echo", body: secretBody, apiKey: acmeKey1, headers: []string{"Idempotency-Key", "k1"}}, false, 400, "invalid-body", "invalid_input"},
+	{"trailing data", req{path: "/v1/ops/echo", body: `{} {"x":"PRIVATE"}`, apiKey: acmeKey1}, false, 400, "invalid-body", "invalid_input"},
+	{"not JSON at all", req{path: "/v1/ops/echo", body: `PRIVATE=1&b=2`, apiKey: acmeKey1}, false, 400, "invalid-body", "invalid_input"},
+	{"invalid UTF-8 string", req{path: "/v1/ops/echo", body: "{\"a\":\"\xff\"}", apiKey: acmeKey1}, false, 400, "invalid-body", "invalid_input"},
+	{"too large", req{path: "/v1/ops/echo", body: bigBody, apiKey: acmeKey1, headers: []string{"Idempotency-Key", "k2"}}, false, 413, "body-too-large", "invalid_input"},
+	{"too large, chunked", req{path: "/v1/ops/echo", body: bigBody, apiKey: acmeKey1}, true, 413, "body-too-large", "invalid_input"},
+	// Auth comes first: an unknown scope without credentials is a 401.
+	{"unknown scope, no credentials", req{path: "/v1/ops/nope", body: `{}`}, false, 401, "unauthorized", "unknown"},
+	// The scope comes before the key: an unknown scope with a bad key is a 404.
+	{"unknown scope, bad key", req{path: "/v1/ops/nope", body: `{}`, apiKey: acmeKey1, headers: []string{"Idempotency-Key", badKey}}, false, 404, "unknown-scope", "unknown"},
+	// The key comes before the body.
+	{"bad key, bad body", req{path: "/v1/ops/echo", body: secretBody, apiKey: acmeKey1, headers: []string{"Idempotency-Key", badKey}}, false, 400, "invalid-idempotency-key", "invalid_input"},
+	{"missing key, body too large", req{path: "/v1/ops/actionRequests.aiProposeCopy", body: bigBody, apiKey: acmeKey1}, false, 400, "missing-idempotency-key", "invalid_input"},
+}
+
 // TestRejectedRequestsChangeNothing: every request refused before the guard
 // answers with a problem, and neither stores a row nor runs an operation.
 func TestRejectedRequestsChangeNothing(t *testing.T) {
 	t.Parallel()
-	const (
-		secretBody = `{"prompt":"PRIVATE-USER-TEXT"`
-		badKey     = "bad key/PRIVATE"
-	)
-	big := `{"pad":"` + strings.Repeat("x", 600) + `"}`
-	for name, tc := range map[string]struct {
-		r      req
-		chunk  bool // send the body without a Content-Length
-		status int
-		slug   string
-		reason string
-	}{
-		"no credentials": {req{path: "/v1/ops/echo", body: `{}`}, false, 401, "unauthorized", "unknown"},
-		"wrong key":      {req{path: "/v1/ops/echo", body: `{}`, apiKey: "acme-key-one-0009"}, false, 401, "unauthorized", "unknown"},
-		"basic auth": {req{path: "/v1/ops/echo", body: `{}`, headers: []string{"Authorization", "Basic YWNtZTprZXk="}},
-			false, 401, "unauthorized", "unknown"},
-		"unknown scope":     {req{path: "/v1/ops/nope", body: `{}`, apiKey: acmeKey1}, false, 404, "unknown-scope", "unknown"},
-		"invalid scope":     {req{path: "/v1/ops/" + strings.Repeat("s", 300), body: `{}`, apiKey: acmeKey1}, false, 404, "unknown-scope", "unknown"},
-		"malformed key":     {req{path: "/v1/ops/echo", body: `{}`, apiKey: acmeKey1, headers: []string{"Idempotency-Key", badKey}}, false, 400, "invalid-idempotency-key", "invalid_input"},
-		"empty key":         {req{path: "/v1/ops/echo", body: `{}`, apiKey: acmeKey1, headers: []string{"Idempotency-Key", ""}}, false, 400, "invalid-idempotency-key", "invalid_input"},
-		"empty sf-string":   {req{path: "/v1/ops/echo", body: `{}`, apiKey: acmeKey1, headers: []string{"Idempotency-Key", `""`}}, false, 400, "invalid-idempotency-key", "invalid_input"},
-		"unterminated":      {req{path: "/v1/ops/echo", body: `{}`, apiKey: acmeKey1, headers: []string{"Idempotency-Key", `"abc`}}, false, 400, "invalid-idempotency-key", "invalid_input"},
-		"sf-string params":  {req{path: "/v1/ops/echo", body: `{}`, apiKey: acmeKey1, headers: []string{"Idempotency-Key", `"abc";x=1`}}, false, 400, "invalid-idempotency-key", "invalid_input"},
-		"escaped sf-string": {req{path: "/v1/ops/echo", body: `{}`, apiKey: acmeKey1, headers: []string{"Idempotency-Key", `"a\"b"`}}, false, 400, "invalid-idempotency-key", "invalid_input"},
-		"key too long":      {req{path: "/v1/ops/echo", body: `{}`, apiKey: acmeKey1, headers: []string{"Idempotency-Key", strings.Repeat("k", 256)}}, false, 400, "invalid-idempotency-key", "invalid_input"},
-		"key list":          {req{path: "/v1/ops/echo", body: `{}`, apiKey: acmeKey1, headers: []string{"Idempotency-Key", "a, b"}}, false, 400, "invalid-idempotency-key", "invalid_input"},
-		"two keys": {req{path: "/v1/ops/echo", body: `{}`, apiKey: acmeKey1, headers: []string{"Idempotency-Key", "a", "Idempotency-Key", "a"}},
-			false, 400, "invalid-idempotency-key", "invalid_input"},
-		"missing required key": {req{path: "/v1/ops/actionRequests.aiProposeCopy", body: `{}`, apiKey: acmeKey1}, false, 400, "missing-idempotency-key", "invalid_input"},
-		"malformed JSON":       {req{path: "/v1/ops/echo", body: secretBody, apiKey: acmeKey1, headers: []string{"Idempotency-Key", "k1"}}, false, 400, "invalid-body", "invalid_input"},
-		"trailing data":        {req{path: "/v1/ops/echo", body: `{} {"x":"PRIVATE"}`, apiKey: acmeKey1}, false, 400, "invalid-body", "invalid_input"},
-		"not JSON at all":      {req{path: "/v1/ops/echo", body: `PRIVATE=1&b=2`, apiKey: acmeKey1}, false, 400, "invalid-body", "invalid_input"},
-		"invalid UTF-8 string": {req{path: "/v1/ops/echo", body: "{\"a\":\"\xff\"}", apiKey: acmeKey1}, false, 400, "invalid-body", "invalid_input"},
-		"too large":            {req{path: "/v1/ops/echo", body: big, apiKey: acmeKey1, headers: []string{"Idempotency-Key", "k2"}}, false, 413, "body-too-large", "invalid_input"},
-		"too large, chunked":   {req{path: "/v1/ops/echo", body: big, apiKey: acmeKey1}, true, 413, "body-too-large", "invalid_input"},
-		// Auth comes first: an unknown scope without credentials is a 401.
-		"unknown scope, no credentials": {req{path: "/v1/ops/nope", body: `{}`}, false, 401, "unauthorized", "unknown"},
-		// The scope comes before the key: an unknown scope with a bad key is a 404.
-		"unknown scope, bad key": {req{path: "/v1/ops/nope", body: `{}`, apiKey: acmeKey1, headers: []string{"Idempotency-Key", badKey}}, false, 404, "unknown-scope", "unknown"},
-		// The key comes before the body.
-		"bad key, bad body":           {req{path: "/v1/ops/echo", body: secretBody, apiKey: acmeKey1, headers: []string{"Idempotency-Key", badKey}}, false, 400, "invalid-idempotency-key", "invalid_input"},
-		"missing key, body too large": {req{path: "/v1/ops/actionRequests.aiProposeCopy", body: big, apiKey: acmeKey1}, false, 400, "missing-idempotency-key", "invalid_input"},
-	} {
-		t.Run(name, func(t *testing.T) {
+	for _, tc := range rejectedRequests {
+		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			b := setup(t, setupOpts{options: func(o *Options) { o.MaxBodyBytes = 512 }})
 			hr := httptest.NewRequest(http.MethodPost, tc.r.path, strings.NewReader(tc.r.body))
@@ -444,6 +455,39 @@ func TestTenantIsolation(t *testing.T) {
 	require.Equal(t, map[string]int{"acme": 2, "beta": 2}, tenants)
 }
 
+// lookedUpKey is the key record GET …/keys/{key} answers, its times parsed.
+type lookedUpKey struct {
+	Ref          string          `json:"ref"`
+	Scope        string          `json:"scope"`
+	Status       string          `json:"status"`
+	AttemptCount int             `json:"attemptCount"`
+	CreatedAt    time.Time       `json:"createdAt"`
+	StartedAt    time.Time       `json:"startedAt"`
+	HeartbeatAt  time.Time       `json:"heartbeatAt"`
+	CompletedAt  time.Time       `json:"completedAt"`
+	ExpiresAt    time.Time       `json:"expiresAt"`
+	Response     json.RawMessage `json:"response"`
+	ResponseCode int             `json:"responseCode"`
+}
+
+// problemCase is a GET of path with apiKey that answers status with the
+// problem type ProblemTypePrefix+slug.
+type problemCase struct {
+	path, apiKey string
+	status       int
+	slug         string
+}
+
+// requireProblems sends each case's GET and checks its status and problem type.
+func (b *testBundle) requireProblems(t *testing.T, cases map[string]problemCase) {
+	t.Helper()
+	for name, tc := range cases {
+		w := b.do(req{method: http.MethodGet, path: tc.path, apiKey: tc.apiKey})
+		require.Equal(t, tc.status, w.Code, name)
+		require.Equal(t, ProblemTypePrefix+tc.slug, problemOf(t, w)["type"], name)
+	}
+}
+
 func TestLookupKey(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
@@ -453,19 +497,7 @@ func TestLookupKey(t *testing.T) {
 	w := b.do(req{method: http.MethodGet, path: "/v1/ops/created/keys/look-1", apiKey: acmeKey1})
 	require.Equal(t, http.StatusOK, w.Code, w.Body.String())
 	require.Equal(t, "application/json", w.Header().Get("Content-Type"))
-	var rec struct {
-		Ref          string          `json:"ref"`
-		Scope        string          `json:"scope"`
-		Status       string          `json:"status"`
-		AttemptCount int             `json:"attemptCount"`
-		CreatedAt    time.Time       `json:"createdAt"`
-		StartedAt    time.Time       `json:"startedAt"`
-		HeartbeatAt  time.Time       `json:"heartbeatAt"`
-		CompletedAt  time.Time       `json:"completedAt"`
-		ExpiresAt    time.Time       `json:"expiresAt"`
-		Response     json.RawMessage `json:"response"`
-		ResponseCode int             `json:"responseCode"`
-	}
+	var rec lookedUpKey
 	require.NoError(t, json.Unmarshal(w.Body.Bytes(), &rec))
 	require.Equal(t, "look-1", rec.Ref)
 	require.Equal(t, "created", rec.Scope)
@@ -489,26 +521,18 @@ func TestLookupKey(t *testing.T) {
 	require.Equal(t, http.StatusOK, byHash.Code)
 	require.Equal(t, strings.Replace(w.Body.String(), `"ref":"look-1"`, `"ref":"~`+hash+`"`, 1), byHash.Body.String())
 
-	for name, tc := range map[string]struct {
-		path   string
-		status int
-		slug   string
-	}{
-		"other scope":        {"/v1/ops/echo/keys/look-1", 404, "key-not-found"},
-		"unknown scope":      {"/v1/ops/nope/keys/look-1", 404, "unknown-scope"},
-		"bad client key":     {"/v1/ops/created/keys/a%20b", 400, "invalid-key-reference"},
-		"short hash":         {"/v1/ops/created/keys/~abc", 400, "invalid-key-reference"},
-		"upper-case hash":    {"/v1/ops/created/keys/~" + strings.ToUpper(hash), 400, "invalid-key-reference"},
-		"tilde only":         {"/v1/ops/created/keys/~", 400, "invalid-key-reference"},
-		"unknown hash":       {"/v1/ops/created/keys/~" + strings.Repeat("0", 64), 404, "key-not-found"},
-		"trailing slash":     {"/v1/ops/created/keys/look-1/", 404, "unknown-route"},
-		"no key":             {"/v1/ops/created/keys/", 404, "unknown-route"},
-		"derived key absent": {"/v1/ops/created/keys/~" + strings.Repeat("f", 64), 404, "key-not-found"},
-	} {
-		w := b.do(req{method: http.MethodGet, path: tc.path, apiKey: acmeKey1})
-		require.Equal(t, tc.status, w.Code, name)
-		require.Equal(t, ProblemTypePrefix+tc.slug, problemOf(t, w)["type"], name)
-	}
+	b.requireProblems(t, map[string]problemCase{
+		"other scope":        {"/v1/ops/echo/keys/look-1", acmeKey1, 404, "key-not-found"},
+		"unknown scope":      {"/v1/ops/nope/keys/look-1", acmeKey1, 404, "unknown-scope"},
+		"bad client key":     {"/v1/ops/created/keys/a%20b", acmeKey1, 400, "invalid-key-reference"},
+		"short hash":         {"/v1/ops/created/keys/~abc", acmeKey1, 400, "invalid-key-reference"},
+		"upper-case hash":    {"/v1/ops/created/keys/~" + strings.ToUpper(hash), acmeKey1, 400, "invalid-key-reference"},
+		"tilde only":         {"/v1/ops/created/keys/~", acmeKey1, 400, "invalid-key-reference"},
+		"unknown hash":       {"/v1/ops/created/keys/~" + strings.Repeat("0", 64), acmeKey1, 404, "key-not-found"},
+		"trailing slash":     {"/v1/ops/created/keys/look-1/", acmeKey1, 404, "unknown-route"},
+		"no key":             {"/v1/ops/created/keys/", acmeKey1, 404, "unknown-route"},
+		"derived key absent": {"/v1/ops/created/keys/~" + strings.Repeat("f", 64), acmeKey1, 404, "key-not-found"},
+	})
 	// Without credentials: 401 before anything else.
 	w = b.do(req{method: http.MethodGet, path: "/v1/ops/nope/keys/look-1"})
 	require.Equal(t, http.StatusUnauthorized, w.Code)

@@ -19,7 +19,7 @@ import (
 	"github.com/idemguard/idemguard/internal/live"
 	"github.com/idemguard/idemguard/routers/middleware"
 	"github.com/idemguard/idemguard/sanitize"
-	"github.com/idemguard/idemguard/tenancy"
+	"github.com/idemguard/idemguard/store"
 )
 
 // readSSE parses a text/event-stream body.
@@ -113,42 +113,45 @@ func TestStreamEventsCarryIDsAndResumeAfterLastEventID(t *testing.T) {
 
 	t.Run("middleware", func(t *testing.T) {
 		t.Parallel()
-		g, err := idemguard.New(idemguard.Config{Store: b.store, Secret: testSecret})
-		require.NoError(t, err)
-		t.Cleanup(func() { _ = g.Close(context.Background()) })
-		var calls atomic.Int32
-		h := middleware.Idempotent(middleware.Options{Guard: g, Scope: "mw.stream",
-			Tenant: func(*http.Request) (tenancy.ID, error) { return "acme", nil }})(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
-			calls.Add(1)
-			w.Header().Set("Content-Type", "text/event-stream")
-			for i := range 3 {
-				fmt.Fprintf(w, "id: mine-%d\ndata: {\"n\":%d}\n\n", i, i)
-			}
-		}))
-		send := func(last string) (http.Header, []sseEvent) {
-			r, err := http.NewRequest(http.MethodPost, "/mw", strings.NewReader(`{}`))
-			require.NoError(t, err)
-			r.Header.Set("Accept", "text/event-stream")
-			r.Header.Set("Idempotency-Key", "mw-1")
-			if last != "" {
-				r.Header.Set("Last-Event-ID", last)
-			}
-			w := httptest.NewRecorder()
-			h.ServeHTTP(w, r)
-			require.Equal(t, http.StatusOK, w.Code, w.Body.String())
-			return w.Header(), readSSE(t, w.Body.String())
-		}
-		_, live := send("")
-		run := runOf(t, live[0].id)
-		require.Equal(t, []sseEvent{{run + "-1", "", `{"n":0}`}, {run + "-2", "", `{"n":1}`}, {run + "-3", "", `{"n":2}`}}, live,
-			"the guard's ids replace the handler's")
-		_, rest := send(run + "-1")
-		require.Equal(t, live[1:], rest)
-		hd, again := send("2-0123abcd-1")
-		require.Equal(t, "superseded", hd.Get("Idempotent-Stream-Restart"))
-		require.Equal(t, live, again[1:])
-		require.EqualValues(t, 1, calls.Load())
+		resumeThroughMiddleware(t, b.store)
 	})
+}
+
+// resumeThroughMiddleware is TestStreamEventsCarryIDsAndResumeAfterLastEventID
+// through the middleware, on a guard over st: the guard's ids replace the
+// handler's, and Last-Event-ID resumes after them.
+func resumeThroughMiddleware(t *testing.T, st store.Store) {
+	var calls atomic.Int32
+	h := middleware.Idempotent(acmeMiddleware(t, st, "mw.stream"))(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		calls.Add(1)
+		w.Header().Set("Content-Type", "text/event-stream")
+		for i := range 3 {
+			fmt.Fprintf(w, "id: mine-%d\ndata: {\"n\":%d}\n\n", i, i)
+		}
+	}))
+	send := func(last string) (http.Header, []sseEvent) {
+		r, err := http.NewRequest(http.MethodPost, "/mw", strings.NewReader(`{}`))
+		require.NoError(t, err)
+		r.Header.Set("Accept", "text/event-stream")
+		r.Header.Set("Idempotency-Key", "mw-1")
+		if last != "" {
+			r.Header.Set("Last-Event-ID", last)
+		}
+		w := httptest.NewRecorder()
+		h.ServeHTTP(w, r)
+		require.Equal(t, http.StatusOK, w.Code, w.Body.String())
+		return w.Header(), readSSE(t, w.Body.String())
+	}
+	_, live := send("")
+	run := runOf(t, live[0].id)
+	require.Equal(t, []sseEvent{{run + "-1", "", `{"n":0}`}, {run + "-2", "", `{"n":1}`}, {run + "-3", "", `{"n":2}`}}, live,
+		"the guard's ids replace the handler's")
+	_, rest := send(run + "-1")
+	require.Equal(t, live[1:], rest)
+	hd, again := send("2-0123abcd-1")
+	require.Equal(t, "superseded", hd.Get("Idempotent-Stream-Restart"))
+	require.Equal(t, live, again[1:])
+	require.EqualValues(t, 1, calls.Load())
 }
 
 // Over the guard's MaxLiveStreams a streamed request that would run is

@@ -28,6 +28,7 @@ import (
 const (
 	challengeMissing = `Bearer realm="idemguard"`
 	detailMissing    = "the request carries no credentials; send them as Authorization: Bearer <credential>"
+	detailMalformed  = "the bearer credential is malformed (send exactly one Authorization: Bearer header with one token)"
 )
 
 func invalidToken(description string) string {
@@ -38,22 +39,48 @@ func TestUnauthorizedSaysWhy(t *testing.T) {
 	t.Parallel()
 	rsaKey := authtest.RSA(t, "rsa-1")
 	b := jwtSetup(t, rsaKey)
+
+	for name, tc := range unauthorizedCases(t, rsaKey) {
+		for _, r := range []req{
+			{method: http.MethodPost, path: "/v1/ops/echo", body: `{"n":1}`},
+			{method: http.MethodGet, path: "/v1/ops/echo/keys/k-1"},
+		} {
+			for _, a := range tc.authorization {
+				r.headers = append(r.headers, "Authorization", a)
+			}
+			w := b.do(r)
+			require.Equal(t, http.StatusUnauthorized, w.Code, "%s %s", name, r.method)
+			p := problemOf(t, w)
+			require.Equal(t, tc.detail, p["detail"], "%s %s", name, r.method)
+			require.Equal(t, tc.challenge, w.Header().Get("WWW-Authenticate"), "%s %s", name, r.method)
+			for _, leak := range []string{authtest.Issuer, authtest.Audience, "rsa-1", "acme", "tenant_id"} {
+				require.NotContains(t, w.Body.String()+w.Header().Get("WWW-Authenticate"), leak, "%s: the answer names what the service expects", name)
+			}
+		}
+	}
+	require.Zero(t, b.totalCalls())
+	require.Empty(t, b.store.Rows())
+}
+
+// unauthorizedCase is a credential the API refuses (its Authorization
+// headers) with the challenge and detail of its 401.
+type unauthorizedCase struct {
+	authorization []string
+	challenge     string
+	detail        string
+}
+
+// unauthorizedCases are the credentials TestUnauthorizedSaysWhy sends, one
+// for each failed check; the tokens are rsaKey's, of tenant acme.
+func unauthorizedCases(t *testing.T, rsaKey authtest.Key) map[string]unauthorizedCase {
 	now := time.Now()
 	sign := func(mutate func(jwt.MapClaims)) string { return rsaKey.Sign(t, "acme", mutate) }
-
-	for name, tc := range map[string]struct {
-		authorization []string // Authorization headers
-		challenge     string
-		detail        string
-	}{
-		"missing":      {nil, challengeMissing, detailMissing},
-		"other scheme": {[]string{"Basic YWNtZTprZXk="}, challengeMissing, detailMissing},
-		"two headers": {[]string{"Bearer " + acmeKey1, "Bearer " + acmeKey1}, invalidToken("the token is malformed"),
-			"the bearer credential is malformed (send exactly one Authorization: Bearer header with one token)"},
-		"white space in token": {[]string{"Bearer " + acmeKey1 + " x"}, invalidToken("the token is malformed"),
-			"the bearer credential is malformed (send exactly one Authorization: Bearer header with one token)"},
-		"malformed jwt": {[]string{"Bearer a.b.c"}, invalidToken("the token is malformed"),
-			"the bearer credential is malformed (send exactly one Authorization: Bearer header with one token)"},
+	return map[string]unauthorizedCase{
+		"missing":              {nil, challengeMissing, detailMissing},
+		"other scheme":         {[]string{"Basic YWNtZTprZXk="}, challengeMissing, detailMissing},
+		"two headers":          {[]string{"Bearer " + acmeKey1, "Bearer " + acmeKey1}, invalidToken("the token is malformed"), detailMalformed},
+		"white space in token": {[]string{"Bearer " + acmeKey1 + " x"}, invalidToken("the token is malformed"), detailMalformed},
+		"malformed jwt":        {[]string{"Bearer a.b.c"}, invalidToken("the token is malformed"), detailMalformed},
 		"unknown api key": {[]string{"Bearer acme-key-one-0009"}, invalidToken("unknown API key"),
 			"the API key is not recognised; check that it is a current key of your tenant"},
 		"expired": {[]string{"Bearer " + sign(func(c jwt.MapClaims) { c["exp"] = now.Add(-time.Hour).Unix() })},
@@ -80,26 +107,7 @@ func TestUnauthorizedSaysWhy(t *testing.T) {
 		"invalid tenant": {[]string{"Bearer " + sign(func(c jwt.MapClaims) { c["tenant_id"] = "acme/../beta" })},
 			invalidToken("the token names no valid tenant"),
 			"the token's tenant claim is missing or is not a valid tenant ID"},
-	} {
-		for _, r := range []req{
-			{method: http.MethodPost, path: "/v1/ops/echo", body: `{"n":1}`},
-			{method: http.MethodGet, path: "/v1/ops/echo/keys/k-1"},
-		} {
-			for _, a := range tc.authorization {
-				r.headers = append(r.headers, "Authorization", a)
-			}
-			w := b.do(r)
-			require.Equal(t, http.StatusUnauthorized, w.Code, "%s %s", name, r.method)
-			p := problemOf(t, w)
-			require.Equal(t, tc.detail, p["detail"], "%s %s", name, r.method)
-			require.Equal(t, tc.challenge, w.Header().Get("WWW-Authenticate"), "%s %s", name, r.method)
-			for _, leak := range []string{authtest.Issuer, authtest.Audience, "rsa-1", "acme", "tenant_id"} {
-				require.NotContains(t, w.Body.String()+w.Header().Get("WWW-Authenticate"), leak, "%s: the answer names what the service expects", name)
-			}
-		}
 	}
-	require.Zero(t, b.totalCalls())
-	require.Empty(t, b.store.Rows())
 }
 
 // On a team's own routes the authentication is the team's: a 401 of the

@@ -163,6 +163,31 @@ func TestChallenge(t *testing.T) {
 	}
 }
 
+// middlewareRejections are requests the default failure answers with 401:
+// the Authorization header sent, and the challenge and detail answered.
+var middlewareRejections = []struct{ auth, challenge, detail string }{
+	{"", `Bearer realm="idemguard"`,
+		"the request carries no credentials; send them as Authorization: Bearer <credential>"},
+	{"Basic x", `Bearer realm="idemguard"`,
+		"the request carries no credentials; send them as Authorization: Bearer <credential>"},
+	{"Bearer wrong", `Bearer realm="idemguard", error="invalid_token", error_description="unknown API key"`,
+		"the API key is not recognised; check that it is a current key of your tenant"},
+	{"Bearer wrong key", `Bearer realm="idemguard", error="invalid_token", error_description="the token is malformed"`,
+		"the bearer credential is malformed (send exactly one Authorization: Bearer header with one token)"},
+}
+
+// serveWith serves a request carrying the Authorization header authorization
+// (none when empty) with h.
+func serveWith(h http.Handler, method, target, authorization string) *httptest.ResponseRecorder {
+	r := httptest.NewRequest(method, target, nil)
+	if authorization != "" {
+		r.Header.Set("Authorization", authorization)
+	}
+	w := httptest.NewRecorder()
+	h.ServeHTTP(w, r)
+	return w
+}
+
 func TestMiddleware(t *testing.T) {
 	t.Parallel()
 	a, err := NewAuthenticator(map[tenancy.ID][]string{"acme": {HashAPIKey("k-acme")}, "beta": {HashAPIKey("k-beta")}})
@@ -178,22 +203,8 @@ func TestMiddleware(t *testing.T) {
 
 	t.Run("default failure", func(t *testing.T) {
 		h := a.Middleware(nil)(next)
-		for _, tc := range []struct{ auth, challenge, detail string }{
-			{"", `Bearer realm="idemguard"`,
-				"the request carries no credentials; send them as Authorization: Bearer <credential>"},
-			{"Basic x", `Bearer realm="idemguard"`,
-				"the request carries no credentials; send them as Authorization: Bearer <credential>"},
-			{"Bearer wrong", `Bearer realm="idemguard", error="invalid_token", error_description="unknown API key"`,
-				"the API key is not recognised; check that it is a current key of your tenant"},
-			{"Bearer wrong key", `Bearer realm="idemguard", error="invalid_token", error_description="the token is malformed"`,
-				"the bearer credential is malformed (send exactly one Authorization: Bearer header with one token)"},
-		} {
-			r := httptest.NewRequest(http.MethodPost, "/v1/ops/x", nil)
-			if tc.auth != "" {
-				r.Header.Set("Authorization", tc.auth)
-			}
-			w := httptest.NewRecorder()
-			h.ServeHTTP(w, r)
+		for _, tc := range middlewareRejections {
+			w := serveWith(h, http.MethodPost, "/v1/ops/x", tc.auth)
 			require.Equal(t, http.StatusUnauthorized, w.Code, tc.auth)
 			require.Equal(t, "application/problem+json", w.Header().Get("Content-Type"))
 			require.Equal(t, tc.challenge, w.Header().Get("WWW-Authenticate"), tc.auth)
@@ -216,19 +227,13 @@ func TestMiddleware(t *testing.T) {
 			w.WriteHeader(http.StatusTeapot)
 		})(next)
 
-		w := httptest.NewRecorder()
-		r := httptest.NewRequest(http.MethodGet, "/", nil)
-		r.Header.Set("Authorization", "Bearer nope")
-		h.ServeHTTP(w, r)
+		w := serveWith(h, http.MethodGet, "/", "Bearer nope")
 		require.Equal(t, http.StatusTeapot, w.Code)
 		require.Len(t, failures, 1)
 		require.ErrorIs(t, failures[0], ErrInvalidCredentials)
 
 		for _, key := range []string{"k-beta", "k-acme"} {
-			w = httptest.NewRecorder()
-			r = httptest.NewRequest(http.MethodGet, "/", nil)
-			r.Header.Set("Authorization", "Bearer "+key)
-			h.ServeHTTP(w, r)
+			w = serveWith(h, http.MethodGet, "/", "Bearer "+key)
 			require.Equal(t, http.StatusNoContent, w.Code)
 			require.Empty(t, w.Header().Get("WWW-Authenticate"))
 		}

@@ -74,6 +74,20 @@ func TestJWTVerifierAcceptsValidTokens(t *testing.T) {
 	require.EqualValues(t, 2, p.Fetches(), "one fetch per verifier: the keys are cached")
 }
 
+// forgedToken is a token of tenant acme, valid for a minute after now,
+// that names the published key kid but is signed by method with secret: a
+// verifier that trusts the token's alg header accepts it.
+func forgedToken(t *testing.T, method jwt.SigningMethod, secret any, kid string, now time.Time) string {
+	t.Helper()
+	tok := jwt.NewWithClaims(method, jwt.MapClaims{
+		"iss": testIssuer, "aud": testAudience, "tenant_id": "acme", "exp": now.Add(time.Minute).Unix(),
+	})
+	tok.Header["kid"] = kid
+	s, err := tok.SignedString(secret)
+	require.NoError(t, err)
+	return s
+}
+
 func TestJWTVerifierRejects(t *testing.T) {
 	t.Parallel()
 	rsaKey, ecKey := newRSA(t, "rsa-1"), newEC(t, "ec-1")
@@ -85,27 +99,11 @@ func TestJWTVerifierRejects(t *testing.T) {
 	pubDER, err := x509.MarshalPKIXPublicKey(rsaKey.Priv.Public())
 	require.NoError(t, err)
 	pubPEM := pem.EncodeToMemory(&pem.Block{Type: "PUBLIC KEY", Bytes: pubDER})
-	hmacWithPublicKey := func(secret []byte) string {
-		tok := jwt.NewWithClaims(jwt.SigningMethodHS256, jwt.MapClaims{
-			"iss": testIssuer, "aud": testAudience, "tenant_id": "acme", "exp": now.Add(time.Minute).Unix(),
-		})
-		tok.Header["kid"] = rsaKey.KID
-		s, err := tok.SignedString(secret)
-		require.NoError(t, err)
-		return s
-	}
-	none := func() string {
-		tok := jwt.NewWithClaims(jwt.SigningMethodNone, jwt.MapClaims{
-			"iss": testIssuer, "aud": testAudience, "tenant_id": "acme", "exp": now.Add(time.Minute).Unix(),
-		})
-		tok.Header["kid"] = rsaKey.KID
-		s, err := tok.SignedString(jwt.UnsafeAllowNoneSignatureType)
-		require.NoError(t, err)
-		return s
+	forge := func(method jwt.SigningMethod, secret any) string {
+		return forgedToken(t, method, secret, rsaKey.KID, now)
 	}
 	stranger := newRSA(t, "rsa-1") // same kid as a published key, another key
 	unknown := newEC(t, "nobody")
-	// RS256 signature relabelled as PS256 (an algorithm the verifier does not allow here).
 	for name, tc := range map[string]struct {
 		token  string
 		words  string
@@ -119,9 +117,9 @@ func TestJWTVerifierRejects(t *testing.T) {
 		"no issuer":           {rsaKey.Sign(t, "acme", func(c jwt.MapClaims) { delete(c, "iss") }), "required claim", auth.ReasonMissingClaim},
 		"no audience":         {rsaKey.Sign(t, "acme", func(c jwt.MapClaims) { delete(c, "aud") }), "required claim", auth.ReasonMissingClaim},
 		"wrong audience":      {ecKey.Sign(t, "acme", func(c jwt.MapClaims) { c["aud"] = "another-api" }), "wrong audience", auth.ReasonWrongAudience},
-		"alg none":            {none(), "signature invalid or algorithm not allowed", auth.ReasonBadSignature},
-		"HS256, public key":   {hmacWithPublicKey(pubPEM), "signature invalid or algorithm not allowed", auth.ReasonBadSignature},
-		"HS256, key DER":      {hmacWithPublicKey(pubDER), "signature invalid or algorithm not allowed", auth.ReasonBadSignature},
+		"alg none":            {forge(jwt.SigningMethodNone, jwt.UnsafeAllowNoneSignatureType), "signature invalid or algorithm not allowed", auth.ReasonBadSignature},
+		"HS256, public key":   {forge(jwt.SigningMethodHS256, pubPEM), "signature invalid or algorithm not allowed", auth.ReasonBadSignature},
+		"HS256, key DER":      {forge(jwt.SigningMethodHS256, pubDER), "signature invalid or algorithm not allowed", auth.ReasonBadSignature},
 		"other key, same kid": {stranger.Sign(t, "acme", nil), "signature invalid", auth.ReasonBadSignature},
 		"unknown kid":         {unknown.Sign(t, "acme", nil), "unknown key id", auth.ReasonUnknownKeyID},
 		"no tenant claim":     {rsaKey.Sign(t, "acme", func(c jwt.MapClaims) { delete(c, "tenant_id") }), `no "tenant_id" claim`, auth.ReasonInvalidTenant},
