@@ -2,6 +2,7 @@ package mysqlstore
 
 import (
 	"context"
+	"strings"
 
 	"github.com/idemguard/idemguard/store"
 )
@@ -19,9 +20,21 @@ const renewSQL = `UPDATE idempotency_keys SET
   expires_at = GREATEST(expires_at, UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND)
 WHERE id = ? AND status = 'started' AND claim_nonce = ?`
 
+// renewProgressSQL is renewSQL carrying the execution's latest progress:
+// the same one statement, so a report costs no write of its own. A
+// single-table UPDATE assigns left to right, so progress_at is the
+// heartbeat_at this statement wrote.
+var renewProgressSQL = strings.Replace(renewSQL, "\nWHERE", `,
+  progress_done = ?, progress_total = ?, progress_stage = NULLIF(?, ''), progress_at = heartbeat_at
+WHERE`, 1)
+
 // Renew implements store.Store.
 func (s *Store) Renew(ctx context.Context, p store.RenewParams) (store.RenewResult, error) {
-	res, err := s.db.ExecContext(ctx, renewSQL, micros(p.Extend), p.ID, p.Nonce)
+	query, args := renewSQL, []any{micros(p.Extend), p.ID, p.Nonce}
+	if g := p.Progress; g != nil {
+		query, args = renewProgressSQL, []any{micros(p.Extend), g.Done, g.Total, g.Stage, p.ID, p.Nonce}
+	}
+	res, err := s.db.ExecContext(ctx, query, args...)
 	ok, err := changedOne(res, err)
 	if !ok || err != nil {
 		return store.RenewResult{}, err

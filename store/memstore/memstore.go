@@ -206,7 +206,7 @@ func (s *Store) Reclaim(ctx context.Context, p store.ReclaimParams) (bool, error
 	default:
 		return false, errors.New("memstore: unknown reclaim kind")
 	}
-	r.ClaimNonce, r.CancelRequestedAt = p.NewNonce, time.Time{}
+	r.ClaimNonce, r.CancelRequestedAt, r.Progress = p.NewNonce, time.Time{}, store.Progress{}
 	s.appendAudit(p.Audit)
 	return true, nil
 }
