@@ -56,13 +56,17 @@ type heartbeat struct {
 
 	// cancelSeen: a renewal found a cancel request (async.go).
 	cancelSeen atomic.Bool
+	// progress holds the operation's latest report for the next renewal
+	// (progress.go).
+	progress *progressSink
 }
 
 // startHeartbeat starts the lease timer and schedules the first renewal for
 // the claim o; cancel cancels the operation.
 func (g *Guard) startHeartbeat(p prepared, o owned, cancel context.CancelCauseFunc) *heartbeat {
 	lease := p.settings.StaleAfter
-	hb := &heartbeat{g: g, p: p, o: o, cancel: cancel, lease: lease, every: cmp.Or(g.cfg.test.HeartbeatEvery, lease/3)}
+	hb := &heartbeat{g: g, p: p, o: o, cancel: cancel, lease: lease, every: cmp.Or(g.cfg.test.HeartbeatEvery, lease/3),
+		progress: &progressSink{g: g, p: p}}
 	hb.mu.Lock()
 	defer hb.mu.Unlock()
 	hb.deadline = o.leaseFrom.Add(lease - leaseMargin(lease))

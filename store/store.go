@@ -260,6 +260,10 @@ type CompleteParams struct {
 	// Events is the event sequence of a streamed success (nil: none), stored
 	// as given; see Record.Events.
 	Events []byte
+	// Progress, when not nil, is the execution's last progress, written in
+	// the same statement (its At is the completed_at written); nil leaves
+	// the row's progress as it is. A completed row keeps its last progress.
+	Progress *Progress
 }
 
 // ReleaseParams are the arguments of Store.Release: the claim ID/Nonce is

@@ -365,6 +365,12 @@ const completeSQL = `UPDATE idempotency_keys SET
   expires_at = UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND
 WHERE id = ? AND status = 'started' AND claim_nonce = ?`
 
+// completeProgressSQL is completeSQL with the execution's last progress
+// (see renewProgressSQL), progress_at its completed_at.
+var completeProgressSQL = strings.Replace(completeSQL, "\nWHERE", `,
+  progress_done = ?, progress_total = ?, progress_stage = NULLIF(?, ''), progress_at = completed_at
+WHERE`, 1)
+
 // Complete implements store.Store.
 func (s *Store) Complete(ctx context.Context, p store.CompleteParams) (bool, time.Time, error) {
 	if p.Status != store.RowSucceeded && p.Status != store.RowFailed {
@@ -374,8 +380,11 @@ func (s *Store) Complete(ctx context.Context, p store.CompleteParams) (bool, tim
 	if p.Canceled {
 		giveBack = 1 // a started row's attempt_count is at least 1
 	}
-	res, err := s.db.ExecContext(ctx, completeSQL, string(p.Status), string(p.Response), p.ResponseCode, p.Events,
-		giveBack, micros(p.TTL), p.ID, p.Nonce)
+	query, args := completeSQL, []any{string(p.Status), string(p.Response), p.ResponseCode, p.Events, giveBack, micros(p.TTL)}
+	if g := p.Progress; g != nil {
+		query, args = completeProgressSQL, append(args, g.Done, g.Total, g.Stage)
+	}
+	res, err := s.db.ExecContext(ctx, query, append(args, p.ID, p.Nonce)...)
 	ok, err := changedOne(res, err)
 	if !ok || err != nil {
 		return false, time.Time{}, err

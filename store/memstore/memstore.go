@@ -258,6 +258,10 @@ func (s *Store) Complete(ctx context.Context, p store.CompleteParams) (bool, tim
 	r.Response, r.ResponseCode = bytes.Clone(p.Response), p.ResponseCode
 	r.Events = cloneEvents(p.Events)
 	r.CompletedAt, r.ExpiresAt = now, now.Add(p.TTL)
+	if p.Progress != nil {
+		r.Progress = *p.Progress
+		r.Progress.At = now
+	}
 	if p.Canceled && r.Attempts > 0 {
 		r.Attempts--
 	}

@@ -322,7 +322,8 @@ func jobWaitJobs(t *testing.T, h *Harness) {
 // without progress_at = the new heartbeat_at, readers cannot tell a new
 // report from an old one; a renewal without progress keeps the last one;
 // without the reclaims clearing it, a takeover starts from the old
-// attempt's count.
+// attempt's count; without it in Complete, a report made after the last
+// renewal never reaches the row.
 func jobRenewCarriesProgress(t *testing.T, h *Harness) {
 	kh := hash("renew-progress")
 	id, n := claimOne(t, h, "acme", "s", kh)
@@ -359,4 +360,14 @@ func jobRenewCarriesProgress(t *testing.T, h *Harness) {
 	require.NoError(t, err)
 	require.True(t, won)
 	require.Zero(t, get(t, h, "acme", "s", kh).Progress, "a takeover starts from zero")
+
+	kh = hash("complete-progress")
+	id, n = claimOne(t, h, "acme", "s", kh)
+	last := store.Progress{Done: 10, Total: 10, Stage: "done"}
+	ok, at, err := h.Store.Complete(ctxFor(t), store.CompleteParams{ID: id, Nonce: n, Status: store.RowSucceeded,
+		Response: []byte(`{"ok":true,"stopReason":"completed"}`), ResponseCode: 200, TTL: time.Hour, Progress: &last})
+	require.NoError(t, err)
+	require.True(t, ok)
+	row = get(t, h, "acme", "s", kh)
+	require.Equal(t, store.Progress{Done: 10, Total: 10, Stage: "done", At: at}, row.Progress, "the commit carries the last progress")
 }
