@@ -2,7 +2,7 @@
 // Generate button wired to @idemguard/client, and the answers with whether
 // each was a replay and its key.
 
-import { IdemguardError, cancelJob, contentOf, forgetJob, isFinal, pendingKey, run, runStream, submitJob, watchJob, type RunResult } from "../src/index.js";
+import { IdemguardError, cancelJob, contentOf, forgetJob, isFinal, pendingKey, run, runStream, submitJob, watchJob, type JobProgress, type RunResult } from "../src/index.js";
 
 const SCOPE = "demo";
 // The public development key: accepted only in development mode. Production
@@ -166,6 +166,19 @@ const jobCancel = document.querySelector<HTMLButtonElement>("#job-cancel")!;
 const jobStatus = document.querySelector<HTMLElement>("#job-status")!;
 const jobAnswer = document.querySelector<HTMLElement>("#job-answer")!;
 const jobEvents = document.querySelector<HTMLOListElement>("#job-events")!;
+const jobProgressRow = document.querySelector<HTMLElement>("#job-progress-row")!;
+const jobProgress = document.querySelector<HTMLProgressElement>("#job-progress")!;
+const jobStage = document.querySelector<HTMLElement>("#job-stage")!;
+
+// showProgress shows how far the job got (a progress event, or the record
+// of any event: a reload shows where it stands at once); none hides the bar.
+function showProgress(p: JobProgress | undefined): void {
+  jobProgressRow.hidden = p === undefined;
+  const fraction = p?.fraction ?? 0;
+  jobProgress.value = fraction;
+  jobProgress.dataset["done"] = String(p?.done ?? 0);
+  jobStage.textContent = p === undefined ? "" : `${p.stage ?? ""} ${p.done}${p.total ? `/${p.total}` : ""}`.trim();
+}
 
 interface RunningJob {
   keyRef: string;
@@ -188,6 +201,7 @@ async function follow(job: RunningJob, reattached: boolean): Promise<void> {
   sessionStorage.setItem(JOB, JSON.stringify(job));
   jobEvents.replaceChildren();
   jobAnswer.textContent = "";
+  showProgress(undefined);
   setJobStatus("running", reattached ? "Reattached after reload: running…" : "Running…", job.keyRef, reattached);
   try {
     for await (const e of watchJob(JOB_SCOPE, job.keyRef, { token: TOKEN })) {
@@ -195,6 +209,7 @@ async function follow(job: RunningJob, reattached: boolean): Promise<void> {
       li.dataset["kind"] = e.event;
       li.textContent = `${e.event} · attempt ${e.attempt} · ${e.at}`;
       jobEvents.append(li);
+      showProgress(e.progress ?? e.record.progress);
       if (e.event === "stale") setJobStatus("stale", "The server running this job stopped; start it again to resume.", job.keyRef, reattached);
       if (!isFinal(e)) continue;
       const response = e.record.response;
