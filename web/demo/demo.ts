@@ -196,13 +196,14 @@ function setJobStatus(state: string, text: string, keyRef?: string, reattached =
   jobCancel.disabled = state !== "running";
 }
 
-async function follow(job: RunningJob, reattached: boolean): Promise<void> {
+async function follow(job: RunningJob, reattached: boolean, existing = false): Promise<void> {
   current = job;
   sessionStorage.setItem(JOB, JSON.stringify(job));
   jobEvents.replaceChildren();
   jobAnswer.textContent = "";
   showProgress(undefined);
-  setJobStatus("running", reattached ? "Reattached after reload: running…" : "Running…", job.keyRef, reattached);
+  setJobStatus("running", reattached ? "Reattached after reload: running…" : existing ? "Joined the job already running…" : "Running…", job.keyRef, reattached);
+  jobStatus.dataset["existing"] = String(existing);
   try {
     for await (const e of watchJob(JOB_SCOPE, job.keyRef, { token: TOKEN })) {
       const li = document.createElement("li");
@@ -223,7 +224,8 @@ async function follow(job: RunningJob, reattached: boolean): Promise<void> {
       } else {
         setJobStatus("failed", `Failed: ${response?.stopReason ?? "unknown"}. Start it again to retry.`, job.keyRef, reattached);
       }
-      sessionStorage.removeItem(JOB);
+      // The job stays in sessionStorage: a reload shows its final state
+      // (and its last progress) until another job starts.
     }
   } catch (err) {
     setJobStatus("error", err instanceof Error ? err.message : String(err), job.keyRef, reattached);
@@ -234,7 +236,7 @@ async function startJob(text: string): Promise<void> {
   setJobStatus("submitting", "Submitting…");
   try {
     const r = await submitJob(JOB_SCOPE, jobInput(text), { token: TOKEN, action: `demo-job:${text}` });
-    await follow({ keyRef: r.keyRef, prompt: text }, false);
+    await follow({ keyRef: r.keyRef, prompt: text }, false, r.existing);
   } catch (err) {
     setJobStatus("error", err instanceof Error ? err.message : String(err));
   }
