@@ -57,16 +57,19 @@ type heartbeat struct {
 	// cancelSeen: a renewal found a cancel request (async.go).
 	cancelSeen atomic.Bool
 	// progress holds the operation's latest report for the next renewal
-	// (progress.go).
-	progress *progressSink
+	// (progress.go); nil until the operation reports.
+	progress atomic.Pointer[progressSink]
+	// opCtx is the operation's context; the heartbeat is the context the
+	// operation gets: opCtx carrying the heartbeat as its progress sink
+	// (progress.go), without an allocation of its own.
+	opCtx context.Context
 }
 
 // startHeartbeat starts the lease timer and schedules the first renewal for
 // the claim o; cancel cancels the operation.
 func (g *Guard) startHeartbeat(p prepared, o owned, cancel context.CancelCauseFunc) *heartbeat {
 	lease := p.settings.StaleAfter
-	hb := &heartbeat{g: g, p: p, o: o, cancel: cancel, lease: lease, every: cmp.Or(g.cfg.test.HeartbeatEvery, lease/3),
-		progress: &progressSink{g: g, p: p}}
+	hb := &heartbeat{g: g, p: p, o: o, cancel: cancel, lease: lease, every: cmp.Or(g.cfg.test.HeartbeatEvery, lease/3)}
 	hb.mu.Lock()
 	defer hb.mu.Unlock()
 	hb.deadline = o.leaseFrom.Add(lease - leaseMargin(lease))

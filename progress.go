@@ -1,10 +1,13 @@
 package idemguard
 
 import (
+	"context"
 	"fmt"
 	"slices"
 	"sync"
+	"time"
 
+	"github.com/idemguard/idemguard/internal/progresshook"
 	"github.com/idemguard/idemguard/store"
 )
 
@@ -30,7 +33,7 @@ const maxProgressStages = 64
 // heartbeat takes it.
 type progressSink struct {
 	g *Guard
-	p prepared
+	p *prepared // the heartbeat's: not copied again
 
 	mu      sync.Mutex
 	latest  store.Progress
@@ -38,14 +41,49 @@ type progressSink struct {
 	reports bool // a report was accepted (latest is meaningful)
 }
 
-// report is the progresshook.Sink of one execution: it checks a report and
-// keeps it as the latest. It never blocks on I/O.
+// Report makes the heartbeat the progresshook.Sink of its execution: the
+// sink is made at the first report, so an operation that reports nothing
+// costs nothing more.
+func (hb *heartbeat) Report(done, total int64, stage string) {
+	s := hb.progress.Load()
+	if s == nil {
+		s = &progressSink{g: hb.g, p: &hb.p}
+		if !hb.progress.CompareAndSwap(nil, s) {
+			s = hb.progress.Load()
+		}
+	}
+	s.report(done, total, stage)
+}
+
+// carrying makes the heartbeat the operation's context: ctx, with the
+// heartbeat as its progress sink (package progress finds it there).
+func (hb *heartbeat) carrying(ctx context.Context) context.Context {
+	hb.opCtx = ctx
+	return (*opContext)(hb)
+}
+
+// opContext is a heartbeat seen as the operation's context.
+type opContext heartbeat
+
+func (c *opContext) Deadline() (time.Time, bool) { return c.opCtx.Deadline() }
+func (c *opContext) Done() <-chan struct{}       { return c.opCtx.Done() }
+func (c *opContext) Err() error                  { return c.opCtx.Err() }
+
+func (c *opContext) Value(key any) any {
+	if key == progresshook.Key {
+		return (*heartbeat)(c)
+	}
+	return c.opCtx.Value(key)
+}
+
+// report checks a report and keeps it as the latest. It never blocks on
+// I/O.
 func (s *progressSink) report(done, total int64, stage string) {
 	if done < 0 || total < 0 || (total > 0 && done > total) {
 		return
 	}
 	if stage != "" && !slices.Contains(s.p.settings.ProgressStages, stage) {
-		s.g.reportDroppedAs(s.p, droppedStageName, "guard: an operation reported a progress stage that is not on its scope's "+
+		s.g.reportDroppedAs(*s.p, droppedStageName, "guard: an operation reported a progress stage that is not on its scope's "+
 			"allowlist (Settings.ProgressStages); the stage was dropped, its numbers kept")
 		stage = ""
 	}
@@ -60,6 +98,9 @@ func (s *progressSink) report(done, total int64, stage string) {
 // take hands the latest report to a renewal: nil when none is new since the
 // last renewal that carried one.
 func (s *progressSink) take() *store.Progress {
+	if s == nil {
+		return nil
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if !s.pending {
@@ -74,6 +115,9 @@ func (s *progressSink) take() *store.Progress {
 // carried it already (a renewal racing the commit may not land); nil for
 // none.
 func (s *progressSink) last() *store.Progress {
+	if s == nil {
+		return nil
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if !s.reports {
@@ -86,7 +130,7 @@ func (s *progressSink) last() *store.Progress {
 // untake gives a report back after a renewal whose outcome is unknown,
 // unless a later one arrived meanwhile: the next renewal carries it.
 func (s *progressSink) untake(pr *store.Progress) {
-	if pr == nil {
+	if s == nil || pr == nil {
 		return
 	}
 	s.mu.Lock()

@@ -12,7 +12,6 @@ import (
 	"runtime/debug"
 	"time"
 
-	"github.com/idemguard/idemguard/internal/progresshook"
 	"github.com/idemguard/idemguard/internal/testhooks"
 	"github.com/idemguard/idemguard/sanitize"
 	"github.com/idemguard/idemguard/store"
@@ -105,7 +104,7 @@ func (g *Guard) runOwned(ctx context.Context, p prepared, op Operation, o owned)
 
 	hb := g.startHeartbeat(p, o, cancel)
 	defer hb.stop()
-	runCtx = progresshook.With(runCtx, hb.progress.report)
+	runCtx = hb.carrying(runCtx)
 	start := g.now()
 	value, opErr := callOperation(runCtx, op)
 	elapsed := g.now().Sub(start)

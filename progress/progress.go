@@ -56,6 +56,6 @@ func Fraction(f float64, stage string) Update {
 // report's) is ignored.
 func Report(ctx context.Context, u Update) {
 	if s := progresshook.From(ctx); s != nil {
-		s(u.Done, u.Total, u.Stage)
+		s.Report(u.Done, u.Total, u.Stage)
 	}
 }

@@ -23,9 +23,9 @@ func TestReportReachesTheSinkOrNothing(t *testing.T) {
 	t.Parallel()
 	progress.Report(context.Background(), progress.Update{Done: 1}) // no guard: nothing happens
 	var got []progress.Update
-	ctx := progresshook.With(context.Background(), func(done, total int64, stage string) {
+	ctx := progresshook.With(context.Background(), progresshook.Func(func(done, total int64, stage string) {
 		got = append(got, progress.Update{Done: done, Total: total, Stage: stage})
-	})
+	}))
 	progress.Report(ctx, progress.Update{Done: 2, Total: 5, Stage: "reading"})
 	require.Equal(t, []progress.Update{{Done: 2, Total: 5, Stage: "reading"}}, got)
 }

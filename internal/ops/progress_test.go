@@ -19,11 +19,11 @@ import (
 func reports() (context.Context, func() []progress.Update) {
 	var mu sync.Mutex
 	var got []progress.Update
-	ctx := progresshook.With(context.Background(), func(done, total int64, stage string) {
+	ctx := progresshook.With(context.Background(), progresshook.Func(func(done, total int64, stage string) {
 		mu.Lock()
 		defer mu.Unlock()
 		got = append(got, progress.Update{Done: done, Total: total, Stage: stage})
-	})
+	}))
 	return ctx, func() []progress.Update { mu.Lock(); defer mu.Unlock(); return got }
 }
 
