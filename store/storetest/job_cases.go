@@ -319,7 +319,7 @@ func jobWaitJobs(t *testing.T, h *Harness) {
 }
 
 // Without the progress in the renewal statement, the row holds none;
-// without progress_at = the new heartbeat_at, readers cannot tell a new
+// without its At = the new heartbeat_at, readers cannot tell a new
 // report from an old one; a renewal without progress keeps the last one;
 // without the reclaims clearing it, a takeover starts from the old
 // attempt's count; without it in Complete, a report made after the last
