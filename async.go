@@ -172,7 +172,11 @@ func (g *Guard) runInBackground(ctx context.Context, p prepared, op Operation, o
 // ErrCanceled) when the row carries a cancel request.
 func (hb *heartbeat) renewOnce(ctx context.Context) (bool, error) {
 	p := hb.p
-	r, err := hb.g.store.Renew(ctx, store.RenewParams{ID: hb.o.id, Nonce: hb.o.nonce, Extend: p.settings.TTL + hb.lease})
+	pr := hb.progress.Load().take()
+	r, err := hb.g.store.Renew(ctx, store.RenewParams{ID: hb.o.id, Nonce: hb.o.nonce, Extend: p.settings.TTL + hb.lease, Progress: pr})
+	if err != nil {
+		hb.progress.Load().untake(pr) // the next renewal carries it (or a later one)
+	}
 	if err != nil || !r.Renewed {
 		return false, err
 	}

@@ -68,6 +68,12 @@ type Settings struct {
 	MaxAttempts int
 	// StalePolicy is what happens to a stale key. Defaults to StaleTakeover.
 	StalePolicy StalePolicy
+	// ProgressStages are the stage names the scope's operations may report
+	// with their progress (package progress): at most 64 names of 1–48
+	// characters of [A-Za-z0-9._:-]. Any other stage is dropped and
+	// counted (EventDroppedField, field "(progress stage)"). nil takes
+	// Config.Defaults'; none allows no stage, only numbers.
+	ProgressStages []string
 }
 
 // Validate reports the first setting out of range, naming it.
@@ -84,7 +90,7 @@ func (s Settings) Validate() error {
 	case s.StalePolicy != "" && s.StalePolicy != StaleTakeover && s.StalePolicy != StaleFail:
 		return fmt.Errorf("StalePolicy must be %q or %q, got %q", StaleTakeover, StaleFail, s.StalePolicy)
 	}
-	return nil
+	return validateProgressStages(s.ProgressStages)
 }
 
 // Call describes one guarded execution.

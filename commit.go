@@ -21,7 +21,7 @@ func (g *Guard) commit(ctx context.Context, p prepared, o owned, hb *heartbeat, 
 	committing := g.now()
 	committed, completedAt, err := g.complete(ctx, p, hb, store.CompleteParams{ID: o.id, Nonce: o.nonce, Status: status,
 		Response: stored, ResponseCode: res.StatusCode, Events: p.delivery.events(status), TTL: p.settings.TTL,
-		Canceled: status == store.RowFailed && res.StopReason == sanitize.Canceled})
+		Canceled: status == store.RowFailed && res.StopReason == sanitize.Canceled, Progress: hb.progress.Load().last()})
 	switch {
 	case err != nil:
 		// The row stays started and will be taken over once stale.

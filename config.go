@@ -103,12 +103,17 @@ func init() {
 }
 
 func (s Settings) withDefaults(d Settings) Settings {
-	return Settings{
-		TTL:         cmp.Or(s.TTL, d.TTL, DefaultTTL),
-		StaleAfter:  cmp.Or(s.StaleAfter, d.StaleAfter, DefaultStaleAfter),
-		MaxAttempts: cmp.Or(s.MaxAttempts, d.MaxAttempts, DefaultMaxAttempts),
-		StalePolicy: cmp.Or(s.StalePolicy, d.StalePolicy, StaleTakeover),
+	out := Settings{
+		TTL:            cmp.Or(s.TTL, d.TTL, DefaultTTL),
+		StaleAfter:     cmp.Or(s.StaleAfter, d.StaleAfter, DefaultStaleAfter),
+		MaxAttempts:    cmp.Or(s.MaxAttempts, d.MaxAttempts, DefaultMaxAttempts),
+		StalePolicy:    cmp.Or(s.StalePolicy, d.StalePolicy, StaleTakeover),
+		ProgressStages: s.ProgressStages,
 	}
+	if s.ProgressStages == nil {
+		out.ProgressStages = d.ProgressStages
+	}
+	return out
 }
 
 func (c Config) validate() error {

@@ -75,18 +75,24 @@ func (g *Guard) reportDropped(p prepared, names []string) {
 			continue
 		}
 		seenHere[name] = true
-		isNew, counted, nowFull := g.dropped.first(p.tenant, p.scope, name)
-		if isNew {
-			g.log.Warn("guard: a result field is not part of the stored envelope and was dropped; "+
-				"put what callers need under data (primitive values) or return a sanitize.Envelope",
-				g.attrs(p, slog.String("field", name))...)
-		}
-		if nowFull {
-			g.log.Warn("guard: more than 100 distinct dropped field names of one tenant; its further ones are reported as (other) and not logged",
-				slog.String("tenant", p.tenant), slog.String("scope", p.scope))
-		}
-		g.emit(Event{Kind: EventDroppedField, Tenant: p.tenant, Scope: p.scope, Field: counted})
+		g.reportDroppedAs(p, name, "guard: a result field is not part of the stored envelope and was dropped; "+
+			"put what callers need under data (primitive values) or return a sanitize.Envelope")
 	}
+}
+
+// reportDroppedAs counts one thing the guard dropped, under name: logged
+// once per (tenant, scope, name) with msg, never its value, and emitted as
+// EventDroppedField every time.
+func (g *Guard) reportDroppedAs(p prepared, name, msg string) {
+	isNew, counted, nowFull := g.dropped.first(p.tenant, p.scope, name)
+	if isNew {
+		g.log.Warn(msg, g.attrs(p, slog.String("field", name))...)
+	}
+	if nowFull {
+		g.log.Warn("guard: more than 100 distinct dropped field names of one tenant; its further ones are reported as (other) and not logged",
+			slog.String("tenant", p.tenant), slog.String("scope", p.scope))
+	}
+	g.emit(Event{Kind: EventDroppedField, Tenant: p.tenant, Scope: p.scope, Field: counted})
 }
 
 // droppedLabel is name as it is logged and counted: valid UTF-8 (a metric

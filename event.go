@@ -104,6 +104,12 @@ const (
 	EventStarted EventKind = "started"
 	// EventAlive: the running execution renewed its lease (a heartbeat).
 	EventAlive EventKind = "alive"
+	// EventProgress: the running execution reported how far it got
+	// (package progress) and a heartbeat stored it: Info.Progress holds
+	// it (numbers, and a stage from the scope's allowlist); At is the
+	// heartbeat that carried it. One per stored change, in order; each
+	// attempt counts from zero (a new started event resets it).
+	EventProgress EventKind = "progress"
 	// EventCancelRequested: a cancel was requested; the owner stops at its
 	// next heartbeat.
 	EventCancelRequested EventKind = "cancel_requested"
@@ -123,4 +129,4 @@ const (
 
 // Final reports whether a Watch event ends the key's run: its answer is
 // stored.
-func (e Event) Final() bool { return e.Kind.rank() == 4 }
+func (e Event) Final() bool { return e.Kind.rank() == rankFinal }

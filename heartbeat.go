@@ -59,6 +59,13 @@ type heartbeat struct {
 
 	// cancelSeen: a renewal found a cancel request (async.go).
 	cancelSeen atomic.Bool
+	// progress holds the operation's latest report for the next renewal
+	// (progress.go); nil until the operation reports.
+	progress atomic.Pointer[progressSink]
+	// opCtx is the operation's context; the heartbeat is the context the
+	// operation gets: opCtx carrying the heartbeat as its progress sink
+	// (progress.go), without an allocation of its own.
+	opCtx context.Context
 }
 
 // startHeartbeat starts the lease timer and schedules the first renewal for

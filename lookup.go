@@ -56,6 +56,9 @@ func keyInfoOf(keyHash string, rec store.Record, fallback time.Duration) (KeyInf
 	info := KeyInfo{KeyHash: keyHash, SecretID: rec.SecretID, Status: rec.Status, Attempts: rec.Attempts, CreatedAt: rec.CreatedAt,
 		StartedAt: rec.StartedAt, HeartbeatAt: rec.HeartbeatAt, CompletedAt: rec.CompletedAt, ExpiresAt: rec.ExpiresAt,
 		Stale: rec.Stale(fallback), CancelRequested: rec.Status == store.RowStarted && !rec.CancelRequestedAt.IsZero()}
+	if pr := rec.Progress; !pr.At.IsZero() {
+		info.Progress = &pr
+	}
 	if rec.Status != store.RowStarted {
 		st, err := decodeStored(rec)
 		if err != nil {

@@ -158,11 +158,19 @@ cancels the operation with cause ErrCanceled, which is stored as failed /
 canceled with the attempt given back (attempt_count - 1), so the same call
 runs the key again. Every transition back to started clears the request.
 
+The same renewal carries the operation's progress (package progress): the
+latest report, kept in memory since the last renewal (the last wins), is
+set on the row in that one statement (the progress column: done, total,
+stage and the heartbeat_at written), and the commit
+carries the last one; so progress costs no statement of its own, and a
+renewal never waits for it. Only numbers and a stage on the scope's
+allowlist get that far. Every transition back to started clears it.
+
 Watch derives a key's transitions from its row, the authority, so every
 process reports the same events with the same IDs
 (<attempt>.<kind>.<unix-micros of the row's own time>): started_at,
-heartbeat_at, cancel_requested_at, heartbeat_at + lease (stale) and
-completed_at. It polls the row with a backoff capped below the heartbeat
+heartbeat_at, the progress's time, cancel_requested_at, heartbeat_at + lease
+(stale) and completed_at. It polls the row with a backoff capped below the heartbeat
 interval; in the owner's process the job's live log wakes it at once.
 
 # Secret Rotation

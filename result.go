@@ -100,6 +100,11 @@ type KeyInfo struct {
 	// SecretID names the secret the key's hash was made with ("" for the
 	// unnamed secret): the id, never the secret.
 	SecretID string
+	// Progress is what the key's current attempt last reported of how far
+	// it got (package progress), as its heartbeat stored it; a completed
+	// key keeps its last one. nil when the attempt reported nothing: a new
+	// attempt (a retry, a takeover) starts again from none.
+	Progress *store.Progress
 	// StreamEvents is "stored" for a key completed by a stream whose event
 	// sequence is stored, "dropped" when it was over Config.MaxStreamBytes
 	// (only the envelope was stored), "" otherwise.

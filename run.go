@@ -104,6 +104,7 @@ func (g *Guard) runOwned(ctx context.Context, p prepared, op Operation, o owned)
 
 	hb := g.startHeartbeat(p, o, cancel)
 	defer hb.stop()
+	runCtx = hb.carrying(runCtx)
 	start := g.now()
 	value, opErr := callOperation(runCtx, op)
 	elapsed := g.now().Sub(start)

@@ -30,15 +30,20 @@ func (k EventKind) rank() int {
 		return 0
 	case EventAlive:
 		return 1
-	case EventCancelRequested:
+	case EventProgress:
 		return 2
-	case EventStale:
+	case EventCancelRequested:
 		return 3
-	case EventSucceeded, EventFailed, EventCanceled:
+	case EventStale:
 		return 4
+	case EventSucceeded, EventFailed, EventCanceled:
+		return rankFinal
 	}
 	return -1
 }
+
+// rankFinal is the rank of the events that end a run.
+const rankFinal = 5
 
 type eventPos struct {
 	attempt int
@@ -94,7 +99,8 @@ type Watcher struct {
 
 // Watch follows key: Next reports each
 // transition in order — started (with the attempt), alive (each heartbeat),
-// cancel_requested, stale — and finally succeeded, failed or canceled with
+// progress (each change the operation reported, as a heartbeat stored it:
+// Info.Progress), cancel_requested, stale — and finally succeeded, failed or canceled with
 // the stored answer, then io.EOF. The store is the authority, so a Watch in
 // any process follows a key running in any other: the row is read again
 // and again with a bounded backoff (at most a quarter of the lease, at most
@@ -194,6 +200,9 @@ func eventsOf(keyHash string, rec store.Record, fallback time.Duration) []Event 
 	}
 	if rec.HeartbeatAt.After(rec.StartedAt) {
 		evs = append(evs, ev(EventAlive, rec.HeartbeatAt))
+	}
+	if !rec.Progress.At.IsZero() {
+		evs = append(evs, ev(EventProgress, rec.Progress.At))
 	}
 	if !rec.CancelRequestedAt.IsZero() {
 		evs = append(evs, ev(EventCancelRequested, rec.CancelRequestedAt))

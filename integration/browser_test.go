@@ -316,3 +316,33 @@ func TestBrowserDemoJob(t *testing.T) {
 	require.Equal(t, 0, rec.AttemptCount, "a canceled attempt is not counted")
 	require.Contains(t, string(rec.Response), `"stopReason":"canceled"`)
 }
+
+// TestBrowserJobProgress drives the demo page's job progress in headless
+// Chromium (web/browser/progress.browser.mjs): a tab opened from the one
+// that started the 30-second demo job follows it, its progress bar
+// advances, survives a reload, ends full, and a reload after the end still
+// shows the final state. Then the server's side: the row holds the last
+// progress. Needs node, `npm ci` in web/ and Chromium, like
+// TestBrowserDemoPage.
+func TestBrowserJobProgress(t *testing.T) {
+	t.Parallel()
+	web, chromium, s := demoService(t)
+	out := t.ArtifactDir()
+	var rep struct {
+		OK          bool    `json:"ok"`
+		Key         string  `json:"key"`
+		Advanced    []int64 `json:"advanced"`
+		AfterReload int64   `json:"afterReload"`
+	}
+	browsertest.Run(t, web, chromium, &rep, "progress.browser.mjs", "--url", s.url(""), "--out", out)
+	require.True(t, rep.OK)
+	require.Len(t, rep.Advanced, 2)
+	require.Less(t, rep.Advanced[0], rep.Advanced[1], "the bar advanced")
+	require.GreaterOrEqual(t, rep.AfterReload, rep.Advanced[1])
+	require.FileExists(t, filepath.Join(out, "job-progress-final.png"))
+
+	c := newClient(t)
+	res, rec := lookup(t, c, s, "demo-job", "dev-demo-key", rep.Key)
+	require.Equal(t, http.StatusOK, res.status, res.String())
+	require.Equal(t, "succeeded", rec.Status)
+}

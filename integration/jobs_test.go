@@ -3,6 +3,7 @@ package integration
 import (
 	"encoding/json"
 	"net/http"
+	"strings"
 	"sync"
 	"syscall"
 	"testing"
@@ -97,6 +98,24 @@ func requireAccepted(t *testing.T, a answer) string {
 	return loc
 }
 
+// requireJoined checks a 202's events link (Link rel="monitor", eventsUrl)
+// and whether it says it joined a running job (Idempotent-Existing,
+// existing).
+func requireJoined(t *testing.T, a answer, existing bool) {
+	t.Helper()
+	var rec struct {
+		Existing  *bool  `json:"existing"`
+		EventsURL string `json:"eventsUrl"`
+	}
+	require.NoError(t, json.Unmarshal(a.body, &rec))
+	events := a.header.Get("Location") + "/events"
+	require.Equal(t, events, rec.EventsURL)
+	require.Equal(t, "<"+events+`>; rel="monitor"`, a.header.Get("Link"))
+	require.NotNil(t, rec.Existing, "answer: %s", a)
+	require.Equal(t, existing, *rec.Existing)
+	require.Equal(t, map[bool]string{true: "true"}[existing], a.header.Get("Idempotent-Existing"))
+}
+
 // sseEvent is one server-sent event as a client reads it.
 type sseEvent struct {
 	id, kind string
@@ -110,6 +129,11 @@ type sseEvent struct {
 			CancelRequested bool            `json:"cancelRequested"`
 			Response        json.RawMessage `json:"response"`
 		} `json:"record"`
+		Progress *struct {
+			Done  int64  `json:"done"`
+			Total int64  `json:"total"`
+			Stage string `json:"stage"`
+		} `json:"progress"`
 	}
 }
 
@@ -165,11 +189,14 @@ func TestJobAcceptedDuplicateThenStoredAnswer(t *testing.T) {
 	t.Parallel()
 	db, u, c, a, b := jobReplicas(t)
 
-	loc := requireAccepted(t, submit(t, c, a, "job-1"))
+	first := submit(t, c, a, "job-1")
+	loc := requireAccepted(t, first)
 	require.Equal(t, "/v1/ops/jobs/keys/job-1", loc)
+	requireJoined(t, first, false)
 	eventually(t, 10*time.Second, "the upstream call", func() bool { return u.calls.Load() == 1 })
 	dup := submit(t, c, b, "job-1")
 	require.Equal(t, loc, requireAccepted(t, dup), "the existing job, not a 409")
+	requireJoined(t, dup, true)
 	require.Equal(t, "started", readJob(t, db.DB).Status)
 
 	derived := post(t, c, a, "jobs", acmeKey, "", `{"messages":[{"role":"user","content":"derived"}]}`, async)
@@ -441,4 +468,43 @@ func TestJobSIGTERMCutsOffAJobPastTheGrace(t *testing.T) {
 	next := startService(t, productionEnv(db.DSN), cfg)
 	requireAccepted(t, submit(t, c, next, "cut-job"))
 	eventually(t, 10*time.Second, "the retry", func() bool { return u.calls.Load() == 2 })
+}
+
+// 9. A job reporting 10 steps (the demo operation, 5 s) shows its progress
+// to a watcher connected to the replica that does not run it: at least 3
+// distinct progress events, in order; the row holds the last one. Each
+// progress rode a heartbeat (every 300 ms) and B's poll of the row.
+func TestJobProgressReachesAnotherReplica(t *testing.T) {
+	t.Parallel()
+	db, c := database(t), newClient(t)
+	cfg := chatConfig(newFakeLLM(t), "  - {name: steps, operation: demo, delay: 5s, stale_after: 900ms, progress_stages: [thinking, writing]}\n", "")
+	a, b := startService(t, productionEnv(db.DSN), cfg), startService(t, productionEnv(db.DSN), cfg)
+
+	loc := requireAccepted(t, post(t, c, a, "steps", acmeKey, "steps-1", `{"q":"ten steps"}`, async))
+	code, onB := watch(t, b, loc, "")
+	require.Equal(t, http.StatusOK, code)
+	evs := all(t, onB)
+	require.Equal(t, "succeeded", evs[len(evs)-1].kind)
+	var done []int64
+	for _, e := range evs {
+		if e.kind != "progress" {
+			continue
+		}
+		require.NotNil(t, e.data.Progress)
+		require.EqualValues(t, 10, e.data.Progress.Total)
+		require.Contains(t, []string{"thinking", "writing"}, e.data.Progress.Stage)
+		if len(done) > 0 {
+			require.Greater(t, e.data.Progress.Done, done[len(done)-1], "in order, each once")
+		}
+		done = append(done, e.data.Progress.Done)
+	}
+	require.GreaterOrEqual(t, len(done), 3, "progress events on B: %v", done)
+
+	var progress string
+	require.NoError(t, db.DB.Get(&progress, `SELECT progress FROM idempotency_keys`))
+	parts := strings.Split(progress, " ") // "<done> <total> <at micros> <stage>"
+	require.Len(t, parts, 4, progress)
+	require.Equal(t, []string{"10", "10", "writing"}, []string{parts[0], parts[1], parts[3]}, "the row holds the last one")
+	_, rec := lookup(t, c, b, "steps", acmeKey, "steps-1")
+	require.Equal(t, "succeeded", rec.Status)
 }

@@ -67,7 +67,24 @@ func (h *handlers) runAsync(c *gin.Context, tenant tenancy.ID, scope *Scope, req
 	if key, err := h.guard.KeyOfHash(tenant, scope.Name, res.KeyHash); err == nil {
 		rec = h.recordOf(c.Request.Context(), key, rec)
 	}
+	// A submission that did not win the claim joined the running job.
+	existing := !res.Accepted
+	rec.Existing = &existing
+	if existing {
+		c.Header(pipeline.HeaderExisting, "true")
+	}
 	logOf(c).stopReason = string(sanitize.InProgress)
+	h.accepted(c, scope.Name, ref, rec)
+}
+
+// accepted answers 202 with the key record rec, its Location and the link
+// to its events (Link rel="monitor" and eventsUrl), so that a client
+// follows the job without building URLs.
+func (h *handlers) accepted(c *gin.Context, scope, ref string, rec keyRecord) {
+	loc := h.locationPrefix + keyPath(scope, ref)
+	rec.EventsURL = loc + "/events"
+	c.Header(pipeline.HeaderLocation, loc)
+	c.Header(pipeline.HeaderLink, "<"+rec.EventsURL+`>; rel="monitor"`)
 	c.Data(http.StatusAccepted, pipeline.ContentJSON, pipeline.EncodeJSON(rec))
 }
 
@@ -134,7 +151,31 @@ func keyRecordOf(ref, scope string, info idemguard.KeyInfo) (keyRecord, error) {
 		rec.Response, rec.ResponseCode = info.Document, info.StatusCode
 	}
 	rec.DroppedFields, rec.SecretID, rec.StreamEvents = info.DroppedFields, info.SecretID, info.StreamEvents
+	rec.Progress = progressRecordOf(info.Progress)
 	return rec, nil
+}
+
+// progressRecord is a key's progress as the API shows it: Done of Total
+// (Total 0: not known), Fraction when Total is known, the stage (a name
+// from the scope's allowlist) and when a heartbeat stored it.
+type progressRecord struct {
+	Done     int64    `json:"done"`
+	Total    int64    `json:"total,omitempty"`
+	Fraction *float64 `json:"fraction,omitempty"`
+	Stage    string   `json:"stage,omitempty"`
+	At       string   `json:"at"`
+}
+
+func progressRecordOf(pr *store.Progress) *progressRecord {
+	if pr == nil {
+		return nil
+	}
+	out := &progressRecord{Done: pr.Done, Total: pr.Total, Stage: pr.Stage, At: pipeline.FormatTime(pr.At)}
+	if pr.Total > 0 {
+		f := float64(pr.Done) / float64(pr.Total)
+		out.Fraction = &f
+	}
+	return out
 }
 
 // recordOf is the key record of key as it stands, or else (the store did
@@ -211,8 +252,7 @@ func (h *handlers) cancelKey(c *gin.Context) {
 		return
 	}
 	rec := h.recordOf(c.Request.Context(), key, keyRecord{Ref: ref, Scope: scope.Name, Status: string(store.RowStarted), CancelRequested: true})
-	c.Header(pipeline.HeaderLocation, h.locationPrefix+keyPath(scope.Name, ref))
-	c.Data(http.StatusAccepted, pipeline.ContentJSON, pipeline.EncodeJSON(rec))
+	h.accepted(c, scope.Name, ref, rec)
 }
 
 // keyEvent is the data of one event of GET …/keys/{key}/events.
@@ -221,6 +261,9 @@ type keyEvent struct {
 	Attempt int       `json:"attempt"`
 	At      string    `json:"at"`
 	Record  keyRecord `json:"record"`
+	// Progress is, on a progress event, the progress it reports (the
+	// record's, at the same read).
+	Progress *progressRecord `json:"progress,omitempty"`
 }
 
 // watchKey serves GET /v1/ops/:scope/keys/:key/events: a server-sent event
@@ -266,7 +309,11 @@ func (h *handlers) watchKey(c *gin.Context) {
 		if err != nil {
 			return
 		}
-		data := pipeline.EncodeJSON(keyEvent{Event: string(e.Kind), Attempt: e.Attempt, At: pipeline.FormatTime(e.At), Record: rec})
+		ev := keyEvent{Event: string(e.Kind), Attempt: e.Attempt, At: pipeline.FormatTime(e.At), Record: rec}
+		if e.Kind == idemguard.EventProgress {
+			ev.Progress = rec.Progress
+		}
+		data := pipeline.EncodeJSON(ev)
 		if out.Send(live.Event{ID: string(e.ID), Type: string(e.Kind), Data: data}) != nil {
 			return
 		}

@@ -50,11 +50,13 @@ func TestRespondAsyncWatchAndCancel(t *testing.T) {
 	var rec keyRecord
 	require.NoError(t, json.Unmarshal(first.Body.Bytes(), &rec))
 	require.Equal(t, "started", rec.Status)
+	requireJoined(t, first, false)
 	<-b.started
 
 	dup := b.post("slow", "job-1", `{"n":1}`, async...)
 	require.Equal(t, http.StatusAccepted, dup.Code, "a duplicate while it runs is the same job: %s", dup.Body.String())
 	require.Equal(t, first.Header().Get("Location"), dup.Header().Get("Location"))
+	requireJoined(t, dup, true)
 	require.EqualValues(t, 1, b.calls["slow"].Load())
 
 	code, events := openEvents(t, srv, "/v1/ops/slow/keys/job-1/events", "")
@@ -78,6 +80,7 @@ func TestRespondAsyncWatchAndCancel(t *testing.T) {
 
 	again := b.post("slow", "job-1", `{"n":1}`, async...)
 	require.Equal(t, http.StatusAccepted, again.Code, again.Body.String())
+	requireJoined(t, again, false)
 	<-b.started
 	require.EqualValues(t, 2, b.calls["slow"].Load(), "a canceled key runs again")
 	b.releaseNow()
@@ -118,6 +121,22 @@ func followToCanceled(t *testing.T, events <-chan sseEvent) sseEvent {
 	require.Equal(t, "failed", data.Record.Status)
 	require.JSONEq(t, `{"ok":false,"stopReason":"canceled","needsHuman":false,"cached":false}`, string(data.Record.Response))
 	return last
+}
+
+// requireJoined checks a 202's events link (Link rel="monitor" and
+// eventsUrl) and whether it is marked as having joined a running job
+// (Idempotent-Existing and existing): without them a duplicate's 202 is the
+// first one's, and a client builds the events URL itself.
+func requireJoined(t *testing.T, w *httptest.ResponseRecorder, existing bool) {
+	t.Helper()
+	var rec keyRecord
+	require.NoError(t, json.Unmarshal(w.Body.Bytes(), &rec))
+	events := w.Header().Get("Location") + "/events"
+	require.Equal(t, events, rec.EventsURL)
+	require.Equal(t, "<"+events+`>; rel="monitor"`, w.Header().Get("Link"))
+	require.NotNil(t, rec.Existing)
+	require.Equal(t, existing, *rec.Existing)
+	require.Equal(t, map[bool]string{true: "true", false: ""}[existing], w.Header().Get("Idempotent-Existing"))
 }
 
 func TestRespondAsyncWithWaitAnswersTheOutcome(t *testing.T) {

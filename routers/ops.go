@@ -184,6 +184,12 @@ type keyRecord struct {
 	SecretID string `json:"secretId,omitempty"`
 	// StreamEvents is "stored" or "dropped" for a key completed by a stream.
 	StreamEvents string `json:"streamEvents,omitempty"`
+	// Progress is what the current attempt last reported (jobs.go).
+	Progress *progressRecord `json:"progress,omitempty"`
+	// Existing and EventsURL are set on a 202: whether the submission
+	// joined a job already running, and where its events are (jobs.go).
+	Existing  *bool  `json:"existing,omitempty"`
+	EventsURL string `json:"eventsUrl,omitempty"`
 }
 
 // lookupKey serves GET /v1/ops/:scope/keys/:key. The key is a reference

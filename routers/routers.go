@@ -385,7 +385,7 @@ func newEngine(o Options) (*gin.Engine, error) {
 // ExposedHeaders are the response headers a browser may read (CORS).
 var ExposedHeaders = []string{
 	pipeline.HeaderReplayed, pipeline.HeaderCompletedAt, pipeline.HeaderKeyRef, pipeline.HeaderLocation, pipeline.HeaderRetryAfter, pipeline.HeaderPreferenceApplied,
-	pipeline.HeaderStreamRestart,
+	pipeline.HeaderStreamRestart, pipeline.HeaderExisting, pipeline.HeaderLink,
 }
 
 // AllowedHeaders are the request headers a browser may send (CORS).

@@ -87,6 +87,9 @@ type Record struct {
 	// CancelRequestedAt is when a cancel of the running execution was
 	// requested (Store.RequestCancel); zero when none was.
 	CancelRequestedAt time.Time
+	// Progress is what the current attempt last reported of how far it got,
+	// written by Store.Renew; zero (At zero) when it reported nothing.
+	Progress Progress
 	// Now is the store's clock when the row was read. Every expiry and
 	// staleness judgement compares the row's times with Now, never with the
 	// application server's clock.
@@ -257,6 +260,10 @@ type CompleteParams struct {
 	// Events is the event sequence of a streamed success (nil: none), stored
 	// as given; see Record.Events.
 	Events []byte
+	// Progress, when not nil, is the execution's last progress, written in
+	// the same statement (its At is the completed_at written); nil leaves
+	// the row's progress as it is. A completed row keeps its last progress.
+	Progress *Progress
 }
 
 // ReleaseParams are the arguments of Store.Release: the claim ID/Nonce is
@@ -352,7 +359,8 @@ type Store interface {
 	Ping(ctx context.Context) error
 	// Renew is the heartbeat of a running execution (see RenewParams): it
 	// sets heartbeat_at = now and expires_at = at least now + p.Extend on
-	// the started row p.ID owned by p.Nonce, and reports whether it still
+	// the started row p.ID owned by p.Nonce, with p.Progress (when given,
+	// its At = that heartbeat_at) in the same statement, and reports whether it still
 	// owns it and whether a cancel was requested.
 	// A write the database reports as possibly applied or not (a deadlock
 	// victim, a lock wait timeout) must return an error wrapping
@@ -400,7 +408,27 @@ type RenewParams struct {
 	// nor an expired re-claim can touch a running execution, however much
 	// longer than its TTL it runs.
 	Extend time.Duration
+	// Progress, when not nil, is the execution's latest progress, written
+	// with the renewal in the same statement (its At is the heartbeat_at
+	// the renewal writes); nil leaves the row's progress as it is.
+	Progress *Progress
 }
+
+// Progress is how far a running execution got, as it reported it: Done of
+// Total steps (Total 0: not known) and the stage it is in, a name from its
+// scope's allowlist ("" for none). Nothing else of an operation's is ever
+// stored with it. Every transition back to started (retry, takeover,
+// expired re-claim) clears it: each attempt's progress starts from zero.
+type Progress struct {
+	Done, Total int64
+	Stage       string
+	// At is when the row got this progress: the heartbeat_at of the
+	// renewal that wrote it (the store's clock); zero for none.
+	At time.Time
+}
+
+// MaxProgressStage is the longest stage name a store keeps (bytes).
+const MaxProgressStage = 48
 
 // RenewResult is what Store.Renew reports.
 type RenewResult struct {

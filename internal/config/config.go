@@ -417,6 +417,8 @@ type rawSettings struct {
 	StaleAfter  string `yaml:"stale_after"`
 	MaxAttempts int    `yaml:"max_attempts"`
 	StalePolicy string `yaml:"stale_policy"`
+	// ProgressStages: idemguard.Settings.ProgressStages.
+	ProgressStages []string `yaml:"progress_stages"`
 }
 
 type rawOpenAI struct {
@@ -1070,10 +1072,11 @@ func (p *problems) between(setting string, d, lo, hi time.Duration) {
 
 func (p *problems) settings(at string, r rawSettings) idemguard.Settings {
 	return idemguard.Settings{
-		TTL:         p.duration(at+".ttl", r.TTL, 0),
-		StaleAfter:  p.duration(at+".stale_after", r.StaleAfter, 0),
-		MaxAttempts: r.MaxAttempts,
-		StalePolicy: idemguard.StalePolicy(strings.TrimSpace(r.StalePolicy)),
+		TTL:            p.duration(at+".ttl", r.TTL, 0),
+		StaleAfter:     p.duration(at+".stale_after", r.StaleAfter, 0),
+		MaxAttempts:    r.MaxAttempts,
+		StalePolicy:    idemguard.StalePolicy(strings.TrimSpace(r.StalePolicy)),
+		ProgressStages: r.ProgressStages,
 	}
 }
 
@@ -1219,8 +1222,13 @@ func cmpOr(a, b string) string {
 	return b
 }
 
+// DemoProgressStages are the stage names the demo operation reports with
+// its progress (ops.DemoStages): the demo job scope's allowlist.
+var DemoProgressStages = []string{"thinking", "writing"}
+
 // Development mode's long-running demo job: 30 seconds, with a heartbeat
-// (and so a cancel check and an "alive" event) every 2 seconds.
+// (and so a cancel check, an "alive" event and its progress) every 2
+// seconds.
 const (
 	DefaultDemoJobDelay      = 30 * time.Second
 	DefaultDemoJobStaleAfter = 6 * time.Second
@@ -1228,5 +1236,5 @@ const (
 
 func demoJobScope() Scope {
 	return Scope{Name: DemoJobScope, Operation: OpDemo, Delay: DefaultDemoJobDelay,
-		Settings: idemguard.Settings{StaleAfter: DefaultDemoJobStaleAfter}}
+		Settings: idemguard.Settings{StaleAfter: DefaultDemoJobStaleAfter, ProgressStages: DemoProgressStages}}
 }

@@ -213,6 +213,7 @@ func TestLoadNamesBadSettings(t *testing.T) {
 			nil, `scopes[2].stale_after: must be at least 300ms, got 100ms`},
 		{"max_attempts", "scopes: [{name: a, operation: demo, max_attempts: 101}]\n", nil, `scopes[0].max_attempts: must be between 1 and 100`},
 		{"stale_policy", "scopes: [{name: a, operation: demo, stale_policy: retry}]\n", nil, `scopes[0].stale_policy: must be "takeover" or "fail", got "retry"`},
+		{"progress_stages", "scopes: [{name: a, operation: demo, progress_stages: [reading, 'model output']}]\n", nil, `scopes[0]: ProgressStages: "model output" must be`},
 		{"scope name", "scopes: [{name: 'a b', operation: demo}]\n", nil, `scopes[0].name: `},
 		{"scope duplicate", "scopes: [{name: a, operation: demo}, {name: a, operation: demo}]\n", nil, `scopes[1].name: scope "a" is already defined by scopes[0]`},
 		{"operation missing", "scopes: [{name: a}]\n", nil, `scopes[0].operation: is required`},

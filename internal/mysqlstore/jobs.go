@@ -2,6 +2,10 @@ package mysqlstore
 
 import (
 	"context"
+	"database/sql"
+	"strconv"
+	"strings"
+	"time"
 
 	"github.com/idemguard/idemguard/store"
 )
@@ -19,9 +23,44 @@ const renewSQL = `UPDATE idempotency_keys SET
   expires_at = GREATEST(expires_at, UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND)
 WHERE id = ? AND status = 'started' AND claim_nonce = ?`
 
+// renewProgressSQL is renewSQL carrying the execution's latest progress:
+// the same one statement, so a report costs no write of its own. A
+// single-table UPDATE assigns left to right, so the progress's time is the
+// heartbeat_at this statement wrote.
+var renewProgressSQL = strings.Replace(renewSQL, "\nWHERE", `,
+  progress = `+progressSQL("heartbeat_at")+`
+WHERE`, 1)
+
+// progressSQL is the progress column's value "<done> <total> <at> <stage>"
+// from three parameters (done, total, stage) and the column at, in
+// microseconds since the Unix epoch (see the migration that adds it).
+func progressSQL(at string) string {
+	return `CONCAT(?, ' ', ?, ' ', TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', ` + at + `), ' ', ?)`
+}
+
+// parseProgress reads the progress column; zero for NULL or anything it
+// did not write.
+func parseProgress(v sql.NullString) store.Progress {
+	parts := strings.SplitN(v.String, " ", 4)
+	if !v.Valid || len(parts) != 4 {
+		return store.Progress{}
+	}
+	done, err1 := strconv.ParseInt(parts[0], 10, 64)
+	total, err2 := strconv.ParseInt(parts[1], 10, 64)
+	at, err3 := strconv.ParseInt(parts[2], 10, 64)
+	if err1 != nil || err2 != nil || err3 != nil {
+		return store.Progress{}
+	}
+	return store.Progress{Done: done, Total: total, Stage: parts[3], At: time.UnixMicro(at).UTC()}
+}
+
 // Renew implements store.Store.
 func (s *Store) Renew(ctx context.Context, p store.RenewParams) (store.RenewResult, error) {
-	res, err := s.db.ExecContext(ctx, renewSQL, micros(p.Extend), p.ID, p.Nonce)
+	query, args := renewSQL, []any{micros(p.Extend), p.ID, p.Nonce}
+	if g := p.Progress; g != nil {
+		query, args = renewProgressSQL, []any{micros(p.Extend), g.Done, g.Total, g.Stage, p.ID, p.Nonce}
+	}
+	res, err := s.db.ExecContext(ctx, query, args...)
 	ok, err := changedOne(res, err)
 	if !ok || err != nil {
 		return store.RenewResult{}, err

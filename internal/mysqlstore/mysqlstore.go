@@ -194,6 +194,7 @@ type row struct {
 	ExpiresAt    time.Time      `db:"expires_at"`
 	LeaseMicros  sql.NullInt64  `db:"lease_micros"`
 	CancelAt     sql.NullTime   `db:"cancel_requested_at"`
+	Progress     sql.NullString `db:"progress"`
 	SecretID     sql.NullString `db:"secret_id"`
 	Now          time.Time      `db:"db_now"`
 }
@@ -202,12 +203,12 @@ type row struct {
 func (r *row) dest() []any {
 	return []any{&r.ID, &r.Tenant, &r.Scope, &r.KeyHash, &r.Fingerprint, &r.Status, &r.Attempts, &r.ClaimNonce,
 		&r.Response, &r.ResponseCode, &r.Events, &r.CreatedAt, &r.StartedAt, &r.HeartbeatAt, &r.CompletedAt, &r.ExpiresAt,
-		&r.LeaseMicros, &r.CancelAt, &r.SecretID, &r.Now}
+		&r.LeaseMicros, &r.CancelAt, &r.Progress, &r.SecretID, &r.Now}
 }
 
 const getSQL = `SELECT id, tenant, scope, key_hash, request_fingerprint, status, attempt_count, claim_nonce,
   response_json, response_code, response_events, created_at, started_at, heartbeat_at, completed_at, expires_at,
-  lease_micros, cancel_requested_at, secret_id, UTC_TIMESTAMP(6) AS db_now
+  lease_micros, cancel_requested_at, progress, secret_id, UTC_TIMESTAMP(6) AS db_now
 FROM idempotency_keys WHERE tenant = ? AND scope = ? AND key_hash = ?`
 
 // Get implements store.Store.
@@ -259,7 +260,7 @@ func (r *row) record() store.Record {
 		ResponseCode: int(r.ResponseCode.Int32), Events: r.Events, CreatedAt: r.CreatedAt, StartedAt: r.StartedAt,
 		HeartbeatAt: r.HeartbeatAt.Time, CompletedAt: r.CompletedAt.Time, ExpiresAt: r.ExpiresAt,
 		Lease: time.Duration(r.LeaseMicros.Int64) * time.Microsecond, CancelRequestedAt: r.CancelAt.Time, Now: r.Now,
-		SecretID: r.SecretID.String}
+		SecretID: r.SecretID.String, Progress: parseProgress(r.Progress)}
 }
 
 // staleSQL and reclaimableSQL are the staleness rule of package store
@@ -283,6 +284,7 @@ const (
 	reclaimExpiredSQL = `UPDATE idempotency_keys SET
   status = 'started', claim_nonce = ?, attempt_count = 1, request_fingerprint = ?, secret_id = NULLIF(?, ''),
   response_json = NULL, response_code = NULL, response_events = NULL, completed_at = NULL, cancel_requested_at = NULL,
+  progress = NULL,
   created_at = UTC_TIMESTAMP(6), started_at = UTC_TIMESTAMP(6), heartbeat_at = UTC_TIMESTAMP(6),
   lease_micros = NULLIF(?, 0), expires_at = UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND,
   claim_event_id = NULL, claimed_by = NULL
@@ -290,12 +292,14 @@ WHERE id = ? AND claim_nonce = ? AND attempt_count = ? AND ` + reclaimableSQL
 
 	reclaimStaleSQL = `UPDATE idempotency_keys SET
   claim_nonce = ?, attempt_count = attempt_count + 1, cancel_requested_at = NULL,
+  progress = NULL,
   started_at = UTC_TIMESTAMP(6), heartbeat_at = UTC_TIMESTAMP(6), lease_micros = NULLIF(?, 0)
 WHERE id = ? AND claim_nonce = ? AND attempt_count = ? AND ` + staleSQL
 
 	reclaimFailedSQL = `UPDATE idempotency_keys SET
   status = 'started', claim_nonce = ?, attempt_count = attempt_count + 1,
   response_json = NULL, response_code = NULL, response_events = NULL, completed_at = NULL, cancel_requested_at = NULL,
+  progress = NULL,
   started_at = UTC_TIMESTAMP(6), heartbeat_at = UTC_TIMESTAMP(6), lease_micros = NULLIF(?, 0),
   expires_at = GREATEST(expires_at, UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND)
 WHERE id = ? AND status = 'failed' AND claim_nonce = ? AND attempt_count = ?
@@ -356,6 +360,12 @@ const completeSQL = `UPDATE idempotency_keys SET
   expires_at = UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND
 WHERE id = ? AND status = 'started' AND claim_nonce = ?`
 
+// completeProgressSQL is completeSQL with the execution's last progress
+// (see renewProgressSQL), at its completed_at.
+var completeProgressSQL = strings.Replace(completeSQL, "\nWHERE", `,
+  progress = `+progressSQL("completed_at")+`
+WHERE`, 1)
+
 // Complete implements store.Store.
 func (s *Store) Complete(ctx context.Context, p store.CompleteParams) (bool, time.Time, error) {
 	if p.Status != store.RowSucceeded && p.Status != store.RowFailed {
@@ -365,8 +375,11 @@ func (s *Store) Complete(ctx context.Context, p store.CompleteParams) (bool, tim
 	if p.Canceled {
 		giveBack = 1 // a started row's attempt_count is at least 1
 	}
-	res, err := s.db.ExecContext(ctx, completeSQL, string(p.Status), string(p.Response), p.ResponseCode, p.Events,
-		giveBack, micros(p.TTL), p.ID, p.Nonce)
+	query, args := completeSQL, []any{string(p.Status), string(p.Response), p.ResponseCode, p.Events, giveBack, micros(p.TTL)}
+	if g := p.Progress; g != nil {
+		query, args = completeProgressSQL, append(args, g.Done, g.Total, g.Stage)
+	}
+	res, err := s.db.ExecContext(ctx, query, append(args, p.ID, p.Nonce)...)
 	ok, err := changedOne(res, err)
 	if !ok || err != nil {
 		return false, time.Time{}, err

@@ -9,12 +9,20 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/idemguard/idemguard/internal/config"
 	"github.com/idemguard/idemguard/internal/keys"
+	"github.com/idemguard/idemguard/progress"
 	"github.com/idemguard/idemguard/sanitize"
 )
 
 // DefaultDemoDelay is the demo operation's latency unless configured.
 const DefaultDemoDelay = 3 * time.Second
+
+// DemoSteps is how many steps the demo operation reports its progress in,
+// and DemoStages the stage names it reports (a demo scope's allowlist).
+const DemoSteps = 10
+
+var DemoStages = config.DemoProgressStages
 
 // Demo returns an operation that stands in for a slow model call, for
 // development without network or credentials: it waits delay (or until ctx
@@ -32,14 +40,8 @@ func Demo(delay time.Duration) Func {
 		if err != nil {
 			return nil, invalidInput("demo: inputs are not JSON")
 		}
-		if delay > 0 {
-			t := time.NewTimer(delay)
-			defer t.Stop()
-			select {
-			case <-ctx.Done():
-				return nil, fmt.Errorf("demo: %w", context.Cause(ctx))
-			case <-t.C:
-			}
+		if err := demoWait(ctx, delay); err != nil {
+			return nil, err
 		}
 		sum := sha256.Sum256(canonical)
 		prompt := int64(len(canonical)/4 + 1)
@@ -57,4 +59,25 @@ func Demo(delay time.Duration) Func {
 			},
 		}, nil
 	}
+}
+
+// demoWait waits delay in DemoSteps steps, reporting each (package
+// progress): the first half "thinking", the second "writing". It returns
+// ctx's cause if ctx ends first.
+func demoWait(ctx context.Context, delay time.Duration) error {
+	if delay <= 0 {
+		return nil
+	}
+	t := time.NewTimer(delay / DemoSteps)
+	defer t.Stop()
+	for i := int64(1); i <= DemoSteps; i++ {
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("demo: %w", context.Cause(ctx))
+		case <-t.C:
+		}
+		progress.Report(ctx, progress.Update{Done: i, Total: DemoSteps, Stage: DemoStages[min(1, (i-1)*2/DemoSteps)]})
+		t.Reset(delay / DemoSteps)
+	}
+	return nil
 }

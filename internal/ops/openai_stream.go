@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/idemguard/idemguard"
+	"github.com/idemguard/idemguard/progress"
 	"github.com/idemguard/idemguard/sanitize"
 )
 
@@ -158,7 +159,7 @@ func OpenAIChatStream(cfg OpenAIConfig) StreamFunc {
 			return nil, &idemguard.OpError{Reason: reasonForStatus(resp.StatusCode),
 				Err: &StatusError{Upstream: "openai_chat upstream", StatusCode: resp.StatusCode}}
 		}
-		a := assembler{emit: emit}
+		a := assembler{emit: emit, ctx: ctx}
 		if err := a.read(resp.Body); err != nil {
 			if ctx.Err() != nil || callCtx.Err() != nil {
 				return nil, transportError(ctx, callCtx, "openai_chat upstream", err)
@@ -218,6 +219,8 @@ func intOf(v any) int64 {
 // it and assembles the answer.
 type assembler struct {
 	emit   func(idemguard.Chunk)
+	ctx    context.Context // the operation's: progress goes to its guard
+	deltas int64           // content deltas received: about one token each
 	text   strings.Builder
 	finish string
 	usage  chunkUsage
@@ -280,6 +283,12 @@ func (a *assembler) chunk(data []byte) error {
 			}
 			a.text.WriteString(content)
 			a.emit(contentEvent(role, content))
+			if content != "" && a.ctx != nil {
+				// The tokens received so far (the total is not known): a
+				// number only, never the text.
+				a.deltas++
+				progress.Report(a.ctx, progress.Update{Done: a.deltas})
+			}
 		}
 		if ch.FinishReason != nil && *ch.FinishReason != "" {
 			a.finish = *ch.FinishReason

@@ -19,6 +19,10 @@ func (s *Store) Renew(ctx context.Context, p store.RenewParams) (store.RenewResu
 	now := s.clock()
 	r.HeartbeatAt = now
 	r.ExpiresAt = laterOf(r.ExpiresAt, now.Add(p.Extend))
+	if p.Progress != nil {
+		r.Progress = *p.Progress
+		r.Progress.At = now
+	}
 	return store.RenewResult{Renewed: true, CancelRequested: !r.CancelRequestedAt.IsZero()}, nil
 }
 

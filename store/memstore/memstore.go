@@ -206,7 +206,7 @@ func (s *Store) Reclaim(ctx context.Context, p store.ReclaimParams) (bool, error
 	default:
 		return false, errors.New("memstore: unknown reclaim kind")
 	}
-	r.ClaimNonce, r.CancelRequestedAt = p.NewNonce, time.Time{}
+	r.ClaimNonce, r.CancelRequestedAt, r.Progress = p.NewNonce, time.Time{}, store.Progress{}
 	s.appendAudit(p.Audit)
 	return true, nil
 }
@@ -258,6 +258,10 @@ func (s *Store) Complete(ctx context.Context, p store.CompleteParams) (bool, tim
 	r.Response, r.ResponseCode = bytes.Clone(p.Response), p.ResponseCode
 	r.Events = cloneEvents(p.Events)
 	r.CompletedAt, r.ExpiresAt = now, now.Add(p.TTL)
+	if p.Progress != nil {
+		r.Progress = *p.Progress
+		r.Progress.At = now
+	}
 	if p.Canceled && r.Attempts > 0 {
 		r.Attempts--
 	}

@@ -317,3 +317,57 @@ func jobWaitJobs(t *testing.T, h *Harness) {
 	require.NoError(t, err)
 	require.Equal(t, store.RowSucceeded, r.Status, "WaitJobs returns once the outcome is stored")
 }
+
+// Without the progress in the renewal statement, the row holds none;
+// without its At = the new heartbeat_at, readers cannot tell a new
+// report from an old one; a renewal without progress keeps the last one;
+// without the reclaims clearing it, a takeover starts from the old
+// attempt's count; without it in Complete, a report made after the last
+// renewal never reaches the row.
+func jobRenewCarriesProgress(t *testing.T, h *Harness) {
+	kh := hash("renew-progress")
+	id, n := claimOne(t, h, "acme", "s", kh)
+	require.Zero(t, get(t, h, "acme", "s", kh).Progress, "a fresh claim has no progress")
+	p := store.Progress{Done: 3, Total: 10, Stage: "fetching"}
+	r, err := h.Store.Renew(ctxFor(t), store.RenewParams{ID: id, Nonce: n, Extend: time.Hour, Progress: &p})
+	require.NoError(t, err)
+	require.True(t, r.Renewed)
+	row := get(t, h, "acme", "s", kh)
+	require.Equal(t, store.Progress{Done: 3, Total: 10, Stage: "fetching", At: row.HeartbeatAt}, row.Progress)
+
+	r, err = h.Store.Renew(ctxFor(t), store.RenewParams{ID: id, Nonce: n, Extend: time.Hour})
+	require.NoError(t, err)
+	require.True(t, r.Renewed)
+	again := get(t, h, "acme", "s", kh)
+	require.Equal(t, row.Progress, again.Progress, "a renewal without progress keeps the last one")
+
+	p = store.Progress{Done: 7}
+	_, err = h.Store.Renew(ctxFor(t), store.RenewParams{ID: id, Nonce: n, Extend: time.Hour, Progress: &p})
+	require.NoError(t, err)
+	row = get(t, h, "acme", "s", kh)
+	require.Equal(t, store.Progress{Done: 7, At: row.HeartbeatAt}, row.Progress, "no stage is none, not the last one")
+	require.True(t, row.Progress.At.After(again.HeartbeatAt))
+
+	other := store.Progress{Done: 9, Total: 10}
+	r, err = h.Store.Renew(ctxFor(t), store.RenewParams{ID: id, Nonce: nonce(), Extend: time.Hour, Progress: &other})
+	require.NoError(t, err)
+	require.False(t, r.Renewed)
+	require.Equal(t, row.Progress, get(t, h, "acme", "s", kh).Progress, "another execution's progress is not written")
+
+	h.Age(t, "acme", "s", kh, 10*time.Minute)
+	won, err := h.Store.Reclaim(ctxFor(t), store.ReclaimParams{Kind: store.ReclaimStale, ID: id,
+		OldNonce: n, OldAttempts: 1, NewNonce: nonce(), StaleAfter: time.Minute})
+	require.NoError(t, err)
+	require.True(t, won)
+	require.Zero(t, get(t, h, "acme", "s", kh).Progress, "a takeover starts from zero")
+
+	kh = hash("complete-progress")
+	id, n = claimOne(t, h, "acme", "s", kh)
+	last := store.Progress{Done: 10, Total: 10, Stage: "done"}
+	ok, at, err := h.Store.Complete(ctxFor(t), store.CompleteParams{ID: id, Nonce: n, Status: store.RowSucceeded,
+		Response: []byte(`{"ok":true,"stopReason":"completed"}`), ResponseCode: 200, TTL: time.Hour, Progress: &last})
+	require.NoError(t, err)
+	require.True(t, ok)
+	row = get(t, h, "acme", "s", kh)
+	require.Equal(t, store.Progress{Done: 10, Total: 10, Stage: "done", At: at}, row.Progress, "the commit carries the last progress")
+}

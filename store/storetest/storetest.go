@@ -172,6 +172,7 @@ func cases(run func(name string, tc caseFunc)) {
 	// Jobs: background operations, cancel and watch (job_cases.go).
 	run("Store/RequestCancelIsGuardedByTheExecution", jobRequestCancelIsGuardedByTheExecution)
 	run("Store/RenewReportsCancelAndKeepsTheRowAlive", jobRenewReportsCancelAndKeepsTheRowAlive)
+	run("Store/RenewCarriesProgress", jobRenewCarriesProgress)
 	run("Store/ReclaimClearsTheCancelAndCanceledGivesTheAttemptBack", jobReclaimClearsTheCancel)
 	run("Guard/StartAnswersAtOnceAndRunsOnce", jobStartAnswersAtOnceAndRunsOnce)
 	run("Guard/CancelFromAnotherProcessStopsTheOwnerAndTheKeyRunsAgain", jobCancelFromAnotherProcess)

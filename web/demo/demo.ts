@@ -2,7 +2,7 @@
 // Generate button wired to @idemguard/client, and the answers with whether
 // each was a replay and its key.
 
-import { IdemguardError, cancelJob, contentOf, forgetJob, isFinal, pendingKey, run, runStream, submitJob, watchJob, type RunResult } from "../src/index.js";
+import { IdemguardError, cancelJob, contentOf, forgetJob, isFinal, pendingKey, run, runStream, submitJob, watchJob, type JobProgress, type RunResult } from "../src/index.js";
 
 const SCOPE = "demo";
 // The public development key: accepted only in development mode. Production
@@ -166,6 +166,19 @@ const jobCancel = document.querySelector<HTMLButtonElement>("#job-cancel")!;
 const jobStatus = document.querySelector<HTMLElement>("#job-status")!;
 const jobAnswer = document.querySelector<HTMLElement>("#job-answer")!;
 const jobEvents = document.querySelector<HTMLOListElement>("#job-events")!;
+const jobProgressRow = document.querySelector<HTMLElement>("#job-progress-row")!;
+const jobProgress = document.querySelector<HTMLProgressElement>("#job-progress")!;
+const jobStage = document.querySelector<HTMLElement>("#job-stage")!;
+
+// showProgress shows how far the job got (a progress event, or the record
+// of any event: a reload shows where it stands at once); none hides the bar.
+function showProgress(p: JobProgress | undefined): void {
+  jobProgressRow.hidden = p === undefined;
+  const fraction = p?.fraction ?? 0;
+  jobProgress.value = fraction;
+  jobProgress.dataset["done"] = String(p?.done ?? 0);
+  jobStage.textContent = p === undefined ? "" : `${p.stage ?? ""} ${p.done}${p.total ? `/${p.total}` : ""}`.trim();
+}
 
 interface RunningJob {
   keyRef: string;
@@ -183,18 +196,21 @@ function setJobStatus(state: string, text: string, keyRef?: string, reattached =
   jobCancel.disabled = state !== "running";
 }
 
-async function follow(job: RunningJob, reattached: boolean): Promise<void> {
+async function follow(job: RunningJob, reattached: boolean, existing = false): Promise<void> {
   current = job;
   sessionStorage.setItem(JOB, JSON.stringify(job));
   jobEvents.replaceChildren();
   jobAnswer.textContent = "";
-  setJobStatus("running", reattached ? "Reattached after reload: running…" : "Running…", job.keyRef, reattached);
+  showProgress(undefined);
+  setJobStatus("running", reattached ? "Reattached after reload: running…" : existing ? "Joined the job already running…" : "Running…", job.keyRef, reattached);
+  jobStatus.dataset["existing"] = String(existing);
   try {
     for await (const e of watchJob(JOB_SCOPE, job.keyRef, { token: TOKEN })) {
       const li = document.createElement("li");
       li.dataset["kind"] = e.event;
       li.textContent = `${e.event} · attempt ${e.attempt} · ${e.at}`;
       jobEvents.append(li);
+      showProgress(e.progress ?? e.record.progress);
       if (e.event === "stale") setJobStatus("stale", "The server running this job stopped; start it again to resume.", job.keyRef, reattached);
       if (!isFinal(e)) continue;
       const response = e.record.response;
@@ -208,7 +224,8 @@ async function follow(job: RunningJob, reattached: boolean): Promise<void> {
       } else {
         setJobStatus("failed", `Failed: ${response?.stopReason ?? "unknown"}. Start it again to retry.`, job.keyRef, reattached);
       }
-      sessionStorage.removeItem(JOB);
+      // The job stays in sessionStorage: a reload shows its final state
+      // (and its last progress) until another job starts.
     }
   } catch (err) {
     setJobStatus("error", err instanceof Error ? err.message : String(err), job.keyRef, reattached);
@@ -219,7 +236,7 @@ async function startJob(text: string): Promise<void> {
   setJobStatus("submitting", "Submitting…");
   try {
     const r = await submitJob(JOB_SCOPE, jobInput(text), { token: TOKEN, action: `demo-job:${text}` });
-    await follow({ keyRef: r.keyRef, prompt: text }, false);
+    await follow({ keyRef: r.keyRef, prompt: text }, false, r.existing);
   } catch (err) {
     setJobStatus("error", err instanceof Error ? err.message : String(err));
   }

@@ -10,6 +10,11 @@ import type { components } from "./openapi.gen.js";
 /** The data of one event of GET …/keys/{key}/events. */
 export type KeyEventData = components["schemas"]["KeyEvent"];
 
+/** How far a job got, as its operation last reported it (done of total,
+ * `fraction` when the total is known, a stage name from the scope's
+ * allowlist). */
+export type JobProgress = components["schemas"]["Progress"];
+
 /** One transition of a job's key. */
 export interface JobEvent extends KeyEventData {
   /** `<attempt>.<event>.<unix-micros>`: the same on every replica. */
@@ -49,6 +54,12 @@ export interface SubmitResult {
   keyRef: string;
   /** The key record's path (Location). */
   location: string;
+  /** true: this submission joined a job already running (the answer said
+   * `Idempotent-Existing: true`); false for the one that started it. */
+  existing: boolean;
+  /** The job's events (the 202's `Link: <…>; rel="monitor"`, or the
+   * record's eventsUrl); "" for an answer without one. */
+  eventsUrl: string;
   status: number;
   /** The key record (202). */
   record?: KeyRecord;
@@ -75,9 +86,21 @@ export async function submitJob(scope: string, input: unknown, options: SubmitOp
   const keyRef = resp.headers.get("Idempotency-Key-Ref") ?? key;
   const location = resp.headers.get("Location") ?? "";
   if (resp.status === 202) {
-    return { accepted: true, key, keyRef, location, status: 202, record: (await resp.json()) as KeyRecord };
+    const record = (await resp.json()) as KeyRecord;
+    const existing = resp.headers.get("Idempotent-Existing") === "true" || record.existing === true;
+    const eventsUrl = monitorLink(resp.headers.get("Link")) ?? record.eventsUrl ?? "";
+    return { accepted: true, key, keyRef, location, existing, eventsUrl, status: 202, record };
   }
-  return { accepted: false, key, keyRef, location, status: resp.status, envelope: (await resp.json()) as Envelope };
+  return { accepted: false, key, keyRef, location, existing: false, eventsUrl: "", status: resp.status, envelope: (await resp.json()) as Envelope };
+}
+
+/** The target of a Link header's rel="monitor" entry (RFC 8288), if any. */
+export function monitorLink(header: string | null): string | undefined {
+  for (const part of (header ?? "").split(",")) {
+    const m = /^\s*<([^>]*)>(.*)$/.exec(part);
+    if (m !== null && /;\s*rel\s*=\s*"?[^";]*\bmonitor\b/i.test(m[2] ?? "")) return m[1];
+  }
+  return undefined;
 }
 
 /** Forgets the key submitJob keeps for an action: the next submission is a new job. */
@@ -123,8 +146,11 @@ export interface WatchOptions extends JobOptions {
 
 /**
  * Follows a job: yields each transition of its key (started, alive,
- * cancel_requested, stale, then succeeded, failed or canceled with the
- * stored answer in `record.response`) and returns after the final one. A
+ * progress, cancel_requested, stale, then succeeded, failed or canceled
+ * with the stored answer in `record.response`) and returns after the final
+ * one. A `progress` event carries how far the job got in `progress` (also
+ * in `record.progress` of every event, and in the record of the final
+ * one); a `started` event of a new attempt starts it again from none. A
  * dropped connection is reopened with Last-Event-ID, so no transition is
  * lost or repeated. Throws an IdemguardError for 404 (unknown key), 429 (too
  * many watchers) and when reconnecting keeps failing.

@@ -517,11 +517,42 @@ export interface components {
              * @enum {string}
              */
             streamEvents?: "stored" | "dropped";
+            progress?: components["schemas"]["Progress"];
+            /** @description On a 202 only: true when the submission joined a job already running (with `Idempotent-Existing: true`), false when it started it. */
+            existing?: boolean;
+            /** @description On a 202 only: the key's events, `{Location}/events` (also in the `Link` header, rel="monitor"). */
+            eventsUrl?: string;
+        };
+        /**
+         * @description How far the current attempt got, as its operation last reported it
+         *     and its heartbeat stored it (a report costs no write of its own, so
+         *     it is as fine-grained as the heartbeat). Only numbers and a stage
+         *     name from the scope's allowlist. Monotonic within an attempt; a new
+         *     attempt (retry, takeover) starts from none. A completed key keeps its
+         *     last progress. Absent when nothing was reported.
+         */
+        Progress: {
+            /** @description Steps done (tokens received */
+            done: number;
+            /** @description Steps in all; absent when not known. */
+            total?: number;
+            /** @description done / total */
+            fraction?: number;
+            /** @description The stage the operation is in: a name from the scope's allowlist. */
+            stage?: string;
+            /**
+             * Format: date-time
+             * @description When a heartbeat stored it (database clock).
+             */
+            at: string;
         };
         /** @description The data of one event of `GET …/keys/{key}/events`. */
         KeyEvent: {
-            /** @enum {string} */
-            event: "started" | "alive" | "cancel_requested" | "stale" | "succeeded" | "failed" | "canceled";
+            /**
+             * @description `progress`: the operation reported how far it got (`progress`), once per stored change, in order, on every replica. A `started` event of a new attempt resets progress.
+             * @enum {string}
+             */
+            event: "started" | "alive" | "progress" | "cancel_requested" | "stale" | "succeeded" | "failed" | "canceled";
             attempt: number;
             /**
              * Format: date-time
@@ -529,6 +560,7 @@ export interface components {
              */
             at: string;
             record: components["schemas"]["KeyRecord"];
+            progress?: components["schemas"]["Progress"];
         };
         /** @description The answer of `GET …/keys/{key}/history`. */
         KeyHistory: {
@@ -709,6 +741,13 @@ export interface components {
         IdempotentStreamRestart: "superseded" | "unavailable";
         /** @description On a replay, when the stored answer was written (RFC 3339, UTC). */
         IdempotentCompletedAt: string;
+        /** @description `true` on a 202 whose submission joined a job already running (the record's `existing`); absent on the submission that started it. */
+        IdempotentExisting: "true";
+        /**
+         * @description On every 202: the key's events (`GET {Location}/events`), as `<url>; rel="monitor"` (RFC 8288); the record's `eventsUrl` holds the same URL.
+         * @example </v1/ops/demo-job/keys/job-1/events>; rel="monitor"
+         */
+        MonitorLink: string;
         /**
          * @description `wait=N` when a `Prefer: wait` was honoured (N is the (capped) wait in seconds, rounded up); `respond-async` on a 202.
          * @example wait=5
@@ -821,14 +860,19 @@ export interface operations {
             /**
              * @description `Prefer: respond-async`: the operation runs in the background
              *     (this request won the claim), or already runs for an earlier
-             *     request with this key. The body is the key record; `Location`
-             *     names it, and `{Location}/events` streams its transitions.
+             *     request with this key: then `Idempotent-Existing: true` and the
+             *     record's `existing` is true (false on the submission that started
+             *     it). The body is the key record; `Location` names it, and its
+             *     events link (`Link: <{Location}/events>; rel="monitor"`, and the
+             *     record's `eventsUrl`) streams its transitions and progress.
              */
             202: {
                 headers: {
                     Location: components["headers"]["Location"];
                     "Idempotency-Key-Ref": components["headers"]["IdempotencyKeyRef"];
                     "Preference-Applied": components["headers"]["PreferenceApplied"];
+                    "Idempotent-Existing": components["headers"]["IdempotentExisting"];
+                    Link: components["headers"]["MonitorLink"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -1161,6 +1205,7 @@ export interface operations {
             202: {
                 headers: {
                     Location: components["headers"]["Location"];
+                    Link: components["headers"]["MonitorLink"];
                     [name: string]: unknown;
                 };
                 content: {

@@ -1,5 +1,5 @@
 import { describe, expect, it } from "vitest";
-import { cancelJob, keyHistory, IdemguardError, jobKey, readEvents, submitJob, watchJob, type JobEvent, type KeyStore } from "../src/index.js";
+import { cancelJob, keyHistory, IdemguardError, jobKey, monitorLink, readEvents, submitJob, watchJob, type JobEvent, type KeyStore } from "../src/index.js";
 
 interface Recorded {
   url: string;
@@ -53,6 +53,26 @@ describe("submitJob", () => {
     await submitJob("jobs", { q: 1 }, { ...opts, newKey: () => "other" });
     expect(srv.requests[1]!.headers.get("Idempotency-Key")).toBe("k1");
   });
+
+  it("tells a submission that joined a running job, and gives the events link", async () => {
+    const answer = (existing: boolean) => new Response(JSON.stringify({ ...record("started"), existing, eventsUrl: "/v1/ops/jobs/keys/k1/events" }), {
+      status: 202,
+      headers: {
+        Location: "/v1/ops/jobs/keys/k1", "Idempotency-Key-Ref": "k1", Link: '</v1/ops/jobs/keys/k1/events>; rel="monitor"',
+        ...(existing ? { "Idempotent-Existing": "true" } : {}),
+      },
+    });
+    const srv = fakeServer([answer(false), answer(true)]);
+    const opts = { token: "t", fetch: srv.fetch, store: memoryStore(), newKey: () => "k1" };
+    expect(await submitJob("jobs", { q: 1 }, opts)).toMatchObject({ existing: false, eventsUrl: "/v1/ops/jobs/keys/k1/events" });
+    expect(await submitJob("jobs", { q: 1 }, opts)).toMatchObject({ existing: true, eventsUrl: "/v1/ops/jobs/keys/k1/events" });
+  });
+
+  it("reads the monitor link among others", () => {
+    expect(monitorLink('</a>; rel="next", </v1/x/events>; rel="monitor"')).toBe("/v1/x/events");
+    expect(monitorLink("</a>; rel=next")).toBeUndefined();
+    expect(monitorLink(null)).toBeUndefined();
+  });
 });
 
 describe("watchJob", () => {
@@ -63,6 +83,19 @@ describe("watchJob", () => {
     expect(seen.map((e) => [e.id, e.event])).toEqual([["1.started.1", "started"], ["1.alive.2", "al"], ["1.succeeded.3", "succeeded"]]);
     expect(srv.requests[0]!.url).toBe("/v1/ops/jobs/keys/job-1/events");
     expect(srv.requests[0]!.headers.get("Authorization")).toBe("Bearer t");
+  });
+
+  it("yields progress events with their numbers", async () => {
+    const progress = (id: string, done: number) => {
+      const p = { done, total: 10, fraction: done / 10, stage: "thinking", at: "2026-01-01T00:00:01Z" };
+      return `id: ${id}\nevent: progress\ndata: ${JSON.stringify({ event: "progress", attempt: 1, at: p.at, record: { ...record("started"), progress: p }, progress: p })}\n\n`;
+    };
+    const srv = fakeServer([stream(ev("1.started.1", "started"), progress("1.progress.2", 3), progress("1.progress.3", 7), ev("1.succeeded.4", "succeeded", "succeeded"))]);
+    const done: number[] = [];
+    for await (const e of watchJob("jobs", "job-1", { token: "t", fetch: srv.fetch })) {
+      if (e.event === "progress") done.push(e.progress!.done);
+    }
+    expect(done).toEqual([3, 7]);
   });
 
   it("reconnects with Last-Event-ID after the stream drops, and stops on 204", async () => {

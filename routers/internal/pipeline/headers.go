@@ -23,6 +23,10 @@ const (
 	HeaderLocation          = "Location"
 	HeaderLastEventID       = "Last-Event-ID"
 	HeaderStreamRestart     = "Idempotent-Stream-Restart"
+	// HeaderExisting marks a 202 that joined a job already running (true).
+	HeaderExisting = "Idempotent-Existing"
+	// HeaderLink carries a 202's events link (rel="monitor", RFC 8288).
+	HeaderLink = "Link"
 )
 
 // PreferAsync is the preference of a background run (RFC 7240).
