@@ -266,18 +266,7 @@ func TestProgressStageOutsideTheAllowlistNeverLeaves(t *testing.T) {
 	}
 	_, err := g.Start(context.Background(), stepCall, op)
 	require.NoError(t, err)
-	w, err := g.Watch(context.Background(), key, "")
-	require.NoError(t, err)
-	defer w.Close()
-	var events []idemguard.Event
-	for {
-		e, err := w.Next(context.Background())
-		if err == io.EOF {
-			break
-		}
-		require.NoError(t, err)
-		events = append(events, e)
-	}
+	events := watchToEnd(t, g, key)
 	require.NoError(t, g.WaitJobs(context.Background()))
 	rec, err := st.Get(context.Background(), "acme", "research", key.Hash())
 	require.NoError(t, err)
@@ -297,4 +286,22 @@ func TestProgressStageOutsideTheAllowlistNeverLeaves(t *testing.T) {
 		require.False(t, strings.Contains(text, canary), "the canary reached the %s", what)
 	}
 	require.Contains(t, logs.String(), "(progress stage)", "the drop is logged by its name")
+}
+
+// watchToEnd watches key from its first event until the watch ends and
+// returns every event it saw.
+func watchToEnd(t *testing.T, g *idemguard.Guard, key idemguard.Key) []idemguard.Event {
+	t.Helper()
+	w, err := g.Watch(context.Background(), key, "")
+	require.NoError(t, err)
+	defer w.Close()
+	var events []idemguard.Event
+	for {
+		e, err := w.Next(context.Background())
+		if err == io.EOF {
+			return events
+		}
+		require.NoError(t, err)
+		events = append(events, e)
+	}
 }
