@@ -172,29 +172,37 @@ func (h *handlers) keyRoute(c *gin.Context, rotated bool) (scope *Scope, ref str
 // secret). It answers 400 itself.
 func (h *handlers) keyOfRef(c *gin.Context, tenant tenancy.ID, scope string, rotated bool) (ref string, key idemguard.Key, ok bool) {
 	ref = c.Param("key")
-	principal := principalFrom(c)
-	key, derived, err := pipeline.ParseRef(h.guard, tenant, scope, principal, ref)
+	key, err := h.resolveRef(c.Request.Context(), tenant, scope, principalFrom(c), ref, rotated)
 	if err != nil {
 		h.fail(c, err)
 		return "", idemguard.Key{}, false
 	}
+	logOf(c).keyHash = shortHash(key.Hash())
+	return ref, key, true
+}
+
+// resolveRef is keyOfRef for a caller of tenant in principal's key space,
+// of every door.
+func (h *handlers) resolveRef(ctx context.Context, tenant tenancy.ID, scope, principal, ref string, rotated bool) (idemguard.Key, error) {
+	key, derived, err := pipeline.ParseRef(h.guard, tenant, scope, principal, ref)
+	if err != nil {
+		return idemguard.Key{}, err
+	}
 	if derived && principal != "" { // a principal's derived reference is masked (principalref.go)
 		if key, err = h.guard.KeyOfHash(tenant, scope, h.maskHash(string(tenant), scope, principal, key.Hash())); err != nil {
-			h.fail(c, err)
-			return "", idemguard.Key{}, false
+			return idemguard.Key{}, err
 		}
 	}
 	// Without a row the current hash stands, and the route's own read
 	// answers.
 	if rotated && !derived {
-		if info, err := h.guard.Lookup(c.Request.Context(), key); err == nil && info.KeyHash != key.Hash() {
+		if info, err := h.guard.Lookup(ctx, key); err == nil && info.KeyHash != key.Hash() {
 			if stored, err := h.guard.KeyOfHash(tenant, scope, info.KeyHash); err == nil {
 				key = stored
 			}
 		}
 	}
-	logOf(c).keyHash = shortHash(key.Hash())
-	return ref, key, true
+	return key, nil
 }
 
 // cancelKey serves POST /v1/ops/:scope/keys/:key/cancel: 202 with the key

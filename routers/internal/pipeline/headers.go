@@ -7,8 +7,6 @@ import (
 	"strconv"
 	"strings"
 	"time"
-
-	"github.com/idemguard/idemguard/internal/keys"
 )
 
 // Header names of the API and the middleware.
@@ -91,13 +89,7 @@ func parseIdempotencyKey(h http.Header) (string, error) {
 		}
 		v = v[1 : len(v)-1]
 	}
-	if err := keys.ValidateClientKey(v); err != nil {
-		// The keys error says what is wrong (empty, length, position of
-		// the first bad character) without quoting the key.
-		why := strings.TrimPrefix(err.Error(), keys.ErrInvalidClientKey.Error()+": ")
-		return "", Reject(ErrInvalidKey, "%s; an Idempotency-Key is 1 to %d characters of [A-Za-z0-9_.:-], as a bare token or a quoted string", why, keys.MaxClientKeyLen)
-	}
-	return v, nil
+	return clientKey(v, "Idempotency-Key", ", as a bare token or a quoted string")
 }
 
 // parsePreferWait returns the wait asked for by the first wait preference of

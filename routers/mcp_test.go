@@ -1,0 +1,207 @@
+package routers
+
+import (
+	"context"
+	"encoding/json"
+	"net/http"
+	"net/http/httptest"
+	"testing"
+	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+	"github.com/stretchr/testify/require"
+
+	"github.com/idemguard/idemguard/tenancy"
+)
+
+// bearer adds an Authorization header to every request.
+type bearer struct {
+	token string
+	next  http.RoundTripper
+}
+
+func (b bearer) RoundTrip(r *http.Request) (*http.Response, error) {
+	r = r.Clone(r.Context())
+	r.Header.Set("Authorization", "Bearer "+b.token)
+	return b.next.RoundTrip(r)
+}
+
+// mcpSetup is the test API with the MCP door at /mcp: "slow" is async,
+// "created" is acme's only.
+func mcpSetup(t *testing.T) (*testBundle, *httptest.Server) {
+	t.Helper()
+	b := setup(t, setupOpts{options: func(o *Options) {
+		o.MCPPath = "/mcp"
+		o.MaxWait = 2 * time.Second
+		for i := range o.Scopes {
+			switch o.Scopes[i].Name {
+			case "slow":
+				o.Scopes[i].Async = true
+			case "created":
+				o.Scopes[i].Tenants = []tenancy.ID{"acme"}
+			}
+		}
+	}})
+	srv := httptest.NewServer(b.handler)
+	t.Cleanup(srv.Close)
+	return b, srv
+}
+
+// mcpSession connects the official client to srv's door with token.
+func mcpSession(t *testing.T, srv *httptest.Server, token string) (*mcp.ClientSession, error) {
+	t.Helper()
+	tr := &http.Transport{}
+	t.Cleanup(tr.CloseIdleConnections)
+	client := mcp.NewClient(&mcp.Implementation{Name: "routers-test", Version: "v0"}, nil)
+	cs, err := client.Connect(context.Background(), &mcp.StreamableClientTransport{Endpoint: srv.URL + "/mcp",
+		HTTPClient: &http.Client{Transport: bearer{token: token, next: tr}}, DisableStandaloneSSE: true, MaxRetries: -1}, nil)
+	if err == nil {
+		t.Cleanup(func() { _ = cs.Close() })
+	}
+	return cs, err
+}
+
+func toolNames(t *testing.T, cs *mcp.ClientSession) []string {
+	t.Helper()
+	res, err := cs.ListTools(context.Background(), nil)
+	require.NoError(t, err)
+	var names []string
+	for _, tool := range res.Tools {
+		names = append(names, tool.Name)
+	}
+	return names
+}
+
+func callTool(t *testing.T, cs *mcp.ClientSession, name string, args any) *mcp.CallToolResult {
+	t.Helper()
+	res, err := cs.CallTool(context.Background(), &mcp.CallToolParams{Name: name, Arguments: args})
+	require.NoError(t, err)
+	return res
+}
+
+// structured is a tool result's structured content as a JSON object.
+func structured(t *testing.T, res *mcp.CallToolResult) map[string]any {
+	t.Helper()
+	b, err := json.Marshal(res.StructuredContent)
+	require.NoError(t, err)
+	var m map[string]any
+	require.NoError(t, json.Unmarshal(b, &m))
+	return m
+}
+
+// TestMCPToolsAreTheCallersScopes: a tenant sees the scopes it may use as
+// tools (with idempotencyKey in their schema), and the job tools when one
+// is async; another tenant does not see a scope of acme's only, and cannot
+// call it. A request without a credential is a 401.
+func TestMCPToolsAreTheCallersScopes(t *testing.T) {
+	t.Parallel()
+	_, srv := mcpSetup(t)
+	acme, err := mcpSession(t, srv, acmeKey1)
+	require.NoError(t, err)
+	names := toolNames(t, acme)
+	require.Contains(t, names, "echo")
+	require.Contains(t, names, "created")
+	require.Contains(t, names, "idemguard_job_status")
+	require.Contains(t, names, "idemguard_job_cancel")
+	tools, err := acme.ListTools(context.Background(), nil)
+	require.NoError(t, err)
+	for _, tool := range tools.Tools {
+		if tool.Name == "actionRequests.aiProposeCopy" {
+			schema, _ := json.Marshal(tool.InputSchema)
+			require.Contains(t, string(schema), `"required":["idempotencyKey"]`)
+		}
+	}
+
+	beta, err := mcpSession(t, srv, betaKey)
+	require.NoError(t, err)
+	require.NotContains(t, toolNames(t, beta), "created")
+	_, err = beta.CallTool(context.Background(), &mcp.CallToolParams{Name: "created", Arguments: map[string]any{}})
+	require.ErrorContains(t, err, "unknown tool")
+
+	_, err = mcpSession(t, srv, "no-such-key")
+	require.Error(t, err)
+	resp, err := http.Post(srv.URL+"/mcp", "application/json", nil)
+	require.NoError(t, err)
+	_ = resp.Body.Close()
+	require.Equal(t, http.StatusUnauthorized, resp.StatusCode)
+}
+
+// TestMCPCallIsGuardedByItsKey: two calls with one key run the operation
+// once, the second marked replayed; a call without a key derives it from
+// the arguments; other arguments under the key are a tool error naming the
+// mismatch, and nothing runs.
+func TestMCPCallIsGuardedByItsKey(t *testing.T) {
+	t.Parallel()
+	b, srv := mcpSetup(t)
+	cs, err := mcpSession(t, srv, acmeKey1)
+	require.NoError(t, err)
+	first := callTool(t, cs, "echo", map[string]any{"n": 1, "idempotencyKey": "order-1"})
+	require.False(t, first.IsError)
+	require.Equal(t, false, first.Meta["idemguard/replayed"])
+	require.Equal(t, "order-1", first.Meta["idemguard/ref"])
+	again := callTool(t, cs, "echo", map[string]any{"idempotencyKey": "order-1", "n": 1})
+	require.False(t, again.IsError)
+	require.Equal(t, true, again.Meta["idemguard/replayed"])
+	require.Equal(t, true, structured(t, again)["cached"])
+	require.Equal(t, structured(t, first)["data"], structured(t, again)["data"])
+	require.NotContains(t, structured(t, again), "prompt", "fields outside the allowlist are never answered")
+	require.EqualValues(t, 1, b.calls["echo"].Load())
+
+	derived := callTool(t, cs, "echo", map[string]any{"n": 2})
+	require.False(t, derived.IsError)
+	require.Equal(t, true, callTool(t, cs, "echo", map[string]any{"n": 2}).Meta["idemguard/replayed"])
+	require.EqualValues(t, 2, b.calls["echo"].Load())
+
+	mismatch := callTool(t, cs, "echo", map[string]any{"n": 3, "idempotencyKey": "order-1"})
+	require.True(t, mismatch.IsError)
+	require.Contains(t, structured(t, mismatch)["type"], "idempotency-key-reused")
+	require.EqualValues(t, 2, b.calls["echo"].Load())
+
+	missing := callTool(t, cs, "actionRequests.aiProposeCopy", map[string]any{"n": 1})
+	require.True(t, missing.IsError)
+	require.Contains(t, structured(t, missing)["type"], "missing")
+}
+
+// TestMCPAsyncJob: an async scope answers at once with the job's record;
+// another tenant cannot read or cancel it; its own tenant cancels it.
+func TestMCPAsyncJob(t *testing.T) {
+	t.Parallel()
+	b, srv := mcpSetup(t)
+	acme, err := mcpSession(t, srv, acmeKey1)
+	require.NoError(t, err)
+	started := callTool(t, acme, "slow", map[string]any{"n": 1, "idempotencyKey": "job-1"})
+	require.False(t, started.IsError, "%v", started.Content)
+	rec := structured(t, started)
+	require.Equal(t, "started", rec["status"])
+	require.Equal(t, "job-1", rec["ref"])
+	<-b.started
+
+	beta, err := mcpSession(t, srv, betaKey)
+	require.NoError(t, err)
+	for _, tool := range []string{"idemguard_job_status", "idemguard_job_cancel"} {
+		res := callTool(t, beta, tool, map[string]any{"scope": "slow", "ref": "job-1"})
+		require.True(t, res.IsError, tool)
+		require.Equal(t, float64(http.StatusNotFound), structured(t, res)["status"], tool)
+	}
+
+	status := callTool(t, acme, "idemguard_job_status", map[string]any{"scope": "slow", "ref": "job-1"})
+	require.False(t, status.IsError)
+	require.Equal(t, "started", structured(t, status)["status"])
+	canceled := callTool(t, acme, "idemguard_job_cancel", map[string]any{"scope": "slow", "ref": "job-1"})
+	require.False(t, canceled.IsError, "%v", canceled.Content)
+	require.Equal(t, true, structured(t, canceled)["cancelRequested"])
+}
+
+// TestScopeTenants: a scope listed for some tenants is unknown to every
+// other, on the REST routes as on the MCP door: 404, nothing runs.
+func TestScopeTenants(t *testing.T) {
+	t.Parallel()
+	b, _ := mcpSetup(t)
+	w := b.do(req{method: http.MethodPost, path: "/v1/ops/created", body: `{}`, apiKey: betaKey})
+	require.Equal(t, http.StatusNotFound, w.Code, w.Body.String())
+	w = b.do(req{method: http.MethodGet, path: "/v1/ops/created/keys/k-1", apiKey: betaKey})
+	require.Equal(t, http.StatusNotFound, w.Code, w.Body.String())
+	require.EqualValues(t, 0, b.calls["created"].Load())
+	require.Equal(t, http.StatusCreated, b.post("created", "k-1", `{}`).Code)
+	require.EqualValues(t, 1, b.calls["created"].Load())
+}
