@@ -16,6 +16,7 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 	"github.com/stretchr/testify/require"
 
+	"github.com/idemguard/idemguard/internal/mcptest"
 	"github.com/idemguard/idemguard/routers/auth"
 )
 
@@ -62,20 +63,6 @@ func readmeMCPHost(t *testing.T) (url string, headers map[string]string, configL
 	return server.URL, server.Headers, line[1]
 }
 
-// bearerTransport sends headers with every request.
-type bearerTransport struct {
-	headers map[string]string
-	next    *http.Transport
-}
-
-func (b bearerTransport) RoundTrip(r *http.Request) (*http.Response, error) {
-	r = r.Clone(r.Context())
-	for k, v := range b.headers {
-		r.Header.Set(k, v)
-	}
-	return b.next.RoundTrip(r)
-}
-
 // mcpConnect connects the official client to url with the README's headers, the placeholder
 // replaced by apiKey.
 func mcpConnect(t *testing.T, url string, headers map[string]string, apiKey string) *mcp.ClientSession {
@@ -84,13 +71,8 @@ func mcpConnect(t *testing.T, url string, headers map[string]string, apiKey stri
 	for k, v := range headers {
 		h[k] = strings.ReplaceAll(v, "YOUR_API_KEY", apiKey)
 	}
-	tr := &http.Transport{}
-	t.Cleanup(tr.CloseIdleConnections)
-	client := mcp.NewClient(&mcp.Implementation{Name: "integration", Version: "v0"}, nil)
-	cs, err := client.Connect(context.Background(), &mcp.StreamableClientTransport{Endpoint: url,
-		HTTPClient: &http.Client{Transport: bearerTransport{headers: h, next: tr}}, DisableStandaloneSSE: true}, nil)
+	cs, err := mcptest.Connect(t, url, h)
 	require.NoError(t, err)
-	t.Cleanup(func() { _ = cs.Close() })
 	return cs
 }
 
@@ -110,26 +92,6 @@ func (r *mcpResults) call(t *testing.T, cs *mcp.ClientSession, tool string, args
 	r.all = append(r.all, string(b))
 	r.mu.Unlock()
 	return res
-}
-
-func structuredOf(t *testing.T, res *mcp.CallToolResult) map[string]any {
-	t.Helper()
-	b, err := json.Marshal(res.StructuredContent)
-	require.NoError(t, err)
-	var m map[string]any
-	require.NoError(t, json.Unmarshal(b, &m), "%s", b)
-	return m
-}
-
-func mcpTools(t *testing.T, cs *mcp.ClientSession) []string {
-	t.Helper()
-	res, err := cs.ListTools(context.Background(), nil)
-	require.NoError(t, err)
-	var names []string
-	for _, tool := range res.Tools {
-		names = append(names, tool.Name)
-	}
-	return names
 }
 
 func mcpPrompt(text string) []any {
@@ -157,7 +119,7 @@ func TestMCPDoorOfTheBuiltBinary(t *testing.T) {
 	results := &mcpResults{}
 
 	acme := mcpConnect(t, at(a), headers, acmeKey)
-	require.Subset(t, mcpTools(t, acme), []string{"chat", "research", "acme.private", "idemguard_job_status", "idemguard_job_cancel"})
+	require.Subset(t, mcptest.ToolNames(t, acme), []string{"chat", "research", "acme.private", "idemguard_job_status", "idemguard_job_cancel"})
 
 	// One key, twice: one upstream call, the second marked replayed, the same answer.
 	args := map[string]any{"messages": mcpPrompt("plan the launch"), "max_tokens": 16, "idempotencyKey": "mcp-1"}
@@ -166,14 +128,14 @@ func TestMCPDoorOfTheBuiltBinary(t *testing.T) {
 	require.Equal(t, false, first.Meta["idemguard/replayed"])
 	again := results.call(t, acme, "chat", args)
 	require.Equal(t, true, again.Meta["idemguard/replayed"])
-	require.Equal(t, true, structuredOf(t, again)["cached"])
-	require.Equal(t, structuredOf(t, first)["data"], structuredOf(t, again)["data"])
+	require.Equal(t, true, mcptest.Structured(t, again)["cached"])
+	require.Equal(t, mcptest.Structured(t, first)["data"], mcptest.Structured(t, again)["data"])
 	require.EqualValues(t, 1, llm.calls.Load())
 
 	// The same key with other inputs: a tool error naming the cause; nothing runs.
 	other := results.call(t, acme, "chat", map[string]any{"messages": mcpPrompt("something else"), "idempotencyKey": "mcp-1"})
 	require.True(t, other.IsError)
-	require.Contains(t, structuredOf(t, other)["type"], "idempotency-key-reused")
+	require.Contains(t, mcptest.Structured(t, other)["type"], "idempotency-key-reused")
 	require.EqualValues(t, 1, llm.calls.Load())
 
 	mcpRace(t, llm, results, acme, mcpConnect(t, at(b), headers, acmeKey))
@@ -232,7 +194,7 @@ func mcpRace(t *testing.T, llm *fakeLLM, results *mcpResults, c1, c2 *mcp.Client
 	require.Equal(t, before+1, llm.calls.Load(), "one upstream call for the key")
 	require.False(t, out[0].IsError, "%v", out[0].Content)
 	require.False(t, out[1].IsError, "%v", out[1].Content)
-	require.Equal(t, structuredOf(t, out[0])["data"], structuredOf(t, out[1])["data"])
+	require.Equal(t, mcptest.Structured(t, out[0])["data"], mcptest.Structured(t, out[1])["data"])
 	replayed := 0
 	for _, r := range out {
 		if r.Meta["idemguard/replayed"] == true {
@@ -251,12 +213,12 @@ func mcpJob(t *testing.T, llm *fakeLLM, results *mcpResults, acme, globex *mcp.C
 	llm.set(func(_ int32, _ http.ResponseWriter, r *http.Request) { <-r.Context().Done() })
 	started := results.call(t, acme, "research", map[string]any{"messages": mcpPrompt("research the market"), "idempotencyKey": "job-1"})
 	require.False(t, started.IsError, "%v", started.Content)
-	rec := structuredOf(t, started)
+	rec := mcptest.Structured(t, started)
 	require.Equal(t, "started", rec["status"])
 	require.Equal(t, "job-1", rec["ref"])
 	eventually(t, 10*time.Second, "the job's upstream call", func() bool { return llm.calls.Load() == before+1 })
 
-	tools := mcpTools(t, globex)
+	tools := mcptest.ToolNames(t, globex)
 	require.Contains(t, tools, "research")
 	require.NotContains(t, tools, "acme.private")
 	_, err := globex.CallTool(context.Background(), &mcp.CallToolParams{Name: "acme.private", Arguments: map[string]any{"messages": mcpPrompt("x")}})
@@ -264,14 +226,14 @@ func mcpJob(t *testing.T, llm *fakeLLM, results *mcpResults, acme, globex *mcp.C
 	for _, tool := range []string{"idemguard_job_status", "idemguard_job_cancel"} {
 		res := results.call(t, globex, tool, map[string]any{"scope": "research", "ref": "job-1"})
 		require.True(t, res.IsError, tool)
-		require.EqualValues(t, http.StatusNotFound, structuredOf(t, res)["status"], tool)
+		require.EqualValues(t, http.StatusNotFound, mcptest.Structured(t, res)["status"], tool)
 	}
 
 	canceled := results.call(t, acme, "idemguard_job_cancel", map[string]any{"scope": "research", "ref": "job-1"})
 	require.False(t, canceled.IsError, "%v", canceled.Content)
-	require.Equal(t, true, structuredOf(t, canceled)["cancelRequested"])
+	require.Equal(t, true, mcptest.Structured(t, canceled)["cancelRequested"])
 	eventually(t, 10*time.Second, "the job stops", func() bool {
-		st := structuredOf(t, results.call(t, acme, "idemguard_job_status", map[string]any{"scope": "research", "ref": "job-1"}))
+		st := mcptest.Structured(t, results.call(t, acme, "idemguard_job_status", map[string]any{"scope": "research", "ref": "job-1"}))
 		return st["status"] == "failed"
 	})
 	llm.set(func(n int32, w http.ResponseWriter, _ *http.Request) { completeWithCanary(w, n) })

@@ -11,20 +11,9 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 	"github.com/stretchr/testify/require"
 
+	"github.com/idemguard/idemguard/internal/mcptest"
 	"github.com/idemguard/idemguard/tenancy"
 )
-
-// bearer adds an Authorization header to every request.
-type bearer struct {
-	token string
-	next  http.RoundTripper
-}
-
-func (b bearer) RoundTrip(r *http.Request) (*http.Response, error) {
-	r = r.Clone(r.Context())
-	r.Header.Set("Authorization", "Bearer "+b.token)
-	return b.next.RoundTrip(r)
-}
 
 // mcpSetup is the test API with the MCP door at /mcp: "slow" is async,
 // "created" is acme's only.
@@ -48,28 +37,11 @@ func mcpSetup(t *testing.T) (*testBundle, *httptest.Server) {
 }
 
 // mcpSession connects the official client to srv's door with token.
-func mcpSession(t *testing.T, srv *httptest.Server, token string) (*mcp.ClientSession, error) {
+func mcpSession(t *testing.T, srv *httptest.Server, token string) *mcp.ClientSession {
 	t.Helper()
-	tr := &http.Transport{}
-	t.Cleanup(tr.CloseIdleConnections)
-	client := mcp.NewClient(&mcp.Implementation{Name: "routers-test", Version: "v0"}, nil)
-	cs, err := client.Connect(context.Background(), &mcp.StreamableClientTransport{Endpoint: srv.URL + "/mcp",
-		HTTPClient: &http.Client{Transport: bearer{token: token, next: tr}}, DisableStandaloneSSE: true, MaxRetries: -1}, nil)
-	if err == nil {
-		t.Cleanup(func() { _ = cs.Close() })
-	}
-	return cs, err
-}
-
-func toolNames(t *testing.T, cs *mcp.ClientSession) []string {
-	t.Helper()
-	res, err := cs.ListTools(context.Background(), nil)
+	cs, err := mcptest.Connect(t, srv.URL+"/mcp", map[string]string{"Authorization": "Bearer " + token})
 	require.NoError(t, err)
-	var names []string
-	for _, tool := range res.Tools {
-		names = append(names, tool.Name)
-	}
-	return names
+	return cs
 }
 
 func callTool(t *testing.T, cs *mcp.ClientSession, name string, args any) *mcp.CallToolResult {
@@ -79,16 +51,6 @@ func callTool(t *testing.T, cs *mcp.ClientSession, name string, args any) *mcp.C
 	return res
 }
 
-// structured is a tool result's structured content as a JSON object.
-func structured(t *testing.T, res *mcp.CallToolResult) map[string]any {
-	t.Helper()
-	b, err := json.Marshal(res.StructuredContent)
-	require.NoError(t, err)
-	var m map[string]any
-	require.NoError(t, json.Unmarshal(b, &m))
-	return m
-}
-
 // TestMCPToolsAreTheCallersScopes: a tenant sees the scopes it may use as
 // tools (with idempotencyKey in their schema), and the job tools when one
 // is async; another tenant does not see a scope of acme's only, and cannot
@@ -96,9 +58,8 @@ func structured(t *testing.T, res *mcp.CallToolResult) map[string]any {
 func TestMCPToolsAreTheCallersScopes(t *testing.T) {
 	t.Parallel()
 	_, srv := mcpSetup(t)
-	acme, err := mcpSession(t, srv, acmeKey1)
-	require.NoError(t, err)
-	names := toolNames(t, acme)
+	acme := mcpSession(t, srv, acmeKey1)
+	names := mcptest.ToolNames(t, acme)
 	require.Contains(t, names, "echo")
 	require.Contains(t, names, "created")
 	require.Contains(t, names, "idemguard_job_status")
@@ -112,13 +73,12 @@ func TestMCPToolsAreTheCallersScopes(t *testing.T) {
 		}
 	}
 
-	beta, err := mcpSession(t, srv, betaKey)
-	require.NoError(t, err)
-	require.NotContains(t, toolNames(t, beta), "created")
+	beta := mcpSession(t, srv, betaKey)
+	require.NotContains(t, mcptest.ToolNames(t, beta), "created")
 	_, err = beta.CallTool(context.Background(), &mcp.CallToolParams{Name: "created", Arguments: map[string]any{}})
 	require.ErrorContains(t, err, "unknown tool")
 
-	_, err = mcpSession(t, srv, "no-such-key")
+	_, err = mcptest.Connect(t, srv.URL+"/mcp", map[string]string{"Authorization": "Bearer no-such-key"})
 	require.Error(t, err)
 	resp, err := http.Post(srv.URL+"/mcp", "application/json", nil)
 	require.NoError(t, err)
@@ -133,8 +93,7 @@ func TestMCPToolsAreTheCallersScopes(t *testing.T) {
 func TestMCPCallIsGuardedByItsKey(t *testing.T) {
 	t.Parallel()
 	b, srv := mcpSetup(t)
-	cs, err := mcpSession(t, srv, acmeKey1)
-	require.NoError(t, err)
+	cs := mcpSession(t, srv, acmeKey1)
 	first := callTool(t, cs, "echo", map[string]any{"n": 1, "idempotencyKey": "order-1"})
 	require.False(t, first.IsError)
 	require.Equal(t, false, first.Meta["idemguard/replayed"])
@@ -142,9 +101,9 @@ func TestMCPCallIsGuardedByItsKey(t *testing.T) {
 	again := callTool(t, cs, "echo", map[string]any{"idempotencyKey": "order-1", "n": 1})
 	require.False(t, again.IsError)
 	require.Equal(t, true, again.Meta["idemguard/replayed"])
-	require.Equal(t, true, structured(t, again)["cached"])
-	require.Equal(t, structured(t, first)["data"], structured(t, again)["data"])
-	require.NotContains(t, structured(t, again), "prompt", "fields outside the allowlist are never answered")
+	require.Equal(t, true, mcptest.Structured(t, again)["cached"])
+	require.Equal(t, mcptest.Structured(t, first)["data"], mcptest.Structured(t, again)["data"])
+	require.NotContains(t, mcptest.Structured(t, again), "prompt", "fields outside the allowlist are never answered")
 	require.EqualValues(t, 1, b.calls["echo"].Load())
 
 	derived := callTool(t, cs, "echo", map[string]any{"n": 2})
@@ -154,12 +113,12 @@ func TestMCPCallIsGuardedByItsKey(t *testing.T) {
 
 	mismatch := callTool(t, cs, "echo", map[string]any{"n": 3, "idempotencyKey": "order-1"})
 	require.True(t, mismatch.IsError)
-	require.Contains(t, structured(t, mismatch)["type"], "idempotency-key-reused")
+	require.Contains(t, mcptest.Structured(t, mismatch)["type"], "idempotency-key-reused")
 	require.EqualValues(t, 2, b.calls["echo"].Load())
 
 	missing := callTool(t, cs, "actionRequests.aiProposeCopy", map[string]any{"n": 1})
 	require.True(t, missing.IsError)
-	require.Contains(t, structured(t, missing)["type"], "missing")
+	require.Contains(t, mcptest.Structured(t, missing)["type"], "missing")
 }
 
 // TestMCPAsyncJob: an async scope answers at once with the job's record;
@@ -167,29 +126,27 @@ func TestMCPCallIsGuardedByItsKey(t *testing.T) {
 func TestMCPAsyncJob(t *testing.T) {
 	t.Parallel()
 	b, srv := mcpSetup(t)
-	acme, err := mcpSession(t, srv, acmeKey1)
-	require.NoError(t, err)
+	acme := mcpSession(t, srv, acmeKey1)
 	started := callTool(t, acme, "slow", map[string]any{"n": 1, "idempotencyKey": "job-1"})
 	require.False(t, started.IsError, "%v", started.Content)
-	rec := structured(t, started)
+	rec := mcptest.Structured(t, started)
 	require.Equal(t, "started", rec["status"])
 	require.Equal(t, "job-1", rec["ref"])
 	<-b.started
 
-	beta, err := mcpSession(t, srv, betaKey)
-	require.NoError(t, err)
+	beta := mcpSession(t, srv, betaKey)
 	for _, tool := range []string{"idemguard_job_status", "idemguard_job_cancel"} {
 		res := callTool(t, beta, tool, map[string]any{"scope": "slow", "ref": "job-1"})
 		require.True(t, res.IsError, tool)
-		require.Equal(t, float64(http.StatusNotFound), structured(t, res)["status"], tool)
+		require.Equal(t, float64(http.StatusNotFound), mcptest.Structured(t, res)["status"], tool)
 	}
 
 	status := callTool(t, acme, "idemguard_job_status", map[string]any{"scope": "slow", "ref": "job-1"})
 	require.False(t, status.IsError)
-	require.Equal(t, "started", structured(t, status)["status"])
+	require.Equal(t, "started", mcptest.Structured(t, status)["status"])
 	canceled := callTool(t, acme, "idemguard_job_cancel", map[string]any{"scope": "slow", "ref": "job-1"})
 	require.False(t, canceled.IsError, "%v", canceled.Content)
-	require.Equal(t, true, structured(t, canceled)["cancelRequested"])
+	require.Equal(t, true, mcptest.Structured(t, canceled)["cancelRequested"])
 }
 
 // TestScopeTenants: a scope listed for some tenants is unknown to every
