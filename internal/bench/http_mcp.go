@@ -36,15 +36,11 @@ func (h *httpBench) mcpReplay(name, baseline string, s *proc) benchCase {
 // mcpExpect calls the scope's tool with key and checks that the answer is
 // a replay.
 func (h *httpBench) mcpExpect(ctx context.Context, url, key, content string) error {
-	body := []byte(`{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"` + httpScope +
-		`","arguments":{"messages":[{"role":"user","content":"` + content + `"}],"idempotencyKey":"` + key + `"}}}`)
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, bytes.NewReader(body))
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, bytes.NewReader(mcpCallBody(key, content)))
 	if err != nil {
 		return err
 	}
-	req.Header.Set("Authorization", "Bearer "+h.apiKey)
-	req.Header.Set("Content-Type", "application/json")
-	req.Header.Set("Accept", "application/json, text/event-stream")
+	setMCPHeaders(req.Header, h.apiKey)
 	resp, err := h.client.Do(req)
 	if err != nil {
 		return err
@@ -60,4 +56,17 @@ func (h *httpBench) mcpExpect(ctx context.Context, url, key, content string) err
 		return fmt.Errorf("MCP %s key %s: not a replayed tool result: %.200s", url, key, out)
 	}
 	return nil
+}
+
+// mcpCallBody is the JSON-RPC tools/call of the bench scope's tool with key.
+func mcpCallBody(key, content string) []byte {
+	return []byte(`{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"` + httpScope +
+		`","arguments":{"messages":[{"role":"user","content":"` + content + `"}],"idempotencyKey":"` + key + `"}}}`)
+}
+
+// setMCPHeaders sets what an MCP client sends with a tool call.
+func setMCPHeaders(h http.Header, apiKey string) {
+	h.Set("Authorization", "Bearer "+apiKey)
+	h.Set("Content-Type", "application/json")
+	h.Set("Accept", "application/json, text/event-stream")
 }

@@ -61,7 +61,7 @@ func newHTTPHandler(b *testing.B, cacheSize int) (http.Handler, *fakeUpstream) {
 	// reaches (a cached replay takes a token of the request rate).
 	limits := routers.Limits{Tenant: routers.Limit{Rate: 1e9, Burst: 1e9}}
 	h, err := routers.New(routers.Options{Guard: g, Scopes: scopes, Auth: auth, Logger: log, Metrics: m.Handler(), HTTPMetrics: m,
-		Limits: limits})
+		Limits: limits, MCPPath: mcpPath})
 	require.NoError(b, err)
 	return h, up
 }
