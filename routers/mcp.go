@@ -141,13 +141,17 @@ func (b mcpBackend) grant(c *mcpdoor.Caller, scope string) (*mcpGrants, mcpGrant
 	return g, gr, nil
 }
 
-// note puts a tool call into the request's log line.
+// note puts a tool call into the request's log line: its scope, and its
+// key and outcome when known.
 func (g *mcpGrants) note(scope, keyHash string, res idemguard.Result) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	g.log.scope = scope
 	if keyHash != "" {
-		g.log.keyHash, g.log.stopReason, g.log.replayed = shortHash(keyHash), string(res.StopReason), res.Cached
+		g.log.keyHash, g.log.replayed = shortHash(keyHash), res.Cached
+	}
+	if res.StopReason != "" {
+		g.log.stopReason = string(res.StopReason)
 	}
 }
 
@@ -171,6 +175,7 @@ func (b mcpBackend) Call(ctx context.Context, c *mcpdoor.Caller, call mcpdoor.Ca
 	}
 	if err != nil {
 		b.logUnexpected(err)
+		g.note(call.Scope, "", idemguard.Result{StopReason: pipeline.ProblemFor(err).StopReason})
 		return mcpdoor.Answer{}, err
 	}
 	g.note(call.Scope, res.KeyHash, res)
@@ -179,7 +184,9 @@ func (b mcpBackend) Call(ctx context.Context, c *mcpdoor.Caller, call mcpdoor.Ca
 	case res.Status == idemguard.StatusInProgress && call.Async:
 		return b.job(ctx, g.tenant, call.Scope, ref, res), nil
 	case res.Status != idemguard.StatusSucceeded:
-		return mcpdoor.Answer{}, mcpdoor.Failed(mcpProblem(res))
+		p := mcpProblem(res)
+		g.note(call.Scope, res.KeyHash, idemguard.Result{StopReason: p.StopReason, Cached: res.Cached})
+		return mcpdoor.Answer{}, mcpdoor.Failed(p)
 	}
 	return mcpdoor.Answer{Body: res.Body, Replayed: res.Cached, Ref: ref}, nil
 }

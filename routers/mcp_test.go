@@ -128,10 +128,16 @@ func TestMCPCallIsGuardedByItsKey(t *testing.T) {
 	require.Equal(t, true, callTool(t, cs, "echo", map[string]any{"n": 2}).Meta["idemguard/replayed"])
 	require.EqualValues(t, 2, b.calls["echo"].Load())
 
+	// The key derives as the REST API derives it: one operation for both doors.
+	require.Equal(t, http.StatusOK, b.post("echo", "", `{ "n" : 7 }`).Code)
+	require.Equal(t, true, callTool(t, cs, "echo", map[string]any{"n": 7}).Meta["idemguard/replayed"])
+	require.Equal(t, "true", b.post("echo", "order-1", `{"n":1}`).Header().Get("Idempotent-Replayed"))
+	require.EqualValues(t, 3, b.calls["echo"].Load())
+
 	mismatch := callTool(t, cs, "echo", map[string]any{"n": 3, "idempotencyKey": "order-1"})
 	require.True(t, mismatch.IsError)
 	require.Contains(t, mcptest.Structured(t, mismatch)["type"], "idempotency-key-reused")
-	require.EqualValues(t, 2, b.calls["echo"].Load())
+	require.EqualValues(t, 3, b.calls["echo"].Load())
 
 	missing := callTool(t, cs, "actionRequests.aiProposeCopy", map[string]any{"n": 1})
 	require.True(t, missing.IsError)
