@@ -10,10 +10,13 @@ import (
 	"testing"
 	"time"
 
+	"github.com/golang-jwt/jwt/v5"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 	"github.com/stretchr/testify/require"
 
 	"github.com/idemguard/idemguard/internal/mcptest"
+	"github.com/idemguard/idemguard/routers/auth"
+	"github.com/idemguard/idemguard/routers/auth/authtest"
 	"github.com/idemguard/idemguard/tenancy"
 )
 
@@ -184,4 +187,50 @@ func TestScopeTenants(t *testing.T) {
 	require.EqualValues(t, 0, b.calls["created"].Load())
 	require.Equal(t, http.StatusCreated, b.post("created", "k-1", `{}`).Code)
 	require.EqualValues(t, 1, b.calls["created"].Load())
+}
+
+// TestMCPUsersOfOneTenant: over the MCP door a JWT caller sees only the
+// scopes that accept JWTs; two users of one tenant have keys of their own
+// (the scope's isolation), and one user's job reference reads and cancels
+// nothing for the other, as on the REST API's key routes. The REST API
+// replays to alice what her tool call stored under the same derived key.
+func TestMCPUsersOfOneTenant(t *testing.T) {
+	t.Parallel()
+	rsaKey := authtest.RSA(t, "rsa-1")
+	b := jwtSetup(t, rsaKey)
+	b.opts.MCPPath = "/mcp"
+	b.opts.ScopeAuth["slow"] = []auth.Method{auth.MethodJWT}
+	for i := range b.opts.Scopes {
+		b.opts.Scopes[i].Async = b.opts.Scopes[i].Name == "slow"
+	}
+	var err error
+	b.handler, err = New(b.opts)
+	require.NoError(t, err)
+	srv := httptest.NewServer(b.handler)
+	t.Cleanup(srv.Close)
+	as := func(sub string) string { return rsaKey.Sign(t, "acme", func(c jwt.MapClaims) { c["sub"] = sub }) }
+	alice, mallory := mcpSession(t, srv, as("alice")), mcpSession(t, srv, as("mallory"))
+
+	tools := mcptest.ToolNames(t, alice)
+	require.ElementsMatch(t, []string{"echo", "slow", "idemguard_job_status", "idemguard_job_cancel"}, tools)
+	require.NotContains(t, mcptest.ToolNames(t, mcpSession(t, srv, acmeKey1)), "slow", "an API key is not accepted on a JWT-only scope")
+
+	first := callTool(t, alice, "echo", map[string]any{"n": 1})
+	require.Equal(t, false, callTool(t, mallory, "echo", map[string]any{"n": 1}).Meta["idemguard/replayed"], "mallory got alice's answer")
+	require.EqualValues(t, 2, b.calls["echo"].Load())
+	w := b.do(req{method: http.MethodPost, path: "/v1/ops/echo", body: `{"n":1}`, apiKey: as("alice")})
+	require.Equal(t, "true", w.Header().Get("Idempotent-Replayed"))
+	require.Equal(t, first.Meta["idemguard/ref"], w.Header().Get("Idempotency-Key-Ref"), "one key, one reference")
+
+	job := callTool(t, alice, "slow", map[string]any{"n": 2})
+	require.False(t, job.IsError, "%v", job.Content)
+	<-b.started
+	ref := mcptest.Structured(t, job)["ref"]
+	for _, tool := range []string{"idemguard_job_status", "idemguard_job_cancel"} {
+		res := callTool(t, mallory, tool, map[string]any{"scope": "slow", "ref": ref})
+		require.True(t, res.IsError, tool)
+		require.EqualValues(t, http.StatusNotFound, mcptest.Structured(t, res)["status"], tool)
+	}
+	status := callTool(t, alice, "idemguard_job_status", map[string]any{"scope": "slow", "ref": ref})
+	require.Equal(t, "started", mcptest.Structured(t, status)["status"])
 }
