@@ -76,40 +76,49 @@ func (h *handlers) runAsync(c *gin.Context, tenant tenancy.ID, scope *Scope, req
 // failure is answered as stored, not retried. For the request that started
 // the key, the outcome is its own first answer (not marked cached).
 func (h *handlers) awaitOutcome(ctx context.Context, tenant tenancy.ID, scope string, res idemguard.Result, wait time.Duration) (idemguard.Result, bool) {
-	ctx, cancel := context.WithTimeout(ctx, wait)
-	defer cancel()
 	key, err := h.guard.KeyOfHash(tenant, scope, res.KeyHash)
 	if err != nil {
 		return idemguard.Result{}, false
 	}
+	e, ok := h.follow(ctx, key, wait)
+	if !ok {
+		return idemguard.Result{}, false
+	}
+	out := idemguard.Result{Status: idemguard.StatusSucceeded, Body: e.Info.Document, StatusCode: e.Info.StatusCode,
+		Cached: !res.Accepted, Attempt: e.Attempt, CompletedAt: e.Info.CompletedAt, KeyHash: res.KeyHash}
+	if e.Info.Envelope != nil {
+		env := *e.Info.Envelope
+		env.Cached = out.Cached
+		body, err := sanitize.Marshal(env)
+		if err != nil {
+			return idemguard.Result{}, false
+		}
+		out.Envelope, out.Body, out.StopReason = env, body, env.StopReason
+	}
+	if e.Kind != idemguard.EventSucceeded {
+		out.Status = idemguard.StatusFailed
+	}
+	return out, true
+}
+
+// follow watches key for up to wait and returns its final event, if it
+// came (ok false: the wait ended first, or the key cannot be watched).
+func (h *handlers) follow(ctx context.Context, key idemguard.Key, wait time.Duration) (idemguard.Event, bool) {
+	ctx, cancel := context.WithTimeout(ctx, wait)
+	defer cancel()
 	w, err := h.guard.Watch(ctx, key, "")
 	if err != nil {
-		return idemguard.Result{}, false
+		return idemguard.Event{}, false
 	}
 	defer w.Close()
 	for {
 		e, err := w.Next(ctx)
 		if err != nil {
-			return idemguard.Result{}, false
+			return idemguard.Event{}, false
 		}
-		if !e.Final() {
-			continue
+		if e.Final() {
+			return e, true
 		}
-		out := idemguard.Result{Status: idemguard.StatusSucceeded, Body: e.Info.Document, StatusCode: e.Info.StatusCode,
-			Cached: !res.Accepted, Attempt: e.Attempt, CompletedAt: e.Info.CompletedAt, KeyHash: res.KeyHash}
-		if e.Info.Envelope != nil {
-			env := *e.Info.Envelope
-			env.Cached = out.Cached
-			body, err := sanitize.Marshal(env)
-			if err != nil {
-				return idemguard.Result{}, false
-			}
-			out.Envelope, out.Body, out.StopReason = env, body, env.StopReason
-		}
-		if e.Kind != idemguard.EventSucceeded {
-			out.Status = idemguard.StatusFailed
-		}
-		return out, true
 	}
 }
 

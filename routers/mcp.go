@@ -15,6 +15,7 @@ import (
 	"net/http"
 	"slices"
 	"sync"
+	"time"
 
 	"github.com/gin-gonic/gin"
 
@@ -220,9 +221,17 @@ func (b mcpBackend) logUnexpected(err error) {
 	}
 }
 
-// Job answers a job's key record: GET /v1/ops/{scope}/keys/{ref}.
-func (b mcpBackend) Job(ctx context.Context, c *mcpdoor.Caller, scope, ref string) (json.RawMessage, error) {
-	return b.keyAction(ctx, c, scope, ref, false, nil)
+// Job answers a job's key record: GET /v1/ops/{scope}/keys/{ref}, after
+// following the running key for up to wait (capped by Options.MaxWait).
+func (b mcpBackend) Job(ctx context.Context, c *mcpdoor.Caller, scope, ref string, wait time.Duration) (json.RawMessage, error) {
+	var follow func(context.Context, idemguard.Key) error
+	if wait = min(wait, b.h.limits.MaxWait); wait > 0 {
+		follow = func(ctx context.Context, key idemguard.Key) error {
+			b.h.follow(ctx, key, wait)
+			return nil // the record answers, whether the job completed or not
+		}
+	}
+	return b.keyAction(ctx, c, scope, ref, false, follow)
 }
 
 // Cancel cancels a job: POST /v1/ops/{scope}/keys/{ref}/cancel.

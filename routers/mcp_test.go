@@ -233,4 +233,23 @@ func TestMCPUsersOfOneTenant(t *testing.T) {
 	}
 	status := callTool(t, alice, "idemguard_job_status", map[string]any{"scope": "slow", "ref": ref})
 	require.Equal(t, "started", mcptest.Structured(t, status)["status"])
+
+	// With wait, the status follows the job until it completes: the job
+	// is let finish only once the status call has read the key (its
+	// watch, or without one its record).
+	reads := b.gets.Load()
+	answer := make(chan *mcp.CallToolResult, 1)
+	go func() {
+		res, err := alice.CallTool(context.Background(), &mcp.CallToolParams{Name: "idemguard_job_status",
+			Arguments: map[string]any{"scope": "slow", "ref": ref, "wait": 10}})
+		if err != nil {
+			res = &mcp.CallToolResult{IsError: true, StructuredContent: map[string]any{"err": err.Error()}}
+		}
+		answer <- res
+	}()
+	require.Eventually(t, func() bool { return b.gets.Load() >= reads+1 }, 5*time.Second, time.Millisecond)
+	b.releaseNow()
+	done := mcptest.Structured(t, <-answer)
+	require.Equal(t, "succeeded", done["status"], "%v", done)
+	require.Equal(t, true, done["response"].(map[string]any)["ok"])
 }

@@ -21,6 +21,7 @@ import (
 	"context"
 	"encoding/json"
 	"net/http"
+	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/auth"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
@@ -77,8 +78,10 @@ type Answer struct {
 type Backend interface {
 	Call(ctx context.Context, c *Caller, call Call) (Answer, error)
 	// Job and Cancel answer a job's key record; ref is the reference the
-	// job's tool call answered.
-	Job(ctx context.Context, c *Caller, scope, ref string) (json.RawMessage, error)
+	// job's tool call answered. Job follows a running job for up to wait
+	// (bounded by the Backend) and answers once it completed or the wait
+	// ended.
+	Job(ctx context.Context, c *Caller, scope, ref string, wait time.Duration) (json.RawMessage, error)
 	Cancel(ctx context.Context, c *Caller, scope, ref string) (json.RawMessage, error)
 }
 

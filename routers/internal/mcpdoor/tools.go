@@ -6,6 +6,7 @@ import (
 	"errors"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
@@ -18,6 +19,9 @@ const (
 	ToolJobStatus = "idemguard_job_status"
 	ToolJobCancel = "idemguard_job_cancel"
 )
+
+// maxWaitSeconds bounds a job status's wait before the Backend's own cap.
+const maxWaitSeconds = 3600
 
 // ArgKey is the argument that carries the idempotency key.
 const ArgKey = "idempotencyKey"
@@ -73,10 +77,13 @@ func (d *door) newServer(tools []Tool) *mcp.Server {
 		async = async || t.Async
 	}
 	if async {
-		s.AddTool(&mcp.Tool{Name: ToolJobStatus, Description: "The status of a job an async tool started: its key record, with the stored answer once it completed.",
-			InputSchema: jobSchema}, d.jobTool(d.backend.Job))
+		s.AddTool(&mcp.Tool{Name: ToolJobStatus, Description: "The status of a job an async tool started: its key record, with the stored answer " +
+			"once it completed. With wait, follows the running job for up to that many seconds first.",
+			InputSchema: jobStatusSchema}, d.jobTool(d.backend.Job))
 		s.AddTool(&mcp.Tool{Name: ToolJobCancel, Description: "Cancel a job an async tool started; it stops within one heartbeat and the same call runs it again.",
-			InputSchema: jobSchema}, d.jobTool(d.backend.Cancel))
+			InputSchema: jobSchema}, d.jobTool(func(ctx context.Context, c *Caller, scope, ref string, _ time.Duration) (json.RawMessage, error) {
+			return d.backend.Cancel(ctx, c, scope, ref)
+		}))
 	}
 	return s
 }
@@ -90,11 +97,15 @@ func describe(t Tool) string {
 	return d
 }
 
-// jobSchema is the input of the job tools.
-var jobSchema = json.RawMessage(`{"type":"object","properties":{` +
-	`"scope":{"type":"string","description":"the scope of the job's tool"},` +
-	`"ref":{"type":"string","description":"the job's reference, as its tool answered it"}},` +
-	`"required":["scope","ref"],"additionalProperties":false}`)
+// The inputs of the job tools.
+var (
+	jobArgs = `"scope":{"type":"string","description":"the scope of the job's tool"},` +
+		`"ref":{"type":"string","description":"the job's reference, as its tool answered it"}`
+	jobSchema       = json.RawMessage(`{"type":"object","properties":{` + jobArgs + `},"required":["scope","ref"],"additionalProperties":false}`)
+	jobStatusSchema = json.RawMessage(`{"type":"object","properties":{` + jobArgs +
+		`,"wait":{"type":"integer","minimum":0,"description":"seconds to follow a running job before answering (capped by the server)"}},` +
+		`"required":["scope","ref"],"additionalProperties":false}`)
+)
 
 // inputSchema is t's operation's input schema with the idempotencyKey
 // argument added.
@@ -170,17 +181,20 @@ func readCall(t Tool, args json.RawMessage) (Call, error) {
 }
 
 // jobTool is the handler of a job tool that answers with run.
-func (d *door) jobTool(run func(context.Context, *Caller, string, string) (json.RawMessage, error)) mcp.ToolHandler {
+func (d *door) jobTool(run func(context.Context, *Caller, string, string, time.Duration) (json.RawMessage, error)) mcp.ToolHandler {
 	return func(ctx context.Context, req *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
 		c, ok := callerOf(req)
 		if !ok {
 			return failed(errNoCaller), nil
 		}
-		var args struct{ Scope, Ref string }
-		if err := json.Unmarshal(req.Params.Arguments, &args); err != nil || args.Scope == "" || args.Ref == "" {
-			return failed(pipeline.Reject(pipeline.ErrInvalidRef, "the arguments are a scope and a job's ref, both strings")), nil
+		var args struct {
+			Scope, Ref string
+			Wait       int64
 		}
-		rec, err := run(ctx, c, args.Scope, args.Ref)
+		if err := json.Unmarshal(req.Params.Arguments, &args); err != nil || args.Scope == "" || args.Ref == "" || args.Wait < 0 {
+			return failed(pipeline.Reject(pipeline.ErrInvalidRef, "the arguments are a scope and a job's ref, both strings, and an optional wait in whole seconds")), nil
+		}
+		rec, err := run(ctx, c, args.Scope, args.Ref, time.Duration(min(args.Wait, maxWaitSeconds))*time.Second)
 		if err != nil {
 			return failed(err), nil
 		}
