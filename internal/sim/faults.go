@@ -369,6 +369,11 @@ func (f *Faults) RequestCancel(ctx context.Context, p store.CancelParams) (bool,
 	return f.guarded(ctx, func(ctx context.Context) (bool, error) { return f.st.RequestCancel(ctx, p) })
 }
 
+// Reset implements store.Store, faulted like any guarded write.
+func (f *Faults) Reset(ctx context.Context, p store.ResetParams) (bool, error) {
+	return f.guarded(ctx, func(ctx context.Context) (bool, error) { return f.st.Reset(ctx, p) })
+}
+
 // AppendAudit implements store.Store, faulted like any write whose
 // outcome the caller may not learn.
 func (f *Faults) AppendAudit(ctx context.Context, events []store.AuditEvent) error {

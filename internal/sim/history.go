@@ -28,6 +28,7 @@ const (
 	KindComplete  Kind = "complete"
 	KindRelease   Kind = "release"
 	KindCancel    Kind = "cancel" // RequestCancel
+	KindReset     Kind = "reset"
 )
 
 // StoreOp is one statement that reached the store, as the Recorder saw it.
@@ -613,6 +614,17 @@ func (r *Recorder) RequestCancel(ctx context.Context, p store.CancelParams) (boo
 	op := &StoreOp{Kind: KindCancel, ID: p.ID, Nonce: p.Nonce, AuditID: auditID(p.Audit)}
 	r.begin(ctx, op)
 	ok, err := r.st.RequestCancel(ctx, p)
+	r.end(op, err, func() { op.OK = ok })
+	return ok, err
+}
+
+// Reset implements store.Store: a guarded write on a finished row's nonce that gives the
+// row a new nonce and ends its life (expired a microsecond ago).
+func (r *Recorder) Reset(ctx context.Context, p store.ResetParams) (bool, error) {
+	op := &StoreOp{Kind: KindReset, ID: p.ID, Nonce: p.NewNonce, OldNonce: p.OldNonce, OldAttempts: p.OldAttempts,
+		AuditID: auditID(p.Audit)}
+	r.begin(ctx, op)
+	ok, err := r.st.Reset(ctx, p)
 	r.end(op, err, func() { op.OK = ok })
 	return ok, err
 }

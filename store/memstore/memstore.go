@@ -203,10 +203,36 @@ func (s *Store) Reclaim(ctx context.Context, p store.ReclaimParams) (bool, error
 		r.Response, r.ResponseCode, r.CompletedAt, r.Events = nil, 0, time.Time{}, nil
 		r.StartedAt, r.HeartbeatAt, r.Lease = now, now, p.Lease
 		r.ExpiresAt = laterOf(r.ExpiresAt, now.Add(p.TTL))
+	case store.ReclaimForced:
+		if r.Status == store.RowStarted || rec.Expired() {
+			return false, nil
+		}
+		r.Status = store.RowStarted
+		r.Attempts++
+		r.Response, r.ResponseCode, r.CompletedAt, r.Events = nil, 0, time.Time{}, nil
+		r.StartedAt, r.HeartbeatAt, r.Lease = now, now, p.Lease
+		r.ExpiresAt = laterOf(r.ExpiresAt, now.Add(p.TTL))
 	default:
 		return false, errors.New("memstore: unknown reclaim kind")
 	}
 	r.ClaimNonce, r.CancelRequestedAt = p.NewNonce, time.Time{}
+	s.appendAudit(p.Audit)
+	return true, nil
+}
+
+// Reset implements store.Store.
+func (s *Store) Reset(ctx context.Context, p store.ResetParams) (bool, error) {
+	if err := s.lock(ctx); err != nil {
+		return false, err
+	}
+	defer s.mu.Unlock()
+	r := s.claimOf(p.ID, p.OldNonce, p.OldAttempts)
+	now := s.clock()
+	if r == nil || r.Status == store.RowStarted || judged(r, now).Expired() {
+		return false, nil
+	}
+	r.ClaimNonce, r.CancelRequestedAt = p.NewNonce, time.Time{}
+	r.ExpiresAt = now.Add(-time.Microsecond)
 	s.appendAudit(p.Audit)
 	return true, nil
 }

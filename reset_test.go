@@ -1,0 +1,261 @@
+package idemguard
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/idemguard/idemguard/internal/testhooks"
+	"github.com/idemguard/idemguard/store"
+	"github.com/idemguard/idemguard/store/memstore"
+)
+
+var resettable = Settings{AllowReset: true}
+
+// counting is an operation that answers {"data":{"n":<its run>}}.
+func counting(runs *atomic.Int64) Operation {
+	return func(context.Context) (any, error) {
+		n := runs.Add(1)
+		return map[string]any{"ok": true, "data": map[string]any{"n": n}}, nil
+	}
+}
+
+func resetCall(key string) Call {
+	return Call{Tenant: "t1", Scope: "s.reset", ClientKey: key, Inputs: map[string]any{"q": 1}, Settings: resettable}
+}
+
+// A reset key is answered as absent and the next call runs it afresh, as
+// attempt 1; the trail holds the reset with its actor and the attempt it ended.
+func TestResetRunsTheKeyAfresh(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		g := newTestGuard(t, Config{Audit: AuditConfig{Store: true}})
+		var runs atomic.Int64
+		ctx := context.Background()
+		first, err := g.Do(ctx, resetCall("k1"), counting(&runs))
+		require.NoError(t, err)
+		key, err := g.Key("t1", "s.reset", "k1")
+		require.NoError(t, err)
+		info, err := g.Reset(WithActor(ctx, "ops"), key, resettable)
+		require.NoError(t, err)
+		require.Equal(t, store.RowSucceeded, info.Status)
+		require.Equal(t, 1, info.Attempts)
+		_, err = g.Lookup(ctx, key)
+		require.ErrorIs(t, err, ErrNotFound)
+		_, err = g.Reset(ctx, key, resettable)
+		require.ErrorIs(t, err, ErrNotFound, "a reset key is absent")
+
+		again, err := g.Do(ctx, resetCall("k1"), counting(&runs))
+		require.NoError(t, err)
+		require.False(t, again.Cached)
+		require.Equal(t, 1, again.Attempt, "attempt 1 of a new life")
+		require.NotEqual(t, string(first.Body), string(again.Body))
+		require.EqualValues(t, 2, runs.Load())
+
+		require.NoError(t, g.WaitJobs(ctx))
+		hist, err := g.History(ctx, key)
+		require.NoError(t, err)
+		var reset *store.AuditEvent
+		for i := range hist {
+			if hist[i].Kind == store.AuditReset {
+				reset = &hist[i]
+			}
+		}
+		require.NotNil(t, reset, "history: %v", hist)
+		require.Equal(t, "ops", reset.Actor)
+		require.Equal(t, 1, reset.Attempt)
+	})
+}
+
+// Each refusal has its answer and changes nothing.
+func TestResetRefusalsChangeNothing(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		g := newTestGuard(t, Config{})
+		ctx := context.Background()
+		var runs atomic.Int64
+		_, err := g.Do(ctx, resetCall("done"), counting(&runs))
+		require.NoError(t, err)
+		done, _ := g.Key("t1", "s.reset", "done")
+		before, err := g.Lookup(ctx, done)
+		require.NoError(t, err)
+
+		_, err = g.Reset(ctx, done, Settings{})
+		require.ErrorIs(t, err, store.ErrResetForbidden)
+		other, _ := g.Key("t2", "s.reset", "done")
+		_, err = g.Reset(ctx, other, resettable)
+		require.ErrorIs(t, err, ErrNotFound, "another tenant's key")
+		absent, _ := g.Key("t1", "s.reset", "absent")
+		_, err = g.Reset(ctx, absent, resettable)
+		require.ErrorIs(t, err, ErrNotFound)
+		after, err := g.Lookup(ctx, done)
+		require.NoError(t, err)
+		require.Equal(t, before, after)
+
+		release := make(chan struct{})
+		started := make(chan struct{})
+		go func() {
+			_, _ = g.Do(ctx, resetCall("running"), func(context.Context) (any, error) {
+				close(started)
+				<-release
+				return nil, nil
+			})
+		}()
+		<-started
+		running, _ := g.Key("t1", "s.reset", "running")
+		_, err = g.Reset(ctx, running, resettable)
+		require.ErrorIs(t, err, store.ErrKeyRunning)
+		res, err := g.Do(ctx, Call{Tenant: "t1", Scope: "s.reset", ClientKey: "running", Inputs: map[string]any{"q": 1},
+			Settings: resettable, ForceNew: true}, counting(&runs))
+		require.NoError(t, err)
+		require.Equal(t, StatusInProgress, res.Status, "a forced call on a running key")
+		close(release)
+		synctest.Wait()
+		_, err = g.Do(ctx, Call{Tenant: "t1", Scope: "s.other", ClientKey: "x", Inputs: 1, ForceNew: true}, counting(&runs))
+		require.ErrorIs(t, err, store.ErrResetForbidden)
+		require.EqualValues(t, 1, runs.Load())
+	})
+}
+
+// A forced call runs a finished key again under the same key and says what
+// it replaced; replays get the new answer; on an absent key it is a first run.
+func TestForceNewReplacesTheAnswer(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		g := newTestGuard(t, Config{})
+		ctx := context.Background()
+		var runs atomic.Int64
+		first, err := g.Do(ctx, resetCall("k"), counting(&runs))
+		require.NoError(t, err)
+		forced := resetCall("k")
+		forced.ForceNew = true
+		res, err := g.Do(ctx, forced, counting(&runs))
+		require.NoError(t, err)
+		require.True(t, res.Forced)
+		require.Equal(t, 1, res.Replaced)
+		require.Equal(t, 2, res.Attempt)
+		require.NotEqual(t, string(first.Body), string(res.Body))
+		replay, err := g.Do(ctx, resetCall("k"), counting(&runs))
+		require.NoError(t, err)
+		require.True(t, replay.Cached)
+		require.False(t, replay.Forced)
+		require.Equal(t, res.Envelope.Data, replay.Envelope.Data)
+
+		fresh := resetCall("fresh")
+		fresh.ForceNew = true
+		res, err = g.Do(ctx, fresh, counting(&runs))
+		require.NoError(t, err)
+		require.False(t, res.Forced, "an absent key: an ordinary first run")
+		require.Equal(t, 1, res.Attempt)
+		require.EqualValues(t, 3, runs.Load())
+	})
+}
+
+// Ten concurrent forced calls of one finished key run the operation once.
+func TestConcurrentForcedCallsRunOnce(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		st := memstore.New()
+		g1 := newTestGuard(t, Config{Store: st})
+		g2 := newTestGuard(t, Config{Store: st})
+		ctx := context.Background()
+		var runs atomic.Int64
+		_, err := g1.Do(ctx, resetCall("k"), counting(&runs))
+		require.NoError(t, err)
+		slow := func(ctx context.Context) (any, error) {
+			time.Sleep(100 * time.Millisecond)
+			return counting(&runs)(ctx)
+		}
+		var wg sync.WaitGroup
+		var forcedAnswers atomic.Int64
+		for i := range 10 {
+			wg.Go(func() {
+				c := resetCall("k")
+				c.ForceNew = true
+				res, err := []*Guard{g1, g2}[i%2].Do(ctx, c, slow)
+				require.NoError(t, err)
+				if res.Forced {
+					forcedAnswers.Add(1)
+				}
+			})
+		}
+		wg.Wait()
+		require.EqualValues(t, 2, runs.Load(), "the first run and one forced run")
+		require.EqualValues(t, 1, forcedAnswers.Load())
+	})
+}
+
+// The cache rule: once a reset (or a forced run) has answered, no replica
+// replays the old answer, neither from its replay cache nor from a read
+// that raced it. With the rule removed (DefectStaleCache) a replica that
+// cached the answer replays it after the reset: this test fails.
+func TestNoReplicaReplaysAResetAnswer(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		defect testhooks.Defect
+	}{{"rule", ""}, {"defect", testhooks.DefectStaleCache}} {
+		t.Run(tc.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				old := replayedOldAfterReset(t, tc.defect)
+				if tc.defect == "" {
+					require.Zero(t, old, "replays of the old answer after the reset returned")
+				} else {
+					require.NotZero(t, old, "the defect must be seen: the test proves the rule")
+				}
+			})
+		})
+	}
+}
+
+// replayedOldAfterReset caches a key's answer on three guards of one
+// store, resets it through one and forces it through another, and counts
+// the answers of the first run given after either returned.
+func replayedOldAfterReset(t *testing.T, defect testhooks.Defect) int {
+	st := memstore.New()
+	var guards []*Guard
+	for range 3 {
+		cfg := Config{Store: st}
+		cfg.test.Defect = defect
+		guards = append(guards, newTestGuard(t, cfg))
+	}
+	ctx := context.Background()
+	var runs atomic.Int64
+	_, err := guards[0].Do(ctx, resetCall("k"), counting(&runs))
+	require.NoError(t, err)
+	for _, g := range guards {
+		for range 2 {
+			res, err := g.Do(ctx, resetCall("k"), counting(&runs))
+			require.NoError(t, err)
+			require.True(t, res.Cached)
+		}
+	}
+	key, _ := guards[0].Key("t1", "s.reset", "k")
+	_, err = guards[0].Reset(ctx, key, resettable)
+	require.NoError(t, err)
+	old := countOld(t, guards, func(n string) bool { return n == "1" })
+	forced := resetCall("k")
+	forced.ForceNew = true
+	res, err := guards[1].Do(ctx, forced, counting(&runs))
+	require.NoError(t, err)
+	want := fmt.Sprint(res.Envelope.Data["n"])
+	return old + countOld(t, guards, func(n string) bool { return n != want })
+}
+
+// countOld asks every guard for the key 30 times and counts the answers
+// that are old by isOld (the answer's run, as text). A call that runs the
+// operation answers with a run number from 1000 on.
+func countOld(t *testing.T, guards []*Guard, isOld func(n string) bool) int {
+	old := 0
+	var runs atomic.Int64
+	runs.Store(1000)
+	for i := range 30 {
+		res, err := guards[i%3].Do(context.Background(), resetCall("k"), counting(&runs))
+		require.NoError(t, err)
+		if isOld(fmt.Sprint(res.Envelope.Data["n"])) {
+			old++
+		}
+	}
+	return old
+}
