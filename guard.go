@@ -228,6 +228,9 @@ func (g *Guard) prepare(ctx context.Context, c Call) (prepared, error) {
 		actor:       c.Actor,
 	}
 	if c.ForceNew {
+		if c.LastEventID != "" {
+			return prepared{}, fmt.Errorf("%w: ForceNew runs the key again; it does not resume a stream (LastEventID)", ErrInvalidInput)
+		}
 		if !p.settings.AllowReset {
 			return prepared{}, store.ErrResetForbidden
 		}
