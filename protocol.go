@@ -52,7 +52,7 @@ matched. No transaction is held open across the operation.
 	                       new nonce, attempt + 1
 
 	succeeded or failed ──reset (Guard.Reset, AllowReset)──► expired
-	                       new nonce, expires_at = now − 1µs
+	                       new nonce, expires_at = 1970-01-01 00:00:01
 
 Answers to a caller that does not own the row:
 
@@ -261,7 +261,8 @@ on request, two ways:
   - Guard.Reset ends the life of a finished row (succeeded or failed, not
     expired) by one guarded UPDATE ... WHERE id = ? AND claim_nonce = ? AND
     attempt_count = ? AND status IN ('succeeded','failed') AND not expired
-    that sets a new claim nonce and expires_at a microsecond before now.
+    that sets a new claim nonce and expires_at to the Unix epoch (plus a
+    second): past on every clock, even a database clock stepped back.
     The row is then absent to every reader (Record.Reclaimable), and the
     next call re-claims it as new: attempt 1 of a new life, through the
     expired re-claim of the State Model. The new nonce makes every guarded

@@ -394,8 +394,9 @@ type Store interface {
 	RequestCancel(ctx context.Context, p CancelParams) (bool, error)
 	// Reset ends the life of a finished row: guarded by p.ID, p.OldNonce,
 	// p.OldAttempts, status succeeded or failed and expires_at not passed,
-	// it sets the claim nonce to p.NewNonce and expires_at to a microsecond
-	// before now, so the row is absent to every reader (Record.Reclaimable)
+	// it sets the claim nonce to p.NewNonce and expires_at to the Unix epoch
+	// plus a second (not "now": a clock stepped back would bring the row
+	// back to life), so the row is absent to every reader (Record.Reclaimable)
 	// and the next claim re-claims it as new (ReclaimExpired: attempt 1).
 	// It reports whether it changed the row.
 	// A write the database reports as possibly applied or not (a deadlock

@@ -310,9 +310,10 @@ WHERE id = ? AND status IN ('succeeded', 'failed') AND claim_nonce = ? AND attem
   AND expires_at >= UTC_TIMESTAMP(6)`
 
 	// resetSQL ends a finished row's life: a new nonce (so no write made
-	// from a read of the old row lands), expired a microsecond ago.
+	// from a read of the old row lands), expired at the Unix epoch (plus a
+	// second), a time every clock is past, even one stepped back since.
 	resetSQL = `UPDATE idempotency_keys SET
-  claim_nonce = ?, cancel_requested_at = NULL, expires_at = UTC_TIMESTAMP(6) - INTERVAL 1 MICROSECOND
+  claim_nonce = ?, cancel_requested_at = NULL, expires_at = '1970-01-01 00:00:01'
 WHERE id = ? AND status IN ('succeeded', 'failed') AND claim_nonce = ? AND attempt_count = ?
   AND expires_at >= UTC_TIMESTAMP(6)`
 )

@@ -84,6 +84,9 @@ const (
 	// kept as written by the middleware's reading of events (internal/eventdata), blocked
 	// members and all; the simulation's streams of Documents pass through that reading.
 	DefectBlocklistMultiDocument = Defect(testhooks.DefectBlocklistMultiDocument)
+	// DefectStaleCache: a scope that allows resets keeps cached answers as long as any other
+	// (no reset fence), so a replica replays an answer a reset or a forced run ended.
+	DefectStaleCache = Defect(testhooks.DefectStaleCache)
 )
 
 // Defects lists the defects Faults can put back.
@@ -91,7 +94,7 @@ var Defects = []Defect{DefectUnknownAsLostRace, DefectNoRelease}
 
 // EngineDefects lists the engine's defects the simulation can put back.
 var EngineDefects = []Defect{DefectFollowerGap, DefectBlankDocument, DefectSplice, DefectSelfCancel,
-	DefectBlocklistMultiDocument}
+	DefectBlocklistMultiDocument, DefectStaleCache}
 
 // Errors the fault layer returns.
 var (

@@ -146,6 +146,8 @@ type KeySpec struct {
 	Lease       time.Duration
 	MaxAttempts int
 	Policy      idemguard.StalePolicy
+	// AllowReset: the key's scope allows resets and forced runs (reset.go).
+	AllowReset bool
 	// Keep: every call of the key keeps its answer as a document (Call.Keep, KeepAllBut).
 	Keep bool
 }
@@ -178,6 +180,8 @@ type History struct {
 	StoreTime func(time.Time) time.Time
 	// Limits holds the engine constants the invariants refer to.
 	Limits Limits
+	// Resets are the resetters' calls (reset.go).
+	Resets []*ResetCall
 }
 
 // Limits are engine settings the checker needs.

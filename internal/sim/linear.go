@@ -67,6 +67,12 @@ func apply(r row, o *StoreOp) (row, bool) {
 			}
 			r.status, r.response, r.code = store.RowStarted, "", 0
 			r.attempts++
+		case store.ReclaimForced:
+			if r.status == store.RowStarted {
+				return r, false
+			}
+			r.status, r.response, r.code = store.RowStarted, "", 0
+			r.attempts++
 		default:
 			return r, false
 		}
@@ -77,6 +83,12 @@ func apply(r row, o *StoreOp) (row, bool) {
 			return r, false
 		}
 		r.status, r.response, r.code = store.RowFailed, canonicalJSON(o.Response), o.Code
+		return r, true
+	case KindReset: // the row stays as it was, expired (time is not modelled) under a new nonce
+		if !own || r.nonce != o.OldNonce || r.attempts != o.OldAttempts || r.status == store.RowStarted {
+			return r, false
+		}
+		r.nonce = o.Nonce
 		return r, true
 	case KindHeartbeat, KindCancel:
 		return r, own && r.status == store.RowStarted && r.nonce == o.Nonce
@@ -107,7 +119,7 @@ func apply(r row, o *StoreOp) (row, bool) {
 // timeGuarded reports whether o's guard also depends on the store's clock (stale, expired),
 // so that it may fail although the rest of it held.
 func timeGuarded(o *StoreOp) bool {
-	return o.Kind == KindAbandon || o.Kind == KindReclaim
+	return o.Kind == KindAbandon || o.Kind == KindReclaim || o.Kind == KindReset
 }
 
 // step is the model's transition: the states o may leave r in, given what o returned.

@@ -232,7 +232,7 @@ func (s *Store) Reset(ctx context.Context, p store.ResetParams) (bool, error) {
 		return false, nil
 	}
 	r.ClaimNonce, r.CancelRequestedAt = p.NewNonce, time.Time{}
-	r.ExpiresAt = now.Add(-time.Microsecond)
+	r.ExpiresAt = time.Unix(1, 0).UTC() // past on every clock, even one stepped back since
 	s.appendAudit(p.Audit)
 	return true, nil
 }
