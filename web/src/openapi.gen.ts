@@ -458,6 +458,8 @@ export interface components {
             failures: number;
             lostClaims: number;
             storeErrors: number;
+            /** @description Finished keys run again on request: reset (DELETE of the key) or replaced by a forced run (Idempotency-Force-New). */
+            resets: number;
         };
         KeyHour: {
             /**
