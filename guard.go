@@ -228,13 +228,9 @@ func (g *Guard) prepare(ctx context.Context, c Call) (prepared, error) {
 		actor:       c.Actor,
 	}
 	if c.ForceNew {
-		if c.LastEventID != "" {
-			return prepared{}, fmt.Errorf("%w: ForceNew runs the key again; it does not resume a stream (LastEventID)", ErrInvalidInput)
+		if err := forcing(&p, c); err != nil {
+			return prepared{}, err
 		}
-		if !p.settings.AllowReset {
-			return prepared{}, store.ErrResetForbidden
-		}
-		p.force, p.noCache, p.noReadFirst, p.wait = true, true, true, 0
 	}
 	if p.actor == "" && g.audit != nil {
 		p.actor = ActorFrom(ctx)

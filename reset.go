@@ -118,6 +118,21 @@ func waitFence(landed time.Time) {
 	}
 }
 
+// forcing fits p to a call with Call.ForceNew: allowed by the scope, no
+// stream to resume; the replay cache and the read before the claim are
+// skipped (they would answer the stored answer), and a running key is
+// answered at once.
+func forcing(p *prepared, c Call) error {
+	if c.LastEventID != "" {
+		return fmt.Errorf("%w: ForceNew runs the key again; it does not resume a stream (LastEventID)", ErrInvalidInput)
+	}
+	if !p.settings.AllowReset {
+		return store.ErrResetForbidden
+	}
+	p.force, p.noCache, p.noReadFirst, p.wait = true, true, true, 0
+	return nil
+}
+
 // forced runs a finished row again (Call.ForceNew): the guarded takeover
 // of the row as read, attempt + 1. A call forces at most the first
 // finished row it reads; lost, it reads again and is answered as a

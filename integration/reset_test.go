@@ -82,19 +82,10 @@ func TestResetAndForcedRunsAcrossThreeReplicas(t *testing.T) {
 		}
 	}
 
-	// Refusals change nothing.
-	del := func(s *service, scope, apiKey, key string) answer {
-		return do(t, c, s, request{method: http.MethodDelete, path: "/v1/ops/" + scope + "/keys/" + key, apiKey: apiKey})
-	}
-	require.Equal(t, http.StatusNotFound, del(reps[1], "chat", globexKey, "r1").status, "another tenant's key")
-	require.Equal(t, http.StatusNotFound, del(reps[1], "chat", acmeKey, "absent").status)
-	post(t, c, reps[0], "fixed", acmeKey, "f1", chatBody)
-	require.Equal(t, http.StatusForbidden, del(reps[1], "fixed", acmeKey, "f1").status, "a scope that forbids resets")
-	require.Equal(t, http.StatusForbidden, post(t, c, reps[1], "fixed", acmeKey, "f1", chatBody, forceNew).status)
-	require.EqualValues(t, 2, llm.calls.Load())
+	refusalsChangeNothing(t, c, reps, llm)
 
 	// Reset through one replica: from its answer on, no replica replays the old answer.
-	reset := del(reps[1], "chat", acmeKey, "r1")
+	reset := del(t, c, reps[1], "chat", acmeKey, "r1")
 	require.Equal(t, http.StatusOK, reset.status, "reset: %s", reset)
 	runs := spread(t, c, reps, "r1", 1000)
 	require.Zero(t, runs[1], "old answers after the reset: %v", runs)
@@ -114,7 +105,26 @@ func TestResetAndForcedRunsAcrossThreeReplicas(t *testing.T) {
 	require.Equal(t, map[int]int{4: 1000}, runs, "every later replay carries the new answer")
 	require.EqualValues(t, 4, llm.calls.Load())
 
-	// Ten concurrent forced requests run the operation once.
+	tenForcedRunOnce(t, c, reps, llm)
+}
+
+// refusalsChangeNothing: another tenant's key and an absent key are 404, a scope that forbids
+// resets answers 403 to a reset and to a forced request, and nothing runs.
+func refusalsChangeNothing(t *testing.T, c *http.Client, reps []*service, llm *fakeLLM) {
+	t.Helper()
+	require.Equal(t, http.StatusNotFound, del(t, c, reps[1], "chat", globexKey, "r1").status, "another tenant's key")
+	require.Equal(t, http.StatusNotFound, del(t, c, reps[1], "chat", acmeKey, "absent").status)
+	post(t, c, reps[0], "fixed", acmeKey, "f1", chatBody)
+	require.Equal(t, http.StatusForbidden, del(t, c, reps[1], "fixed", acmeKey, "f1").status, "a scope that forbids resets")
+	require.Equal(t, http.StatusForbidden, post(t, c, reps[1], "fixed", acmeKey, "f1", chatBody, forceNew).status)
+	require.EqualValues(t, 2, llm.calls.Load())
+
+}
+
+// tenForcedRunOnce sends ten forced requests for r1 at once over the replicas: the operation
+// runs once, one answer names the attempt it replaced, and the replays carry its answer.
+func tenForcedRunOnce(t *testing.T, c *http.Client, reps []*service, llm *fakeLLM) {
+	t.Helper()
 	var wg sync.WaitGroup
 	var replaced atomic.Int32
 	for i := range 10 {
@@ -131,4 +141,10 @@ func TestResetAndForcedRunsAcrossThreeReplicas(t *testing.T) {
 	require.EqualValues(t, 5, llm.calls.Load(), "ten concurrent forced requests run it once")
 	require.EqualValues(t, 1, replaced.Load())
 	require.Equal(t, map[int]int{5: 30}, spread(t, c, reps, "r1", 30))
+}
+
+// del is DELETE /v1/ops/{scope}/keys/{key} on s.
+func del(t *testing.T, c *http.Client, s *service, scope, apiKey, key string) answer {
+	t.Helper()
+	return do(t, c, s, request{method: http.MethodDelete, path: "/v1/ops/" + scope + "/keys/" + key, apiKey: apiKey})
 }
