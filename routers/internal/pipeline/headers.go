@@ -32,7 +32,7 @@ const (
 // parseForceNew reads Idempotency-Force-New: absent or "false" is no,
 // "true" is yes (case-insensitive); anything else, or two headers, is refused.
 func parseForceNew(h http.Header) (bool, error) {
-	vs := h.Values(HeaderForceNew)
+	vs := h[HeaderForceNew] // the name is canonical: no Values
 	switch {
 	case len(vs) == 0:
 		return false, nil
