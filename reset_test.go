@@ -193,19 +193,25 @@ func TestConcurrentForcedCallsRunOnce(t *testing.T) {
 // that raced it. With the rule removed (DefectStaleCache) a replica that
 // cached the answer replays it after the reset: this test fails.
 func TestNoReplicaReplaysAResetAnswer(t *testing.T) {
+	withAndWithoutTheRule(t, func(t *testing.T, defect testhooks.Defect) {
+		old := replayedOldAfterReset(t, defect)
+		if defect == "" {
+			require.Zero(t, old, "replays of the old answer after the reset returned")
+		} else {
+			require.NotZero(t, old, "the defect must be seen: the test proves the rule")
+		}
+	})
+}
+
+// withAndWithoutTheRule runs check as subtest "rule" with the engine as it is, and as "defect"
+// with the reset fence removed (DefectStaleCache), in a synctest bubble each.
+func withAndWithoutTheRule(t *testing.T, check func(t *testing.T, defect testhooks.Defect)) {
 	for _, tc := range []struct {
 		name   string
 		defect testhooks.Defect
 	}{{"rule", ""}, {"defect", testhooks.DefectStaleCache}} {
 		t.Run(tc.name, func(t *testing.T) {
-			synctest.Test(t, func(t *testing.T) {
-				old := replayedOldAfterReset(t, tc.defect)
-				if tc.defect == "" {
-					require.Zero(t, old, "replays of the old answer after the reset returned")
-				} else {
-					require.NotZero(t, old, "the defect must be seen: the test proves the rule")
-				}
-			})
+			synctest.Test(t, func(t *testing.T) { check(t, tc.defect) })
 		})
 	}
 }
@@ -265,42 +271,35 @@ func countOld(t *testing.T, guards []*Guard, isOld func(n string) bool) int {
 // is not replayed (the second half of the rule): the call reads again and
 // runs the key afresh. Without the freshness check it replays the old answer.
 func TestReadThatRacedAResetIsNotReplayed(t *testing.T) {
-	for _, tc := range []struct {
-		name   string
-		defect testhooks.Defect
-	}{{"rule", ""}, {"defect", testhooks.DefectStaleCache}} {
-		t.Run(tc.name, func(t *testing.T) {
-			synctest.Test(t, func(t *testing.T) {
-				st := memstore.New()
-				slow := faulttest.NewStore(st)
-				cfg := Config{Store: slow, ReplayCacheSize: -1}
-				cfg.test.Defect = tc.defect
-				g1, g2 := newTestGuard(t, cfg), newTestGuard(t, Config{Store: st})
-				ctx := context.Background()
-				var runs atomic.Int64
-				_, err := g2.Do(ctx, resetCall("k"), counting(&runs))
-				require.NoError(t, err)
-				resetDone := make(chan struct{})
-				slow.Inject(faulttest.OpGet, faulttest.Fault{After: func(context.Context) { <-resetDone }})
-				answer := make(chan Result, 1)
-				go func() {
-					res, err := g1.Do(ctx, resetCall("k"), counting(&runs))
-					require.NoError(t, err)
-					answer <- res
-				}()
-				synctest.Wait() // g1's read has seen the old row and is held
-				key, _ := g2.Key("t1", "s.reset", "k")
-				_, err = g2.Reset(ctx, key, resettable)
-				require.NoError(t, err)
-				close(resetDone)
-				res := <-answer
-				if tc.defect == "" {
-					require.False(t, res.Cached, "the read that raced the reset was replayed")
-					require.EqualValues(t, 2, runs.Load())
-				} else {
-					require.True(t, res.Cached, "the defect must be seen: the test proves the rule")
-				}
-			})
-		})
-	}
+	withAndWithoutTheRule(t, func(t *testing.T, defect testhooks.Defect) {
+		st := memstore.New()
+		slow := faulttest.NewStore(st)
+		cfg := Config{Store: slow, ReplayCacheSize: -1}
+		cfg.test.Defect = defect
+		g1, g2 := newTestGuard(t, cfg), newTestGuard(t, Config{Store: st})
+		ctx := context.Background()
+		var runs atomic.Int64
+		_, err := g2.Do(ctx, resetCall("k"), counting(&runs))
+		require.NoError(t, err)
+		resetDone := make(chan struct{})
+		slow.Inject(faulttest.OpGet, faulttest.Fault{After: func(context.Context) { <-resetDone }})
+		answer := make(chan Result, 1)
+		go func() {
+			res, err := g1.Do(ctx, resetCall("k"), counting(&runs))
+			require.NoError(t, err)
+			answer <- res
+		}()
+		synctest.Wait() // g1's read has seen the old row and is held
+		key, _ := g2.Key("t1", "s.reset", "k")
+		_, err = g2.Reset(ctx, key, resettable)
+		require.NoError(t, err)
+		close(resetDone)
+		res := <-answer
+		if defect == "" {
+			require.False(t, res.Cached, "the read that raced the reset was replayed")
+			require.EqualValues(t, 2, runs.Load())
+		} else {
+			require.True(t, res.Cached, "the defect must be seen: the test proves the rule")
+		}
+	})
 }

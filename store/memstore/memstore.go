@@ -198,26 +198,28 @@ func (s *Store) Reclaim(ctx context.Context, p store.ReclaimParams) (bool, error
 		if r.Status != store.RowFailed || r.Attempts >= p.MaxAttempts || rec.Expired() {
 			return false, nil
 		}
-		r.Status = store.RowStarted
-		r.Attempts++
-		r.Response, r.ResponseCode, r.CompletedAt, r.Events = nil, 0, time.Time{}, nil
-		r.StartedAt, r.HeartbeatAt, r.Lease = now, now, p.Lease
-		r.ExpiresAt = laterOf(r.ExpiresAt, now.Add(p.TTL))
+		runAgain(r, now, p)
 	case store.ReclaimForced:
 		if r.Status == store.RowStarted || rec.Expired() {
 			return false, nil
 		}
-		r.Status = store.RowStarted
-		r.Attempts++
-		r.Response, r.ResponseCode, r.CompletedAt, r.Events = nil, 0, time.Time{}, nil
-		r.StartedAt, r.HeartbeatAt, r.Lease = now, now, p.Lease
-		r.ExpiresAt = laterOf(r.ExpiresAt, now.Add(p.TTL))
+		runAgain(r, now, p)
 	default:
 		return false, errors.New("memstore: unknown reclaim kind")
 	}
 	r.ClaimNonce, r.CancelRequestedAt = p.NewNonce, time.Time{}
 	s.appendAudit(p.Audit)
 	return true, nil
+}
+
+// runAgain makes the finished row r started again as the next attempt (a retry of a
+// failure, a forced run): the response cleared, a new lease, alive for at least p.TTL.
+func runAgain(r *store.Record, now time.Time, p store.ReclaimParams) {
+	r.Status = store.RowStarted
+	r.Attempts++
+	r.Response, r.ResponseCode, r.CompletedAt, r.Events = nil, 0, time.Time{}, nil
+	r.StartedAt, r.HeartbeatAt, r.Lease = now, now, p.Lease
+	r.ExpiresAt = laterOf(r.ExpiresAt, now.Add(p.TTL))
 }
 
 // Reset implements store.Store.
