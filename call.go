@@ -169,9 +169,11 @@ type Call struct {
 	// failed, not expired), under the same key, and stores the new answer
 	// in place of the old one; Result.Forced and Result.Replaced say so.
 	// On an absent key it is an ordinary first run; on a running key the
-	// answer is StatusInProgress at once (Wait is ignored). Concurrent
-	// forced calls of one finished key run the operation once: the others
-	// are answered as duplicates of that run. The scope must allow it
+	// answer is StatusInProgress at once (Wait is ignored). Only an answer
+	// stored before the call began is replaced: concurrent forced calls of
+	// one finished key run the operation once, and the others (and a forced
+	// call that finds an answer stored since it began) are answered as
+	// duplicates of that run. The scope must allow it
 	// (Settings.AllowReset), else store.ErrResetForbidden and nothing runs.
 	ForceNew bool
 	// LastEventID, for DoStream only, is the ID of the last chunk the

@@ -57,11 +57,12 @@ type claimLoop struct {
 	// writes a claim (nil: none held); own hands it to the execution.
 	slot func()
 
-	forceSpent bool // Call.ForceNew: the call has read a row (reset.go)
-	needClaim  bool // the row was absent at the last read: INSERT first
-	checked    bool // Call.Check ran (and passed)
-	hasRead    bool // the call has read the row at least once
-	races      int  // lost races (and absent reads) in a row
+	forceSpent bool      // Call.ForceNew: the call has read a row (reset.go)
+	began      time.Time // when the claim loop began (local monotonic clock), for ForceNew
+	needClaim  bool      // the row was absent at the last read: INSERT first
+	checked    bool      // Call.Check ran (and passed)
+	hasRead    bool      // the call has read the row at least once
+	races      int       // lost races (and absent reads) in a row
 	nonce      string
 	readAt     time.Time // local time before this round's read, for the replay cache
 }
@@ -71,7 +72,7 @@ type claimLoop struct {
 var errAgain = errors.New("idemguard: read the row again")
 
 func (g *Guard) execute(ctx context.Context, p prepared) (Result, error) {
-	l := claimLoop{g: g, ctx: ctx, p: p, needClaim: true, poll: newBackoff(p.settings.StaleAfter)}
+	l := claimLoop{g: g, ctx: ctx, p: p, needClaim: true, poll: newBackoff(p.settings.StaleAfter), began: time.Now()}
 	if p.wait > 0 {
 		l.waitUntil = g.now().Add(p.wait)
 	}
@@ -233,7 +234,7 @@ func (l *claimLoop) onRow(rec store.Record) (Result, error) {
 	}
 	if l.p.force && !l.forceSpent {
 		l.forceSpent = true // a call forces at most the first row it reads (reset.go)
-		if rec.Status != store.RowStarted {
+		if l.replaceable(rec) {
 			return l.forced(rec)
 		}
 	}

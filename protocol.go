@@ -271,11 +271,14 @@ on request, two ways:
     UPDATE of store.ReclaimForced (same guard, status back to started, a
     new nonce, attempt_count + 1, whatever MaxAttempts says), and runs the
     operation under that claim like any retry. A call forces at most the
-    first row it reads: a forced call that loses the race reads again and
-    is answered as a duplicate of the run that won (in progress, or its
-    replay), so concurrent forced calls of one key run it once. On an
-    absent or expired key a forced call is an ordinary first claim; on a
-    running key it is answered in progress at once.
+    first row it reads, and only an answer stored before the call began
+    (completed_at before the read's database clock less the time the call
+    has taken): a forced call that loses the race, or that finds an answer
+    a concurrent run stored, is answered as a duplicate of that run (in
+    progress, or its replay), so concurrent forced calls of one key run it
+    once, however fast the operation. On an absent or expired key a forced
+    call is an ordinary first claim; on a running key it is answered in
+    progress at once.
 
 Both are refused (store.ErrResetForbidden) on a scope that does not allow
 them, and Reset of a running key is store.ErrKeyRunning: one execution in

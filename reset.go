@@ -133,10 +133,21 @@ func forcing(p *prepared, c Call) error {
 	return nil
 }
 
+// replaceable reports whether a forced call may replace rec's answer: it
+// is finished, and it was stored before the call began. An answer stored
+// since was made by a run concurrent with this call (another forced call
+// that won, or the first run of a key absent when the call began): the
+// call is answered as its duplicate. The call's beginning on the store's
+// clock is taken as rec.Now less the time the call has taken so far,
+// which is never later than it was.
+func (l *claimLoop) replaceable(rec store.Record) bool {
+	return rec.Status != store.RowStarted && rec.CompletedAt.Before(rec.Now.Add(-time.Since(l.began)))
+}
+
 // forced runs a finished row again (Call.ForceNew): the guarded takeover
-// of the row as read, attempt + 1. A call forces at most the first
-// finished row it reads; lost, it reads again and is answered as a
-// duplicate of the run that won.
+// of the row as read, attempt + 1. A call forces at most the first row it
+// reads, and only an answer stored before it began (replaceable); lost,
+// it reads again and is answered as a duplicate of the run that won.
 func (l *claimLoop) forced(rec store.Record) (Result, error) {
 	g, p := l.g, l.p
 	prev := rec

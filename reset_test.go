@@ -131,6 +131,7 @@ func TestForceNewReplacesTheAnswer(t *testing.T) {
 		var runs atomic.Int64
 		first, err := g.Do(ctx, resetCall("k"), counting(&runs))
 		require.NoError(t, err)
+		time.Sleep(time.Millisecond) // virtual: the forced call begins after the answer was stored
 		forced := resetCall("k")
 		forced.ForceNew = true
 		res, err := g.Do(ctx, forced, counting(&runs))
@@ -165,6 +166,7 @@ func TestConcurrentForcedCallsRunOnce(t *testing.T) {
 		var runs atomic.Int64
 		_, err := g1.Do(ctx, resetCall("k"), counting(&runs))
 		require.NoError(t, err)
+		time.Sleep(time.Millisecond) // virtual: the forced calls begin after the answer was stored
 		slow := func(ctx context.Context) (any, error) {
 			time.Sleep(100 * time.Millisecond)
 			return counting(&runs)(ctx)
@@ -242,6 +244,7 @@ func replayedOldAfterReset(t *testing.T, defect testhooks.Defect) int {
 	_, err = guards[0].Reset(ctx, key, resettable)
 	require.NoError(t, err)
 	old := countOld(t, guards, func(n string) bool { return n == "1" })
+	time.Sleep(time.Millisecond) // virtual: the forced call begins after the new answer was stored
 	forced := resetCall("k")
 	forced.ForceNew = true
 	res, err := guards[1].Do(ctx, forced, counting(&runs))
@@ -301,5 +304,40 @@ func TestReadThatRacedAResetIsNotReplayed(t *testing.T) {
 		} else {
 			require.True(t, res.Cached, "the defect must be seen: the test proves the rule")
 		}
+	})
+}
+
+// A forced call that finds an answer stored after it began (by a forced run that overlapped
+// it) is answered with that answer: it does not run the key a third time.
+func TestForcedCallDoesNotReplaceAnAnswerStoredSinceItBegan(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		st := memstore.New()
+		slow := faulttest.NewStore(st)
+		g1, g2 := newTestGuard(t, Config{Store: slow}), newTestGuard(t, Config{Store: st})
+		ctx := context.Background()
+		var runs atomic.Int64
+		_, err := g2.Do(ctx, resetCall("k"), counting(&runs))
+		require.NoError(t, err)
+		time.Sleep(time.Millisecond)
+		release := make(chan struct{})
+		slow.Inject(faulttest.OpClaim, faulttest.Fault{Before: func(context.Context) { <-release }})
+		forced := resetCall("k")
+		forced.ForceNew = true
+		late := make(chan Result, 1)
+		go func() {
+			res, err := g1.Do(ctx, forced, counting(&runs)) // its claim INSERT is held
+			require.NoError(t, err)
+			late <- res
+		}()
+		synctest.Wait()
+		won, err := g2.Do(ctx, forced, counting(&runs))
+		require.NoError(t, err)
+		require.True(t, won.Forced)
+		close(release)
+		res := <-late
+		require.False(t, res.Forced, "a forced call began before the answer it found was stored")
+		require.True(t, res.Cached)
+		require.Equal(t, won.Envelope.Data, res.Envelope.Data)
+		require.EqualValues(t, 2, runs.Load())
 	})
 }

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"net/http"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
@@ -74,6 +75,7 @@ func TestForceNewHeader(t *testing.T) {
 	t.Parallel()
 	b := setup(t, allowResets("echo"))
 	require.Equal(t, http.StatusOK, b.post("echo", "k", `{"n":1}`).Code)
+	storedBefore(b)
 	forced := b.post("echo", "k", `{"n":1}`, pipeline.HeaderForceNew, "true")
 	require.Equal(t, http.StatusOK, forced.Code, forced.Body.String())
 	require.Equal(t, "1", forced.Header().Get(pipeline.HeaderReplacesAttempt))
@@ -89,4 +91,14 @@ func TestForceNewHeader(t *testing.T) {
 	require.Equal(t, http.StatusForbidden, refused.Code)
 	require.Zero(t, b.calls["created"].Load(), "a forbidden forced request runs nothing")
 	require.EqualValues(t, 2, b.calls["echo"].Load())
+}
+
+// storedBefore waits until every stored answer of b's store is over a millisecond old: a
+// forced request replaces only an answer stored before it began.
+func storedBefore(b *testBundle) {
+	for _, r := range b.store.Rows() {
+		for time.Since(r.CompletedAt) <= time.Millisecond {
+			time.Sleep(100 * time.Microsecond)
+		}
+	}
 }

@@ -3,6 +3,7 @@ package metrics_test
 import (
 	"context"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
@@ -21,8 +22,12 @@ func TestResetsAreCountedByScope(t *testing.T) {
 	ctx := context.Background()
 	op := func(context.Context) (any, error) { return map[string]any{"ok": true}, nil }
 	c := idemguard.Call{Tenant: "t", Scope: "chat", ClientKey: "k", Inputs: 1, Settings: idemguard.Settings{AllowReset: true}}
-	_, err = g.Do(ctx, c, op)
+	first, err := g.Do(ctx, c, op)
 	require.NoError(t, err)
+	// A forced call replaces only an answer stored before it began.
+	for time.Since(first.CompletedAt) <= time.Millisecond {
+		time.Sleep(100 * time.Microsecond)
+	}
 	forced := c
 	forced.ForceNew = true
 	_, err = g.Do(ctx, forced, op)

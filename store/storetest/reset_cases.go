@@ -126,8 +126,9 @@ func guardResetAndForcedRunsOverTheStore(t *testing.T, h *Harness) {
 	}
 	c := call("s", map[string]any{"q": 1})
 	c.Settings.AllowReset = true
-	_, err := g.Do(ctxFor(t), c, op)
+	first, err := g.Do(ctxFor(t), c, op)
 	require.NoError(t, err)
+	afterCompletion(t, h, string(c.Tenant), c.Scope, first.KeyHash)
 	forced := c
 	forced.ForceNew = true
 	res, err := other.Do(ctxFor(t), forced, op)
@@ -154,4 +155,14 @@ func guardResetAndForcedRunsOverTheStore(t *testing.T, h *Harness) {
 	require.False(t, again.Cached)
 	require.Equal(t, 1, again.Attempt)
 	require.EqualValues(t, 3, runs.Load())
+}
+
+// afterCompletion waits until the store's clock is past the key's stored answer, so that a
+// forced call begins after it was stored (a forced call replaces only such an answer).
+func afterCompletion(t testing.TB, h *Harness, tenant, scope, keyHash string) {
+	t.Helper()
+	pollUntil(t, "the store's clock passes the stored answer", func() bool {
+		r := get(t, h, tenant, scope, keyHash)
+		return r.Now.Sub(r.CompletedAt) > time.Millisecond
+	})
 }

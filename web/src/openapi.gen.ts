@@ -693,9 +693,11 @@ export interface components {
          *     of the old one; the answer carries `Idempotent-Replaces-Attempt`,
          *     and every later replay gets the new answer (no replica replays the
          *     old one once the forced answer has come). On an absent key it is an
-         *     ordinary first run; on a running key a 409. Of concurrent forced
-         *     requests for one key one runs; the others are answered as its
-         *     duplicates. The scope must allow it (`allow_reset: true`), else 403.
+         *     ordinary first run; on a running key a 409. Only an answer stored
+         *     before the request began is replaced: of concurrent forced requests
+         *     for one key one runs, and the others (and one that finds an answer
+         *     stored since it began) are answered as its duplicates. The scope must
+         *     allow it (`allow_reset: true`), else 403.
          *     The audit trail records a `forced` event with the caller.
          */
         ForceNew: "true" | "false";
@@ -802,9 +804,11 @@ export interface operations {
                  *     of the old one; the answer carries `Idempotent-Replaces-Attempt`,
                  *     and every later replay gets the new answer (no replica replays the
                  *     old one once the forced answer has come). On an absent key it is an
-                 *     ordinary first run; on a running key a 409. Of concurrent forced
-                 *     requests for one key one runs; the others are answered as its
-                 *     duplicates. The scope must allow it (`allow_reset: true`), else 403.
+                 *     ordinary first run; on a running key a 409. Only an answer stored
+                 *     before the request began is replaced: of concurrent forced requests
+                 *     for one key one runs, and the others (and one that finds an answer
+                 *     stored since it began) are answered as its duplicates. The scope must
+                 *     allow it (`allow_reset: true`), else 403.
                  *     The audit trail records a `forced` event with the caller.
                  */
                 "Idempotency-Force-New"?: components["parameters"]["ForceNew"];
