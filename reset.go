@@ -57,6 +57,12 @@ func (g *Guard) Reset(ctx context.Context, key Key, s Settings) (KeyInfo, error)
 	if !p.settings.AllowReset {
 		return KeyInfo{}, store.ErrResetForbidden
 	}
+	if key.clientKey != "" && len(g.previous) > 0 { // the key's row may have been made under a previous secret (secrets.go)
+		var err error
+		if p.keyHash, err = g.lookupHashAny(ctx, key); err != nil {
+			return KeyInfo{}, err
+		}
+	}
 	var sent []string // the nonces of resets whose outcome was unknown
 	for range maxRaces {
 		rec, err := g.get(ctx, p)

@@ -341,3 +341,25 @@ func TestForcedCallDoesNotReplaceAnAnswerStoredSinceItBegan(t *testing.T) {
 		require.EqualValues(t, 2, runs.Load())
 	})
 }
+
+// A client key whose row was made under a previous secret is reset by a Guard on the new one.
+func TestResetFindsAKeyMadeUnderAPreviousSecret(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		st := memstore.New()
+		old := newTestGuard(t, Config{Store: st})
+		g, err := New(Config{Store: st, Secret: []byte("another-secret-0123456789abcdef!!"), SecretID: "new",
+			PreviousSecrets: []SecretVersion{{Secret: testSecret}}})
+		require.NoError(t, err)
+		defer func() { _ = g.Close(context.Background()) }()
+		var runs atomic.Int64
+		_, err = old.Do(context.Background(), resetCall("k"), counting(&runs))
+		require.NoError(t, err)
+		key, err := g.Key("t1", "s.reset", "k")
+		require.NoError(t, err)
+		info, err := g.Reset(context.Background(), key, resettable)
+		require.NoError(t, err)
+		require.Equal(t, 1, info.Attempts)
+		_, err = g.Lookup(context.Background(), key)
+		require.ErrorIs(t, err, ErrNotFound)
+	})
+}
