@@ -545,17 +545,28 @@ type unknownWrite struct {
 	claim pendingClaim
 }
 
-// pendingIn returns the unconfirmed claim rec holds, if any.
+// pendingIn returns the unconfirmed claim rec holds, if any. A claim INSERT
+// and a Reclaim of one round share their nonce: a row holding it is the
+// Reclaim's when it is the row that Reclaim took (its id), and must then be
+// given back as that Reclaim's (restored), never deleted as the INSERT's.
 func pendingIn(unconfirmed []pendingClaim, rec store.Record) (pendingClaim, bool) {
 	if rec.Status != store.RowStarted {
 		return pendingClaim{}, false
 	}
+	var found pendingClaim
+	ok := false
 	for _, u := range unconfirmed {
-		if rec.ClaimNonce == u.nonce {
+		if rec.ClaimNonce != u.nonce {
+			continue
+		}
+		if u.prev != nil && u.prev.ID == rec.ID {
 			return u, true
 		}
+		if !ok {
+			found, ok = u, true
+		}
 	}
-	return pendingClaim{}, false
+	return found, ok
 }
 
 // tryReclaim makes the guarded transition rp and, when it won, returns the

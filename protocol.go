@@ -108,7 +108,9 @@ detached from the caller's cancellation, bounded by StoreTimeout.
     call ends without owning the row (the row cannot be read, the caller
     hung up, another answer), a background task gives each unconfirmed
     claim back (store.Store.Release) if it turns up, for as long as the Guard
-    lives.
+    lives. A claim INSERT and a Reclaim of one round carry one nonce: a row
+    holding it is the Reclaim's when it is the row the Reclaim took (its
+    id), and is given back as the Reclaim's (restored, never deleted).
   - A claim write the store refused outright (an error that is neither
     ErrOutcomeUnknown nor a timeout or broken connection: no such table or
     column, a value too long) is re-read once like any other, and unless

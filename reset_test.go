@@ -363,3 +363,41 @@ func TestResetFindsAKeyMadeUnderAPreviousSecret(t *testing.T) {
 		require.ErrorIs(t, err, ErrNotFound)
 	})
 }
+
+// A claim INSERT and a Reclaim of one round share their nonce; when both are unconfirmed and
+// the row holds the nonce, it is the Reclaim's if it is the row that Reclaim took: given back,
+// it is restored, never deleted as a fresh INSERT's (which would lose the stored answer and let
+// the late INSERT land as a new life). The simulation found it with a forced reclaim (seed 2676).
+func TestPendingClaimOfASharedNonceIsTheRowsOwn(t *testing.T) {
+	prev := &store.Record{ID: 7, Status: store.RowFailed, ClaimNonce: "old", Attempts: 1}
+	insert := pendingClaim{nonce: "n"}
+	reclaim := pendingClaim{nonce: "n", guard: "old", prev: prev}
+	row := store.Record{ID: 7, Status: store.RowStarted, ClaimNonce: "n", Attempts: 2}
+	u, ok := pendingIn([]pendingClaim{insert, reclaim}, row)
+	require.True(t, ok)
+	require.Same(t, prev, u.prev, "the reclaimed row is the Reclaim's")
+	row.ID = 8 // a row the INSERT made
+	u, ok = pendingIn([]pendingClaim{insert, reclaim}, row)
+	require.True(t, ok)
+	require.Nil(t, u.prev)
+
+	st := memstore.New()
+	g := newTestGuard(t, Config{Store: st})
+	var runs atomic.Int64
+	_, err := g.Do(context.Background(), resetCall("k"), counting(&runs))
+	require.NoError(t, err)
+	held := st.Rows()[0]
+	ok, err = st.Reclaim(context.Background(), store.ReclaimParams{Kind: store.ReclaimForced, ID: held.ID,
+		OldNonce: held.ClaimNonce, OldAttempts: held.Attempts, NewNonce: "n", TTL: time.Hour, Lease: time.Minute})
+	require.NoError(t, err)
+	require.True(t, ok)
+	p, err := g.prepare(context.Background(), resetCall("k"))
+	require.NoError(t, err)
+	prevRow := held
+	left := g.releaseIfMine(p, []pendingClaim{{nonce: "n", sent: time.Now()}, {nonce: "n", guard: held.ClaimNonce, prev: &prevRow, sent: time.Now()}})
+	require.Len(t, left, 1, "the INSERT's claim is left to its window")
+	rows := st.Rows()
+	require.Len(t, rows, 1, "the row is restored, not deleted")
+	require.Equal(t, store.RowSucceeded, rows[0].Status)
+	require.Equal(t, held.ClaimNonce, rows[0].ClaimNonce)
+}
