@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"slices"
 	"time"
 
 	"github.com/idemguard/idemguard/internal/testhooks"
@@ -63,12 +62,14 @@ func (g *Guard) Reset(ctx context.Context, key Key, s Settings) (KeyInfo, error)
 			return KeyInfo{}, err
 		}
 	}
-	var sent []string // the nonces of resets whose outcome was unknown
+	sent := map[string]*store.AuditEvent{} // the resets whose outcome was unknown, by nonce
 	for range maxRaces {
 		rec, err := g.get(ctx, p)
-		switch {
-		case err == nil && slices.Contains(sent, rec.ClaimNonce):
+		if a, landed := sent[rec.ClaimNonce]; err == nil && landed {
+			g.landed(a)
 			return g.wasReset(p, rec) // an earlier try landed after all
+		}
+		switch {
 		case errors.Is(err, ErrNotFound):
 			return KeyInfo{}, ErrNotFound
 		case err != nil:
@@ -79,7 +80,7 @@ func (g *Guard) Reset(ctx context.Context, key Key, s Settings) (KeyInfo, error)
 			return KeyInfo{}, store.ErrKeyRunning
 		}
 		nonce := newNonce()
-		audit := g.newAudit(p, store.AuditReset, key.hash, rec.Attempts, rec.Now)
+		audit := g.newAudit(p, store.AuditReset, rec.KeyHash, rec.Attempts, rec.Now)
 		sctx, cancel := g.storeCtx(context.WithoutCancel(ctx))
 		ok, err := g.store.Reset(sctx, store.ResetParams{ID: rec.ID, OldNonce: rec.ClaimNonce, OldAttempts: rec.Attempts,
 			NewNonce: nonce, Audit: g.stored(audit)})
@@ -91,7 +92,7 @@ func (g *Guard) Reset(ctx context.Context, key Key, s Settings) (KeyInfo, error)
 		case err != nil && !outcomeUnknown(err):
 			return KeyInfo{}, &StoreError{Op: "reset", Err: err}
 		case err != nil:
-			sent = append(sent, nonce)
+			sent[nonce] = audit
 		}
 		// Another writer changed the row meanwhile, or the outcome is
 		// unknown: the row says which.
