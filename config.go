@@ -106,6 +106,7 @@ func (s Settings) withDefaults(d Settings) Settings {
 		StaleAfter:  cmp.Or(s.StaleAfter, d.StaleAfter, DefaultStaleAfter),
 		MaxAttempts: cmp.Or(s.MaxAttempts, d.MaxAttempts, DefaultMaxAttempts),
 		StalePolicy: cmp.Or(s.StalePolicy, d.StalePolicy, StaleTakeover),
+		AllowReset:  s.AllowReset || d.AllowReset,
 	}
 }
 

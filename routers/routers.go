@@ -364,6 +364,7 @@ func (h *handlers) apiRoutes(r gin.IRouter, o Options) {
 	}
 	api.POST(routeOps, h.runOperation)
 	api.GET(routeKey, h.lookupKey)
+	api.DELETE(routeKey, h.resetKey) // reset.go
 	h.jobRoutes(api)
 }
 
@@ -417,11 +418,12 @@ func newEngine(o Options) (*gin.Engine, error) {
 // ExposedHeaders are the response headers a browser may read (CORS).
 var ExposedHeaders = []string{
 	pipeline.HeaderReplayed, pipeline.HeaderCompletedAt, pipeline.HeaderKeyRef, pipeline.HeaderLocation, pipeline.HeaderRetryAfter, pipeline.HeaderPreferenceApplied,
-	pipeline.HeaderStreamRestart,
+	pipeline.HeaderStreamRestart, pipeline.HeaderReplacesAttempt,
 }
 
 // AllowedHeaders are the request headers a browser may send (CORS).
-var AllowedHeaders = []string{"Authorization", "Content-Type", pipeline.HeaderIdempotencyKey, pipeline.HeaderPrefer, headerLastEventID}
+var AllowedHeaders = []string{"Authorization", "Content-Type", pipeline.HeaderIdempotencyKey, pipeline.HeaderPrefer, headerLastEventID,
+	pipeline.HeaderForceNew}
 
 // corsMiddleware answers CORS for the listed origins (and, with loopback,
 // any http://localhost or http://127.0.0.1 origin). Requests from other

@@ -424,6 +424,9 @@ type rawSettings struct {
 	StaleAfter  string `yaml:"stale_after"`
 	MaxAttempts int    `yaml:"max_attempts"`
 	StalePolicy string `yaml:"stale_policy"`
+	// AllowReset lets a finished key run again on request (DELETE of the
+	// key, Idempotency-Force-New); off unless set (idemguard.Settings).
+	AllowReset bool `yaml:"allow_reset"`
 }
 
 type rawOpenAI struct {
@@ -1086,6 +1089,7 @@ func (p *problems) settings(at string, r rawSettings) idemguard.Settings {
 		StaleAfter:  p.duration(at+".stale_after", r.StaleAfter, 0),
 		MaxAttempts: r.MaxAttempts,
 		StalePolicy: idemguard.StalePolicy(strings.TrimSpace(r.StalePolicy)),
+		AllowReset:  r.AllowReset,
 	}
 }
 

@@ -21,7 +21,26 @@ const (
 	HeaderLocation          = "Location"
 	HeaderLastEventID       = "Last-Event-ID"
 	HeaderStreamRestart     = "Idempotent-Stream-Restart"
+	// HeaderForceNew asks for a forced run (idemguard.Call.ForceNew);
+	// HeaderReplacesAttempt answers one with the attempt it replaced.
+	HeaderForceNew        = "Idempotency-Force-New"
+	HeaderReplacesAttempt = "Idempotent-Replaces-Attempt"
 )
+
+// parseForceNew reads Idempotency-Force-New: absent or "false" is no,
+// "true" is yes (case-insensitive); anything else, or two headers, is refused.
+func parseForceNew(h http.Header) (bool, error) {
+	vs := h[HeaderForceNew] // the name is canonical: no Values
+	switch {
+	case len(vs) == 0:
+		return false, nil
+	case len(vs) == 1 && strings.EqualFold(strings.TrimSpace(vs[0]), "true"):
+		return true, nil
+	case len(vs) == 1 && strings.EqualFold(strings.TrimSpace(vs[0]), "false"):
+		return false, nil
+	}
+	return false, Reject(ErrInvalidForceNew, `Idempotency-Force-New is "true" or "false", once`)
+}
 
 // PreferAsync is the preference of a background run (RFC 7240).
 const PreferAsync = "respond-async"
