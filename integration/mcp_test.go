@@ -99,7 +99,7 @@ func mcpPrompt(text string) []any {
 }
 
 // TestMCPDoorOfTheBuiltBinary: list tools; one key called twice runs the upstream once, the
-// second marked replayed; two clients on two replicas racing one key run it once; other inputs
+// second marked replayed; forceNew runs it again; two clients on two replicas racing one key run it once; other inputs
 // under a key are a tool error; an async scope's job is read and cancelled by its tenant only;
 // another tenant neither sees nor calls a scope it is not configured for; the audit trail names
 // the MCP caller; the canary in the upstream's private fields is in no result, row or log.
@@ -108,7 +108,7 @@ func TestMCPDoorOfTheBuiltBinary(t *testing.T) {
 	db, llm := database(t), newFakeLLM(t)
 	llm.set(func(n int32, w http.ResponseWriter, _ *http.Request) { completeWithCanary(w, n) })
 	url, headers, configLine := readmeMCPHost(t)
-	cfg := chatConfig(llm, "  - {name: chat, operation: openai_chat}\n"+
+	cfg := chatConfig(llm, "  - {name: chat, operation: openai_chat, allow_reset: true}\n"+
 		"  - {name: research, operation: openai_chat, async: true, stale_after: 1500ms}\n"+
 		"  - {name: acme.private, operation: openai_chat, tenants: [acme]}\n", configLine)
 	env := productionEnv(db.DSN)
@@ -132,11 +132,19 @@ func TestMCPDoorOfTheBuiltBinary(t *testing.T) {
 	require.Equal(t, mcptest.Structured(t, first)["data"], mcptest.Structured(t, again)["data"])
 	require.EqualValues(t, 1, llm.calls.Load())
 
+	// forceNew (the scope allows forced runs): the key runs again, its answer replacing attempt 1.
+	forced := results.call(t, acme, "chat", map[string]any{"messages": mcpPrompt("plan the launch"), "max_tokens": 16,
+		"idempotencyKey": "mcp-1", "forceNew": true})
+	require.False(t, forced.IsError, "%v", forced.Content)
+	require.EqualValues(t, 1, forced.Meta["idemguard/replacesAttempt"])
+	require.EqualValues(t, 2, llm.calls.Load())
+	require.Equal(t, true, results.call(t, acme, "chat", args).Meta["idemguard/replayed"])
+
 	// The same key with other inputs: a tool error naming the cause; nothing runs.
 	other := results.call(t, acme, "chat", map[string]any{"messages": mcpPrompt("something else"), "idempotencyKey": "mcp-1"})
 	require.True(t, other.IsError)
 	require.Contains(t, mcptest.Structured(t, other)["type"], "idempotency-key-reused")
-	require.EqualValues(t, 1, llm.calls.Load())
+	require.EqualValues(t, 2, llm.calls.Load())
 
 	mcpRace(t, llm, results, acme, mcpConnect(t, at(b), headers, acmeKey))
 	mcpJob(t, llm, results, acme, mcpConnect(t, at(b), headers, globexKey))

@@ -108,7 +108,8 @@ func (h *handlers) mcpCaller(c *gin.Context, creds *auth.Credentials, byScope ma
 				g.tenant, method = p.Tenant, p.Method
 				if s.allows(p.Tenant) {
 					g.scopes[s.Name] = mcpGrant{scope: s, principal: principal, actor: h.actorOf(p)}
-					caller.Tools = append(caller.Tools, mcpdoor.Tool{Scope: s.Name, KeyRequired: s.KeyRequired, Async: s.Async, InputSchema: s.InputSchema})
+					caller.Tools = append(caller.Tools, mcpdoor.Tool{Scope: s.Name, KeyRequired: s.KeyRequired, Async: s.Async,
+						AllowForce: s.Settings.AllowReset, InputSchema: s.InputSchema})
 				}
 				continue
 			}
@@ -165,7 +166,8 @@ func (b mcpBackend) Call(ctx context.Context, c *mcpdoor.Caller, call mcpdoor.Ca
 	if err != nil {
 		return mcpdoor.Answer{}, err
 	}
-	req := pipeline.Request{ClientKey: call.ClientKey, Raw: call.Inputs, Body: call.Inputs, Wait: h.limits.MaxWait, Principal: gr.principal}
+	req := pipeline.Request{ClientKey: call.ClientKey, Raw: call.Inputs, Body: call.Inputs, Wait: h.limits.MaxWait, Principal: gr.principal,
+		ForceNew: call.ForceNew}
 	ctx = idemguard.WithActor(ctx, gr.actor)
 	pc := req.Call(g.tenant, h.route(g.tenant, gr.scope, req.Body, call.Async), req.Body)
 	var res idemguard.Result
@@ -189,7 +191,11 @@ func (b mcpBackend) Call(ctx context.Context, c *mcpdoor.Caller, call mcpdoor.Ca
 		g.note(call.Scope, res.KeyHash, idemguard.Result{StopReason: p.StopReason, Cached: res.Cached})
 		return mcpdoor.Answer{}, mcpdoor.Failed(p)
 	}
-	return mcpdoor.Answer{Body: res.Body, Replayed: res.Cached, Ref: ref}, nil
+	a := mcpdoor.Answer{Body: res.Body, Replayed: res.Cached, Ref: ref}
+	if res.Forced {
+		a.Replaced = res.Replaced
+	}
+	return a, nil
 }
 
 // job is the answer of an async tool call whose key runs: its key record,

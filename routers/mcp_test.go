@@ -21,7 +21,7 @@ import (
 )
 
 // mcpSetup is the test API with the MCP door at /mcp: "slow" is async,
-// "created" is acme's only.
+// "created" is acme's only, "echo" allows forced runs.
 func mcpSetup(t *testing.T) (*testBundle, *httptest.Server) {
 	t.Helper()
 	b := setup(t, setupOpts{options: func(o *Options) {
@@ -33,6 +33,8 @@ func mcpSetup(t *testing.T) (*testBundle, *httptest.Server) {
 				o.Scopes[i].Async = true
 			case "created":
 				o.Scopes[i].Tenants = []tenancy.ID{"acme"}
+			case "echo":
+				o.Scopes[i].Settings.AllowReset = true
 			}
 		}
 	}})
@@ -252,4 +254,36 @@ func TestMCPUsersOfOneTenant(t *testing.T) {
 	done := mcptest.Structured(t, <-answer)
 	require.Equal(t, "succeeded", done["status"], "%v", done)
 	require.Equal(t, true, done["response"].(map[string]any)["ok"])
+}
+
+// TestMCPForceNew: where the scope allows forced runs its tool takes
+// forceNew: a finished key runs again, its answer replaces the stored one
+// (marked with the attempt it replaced), and later calls replay the new
+// answer. Elsewhere forceNew is not the door's: the schema has none.
+func TestMCPForceNew(t *testing.T) {
+	t.Parallel()
+	b, srv := mcpSetup(t)
+	cs := mcpSession(t, srv, acmeKey1)
+	tools, err := cs.ListTools(context.Background(), nil)
+	require.NoError(t, err)
+	for _, tool := range tools.Tools {
+		schema, _ := json.Marshal(tool.InputSchema)
+		require.Equal(t, tool.Name == "echo", strings.Contains(string(schema), `"forceNew"`), tool.Name)
+	}
+	first := callTool(t, cs, "echo", map[string]any{"n": 1, "idempotencyKey": "f-1"})
+	require.False(t, first.IsError)
+	require.Equal(t, true, callTool(t, cs, "echo", map[string]any{"n": 1, "idempotencyKey": "f-1"}).Meta["idemguard/replayed"])
+	forced := callTool(t, cs, "echo", map[string]any{"n": 1, "idempotencyKey": "f-1", "forceNew": true})
+	require.False(t, forced.IsError, "%v", forced.Content)
+	require.Equal(t, false, forced.Meta["idemguard/replayed"])
+	require.EqualValues(t, 1, forced.Meta["idemguard/replacesAttempt"])
+	require.EqualValues(t, 2, b.calls["echo"].Load(), "the forced call ran the operation again")
+	again := callTool(t, cs, "echo", map[string]any{"n": 1, "idempotencyKey": "f-1"})
+	require.Equal(t, true, again.Meta["idemguard/replayed"])
+	require.Nil(t, again.Meta["idemguard/replacesAttempt"])
+	require.EqualValues(t, 2, b.calls["echo"].Load())
+
+	bad := callTool(t, cs, "echo", map[string]any{"n": 1, "idempotencyKey": "f-1", "forceNew": "yes"})
+	require.True(t, bad.IsError)
+	require.EqualValues(t, 2, b.calls["echo"].Load())
 }

@@ -22,6 +22,9 @@ func FromConfig(c *config.Config, client *http.Client, pseudonym caller.Pseudony
 	for _, s := range c.Scopes {
 		sc := &Scope{Name: s.Name, Settings: s.Settings, KeyRequired: s.KeyRequired, Timeout: s.Timeout, Isolation: s.Isolation,
 			Tenants: s.Tenants, Async: s.Async}
+		// The guard ORs the defaults' allow_reset in; resolved here so the
+		// MCP door offers forceNew wherever a forced run is allowed.
+		sc.Settings.AllowReset = sc.Settings.AllowReset || c.Defaults.AllowReset
 		switch s.Operation {
 		case config.OpOpenAIChat:
 			sc.Timeout = cmp.Or(sc.Timeout, c.OpenAI.Timeout)

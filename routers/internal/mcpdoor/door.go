@@ -36,6 +36,9 @@ type Tool struct {
 	// Async: the tool starts the operation in the background and answers
 	// with the job's reference (the job tools read and cancel it).
 	Async bool
+	// AllowForce offers the forceNew argument: the scope allows forced
+	// runs (idemguard.Settings.AllowReset).
+	AllowForce bool
 	// InputSchema is the JSON Schema of the operation's inputs (an object);
 	// nil: any object.
 	InputSchema json.RawMessage
@@ -59,6 +62,8 @@ type Call struct {
 	// operation's inputs, keyed as the REST API keys a body.
 	Inputs json.RawMessage
 	Async  bool
+	// ForceNew is the forceNew argument (idemguard.Call.ForceNew).
+	ForceNew bool
 }
 
 // Answer is what a scope's tool answers.
@@ -70,6 +75,8 @@ type Answer struct {
 	Replayed bool
 	// Ref is the key's reference, for the job tools and lookups.
 	Ref string
+	// Replaced is the attempt whose answer a forced run replaced (0: none).
+	Replaced int
 }
 
 // Backend runs what the door is asked: package routers, on its one request

@@ -23,8 +23,12 @@ const (
 // maxWaitSeconds bounds a job status's wait before the Backend's own cap.
 const maxWaitSeconds = 3600
 
-// ArgKey is the argument that carries the idempotency key.
-const ArgKey = "idempotencyKey"
+// The door's own arguments: the idempotency key, and (where the scope
+// allows it) the request for a forced run.
+const (
+	ArgKey      = "idempotencyKey"
+	ArgForceNew = "forceNew"
+)
 
 // ToolName is the tool of scope: its name, with ":" (which tool names may
 // not hold) as "_".
@@ -35,6 +39,8 @@ func ToolName(scope string) string { return strings.ReplaceAll(scope, ":", "_") 
 const (
 	MetaReplayed = "idemguard/replayed"
 	MetaRef      = "idemguard/ref"
+	// MetaReplaces is the attempt a forced run's answer replaced.
+	MetaReplaces = "idemguard/replacesAttempt"
 )
 
 // maxServers bounds the servers kept, one per set of tools seen.
@@ -94,6 +100,9 @@ func describe(t Tool) string {
 	if t.Async {
 		d += " It starts a job and answers at once with its reference; read it with " + ToolJobStatus + "."
 	}
+	if t.AllowForce {
+		d += " With " + ArgForceNew + " true it runs a finished key again and answers the new result."
+	}
 	return d
 }
 
@@ -121,6 +130,10 @@ func inputSchema(t Tool) json.RawMessage {
 	}
 	props[ArgKey] = map[string]any{"type": "string", "minLength": 1, "maxLength": keys.MaxClientKeyLen, "pattern": "^[A-Za-z0-9_.:-]+$",
 		"description": "Names this call: a retry with the same key never runs the operation twice. Without it the key is derived from the other arguments."}
+	if t.AllowForce {
+		props[ArgForceNew] = map[string]any{"type": "boolean",
+			"description": "Run the key again even if it has a stored answer, replacing it. Send it once: a retry of a forced call sends false."}
+	}
 	schema["properties"] = props
 	if t.KeyRequired {
 		req, _ := schema["required"].([]any)
@@ -157,7 +170,11 @@ func readCall(t Tool, args json.RawMessage) (Call, error) {
 	if len(args) == 0 || string(args) == "null" {
 		args = json.RawMessage(`{}`)
 	}
-	inputs, taken, ok, err := pipeline.TakeMembers(args, ArgKey)
+	own := []string{ArgKey}
+	if t.AllowForce { // elsewhere a forceNew member is the operation's own input
+		own = append(own, ArgForceNew)
+	}
+	inputs, taken, ok, err := pipeline.TakeMembers(args, own...)
 	switch {
 	case err != nil:
 		return Call{}, err
@@ -172,6 +189,11 @@ func readCall(t Tool, args json.RawMessage) (Call, error) {
 		}
 		if call.ClientKey, err = pipeline.ClientKey(s); err != nil {
 			return Call{}, err
+		}
+	}
+	if v, has := taken[ArgForceNew]; has {
+		if call.ForceNew, ok = v.(bool); !ok {
+			return Call{}, pipeline.Reject(pipeline.ErrInvalidBody, "%s must be true or false", ArgForceNew)
 		}
 	}
 	if call.ClientKey == "" && t.KeyRequired {
@@ -205,8 +227,12 @@ func (d *door) jobTool(run func(context.Context, *Caller, string, string, time.D
 // answered is the tool result of an answer: the stored answer as structured
 // content (and as text, for clients that read only text), marked.
 func answered(a Answer) *mcp.CallToolResult {
+	meta := mcp.Meta{MetaReplayed: a.Replayed, MetaRef: a.Ref}
+	if a.Replaced > 0 {
+		meta[MetaReplaces] = a.Replaced
+	}
 	return &mcp.CallToolResult{
-		Meta:              mcp.Meta{MetaReplayed: a.Replayed, MetaRef: a.Ref},
+		Meta:              meta,
 		Content:           []mcp.Content{&mcp.TextContent{Text: string(a.Body)}},
 		StructuredContent: a.Body,
 	}
