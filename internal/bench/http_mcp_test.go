@@ -24,18 +24,7 @@ func BenchmarkMCPReplayCachedMemstore(b *testing.B) {
 		reqs[n] = &replayRequest{req: req, body: body}
 	}
 	w := &bodyWriter{h: http.Header{}}
-	b.ReportAllocs()
-	cpu := processCPU()
-	n := 0
-	for b.Loop() {
-		n = (n + 1) % replayKeys
-		w.reset()
-		h.ServeHTTP(w, reqs[n].rewound())
-		if w.code != http.StatusOK || !bytes.Contains(w.body, mcpReplayed) {
-			b.Fatalf("not a replayed tool result: %d %s", w.code, w.body)
-		}
-	}
-	reportCPU(b, cpu)
+	loopServe(b, h, reqs, w, func() bool { return w.code == http.StatusOK && bytes.Contains(w.body, mcpReplayed) })
 }
 
 // bodyWriter is a ResponseWriter that keeps the status, headers and body.
