@@ -132,6 +132,18 @@ func (c *replayCache) put(tenant, scope, keyHash, fingerprint string, res Result
 	}
 }
 
+// drop forgets the key's entry, if there is one.
+func (c *replayCache) drop(tenant, scope, keyHash string) {
+	if c == nil {
+		return
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if el, ok := c.items[cacheKey{tenant, scope, keyHash}]; ok {
+		c.remove(el)
+	}
+}
+
 // remove drops the entry at el (c.mu held).
 func (c *replayCache) remove(el *list.Element) {
 	e := el.Value.(*cacheEntry)

@@ -74,6 +74,16 @@ type Settings struct {
 	// counted (EventDroppedField, field "(progress stage)"). nil takes
 	// Config.Defaults'; none allows no stage, only numbers.
 	ProgressStages []string
+
+	// AllowReset lets a finished key of the scope run again on request:
+	// Guard.Reset and Call.ForceNew. Off by default (either this or
+	// Config.Defaults turns it on): a second run of the operation costs
+	// what the guard exists to prevent, so a scope opts in. A scope that
+	// allows it keeps its answers in the replay cache for at most a
+	// second, and a reset answers only after that second has passed (see
+	// "Reset and forced runs" in protocol.go). Give every process the same
+	// value for a scope.
+	AllowReset bool
 }
 
 // Validate reports the first setting out of range, naming it.
@@ -162,6 +172,17 @@ type Call struct {
 	// data. At most MaxActorLen printable bytes. Defaults to
 	// ActorFrom(ctx).
 	Actor string
+	// ForceNew runs the operation again on a finished key (succeeded or
+	// failed, not expired), under the same key, and stores the new answer
+	// in place of the old one; Result.Forced and Result.Replaced say so.
+	// On an absent key it is an ordinary first run; on a running key the
+	// answer is StatusInProgress at once (Wait is ignored). Only an answer
+	// stored before the call began is replaced: concurrent forced calls of
+	// one finished key run the operation once, and the others (and a forced
+	// call that finds an answer stored since it began) are answered as
+	// duplicates of that run. The scope must allow it
+	// (Settings.AllowReset), else store.ErrResetForbidden and nothing runs.
+	ForceNew bool
 	// LastEventID, for DoStream only, is the ID of the last chunk the
 	// caller received of an earlier request for the key (a dropped
 	// connection): the stream resumes after it, from the same attempt, with

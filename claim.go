@@ -57,12 +57,14 @@ type claimLoop struct {
 	// writes a claim (nil: none held); own hands it to the execution.
 	slot func()
 
-	needClaim bool // the row was absent at the last read: INSERT first
-	checked   bool // Call.Check ran (and passed)
-	hasRead   bool // the call has read the row at least once
-	races     int  // lost races (and absent reads) in a row
-	nonce     string
-	readAt    time.Time // local time before this round's read, for the replay cache
+	forceSpent bool      // Call.ForceNew: the call has read a row (reset.go)
+	began      time.Time // when the claim loop began (local monotonic clock), for ForceNew
+	needClaim  bool      // the row was absent at the last read: INSERT first
+	checked    bool      // Call.Check ran (and passed)
+	hasRead    bool      // the call has read the row at least once
+	races      int       // lost races (and absent reads) in a row
+	nonce      string
+	readAt     time.Time // local time before this round's read, for the replay cache
 }
 
 // errAgain is what a state method returns when the call must read the row
@@ -70,7 +72,7 @@ type claimLoop struct {
 var errAgain = errors.New("idemguard: read the row again")
 
 func (g *Guard) execute(ctx context.Context, p prepared) (Result, error) {
-	l := claimLoop{g: g, ctx: ctx, p: p, needClaim: true, poll: newBackoff(p.settings.StaleAfter)}
+	l := claimLoop{g: g, ctx: ctx, p: p, needClaim: true, poll: newBackoff(p.settings.StaleAfter), began: time.Now()}
 	if p.wait > 0 {
 		l.waitUntil = g.now().Add(p.wait)
 	}
@@ -215,7 +217,7 @@ func (l *claimLoop) onRow(rec store.Record) (Result, error) {
 	if u, ok := pendingIn(l.unconfirmed, rec); ok {
 		// One of this call's own writes landed after all.
 		return l.own(owned{id: rec.ID, nonce: u.nonce, attempt: rec.Attempts, firstSeen: rec.CreatedAt,
-			leaseFrom: u.sent, prev: u.prev, audit: u.audit}, u.kind)
+			leaseFrom: u.sent, prev: u.prev, audit: u.audit, replaced: u.replaced}, u.kind)
 	}
 	if res, err, done := l.p.delivery.resume(l, rec); done {
 		return res, err
@@ -229,6 +231,12 @@ func (l *claimLoop) onRow(rec store.Record) (Result, error) {
 		l.g.emit(Event{Kind: EventMismatch, Scope: l.p.scope})
 		l.g.noteConflict(l.p, rec.Attempts, rec.Now)
 		return Result{}, ErrFingerprintMismatch
+	}
+	if l.p.force && !l.forceSpent {
+		l.forceSpent = true // a call forces at most the first row it reads (reset.go)
+		if l.replaceable(rec) {
+			return l.forced(rec)
+		}
 	}
 	switch rec.Status {
 	case store.RowSucceeded:
@@ -254,8 +262,13 @@ func (l *claimLoop) expired(rec store.Record) (Result, error) {
 		Audit: l.g.newAudit(p, store.AuditExpiredReclaim, rec.KeyHash, 1, rec.Now)}, nil, EventClaimed, 1, time.Time{})
 }
 
-// succeeded replays the stored answer.
+// succeeded replays the stored answer, unless the read is too old to
+// answer from (a scope that allows resets: reset.go).
 func (l *claimLoop) succeeded(rec store.Record) (Result, error) {
+	if !l.g.fresh(l.p, l.readAt) {
+		l.races++
+		return Result{}, errAgain
+	}
 	return l.p.delivery.replay(l.ctx, l.g, l.p, rec, l.readAt)
 }
 
@@ -269,6 +282,10 @@ func (l *claimLoop) failed(rec store.Record) (Result, error) {
 	}
 	env := st.env
 	if final(env.StopReason) || rec.Attempts >= p.settings.MaxAttempts {
+		if !g.fresh(p, l.readAt) {
+			l.races++
+			return Result{}, errAgain
+		}
 		if !final(env.StopReason) {
 			env.StopReason = sanitize.RetryLimit
 		}
@@ -431,6 +448,9 @@ func (l *claimLoop) own(o owned, kind EventKind) (Result, error) {
 	}
 	o.slot, l.slot = l.slot, nil // the execution gives it back when it ends
 	l.ownedNonce = o.nonce
+	if o.replaced > 0 {
+		return l.ownForced(o, kind)
+	}
 	return l.g.own(l.ctx, l.p, o, kind)
 }
 
@@ -514,6 +534,8 @@ type pendingClaim struct {
 	landed bool
 	// audit is the durable event the write carries (nil: auditing off).
 	audit *store.AuditEvent
+	// replaced: the attempt a forced run's write replaces (0: not forced).
+	replaced int
 }
 
 // unknownWrite is a claim write whose outcome the next read settles.
@@ -523,17 +545,28 @@ type unknownWrite struct {
 	claim pendingClaim
 }
 
-// pendingIn returns the unconfirmed claim rec holds, if any.
+// pendingIn returns the unconfirmed claim rec holds, if any. A claim INSERT
+// and a Reclaim of one round share their nonce: a row holding it is the
+// Reclaim's when it is the row that Reclaim took (its id), and must then be
+// given back as that Reclaim's (restored), never deleted as the INSERT's.
 func pendingIn(unconfirmed []pendingClaim, rec store.Record) (pendingClaim, bool) {
 	if rec.Status != store.RowStarted {
 		return pendingClaim{}, false
 	}
+	var found pendingClaim
+	ok := false
 	for _, u := range unconfirmed {
-		if rec.ClaimNonce == u.nonce {
+		if rec.ClaimNonce != u.nonce {
+			continue
+		}
+		if u.prev != nil && u.prev.ID == rec.ID {
 			return u, true
 		}
+		if !ok {
+			found, ok = u, true
+		}
 	}
-	return pendingClaim{}, false
+	return found, ok
 }
 
 // tryReclaim makes the guarded transition rp and, when it won, returns the
@@ -551,11 +584,20 @@ func (g *Guard) tryReclaim(ctx context.Context, p prepared, rp store.ReclaimPara
 	switch {
 	case err != nil:
 		return nil, &unknownWrite{op: "reclaim " + rp.Kind.String(), err: err,
-			claim: pendingClaim{nonce: rp.NewNonce, guard: rp.OldNonce, prev: prev, sent: sent, kind: kind, audit: rp.Audit}}
+			claim: pendingClaim{nonce: rp.NewNonce, guard: rp.OldNonce, prev: prev, sent: sent, kind: kind, audit: rp.Audit,
+				replaced: replacedBy(rp)}}
 	case ok:
-		return &owned{id: rp.ID, nonce: rp.NewNonce, leaseFrom: sent, prev: prev, audit: rp.Audit}, nil
+		return &owned{id: rp.ID, nonce: rp.NewNonce, leaseFrom: sent, prev: prev, audit: rp.Audit, replaced: replacedBy(rp)}, nil
 	}
 	return nil, nil
+}
+
+// replacedBy is the attempt a forced reclaim replaces (0: rp is not one).
+func replacedBy(rp store.ReclaimParams) int {
+	if rp.Kind == store.ReclaimForced {
+		return rp.OldAttempts
+	}
+	return 0
 }
 
 func (g *Guard) abandon(ctx context.Context, p prepared, rec store.Record, reason sanitize.StopReason) error {

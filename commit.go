@@ -37,7 +37,7 @@ func (g *Guard) commit(ctx context.Context, p prepared, o owned, hb *heartbeat, 
 		res.CompletedAt = completedAt
 		if status == store.RowSucceeded && g.cache != nil { // replayOf encodes: not for a disabled cache
 			g.cache.put(p.tenant, p.scope, p.keyHash, p.fingerprint, replayOf(res, document),
-				committing.Add(min(g.cfg.ReplayCacheMaxAge, p.settings.TTL)))
+				committing.Add(min(g.cacheAge(p), p.settings.TTL)))
 		}
 	}
 	return res

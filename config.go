@@ -109,6 +109,7 @@ func (s Settings) withDefaults(d Settings) Settings {
 		MaxAttempts:    cmp.Or(s.MaxAttempts, d.MaxAttempts, DefaultMaxAttempts),
 		StalePolicy:    cmp.Or(s.StalePolicy, d.StalePolicy, StaleTakeover),
 		ProgressStages: s.ProgressStages,
+		AllowReset:     s.AllowReset || d.AllowReset,
 	}
 	if s.ProgressStages == nil {
 		out.ProgressStages = d.ProgressStages

@@ -15,8 +15,10 @@ import (
 //
 //   - Config.Observe is the one subscription to a Guard: it receives every
 //     protocol step (EventClaimed … EventAuditDropped, for metrics and cost
-//     figures) and, when Config.Audit.Observe is set, every decision of the
-//     audit trail (EventAudit, with the trail's record in Event.Audit).
+//     figures; and, with Tenant and Scope, kind "reset" for each Guard.Reset
+//     and "forced" for each forced run of Call.ForceNew) and, when
+//     Config.Audit.Observe is set, every decision of the audit trail
+//     (EventAudit, with the trail's record in Event.Audit).
 //   - Watcher.Next yields the transitions of one key (EventStarted …
 //     EventCanceled), derived from the key's row, so that every process
 //     reports the same events with the same IDs.

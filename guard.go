@@ -179,6 +179,9 @@ type prepared struct {
 	versions []keyVersion
 	delivery delivery // how the answer reaches the caller (delivery.go)
 	actor    string   // Call.Actor, or the context's (audit trail)
+	// force: Call.ForceNew (reset.go); the replay cache and the read
+	// before the claim are skipped, and a running key is answered at once.
+	force bool
 }
 
 func (g *Guard) prepare(ctx context.Context, c Call) (prepared, error) {
@@ -225,6 +228,11 @@ func (g *Guard) prepare(ctx context.Context, c Call) (prepared, error) {
 		detach:      c.Detach,
 		secretID:    g.cfg.SecretID,
 		actor:       c.Actor,
+	}
+	if c.ForceNew {
+		if err := forcing(&p, c); err != nil {
+			return prepared{}, err
+		}
 	}
 	if p.actor == "" && g.audit != nil {
 		p.actor = ActorFrom(ctx)

@@ -45,8 +45,14 @@ matched. No transaction is held open across the operation.
 	│  (attempts < max:                  retry_limit: the stored failure
 	│   new nonce, attempt + 1)          (stopReason retry_limit | abandoned)
 	│
-	└── expires_at passed (any state but a live started row):
+	└── expires_at passed (any state but a live started row), or reset:
 	    re-claim as new (new nonce, attempt 1, new fingerprint)
+
+	succeeded or failed ──forced run (Call.ForceNew, AllowReset)──► started
+	                       new nonce, attempt + 1
+
+	succeeded or failed ──reset (Guard.Reset, AllowReset)──► expired
+	                       new nonce, expires_at = 1970-01-01 00:00:01
 
 Answers to a caller that does not own the row:
 
@@ -102,7 +108,9 @@ detached from the caller's cancellation, bounded by StoreTimeout.
     call ends without owning the row (the row cannot be read, the caller
     hung up, another answer), a background task gives each unconfirmed
     claim back (store.Store.Release) if it turns up, for as long as the Guard
-    lives.
+    lives. A claim INSERT and a Reclaim of one round carry one nonce: a row
+    holding it is the Reclaim's when it is the row the Reclaim took (its
+    id), and is given back as the Reclaim's (restored, never deleted).
   - A claim write the store refused outright (an error that is neither
     ErrOutcomeUnknown nor a timeout or broken connection: no such table or
     column, a value too long) is re-read once like any other, and unless
@@ -253,4 +261,67 @@ before the read; the fingerprint is still checked on every hit. The cache is
 bounded by count, by bytes (Config.ReplayCacheBytes) and per tenant
 (Config.ReplayCacheTenantBytes): a tenant past its share evicts its own
 least recently used entries, never another tenant's.
+
+# Reset and forced runs
+
+A scope that allows it (Settings.AllowReset; off by default, since a second
+run costs what the guard exists to prevent) lets a finished key run again
+on request, two ways:
+
+  - Guard.Reset ends the life of a finished row (succeeded or failed, not
+    expired) by one guarded UPDATE ... WHERE id = ? AND claim_nonce = ? AND
+    attempt_count = ? AND status IN ('succeeded','failed') AND not expired
+    that sets a new claim nonce and expires_at to the Unix epoch (plus a
+    second): past on every clock, even a database clock stepped back.
+    The row is then absent to every reader (Record.Reclaimable), and the
+    next call re-claims it as new: attempt 1 of a new life, through the
+    expired re-claim of the State Model. The new nonce makes every guarded
+    write prepared from a read of the old row lose.
+  - Call.ForceNew takes over a finished row as read, by the guarded
+    UPDATE of store.ReclaimForced (same guard, status back to started, a
+    new nonce, attempt_count + 1, whatever MaxAttempts says), and runs the
+    operation under that claim like any retry. A call forces at most the
+    first row it reads, and only an answer stored before the call began
+    (completed_at before the read's database clock less the time the call
+    has taken): a forced call that loses the race, or that finds an answer
+    a concurrent run stored, is answered as a duplicate of that run (in
+    progress, or its replay), so concurrent forced calls of one key run it
+    once, however fast the operation. On an absent or expired key a forced
+    call is an ordinary first claim; on a running key it is answered in
+    progress at once.
+
+Both are refused (store.ErrResetForbidden) on a scope that does not allow
+them, and Reset of a running key is store.ErrKeyRunning: one execution in
+flight stays the rule. Each writes its durable audit event (reset: the
+attempt it ended; forced: the new attempt) in the transaction of its UPDATE.
+
+The old answer is never served once a reset or forced run has answered.
+The rule, with F = resetFence (one second), for a scope that allows resets:
+
+  - a replay cache entry lives at most F from the local time before the
+    read (or commit) it came from;
+  - a replay answered from a read (the read before the claim, the claim
+    loop's read, a stored final failure) is answered only if less than F
+    has passed since the local time before that read; otherwise the row
+    is read again;
+  - a reset answers, and a forced run starts its operation (so that
+    nothing of it, not an Accepted nor a stream's first byte, is answered
+    earlier), only once F has passed since a local time taken after its
+    UPDATE landed.
+
+Why that suffices. Let the reset's UPDATE land at t_r. Any read that saw the
+old answer started before t_r (a read that starts later sees the new
+nonce or the new status), at local time r < t_r; an answer or cache entry
+made from it is served only before r + F < t_r + F. The reset answers
+after t_r + F. Only durations are compared, each on one process's
+monotonic clock, so no clocks need to agree; the argument assumes clocks
+run at the same rate within the fence (drift is parts per million) and a
+read after a committed write sees it, as in Secret Rotation. The cost
+falls on scopes that allow resets alone: their cached entries are read
+again every F, and a reset or a forced run takes F longer. Every process
+must agree on a scope's AllowReset: a process that thinks a scope does not
+allow resets keeps entries for ReplayCacheMaxAge. Turn it on everywhere,
+then wait ReplayCacheMaxAge before the first reset. The simulation checks
+the rule (sim.CheckReplayFence) and puts its removal back
+(DefectStaleCache).
 */

@@ -120,7 +120,7 @@ func (g *Guard) readFirstOrExecute(ctx context.Context, p prepared) (Result, err
 			rec, err = g.get(ctx, p)
 		}
 		switch {
-		case err == nil && replayable(rec, rp):
+		case err == nil && replayable(rec, rp) && g.fresh(rp, readAt):
 			if rate != nil {
 				rate.observe(true)
 			}

@@ -80,9 +80,12 @@ func (g *Guard) releaseIfMine(p prepared, us []pendingClaim) []pendingClaim {
 		return us
 	}
 	found := err == nil
+	holder, held := pendingIn(us, rec) // of claims sharing a nonce, the one whose row it is
 	left := us[:0]
 	for _, u := range us {
 		switch {
+		case found && held && u.nonce == holder.nonce && u.prev != holder.prev:
+			left = append(left, u) // the row is another write's of this nonce
 		case found && rec.Status == store.RowStarted && rec.ClaimNonce == u.nonce:
 			audit := g.after(u.audit, store.AuditReleased)
 			won, err := g.store.Release(ctx, store.ReleaseParams{ID: rec.ID, Nonce: u.nonce, Prev: u.prev, Audit: g.stored(audit)})

@@ -52,6 +52,11 @@ type Result struct {
 	// Err is the operation's own error when it ran in this call and failed
 	// (an *OpError, a *PanicError, ...). It is never stored.
 	Err error
+	// Forced is true on the answer of a forced run (Call.ForceNew) that
+	// replaced a stored answer; Replaced is the attempt whose answer it
+	// replaced. Replays of the new answer carry neither.
+	Forced   bool
+	Replaced int
 	// LostClaim is true when this call ran the operation but its claim had
 	// been taken over meanwhile, so its answer was not stored.
 	LostClaim bool

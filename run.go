@@ -33,6 +33,9 @@ type owned struct {
 	audit *store.AuditEvent
 	// slot gives back the execution's place under Call.Admit (nil: none).
 	slot func()
+	// replaced is, for a forced run (Call.ForceNew), the attempt whose
+	// answer it replaces; 0 otherwise.
+	replaced int
 }
 
 // freeSlot gives back the execution's place under Call.Admit, if any.

@@ -51,19 +51,12 @@ func (h *handlers) authenticateScope(creds *auth.Credentials, byScope map[string
 		scope := c.Param("scope")
 		p, err := creds.AuthenticateScope(c.Request.Context(), c.Request, scope, byScope[scope])
 		if err != nil {
-			if errors.Is(err, auth.ErrInvalidCredentials) { // a wrong credential, not a missing one
-				h.authFails.failed(clientHost(c.Request))
-			}
-			h.log.Info("http: authentication failed", slog.String("route", c.FullPath()), slog.String("reason", err.Error()))
-			c.Header("WWW-Authenticate", auth.Challenge(err))
-			h.fail(c, err)
+			h.authFailed(c, err, true)
 			return
 		}
 		principal, err := h.principalOf(p, scope)
 		if err != nil {
-			h.log.Info("http: authentication failed", slog.String("route", c.FullPath()), slog.String("reason", err.Error()))
-			c.Header("WWW-Authenticate", auth.Challenge(err))
-			h.fail(c, err)
+			h.authFailed(c, err, false) // a valid token the scope cannot key: not a guess
 			return
 		}
 		ctx := tenancy.WithTenant(c.Request.Context(), p.Tenant)
@@ -72,6 +65,19 @@ func (h *handlers) authenticateScope(creds *auth.Credentials, byScope map[string
 		f.tenant, f.auth, f.principal = p.Tenant, string(p.Method), principal
 		c.Next()
 	}
+}
+
+// authFailed answers a request whose credential err refused: a 401 problem
+// with its challenge, with count counted against the client when the
+// credential was wrong (not missing); its reason (never the token) is
+// logged.
+func (h *handlers) authFailed(c *gin.Context, err error, count bool) {
+	if count && errors.Is(err, auth.ErrInvalidCredentials) { // a wrong credential, not a missing one
+		h.authFails.failed(clientHost(c.Request))
+	}
+	h.log.Info("http: authentication failed", slog.String("route", c.FullPath()), slog.String("reason", err.Error()))
+	c.Header("WWW-Authenticate", auth.Challenge(err))
+	h.fail(c, err)
 }
 
 // principalOf is the key space of p's calls to scope (Scope.Isolation):

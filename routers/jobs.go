@@ -93,40 +93,49 @@ func (h *handlers) accepted(c *gin.Context, scope, ref string, rec keyRecord) {
 // failure is answered as stored, not retried. For the request that started
 // the key, the outcome is its own first answer (not marked cached).
 func (h *handlers) awaitOutcome(ctx context.Context, tenant tenancy.ID, scope string, res idemguard.Result, wait time.Duration) (idemguard.Result, bool) {
-	ctx, cancel := context.WithTimeout(ctx, wait)
-	defer cancel()
 	key, err := h.guard.KeyOfHash(tenant, scope, res.KeyHash)
 	if err != nil {
 		return idemguard.Result{}, false
 	}
+	e, ok := h.follow(ctx, key, wait)
+	if !ok {
+		return idemguard.Result{}, false
+	}
+	out := idemguard.Result{Status: idemguard.StatusSucceeded, Body: e.Info.Document, StatusCode: e.Info.StatusCode,
+		Cached: !res.Accepted, Attempt: e.Attempt, CompletedAt: e.Info.CompletedAt, KeyHash: res.KeyHash}
+	if e.Info.Envelope != nil {
+		env := *e.Info.Envelope
+		env.Cached = out.Cached
+		body, err := sanitize.Marshal(env)
+		if err != nil {
+			return idemguard.Result{}, false
+		}
+		out.Envelope, out.Body, out.StopReason = env, body, env.StopReason
+	}
+	if e.Kind != idemguard.EventSucceeded {
+		out.Status = idemguard.StatusFailed
+	}
+	return out, true
+}
+
+// follow watches key for up to wait and returns its final event, if it
+// came (ok false: the wait ended first, or the key cannot be watched).
+func (h *handlers) follow(ctx context.Context, key idemguard.Key, wait time.Duration) (idemguard.Event, bool) {
+	ctx, cancel := context.WithTimeout(ctx, wait)
+	defer cancel()
 	w, err := h.guard.Watch(ctx, key, "")
 	if err != nil {
-		return idemguard.Result{}, false
+		return idemguard.Event{}, false
 	}
 	defer w.Close()
 	for {
 		e, err := w.Next(ctx)
 		if err != nil {
-			return idemguard.Result{}, false
+			return idemguard.Event{}, false
 		}
-		if !e.Final() {
-			continue
+		if e.Final() {
+			return e, true
 		}
-		out := idemguard.Result{Status: idemguard.StatusSucceeded, Body: e.Info.Document, StatusCode: e.Info.StatusCode,
-			Cached: !res.Accepted, Attempt: e.Attempt, CompletedAt: e.Info.CompletedAt, KeyHash: res.KeyHash}
-		if e.Info.Envelope != nil {
-			env := *e.Info.Envelope
-			env.Cached = out.Cached
-			body, err := sanitize.Marshal(env)
-			if err != nil {
-				return idemguard.Result{}, false
-			}
-			out.Envelope, out.Body, out.StopReason = env, body, env.StopReason
-		}
-		if e.Kind != idemguard.EventSucceeded {
-			out.Status = idemguard.StatusFailed
-		}
-		return out, true
 	}
 }
 
@@ -213,29 +222,37 @@ func (h *handlers) keyRoute(c *gin.Context, rotated bool) (scope *Scope, ref str
 // secret). It answers 400 itself.
 func (h *handlers) keyOfRef(c *gin.Context, tenant tenancy.ID, scope string, rotated bool) (ref string, key idemguard.Key, ok bool) {
 	ref = c.Param("key")
-	principal := principalFrom(c)
-	key, derived, err := pipeline.ParseRef(h.guard, tenant, scope, principal, ref)
+	key, err := h.resolveRef(c.Request.Context(), tenant, scope, principalFrom(c), ref, rotated)
 	if err != nil {
 		h.fail(c, err)
 		return "", idemguard.Key{}, false
 	}
+	logOf(c).keyHash = shortHash(key.Hash())
+	return ref, key, true
+}
+
+// resolveRef is keyOfRef for a caller of tenant in principal's key space,
+// of every door.
+func (h *handlers) resolveRef(ctx context.Context, tenant tenancy.ID, scope, principal, ref string, rotated bool) (idemguard.Key, error) {
+	key, derived, err := pipeline.ParseRef(h.guard, tenant, scope, principal, ref)
+	if err != nil {
+		return idemguard.Key{}, err
+	}
 	if derived && principal != "" { // a principal's derived reference is masked (principalref.go)
 		if key, err = h.guard.KeyOfHash(tenant, scope, h.maskHash(string(tenant), scope, principal, key.Hash())); err != nil {
-			h.fail(c, err)
-			return "", idemguard.Key{}, false
+			return idemguard.Key{}, err
 		}
 	}
 	// Without a row the current hash stands, and the route's own read
 	// answers.
 	if rotated && !derived {
-		if info, err := h.guard.Lookup(c.Request.Context(), key); err == nil && info.KeyHash != key.Hash() {
+		if info, err := h.guard.Lookup(ctx, key); err == nil && info.KeyHash != key.Hash() {
 			if stored, err := h.guard.KeyOfHash(tenant, scope, info.KeyHash); err == nil {
 				key = stored
 			}
 		}
 	}
-	logOf(c).keyHash = shortHash(key.Hash())
-	return ref, key, true
+	return key, nil
 }
 
 // cancelKey serves POST /v1/ops/:scope/keys/:key/cancel: 202 with the key

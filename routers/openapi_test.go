@@ -29,7 +29,8 @@ const openAPIPath = "../docs/openapi.yaml"
 // (routers_test.go proves each). The document must list exactly these: a new
 // route needs a row here and a path in docs/openapi.yaml.
 var routeStatuses = map[string][]int{
-	"POST /v1/ops/{scope}":                   {200, 202, 400, 401, 404, 405, 409, 413, 422, 429, 500, 502, 503},
+	"POST /v1/ops/{scope}":                   {200, 202, 400, 401, 403, 404, 405, 409, 413, 422, 429, 500, 502, 503},
+	"DELETE /v1/ops/{scope}/keys/{key}":      {200, 400, 401, 403, 404, 405, 409, 500, 503},
 	"GET /v1/ops/{scope}/keys/{key}/events":  {200, 204, 400, 401, 404, 405, 429, 500, 503},
 	"POST /v1/ops/{scope}/keys/{key}/cancel": {202, 400, 401, 404, 405, 409, 500, 503},
 	"GET /v1/ops/{scope}/keys/{key}":         {200, 400, 401, 404, 405, 500, 503},
@@ -52,7 +53,8 @@ const notAllowedStatus = http.StatusMethodNotAllowed
 // handler sets and the document must describe.
 var routeHeaders = map[string]map[int][]string{
 	"POST /v1/ops/{scope}": {
-		200: {pipeline.HeaderLocation, pipeline.HeaderKeyRef, pipeline.HeaderReplayed, pipeline.HeaderCompletedAt, pipeline.HeaderPreferenceApplied},
+		200: {pipeline.HeaderLocation, pipeline.HeaderKeyRef, pipeline.HeaderReplayed, pipeline.HeaderCompletedAt, pipeline.HeaderPreferenceApplied,
+			pipeline.HeaderReplacesAttempt},
 		202: {pipeline.HeaderLocation, pipeline.HeaderKeyRef, pipeline.HeaderPreferenceApplied},
 		401: {"WWW-Authenticate"},
 		409: {pipeline.HeaderRetryAfter, pipeline.HeaderLocation, pipeline.HeaderKeyRef, pipeline.HeaderPreferenceApplied},
@@ -314,7 +316,7 @@ func TestOpenAPIDriftIsCaught(t *testing.T) {
 	for _, want := range []string{
 		"route GET /healthz is registered but not documented",
 		"GET /v2/ghost is documented but not registered",
-		"POST /v1/ops/{scope} documents statuses [200 202 400 401 404 405 409 422 429 500 502 503]",
+		"POST /v1/ops/{scope} documents statuses [200 202 400 401 403 404 405 409 422 429 500 502 503]",
 		"POST /v1/ops/{scope} 409 does not document the response header Retry-After",
 		"POST /v1/ops/{scope}: request header Idempotency-Key is not documented",
 		"POST /v1/ops/{scope} 405 does not document the response header Allow",

@@ -133,6 +133,11 @@ func (h *handlers) tenantScope(c *gin.Context) (tenancy.ID, *Scope, bool) {
 	if !ok {
 		return "", nil, false
 	}
+	if !scope.allows(tenant) {
+		// As for a scope of no name: another tenant's scope is not there.
+		h.fail(c, errUnknownScope)
+		return "", nil, false
+	}
 	if _, err := h.tenantLimits.allow(tenant, scope.Name); err != nil {
 		h.fail(c, err)
 		return "", nil, false
@@ -145,12 +150,15 @@ func (h *handlers) scope(c *gin.Context) (*Scope, bool) {
 	s, ok := h.scopes[c.Param("scope")]
 	if !ok {
 		// The unknown name is not echoed: it is the caller's text.
-		h.fail(c, pipeline.Reject(pipeline.ErrUnknownScope, "no operation is registered under this scope"))
+		h.fail(c, errUnknownScope)
 		return nil, false
 	}
 	logOf(c).scope = s.Name
 	return s, true
 }
+
+// errUnknownScope answers a scope that is not there, or not the caller's.
+var errUnknownScope = pipeline.Reject(pipeline.ErrUnknownScope, "no operation is registered under this scope")
 
 // shortHash is the prefix of a key hash that logs carry.
 func shortHash(h string) string { return h[:min(12, len(h))] }

@@ -18,16 +18,21 @@ import (
 	"github.com/gin-gonic/gin"
 
 	"github.com/idemguard/idemguard/routers/internal/pipeline"
+	"github.com/idemguard/idemguard/tenancy"
 )
 
 // ref is the key reference of a call's answer: pipeline.Ref, with a
 // principal's derived key masked.
 func (h *handlers) ref(c *gin.Context, scope, clientKey, keyHash string) string {
-	principal := principalFrom(c)
+	tenant, _ := tenantOf(c)
+	return h.refOf(tenant, scope, principalFrom(c), clientKey, keyHash)
+}
+
+// refOf is ref for a caller of tenant in principal's key space.
+func (h *handlers) refOf(tenant tenancy.ID, scope, principal, clientKey, keyHash string) string {
 	if clientKey != "" || principal == "" {
 		return pipeline.Ref(clientKey, keyHash)
 	}
-	tenant, _ := tenantOf(c)
 	return pipeline.Ref("", h.maskHash(string(tenant), scope, principal, keyHash))
 }
 

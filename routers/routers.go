@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"net/http"
 	"net/url"
+	"slices"
 	"strings"
 	"time"
 
@@ -21,6 +22,7 @@ import (
 	"github.com/idemguard/idemguard/routers/internal/pipeline"
 	"github.com/idemguard/idemguard/routers/middleware"
 	"github.com/idemguard/idemguard/sanitize"
+	"github.com/idemguard/idemguard/tenancy"
 )
 
 // Defaults of Options: the middleware's.
@@ -77,6 +79,20 @@ type Scope struct {
 	// IsolationAuto: each JWT caller (a user) its own, API-key callers the
 	// tenant's.
 	Isolation Isolation
+	// Tenants, when set, are the only tenants that may use the scope: to
+	// any other it is unknown (404, and no MCP tool). Empty: every tenant.
+	Tenants []tenancy.ID
+	// Async makes the scope's MCP tool start the operation in the
+	// background and answer at once with the job's reference (mcp.go).
+	Async bool
+	// InputSchema is the JSON Schema (an object's) of the operation's
+	// inputs, which its MCP tool describes; nil: any object.
+	InputSchema json.RawMessage
+}
+
+// allows reports whether tenant may use s (Scope.Tenants).
+func (s *Scope) allows(tenant tenancy.ID) bool {
+	return len(s.Tenants) == 0 || slices.Contains(s.Tenants, tenant)
 }
 
 // Isolation says whose key space a scope's keys live in: the tenant's, or
@@ -180,6 +196,10 @@ type Options struct {
 	// Limits are the per-tenant limits (limits.go); the zero value takes
 	// the defaults.
 	Limits Limits
+	// MCPPath, when set (e.g. "/mcp"), serves the MCP door there (after
+	// Prefix): the Model Context Protocol over Streamable HTTP, where each
+	// scope a caller may use is a tool (mcp.go). Empty: no MCP door.
+	MCPPath string
 }
 
 func (o Options) withDefaults() Options {
@@ -206,7 +226,7 @@ func (o Options) validate() error {
 	case o.UnavailableRetryAfter < 0:
 		return fmt.Errorf("routers: Options.UnavailableRetryAfter must not be negative, got %s (0 means the default of %s)", o.UnavailableRetryAfter, DefaultUnavailableRetryAfter)
 	}
-	if o.Prefix != "" && (!strings.HasPrefix(o.Prefix, "/") || strings.HasSuffix(o.Prefix, "/") || strings.ContainsAny(o.Prefix, ":*?#")) {
+	if o.Prefix != "" && !validPath(o.Prefix) {
 		return fmt.Errorf("routers: Options.Prefix %q must start with / and not end with one, without : * ? or #, e.g. /idempotency", o.Prefix)
 	}
 	seen := make(map[string]bool, len(o.Scopes))
@@ -233,12 +253,21 @@ func (o Options) validate() error {
 	if err := o.validateBrowser(); err != nil {
 		return err
 	}
+	if err := o.validateMCP(); err != nil {
+		return err
+	}
 	for i, origin := range o.CORSOrigins {
 		if err := validateOrigin(origin); err != nil {
 			return fmt.Errorf("routers: Options.CORSOrigins[%d] %q: %w", i, origin, err)
 		}
 	}
 	return nil
+}
+
+// validPath reports whether p starts with / and does not end with one,
+// without : * ? or #.
+func validPath(p string) bool {
+	return strings.HasPrefix(p, "/") && !strings.HasSuffix(p, "/") && !strings.ContainsAny(p, ":*?#")
 }
 
 // validateOrigin accepts an exact origin: http or https, a host, an optional
@@ -330,8 +359,12 @@ func newHandlers(o Options) (*handlers, error) {
 // preflights the CORS middleware answers before authentication.
 func (h *handlers) apiRoutes(r gin.IRouter, o Options) {
 	api := r.Group("/", h.authenticateScope(&auth.Credentials{APIKeys: o.Auth, JWT: o.JWT}, o.ScopeAuth))
+	if o.MCPPath != "" {
+		h.mcpRoutes(r, o) // mcp.go: authenticated per scope, as the routes below
+	}
 	api.POST(routeOps, h.runOperation)
 	api.GET(routeKey, h.lookupKey)
+	api.DELETE(routeKey, h.resetKey) // reset.go
 	h.jobRoutes(api)
 }
 
@@ -385,11 +418,12 @@ func newEngine(o Options) (*gin.Engine, error) {
 // ExposedHeaders are the response headers a browser may read (CORS).
 var ExposedHeaders = []string{
 	pipeline.HeaderReplayed, pipeline.HeaderCompletedAt, pipeline.HeaderKeyRef, pipeline.HeaderLocation, pipeline.HeaderRetryAfter, pipeline.HeaderPreferenceApplied,
-	pipeline.HeaderStreamRestart, pipeline.HeaderExisting, pipeline.HeaderLink,
+	pipeline.HeaderStreamRestart, pipeline.HeaderExisting, pipeline.HeaderLink, pipeline.HeaderReplacesAttempt,
 }
 
 // AllowedHeaders are the request headers a browser may send (CORS).
-var AllowedHeaders = []string{"Authorization", "Content-Type", pipeline.HeaderIdempotencyKey, pipeline.HeaderPrefer, headerLastEventID}
+var AllowedHeaders = []string{"Authorization", "Content-Type", pipeline.HeaderIdempotencyKey, pipeline.HeaderPrefer, headerLastEventID,
+	pipeline.HeaderForceNew}
 
 // corsMiddleware answers CORS for the listed origins (and, with loopback,
 // any http://localhost or http://127.0.0.1 origin). Requests from other

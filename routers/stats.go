@@ -75,6 +75,8 @@ type ScopeHour struct {
 	Failures    int64  `json:"failures"`
 	LostClaims  int64  `json:"lostClaims"`
 	StoreErrors int64  `json:"storeErrors"`
+	// Resets are the finished keys run again on request (reset, or a forced run).
+	Resets int64 `json:"resets"`
 }
 
 // KeyHour counts the tenant's keys of one scope created in one hour, by their status now.

@@ -8,7 +8,6 @@ import (
 	"github.com/gin-gonic/gin"
 
 	"github.com/idemguard/idemguard"
-	"github.com/idemguard/idemguard/internal/jsonvalue"
 	"github.com/idemguard/idemguard/internal/live"
 	"github.com/idemguard/idemguard/routers/internal/pipeline"
 	"github.com/idemguard/idemguard/tenancy"
@@ -43,39 +42,19 @@ func deliveryMode(body json.RawMessage) (json.RawMessage, bool, error) {
 	if !bytes.Contains(body, []byte(`"stream`)) {
 		return body, false, nil
 	}
-	v, ok := jsonvalue.DecodeUniqueKeys(body)
-	if !ok {
-		return body, false, nil
-	}
-	obj, ok := v.(map[string]any)
-	if !ok {
-		return body, false, nil
+	rest, taken, _, err := pipeline.TakeMembers(body, deliveryMembers...)
+	if err != nil || taken == nil {
+		return rest, false, err
 	}
 	stream := false
-	if s, has := obj["stream"]; has {
+	if s, has := taken["stream"]; has {
 		b, isBool := s.(bool)
 		if !isBool {
 			return nil, false, pipeline.Reject(pipeline.ErrInvalidBody, "the body's stream member must be true or false")
 		}
 		stream = b
 	}
-	present := false
-	for _, m := range deliveryMembers {
-		if _, has := obj[m]; has {
-			present = true
-			delete(obj, m)
-		}
-	}
-	if !present {
-		return body, false, nil
-	}
-	var buf bytes.Buffer
-	enc := json.NewEncoder(&buf)
-	enc.SetEscapeHTML(false)
-	if err := enc.Encode(obj); err != nil {
-		return nil, false, pipeline.Reject(pipeline.ErrInvalidBody, "the body could not be re-encoded")
-	}
-	return bytes.TrimSuffix(buf.Bytes(), []byte("\n")), stream, nil
+	return rest, stream, nil
 }
 
 // runStream serves a POST whose body asked for a stream.

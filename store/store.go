@@ -42,6 +42,14 @@ var (
 	// ErrDuplicate is returned by Store.Claim when a row with the same
 	// (tenant, scope, key_hash) exists.
 	ErrDuplicate = errors.New("idemguard: row already exists")
+	// ErrKeyRunning is returned by Guard.Reset for a key whose operation
+	// is running: cancel it first (Guard.Cancel). One execution in flight
+	// stays the rule.
+	ErrKeyRunning = errors.New("idemguard: the key is running; cancel it first")
+	// ErrResetForbidden is returned by Guard.Reset, and by a call with
+	// Call.ForceNew, when the scope's settings do not allow a key to run
+	// again on request (Settings.AllowReset). Nothing changed.
+	ErrResetForbidden = errors.New("idemguard: the scope does not allow resets or forced runs")
 	// ErrOutcomeUnknown marks a write whose effect the store cannot report:
 	// the statement may or may not have applied (MySQL error 1213, a
 	// deadlock victim or a multi-primary certification failure; 1205, a lock
@@ -197,6 +205,11 @@ const (
 	// ReclaimFailed retries a failed row while attempt_count < MaxAttempts:
 	// status started, attempt count + 1, response cleared.
 	ReclaimFailed
+	// ReclaimForced runs a finished row again on request (a forced run):
+	// guarded by status succeeded or failed and not expired, whatever the
+	// attempts, it makes the row started with attempt count + 1, the
+	// response cleared and expires_at at least now + TTL, like ReclaimFailed.
+	ReclaimForced
 )
 
 func (k ReclaimKind) String() string {
@@ -207,6 +220,8 @@ func (k ReclaimKind) String() string {
 		return "stale"
 	case ReclaimFailed:
 		return "failed"
+	case ReclaimForced:
+		return "forced"
 	}
 	return "unknown"
 }
@@ -225,7 +240,7 @@ type ReclaimParams struct {
 	NewNonce    string
 	Fingerprint string        // ReclaimExpired: the new request's fingerprint
 	SecretID    string        // ReclaimExpired: the secret id of the new request's fingerprint
-	TTL         time.Duration // ReclaimExpired, ReclaimFailed: expires_at >= now + TTL
+	TTL         time.Duration // ReclaimExpired, ReclaimFailed, ReclaimForced: expires_at >= now + TTL
 	StaleAfter  time.Duration // ReclaimExpired, ReclaimStale: fallback for a row without a lease
 	MaxAttempts int           // ReclaimFailed
 	Lease       time.Duration // the new owner's StaleAfter, stored as the row's lease
@@ -275,6 +290,18 @@ type ReleaseParams struct {
 	Nonce string
 	Prev  *Record
 	Audit *AuditEvent // written atomically with a winning release
+}
+
+// ResetParams are the arguments of Store.Reset: the finished row the caller
+// read (ID, its claim nonce and attempt count) ends its life.
+type ResetParams struct {
+	ID          uint64
+	OldNonce    string
+	OldAttempts int
+	// NewNonce replaces the claim nonce, so that no guarded write made from
+	// a read of the old row can land after the reset.
+	NewNonce string
+	Audit    *AuditEvent // written atomically with a winning reset
 }
 
 // Store keeps the idempotency records. The guard's promises (one execution
@@ -373,6 +400,17 @@ type Store interface {
 	// victim, a lock wait timeout) must return an error wrapping
 	// ErrOutcomeUnknown.
 	RequestCancel(ctx context.Context, p CancelParams) (bool, error)
+	// Reset ends the life of a finished row: guarded by p.ID, p.OldNonce,
+	// p.OldAttempts, status succeeded or failed and expires_at not passed,
+	// it sets the claim nonce to p.NewNonce and expires_at to the Unix epoch
+	// plus a second (not "now": a clock stepped back would bring the row
+	// back to life), so the row is absent to every reader (Record.Reclaimable)
+	// and the next claim re-claims it as new (ReclaimExpired: attempt 1).
+	// It reports whether it changed the row.
+	// A write the database reports as possibly applied or not (a deadlock
+	// victim, a lock wait timeout) must return an error wrapping
+	// ErrOutcomeUnknown.
+	Reset(ctx context.Context, p ResetParams) (bool, error)
 	// AppendAudit writes events to the audit trail. A durable kind is one
 	// event each, skipping any whose ID is already there. The read-only
 	// kinds (AuditKind.Tallied: replays, in-progress answers, conflicts)
@@ -451,9 +489,10 @@ type CancelParams struct {
 // AuditKind names an idempotency decision in the audit trail.
 type AuditKind string
 
-// The decisions the audit trail records. The first seven change the row and
-// are durable with that change (see AuditConfig.Store); the last three only
-// read it, are written in batches and stored as tallies (Tallied).
+// The decisions the audit trail records. All but the read-only three change
+// the row and are durable with that change (see AuditConfig.Store); replay,
+// in_progress and conflict only read it, are written in batches and stored
+// as tallies (Tallied).
 const (
 	AuditClaimed        AuditKind = "claimed"         // a key absent until now was claimed (attempt 1)
 	AuditExpiredReclaim AuditKind = "expired_reclaim" // an expired row was claimed afresh (attempt 1)
@@ -465,6 +504,8 @@ const (
 	AuditReplay         AuditKind = "replay"          // a stored answer was replayed; OriginalAt is its completion
 	AuditInProgress     AuditKind = "in_progress"     // a duplicate found the key running; Detail says how it was answered
 	AuditConflict       AuditKind = "conflict"        // a client key was reused with other inputs (422)
+	AuditReset          AuditKind = "reset"           // a finished key's answer was reset; Attempt is the attempt it ended
+	AuditForced         AuditKind = "forced"          // a finished key was run again on request; Attempt is the new one
 )
 
 // Durable reports whether events of kind k change the row, and so are
@@ -485,7 +526,7 @@ func (k AuditKind) Tallied() bool {
 // AuditKinds returns every kind, in the order above (a new slice each call).
 func AuditKinds() []AuditKind {
 	return []AuditKind{AuditClaimed, AuditExpiredReclaim, AuditTakeover, AuditRetried, AuditAbandoned,
-		AuditReleased, AuditCanceled, AuditReplay, AuditInProgress, AuditConflict}
+		AuditReleased, AuditCanceled, AuditReplay, AuditInProgress, AuditConflict, AuditReset, AuditForced}
 }
 
 // How an in_progress answer was given (AuditEvent.Detail).

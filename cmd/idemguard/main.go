@@ -56,6 +56,7 @@ type command struct {
 var commands = []command{
 	{name: "migrate", summary: "apply, roll back or list database migrations (up|down|status)", run: runMigrate},
 	{name: "cleanup", summary: "delete expired idempotency keys in batches (daily cron)", run: runCleanup},
+	{name: "keys", summary: "reset a finished key's stored answer (keys reset), as DELETE of the key does", run: runKeys},
 	{name: "stats", summary: "health figures (hit, takeover, failure rates) vs alert thresholds", run: runStats},
 	{name: "serve", summary: "serve the REST API (development mode without a config)", run: runServe},
 	{name: "health", summary: "ask a running serve for /healthz (the image's health check; exit 1 if not 200)", run: runHealth},

@@ -12,7 +12,7 @@ func routerScopes(reg *ops.Registry) []routers.Scope {
 		s, _ := reg.Lookup(name)
 		out = append(out, routers.Scope{Name: s.Name, Settings: s.Settings, KeyRequired: s.KeyRequired,
 			Timeout: s.Timeout, Run: s.Run, Validate: s.Validate, Stream: s.Stream, StreamReplay: s.StreamReplay,
-			Isolation: routers.Isolation(s.Isolation)})
+			Isolation: routers.Isolation(s.Isolation), Tenants: s.Tenants, Async: s.Async, InputSchema: s.InputSchema})
 	}
 	return out
 }

@@ -302,7 +302,8 @@ func (s *server) handler(guard *idemguard.Guard, m *metrics.Metrics, transport *
 		HTTPMetrics:           m,
 		AuthFailures: routers.AuthFailureLimit{Max: cfg.AuthFailures.Max, Window: cfg.AuthFailures.Window,
 			MaxClients: cfg.AuthFailures.MaxClients, OnLimited: m.AuthLimited},
-		Limits: limitOptions(cfg, m),
+		Limits:  limitOptions(cfg, m),
+		MCPPath: cfg.MCP.Path,
 	}
 	s.opsOptions(&opts, registry.Names())
 	jwtVerifier, err := browserOptions(cfg, log, &opts)

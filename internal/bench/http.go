@@ -41,7 +41,8 @@ import (
 //     off) and serve-x3-replay-store (three serve processes, cache off,
 //     requests spread round-robin); floor-bare (the bare net/http floor: a
 //     fixed body, no router, no auth, no SQL) vs serve-replay-cached (cache
-//     on: the replay never leaves the process);
+//     on: the replay never leaves the process); serve-mcp-replay-store
+//     (the MCP door's tool call, http_mcp.go) vs serve-replay-store;
 //   - storm / storm-x3: 1,000 requests with one new key (the upstream takes
 //     stormDelay) on one or three serve processes; the row's note gives the
 //     executions (must be 1), the statuses and the p99.
@@ -110,6 +111,7 @@ func runHTTP(ctx context.Context, e *env) (rows []row, err error) {
 	serveStore := replay("serve-replay-store", floorReplay.name, httpReplayTarget, "/v1/ops/"+httpScope, store)
 	serveCached := replay("serve-replay-cached", floorBare.name, httpCachedTarget, "/v1/ops/"+httpScope, cached)
 	serveX3 := replay("serve-x3-replay-store", floorReplay.name, 0, "/v1/ops/"+httpScope, stores...)
+	serveMCP := h.mcpReplay("serve-mcp-replay-store", serveStore.name, store) // http_mcp.go
 
 	groups := map[string]bool{}
 	for g := range strings.SplitSeq(e.opts.httpCases, ",") {
@@ -124,7 +126,7 @@ func runHTTP(ctx context.Context, e *env) (rows []row, err error) {
 			rows = append(rows, r...)
 		}
 		if groups["replay"] {
-			r, err := e.compare(ctx, "http", c, floorReplay, floorBare, serveStore, serveCached, serveX3)
+			r, err := e.compare(ctx, "http", c, floorReplay, floorBare, serveStore, serveCached, serveX3, serveMCP)
 			if err != nil {
 				return nil, err
 			}
@@ -278,6 +280,7 @@ func serveConfig(pool, replayCacheSize int, upstream string) []byte {
 		fmt.Fprintf(&b, "replay_cache_size: %d\n", replayCacheSize)
 	}
 	fmt.Fprintf(&b, "openai:\n  base_url: %s\n  model: bench-model\n  timeout: 30s\n", upstream)
+	fmt.Fprintf(&b, "mcp: {path: %s}\n", mcpPath)
 	fmt.Fprintf(&b, "scopes:\n  - name: %s\n    operation: openai_chat\n", httpScope)
 	return []byte(b.String())
 }

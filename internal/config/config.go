@@ -216,6 +216,8 @@ type Config struct {
 	AuthFailures AuthFailures
 	// Limits are the per-tenant limits (limits.go).
 	Limits Limits
+	// MCP configures the MCP door (mcp.go).
+	MCP MCP
 	// AllowInsecureUpstreams allows http:// provider URLs (openai.base_url,
 	// upstream.url, a scope's url) in production.
 	AllowInsecureUpstreams bool
@@ -335,6 +337,10 @@ type Scope struct {
 	// Limits limit each tenant within the scope, besides its own limits;
 	// zero fields add none.
 	Limits Limit
+	// Tenants, when set, are the only tenants that may use the scope (mcp.go).
+	Tenants []tenancy.ID
+	// Async makes the scope's MCP tool start it as a job (mcp.go).
+	Async bool
 }
 
 // Prices are a model's prices per million tokens, in the currency the
@@ -378,6 +384,7 @@ type rawConfig struct {
 	OpenAI                rawOpenAI           `yaml:"openai"`
 	Upstream              rawUpstream         `yaml:"upstream"`
 	Scopes                []rawScope          `yaml:"scopes"`
+	MCP                   rawMCP              `yaml:"mcp"`
 	JWT                   rawJWT              `yaml:"jwt"`
 	Audit                 rawAudit            `yaml:"audit"`
 	AuthFailures          rawAuthFailures     `yaml:"auth_failures"`
@@ -419,6 +426,9 @@ type rawSettings struct {
 	StalePolicy string `yaml:"stale_policy"`
 	// ProgressStages: idemguard.Settings.ProgressStages.
 	ProgressStages []string `yaml:"progress_stages"`
+	// AllowReset lets a finished key run again on request (DELETE of the
+	// key, Idempotency-Force-New); off unless set (idemguard.Settings).
+	AllowReset bool `yaml:"allow_reset"`
 }
 
 type rawOpenAI struct {
@@ -437,17 +447,18 @@ type rawUpstream struct {
 }
 
 type rawScope struct {
-	Name        string `yaml:"name"`
-	Operation   string `yaml:"operation"`
-	rawSettings `yaml:",inline"`
-	KeyRequired bool     `yaml:"key_required"`
-	Timeout     string   `yaml:"timeout"`
-	Delay       string   `yaml:"delay"`
-	URL         string   `yaml:"url"`
-	Auth        []string `yaml:"auth"`
-	Isolation   string   `yaml:"isolation"`
-	Prices      Prices   `yaml:"prices"`
-	Limits      rawLimit `yaml:"limits"`
+	Name           string `yaml:"name"`
+	Operation      string `yaml:"operation"`
+	rawSettings    `yaml:",inline"`
+	KeyRequired    bool             `yaml:"key_required"`
+	Timeout        string           `yaml:"timeout"`
+	Delay          string           `yaml:"delay"`
+	URL            string           `yaml:"url"`
+	Auth           []string         `yaml:"auth"`
+	Isolation      string           `yaml:"isolation"`
+	Prices         Prices           `yaml:"prices"`
+	Limits         rawLimit         `yaml:"limits"`
+	rawScopeAccess `yaml:",inline"` // mcp.go
 }
 
 // problems collects configuration errors, each naming its setting.
@@ -492,6 +503,7 @@ func Load(path string, getenv func(string) string) (*Config, error) {
 	c.scopesFromRaw(raw.Scopes, &p)
 	c.accessFromRaw(&raw, &p)
 	c.limitsFromRaw(raw.Limits)
+	c.MCP = MCP{Path: strings.TrimSpace(raw.MCP.Path)}
 	c.apiKeysFromRaw(raw.APIKeys, apiKeysSetting, &p)
 	p = append(p, c.validate(apiKeysSetting)...)
 	c.loadSecrets(raw.SecretID, getenv, &p)
@@ -653,6 +665,8 @@ func (c *Config) scopesFromRaw(scopes []rawScope, p *problems) {
 			Isolation:   p.isolation(at+".isolation", s.Isolation),
 			Prices:      s.Prices,
 			Limits:      s.Limits.limit(Limit{}),
+			Tenants:     s.tenantIDs(), // mcp.go
+			Async:       s.Async,
 		}
 		if s.Prices.PromptPerMillion < 0 || s.Prices.CompletionPerMillion < 0 {
 			p.add(at+".prices", "prices per million tokens must not be negative")
@@ -765,6 +779,7 @@ func (c *Config) validate(apiKeysSetting string) problems {
 	p = append(p, c.validateJWT()...)
 	c.validateLimits(&p)
 	c.validateTenantLimits(&p)
+	c.validateMCP(&p)
 	uses := c.validateScopes(&p)
 	c.validateUpstreams(uses, &p)
 	return p
@@ -1077,6 +1092,7 @@ func (p *problems) settings(at string, r rawSettings) idemguard.Settings {
 		MaxAttempts:    r.MaxAttempts,
 		StalePolicy:    idemguard.StalePolicy(strings.TrimSpace(r.StalePolicy)),
 		ProgressStages: r.ProgressStages,
+		AllowReset:     r.AllowReset,
 	}
 }
 

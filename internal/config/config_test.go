@@ -304,7 +304,10 @@ func TestExampleConfig(t *testing.T) {
 	for _, s := range c.Scopes {
 		names = append(names, s.Name)
 	}
-	require.Equal(t, []string{"chat", "actionRequests.aiProposeCopy", "demo"}, names)
+	require.Equal(t, []string{"chat", "actionRequests.aiProposeCopy", "research", "demo"}, names)
+	require.Equal(t, MCP{Path: "/mcp"}, c.MCP)
+	require.True(t, c.Scopes[2].Async)
+	require.Equal(t, []tenancy.ID{"acme"}, c.Scopes[2].Tenants)
 	require.Equal(t, Audit{Log: AuditLogOff, Table: true}, c.Audit)
 	require.Equal(t, "checkout="+digestA, c.APIKeys["acme"][0])
 	require.Equal(t, Limit{Concurrent: 128, Jobs: 64, Rate: 1000, Burst: 2000}, c.Limits.Tenants["acme"])

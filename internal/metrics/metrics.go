@@ -11,6 +11,7 @@
 //	idemguard_in_progress_total{scope}                  a duplicate found the operation running (409)
 //	idemguard_takeovers_total{scope}                    a stale claim was taken over
 //	idemguard_retries_total{scope}                      a failed key was claimed for another attempt
+//	idemguard_resets_total{scope,kind}                  a finished key's answer was reset (kind reset) or replaced by a forced run (kind forced)
 //	idemguard_abandoned_total{scope,stop_reason}        a stale claim was marked failed
 //	idemguard_retry_limit_total{scope,stop_reason}      a failed key had no attempts left
 //	idemguard_lost_claims_total{scope}                  an operation finished after losing its claim
@@ -70,6 +71,7 @@ type Metrics struct {
 	reg *prometheus.Registry
 
 	claims, inProgress, takeovers, retries, lostClaims, mismatches *prometheus.CounterVec
+	resets                                                         *prometheus.CounterVec
 	replays, abandoned, retryLimit, operations, failures           *prometheus.CounterVec
 	storeErrors, httpRequests, droppedFields                       *prometheus.CounterVec
 	auditEvents, auditDropped                                      *prometheus.CounterVec
@@ -146,6 +148,7 @@ func New() *Metrics {
 	m.inProgress = counter("in_progress_total", "Duplicate requests answered in_progress (HTTP 409) because the operation was running.", "scope")
 	m.takeovers = counter("takeovers_total", "Stale claims (owner silent for staleAfter) taken over and run again.", "scope")
 	m.retries = counter("retries_total", "Failed keys claimed for another attempt.", "scope")
+	m.resets = counter("resets_total", "Finished keys run again on request: kind reset (the stored answer was reset) or forced (a forced run replaced it).", "scope", "kind")
 	m.abandoned = counter("abandoned_total", "Stale claims marked failed instead of taken over (policy fail, or no attempts left).", "scope", "stop_reason")
 	m.retryLimit = counter("retry_limit_total", "Requests for a failed key with no attempts left.", "scope", "stop_reason")
 	m.lostClaims = counter("lost_claims_total", "Operations that finished after another caller took their claim over; their result was not stored.", "scope")
@@ -210,6 +213,8 @@ func (m *Metrics) Observe(e idemguard.Event) {
 		m.takeovers.WithLabelValues(e.Scope).Inc()
 	case idemguard.EventRetried:
 		m.retries.WithLabelValues(e.Scope).Inc()
+	case ResetKindReset, ResetKindForced:
+		m.resets.WithLabelValues(e.Scope, string(e.Kind)).Inc()
 	case idemguard.EventAbandoned:
 		m.abandoned.WithLabelValues(e.Scope, string(e.StopReason)).Inc()
 	case idemguard.EventRetryLimit:
@@ -289,6 +294,13 @@ func failureReasons() []string {
 	return out
 }
 
+// The kinds of Event a reset and a forced run report (the guard's own names;
+// they are not Watch transitions), and the kind label of resets_total.
+const (
+	ResetKindReset  idemguard.EventKind = "reset"
+	ResetKindForced idemguard.EventKind = "forced"
+)
+
 // InitScopes creates, at zero, every series of the guard's metrics for each scope and every
 // value of the other labels, so that they are exported before the first event. Call it with
 // the configured scopes before serving.
@@ -297,6 +309,9 @@ func (m *Metrics) InitScopes(scopes ...string) {
 	for _, sc := range scopes {
 		for _, c := range []*prometheus.CounterVec{m.claims, m.inProgress, m.takeovers, m.retries, m.lostClaims, m.mismatches} {
 			c.WithLabelValues(sc)
+		}
+		for _, k := range []idemguard.EventKind{ResetKindReset, ResetKindForced} {
+			m.resets.WithLabelValues(sc, string(k))
 		}
 		m.replays.WithLabelValues(sc, "true")
 		m.replays.WithLabelValues(sc, "false")

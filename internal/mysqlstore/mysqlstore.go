@@ -304,6 +304,22 @@ WHERE id = ? AND claim_nonce = ? AND attempt_count = ? AND ` + staleSQL
   expires_at = GREATEST(expires_at, UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND)
 WHERE id = ? AND status = 'failed' AND claim_nonce = ? AND attempt_count = ?
   AND attempt_count < ? AND expires_at >= UTC_TIMESTAMP(6)`
+
+	reclaimForcedSQL = `UPDATE idempotency_keys SET
+  status = 'started', claim_nonce = ?, attempt_count = attempt_count + 1,
+  response_json = NULL, response_code = NULL, response_events = NULL, completed_at = NULL, cancel_requested_at = NULL,
+  started_at = UTC_TIMESTAMP(6), heartbeat_at = UTC_TIMESTAMP(6), lease_micros = NULLIF(?, 0),
+  expires_at = GREATEST(expires_at, UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND)
+WHERE id = ? AND status IN ('succeeded', 'failed') AND claim_nonce = ? AND attempt_count = ?
+  AND expires_at >= UTC_TIMESTAMP(6)`
+
+	// resetSQL ends a finished row's life: a new nonce (so no write made
+	// from a read of the old row lands), expired at the Unix epoch (plus a
+	// second), a time every clock is past, even one stepped back since.
+	resetSQL = `UPDATE idempotency_keys SET
+  claim_nonce = ?, cancel_requested_at = NULL, expires_at = '1970-01-01 00:00:01'
+WHERE id = ? AND status IN ('succeeded', 'failed') AND claim_nonce = ? AND attempt_count = ?
+  AND expires_at >= UTC_TIMESTAMP(6)`
 )
 
 // Reclaim implements store.Store.
@@ -318,8 +334,15 @@ func (s *Store) Reclaim(ctx context.Context, p store.ReclaimParams) (bool, error
 		return s.audited(ctx, p.Audit, reclaimStaleSQL, p.NewNonce, micros(p.Lease), p.ID, p.OldNonce, p.OldAttempts, micros(p.StaleAfter))
 	case store.ReclaimFailed:
 		return s.audited(ctx, p.Audit, reclaimFailedSQL, p.NewNonce, micros(p.Lease), micros(p.TTL), p.ID, p.OldNonce, p.OldAttempts, p.MaxAttempts)
+	case store.ReclaimForced:
+		return s.audited(ctx, p.Audit, reclaimForcedSQL, p.NewNonce, micros(p.Lease), micros(p.TTL), p.ID, p.OldNonce, p.OldAttempts)
 	}
 	return false, fmt.Errorf("mysqlstore: unknown reclaim kind %d", p.Kind)
+}
+
+// Reset implements store.Store.
+func (s *Store) Reset(ctx context.Context, p store.ResetParams) (bool, error) {
+	return s.audited(ctx, p.Audit, resetSQL, p.NewNonce, p.ID, p.OldNonce, p.OldAttempts)
 }
 
 // status changes from started to failed.

@@ -22,7 +22,7 @@ import (
 
 // statsColumns are the counter columns of idempotency_stats.
 var statsColumns = []string{"requests", "claims", "retries", "takeovers", "replays", "in_progress",
-	"retry_limits", "mismatches", "failures", "lost_claims", "store_errors"}
+	"retry_limits", "mismatches", "failures", "lost_claims", "store_errors", "resets"}
 
 // savingsColumns are the counter columns of idempotency_savings.
 var savingsColumns = []string{"executions", "avoided_calls", "avoided_prompt_tokens",

@@ -20,14 +20,18 @@ func FromConfig(c *config.Config, client *http.Client, pseudonym caller.Pseudony
 	client = cmp.Or(client, defaultClient())
 	scopes := make([]*Scope, 0, len(c.Scopes))
 	for _, s := range c.Scopes {
-		sc := &Scope{Name: s.Name, Settings: s.Settings, KeyRequired: s.KeyRequired, Timeout: s.Timeout, Isolation: s.Isolation}
+		sc := &Scope{Name: s.Name, Settings: s.Settings, KeyRequired: s.KeyRequired, Timeout: s.Timeout, Isolation: s.Isolation,
+			Tenants: s.Tenants, Async: s.Async}
+		// The guard ORs the defaults' allow_reset in; resolved here so the
+		// MCP door offers forceNew wherever a forced run is allowed.
+		sc.Settings.AllowReset = sc.Settings.AllowReset || c.Defaults.AllowReset
 		switch s.Operation {
 		case config.OpOpenAIChat:
 			sc.Timeout = cmp.Or(sc.Timeout, c.OpenAI.Timeout)
 			oc := OpenAIConfig{BaseURL: c.OpenAI.BaseURL, Model: c.OpenAI.Model, APIKey: c.OpenAI.APIKey,
 				Timeout: sc.Timeout, MaxTokens: c.OpenAI.MaxTokens, Client: client, ActorField: c.OpenAI.ActorField, Pseudonym: pseudonym}
 			sc.Run, sc.Stream, sc.StreamReplay = OpenAIChat(oc), OpenAIChatStream(oc), OpenAIChatReplay
-			sc.Validate = ValidateChatInput(c.OpenAI.MaxTokens)
+			sc.Validate, sc.InputSchema = ValidateChatInput(c.OpenAI.MaxTokens), ChatInputSchema
 		case config.OpHTTPJSON:
 			sc.Timeout = cmp.Or(sc.Timeout, c.Upstream.Timeout)
 			sc.Run = HTTPJSON(HTTPJSONConfig{URL: cmp.Or(s.URL, c.Upstream.URL), Headers: c.Upstream.Headers,

@@ -14,6 +14,7 @@ import (
 	"github.com/idemguard/idemguard"
 	"github.com/idemguard/idemguard/internal/keys"
 	"github.com/idemguard/idemguard/sanitize"
+	"github.com/idemguard/idemguard/tenancy"
 )
 
 // Func runs one operation on the request's JSON inputs. Its value is
@@ -45,6 +46,11 @@ type Scope struct {
 	StreamReplay func(sanitize.Envelope) []idemguard.Chunk
 	// Isolation is whose key space the keys live in (config.Scope.Isolation).
 	Isolation string
+	// Tenants and Async are the scope's access settings (config.Scope);
+	// InputSchema describes its inputs (nil: any object).
+	Tenants     []tenancy.ID
+	Async       bool
+	InputSchema json.RawMessage
 }
 
 // Registry maps scope names to scopes. It is immutable once built and safe

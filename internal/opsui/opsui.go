@@ -130,7 +130,7 @@ func (m *MySQL) read(ctx context.Context, tenant tenancy.ID, since time.Duration
 func scopeHour(h mysqlstore.ScopeHour) routers.ScopeHour {
 	r := routers.ScopeHour{Hour: hourString(h.Hour), Scope: h.Scope}
 	for i, p := range []*int64{&r.Requests, &r.Claims, &r.Retries, &r.Takeovers, &r.Replays, &r.InProgress,
-		&r.RetryLimits, &r.Mismatches, &r.Failures, &r.LostClaims, &r.StoreErrors} { // mysqlstore.StatsColumns' order
+		&r.RetryLimits, &r.Mismatches, &r.Failures, &r.LostClaims, &r.StoreErrors, &r.Resets} { // mysqlstore.StatsColumns' order
 		*p = h.Counters[i]
 	}
 	return r

@@ -72,7 +72,8 @@
       ["requests", req], ["replays (calls not run again)", rep],
       ["hit rate", req ? (100 * rep / req).toFixed(1) + "%" : "no data"],
       ["conflicts (in progress)", f(data.scopes, "inProgress")], ["takeovers", f(data.scopes, "takeovers")],
-      ["store errors", f(data.scopes, "storeErrors")], ["keys", f(data.keys, "created")]
+      ["store errors", f(data.scopes, "storeErrors")], ["resets (run again on request)", f(data.scopes, "resets")],
+      ["keys", f(data.keys, "created")]
     ];
     $("totals").replaceChildren.apply($("totals"), items.map(function (it) {
       var d = document.createElement("div"), b = document.createElement("b");
@@ -85,10 +86,10 @@
   function byScope(data) {
     var agg = {};
     data.scopes.forEach(function (r) {
-      var a = agg[r.scope] || (agg[r.scope] = { requests: 0, replays: 0, inProgress: 0, takeovers: 0, failures: 0, storeErrors: 0 });
+      var a = agg[r.scope] || (agg[r.scope] = { requests: 0, replays: 0, inProgress: 0, takeovers: 0, failures: 0, storeErrors: 0, resets: 0 });
       for (var k in a) a[k] += r[k];
     });
-    var cols = ["requests", "replays", "inProgress", "takeovers", "failures", "storeErrors"];
+    var cols = ["requests", "replays", "inProgress", "takeovers", "failures", "storeErrors", "resets"];
     var table = document.createElement("table"), head = table.insertRow();
     ["scope"].concat(cols).forEach(function (c) { var th = document.createElement("th"); th.textContent = c; head.appendChild(th); });
     Object.keys(agg).sort().forEach(function (s) {
@@ -115,7 +116,8 @@
     chart("trouble", axis, [
       { name: "takeovers", color: "#9b35e9", values: sum(data.scopes, axis, "takeovers") },
       { name: "failures", color: "#d92d20", values: sum(data.scopes, axis, "failures") },
-      { name: "store errors", color: "#1d2330", values: sum(data.scopes, axis, "storeErrors") }
+      { name: "store errors", color: "#1d2330", values: sum(data.scopes, axis, "storeErrors") },
+      { name: "resets", color: "#0e9aa7", values: sum(data.scopes, axis, "resets") }
     ]);
     chart("keys", axis, [
       { name: "created", color: "#3563e9", values: sum(data.keys, axis, "created") },

@@ -60,6 +60,9 @@ const (
 	// An event relayed to a streamed caller, or stored in a row's event sequence, holds a
 	// blocked member (sanitize.IsBlockedKey) in a JSON document of its data.
 	VBlocked = "blocked-member-kept"
+	// A call that began after a reset (or a forced answer) returned got the answer the reset
+	// (or the forced run) ended: a replica replayed it from its cache or a read that raced.
+	VResetReplay = "reset-answer-replayed"
 )
 
 // Violation is one broken promise in a history.
@@ -150,6 +153,7 @@ func Check(h *History) []Violation {
 	c.streams()
 	c.blockedKept()
 	c.giveBacks()
+	c.resetReplays()
 	if h.Trail != nil {
 		c.trail()
 	}
@@ -411,6 +415,7 @@ func (c *checker) secondExecutions() {
 			if w == nil {
 				continue
 			}
+			forced := false
 			switch {
 			case w.Kind == KindClaim || w.Reclaim == store.ReclaimExpired:
 				count = 0 // a new first attempt
@@ -420,9 +425,14 @@ func (c *checker) secondExecutions() {
 				if f := c.lastFailure(key, w.Seq0, true); f != "" && finalStop[f] {
 					c.add(VSecondExecution, key, "call %d retried a final failure (%s)", e.CallID, f)
 				}
+			case w.Reclaim == store.ReclaimForced && spec.AllowReset:
+				count = w.OldAttempts // run again on request, as the next attempt, past MaxAttempts if need be
+				forced = true
+			case w.Reclaim == store.ReclaimForced:
+				c.add(VSecondExecution, key, "call %d forced a run of a scope that does not allow it", e.CallID)
 			}
 			count++
-			if count > spec.MaxAttempts {
+			if count > spec.MaxAttempts && !forced {
 				c.add(VSecondExecution, key, "call %d is execution %d of at most %d", e.CallID, count, spec.MaxAttempts)
 			}
 			if c.canceled(e) {
@@ -515,7 +525,7 @@ func (c *checker) movedOff(key, n string, seq int64) bool {
 			continue
 		}
 		switch {
-		case (o.Kind == KindReclaim || o.Kind == KindAbandon) && o.OldNonce == n:
+		case (o.Kind == KindReclaim || o.Kind == KindAbandon || o.Kind == KindReset) && o.OldNonce == n:
 			return true
 		case o.Kind == KindRelease && o.Nonce == n:
 			return true
@@ -529,6 +539,9 @@ func (c *checker) answersHold() {
 	for _, o := range c.ops {
 		if o.Kind == KindClaim && o.Applied() || o.Kind == KindReclaim && o.Applied() && o.Reclaim == store.ReclaimExpired {
 			succeeded[o.Key] = 0
+		}
+		if o.Kind == KindReclaim && o.Applied() && o.Reclaim == store.ReclaimForced && c.h.Keys[o.Key].AllowReset {
+			succeeded[o.Key] = 0 // a forced run replaces the stored success on request
 		}
 		if o.Kind == KindComplete && o.Status == store.RowSucceeded && o.Applied() {
 			succeeded[o.Key]++
@@ -585,6 +598,12 @@ func (c *checker) answersHold() {
 // complete, or succeeded without its answer being stored (its claim was taken over first),
 // so that the row cannot complete the stream.
 func (c *checker) followedFailure(a *Answer) {
+	for _, o := range c.byKey[a.Key] {
+		ended := o.Kind == KindReclaim && o.Reclaim == store.ReclaimForced || o.Kind == KindReset
+		if ended && o.MayHaveApplied() && o.Seq0 < a.Seq1 && o.Seq1 > a.Seq0 {
+			return // a forced run or a reset ended the answer it followed before it could read it back
+		}
+	}
 	for i := range c.execs {
 		e := &c.execs[i]
 		if e.Key != a.Key || e.CallID == a.CallID || e.Seq0 >= a.Seq1 || e.End.IsZero() || e.End.After(a.End) {

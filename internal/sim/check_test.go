@@ -335,3 +335,36 @@ func TestCheckFindsABlockedMemberInAnEvent(t *testing.T) {
 	require.Equal(t, []string{VBlocked}, kinds(v), "a stored event's second data line")
 	require.Contains(t, v[0].Detail, "row 7")
 }
+
+// A reset that returned ends the answer it reset: a call that began later and got that answer
+// is a violation; one that began before it returned may still get it.
+func TestCheckFindsAnAnswerReplayedAfterItsReset(t *testing.T) {
+	build := func(replayAfter bool) *builder {
+		b := newBuilder(time.Second)
+		b.h.Keys[key] = KeySpec{Lease: time.Second, MaxAttempts: 3, Policy: idemguard.StaleTakeover, AllowReset: true}
+		answered := successBody(1, 0, 0)
+		env, err := sanitize.FromValue(answered)
+		require.NoError(t, err)
+		stored, err := sanitize.Marshal(env)
+		require.NoError(t, err)
+		env.Cached = true
+		replayed, err := sanitize.Marshal(env)
+		require.NoError(t, err)
+		b.op(0, StoreOp{Kind: KindClaim, CallID: 1, Nonce: "n1", RetID: 7, OK: true})
+		b.exec(1, 0, 500, answered)
+		b.op(500, StoreOp{Kind: KindComplete, CallID: 1, ID: 7, Nonce: "n1", Status: store.RowSucceeded, Response: stored, Code: 200, OK: true})
+		b.answer(1, 0, 500, idemguard.Result{Status: idemguard.StatusSucceeded, Body: stored, StatusCode: 200, CompletedAt: b.at(500)}, nil)
+		b.seq += 2
+		rc := &ResetCall{Seq0: b.seq - 1, CallID: 2, Key: key}
+		b.h.Resets = append(b.h.Resets, rc)
+		b.op(600, StoreOp{Kind: KindReset, CallID: 2, ID: 7, Nonce: "r1", OldNonce: "n1", OldAttempts: 1, OK: true})
+		b.seq += 2
+		rc.Seq1 = b.seq
+		if replayAfter {
+			b.answer(3, 700, 700, idemguard.Result{Status: idemguard.StatusSucceeded, Cached: true, Body: replayed, StatusCode: 200}, nil)
+		}
+		return b
+	}
+	require.NotContains(t, kinds(Check(build(false).h)), VResetReplay)
+	require.Contains(t, kinds(Check(build(true).h)), VResetReplay)
+}

@@ -84,6 +84,9 @@ const (
 	// kept as written by the middleware's reading of events (internal/eventdata), blocked
 	// members and all; the simulation's streams of Documents pass through that reading.
 	DefectBlocklistMultiDocument = Defect(testhooks.DefectBlocklistMultiDocument)
+	// DefectStaleCache: a scope that allows resets keeps cached answers as long as any other
+	// (no reset fence), so a replica replays an answer a reset or a forced run ended.
+	DefectStaleCache = Defect(testhooks.DefectStaleCache)
 )
 
 // Defects lists the defects Faults can put back.
@@ -91,7 +94,7 @@ var Defects = []Defect{DefectUnknownAsLostRace, DefectNoRelease}
 
 // EngineDefects lists the engine's defects the simulation can put back.
 var EngineDefects = []Defect{DefectFollowerGap, DefectBlankDocument, DefectSplice, DefectSelfCancel,
-	DefectBlocklistMultiDocument}
+	DefectBlocklistMultiDocument, DefectStaleCache}
 
 // Errors the fault layer returns.
 var (
@@ -367,6 +370,11 @@ func (f *Faults) GetMany(ctx context.Context, tenant, scope string, keyHashes []
 // RequestCancel implements store.Store, faulted like any guarded write.
 func (f *Faults) RequestCancel(ctx context.Context, p store.CancelParams) (bool, error) {
 	return f.guarded(ctx, func(ctx context.Context) (bool, error) { return f.st.RequestCancel(ctx, p) })
+}
+
+// Reset implements store.Store, faulted like any guarded write.
+func (f *Faults) Reset(ctx context.Context, p store.ResetParams) (bool, error) {
+	return f.guarded(ctx, func(ctx context.Context) (bool, error) { return f.st.Reset(ctx, p) })
 }
 
 // AppendAudit implements store.Store, faulted like any write whose

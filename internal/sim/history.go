@@ -28,6 +28,7 @@ const (
 	KindComplete  Kind = "complete"
 	KindRelease   Kind = "release"
 	KindCancel    Kind = "cancel" // RequestCancel
+	KindReset     Kind = "reset"
 )
 
 // StoreOp is one statement that reached the store, as the Recorder saw it.
@@ -145,6 +146,8 @@ type KeySpec struct {
 	Lease       time.Duration
 	MaxAttempts int
 	Policy      idemguard.StalePolicy
+	// AllowReset: the key's scope allows resets and forced runs (reset.go).
+	AllowReset bool
 	// Keep: every call of the key keeps its answer as a document (Call.Keep, KeepAllBut).
 	Keep bool
 }
@@ -177,6 +180,8 @@ type History struct {
 	StoreTime func(time.Time) time.Time
 	// Limits holds the engine constants the invariants refer to.
 	Limits Limits
+	// Resets are the resetters' calls (reset.go).
+	Resets []*ResetCall
 }
 
 // Limits are engine settings the checker needs.
@@ -613,6 +618,17 @@ func (r *Recorder) RequestCancel(ctx context.Context, p store.CancelParams) (boo
 	op := &StoreOp{Kind: KindCancel, ID: p.ID, Nonce: p.Nonce, AuditID: auditID(p.Audit)}
 	r.begin(ctx, op)
 	ok, err := r.st.RequestCancel(ctx, p)
+	r.end(op, err, func() { op.OK = ok })
+	return ok, err
+}
+
+// Reset implements store.Store: a guarded write on a finished row's nonce that gives the
+// row a new nonce and ends its life (expired a microsecond ago).
+func (r *Recorder) Reset(ctx context.Context, p store.ResetParams) (bool, error) {
+	op := &StoreOp{Kind: KindReset, ID: p.ID, Nonce: p.NewNonce, OldNonce: p.OldNonce, OldAttempts: p.OldAttempts,
+		AuditID: auditID(p.Audit)}
+	r.begin(ctx, op)
+	ok, err := r.st.Reset(ctx, p)
 	r.end(op, err, func() { op.OK = ok })
 	return ok, err
 }

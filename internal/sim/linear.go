@@ -53,30 +53,18 @@ func apply(r row, o *StoreOp) (row, bool) {
 		if !own || r.nonce != o.OldNonce || r.attempts != o.OldAttempts {
 			return r, false
 		}
-		switch o.Reclaim {
-		case store.ReclaimExpired:
-			return row{exists: true, id: r.id, status: store.RowStarted, nonce: o.Nonce, attempts: 1, fingerprint: o.Fingerprint}, true
-		case store.ReclaimStale:
-			if r.status != store.RowStarted {
-				return r, false
-			}
-			r.attempts++
-		case store.ReclaimFailed:
-			if r.status != store.RowFailed || r.attempts >= o.MaxAttempts {
-				return r, false
-			}
-			r.status, r.response, r.code = store.RowStarted, "", 0
-			r.attempts++
-		default:
-			return r, false
-		}
-		r.nonce = o.Nonce
-		return r, true
+		return applyReclaim(r, o)
 	case KindAbandon:
 		if !own || r.nonce != o.OldNonce || r.attempts != o.OldAttempts || r.status != store.RowStarted {
 			return r, false
 		}
 		r.status, r.response, r.code = store.RowFailed, canonicalJSON(o.Response), o.Code
+		return r, true
+	case KindReset: // the row stays as it was, expired (time is not modelled) under a new nonce
+		if !own || r.nonce != o.OldNonce || r.attempts != o.OldAttempts || r.status == store.RowStarted {
+			return r, false
+		}
+		r.nonce = o.Nonce
 		return r, true
 	case KindHeartbeat, KindCancel:
 		return r, own && r.status == store.RowStarted && r.nonce == o.Nonce
@@ -104,10 +92,40 @@ func apply(r row, o *StoreOp) (row, bool) {
 	return r, false
 }
 
+// applyReclaim is the row after the reclaim o (guarded by r's nonce and attempts, which
+// held), and whether its kind's own guard held on r (ignoring time).
+func applyReclaim(r row, o *StoreOp) (row, bool) {
+	switch o.Reclaim {
+	case store.ReclaimExpired:
+		return row{exists: true, id: r.id, status: store.RowStarted, nonce: o.Nonce, attempts: 1, fingerprint: o.Fingerprint}, true
+	case store.ReclaimStale:
+		if r.status != store.RowStarted {
+			return r, false
+		}
+		r.attempts++
+	case store.ReclaimFailed:
+		if r.status != store.RowFailed || r.attempts >= o.MaxAttempts {
+			return r, false
+		}
+		r.status, r.response, r.code = store.RowStarted, "", 0
+		r.attempts++
+	case store.ReclaimForced:
+		if r.status == store.RowStarted {
+			return r, false
+		}
+		r.status, r.response, r.code = store.RowStarted, "", 0
+		r.attempts++
+	default:
+		return r, false
+	}
+	r.nonce = o.Nonce
+	return r, true
+}
+
 // timeGuarded reports whether o's guard also depends on the store's clock (stale, expired),
 // so that it may fail although the rest of it held.
 func timeGuarded(o *StoreOp) bool {
-	return o.Kind == KindAbandon || o.Kind == KindReclaim
+	return o.Kind == KindAbandon || o.Kind == KindReclaim || o.Kind == KindReset
 }
 
 // step is the model's transition: the states o may leave r in, given what o returned.

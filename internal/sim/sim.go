@@ -68,6 +68,9 @@ type Client struct {
 	// of them holding a blocked member at some depth. Each event is read as the middleware
 	// reads it (internal/eventdata) before it is emitted: stored and relayed as cleaned.
 	Documents bool
+	// Reset makes the client a resetter: each of its calls resets the key (Guard.Reset);
+	// Force makes each of its calls a forced one (Call.ForceNew). See reset.go.
+	Reset, Force bool
 	// Added: a client the later choices added (a follower beside a streamed client, the
 	// parts of a takeover); Sync leaves it out.
 	Added bool
@@ -193,6 +196,10 @@ func Generate(seed uint64, defect Defect, real Real) Scenario {
 	}
 	if newer.IntN(4) == 0 && !bool(real) {
 		sc.takeover(newer, ndur)
+	}
+	if !real {
+		// The resetters and forcers came last: a stream of their own.
+		sc.addResets(rand.New(rand.NewPCG(seed, 0x7e5e7)))
 	}
 	sc.Quiet = 6 * L
 	rates := []float64{0, 0.05, 0.15, 0.3}
@@ -322,7 +329,7 @@ func (sc Scenario) Sync() Scenario {
 	}
 	sc.Keys = slices.Clone(sc.Keys)
 	for i := range sc.Keys {
-		sc.Keys[i].Spec.Keep = false
+		sc.Keys[i].Spec.Keep, sc.Keys[i].Spec.AllowReset = false, false
 	}
 	sc.MaxStreamBytes, sc.AddedPauses = 0, nil
 	return sc
@@ -482,6 +489,10 @@ func (r *run) client(c Client) {
 		r.cancels(c)
 		return
 	}
+	if c.Reset {
+		r.resets(c)
+		return
+	}
 	for i := range c.Calls {
 		res, err := r.call(c, i, false)
 		if err == nil && res.Status != idemguard.StatusInProgress {
@@ -524,8 +535,7 @@ func (r *run) call(c Client, i int, probe bool) (idemguard.Result, error) {
 		defer cancel()
 	}
 	call := idemguard.Call{Tenant: Tenant, Scope: Scope, ClientKey: k.ClientKey, Inputs: inputs(k),
-		Settings: idemguard.Settings{TTL: time.Hour, StaleAfter: k.Spec.Lease, MaxAttempts: k.Spec.MaxAttempts,
-			StalePolicy: k.Spec.Policy}, Wait: c.Wait, Detach: c.Detach}
+		Settings: settingsOf(k), Wait: c.Wait, Detach: c.Detach, ForceNew: c.Force && !probe}
 	if k.Spec.Keep {
 		call.Keep = keep
 	}

@@ -40,6 +40,7 @@ import (
 	"github.com/jmoiron/sqlx"
 
 	"github.com/idemguard/idemguard"
+	"github.com/idemguard/idemguard/internal/metrics"
 	"github.com/idemguard/idemguard/internal/mysqlstore"
 )
 
@@ -75,6 +76,9 @@ type Counts struct {
 	Failures    int64 `json:"failures" db:"failures"`
 	LostClaims  int64 `json:"lost_claims" db:"lost_claims"`
 	StoreErrors int64 `json:"store_errors" db:"store_errors"`
+	// Resets counts the finished keys run again on request: reset, or replaced by a forced
+	// run (the forced run's claim is counted in Claims too).
+	Resets int64 `json:"resets" db:"resets"`
 }
 
 // counter indexes, in the column order of idempotency_stats (mysqlstore.StatsColumns).
@@ -90,12 +94,13 @@ const (
 	cFailures
 	cLostClaims
 	cStoreErrors
+	cResets
 	numCounters
 )
 
 func (c *Counts) ptrs() [numCounters]*int64 {
 	return [numCounters]*int64{&c.Requests, &c.Claims, &c.Retries, &c.Takeovers, &c.Replays, &c.InProgress,
-		&c.RetryLimits, &c.Mismatches, &c.Failures, &c.LostClaims, &c.StoreErrors}
+		&c.RetryLimits, &c.Mismatches, &c.Failures, &c.LostClaims, &c.StoreErrors, &c.Resets}
 }
 
 func (c Counts) isZero() bool { return c == Counts{} }
@@ -225,6 +230,8 @@ func (r *Recorder) Observe(e idemguard.Event) {
 		idx, request = cLostClaims, false
 	case idemguard.EventStoreError:
 		idx, request = cStoreErrors, false
+	case metrics.ResetKindReset, metrics.ResetKindForced:
+		idx, request = cResets, false
 	default: // waited, abandoned (followed by retry_limit): not counted
 		return
 	}

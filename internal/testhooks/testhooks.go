@@ -51,6 +51,10 @@ const (
 	// blocked members and all (internal/eventdata), as the middleware's
 	// decoder once left it.
 	DefectBlocklistMultiDocument Defect = "blocklist-multi-document"
+	// DefectStaleCache: a scope that allows resets keeps its replay cache
+	// entries, and answers from a read, as long as any other scope (no
+	// reset fence), so a replica replays an answer reset elsewhere.
+	DefectStaleCache Defect = "stale-cache"
 )
 
 // ReadFirst says when a Guard reads a row before its claim INSERT.

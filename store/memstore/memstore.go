@@ -198,15 +198,43 @@ func (s *Store) Reclaim(ctx context.Context, p store.ReclaimParams) (bool, error
 		if r.Status != store.RowFailed || r.Attempts >= p.MaxAttempts || rec.Expired() {
 			return false, nil
 		}
-		r.Status = store.RowStarted
-		r.Attempts++
-		r.Response, r.ResponseCode, r.CompletedAt, r.Events = nil, 0, time.Time{}, nil
-		r.StartedAt, r.HeartbeatAt, r.Lease = now, now, p.Lease
-		r.ExpiresAt = laterOf(r.ExpiresAt, now.Add(p.TTL))
+		runAgain(r, now, p)
+	case store.ReclaimForced:
+		if r.Status == store.RowStarted || rec.Expired() {
+			return false, nil
+		}
+		runAgain(r, now, p)
 	default:
 		return false, errors.New("memstore: unknown reclaim kind")
 	}
 	r.ClaimNonce, r.CancelRequestedAt, r.Progress = p.NewNonce, time.Time{}, store.Progress{}
+	s.appendAudit(p.Audit)
+	return true, nil
+}
+
+// runAgain makes the finished row r started again as the next attempt (a retry of a
+// failure, a forced run): the response cleared, a new lease, alive for at least p.TTL.
+func runAgain(r *store.Record, now time.Time, p store.ReclaimParams) {
+	r.Status = store.RowStarted
+	r.Attempts++
+	r.Response, r.ResponseCode, r.CompletedAt, r.Events = nil, 0, time.Time{}, nil
+	r.StartedAt, r.HeartbeatAt, r.Lease = now, now, p.Lease
+	r.ExpiresAt = laterOf(r.ExpiresAt, now.Add(p.TTL))
+}
+
+// Reset implements store.Store.
+func (s *Store) Reset(ctx context.Context, p store.ResetParams) (bool, error) {
+	if err := s.lock(ctx); err != nil {
+		return false, err
+	}
+	defer s.mu.Unlock()
+	r := s.claimOf(p.ID, p.OldNonce, p.OldAttempts)
+	now := s.clock()
+	if r == nil || r.Status == store.RowStarted || judged(r, now).Expired() {
+		return false, nil
+	}
+	r.ClaimNonce, r.CancelRequestedAt = p.NewNonce, time.Time{}
+	r.ExpiresAt = time.Unix(1, 0).UTC() // past on every clock, even one stepped back since
 	s.appendAudit(p.Audit)
 	return true, nil
 }

@@ -179,6 +179,10 @@ func cases(run func(name string, tc caseFunc)) {
 	run("Guard/WatchFromAnotherProcessReportsEveryTransitionInOrder", jobWatchReportsEveryTransition)
 	run("Guard/WatchersAreBounded", jobWatchersAreBounded)
 	run("Guard/WaitJobsRefusesNewJobsAndWaitsForRunningOnes", jobWaitJobs)
+	// Reset and forced runs (reset_cases.go).
+	run("Store/ResetIsGuardedAndEndsTheLife", storeResetIsGuardedAndEndsTheLife)
+	run("Store/OfTwentyConcurrentForcedReclaimsExactlyOneWins", storeOfTwentyConcurrentForcedReclaimsExactlyOneWins)
+	run("Guard/ResetAndForcedRunsOverTheStore", guardResetAndForcedRunsOverTheStore)
 	// Secret rotation: rows under every configured secret count, and two
 	// hashes of one request never both run (secret_cases.go).
 	run("Store/SecretIDIsRecordedAndReadBack", storeSecretIDIsRecordedAndReadBack)

@@ -51,6 +51,13 @@ export interface RunOptions {
   maxDelayMs?: number;
   /** Aborts the call; the key is kept (the outcome is unknown). */
   signal?: AbortSignal;
+  /** Run the operation again even if the key has a stored answer
+   * (Idempotency-Force-New: true; the scope must allow it, else 403). Sent
+   * on the first request only: a retry after a network error replays
+   * whatever the key then holds, so a lost answer never forces a second
+   * run. `replacedAttempt` says whether this call's forced run replaced
+   * an answer. */
+  forceNew?: boolean;
   /** Replaceable for tests. */
   fetch?: typeof fetch;
   sleep?: (ms: number, signal?: AbortSignal) => Promise<void>;
@@ -71,6 +78,9 @@ export interface RunResult {
   status: number;
   /** Idempotent-Completed-At of a replay. */
   completedAt?: string;
+  /** Idempotent-Replaces-Attempt of a forced run (forceNew): the attempt
+   * whose stored answer it replaced. */
+  replacedAttempt?: number;
   /** Requests made. */
   attempts: number;
 }
@@ -131,6 +141,7 @@ export async function run(scope: string, input: unknown, options: RunOptions): P
       "Idempotency-Key": key,
     };
     if (o.waitSeconds > 0) headers["Prefer"] = `wait=${Math.floor(o.waitSeconds)}`;
+    if (options.forceNew === true && attempt === 1) headers["Idempotency-Force-New"] = "true";
 
     let resp: Response;
     try {
@@ -146,6 +157,7 @@ export async function run(scope: string, input: unknown, options: RunOptions): P
       const envelope = (await resp.json()) as Envelope;
       release();
       const completedAt = resp.headers.get("Idempotent-Completed-At") ?? undefined;
+      const replaces = resp.headers.get("Idempotent-Replaces-Attempt");
       return {
         envelope,
         cached: envelope.cached === true || resp.headers.get("Idempotent-Replayed") === "true",
@@ -154,6 +166,7 @@ export async function run(scope: string, input: unknown, options: RunOptions): P
         status: resp.status,
         attempts: attempt,
         ...(completedAt !== undefined ? { completedAt } : {}),
+        ...(replaces !== null ? { replacedAttempt: Number(replaces) } : {}),
       };
     }
     const r = await refusal(resp, key, release);
@@ -234,6 +247,23 @@ export async function lookup(scope: string, keyRef: string, options: Pick<RunOpt
   const url = `${(options.baseUrl ?? "").replace(/\/+$/, "")}/v1/ops/${encodeURIComponent(scope)}/keys/${encodeURIComponent(keyRef)}`;
   const token = typeof options.token === "function" ? await options.token() : options.token;
   const resp = await doFetch(url, { headers: { Authorization: `Bearer ${token}` }, signal: options.signal ?? null });
+  if (!resp.ok) {
+    const problem = await readProblem(resp);
+    throw new IdemguardError(problem?.title ?? `HTTP ${resp.status}`, { status: resp.status, key: keyRef, retryable: false, ...(problem ? { problem } : {}) });
+  }
+  return (await resp.json()) as KeyRecord;
+}
+
+/** Resets a finished key's stored answer (DELETE …/keys/{keyRef}): the
+ * next run with the key runs the operation afresh. Resolves with the key's
+ * record as it was (status "reset", attemptCount the attempt it ended);
+ * rejects with an IdemguardError: 403 when the scope does not allow
+ * resets, 404 for an unknown key, 409 while the key runs (cancel it first). */
+export async function resetKey(scope: string, keyRef: string, options: Pick<RunOptions, "token" | "baseUrl" | "fetch" | "signal">): Promise<KeyRecord> {
+  const doFetch = options.fetch ?? globalThis.fetch.bind(globalThis);
+  const url = `${(options.baseUrl ?? "").replace(/\/+$/, "")}/v1/ops/${encodeURIComponent(scope)}/keys/${encodeURIComponent(keyRef)}`;
+  const token = typeof options.token === "function" ? await options.token() : options.token;
+  const resp = await doFetch(url, { method: "DELETE", headers: { Authorization: `Bearer ${token}` }, signal: options.signal ?? null });
   if (!resp.ok) {
     const problem = await readProblem(resp);
     throw new IdemguardError(problem?.title ?? `HTTP ${resp.status}`, { status: resp.status, key: keyRef, retryable: false, ...(problem ? { problem } : {}) });

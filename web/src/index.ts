@@ -1,4 +1,4 @@
-export { run, lookup, pendingKey, outcomeKnown, backoff, parseRetryAfter, canonicalJSON, newKey, IdemguardError } from "./client.js";
+export { run, lookup, resetKey, pendingKey, outcomeKnown, backoff, parseRetryAfter, canonicalJSON, newKey, IdemguardError } from "./client.js";
 export type { RunOptions, RunResult, KeyStore, Envelope, Problem, KeyRecord } from "./client.js";
 export { submitJob, watchJob, cancelJob, keyHistory, forgetJob, jobKey, readEvents, isFinal, monitorLink } from "./jobs.js";
 export type { JobEvent, JobProgress, KeyEventData, JobOptions, SubmitOptions, SubmitResult, WatchOptions, AuditEvent } from "./jobs.js";

@@ -107,7 +107,20 @@ export interface paths {
         get: operations["lookupKey"];
         put?: never;
         post?: never;
-        delete?: never;
+        /**
+         * Reset a finished key's stored answer.
+         * @description Ends the life of the key's stored answer (succeeded or failed), on a
+         *     scope that allows it (`allow_reset: true`; off by default, since a
+         *     second run costs what the guard exists to prevent). The key is then
+         *     absent: the next request with it runs the operation afresh, as
+         *     attempt 1. The answer comes once no replica replays the old answer
+         *     any more, from its memory or from a read that raced the reset (about
+         *     a second after the change). The audit trail records a `reset` event
+         *     with the caller (`actor`) and the attempt it ended, written with the
+         *     change. To replace an answer in one request instead, send the
+         *     operation's request again with `Idempotency-Force-New: true`.
+         */
+        delete: operations["resetKey"];
         options?: never;
         head?: never;
         patch?: never;
@@ -202,7 +215,7 @@ export interface paths {
          * The audit trail of a key.
          * @description Every idempotency decision recorded for this key, oldest first (at
          *     most 1000): its claims (`claimed`, `expired_reclaim`, `takeover`,
-         *     `retried`), `abandoned`, `released`, `canceled`, and the duplicates
+         *     `retried`, `forced`), `abandoned`, `released`, `canceled`, `reset`, and the duplicates
          *     it answered (`replay`, `in_progress`, `conflict`). The duplicates
          *     are counted, not listed one by one: one entry per kind, attempt,
          *     actor (and, for `in_progress`, detail), with `count`, the first time
@@ -445,6 +458,8 @@ export interface components {
             failures: number;
             lostClaims: number;
             storeErrors: number;
+            /** @description Finished keys run again on request: reset (DELETE of the key) or replaced by a forced run (Idempotency-Force-New). */
+            resets: number;
         };
         KeyHour: {
             /**
@@ -464,10 +479,10 @@ export interface components {
             ref: string;
             scope: string;
             /**
-             * @description `started` while an attempt runs (or until it is found stale).
+             * @description `started` while an attempt runs (or until it is found stale); `reset` only in the answer of a reset (DELETE).
              * @enum {string}
              */
-            status: "started" | "succeeded" | "failed";
+            status: "started" | "succeeded" | "failed" | "reset";
             /** @description Executions so far (2 after a stale takeover or a retry); a canceled execution is not counted. */
             attemptCount: number;
             /**
@@ -574,7 +589,7 @@ export interface components {
             /** @description Unique; ordered by creation time. The same event has the same id in the table and in the stream; a counted entry has its first event's id. */
             id: string;
             /** @enum {string} */
-            kind: "claimed" | "expired_reclaim" | "takeover" | "retried" | "abandoned" | "released" | "canceled" | "replay" | "in_progress" | "conflict";
+            kind: "claimed" | "expired_reclaim" | "takeover" | "retried" | "abandoned" | "released" | "canceled" | "replay" | "in_progress" | "conflict" | "reset" | "forced";
             /**
              * Format: date-time
              * @description When it was decided (the database clock, where a read preceded the decision; for `claimed` in a history, the row's creation). On a counted entry: the first time.
@@ -584,7 +599,7 @@ export interface components {
             scope: string;
             /** @description The first 16 hex digits of the key hash; never the key. */
             keyPrefix: string;
-            /** @description The execution the event is about. */
+            /** @description The execution the event is about (on `reset`: the attempt whose answer it ended; on `forced`: the new attempt, which replaced attempt − 1). */
             attempt: number;
             /** @description `key:<name>` (API key), `jwt:h:<hex>` (HMAC of a JWT subject) or `jwt`; absent when unknown. */
             actor?: string;
@@ -705,6 +720,20 @@ export interface components {
          */
         Prefer: string;
         /**
+         * @description `true`: on a finished key (succeeded or failed, not expired), run the
+         *     operation again under the same key and store the new answer in place
+         *     of the old one; the answer carries `Idempotent-Replaces-Attempt`,
+         *     and every later replay gets the new answer (no replica replays the
+         *     old one once the forced answer has come). On an absent key it is an
+         *     ordinary first run; on a running key a 409. Only an answer stored
+         *     before the request began is replaced: of concurrent forced requests
+         *     for one key one runs, and the others (and one that finds an answer
+         *     stored since it began) are answered as its duplicates. The scope must
+         *     allow it (`allow_reset: true`), else 403.
+         *     The audit trail records a `forced` event with the caller.
+         */
+        ForceNew: "true" | "false";
+        /**
          * @description The `id` of the last event received; the stream resumes after it.
          * @example 1.started.1764080000123456
          */
@@ -732,6 +761,13 @@ export interface components {
         IdempotencyKeyRef: string;
         /** @description `true` when the answer is a stored one (a replay), absent otherwise. */
         IdempotentReplayed: "true";
+        /**
+         * @description On the answer of a forced run (`Idempotency-Force-New: true`, JSON
+         *     answers): the attempt whose stored answer it replaced (the new
+         *     answer is attempt + 1). Absent on replays.
+         * @example 1
+         */
+        IdempotentReplacesAttempt: number;
         /**
          * @description On a streamed answer to a request with `Last-Event-ID` that does not
          *     resume after it: why the events start again from the first
@@ -801,6 +837,20 @@ export interface operations {
                  * @example 2-9f3c01ab-17
                  */
                 "Last-Event-ID"?: components["parameters"]["StreamLastEventID"];
+                /**
+                 * @description `true`: on a finished key (succeeded or failed, not expired), run the
+                 *     operation again under the same key and store the new answer in place
+                 *     of the old one; the answer carries `Idempotent-Replaces-Attempt`,
+                 *     and every later replay gets the new answer (no replica replays the
+                 *     old one once the forced answer has come). On an absent key it is an
+                 *     ordinary first run; on a running key a 409. Only an answer stored
+                 *     before the request began is replaced: of concurrent forced requests
+                 *     for one key one runs, and the others (and one that finds an answer
+                 *     stored since it began) are answered as its duplicates. The scope must
+                 *     allow it (`allow_reset: true`), else 403.
+                 *     The audit trail records a `forced` event with the caller.
+                 */
+                "Idempotency-Force-New"?: components["parameters"]["ForceNew"];
             };
             path: {
                 /** @description The registered operation, e.g. `chat`, `demo` or `actionRequests.aiProposeCopy`. */
@@ -844,6 +894,7 @@ export interface operations {
                     "Idempotent-Completed-At": components["headers"]["IdempotentCompletedAt"];
                     "Preference-Applied": components["headers"]["PreferenceApplied"];
                     "Idempotent-Stream-Restart": components["headers"]["IdempotentStreamRestart"];
+                    "Idempotent-Replaces-Attempt": components["headers"]["IdempotentReplacesAttempt"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -889,7 +940,8 @@ export interface operations {
              *     `messages`, a message role that is not system, developer, user
              *     or assistant, an unknown field such as `model`, a wrong type), or
              *     a `Last-Event-ID` that is not `<attempt>-<execution>-<n>`
-             *     (`invalid-last-event-id`).
+             *     (`invalid-last-event-id`), or an `Idempotency-Force-New` that is
+             *     not `true` or `false` (`invalid-force-new`).
              *     Nothing was stored or run, and the key stays free: the corrected
              *     request with the same `Idempotency-Key` runs.
              */
@@ -902,6 +954,19 @@ export interface operations {
                 };
             };
             401: components["responses"]["Unauthorized"];
+            /**
+             * @description `Idempotency-Force-New: true` on a scope that does not allow
+             *     resets or forced runs (`allow_reset: false`, the default; type
+             *     `reset-forbidden`). Nothing was stored or run.
+             */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
             /** @description No operation is registered under this scope (type `unknown-scope`). */
             404: {
                 headers: {
@@ -915,7 +980,9 @@ export interface operations {
             /**
              * @description Another request with this key is running the operation. Retry after
              *     `Retry-After` seconds with the same key and body, or send
-             *     `Prefer: wait=N`.
+             *     `Prefer: wait=N`. A forced request (`Idempotency-Force-New: true`)
+             *     on a running key gets this answer at once, and so do the other
+             *     forced requests racing the one whose forced run started.
              */
             409: {
                 headers: {
@@ -1092,6 +1159,101 @@ export interface operations {
             405: components["responses"]["MethodNotAllowed"];
             500: components["responses"]["Internal"];
             /** @description The idempotency store cannot be reached (type `store-unavailable`). */
+            503: {
+                headers: {
+                    "Retry-After": components["headers"]["RetryAfter"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+        };
+    };
+    resetKey: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description The registered operation, e.g. `chat`, `demo` or `actionRequests.aiProposeCopy`. */
+                scope: components["parameters"]["Scope"];
+                /**
+                 * @description A client key (the `Idempotency-Key` that was sent), or `~` followed by
+                 *     the key hash of a derived key: the value of `Idempotency-Key-Ref`.
+                 */
+                key: components["parameters"]["KeyRef"];
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The key was reset; its record as it was, with status `reset` and the attempt it ended. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "ref": "order-123",
+                     *       "scope": "demo",
+                     *       "status": "reset",
+                     *       "attemptCount": 1,
+                     *       "createdAt": "2026-11-28T00:00:00.123456Z",
+                     *       "completedAt": "2026-11-28T00:00:01.5Z"
+                     *     }
+                     */
+                    "application/json": components["schemas"]["KeyRecord"];
+                };
+            };
+            /** @description The key reference is neither a valid client key nor `~` and 64 lower-case hex digits (type `invalid-key-reference`). */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            401: components["responses"]["Unauthorized"];
+            /** @description The scope does not allow resets (type `reset-forbidden`). Nothing changed. */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /**
+             * @description Unknown scope (type `unknown-scope`), or no record of this key for
+             *     the caller's tenant: absent, expired, reset already or another
+             *     tenant's (type `key-not-found`). Nothing changed.
+             */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            405: components["responses"]["MethodNotAllowed"];
+            /**
+             * @description The key's operation is running (type `key-running`): one execution
+             *     in flight stays the rule. Cancel it first (`POST …/cancel`), then
+             *     reset it once it has stopped. Nothing changed.
+             */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            500: components["responses"]["Internal"];
+            /** @description The idempotency store cannot be reached (type `store-unavailable`). Nothing changed. */
             503: {
                 headers: {
                     "Retry-After": components["headers"]["RetryAfter"];

@@ -1,5 +1,5 @@
 import { describe, expect, it } from "vitest";
-import { backoff, canonicalJSON, IdemguardError, outcomeKnown, parseRetryAfter, pendingKey, run, type KeyStore, type RunOptions } from "../src/index.js";
+import { backoff, canonicalJSON, IdemguardError, outcomeKnown, parseRetryAfter, pendingKey, resetKey, run, type KeyStore, type RunOptions } from "../src/index.js";
 
 /** A scripted server: each entry answers one request (a Response, or an
  * Error for a network failure); every request is recorded. */
@@ -306,5 +306,28 @@ describe("run", () => {
     });
     await expect(run("demo", {}, opts)).rejects.toThrow("aborted");
     expect(store.size()).toBe(1);
+  });
+});
+
+describe("forceNew and resetKey", () => {
+  it("forceNew sends Idempotency-Force-New on the first request only and reports the replaced attempt", async () => {
+    const { opts, server } = setup([new Error("offline"), ok(false, { "Idempotent-Replaces-Attempt": "2" })], { forceNew: true });
+    const res = await run("chat", { q: 1 }, opts);
+    expect(server.requests[0]!.headers.get("Idempotency-Force-New")).toBe("true");
+    expect(server.requests[1]!.headers.get("Idempotency-Force-New")).toBeNull();
+    expect(res.replacedAttempt).toBe(2);
+  });
+
+  it("resetKey sends DELETE to the key and returns its record; a refusal is an IdemguardError", async () => {
+    const record = { ref: "k1", scope: "chat", status: "reset", attemptCount: 1 };
+    const server = fakeServer([
+      new Response(JSON.stringify(record), { status: 200, headers: { "Content-Type": "application/json" } }),
+      problem(403, {}, "reset-forbidden"),
+    ]);
+    const o = { token: "tok", baseUrl: "http://api.test", fetch: server.fetch };
+    expect(await resetKey("chat", "k1", o)).toEqual(record);
+    expect(server.requests[0]!.method).toBe("DELETE");
+    expect(server.requests[0]!.url).toBe("http://api.test/v1/ops/chat/keys/k1");
+    await expect(resetKey("chat", "k1", o)).rejects.toMatchObject({ status: 403, retryable: false });
   });
 });

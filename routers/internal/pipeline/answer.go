@@ -91,6 +91,9 @@ func (a *Answers) Result(w http.ResponseWriter, req Request, res idemguard.Resul
 		h.Set(HeaderPreferenceApplied, PreferenceApplied(req.Wait))
 	}
 	SetReplayed(h, res.Cached, res.CompletedAt)
+	if res.Forced {
+		h[HeaderReplacesAttempt] = []string{strconv.Itoa(res.Replaced)}
+	}
 	if res.Status != idemguard.StatusSucceeded {
 		a.Problem(w, ResultProblem(res))
 		return

@@ -7,8 +7,6 @@ import (
 	"strconv"
 	"strings"
 	"time"
-
-	"github.com/idemguard/idemguard/internal/keys"
 )
 
 // Header names of the API and the middleware.
@@ -27,7 +25,26 @@ const (
 	HeaderExisting = "Idempotent-Existing"
 	// HeaderLink carries a 202's events link (rel="monitor", RFC 8288).
 	HeaderLink = "Link"
+	// HeaderForceNew asks for a forced run (idemguard.Call.ForceNew);
+	// HeaderReplacesAttempt answers one with the attempt it replaced.
+	HeaderForceNew        = "Idempotency-Force-New"
+	HeaderReplacesAttempt = "Idempotent-Replaces-Attempt"
 )
+
+// parseForceNew reads Idempotency-Force-New: absent or "false" is no,
+// "true" is yes (case-insensitive); anything else, or two headers, is refused.
+func parseForceNew(h http.Header) (bool, error) {
+	vs := h[HeaderForceNew] // the name is canonical: no Values
+	switch {
+	case len(vs) == 0:
+		return false, nil
+	case len(vs) == 1 && strings.EqualFold(strings.TrimSpace(vs[0]), "true"):
+		return true, nil
+	case len(vs) == 1 && strings.EqualFold(strings.TrimSpace(vs[0]), "false"):
+		return false, nil
+	}
+	return false, Reject(ErrInvalidForceNew, `Idempotency-Force-New is "true" or "false", once`)
+}
 
 // PreferAsync is the preference of a background run (RFC 7240).
 const PreferAsync = "respond-async"
@@ -95,13 +112,7 @@ func parseIdempotencyKey(h http.Header) (string, error) {
 		}
 		v = v[1 : len(v)-1]
 	}
-	if err := keys.ValidateClientKey(v); err != nil {
-		// The keys error says what is wrong (empty, length, position of
-		// the first bad character) without quoting the key.
-		why := strings.TrimPrefix(err.Error(), keys.ErrInvalidClientKey.Error()+": ")
-		return "", Reject(ErrInvalidKey, "%s; an Idempotency-Key is 1 to %d characters of [A-Za-z0-9_.:-], as a bare token or a quoted string", why, keys.MaxClientKeyLen)
-	}
-	return v, nil
+	return clientKey(v, "Idempotency-Key", ", as a bare token or a quoted string")
 }
 
 // parsePreferWait returns the wait asked for by the first wait preference of

@@ -10,6 +10,7 @@ import (
 	"github.com/idemguard/idemguard"
 	"github.com/idemguard/idemguard/routers/auth"
 	"github.com/idemguard/idemguard/sanitize"
+	"github.com/idemguard/idemguard/store"
 )
 
 // ProblemTypePrefix begins every Problem type URI; the rest is the slug
@@ -74,6 +75,8 @@ var (
 	ErrNotReady         = errors.New("not ready")
 	ErrNoMetrics        = errors.New("metrics not configured")
 	ErrInvalidQuery     = errors.New("invalid query parameter")
+	// ErrInvalidForceNew: an Idempotency-Force-New that is not "true" or "false".
+	ErrInvalidForceNew = errors.New("invalid Idempotency-Force-New")
 	// ErrInvalidLastEventID: a Last-Event-ID that no stream event carries.
 	ErrInvalidLastEventID = errors.New("invalid Last-Event-ID")
 	// ErrTooManyAuthFailures: the client failed to authenticate too often.
@@ -142,6 +145,11 @@ var kindProblems = []struct {
 	{ErrInvalidRef, NewProblem(http.StatusBadRequest, "invalid-key-reference", "Invalid key reference", sanitize.InvalidInput, "")},
 	{ErrBodyTooLarge, NewProblem(http.StatusRequestEntityTooLarge, "body-too-large", "Body too large", sanitize.InvalidInput, "")},
 	{ErrInvalidBody, NewProblem(http.StatusBadRequest, "invalid-body", "Invalid body", sanitize.InvalidInput, "")},
+	{ErrInvalidForceNew, NewProblem(http.StatusBadRequest, "invalid-force-new", "Invalid Idempotency-Force-New", sanitize.InvalidInput, "")},
+	{store.ErrKeyRunning, NewProblem(http.StatusConflict, "key-running", "Key running", sanitize.InProgress,
+		"this key's operation is running; cancel it first (POST …/cancel), then reset it once it has stopped")},
+	{store.ErrResetForbidden, NewProblem(http.StatusForbidden, "reset-forbidden", "Reset forbidden", sanitize.Unknown,
+		"this scope does not allow resets or forced runs (allow_reset: false); nothing was changed or run")},
 	{idemguard.ErrKeyFinished, NewProblem(http.StatusConflict, "key-finished", "Key finished", sanitize.Unknown,
 		"this key's answer is stored; there is nothing running to cancel")},
 	{idemguard.ErrTooManyWatchers, NewProblem(http.StatusTooManyRequests, "too-many-waiters", "Too many watchers", sanitize.RateLimited,

@@ -34,6 +34,8 @@ type Request struct {
 	// Principal is the caller's key space (idemguard.Call.Principal), set
 	// by the entry path after authentication; "" for the tenant's.
 	Principal string
+	// ForceNew: Idempotency-Force-New: true (idemguard.Call.ForceNew).
+	ForceNew bool
 }
 
 // Limits bound what Read accepts.
@@ -62,7 +64,11 @@ func Read(w http.ResponseWriter, r *http.Request, scope string, keyRequired bool
 	if err != nil {
 		return Request{}, err
 	}
-	return Request{ClientKey: key, Raw: raw, Body: body, Wait: wait, WaitApplied: applied, LastEventID: last}, nil
+	force, err := parseForceNew(r.Header)
+	if err != nil {
+		return Request{}, err
+	}
+	return Request{ClientKey: key, Raw: raw, Body: body, Wait: wait, WaitApplied: applied, LastEventID: last, ForceNew: force}, nil
 }
 
 // Route is what an entry path knows of the operation a request runs.
@@ -98,6 +104,7 @@ func (req Request) Call(tenant tenancy.ID, rt Route, inputs any) idemguard.Call 
 		Check:     rt.Check,
 		Admit:     rt.Admit,
 		Keep:      rt.Keep,
+		ForceNew:  req.ForceNew,
 		// Used by a streamed delivery only.
 		LastEventID: req.LastEventID,
 	}
