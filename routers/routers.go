@@ -180,6 +180,9 @@ type Options struct {
 	// Limits are the per-tenant limits (limits.go); the zero value takes
 	// the defaults.
 	Limits Limits
+	// Doors serve providers' wires (door.go) at their own prefixes, so
+	// that the providers' SDKs reach the scopes by changing a base URL.
+	Doors []Door
 }
 
 func (o Options) withDefaults() Options {
@@ -231,6 +234,9 @@ func (o Options) validate() error {
 		seen[s.Name] = true
 	}
 	if err := o.validateBrowser(); err != nil {
+		return err
+	}
+	if err := o.validateDoors(); err != nil {
 		return err
 	}
 	for i, origin := range o.CORSOrigins {
@@ -299,6 +305,7 @@ func Register(r gin.IRouter, o Options) error {
 		mw = append(mw, corsMiddleware(o.CORSOrigins, o.CORSLoopback))
 	}
 	h.apiRoutes(r.Group(h.prefix, mw...), o)
+	h.doorRoutes(r.Group("/", mw...), o)
 	return nil
 }
 
@@ -375,6 +382,7 @@ func newEngine(o Options) (*gin.Engine, error) {
 	}
 
 	h.apiRoutes(r.Group(h.prefix), o)
+	h.doorRoutes(r, o)
 	h.opsRoutes(r.Group(h.prefix), o)
 	if o.HTTPMetrics != nil {
 		initHTTPMetrics(o.HTTPMetrics, r)

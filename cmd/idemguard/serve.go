@@ -303,6 +303,7 @@ func (s *server) handler(guard *idemguard.Guard, m *metrics.Metrics, transport *
 		AuthFailures: routers.AuthFailureLimit{Max: cfg.AuthFailures.Max, Window: cfg.AuthFailures.Window,
 			MaxClients: cfg.AuthFailures.MaxClients, OnLimited: m.AuthLimited},
 		Limits: limitOptions(cfg, m),
+		Doors:  routerDoors(cfg.Doors),
 	}
 	s.opsOptions(&opts, registry.Names())
 	jwtVerifier, err := browserOptions(cfg, log, &opts)

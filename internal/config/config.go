@@ -216,6 +216,8 @@ type Config struct {
 	AuthFailures AuthFailures
 	// Limits are the per-tenant limits (limits.go).
 	Limits Limits
+	// Doors serve providers' wires (doors.go).
+	Doors []Door
 	// AllowInsecureUpstreams allows http:// provider URLs (openai.base_url,
 	// upstream.url, a scope's url) in production.
 	AllowInsecureUpstreams bool
@@ -382,6 +384,7 @@ type rawConfig struct {
 	Audit                 rawAudit            `yaml:"audit"`
 	AuthFailures          rawAuthFailures     `yaml:"auth_failures"`
 	Limits                rawLimits           `yaml:"limits"`
+	Doors                 []rawDoor           `yaml:"doors"`
 	AllowInsecureUpstream *bool               `yaml:"allow_insecure_upstreams"`
 }
 
@@ -490,6 +493,7 @@ func Load(path string, getenv func(string) string) (*Config, error) {
 	c.scopesFromRaw(raw.Scopes, &p)
 	c.accessFromRaw(&raw, &p)
 	c.limitsFromRaw(raw.Limits)
+	c.doorsFromRaw(raw.Doors, &p)
 	c.apiKeysFromRaw(raw.APIKeys, apiKeysSetting, &p)
 	p = append(p, c.validate(apiKeysSetting)...)
 	c.loadSecrets(raw.SecretID, getenv, &p)
@@ -765,6 +769,7 @@ func (c *Config) validate(apiKeysSetting string) problems {
 	c.validateTenantLimits(&p)
 	uses := c.validateScopes(&p)
 	c.validateUpstreams(uses, &p)
+	c.validateDoors(&p)
 	return p
 }
 

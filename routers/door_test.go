@@ -1,0 +1,169 @@
+package routers
+
+import (
+	"context"
+	"encoding/json"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/idemguard/idemguard"
+	"github.com/idemguard/idemguard/sanitize"
+)
+
+// chatAnswer is what an openai_chat scope answers: the allowlisted data.
+func chatAnswer(text string) idemguard.Response {
+	return idemguard.Response{Value: sanitize.Envelope{OK: true, StopReason: sanitize.Completed, Data: map[string]any{
+		"text": text, "finish_reason": "stop", "prompt_tokens": json.Number("7"),
+		"completion_tokens": json.Number("3"), "total_tokens": json.Number("10"),
+	}}, Usage: idemguard.Usage{PromptTokens: 7, CompletionTokens: 3}}
+}
+
+// doorSetup is the API with an OpenAI door at /openai/v1: model "fast"
+// runs in scope "chat", model "slow" in "chatslow" (which waits for
+// releaseNow), every other model is unknown.
+func doorSetup(t *testing.T) (*testBundle, *atomic.Int32) {
+	t.Helper()
+	var calls atomic.Int32
+	var b *testBundle
+	b = setup(t, setupOpts{options: func(o *Options) {
+		run := func(ctx context.Context, in json.RawMessage) (any, error) {
+			calls.Add(1)
+			return chatAnswer("hello " + string(in)), nil
+		}
+		o.Scopes = append(o.Scopes, Scope{Name: "chat", Run: run,
+			Stream: func(ctx context.Context, in json.RawMessage, emit func(idemguard.Chunk)) (any, error) {
+				calls.Add(1)
+				emit(idemguard.Chunk{Data: []byte(`{"object":"chat.completion.chunk","choices":[{"index":0,"delta":{"content":"hel"}}]}`)})
+				emit(idemguard.Chunk{Data: []byte(`{"object":"chat.completion.chunk","choices":[{"index":0,"delta":{"content":"lo"}}]}`)})
+				return chatAnswer("hello"), nil
+			}},
+			Scope{Name: "chatslow", Run: func(ctx context.Context, in json.RawMessage) (any, error) {
+				b.started <- struct{}{}
+				<-b.release
+				return run(ctx, in)
+			}})
+		o.Doors = []Door{{Wire: WireOpenAI, Prefix: "/openai/v1", Models: map[string]string{"fast": "chat", "slow": "chatslow"}}}
+	}})
+	return b, &calls
+}
+
+func (b *testBundle) chat(key, body string, headers ...string) *httptest.ResponseRecorder {
+	b.t.Helper()
+	if key != "" {
+		headers = append(headers, "Idempotency-Key", key)
+	}
+	return b.do(req{method: http.MethodPost, path: "/openai/v1/chat/completions", body: body, apiKey: acmeKey1, headers: headers})
+}
+
+// openAIErrorOf decodes an OpenAI error answer.
+func openAIErrorOf(t *testing.T, w *httptest.ResponseRecorder) openAIErrorDetail {
+	t.Helper()
+	require.Equal(t, "application/json", w.Header().Get("Content-Type"), w.Body.String())
+	var e openAIErrorBody
+	require.NoError(t, json.Unmarshal(w.Body.Bytes(), &e), w.Body.String())
+	require.NotEmpty(t, e.Error.Message)
+	require.NotEmpty(t, e.Error.Type)
+	return e.Error
+}
+
+// A plain call answers a chat.completion whose replay is the same bytes,
+// marked replayed; the model is the request's and takes no part in the key.
+func TestDoorOpenAIPlainReplay(t *testing.T) {
+	t.Parallel()
+	b, calls := doorSetup(t)
+	body := `{"model":"fast","messages":[{"role":"user","content":"hi"}]}`
+	first := b.chat("k-1", body)
+	require.Equal(t, http.StatusOK, first.Code, first.Body.String())
+	second := b.chat("k-1", body)
+	require.Equal(t, http.StatusOK, second.Code)
+	require.Equal(t, first.Body.String(), second.Body.String())
+	require.Empty(t, first.Header().Get("Idempotent-Replayed"))
+	require.Equal(t, "true", second.Header().Get("Idempotent-Replayed"))
+	require.EqualValues(t, 1, calls.Load())
+
+	var cc chatCompletionBody
+	require.NoError(t, json.Unmarshal(first.Body.Bytes(), &cc))
+	require.Equal(t, "chat.completion", cc.Object)
+	require.Equal(t, "fast", cc.Model)
+	require.True(t, strings.HasPrefix(cc.ID, "chatcmpl-"), cc.ID)
+	require.NotZero(t, cc.Created)
+	require.Equal(t, `hello {"messages":[{"content":"hi","role":"user"}]}`, cc.Choices[0].Message.Content, "the scope gets the body without model")
+	require.Equal(t, chatUsage{7, 3, 10}, cc.Usage)
+}
+
+// Errors are OpenAI's error object with the pipeline's statuses.
+func TestDoorOpenAIErrors(t *testing.T) {
+	t.Parallel()
+	b, calls := doorSetup(t)
+	require.Equal(t, http.StatusOK, b.chat("k-1", `{"model":"fast","messages":[1]}`).Code)
+
+	w := b.chat("k-1", `{"model":"fast","messages":[2]}`)
+	require.Equal(t, http.StatusUnprocessableEntity, w.Code)
+	e := openAIErrorOf(t, w)
+	require.Equal(t, "idempotency_key_reused", e.Code)
+	require.Contains(t, e.Message, "different request body")
+
+	w = b.chat("", `{"model":"gpt-unknown","messages":[]}`)
+	require.Equal(t, http.StatusNotFound, w.Code)
+	e = openAIErrorOf(t, w)
+	require.Equal(t, "model", *e.Param)
+	require.NotContains(t, w.Body.String(), "gpt-unknown", "the caller's text is not echoed")
+
+	w = b.chat("", `{"messages":[]}`)
+	require.Equal(t, http.StatusBadRequest, w.Code)
+	e = openAIErrorOf(t, w)
+	require.Equal(t, "model", *e.Param)
+	require.Equal(t, "invalid_request_error", e.Type)
+
+	w = b.do(req{method: http.MethodPost, path: "/openai/v1/chat/completions", body: `{"model":"fast"}`})
+	require.Equal(t, http.StatusUnauthorized, w.Code)
+	require.Equal(t, "authentication_error", openAIErrorOf(t, w).Type)
+	require.EqualValues(t, 1, calls.Load())
+}
+
+// A streamed call answers the scope's chunk events and [DONE]; its replay
+// is the same events.
+func TestDoorOpenAIStream(t *testing.T) {
+	t.Parallel()
+	b, calls := doorSetup(t)
+	body := `{"model":"fast","stream":true,"messages":[{"role":"user","content":"hi"}]}`
+	first := b.chat("s-1", body)
+	require.Equal(t, http.StatusOK, first.Code, first.Body.String())
+	require.Equal(t, "text/event-stream", first.Header().Get("Content-Type"))
+	require.Contains(t, first.Body.String(), `"content":"hel"`)
+	require.True(t, strings.HasSuffix(first.Body.String(), "data: [DONE]\n\n"), first.Body.String())
+	second := b.chat("s-1", body)
+	require.Equal(t, "true", second.Header().Get("Idempotent-Replayed"))
+	require.Equal(t, first.Body.String(), second.Body.String())
+	require.EqualValues(t, 1, calls.Load())
+}
+
+// A duplicate that sends no Prefer: wait waits for the running call and
+// gets its answer: an SDK's retry ends with the stored answer, not a 409.
+func TestDoorOpenAIDuplicateWaits(t *testing.T) {
+	t.Parallel()
+	b, calls := doorSetup(t)
+	body := `{"model":"slow","messages":[1]}`
+	var wg sync.WaitGroup
+	answers := make([]*httptest.ResponseRecorder, 2)
+	wg.Go(func() { answers[0] = b.chat("d-1", body) })
+	<-b.started
+	reads := b.gets.Load()
+	wg.Go(func() { answers[1] = b.chat("d-1", body) })
+	// The duplicate has read the running row: it waits, or has been answered.
+	require.Eventually(t, func() bool { return b.gets.Load() > reads }, 10*time.Second, time.Millisecond)
+	b.releaseNow()
+	wg.Wait()
+	for _, a := range answers {
+		require.Equal(t, http.StatusOK, a.Code, a.Body.String())
+	}
+	require.Equal(t, answers[0].Body.String(), answers[1].Body.String())
+	require.EqualValues(t, 1, calls.Load())
+}
