@@ -29,17 +29,19 @@ const sdkCanary = "SDK-CANARY-41d9"
 
 // sdkLLM is the fake upstream of the SDK tests: a plain answer or a stream
 // (as the request asks), each carrying sdkCanary in the provider's own
-// fields. gate, when set, holds each call until it is closed.
+// fields. gate, when set, holds each call from gateFrom on until it is
+// closed.
 type sdkLLM struct {
 	*fakeLLM
-	gate atomic.Pointer[chan struct{}]
+	gate     atomic.Pointer[chan struct{}]
+	gateFrom atomic.Int32 // the first call number gate holds (0: every call)
 }
 
 func newSDKLLM(t *testing.T) *sdkLLM {
 	f := &sdkLLM{fakeLLM: newFakeLLM(t)}
 	streamed := &streamLLM{n: 3}
 	f.set(func(n int32, w http.ResponseWriter, r *http.Request) {
-		if gate := f.gate.Load(); gate != nil {
+		if gate := f.gate.Load(); gate != nil && n >= f.gateFrom.Load() {
 			select {
 			case <-*gate:
 			case <-r.Context().Done():
