@@ -1,7 +1,6 @@
 package routers
 
 import (
-	"bytes"
 	"cmp"
 	"encoding/json"
 	"errors"
@@ -12,7 +11,6 @@ import (
 	"github.com/gin-gonic/gin"
 
 	"github.com/idemguard/idemguard"
-	"github.com/idemguard/idemguard/internal/jsonvalue"
 	"github.com/idemguard/idemguard/routers/auth"
 	"github.com/idemguard/idemguard/routers/internal/pipeline"
 	"github.com/idemguard/idemguard/tenancy"
@@ -211,35 +209,4 @@ type doorBody struct {
 }
 
 // doorMembers are taken out of a door's body before the scope sees it.
-var doorMembers = []string{"model", "stream", "stream_options"}
-
-// decodeDoorBody reads the model and the delivery from body, a JSON object,
-// and takes them out of the inputs.
-func decodeDoorBody(body json.RawMessage) (doorBody, error) {
-	v, ok := jsonvalue.DecodeUniqueKeys(body)
-	obj, isObj := v.(map[string]any)
-	if !ok || !isObj {
-		return doorBody{}, pipeline.Reject(pipeline.ErrInvalidBody, "the body must be a JSON object with unique member names")
-	}
-	var in doorBody
-	in.model, ok = obj["model"].(string)
-	if !ok || in.model == "" {
-		return doorBody{}, &idemguard.InputError{Fields: []idemguard.FieldError{{Pointer: "/model", Detail: "must be a non-empty string"}}}
-	}
-	if s, has := obj["stream"]; has && s != nil {
-		if in.stream, ok = s.(bool); !ok {
-			return doorBody{}, &idemguard.InputError{Fields: []idemguard.FieldError{{Pointer: "/stream", Detail: "must be true or false"}}}
-		}
-	}
-	for _, m := range doorMembers {
-		delete(obj, m)
-	}
-	var buf bytes.Buffer
-	enc := json.NewEncoder(&buf)
-	enc.SetEscapeHTML(false)
-	if err := enc.Encode(obj); err != nil {
-		return doorBody{}, pipeline.Reject(pipeline.ErrInvalidBody, "the body could not be re-encoded")
-	}
-	in.inputs = bytes.TrimSuffix(buf.Bytes(), []byte("\n"))
-	return in, nil
-}
+var doorMembers = [...]string{"model", "stream", "stream_options"}

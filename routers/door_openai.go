@@ -8,6 +8,7 @@ import (
 	"strings"
 
 	"github.com/idemguard/idemguard"
+	"github.com/idemguard/idemguard/internal/jsonvalue"
 	"github.com/idemguard/idemguard/routers/internal/pipeline"
 )
 
@@ -18,11 +19,15 @@ import (
 // digits of the key hash, the part a key reference shows anyway (a
 // principal's references mask only the first half).
 func chatCompletionID(keyHash string) string {
-	return "chatcmpl-ig" + keyHash[max(0, len(keyHash)-24):]
+	return chatIDPrefix + keyHash[max(0, len(keyHash)-24):]
 }
 
-// The members of a chat.completion, in this order; no system_fingerprint
-// and no provider id: they would be the provider's.
+// chatIDPrefix begins the id of every chat.completion the door answers.
+const chatIDPrefix = "chatcmpl-ig"
+
+// The members of a chat.completion, in this order (chatCompletionOf writes
+// them; the types decode it in tests); no system_fingerprint and no
+// provider id: they would be the provider's.
 type chatCompletionBody struct {
 	ID      string       `json:"id"`
 	Object  string       `json:"object"`
@@ -54,17 +59,32 @@ type chatUsage struct {
 // chatCompletionOf renders res, a stored chat answer ({"text",
 // "finish_reason", "*_tokens"}: the openai_chat operation's allowlisted
 // data), as the chat.completion of model: created is the completion time
-// the store wrote, so a replay is the same bytes as the first answer.
+// the store wrote, so a replay is the same bytes as the first answer. It
+// appends what pipeline.EncodeJSON(chatCompletionBody{…}) would encode
+// (TestChatCompletionEncoding), without reflection: it runs on every
+// answer, replays from memory included.
 func chatCompletionOf(res idemguard.Result, model string) []byte {
 	data := res.Envelope.Data
 	text, _ := data["text"].(string)
 	reason, _ := data["finish_reason"].(string)
-	return pipeline.EncodeJSON(chatCompletionBody{
-		ID: chatCompletionID(res.KeyHash), Object: "chat.completion", Created: res.CompletedAt.Unix(), Model: model,
-		Choices: []chatChoice{{Message: chatMessage{Role: "assistant", Content: text}, FinishReason: cmp.Or(reason, "stop")}},
-		Usage: chatUsage{PromptTokens: tokenCount(data["prompt_tokens"]), CompletionTokens: tokenCount(data["completion_tokens"]),
-			TotalTokens: tokenCount(data["total_tokens"])},
-	})
+	b := make([]byte, 0, 256+len(text)+len(model))
+	b = append(b, `{"id":"`+chatIDPrefix...)
+	b = append(b, res.KeyHash[max(0, len(res.KeyHash)-24):]...) // hex digits: chatCompletionID
+	b = append(b, `","object":"chat.completion","created":`...)
+	b = strconv.AppendInt(b, res.CompletedAt.Unix(), 10)
+	b = append(b, `,"model":`...)
+	b = jsonvalue.AppendString(b, model)
+	b = append(b, `,"choices":[{"index":0,"message":{"role":"assistant","content":`...)
+	b = jsonvalue.AppendString(b, text)
+	b = append(b, `,"refusal":null},"logprobs":null,"finish_reason":`...)
+	b = jsonvalue.AppendString(b, cmp.Or(reason, "stop"))
+	b = append(b, `}],"usage":{"prompt_tokens":`...)
+	b = strconv.AppendInt(b, tokenCount(data["prompt_tokens"]), 10)
+	b = append(b, `,"completion_tokens":`...)
+	b = strconv.AppendInt(b, tokenCount(data["completion_tokens"]), 10)
+	b = append(b, `,"total_tokens":`...)
+	b = strconv.AppendInt(b, tokenCount(data["total_tokens"]), 10)
+	return append(b, "}}"...)
 }
 
 // tokenCount is a stored token count (a JSON number), 0 for anything else.

@@ -14,6 +14,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/idemguard/idemguard"
+	"github.com/idemguard/idemguard/routers/internal/pipeline"
 	"github.com/idemguard/idemguard/sanitize"
 )
 
@@ -94,7 +95,7 @@ func TestDoorOpenAIPlainReplay(t *testing.T) {
 	require.Equal(t, "fast", cc.Model)
 	require.True(t, strings.HasPrefix(cc.ID, "chatcmpl-"), cc.ID)
 	require.NotZero(t, cc.Created)
-	require.Equal(t, `hello {"messages":[{"content":"hi","role":"user"}]}`, cc.Choices[0].Message.Content, "the scope gets the body without model")
+	require.Equal(t, `hello {"messages":[{"role":"user","content":"hi"}]}`, cc.Choices[0].Message.Content, "the scope gets the body without model")
 	require.Equal(t, chatUsage{7, 3, 10}, cc.Usage)
 }
 
@@ -166,4 +167,58 @@ func TestDoorOpenAIDuplicateWaits(t *testing.T) {
 	}
 	require.Equal(t, answers[0].Body.String(), answers[1].Body.String())
 	require.EqualValues(t, 1, calls.Load())
+}
+
+// The door's body scan: the model and the delivery members leave the
+// inputs, whatever their spelling or place; everything else stays as sent.
+func TestDecodeDoorBody(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		body, model, inputs string
+		stream              bool
+	}{
+		{`{"model":"m","messages":[1]}`, "m", `{"messages":[1]}`, false},
+		{` { "messages" : [ {"model":"inner"} ] , "model" : "m" , "stream" : true } `, "m", `{"messages" : [ {"model":"inner"} ]}`, true},
+		{`{"mod\u0065l":"m\"x","stream":null,"stream_options":{"include_usage":true},"t":1.50}`, `m"x`, `{"t":1.50}`, false},
+		{`{"a":"}","model":"m","b":[",",{"c":"]"}]}`, "m", `{"a":"}","b":[",",{"c":"]"}]}`, false},
+		{`{"model":"m"}`, "m", `{}`, false},
+	} {
+		in, err := decodeDoorBody([]byte(tc.body))
+		require.NoError(t, err, tc.body)
+		require.Equal(t, tc.model, in.model, tc.body)
+		require.Equal(t, tc.inputs, string(in.inputs), tc.body)
+		require.Equal(t, tc.stream, in.stream, tc.body)
+		require.True(t, json.Valid(in.inputs), tc.body)
+	}
+	for body, pointer := range map[string]string{
+		`{"messages":[]}`:                "/model",
+		`{"model":""}`:                   "/model",
+		`{"model":7}`:                    "/model",
+		`{"model":"m","stream":"yes"}`:   "/stream",
+		`{"model":"m","model":"n"}`:      "",
+		`["model"]`:                      "",
+		`{"model":"m","mod\u0065l":"n"}`: "",
+	} {
+		_, err := decodeDoorBody([]byte(body))
+		var ie *idemguard.InputError
+		if pointer == "" {
+			require.ErrorIs(t, err, pipeline.ErrInvalidBody, body)
+			continue
+		}
+		require.ErrorAs(t, err, &ie, body)
+		require.Equal(t, pointer, ie.Fields[0].Pointer, body)
+	}
+}
+
+// chatCompletionOf writes what encoding/json writes for the same object,
+// escapes included.
+func TestChatCompletionEncoding(t *testing.T) {
+	t.Parallel()
+	res := idemguard.Result{KeyHash: strings.Repeat("ab", 32), CompletedAt: time.Unix(1767225600, 5), Envelope: sanitize.Envelope{
+		Data: map[string]any{"text": "a \"quote\" <b>&</b> \u2028 é\n", "finish_reason": "length",
+			"prompt_tokens": json.Number("7"), "completion_tokens": float64(3), "total_tokens": json.Number("10")}}}
+	want := pipeline.EncodeJSON(chatCompletionBody{ID: chatCompletionID(res.KeyHash), Object: "chat.completion", Created: 1767225600,
+		Model: "m<\">", Choices: []chatChoice{{Message: chatMessage{Role: "assistant", Content: "a \"quote\" <b>&</b> \u2028 é\n"},
+			FinishReason: "length"}}, Usage: chatUsage{7, 3, 10}})
+	require.Equal(t, string(want), string(chatCompletionOf(res, "m<\">")))
 }
