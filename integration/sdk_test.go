@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net/http"
 	"net/http/httptrace"
 	"strings"
@@ -106,6 +107,8 @@ func TestSDKOpenAIGo(t *testing.T) {
 	require.Empty(t, r1.Header.Get("Idempotent-Replayed"))
 	require.Equal(t, "true", r2.Header.Get("Idempotent-Replayed"))
 	requireNoSecretIn(t, c2.RawJSON())
+	requireAvoidedTokens(t, s, 21, 6) // the replay's usage, as any replay's
+
 
 	// A different body under the same key: the SDK's 422 error, readable.
 	other := params
@@ -180,4 +183,17 @@ func requireNoSecretIn(t *testing.T, answer string) {
 	for _, secret := range []string{sdkCanary, streamCanary, model, prompt} {
 		require.NotContains(t, answer, secret)
 	}
+}
+
+// requireAvoidedTokens: the replays so far saved prompt and completion
+// tokens in all (the avoided-tokens metric of scope chat).
+func requireAvoidedTokens(t *testing.T, s *service, prompt, completion int) {
+	t.Helper()
+	resp, err := newClient(t).Get(s.url("/metrics"))
+	require.NoError(t, err)
+	body, err := io.ReadAll(resp.Body)
+	require.NoError(t, err)
+	require.NoError(t, resp.Body.Close())
+	require.Equal(t, prompt, metricValue(t, string(body), `idemguard_avoided_tokens_total{kind="prompt",scope="chat"}`))
+	require.Equal(t, completion, metricValue(t, string(body), `idemguard_avoided_tokens_total{kind="completion",scope="chat"}`))
 }

@@ -163,7 +163,7 @@ func (d *door) chatCompletions(c *gin.Context) {
 	logOf(c).scope = scope.Name
 	// API keys only, on scopes of the tenant's key space (Door.validate).
 	req.Body, req.Principal = in.inputs, ""
-	if !req.WaitApplied {
+	if !pipeline.AsksWait(c.Request.Header) { // Prefer: wait=N (wait=0 too) is the client's word
 		req.Wait = d.MaxWait
 	}
 	if in.stream {

@@ -222,3 +222,26 @@ func TestChatCompletionEncoding(t *testing.T) {
 			FinishReason: "length"}}, Usage: chatUsage{7, 3, 10}})
 	require.Equal(t, string(want), string(chatCompletionOf(res, "m<\">")))
 }
+
+// Prefer still works on the door: wait=0 answers a running key at once
+// with 409 and Retry-After, in OpenAI's error shape (the SDKs retry it).
+// The running call is let finish once the duplicate has read its row: a
+// duplicate that waited (the door's default) would get its 200.
+func TestDoorOpenAIPreferWaitZero(t *testing.T) {
+	t.Parallel()
+	b, _ := doorSetup(t)
+	body := `{"model":"slow","messages":[1]}`
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	wg.Go(func() { b.chat("p-1", body) })
+	<-b.started
+	reads := b.gets.Load()
+	answer := make(chan *httptest.ResponseRecorder, 1)
+	wg.Go(func() { answer <- b.chat("p-1", body, "Prefer", "wait=0") })
+	require.Eventually(t, func() bool { return b.gets.Load() > reads }, 10*time.Second, time.Millisecond)
+	b.releaseNow()
+	w := <-answer
+	require.Equal(t, http.StatusConflict, w.Code, w.Body.String())
+	require.Equal(t, "1", w.Header().Get("Retry-After"))
+	require.Equal(t, "in_progress", openAIErrorOf(t, w).Code)
+}
