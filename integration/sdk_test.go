@@ -109,7 +109,6 @@ func TestSDKOpenAIGo(t *testing.T) {
 	requireNoSecretIn(t, c2.RawJSON())
 	requireAvoidedTokens(t, s, 21, 6) // the replay's usage, as any replay's
 
-
 	// A different body under the same key: the SDK's 422 error, readable.
 	other := params
 	other.Messages = []openai.ChatCompletionMessageParamUnion{openai.UserMessage("another question")}
