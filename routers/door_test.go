@@ -29,11 +29,15 @@ func chatAnswer(text string) idemguard.Response {
 // doorSetup is the API with an OpenAI door at /openai/v1: model "fast"
 // runs in scope "chat", model "slow" in "chatslow" (which waits for
 // releaseNow), every other model is unknown.
-func doorSetup(t *testing.T) (*testBundle, *atomic.Int32) {
+func doorSetup(t *testing.T, guard ...func(*idemguard.Config)) (*testBundle, *atomic.Int32) {
 	t.Helper()
 	var calls atomic.Int32
 	var b *testBundle
-	b = setup(t, setupOpts{options: func(o *Options) {
+	b = setup(t, setupOpts{guard: func(c *idemguard.Config) {
+		for _, g := range guard {
+			g(c)
+		}
+	}, options: func(o *Options) {
 		run := func(ctx context.Context, in json.RawMessage) (any, error) {
 			calls.Add(1)
 			return chatAnswer("hello " + string(in)), nil
@@ -97,6 +101,21 @@ func TestDoorOpenAIPlainReplay(t *testing.T) {
 	require.NotZero(t, cc.Created)
 	require.Equal(t, `hello {"messages":[{"role":"user","content":"hi"}]}`, cc.Choices[0].Message.Content, "the scope gets the body without model")
 	require.Equal(t, chatUsage{7, 3, 10}, cc.Usage)
+}
+
+// A replay read from the store (no replay cache) renders the same bytes
+// as the first answer.
+func TestDoorOpenAIStoreReplay(t *testing.T) {
+	t.Parallel()
+	b, calls := doorSetup(t, func(c *idemguard.Config) { c.ReplayCacheSize = -1 })
+	body := `{"model":"fast","messages":[{"role":"user","content":"hi"}]}`
+	first := b.chat("k-1", body)
+	second := b.chat("k-1", body)
+	require.Equal(t, http.StatusOK, second.Code, second.Body.String())
+	require.Equal(t, "true", second.Header().Get("Idempotent-Replayed"))
+	require.Equal(t, first.Body.String(), second.Body.String())
+	require.Contains(t, second.Body.String(), `"total_tokens":10`)
+	require.EqualValues(t, 1, calls.Load())
 }
 
 // Errors are OpenAI's error object with the pipeline's statuses.
