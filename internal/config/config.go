@@ -203,6 +203,8 @@ type Config struct {
 	Defaults idemguard.Settings
 	// OpenAI configures the openai_chat operation.
 	OpenAI OpenAI
+	// Anthropic configures the anthropic_messages operation (anthropic.go).
+	Anthropic Anthropic
 	// Upstream configures the http_json operation.
 	Upstream Upstream
 	// Scopes are the registered operations, in file order. In development
@@ -378,6 +380,7 @@ type rawConfig struct {
 	Pool                  rawPool             `yaml:"pool"`
 	Defaults              rawSettings         `yaml:"defaults"`
 	OpenAI                rawOpenAI           `yaml:"openai"`
+	Anthropic             rawAnthropic        `yaml:"anthropic"`
 	Upstream              rawUpstream         `yaml:"upstream"`
 	Scopes                []rawScope          `yaml:"scopes"`
 	JWT                   rawJWT              `yaml:"jwt"`
@@ -494,6 +497,7 @@ func Load(path string, getenv func(string) string) (*Config, error) {
 	c.accessFromRaw(&raw, &p)
 	c.limitsFromRaw(raw.Limits)
 	c.doorsFromRaw(raw.Doors, &p)
+	c.anthropicFromRaw(&raw.Anthropic, env, &p)
 	c.apiKeysFromRaw(raw.APIKeys, apiKeysSetting, &p)
 	p = append(p, c.validate(apiKeysSetting)...)
 	c.loadSecrets(raw.SecretID, getenv, &p)
@@ -769,6 +773,7 @@ func (c *Config) validate(apiKeysSetting string) problems {
 	c.validateTenantLimits(&p)
 	uses := c.validateScopes(&p)
 	c.validateUpstreams(uses, &p)
+	c.validateAnthropic(uses[OpAnthropicMessages], &p)
 	c.validateDoors(&p)
 	return p
 }
@@ -910,12 +915,12 @@ func (c *Config) validateScopes(p *problems) map[Operation]bool {
 			seen[s.Name] = i
 		}
 		switch s.Operation {
-		case OpOpenAIChat, OpHTTPJSON, OpDemo:
+		case OpOpenAIChat, OpAnthropicMessages, OpHTTPJSON, OpDemo:
 			uses[s.Operation] = true
 		case "":
-			p.add(at+".operation", "is required: one of %s, %s, %s", OpOpenAIChat, OpHTTPJSON, OpDemo)
+			p.add(at+".operation", "is required: one of %s, %s, %s, %s", OpOpenAIChat, OpAnthropicMessages, OpHTTPJSON, OpDemo)
 		default:
-			p.add(at+".operation", "must be one of %s, %s, %s, got %q", OpOpenAIChat, OpHTTPJSON, OpDemo, s.Operation)
+			p.add(at+".operation", "must be one of %s, %s, %s, %s, got %q", OpOpenAIChat, OpAnthropicMessages, OpHTTPJSON, OpDemo, s.Operation)
 		}
 		p.checkSettings(at, s.Settings)
 		p.between(at+".timeout", s.Timeout, 0, MaxOperationTimeout)
