@@ -39,7 +39,26 @@ const (
 	// answering chat.completion objects (chat.completion.chunk events when
 	// streamed) and errors as {"error":{"message","type","param","code"}}.
 	WireOpenAI Wire = "openai"
+	// WireAnthropic is Anthropic's Messages API: POST {Prefix}/messages
+	// answering message objects (the scope's Anthropic events when
+	// streamed) and errors as {"type":"error","error":{"type","message"}};
+	// the API key may come as x-api-key, as Anthropic's SDKs send it.
+	WireAnthropic Wire = "anthropic"
 )
+
+// wireOf is how a wire reads and answers: its route after the prefix, its
+// error rendering and its answer rendering (a stored chat answer as the
+// wire's object, for the request's model).
+type wireOf struct {
+	path   string
+	encode func(pipeline.Problem) (string, []byte)
+	render func(res idemguard.Result, model string) []byte
+}
+
+var wires = map[Wire]wireOf{
+	WireOpenAI:    {"/chat/completions", openAIError, chatCompletionOf},
+	WireAnthropic: {"/messages", anthropicError, anthropicMessageOf},
+}
 
 // Door is a provider's wire served at Prefix (e.g. "/openai/v1": the base
 // URL an SDK is given ends there), authenticated by the tenant's API key
@@ -64,8 +83,8 @@ type Door struct {
 // validate checks d against the scopes the API serves.
 func (d Door) validate(scopes map[string]*Scope) error {
 	switch {
-	case d.Wire != WireOpenAI:
-		return fmt.Errorf("wire %q is not one of %q", d.Wire, WireOpenAI)
+	case wires[d.Wire].path == "":
+		return fmt.Errorf("wire %q is not one of %q, %q", d.Wire, WireOpenAI, WireAnthropic)
 	case !strings.HasPrefix(d.Prefix, "/") || strings.HasSuffix(d.Prefix, "/") || strings.ContainsAny(d.Prefix, ":*?#"):
 		return fmt.Errorf("Prefix %q must start with / and not end with one, without : * ? or #, e.g. /openai/v1", d.Prefix)
 	case d.MaxWait < 0:
@@ -122,23 +141,37 @@ func (o Options) validateDoors() error {
 // speaks the door's wire.
 type door struct {
 	Door
-	h *handlers
+	wire wireOf
+	h    *handlers
 }
 
 // doorRoutes adds each door's route to r.
 func (h *handlers) doorRoutes(r gin.IRouter, o Options) {
 	creds := &auth.Credentials{APIKeys: o.Auth}
 	for _, d := range o.Doors {
+		dd := &door{Door: d, wire: wires[d.Wire]}
 		dh := *h
-		dh.answers = h.answers.WithEncode(openAIError)
-		dd := &door{Door: d, h: &dh}
+		dh.answers = h.answers.WithEncode(dd.wire.encode)
+		dd.h = &dh
 		dd.MaxWait = min(cmp.Or(d.MaxWait, h.limits.MaxWait), h.limits.MaxWait)
-		r.POST(d.Prefix+"/chat/completions", dh.authenticateScope(creds, nil), dd.chatCompletions)
+		chain := []gin.HandlerFunc{dh.authenticateScope(creds, nil), dd.serve}
+		if d.Wire == WireAnthropic {
+			chain = append([]gin.HandlerFunc{apiKeyHeader}, chain...)
+		}
+		r.POST(d.Prefix+dd.wire.path, chain...)
 	}
 }
 
-// chatCompletions serves POST {Prefix}/chat/completions.
-func (d *door) chatCompletions(c *gin.Context) {
+// apiKeyHeader takes an x-api-key header (Anthropic's SDKs send the key
+// there) as the bearer key, when the request has no Authorization.
+func apiKeyHeader(c *gin.Context) {
+	if k := c.Request.Header.Get("X-Api-Key"); k != "" && c.Request.Header.Get("Authorization") == "" {
+		c.Request.Header.Set("Authorization", "Bearer "+k)
+	}
+}
+
+// serve serves POST {Prefix}{wire's path}.
+func (d *door) serve(c *gin.Context) {
 	h := d.h
 	tenant, ok := tenantOf(c)
 	if !ok {
@@ -175,7 +208,7 @@ func (d *door) chatCompletions(c *gin.Context) {
 		return
 	}
 	if res.Status == idemguard.StatusSucceeded {
-		res.Body = chatCompletionOf(res, in.model)
+		res.Body = d.wire.render(res, in.model)
 	}
 	h.answers.Result(c.Writer, req, res)
 }

@@ -9,13 +9,14 @@ import (
 
 // The wires a door may speak.
 const (
-	WireOpenAI = "openai"
+	WireOpenAI    = "openai"
+	WireAnthropic = "anthropic"
 )
 
 // Door serves a model provider's wire, so that the provider's SDK reaches
 // the scopes by changing its base URL (docs/CONFIGURATION.md, "doors").
 type Door struct {
-	// Wire is the protocol: WireOpenAI.
+	// Wire is the protocol: WireOpenAI or WireAnthropic.
 	Wire string
 	// Prefix is the base URL's path, e.g. /openai/v1.
 	Prefix string
@@ -48,8 +49,11 @@ func (c *Config) doorsFromRaw(raw []rawDoor, p *problems) {
 	}
 }
 
-// doorOperations are the operations whose answers a door renders.
-var doorOperations = []Operation{OpOpenAIChat, OpDemo}
+// doorOperations are the operations whose answers each wire renders.
+var doorOperations = map[string][]Operation{
+	WireOpenAI:    {OpOpenAIChat, OpDemo},
+	WireAnthropic: {OpAnthropicMessages},
+}
 
 // validateDoors checks each door's wire, prefix and scopes.
 func (c *Config) validateDoors(p *problems) {
@@ -57,30 +61,30 @@ func (c *Config) validateDoors(p *problems) {
 	for _, s := range c.Scopes {
 		ops[s.Name] = s.Operation
 	}
-	checkScope := func(setting, name string) {
+	checkScope := func(wire, setting, name string) {
 		op, ok := ops[name]
 		switch {
 		case !ok:
 			p.add(setting, "%q is not a configured scope", name)
-		case !slices.Contains(doorOperations, op):
-			p.add(setting, "scope %q runs %s; a door runs %s or %s scopes", name, op, OpOpenAIChat, OpDemo)
+		case !slices.Contains(doorOperations[wire], op):
+			p.add(setting, "scope %q runs %s; a door of wire %s runs %v scopes", name, op, wire, doorOperations[wire])
 		}
 	}
 	seen := map[string]bool{}
 	for i, d := range c.Doors {
 		at := fmt.Sprintf("doors[%d]", i)
-		if d.Wire != WireOpenAI {
-			p.add(at+".wire", "want %s, got %q", WireOpenAI, d.Wire)
+		if doorOperations[d.Wire] == nil {
+			p.add(at+".wire", "want %s or %s, got %q", WireOpenAI, WireAnthropic, d.Wire)
 		}
 		if !strings.HasPrefix(d.Prefix, "/") || strings.HasSuffix(d.Prefix, "/") || strings.ContainsAny(d.Prefix, ":*?#") || seen[d.Prefix] {
 			p.add(at+".prefix", "want a path of its own that starts with / and does not end with one, e.g. /openai/v1, got %q", d.Prefix)
 		}
 		seen[d.Prefix] = true
 		if d.Scope != "" {
-			checkScope(at+".scope", d.Scope)
+			checkScope(d.Wire, at+".scope", d.Scope)
 		}
 		for model, s := range d.Models {
-			checkScope(fmt.Sprintf("%s.models[%q]", at, model), s)
+			checkScope(d.Wire, fmt.Sprintf("%s.models[%q]", at, model), s)
 		}
 		if d.Scope == "" && len(d.Models) == 0 {
 			p.add(at, "name a scope, or models mapped to scopes")
