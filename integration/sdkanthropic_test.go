@@ -29,9 +29,10 @@ const claudeModel = "claude-fake-SECRET-MODEL"
 // streamed, with sdkCanary in the provider's own fields (id, model). gate,
 // when set, holds each call until it is closed.
 type anthropicLLM struct {
-	srv   *httptest.Server
-	calls atomic.Int32
-	gate  atomic.Pointer[chan struct{}]
+	srv      *httptest.Server
+	calls    atomic.Int32
+	gate     atomic.Pointer[chan struct{}]
+	gateFrom atomic.Int32 // the first call number gate holds (0: every call)
 }
 
 func newAnthropicLLM(t *testing.T) *anthropicLLM {
@@ -46,8 +47,8 @@ func newAnthropicLLM(t *testing.T) *anthropicLLM {
 			http.Error(w, `{"type":"error"}`, http.StatusBadRequest)
 			return
 		}
-		f.calls.Add(1)
-		if gate := f.gate.Load(); gate != nil {
+		n := f.calls.Add(1)
+		if gate := f.gate.Load(); gate != nil && n >= f.gateFrom.Load() {
 			select {
 			case <-*gate:
 			case <-r.Context().Done():

@@ -8,6 +8,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -51,13 +52,13 @@ func runSDKScript(t *testing.T, script string, env map[string]string, report any
 	require.NoError(t, err, "node %s failed:\n%s\n%s", script, stdout, stderr.String())
 	lines := strings.Split(strings.TrimSpace(string(stdout)), "\n")
 	require.NoError(t, json.Unmarshal([]byte(lines[len(lines)-1]), report), "report: %s", stdout)
-	for _, secret := range []string{sdkCanary, streamCanary, model} {
+	for _, secret := range []string{sdkCanary, streamCanary, model, claudeModel} {
 		require.NotContains(t, string(stdout), secret, "an answer the SDK got")
 	}
 }
 
-// openAIJSReport is what openai.mjs saw.
-type openAIJSReport struct {
+// sdkJSReport is what openai.mjs or anthropic.mjs saw.
+type sdkJSReport struct {
 	Plain struct {
 		First, Second                 json.RawMessage
 		FirstReplayed, SecondReplayed *string
@@ -84,14 +85,47 @@ func TestSDKOpenAIJS(t *testing.T) {
 	// The concurrent pair: the first call is held upstream a moment, so
 	// that the second is likely to arrive while it runs (its answer is
 	// the same either way: waited for, or replayed).
-	gate := make(chan struct{})
-	llm.gateFrom.Store(3) // the plain call, the stream, then the concurrent pair
-	llm.gate.Store(&gate)
+	holdConcurrentPair(t, &llm.calls, &llm.gate, &llm.gateFrom)
+	s := sdkService(t, db, llm)
+	var r sdkJSReport
+	runSDKScript(t, "openai.mjs", map[string]string{"BASE_URL": s.url("/openai/v1"), "API_KEY": acmeKey, "PROMPT": prompt}, &r)
+
+	requireSDKJSReport(t, r, []string{"w0 w1 w2 ", "w0 w1 w2 "})
+	require.EqualValues(t, 3, llm.calls.Load(), "one upstream call per key")
+	requireNoCanary(t, db, s)
+}
+
+// requireSDKJSReport: the plain pair equal, the second replayed, the raw
+// replay the same object; the mismatch the SDK's 422 error with a readable
+// message; both streams' text; the concurrent pair equal.
+func requireSDKJSReport(t *testing.T, r sdkJSReport, stream []string) {
+	t.Helper()
+	require.JSONEq(t, string(r.Plain.First), string(r.Plain.Second))
+	require.Nil(t, r.Plain.FirstReplayed)
+	require.Equal(t, "true", *r.Plain.SecondReplayed)
+	require.JSONEq(t, string(r.Plain.First), r.Plain.Raw)
+	require.True(t, r.Mismatch.Thrown && r.Mismatch.Unprocessable, "%+v", r.Mismatch)
+	require.Equal(t, http.StatusUnprocessableEntity, r.Mismatch.Status)
+	require.Contains(t, r.Mismatch.Message, "different request body")
+	require.Equal(t, stream, r.Stream)
+	require.Len(t, r.Concurrent, 2)
+	require.JSONEq(t, string(r.Concurrent[0]), string(r.Concurrent[1]))
+}
+
+// holdConcurrentPair holds the upstream's third call (the plain call, the
+// stream, then the concurrent pair) a moment, so that the pair's second
+// call is likely to arrive while the first runs (its answer is the same
+// either way: waited for, or replayed).
+func holdConcurrentPair(t *testing.T, calls *atomic.Int32, gate *atomic.Pointer[chan struct{}], gateFrom *atomic.Int32) {
+	t.Helper()
+	g := make(chan struct{})
+	gateFrom.Store(3)
+	gate.Store(&g)
 	done := make(chan struct{})
 	t.Cleanup(func() { close(done) })
 	go func() {
-		defer close(gate)
-		for llm.calls.Load() < 3 {
+		defer close(g)
+		for calls.Load() < 3 {
 			select {
 			case <-done:
 				return
@@ -100,20 +134,22 @@ func TestSDKOpenAIJS(t *testing.T) {
 		}
 		time.Sleep(300 * time.Millisecond)
 	}()
-	s := sdkService(t, db, llm)
-	var r openAIJSReport
-	runSDKScript(t, "openai.mjs", map[string]string{"BASE_URL": s.url("/openai/v1"), "API_KEY": acmeKey, "PROMPT": prompt}, &r)
+}
 
-	require.JSONEq(t, string(r.Plain.First), string(r.Plain.Second))
-	require.Nil(t, r.Plain.FirstReplayed)
-	require.Equal(t, "true", *r.Plain.SecondReplayed)
-	require.JSONEq(t, string(r.Plain.First), r.Plain.Raw)
-	require.True(t, r.Mismatch.Thrown && r.Mismatch.Unprocessable, "%+v", r.Mismatch)
-	require.Equal(t, http.StatusUnprocessableEntity, r.Mismatch.Status)
-	require.Contains(t, r.Mismatch.Message, "different request body")
-	require.Equal(t, []string{"w0 w1 w2 ", "w0 w1 w2 "}, r.Stream)
-	require.Len(t, r.Concurrent, 2)
-	require.JSONEq(t, string(r.Concurrent[0]), string(r.Concurrent[1]))
+// The @anthropic-ai/sdk npm SDK, unmodified, as TestSDKOpenAIJS.
+func TestSDKAnthropicJS(t *testing.T) {
+	t.Parallel()
+	db := database(t)
+	llm := newAnthropicLLM(t)
+	holdConcurrentPair(t, &llm.calls, &llm.gate, &llm.gateFrom)
+	s := anthropicService(t, db, llm)
+	var r sdkJSReport
+	runSDKScript(t, "anthropic.mjs", map[string]string{"BASE_URL": s.url("/anthropic"), "API_KEY": acmeKey, "PROMPT": prompt}, &r)
+	requireSDKJSReport(t, r, []string{"w0 w1 ", "w0 w1 "})
 	require.EqualValues(t, 3, llm.calls.Load(), "one upstream call per key")
-	requireNoCanary(t, db, s)
+	rows := dumpRows(t, db)
+	for _, secret := range []string{sdkCanary, claudeModel, prompt} {
+		require.NotContains(t, rows, secret)
+		require.NotContains(t, s.logs.String(), secret)
+	}
 }
