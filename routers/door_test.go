@@ -264,3 +264,59 @@ func TestDoorOpenAIPreferWaitZero(t *testing.T) {
 	require.Equal(t, "1", w.Header().Get("Retry-After"))
 	require.Equal(t, "in_progress", openAIErrorOf(t, w).Code)
 }
+
+// The Anthropic door: the key from x-api-key, a message object whose
+// replay is the same bytes, Anthropic's error object with the pipeline's
+// statuses.
+func TestDoorAnthropic(t *testing.T) {
+	t.Parallel()
+	b, calls := doorSetup(t)
+	b.opts.Doors = []Door{{Wire: WireAnthropic, Prefix: "/anthropic/v1", Scope: "chat"}}
+	h, err := New(b.opts)
+	require.NoError(t, err)
+	post := func(key, body string, headers ...string) *httptest.ResponseRecorder {
+		r := httptest.NewRequest(http.MethodPost, "/anthropic/v1/messages", strings.NewReader(body))
+		r.Header.Set("X-Api-Key", acmeKey1)
+		r.Header.Set("Idempotency-Key", key)
+		for i := 0; i+1 < len(headers); i += 2 {
+			r.Header.Set(headers[i], headers[i+1])
+		}
+		w := httptest.NewRecorder()
+		h.ServeHTTP(w, r)
+		return w
+	}
+	body := `{"model":"claude-x","max_tokens":9,"messages":[{"role":"user","content":"hi"}]}`
+	first, second := post("a-1", body), post("a-1", body)
+	require.Equal(t, http.StatusOK, first.Code, first.Body.String())
+	require.Equal(t, first.Body.String(), second.Body.String())
+	require.Equal(t, "true", second.Header().Get("Idempotent-Replayed"))
+	var m struct {
+		ID, Type, Role, Model string
+		Content               []struct{ Type, Text string }
+		StopReason            string `json:"stop_reason"`
+		Usage                 struct {
+			In  int `json:"input_tokens"`
+			Out int `json:"output_tokens"`
+		}
+	}
+	require.NoError(t, json.Unmarshal(first.Body.Bytes(), &m))
+	require.True(t, strings.HasPrefix(m.ID, anthropicIDPrefix), m.ID)
+	require.Equal(t, []string{"message", "assistant", "claude-x", "stop"}, []string{m.Type, m.Role, m.Model, m.StopReason})
+	require.Equal(t, "text", m.Content[0].Type)
+	require.Equal(t, `hello {"max_tokens":9,"messages":[{"role":"user","content":"hi"}]}`, m.Content[0].Text)
+	require.Equal(t, [2]int{7, 3}, [2]int{m.Usage.In, m.Usage.Out})
+	require.EqualValues(t, 1, calls.Load())
+
+	w := post("a-1", `{"model":"claude-x","max_tokens":9,"messages":[]}`)
+	require.Equal(t, http.StatusUnprocessableEntity, w.Code)
+	var e anthropicErrorBody
+	require.NoError(t, json.Unmarshal(w.Body.Bytes(), &e), w.Body.String())
+	require.Equal(t, "error", e.Type)
+	require.Equal(t, "invalid_request_error", e.Error.Type)
+	require.Contains(t, e.Error.Message, "different request body")
+
+	w = post("a-2", body, "X-Api-Key", "wrong-key")
+	require.Equal(t, http.StatusUnauthorized, w.Code)
+	require.NoError(t, json.Unmarshal(w.Body.Bytes(), &e))
+	require.Equal(t, "authentication_error", e.Error.Type)
+}
