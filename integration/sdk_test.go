@@ -107,7 +107,7 @@ func TestSDKOpenAIGo(t *testing.T) {
 	require.Empty(t, r1.Header.Get("Idempotent-Replayed"))
 	require.Equal(t, "true", r2.Header.Get("Idempotent-Replayed"))
 	requireNoSecretIn(t, c2.RawJSON())
-	requireAvoidedTokens(t, s, 21, 6) // the replay's usage, as any replay's
+	requireAvoidedTokens(t, s, "chat", 21, 6) // the replay's usage, as any replay's
 
 	// A different body under the same key: the SDK's 422 error, readable.
 	other := params
@@ -185,14 +185,14 @@ func requireNoSecretIn(t *testing.T, answer string) {
 }
 
 // requireAvoidedTokens: the replays so far saved prompt and completion
-// tokens in all (the avoided-tokens metric of scope chat).
-func requireAvoidedTokens(t *testing.T, s *service, prompt, completion int) {
+// tokens in all (the avoided-tokens metric of scope).
+func requireAvoidedTokens(t *testing.T, s *service, scope string, prompt, completion int) {
 	t.Helper()
 	resp, err := newClient(t).Get(s.url("/metrics"))
 	require.NoError(t, err)
 	body, err := io.ReadAll(resp.Body)
 	require.NoError(t, err)
 	require.NoError(t, resp.Body.Close())
-	require.Equal(t, prompt, metricValue(t, string(body), `idemguard_avoided_tokens_total{kind="prompt",scope="chat"}`))
-	require.Equal(t, completion, metricValue(t, string(body), `idemguard_avoided_tokens_total{kind="completion",scope="chat"}`))
+	require.Equal(t, prompt, metricValue(t, string(body), `idemguard_avoided_tokens_total{kind="prompt",scope="`+scope+`"}`))
+	require.Equal(t, completion, metricValue(t, string(body), `idemguard_avoided_tokens_total{kind="completion",scope="`+scope+`"}`))
 }

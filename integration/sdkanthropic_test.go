@@ -116,6 +116,7 @@ func TestSDKAnthropicGo(t *testing.T) {
 	require.Empty(t, r1.Header.Get("Idempotent-Replayed"))
 	require.Equal(t, "true", r2.Header.Get("Idempotent-Replayed"))
 	requireNoClaudeSecret(t, m2.RawJSON())
+	requireAvoidedTokens(t, s, "claude", 21, 6) // Anthropic's usage feeds the same metric
 
 	other := params
 	other.Messages = []anthropic.MessageParam{anthropic.NewUserMessage(anthropic.NewTextBlock("another question"))}
