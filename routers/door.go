@@ -200,6 +200,10 @@ func (d *door) serve(c *gin.Context) {
 		req.Wait = d.MaxWait
 	}
 	if in.stream {
+		if scope.Stream == nil {
+			h.fail(c, fieldError("/stream", "this model's scope does not stream"))
+			return
+		}
 		h.runStream(c, tenant, scope, req)
 		return
 	}

@@ -142,6 +142,10 @@ func TestDoorOpenAIErrors(t *testing.T) {
 	require.Equal(t, "model", *e.Param)
 	require.Equal(t, "invalid_request_error", e.Type)
 
+	w = b.chat("", `{"model":"slow","stream":true,"messages":[1]}`) // chatslow has no Stream
+	require.Equal(t, http.StatusBadRequest, w.Code)
+	require.Equal(t, "stream", *openAIErrorOf(t, w).Param)
+
 	w = b.do(req{method: http.MethodPost, path: "/openai/v1/chat/completions", body: `{"model":"fast"}`})
 	require.Equal(t, http.StatusUnauthorized, w.Code)
 	require.Equal(t, "authentication_error", openAIErrorOf(t, w).Type)
