@@ -196,3 +196,39 @@ func requireAvoidedTokens(t *testing.T, s *service, scope string, prompt, comple
 	require.Equal(t, prompt, metricValue(t, string(body), `idemguard_avoided_tokens_total{kind="prompt",scope="`+scope+`"}`))
 	require.Equal(t, completion, metricValue(t, string(body), `idemguard_avoided_tokens_total{kind="completion",scope="`+scope+`"}`))
 }
+
+// Two replicas on one database, the same key sent to each through the
+// OpenAI door with the official SDK, the second once the first holds the
+// upstream: one upstream call, and both calls get the same answer (the
+// second replica's duplicate waits by reading the row, or, if it reads it
+// only after the first committed, replays it: the assertions hold either
+// way, as the one-call rule must).
+func TestSDKOpenAIAcrossReplicas(t *testing.T) {
+	t.Parallel()
+	db := database(t)
+	llm := newSDKLLM(t)
+	gate := make(chan struct{})
+	llm.gate.Store(&gate)
+	replicas := []*service{sdkService(t, db, llm), sdkService(t, db, llm)}
+	params := openai.ChatCompletionNewParams{Model: "gpt-4o-mini",
+		Messages: []openai.ChatCompletionMessageParamUnion{openai.UserMessage(prompt)}}
+	var wg sync.WaitGroup
+	answers := make([]*openai.ChatCompletion, 2)
+	errs := make([]error, 2)
+	call := func(ctx context.Context, i int) {
+		client := openai.NewClient(option.WithBaseURL(replicas[i].url("/openai/v1/")), option.WithAPIKey(acmeKey))
+		answers[i], errs[i] = client.Chat.Completions.New(ctx, params, option.WithHeader("Idempotency-Key", "replicas-1"))
+	}
+	wg.Go(func() { call(context.Background(), 0) })
+	eventually(t, 10*time.Second, "the first call reaches the upstream", func() bool { return llm.calls.Load() == 1 })
+	sent := make(chan struct{})
+	ctx := httptrace.WithClientTrace(context.Background(), &httptrace.ClientTrace{WroteRequest: func(httptrace.WroteRequestInfo) { close(sent) }})
+	wg.Go(func() { call(ctx, 1) })
+	<-sent
+	close(gate)
+	wg.Wait()
+	require.NoError(t, errs[0])
+	require.NoError(t, errs[1])
+	require.Equal(t, answers[0].RawJSON(), answers[1].RawJSON())
+	require.EqualValues(t, 1, llm.calls.Load())
+}
