@@ -91,3 +91,33 @@ func TestAnthropicMessages(t *testing.T) {
 	require.ErrorAs(t, err, &ie)
 	require.Len(t, ie.Fields, 3) // role, content, max_tokens
 }
+
+// A stream cut short, an error event, or an upstream refusal is never a
+// success: provider_error, or the status's stop reason.
+func TestAnthropicStreamFailures(t *testing.T) {
+	t.Parallel()
+	for name, tc := range map[string]struct {
+		status int
+		events string
+		reason sanitize.StopReason
+	}{
+		"cut short":    {200, "event: message_start\ndata: {\"type\":\"message_start\",\"message\":{\"usage\":{\"input_tokens\":1}}}\n\n", sanitize.ProviderError},
+		"error event":  {200, "event: error\ndata: {\"type\":\"error\",\"error\":{\"type\":\"overloaded_error\"}}\n\n", sanitize.ProviderError},
+		"rate limited": {429, "", sanitize.RateLimited},
+		"bad request":  {400, "", sanitize.InvalidInput},
+	} {
+		t.Run(name, func(t *testing.T) {
+			srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				w.WriteHeader(tc.status)
+				fmt.Fprint(w, tc.events)
+			}))
+			defer srv.Close()
+			cfg := AnthropicConfig{BaseURL: srv.URL, Model: "m"}
+			_, err := AnthropicMessagesStream(cfg)(context.Background(),
+				json.RawMessage(`{"max_tokens":8,"messages":[{"role":"user","content":"hi"}]}`), func(idemguard.Chunk) {})
+			var oe *idemguard.OpError
+			require.ErrorAs(t, err, &oe)
+			require.Equal(t, tc.reason, oe.Reason)
+		})
+	}
+}
