@@ -9,10 +9,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net/http"
 	"strconv"
 	"strings"
-	"time"
 
 	"github.com/idemguard/idemguard"
 	"github.com/idemguard/idemguard/sanitize"
@@ -105,37 +103,6 @@ func AnthropicMessagesStream(cfg AnthropicConfig) StreamFunc {
 		return idemguard.Response{Value: chatEnvelope(a.text.String(), a.reason, a.input, a.output),
 			Usage: idemguard.Usage{PromptTokens: a.input, CompletionTokens: a.output}}, nil
 	}
-}
-
-// openStream POSTs body asking for an event stream and returns the 2xx
-// answer; cancel ends the call's own timeout. Errors are postJSON's.
-func openStream(ctx context.Context, client *http.Client, upstream, url string, timeout time.Duration,
-	headers map[string]string, body []byte) (*http.Response, context.Context, context.CancelFunc, error) {
-	callCtx, cancel := ctx, context.CancelFunc(func() {})
-	if timeout > 0 {
-		callCtx, cancel = context.WithTimeoutCause(ctx, timeout, errUpstreamTimeout)
-	}
-	req, err := http.NewRequestWithContext(callCtx, http.MethodPost, url, bytes.NewReader(body))
-	if err != nil {
-		cancel()
-		return nil, nil, nil, &idemguard.OpError{Reason: sanitize.ProviderError, Err: fmt.Errorf("%s: building the request: %w", upstream, err)}
-	}
-	req.Header.Set("Content-Type", "application/json")
-	req.Header.Set("Accept", "text/event-stream")
-	for k, v := range headers {
-		req.Header.Set(k, v)
-	}
-	resp, err := client.Do(req)
-	if err != nil {
-		cancel()
-		return nil, nil, nil, transportError(ctx, callCtx, upstream, err)
-	}
-	if resp.StatusCode < 200 || resp.StatusCode > 299 {
-		resp.Body.Close()
-		cancel()
-		return nil, nil, nil, &idemguard.OpError{Reason: reasonForStatus(resp.StatusCode), Err: &StatusError{Upstream: upstream, StatusCode: resp.StatusCode}}
-	}
-	return resp, callCtx, cancel, nil
 }
 
 // anthropicAssembler reads an upstream event stream, emits the events
