@@ -134,29 +134,39 @@ func TestSDKOpenAIGo(t *testing.T) {
 // waits for the running call).
 func sdkConcurrent(t *testing.T, client openai.Client, params openai.ChatCompletionNewParams, llm *sdkLLM) {
 	t.Helper()
-	gate := make(chan struct{})
-	llm.gate.Store(&gate)
-	defer llm.gate.Store(nil)
-	before := llm.calls.Load()
 	params.Messages = []openai.ChatCompletionMessageParamUnion{openai.UserMessage(prompt + " (concurrent)")}
+	concurrentPair(t, &llm.calls, &llm.gate, func(ctx context.Context) (string, error) {
+		c, err := client.Chat.Completions.New(ctx, params, option.WithHeader("Idempotency-Key", "go-concurrent-1"))
+		if err != nil {
+			return "", err
+		}
+		return c.RawJSON(), nil
+	})
+}
+
+// concurrentPair runs call twice at once, the second sent (its request
+// written) once the first holds the upstream behind gate: both succeed
+// with the same answer, and the upstream was called once.
+func concurrentPair(t *testing.T, calls *atomic.Int32, gate *atomic.Pointer[chan struct{}], call func(context.Context) (string, error)) {
+	t.Helper()
+	g := make(chan struct{})
+	gate.Store(&g)
+	defer gate.Store(nil)
+	before := calls.Load()
 	var wg sync.WaitGroup
-	answers := make([]*openai.ChatCompletion, 2)
-	errs := make([]error, 2)
-	call := func(i int, ctx context.Context) {
-		answers[i], errs[i] = client.Chat.Completions.New(ctx, params, option.WithHeader("Idempotency-Key", "go-concurrent-1"))
-	}
-	wg.Go(func() { call(0, context.Background()) })
-	eventually(t, 10*time.Second, "the first call reaches the upstream", func() bool { return llm.calls.Load() > before })
+	answers, errs := make([]string, 2), make([]error, 2)
+	wg.Go(func() { answers[0], errs[0] = call(context.Background()) })
+	eventually(t, 10*time.Second, "the first call reaches the upstream", func() bool { return calls.Load() > before })
 	sent := make(chan struct{})
 	ctx := httptrace.WithClientTrace(context.Background(), &httptrace.ClientTrace{WroteRequest: func(httptrace.WroteRequestInfo) { close(sent) }})
-	wg.Go(func() { call(1, ctx) })
+	wg.Go(func() { answers[1], errs[1] = call(ctx) })
 	<-sent
-	close(gate)
+	close(g)
 	wg.Wait()
 	require.NoError(t, errs[0])
 	require.NoError(t, errs[1])
-	require.Equal(t, answers[0].RawJSON(), answers[1].RawJSON())
-	require.Equal(t, before+1, llm.calls.Load())
+	require.Equal(t, answers[0], answers[1])
+	require.Equal(t, before+1, calls.Load())
 }
 
 func streamText(t *testing.T, client openai.Client, params openai.ChatCompletionNewParams, key string) string {

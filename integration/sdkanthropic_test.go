@@ -7,12 +7,9 @@ import (
 	"fmt"
 	"net/http"
 	"net/http/httptest"
-	"net/http/httptrace"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
-	"time"
 
 	"github.com/anthropics/anthropic-sdk-go/v2"
 	aoption "github.com/anthropics/anthropic-sdk-go/v2/option"
@@ -155,33 +152,18 @@ func anthropicStreamText(t *testing.T, client anthropic.Client, params anthropic
 	return text.String()
 }
 
-// anthropicConcurrent: two calls of one key at once, the second sent while
-// the first holds the upstream: one upstream call, both succeed.
+// anthropicConcurrent: two calls of one key at once, the second sent
+// while the first holds the upstream: one upstream call, both succeed.
 func anthropicConcurrent(t *testing.T, client anthropic.Client, params anthropic.MessageNewParams, llm *anthropicLLM) {
 	t.Helper()
-	gate := make(chan struct{})
-	llm.gate.Store(&gate)
-	defer llm.gate.Store(nil)
-	before := llm.calls.Load()
 	params.Messages = []anthropic.MessageParam{anthropic.NewUserMessage(anthropic.NewTextBlock(prompt + " (concurrent)"))}
-	var wg sync.WaitGroup
-	answers := make([]*anthropic.Message, 2)
-	errs := make([]error, 2)
-	call := func(i int, ctx context.Context) {
-		answers[i], errs[i] = client.Messages.New(ctx, params, aoption.WithHeader("Idempotency-Key", "a-concurrent-1"))
-	}
-	wg.Go(func() { call(0, context.Background()) })
-	eventually(t, 10*time.Second, "the first call reaches the upstream", func() bool { return llm.calls.Load() > before })
-	sent := make(chan struct{})
-	ctx := httptrace.WithClientTrace(context.Background(), &httptrace.ClientTrace{WroteRequest: func(httptrace.WroteRequestInfo) { close(sent) }})
-	wg.Go(func() { call(1, ctx) })
-	<-sent
-	close(gate)
-	wg.Wait()
-	require.NoError(t, errs[0])
-	require.NoError(t, errs[1])
-	require.Equal(t, answers[0].RawJSON(), answers[1].RawJSON())
-	require.Equal(t, before+1, llm.calls.Load())
+	concurrentPair(t, &llm.calls, &llm.gate, func(ctx context.Context) (string, error) {
+		m, err := client.Messages.New(ctx, params, aoption.WithHeader("Idempotency-Key", "a-concurrent-1"))
+		if err != nil {
+			return "", err
+		}
+		return m.RawJSON(), nil
+	})
 }
 
 func requireNoClaudeSecret(t *testing.T, answer string) {
