@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -97,6 +98,10 @@ func setup(t *testing.T, so ...setupOpts) *testBundle {
 		if o.options != nil {
 			o.options(&opts)
 		}
+	}
+	// The OpenAI and Anthropic doors on echo, where the test's options leave it and no door.
+	if opts.Doors == nil && slices.ContainsFunc(opts.Scopes, func(s Scope) bool { return s.Name == "echo" }) {
+		opts.Doors = []Door{{Wire: WireOpenAI, Prefix: "/openai/v1", Scope: "echo"}, {Wire: WireAnthropic, Prefix: "/anthropic/v1", Scope: "echo"}}
 	}
 	b.opts = opts
 	b.handler, err = New(opts)

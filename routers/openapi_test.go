@@ -31,6 +31,8 @@ const openAPIPath = "../docs/openapi.yaml"
 var routeStatuses = map[string][]int{
 	"POST /v1/ops/{scope}":                   {200, 202, 400, 401, 403, 404, 405, 409, 413, 422, 429, 500, 502, 503},
 	"DELETE /v1/ops/{scope}/keys/{key}":      {200, 400, 401, 403, 404, 405, 409, 500, 503},
+	"POST /openai/v1/chat/completions":       {200, 400, 401, 404, 405, 409, 413, 422, 429, 500, 502, 503},
+	"POST /anthropic/v1/messages":            {200, 400, 401, 404, 405, 409, 413, 422, 429, 500, 502, 503},
 	"GET /v1/ops/{scope}/keys/{key}/events":  {200, 204, 400, 401, 404, 405, 429, 500, 503},
 	"POST /v1/ops/{scope}/keys/{key}/cancel": {202, 400, 401, 404, 405, 409, 500, 503},
 	"GET /v1/ops/{scope}/keys/{key}":         {200, 400, 401, 404, 405, 500, 503},
@@ -62,6 +64,24 @@ var routeHeaders = map[string]map[int][]string{
 		502: {pipeline.HeaderLocation, pipeline.HeaderKeyRef, pipeline.HeaderReplayed, pipeline.HeaderCompletedAt, pipeline.HeaderPreferenceApplied},
 		503: {pipeline.HeaderRetryAfter, pipeline.HeaderLocation, pipeline.HeaderKeyRef},
 	},
+	"POST /openai/v1/chat/completions": {
+		200: {pipeline.HeaderLocation, pipeline.HeaderKeyRef, pipeline.HeaderReplayed, pipeline.HeaderCompletedAt, pipeline.HeaderPreferenceApplied},
+		401: {"WWW-Authenticate"},
+		409: {pipeline.HeaderRetryAfter, pipeline.HeaderLocation, pipeline.HeaderKeyRef, pipeline.HeaderPreferenceApplied},
+		422: {pipeline.HeaderLocation, pipeline.HeaderKeyRef},
+		429: {pipeline.HeaderRetryAfter},
+		502: {pipeline.HeaderLocation, pipeline.HeaderKeyRef, pipeline.HeaderReplayed, pipeline.HeaderCompletedAt, pipeline.HeaderPreferenceApplied},
+		503: {pipeline.HeaderRetryAfter, pipeline.HeaderLocation, pipeline.HeaderKeyRef},
+	},
+	"POST /anthropic/v1/messages": {
+		200: {pipeline.HeaderLocation, pipeline.HeaderKeyRef, pipeline.HeaderReplayed, pipeline.HeaderCompletedAt, pipeline.HeaderPreferenceApplied},
+		401: {"WWW-Authenticate"},
+		409: {pipeline.HeaderRetryAfter, pipeline.HeaderLocation, pipeline.HeaderKeyRef, pipeline.HeaderPreferenceApplied},
+		422: {pipeline.HeaderLocation, pipeline.HeaderKeyRef},
+		429: {pipeline.HeaderRetryAfter},
+		502: {pipeline.HeaderLocation, pipeline.HeaderKeyRef, pipeline.HeaderReplayed, pipeline.HeaderCompletedAt, pipeline.HeaderPreferenceApplied},
+		503: {pipeline.HeaderRetryAfter, pipeline.HeaderLocation, pipeline.HeaderKeyRef},
+	},
 	"GET /v1/ops/{scope}/keys/{key}":         {401: {"WWW-Authenticate"}, 503: {pipeline.HeaderRetryAfter}},
 	"GET /v1/ops/{scope}/keys/{key}/history": {401: {"WWW-Authenticate"}, 503: {pipeline.HeaderRetryAfter}},
 	"GET /v1/stats":                          {401: {"WWW-Authenticate"}, 503: {pipeline.HeaderRetryAfter}},
@@ -72,6 +92,8 @@ var routeHeaders = map[string]map[int][]string{
 // routeRequestHeaders lists the request headers each route reads.
 var routeRequestHeaders = map[string][]string{
 	"POST /v1/ops/{scope}":                  {pipeline.HeaderIdempotencyKey, pipeline.HeaderPrefer},
+	"POST /openai/v1/chat/completions":      {pipeline.HeaderIdempotencyKey, pipeline.HeaderPrefer},
+	"POST /anthropic/v1/messages":           {pipeline.HeaderIdempotencyKey, pipeline.HeaderPrefer},
 	"GET /v1/ops/{scope}/keys/{key}/events": {headerLastEventID},
 }
 
@@ -367,7 +389,7 @@ func TestOpenAPIProblemTypes(t *testing.T) {
 
 	seen := map[string]bool{}
 	for _, err := range []error{
-		auth.ErrNoCredentials, auth.ErrInvalidCredentials, pipeline.ErrUnknownScope, pipeline.ErrUnknownRoute, idemguard.ErrNotFound,
+		auth.ErrNoCredentials, auth.ErrInvalidCredentials, pipeline.ErrUnknownScope, pipeline.ErrUnknownModel, pipeline.ErrUnknownRoute, idemguard.ErrNotFound,
 		pipeline.ErrMethodNotAllowed, pipeline.ErrMissingKey, pipeline.ErrInvalidKey, pipeline.ErrDuplicateKey, pipeline.ErrInvalidRef, pipeline.ErrBodyTooLarge,
 		&http.MaxBytesError{Limit: 1}, pipeline.ErrInvalidBody, idemguard.ErrFingerprintMismatch, idemguard.ErrInvalidInput,
 		&idemguard.StoreError{Op: "claim", Err: errors.New("x")}, pipeline.ErrNotReady, pipeline.ErrNoMetrics, errPanic, idemguard.ErrInvalidResult, pipeline.ErrInvalidQuery,

@@ -64,14 +64,22 @@ func (h *handlers) delivery(hd http.Header, scope *Scope, req *pipeline.Request)
 // runPlain answers with the operation's outcome: the stored answer, 409
 // while another request runs it, or its failure.
 func (h *handlers) runPlain(c *gin.Context, tenant tenancy.ID, scope *Scope, req pipeline.Request) {
+	if res, ok := h.doPlain(c, tenant, scope, req); ok {
+		h.answers.Result(c.Writer, req, res)
+	}
+}
+
+// doPlain runs req's call for a plain answer, which the caller renders
+// (false: an error was answered).
+func (h *handlers) doPlain(c *gin.Context, tenant tenancy.ID, scope *Scope, req pipeline.Request) (idemguard.Result, bool) {
 	res, err := h.guard.Do(c.Request.Context(), req.Call(tenant, h.route(tenant, scope, req.Body, false), req.Body), scope.operation(req.Body))
 	if !h.called(c, scope.Name, req, res, err) {
-		return
+		return res, false
 	}
 	// The operations of the REST API return no headers: the Location set
 	// by called, the key's record, is the one a client follows.
 	res.Header = nil
-	h.answers.Result(c.Writer, req, res)
+	return res, true
 }
 
 // route is the scope as the pipeline's call builder takes it, for inputs.

@@ -200,6 +200,9 @@ type Options struct {
 	// Prefix): the Model Context Protocol over Streamable HTTP, where each
 	// scope a caller may use is a tool (mcp.go). Empty: no MCP door.
 	MCPPath string
+	// Doors serve providers' wires (door.go) at their own prefixes, so
+	// that the providers' SDKs reach the scopes by changing a base URL.
+	Doors []Door
 }
 
 func (o Options) withDefaults() Options {
@@ -254,6 +257,9 @@ func (o Options) validate() error {
 		return err
 	}
 	if err := o.validateMCP(); err != nil {
+		return err
+	}
+	if err := o.validateDoors(); err != nil {
 		return err
 	}
 	for i, origin := range o.CORSOrigins {
@@ -328,6 +334,7 @@ func Register(r gin.IRouter, o Options) error {
 		mw = append(mw, corsMiddleware(o.CORSOrigins, o.CORSLoopback))
 	}
 	h.apiRoutes(r.Group(h.prefix, mw...), o)
+	h.doorRoutes(r.Group("/", mw...), o)
 	return nil
 }
 
@@ -408,6 +415,7 @@ func newEngine(o Options) (*gin.Engine, error) {
 	}
 
 	h.apiRoutes(r.Group(h.prefix), o)
+	h.doorRoutes(r, o)
 	h.opsRoutes(r.Group(h.prefix), o)
 	if o.HTTPMetrics != nil {
 		initHTTPMetrics(o.HTTPMetrics, r)

@@ -90,5 +90,5 @@ func (h *handlers) runStream(c *gin.Context, tenant tenancy.ID, scope *Scope, re
 		return
 	}
 	logOf(c).stopReason = string(p.StopReason)
-	_ = out.SSE.End(pipeline.ErrorEvent(p))
+	_ = out.SSE.End(h.answers.ErrorEvent(p))
 }

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"github.com/idemguard/idemguard/internal/config"
 	"github.com/idemguard/idemguard/internal/ops"
 	"github.com/idemguard/idemguard/routers"
 )
@@ -13,6 +14,16 @@ func routerScopes(reg *ops.Registry) []routers.Scope {
 		out = append(out, routers.Scope{Name: s.Name, Settings: s.Settings, KeyRequired: s.KeyRequired,
 			Timeout: s.Timeout, Run: s.Run, Validate: s.Validate, Stream: s.Stream, StreamReplay: s.StreamReplay,
 			Isolation: routers.Isolation(s.Isolation), Tenants: s.Tenants, Async: s.Async, InputSchema: s.InputSchema})
+	}
+	return out
+}
+
+// routerDoors are the configured provider doors.
+func routerDoors(ds []config.Door) []routers.Door {
+	out := make([]routers.Door, 0, len(ds))
+	for _, d := range ds {
+		out = append(out, routers.Door{Wire: routers.Wire(d.Wire), Prefix: d.Prefix, Models: d.Models, Scope: d.Scope,
+			KeyRequired: d.KeyRequired, MaxWait: d.MaxWait})
 	}
 	return out
 }

@@ -304,6 +304,7 @@ func (s *server) handler(guard *idemguard.Guard, m *metrics.Metrics, transport *
 			MaxClients: cfg.AuthFailures.MaxClients, OnLimited: m.AuthLimited},
 		Limits:  limitOptions(cfg, m),
 		MCPPath: cfg.MCP.Path,
+		Doors:   routerDoors(cfg.Doors),
 	}
 	s.opsOptions(&opts, registry.Names())
 	jwtVerifier, err := browserOptions(cfg, log, &opts)

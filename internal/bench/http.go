@@ -54,6 +54,9 @@ func init() {
 	register(suite{name: "http", about: "HTTP: the built serve binary (production, MariaDB) vs a minimal gin+SQL floor; storms of one key", run: runHTTP})
 }
 
+// doorPath is the OpenAI door's route on every serve process (serveConfig).
+const doorPath = "/openai/v1/chat/completions"
+
 // HTTP suite settings.
 const (
 	httpTenant = tenancy.ID("bench-http")
@@ -70,6 +73,9 @@ const (
 	httpFreshTarget  = 0.9
 	httpReplayTarget = 0.85
 	httpCachedTarget = 0.8
+	// httpDoorTarget is the least throughput ratio of the OpenAI door to
+	// POST /v1/ops/{scope} on the same process, fresh and replayed.
+	httpDoorTarget = 0.95
 	// serveStartTimeout bounds building and starting the server processes.
 	serveStartTimeout = 2 * time.Minute
 )
@@ -96,6 +102,7 @@ func runHTTP(ctx context.Context, e *env) (rows []row, err error) {
 	}
 	floorFresh := fresh("floor-fresh", "", 0, "/v1/ops/"+httpScope, h.floor)
 	serveFresh := fresh("serve-fresh", floorFresh.name, httpFreshTarget, "/v1/ops/"+httpScope, store)
+	doorFresh := fresh("door-fresh", serveFresh.name, httpDoorTarget, doorPath, store)
 
 	replay := func(name, baseline string, target float64, path string, ps ...*proc) benchCase {
 		var seq atomic.Int64
@@ -112,6 +119,8 @@ func runHTTP(ctx context.Context, e *env) (rows []row, err error) {
 	serveCached := replay("serve-replay-cached", floorBare.name, httpCachedTarget, "/v1/ops/"+httpScope, cached)
 	serveX3 := replay("serve-x3-replay-store", floorReplay.name, 0, "/v1/ops/"+httpScope, stores...)
 	serveMCP := h.mcpReplay("serve-mcp-replay-store", serveStore.name, store) // http_mcp.go
+	doorStore := replay("door-replay-store", serveStore.name, httpDoorTarget, doorPath, store)
+	doorCached := replay("door-replay-cached", serveCached.name, httpDoorTarget, doorPath, cached)
 
 	groups := map[string]bool{}
 	for g := range strings.SplitSeq(e.opts.httpCases, ",") {
@@ -119,14 +128,14 @@ func runHTTP(ctx context.Context, e *env) (rows []row, err error) {
 	}
 	for _, c := range e.opts.concurrency {
 		if groups["fresh"] {
-			r, err := e.compare(ctx, "http", c, floorFresh, serveFresh)
+			r, err := e.compare(ctx, "http", c, floorFresh, serveFresh, doorFresh)
 			if err != nil {
 				return nil, err
 			}
 			rows = append(rows, r...)
 		}
 		if groups["replay"] {
-			r, err := e.compare(ctx, "http", c, floorReplay, floorBare, serveStore, serveCached, serveX3, serveMCP)
+			r, err := e.compare(ctx, "http", c, floorReplay, floorBare, serveStore, serveCached, serveX3, serveMCP, doorStore, doorCached)
 			if err != nil {
 				return nil, err
 			}
@@ -282,6 +291,7 @@ func serveConfig(pool, replayCacheSize int, upstream string) []byte {
 	fmt.Fprintf(&b, "openai:\n  base_url: %s\n  model: bench-model\n  timeout: 30s\n", upstream)
 	fmt.Fprintf(&b, "mcp: {path: %s}\n", mcpPath)
 	fmt.Fprintf(&b, "scopes:\n  - name: %s\n    operation: openai_chat\n", httpScope)
+	fmt.Fprintf(&b, "doors:\n  - {wire: openai, prefix: /openai/v1, scope: %s}\n", httpScope)
 	return []byte(b.String())
 }
 
@@ -418,15 +428,20 @@ func (h *httpBench) waitReady(ctx context.Context, p *proc) error {
 	}
 }
 
-// chatBody is an openai_chat request whose one message is content (ASCII).
-func chatBody(content string) []byte {
+// chatBody is an openai_chat request whose one message is content (ASCII);
+// to the OpenAI door (url ends with doorPath) with a model, as an SDK sends
+// it. The model is no part of the key: both are one key's request.
+func chatBody(url, content string) []byte {
+	if strings.HasSuffix(url, doorPath) {
+		return []byte(`{"model":"gpt-4o-mini","messages":[{"role":"user","content":"` + content + `"}]}`)
+	}
 	return []byte(`{"messages":[{"role":"user","content":"` + content + `"}]}`)
 }
 
 // post sends one operation request and returns its status and whether it
 // was a replay (Idempotent-Replayed: true).
 func (h *httpBench) post(ctx context.Context, url, key, content string) (int, bool, error) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, bytes.NewReader(chatBody(content)))
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, bytes.NewReader(chatBody(url, content)))
 	if err != nil {
 		return 0, false, err
 	}

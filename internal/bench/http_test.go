@@ -61,13 +61,13 @@ func newHTTPHandler(b *testing.B, cacheSize int) (http.Handler, *fakeUpstream) {
 	// reaches (a cached replay takes a token of the request rate).
 	limits := routers.Limits{Tenant: routers.Limit{Rate: 1e9, Burst: 1e9}}
 	h, err := routers.New(routers.Options{Guard: g, Scopes: scopes, Auth: auth, Logger: log, Metrics: m.Handler(), HTTPMetrics: m,
-		Limits: limits, MCPPath: mcpPath})
+		Limits: limits, MCPPath: mcpPath, Doors: []routers.Door{{Wire: routers.WireOpenAI, Prefix: "/openai/v1", Scope: httpScope}}})
 	require.NoError(b, err)
 	return h, up
 }
 
 func serveOne(b *testing.B, h http.Handler, key, content string) *httptest.ResponseRecorder {
-	req := httptest.NewRequest(http.MethodPost, "/v1/ops/"+httpScope, bytes.NewReader(chatBody(content)))
+	req := httptest.NewRequest(http.MethodPost, "/v1/ops/"+httpScope, bytes.NewReader(chatBody("", content)))
 	req.Header.Set("Authorization", "Bearer "+benchAPIKey)
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set("Idempotency-Key", key)
@@ -109,13 +109,19 @@ func BenchmarkHTTPReplayStoreMemstore(b *testing.B) {
 // requests are built once and their bodies rewound, and the answer goes to
 // a writer that keeps only its status and headers, so that the figures are
 // the handler's, not the harness's.
-func BenchmarkHTTPReplayCachedMemstore(b *testing.B) {
+func BenchmarkHTTPReplayCachedMemstore(b *testing.B) { benchReplayCached(b, "/v1/ops/"+httpScope) }
+
+// The same cached replays through the OpenAI door: the door's decoding and
+// its chat.completion rendering on top of the same call.
+func BenchmarkHTTPDoorReplayCachedMemstore(b *testing.B) { benchReplayCached(b, doorPath) }
+
+func benchReplayCached(b *testing.B, path string) {
 	h, _ := newHTTPHandler(b, 0)
 	reqs := make([]*replayRequest, replayKeys)
 	for n := range replayKeys {
 		key, content := "replay-"+strconv.Itoa(n), "replay "+strconv.Itoa(n)
 		serveOne(b, h, key, content)
-		reqs[n] = newReplayRequest(key, content)
+		reqs[n] = newReplayRequest(path, key, content)
 	}
 	w := &headerWriter{h: http.Header{}}
 	loopServe(b, h, reqs, w, func() bool { return w.code == http.StatusOK && w.h.Get("Idempotent-Replayed") == "true" })
@@ -156,9 +162,9 @@ type replayRequest struct {
 	rd   bytes.Reader
 }
 
-func newReplayRequest(key, content string) *replayRequest {
-	body := chatBody(content)
-	req := httptest.NewRequest(http.MethodPost, "/v1/ops/"+httpScope, nil)
+func newReplayRequest(path, key, content string) *replayRequest {
+	body := chatBody(path, content)
+	req := httptest.NewRequest(http.MethodPost, path, nil)
 	req.Header.Set("Authorization", "Bearer "+benchAPIKey)
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set("Idempotency-Key", key)

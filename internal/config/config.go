@@ -203,6 +203,8 @@ type Config struct {
 	Defaults idemguard.Settings
 	// OpenAI configures the openai_chat operation.
 	OpenAI OpenAI
+	// Anthropic configures the anthropic_messages operation (anthropic.go).
+	Anthropic Anthropic
 	// Upstream configures the http_json operation.
 	Upstream Upstream
 	// Scopes are the registered operations, in file order. In development
@@ -218,6 +220,8 @@ type Config struct {
 	Limits Limits
 	// MCP configures the MCP door (mcp.go).
 	MCP MCP
+	// Doors serve providers' wires (doors.go).
+	Doors []Door
 	// AllowInsecureUpstreams allows http:// provider URLs (openai.base_url,
 	// upstream.url, a scope's url) in production.
 	AllowInsecureUpstreams bool
@@ -382,6 +386,7 @@ type rawConfig struct {
 	Pool                  rawPool             `yaml:"pool"`
 	Defaults              rawSettings         `yaml:"defaults"`
 	OpenAI                rawOpenAI           `yaml:"openai"`
+	Anthropic             rawAnthropic        `yaml:"anthropic"`
 	Upstream              rawUpstream         `yaml:"upstream"`
 	Scopes                []rawScope          `yaml:"scopes"`
 	MCP                   rawMCP              `yaml:"mcp"`
@@ -389,6 +394,7 @@ type rawConfig struct {
 	Audit                 rawAudit            `yaml:"audit"`
 	AuthFailures          rawAuthFailures     `yaml:"auth_failures"`
 	Limits                rawLimits           `yaml:"limits"`
+	Doors                 []rawDoor           `yaml:"doors"`
 	AllowInsecureUpstream *bool               `yaml:"allow_insecure_upstreams"`
 }
 
@@ -504,6 +510,8 @@ func Load(path string, getenv func(string) string) (*Config, error) {
 	c.accessFromRaw(&raw, &p)
 	c.limitsFromRaw(raw.Limits)
 	c.MCP = MCP{Path: strings.TrimSpace(raw.MCP.Path)}
+	c.doorsFromRaw(raw.Doors, &p)
+	c.anthropicFromRaw(&raw.Anthropic, env, &p)
 	c.apiKeysFromRaw(raw.APIKeys, apiKeysSetting, &p)
 	p = append(p, c.validate(apiKeysSetting)...)
 	c.loadSecrets(raw.SecretID, getenv, &p)
@@ -782,6 +790,8 @@ func (c *Config) validate(apiKeysSetting string) problems {
 	c.validateMCP(&p)
 	uses := c.validateScopes(&p)
 	c.validateUpstreams(uses, &p)
+	c.validateAnthropic(uses[OpAnthropicMessages], &p)
+	c.validateDoors(&p)
 	return p
 }
 
@@ -922,12 +932,12 @@ func (c *Config) validateScopes(p *problems) map[Operation]bool {
 			seen[s.Name] = i
 		}
 		switch s.Operation {
-		case OpOpenAIChat, OpHTTPJSON, OpDemo:
+		case OpOpenAIChat, OpAnthropicMessages, OpHTTPJSON, OpDemo:
 			uses[s.Operation] = true
 		case "":
-			p.add(at+".operation", "is required: one of %s, %s, %s", OpOpenAIChat, OpHTTPJSON, OpDemo)
+			p.add(at+".operation", "is required: one of %s, %s, %s, %s", OpOpenAIChat, OpAnthropicMessages, OpHTTPJSON, OpDemo)
 		default:
-			p.add(at+".operation", "must be one of %s, %s, %s, got %q", OpOpenAIChat, OpHTTPJSON, OpDemo, s.Operation)
+			p.add(at+".operation", "must be one of %s, %s, %s, %s, got %q", OpOpenAIChat, OpAnthropicMessages, OpHTTPJSON, OpDemo, s.Operation)
 		}
 		p.checkSettings(at, s.Settings)
 		p.between(at+".timeout", s.Timeout, 0, MaxOperationTimeout)

@@ -217,7 +217,7 @@ func TestLoadNamesBadSettings(t *testing.T) {
 		{"scope name", "scopes: [{name: 'a b', operation: demo}]\n", nil, `scopes[0].name: `},
 		{"scope duplicate", "scopes: [{name: a, operation: demo}, {name: a, operation: demo}]\n", nil, `scopes[1].name: scope "a" is already defined by scopes[0]`},
 		{"operation missing", "scopes: [{name: a}]\n", nil, `scopes[0].operation: is required`},
-		{"operation unknown", "scopes: [{name: a, operation: gpt}]\n", nil, `scopes[0].operation: must be one of openai_chat, http_json, demo, got "gpt"`},
+		{"operation unknown", "scopes: [{name: a, operation: gpt}]\n", nil, `scopes[0].operation: must be one of openai_chat, anthropic_messages, http_json, demo, got "gpt"`},
 		{"delay on non-demo", "upstream: {url: 'http://h/'}\nscopes: [{name: a, operation: http_json, delay: 1s}]\n", nil, `scopes[0].delay: only a demo scope has a delay`},
 		{"url on non-http", "scopes: [{name: a, operation: demo, url: 'http://h/'}]\n", nil, `scopes[0].url: only an http_json scope has a url`},
 		{"http_json without url", "scopes: [{name: a, operation: http_json}]\n", nil, `scopes[0].url: an http_json scope needs a url`},

@@ -9,7 +9,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net/http"
 	"regexp"
 	"strconv"
 	"strings"
@@ -135,30 +134,16 @@ func OpenAIChatStream(cfg OpenAIConfig) StreamFunc {
 		if err != nil {
 			return nil, invalidInput("openai_chat: encoding the request: %v", err)
 		}
-		callCtx := ctx
-		if cfg.Timeout > 0 {
-			var cancel context.CancelFunc
-			callCtx, cancel = context.WithTimeoutCause(ctx, cfg.Timeout, errUpstreamTimeout)
-			defer cancel()
-		}
-		req, err := http.NewRequestWithContext(callCtx, http.MethodPost, url, bytes.NewReader(body))
-		if err != nil {
-			return nil, &idemguard.OpError{Reason: sanitize.ProviderError, Err: fmt.Errorf("openai_chat upstream: building the request: %w", err)}
-		}
-		req.Header.Set("Content-Type", "application/json")
-		req.Header.Set("Accept", "text/event-stream")
+		headers := map[string]string{}
 		if cfg.APIKey != "" {
-			req.Header.Set("Authorization", "Bearer "+cfg.APIKey)
+			headers["Authorization"] = "Bearer " + cfg.APIKey
 		}
-		resp, err := client.Do(req)
+		resp, callCtx, cancel, err := openStream(ctx, client, "openai_chat upstream", url, cfg.Timeout, headers, body)
 		if err != nil {
-			return nil, transportError(ctx, callCtx, "openai_chat upstream", err)
+			return nil, err
 		}
+		defer cancel()
 		defer resp.Body.Close()
-		if resp.StatusCode < 200 || resp.StatusCode > 299 {
-			return nil, &idemguard.OpError{Reason: reasonForStatus(resp.StatusCode),
-				Err: &StatusError{Upstream: "openai_chat upstream", StatusCode: resp.StatusCode}}
-		}
 		a := assembler{emit: emit, ctx: ctx}
 		if err := a.read(resp.Body); err != nil {
 			if ctx.Err() != nil || callCtx.Err() != nil {

@@ -92,14 +92,9 @@ func postJSON(ctx context.Context, client *http.Client, upstream, url string, ti
 		callCtx, cancel = context.WithTimeoutCause(ctx, timeout, errUpstreamTimeout)
 		defer cancel()
 	}
-	req, err := http.NewRequestWithContext(callCtx, http.MethodPost, url, bytes.NewReader(body))
+	req, err := upstreamRequest(callCtx, upstream, url, "application/json", headers, body)
 	if err != nil {
-		return nil, 0, &idemguard.OpError{Reason: sanitize.ProviderError, Err: fmt.Errorf("%s: building the request: %w", upstream, err)}
-	}
-	req.Header.Set("Content-Type", "application/json")
-	req.Header.Set("Accept", "application/json")
-	for k, v := range headers {
-		req.Header.Set(k, v)
+		return nil, 0, err
 	}
 	resp, err := client.Do(req)
 	if err != nil {
@@ -119,6 +114,47 @@ func postJSON(ctx context.Context, client *http.Client, upstream, url string, ti
 			Err: fmt.Errorf("%s: answer larger than %d bytes", upstream, MaxUpstreamResponseBytes)}
 	}
 	return b, resp.StatusCode, nil
+}
+
+// openStream POSTs body asking for an event stream and returns the 2xx
+// answer; cancel ends the call's own timeout. Errors are postJSON's.
+func openStream(ctx context.Context, client *http.Client, upstream, url string, timeout time.Duration,
+	headers map[string]string, body []byte) (*http.Response, context.Context, context.CancelFunc, error) {
+	callCtx, cancel := ctx, context.CancelFunc(func() {})
+	if timeout > 0 {
+		callCtx, cancel = context.WithTimeoutCause(ctx, timeout, errUpstreamTimeout)
+	}
+	req, err := upstreamRequest(callCtx, upstream, url, "text/event-stream", headers, body)
+	if err != nil {
+		cancel()
+		return nil, nil, nil, err
+	}
+	resp, err := client.Do(req)
+	if err != nil {
+		cancel()
+		return nil, nil, nil, transportError(ctx, callCtx, upstream, err)
+	}
+	if resp.StatusCode < 200 || resp.StatusCode > 299 {
+		resp.Body.Close()
+		cancel()
+		return nil, nil, nil, &idemguard.OpError{Reason: reasonForStatus(resp.StatusCode), Err: &StatusError{Upstream: upstream, StatusCode: resp.StatusCode}}
+	}
+	return resp, callCtx, cancel, nil
+}
+
+// upstreamRequest is the POST of a JSON body to url, accepting accept,
+// with headers.
+func upstreamRequest(ctx context.Context, upstream, url, accept string, headers map[string]string, body []byte) (*http.Request, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, bytes.NewReader(body))
+	if err != nil {
+		return nil, &idemguard.OpError{Reason: sanitize.ProviderError, Err: fmt.Errorf("%s: building the request: %w", upstream, err)}
+	}
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Accept", accept)
+	for k, v := range headers {
+		req.Header.Set(k, v)
+	}
+	return req, nil
 }
 
 func transportError(ctx, callCtx context.Context, upstream string, err error) error {

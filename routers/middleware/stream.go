@@ -69,7 +69,7 @@ func (m *Middleware) serveStream(w http.ResponseWriter, in incoming, next http.H
 	switch {
 	case out.Begun:
 		if p, failed := pipeline.StreamFailure(res, err); failed {
-			_ = out.SSE.Send(pipeline.ErrorEvent(p)) // the handler's own events ended a stream that did not fail
+			_ = out.SSE.Send(m.answers.ErrorEvent(p)) // the handler's own events ended a stream that did not fail
 		}
 	case err != nil:
 		m.answers.Fail(w, in.r, in.route.Scope, err)

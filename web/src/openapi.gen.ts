@@ -81,6 +81,76 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/openai/v1/chat/completions": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * OpenAI's chat completions, guarded (a provider door).
+         * @description A provider door (docs/SDK.md): OpenAI's wire at a configured prefix
+         *     (`doors:`; `/openai/v1` here), so the official SDKs work by changing
+         *     their base URL, with the tenant's API key as the SDK's key. It is the
+         *     same guarded call as `POST /v1/ops/{scope}`: the request's `model`
+         *     picks the scope (the door's `models`, else its `scope`) and is then
+         *     taken out of the inputs with `stream` and `stream_options`; the key
+         *     is the `Idempotency-Key` header or derived from the rest of the body.
+         *     A plain answer is a `chat.completion` built from the stored,
+         *     allowlisted answer: `id` stable for the key, `created` the completion
+         *     time, `model` the request's. Every answer of a key is the same bytes;
+         *     a replay carries `Idempotent-Replayed`. `"stream": true` answers
+         *     `chat.completion.chunk` events and `data: [DONE]`, as the REST API's
+         *     streams do (`Last-Event-ID` resumes). A duplicate while the first
+         *     call runs waits for it (the door's `max_wait`; `Prefer: wait=N`
+         *     overrides it). Errors are OpenAI's error object with the REST API's
+         *     status; its `code` is the problem type's slug in snake case.
+         */
+        post: operations["openAIChatCompletions"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/anthropic/v1/messages": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Anthropic's Messages API, guarded (a provider door).
+         * @description A provider door (docs/SDK.md) of wire `anthropic`: Anthropic's
+         *     Messages API at a configured prefix (`/anthropic/v1` here; the SDK's
+         *     base URL is the prefix without `/v1`), so the official SDKs work by
+         *     changing their base URL, with the tenant's API key as the SDK's key
+         *     (sent as `x-api-key`, or as a bearer token). It is the same guarded
+         *     call as `POST /v1/ops/{scope}` on an `anthropic_messages` scope:
+         *     `model` picks the scope and leaves the inputs with `stream`; the
+         *     key is the `Idempotency-Key` header or derived from the rest of the
+         *     body. A plain answer is a `message` built from the stored,
+         *     allowlisted answer (`id` stable for the key, `model` the request's);
+         *     every answer of a key is the same bytes, a replay carries
+         *     `Idempotent-Replayed`. `"stream": true` answers the scope's
+         *     Anthropic events (`message_start` … `message_stop`). A duplicate
+         *     waits for the running call (the door's `max_wait`; `Prefer: wait=N`
+         *     overrides it). Errors are Anthropic's error object with the REST
+         *     API's status.
+         */
+        post: operations["anthropicMessages"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/v1/ops/{scope}/keys/{key}": {
         parameters: {
             query?: never;
@@ -386,13 +456,35 @@ export interface components {
                 [key: string]: (string | number | boolean | null) | (string | number | boolean | null)[];
             };
         };
+        /** @description Anthropic's error object, answered by the Anthropic door. */
+        AnthropicError: {
+            /** @constant */
+            type: "error";
+            error: {
+                /** @enum {string} */
+                type: "invalid_request_error" | "authentication_error" | "permission_error" | "not_found_error" | "request_too_large" | "rate_limit_error" | "api_error" | "overloaded_error";
+                /** @description Never holds the client key, the body or credentials. */
+                message: string;
+            };
+        };
+        /** @description OpenAI's error object, answered by the OpenAI door. */
+        OpenAIError: {
+            error: {
+                /** @description Never holds the client key, the body or credentials. */
+                message: string;
+                /** @enum {string} */
+                type: "invalid_request_error" | "authentication_error" | "permission_error" | "not_found_error" | "rate_limit_error" | "server_error";
+                param: string | null;
+                code: string;
+            };
+        };
         /** @description RFC 9457 problem details, with idemguard's `ok` and `stopReason`. */
         Problem: {
             /**
              * Format: uri
              * @enum {string}
              */
-            type: "urn:idemguard:problem:unauthorized" | "urn:idemguard:problem:unknown-scope" | "urn:idemguard:problem:unknown-route" | "urn:idemguard:problem:key-not-found" | "urn:idemguard:problem:method-not-allowed" | "urn:idemguard:problem:missing-idempotency-key" | "urn:idemguard:problem:invalid-idempotency-key" | "urn:idemguard:problem:invalid-key-reference" | "urn:idemguard:problem:invalid-body" | "urn:idemguard:problem:invalid-query" | "urn:idemguard:problem:invalid-input" | "urn:idemguard:problem:body-too-large" | "urn:idemguard:problem:idempotency-key-reused" | "urn:idemguard:problem:in-progress" | "urn:idemguard:problem:operation-failed" | "urn:idemguard:problem:store-unavailable" | "urn:idemguard:problem:not-ready" | "urn:idemguard:problem:internal" | "urn:idemguard:problem:invalid-result" | "urn:idemguard:problem:key-finished" | "urn:idemguard:problem:too-many-waiters" | "urn:idemguard:problem:too-many-live-streams" | "urn:idemguard:problem:invalid-last-event-id" | "urn:idemguard:problem:too-many-failed-authentications" | "urn:idemguard:problem:concurrency-limit" | "urn:idemguard:problem:job-limit" | "urn:idemguard:problem:rate-limit" | "urn:idemguard:problem:scope-concurrency-limit" | "urn:idemguard:problem:scope-job-limit" | "urn:idemguard:problem:scope-rate-limit";
+            type: "urn:idemguard:problem:unauthorized" | "urn:idemguard:problem:unknown-scope" | "urn:idemguard:problem:unknown-model" | "urn:idemguard:problem:unknown-route" | "urn:idemguard:problem:key-not-found" | "urn:idemguard:problem:method-not-allowed" | "urn:idemguard:problem:missing-idempotency-key" | "urn:idemguard:problem:invalid-idempotency-key" | "urn:idemguard:problem:invalid-key-reference" | "urn:idemguard:problem:invalid-body" | "urn:idemguard:problem:invalid-query" | "urn:idemguard:problem:invalid-input" | "urn:idemguard:problem:body-too-large" | "urn:idemguard:problem:idempotency-key-reused" | "urn:idemguard:problem:in-progress" | "urn:idemguard:problem:operation-failed" | "urn:idemguard:problem:store-unavailable" | "urn:idemguard:problem:not-ready" | "urn:idemguard:problem:internal" | "urn:idemguard:problem:invalid-result" | "urn:idemguard:problem:key-finished" | "urn:idemguard:problem:too-many-waiters" | "urn:idemguard:problem:too-many-live-streams" | "urn:idemguard:problem:invalid-last-event-id" | "urn:idemguard:problem:too-many-failed-authentications" | "urn:idemguard:problem:concurrency-limit" | "urn:idemguard:problem:job-limit" | "urn:idemguard:problem:rate-limit" | "urn:idemguard:problem:scope-concurrency-limit" | "urn:idemguard:problem:scope-job-limit" | "urn:idemguard:problem:scope-rate-limit";
             title: string;
             status: number;
             /** @description Never holds the client key, the body or credentials. */
@@ -1103,6 +1195,408 @@ export interface operations {
                 };
                 content: {
                     "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+        };
+    };
+    openAIChatCompletions: {
+        parameters: {
+            query?: never;
+            header?: {
+                /**
+                 * @description The client's key for this operation: 1 to 255 characters of
+                 *     `[A-Za-z0-9_.:-]`, as a bare token (`order-123`) or an RFC 8941
+                 *     string (`"order-123"`). At most one header. Required by scopes that
+                 *     say so; otherwise, without it, the key is derived from the body.
+                 * @example order-123
+                 */
+                "Idempotency-Key"?: components["parameters"]["IdempotencyKey"];
+                /**
+                 * @description RFC 7240. `wait=N` (whole seconds): if the key's operation is
+                 *     running, wait up to N seconds (capped by the server, 30 s by default)
+                 *     for its result instead of answering 409. `respond-async`: answer 202
+                 *     at once and run the operation in the background (it takes precedence
+                 *     over `wait`). Other preferences are ignored, and so is an invalid
+                 *     wait.
+                 * @example wait=5
+                 */
+                Prefer?: components["parameters"]["Prefer"];
+                /**
+                 * @description On a streamed request (`"stream": true`): the `id` of the last event
+                 *     received of an earlier answer for this key; the answer resumes
+                 *     after it (or restarts, and says so, when it cannot).
+                 * @example 2-9f3c01ab-17
+                 */
+                "Last-Event-ID"?: components["parameters"]["StreamLastEventID"];
+            };
+            path?: never;
+            cookie?: never;
+        };
+        /** @description OpenAI's chat-completions body; `model` is required. */
+        requestBody: {
+            content: {
+                /**
+                 * @example {
+                 *       "model": "gpt-4o-mini",
+                 *       "messages": [
+                 *         {
+                 *           "role": "user",
+                 *           "content": "Write a tagline"
+                 *         }
+                 *       ]
+                 *     }
+                 */
+                "application/json": Record<string, never>;
+            };
+        };
+        responses: {
+            /** @description The call's answer, now or replayed. */
+            200: {
+                headers: {
+                    Location: components["headers"]["Location"];
+                    "Idempotency-Key-Ref": components["headers"]["IdempotencyKeyRef"];
+                    "Idempotent-Replayed": components["headers"]["IdempotentReplayed"];
+                    "Idempotent-Completed-At": components["headers"]["IdempotentCompletedAt"];
+                    "Preference-Applied": components["headers"]["PreferenceApplied"];
+                    "Idempotent-Stream-Restart": components["headers"]["IdempotentStreamRestart"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "id": "chatcmpl-ig5e0c93a1d2f4b6c8e0a2c4e6",
+                     *       "object": "chat.completion",
+                     *       "created": 1767225600,
+                     *       "model": "gpt-4o-mini",
+                     *       "choices": [
+                     *         {
+                     *           "index": 0,
+                     *           "message": {
+                     *             "role": "assistant",
+                     *             "content": "Fast, safe, once.",
+                     *             "refusal": null
+                     *           },
+                     *           "logprobs": null,
+                     *           "finish_reason": "stop"
+                     *         }
+                     *       ],
+                     *       "usage": {
+                     *         "prompt_tokens": 9,
+                     *         "completion_tokens": 5,
+                     *         "total_tokens": 14
+                     *       }
+                     *     }
+                     */
+                    "application/json": Record<string, never>;
+                    "text/event-stream": string;
+                };
+            };
+            /** @description A body that is not a JSON object, no `model`, inputs that do not fit the scope's schema (`param` names the field), a malformed `Idempotency-Key`. Nothing was stored or run. */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "error": {
+                     *         "message": "the inputs do not fit the operation's schema: /model must be a non-empty string",
+                     *         "type": "invalid_request_error",
+                     *         "param": "model",
+                     *         "code": "invalid_input"
+                     *       }
+                     *     }
+                     */
+                    "application/json": components["schemas"]["OpenAIError"];
+                };
+            };
+            /** @description No or wrong API key (`authentication_error`). */
+            401: {
+                headers: {
+                    "WWW-Authenticate": components["headers"]["WWWAuthenticate"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["OpenAIError"];
+                };
+            };
+            /** @description No scope of the door runs the model (code `unknown_model`, `param` `model`). */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["OpenAIError"];
+                };
+            };
+            405: components["responses"]["MethodNotAllowed"];
+            /** @description Still running after the wait; the SDKs retry after `Retry-After`. */
+            409: {
+                headers: {
+                    "Retry-After": components["headers"]["RetryAfter"];
+                    Location: components["headers"]["Location"];
+                    "Idempotency-Key-Ref": components["headers"]["IdempotencyKeyRef"];
+                    "Preference-Applied": components["headers"]["PreferenceApplied"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["OpenAIError"];
+                };
+            };
+            /** @description The body is over the limit. */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["OpenAIError"];
+                };
+            };
+            /** @description The `Idempotency-Key` was used with another body (code `idempotency_key_reused`), or the upstream rejected the inputs. */
+            422: {
+                headers: {
+                    Location: components["headers"]["Location"];
+                    "Idempotency-Key-Ref": components["headers"]["IdempotencyKeyRef"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "error": {
+                     *         "message": "this Idempotency-Key was already used with a different request body; use a new key for a new request",
+                     *         "type": "invalid_request_error",
+                     *         "param": null,
+                     *         "code": "idempotency_key_reused"
+                     *       }
+                     *     }
+                     */
+                    "application/json": components["schemas"]["OpenAIError"];
+                };
+            };
+            /** @description Over a limit of the tenant, or too many waiters for the key (`rate_limit_error`), with `Retry-After`. */
+            429: {
+                headers: {
+                    "Retry-After": components["headers"]["RetryAfter"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["OpenAIError"];
+                };
+            };
+            500: components["responses"]["Internal"];
+            /** @description The operation failed (code `operation_failed`); retryable while attempts remain. */
+            502: {
+                headers: {
+                    Location: components["headers"]["Location"];
+                    "Idempotency-Key-Ref": components["headers"]["IdempotencyKeyRef"];
+                    "Idempotent-Replayed": components["headers"]["IdempotentReplayed"];
+                    "Idempotent-Completed-At": components["headers"]["IdempotentCompletedAt"];
+                    "Preference-Applied": components["headers"]["PreferenceApplied"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["OpenAIError"];
+                };
+            };
+            /** @description The store cannot be reached; nothing ran (`server_error`), with `Retry-After`. */
+            503: {
+                headers: {
+                    "Retry-After": components["headers"]["RetryAfter"];
+                    Location: components["headers"]["Location"];
+                    "Idempotency-Key-Ref": components["headers"]["IdempotencyKeyRef"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["OpenAIError"];
+                };
+            };
+        };
+    };
+    anthropicMessages: {
+        parameters: {
+            query?: never;
+            header?: {
+                /**
+                 * @description The client's key for this operation: 1 to 255 characters of
+                 *     `[A-Za-z0-9_.:-]`, as a bare token (`order-123`) or an RFC 8941
+                 *     string (`"order-123"`). At most one header. Required by scopes that
+                 *     say so; otherwise, without it, the key is derived from the body.
+                 * @example order-123
+                 */
+                "Idempotency-Key"?: components["parameters"]["IdempotencyKey"];
+                /**
+                 * @description RFC 7240. `wait=N` (whole seconds): if the key's operation is
+                 *     running, wait up to N seconds (capped by the server, 30 s by default)
+                 *     for its result instead of answering 409. `respond-async`: answer 202
+                 *     at once and run the operation in the background (it takes precedence
+                 *     over `wait`). Other preferences are ignored, and so is an invalid
+                 *     wait.
+                 * @example wait=5
+                 */
+                Prefer?: components["parameters"]["Prefer"];
+                /**
+                 * @description On a streamed request (`"stream": true`): the `id` of the last event
+                 *     received of an earlier answer for this key; the answer resumes
+                 *     after it (or restarts, and says so, when it cannot).
+                 * @example 2-9f3c01ab-17
+                 */
+                "Last-Event-ID"?: components["parameters"]["StreamLastEventID"];
+            };
+            path?: never;
+            cookie?: never;
+        };
+        /** @description Anthropic's Messages body; `model` is required. */
+        requestBody: {
+            content: {
+                /**
+                 * @example {
+                 *       "model": "claude-sonnet-4-5",
+                 *       "max_tokens": 200,
+                 *       "messages": [
+                 *         {
+                 *           "role": "user",
+                 *           "content": "Write a tagline"
+                 *         }
+                 *       ]
+                 *     }
+                 */
+                "application/json": Record<string, never>;
+            };
+        };
+        responses: {
+            /** @description The call's answer, now or replayed. */
+            200: {
+                headers: {
+                    Location: components["headers"]["Location"];
+                    "Idempotency-Key-Ref": components["headers"]["IdempotencyKeyRef"];
+                    "Idempotent-Replayed": components["headers"]["IdempotentReplayed"];
+                    "Idempotent-Completed-At": components["headers"]["IdempotentCompletedAt"];
+                    "Preference-Applied": components["headers"]["PreferenceApplied"];
+                    "Idempotent-Stream-Restart": components["headers"]["IdempotentStreamRestart"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "id": "msg_ig5e0c93a1d2f4b6c8e0a2c4e6",
+                     *       "type": "message",
+                     *       "role": "assistant",
+                     *       "model": "claude-sonnet-4-5",
+                     *       "content": [
+                     *         {
+                     *           "type": "text",
+                     *           "text": "Fast, safe, once."
+                     *         }
+                     *       ],
+                     *       "stop_reason": "end_turn",
+                     *       "stop_sequence": null,
+                     *       "usage": {
+                     *         "input_tokens": 9,
+                     *         "output_tokens": 5
+                     *       }
+                     *     }
+                     */
+                    "application/json": Record<string, never>;
+                    "text/event-stream": string;
+                };
+            };
+            /** @description A body that is not a JSON object, no `model`, inputs that do not fit the scope's schema (the message names the field), a malformed `Idempotency-Key` (`invalid_request_error`). Nothing was stored or run. */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["AnthropicError"];
+                };
+            };
+            /** @description No or wrong API key (`authentication_error`). */
+            401: {
+                headers: {
+                    "WWW-Authenticate": components["headers"]["WWWAuthenticate"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["AnthropicError"];
+                };
+            };
+            /** @description No scope of the door runs the model (`not_found_error`). */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["AnthropicError"];
+                };
+            };
+            405: components["responses"]["MethodNotAllowed"];
+            /** @description Still running after the wait; the SDKs retry after `Retry-After`. */
+            409: {
+                headers: {
+                    "Retry-After": components["headers"]["RetryAfter"];
+                    Location: components["headers"]["Location"];
+                    "Idempotency-Key-Ref": components["headers"]["IdempotencyKeyRef"];
+                    "Preference-Applied": components["headers"]["PreferenceApplied"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["AnthropicError"];
+                };
+            };
+            /** @description The body is over the limit. */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["AnthropicError"];
+                };
+            };
+            /** @description The `Idempotency-Key` was used with another body, or the upstream rejected the inputs (`invalid_request_error`). */
+            422: {
+                headers: {
+                    Location: components["headers"]["Location"];
+                    "Idempotency-Key-Ref": components["headers"]["IdempotencyKeyRef"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["AnthropicError"];
+                };
+            };
+            /** @description Over a limit of the tenant, or too many waiters for the key (`rate_limit_error`), with `Retry-After`. */
+            429: {
+                headers: {
+                    "Retry-After": components["headers"]["RetryAfter"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["AnthropicError"];
+                };
+            };
+            500: components["responses"]["Internal"];
+            /** @description The operation failed (`api_error`); retryable while attempts remain. */
+            502: {
+                headers: {
+                    Location: components["headers"]["Location"];
+                    "Idempotency-Key-Ref": components["headers"]["IdempotencyKeyRef"];
+                    "Idempotent-Replayed": components["headers"]["IdempotentReplayed"];
+                    "Idempotent-Completed-At": components["headers"]["IdempotentCompletedAt"];
+                    "Preference-Applied": components["headers"]["PreferenceApplied"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["AnthropicError"];
+                };
+            };
+            /** @description The store cannot be reached; nothing ran (`overloaded_error`), with `Retry-After`. */
+            503: {
+                headers: {
+                    "Retry-After": components["headers"]["RetryAfter"];
+                    Location: components["headers"]["Location"];
+                    "Idempotency-Key-Ref": components["headers"]["IdempotencyKeyRef"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["AnthropicError"];
                 };
             };
         };

@@ -23,6 +23,25 @@ type Answers struct {
 	UnavailableRetryAfter string
 	// Log receives the 500s, where they are answered.
 	Log *slog.Logger
+	// Encode, when set, renders a problem in a door's own wire (its
+	// content type and body), with the problem's status; nil: RFC 9457
+	// problem+json. Statuses and Retry-After stay the pipeline's.
+	Encode func(Problem) (contentType string, body []byte)
+}
+
+// WithEncode is a copy of a whose problems Encode renders.
+func (a *Answers) WithEncode(encode func(Problem) (string, []byte)) *Answers {
+	b := *a
+	b.Encode = encode
+	return &b
+}
+
+// encode is p in a's wire.
+func (a *Answers) encode(p Problem) (string, []byte) {
+	if a.Encode != nil {
+		return a.Encode(p)
+	}
+	return ContentProblem, EncodeJSON(p)
 }
 
 // NewAnswers renders the two Retry-After durations.
@@ -73,8 +92,8 @@ func (a *Answers) Problem(w http.ResponseWriter, p Problem) {
 	if ra := a.retryAfter(p); ra != "" && w.Header().Get(HeaderRetryAfter) == "" {
 		w.Header().Set(HeaderRetryAfter, ra)
 	}
-	body := EncodeJSON(p)
-	w.Header().Set("Content-Type", ContentProblem)
+	ct, body := a.encode(p)
+	w.Header().Set("Content-Type", ct)
 	w.Header().Set("Content-Length", strconv.Itoa(len(body)))
 	w.WriteHeader(p.Status)
 	_, _ = w.Write(body)
@@ -204,5 +223,8 @@ func StreamFailure(res idemguard.Result, err error) (Problem, bool) {
 	return Problem{}, false
 }
 
-// ErrorEvent is the "error" event that carries p.
-func ErrorEvent(p Problem) live.Event { return live.Event{Type: "error", Data: EncodeJSON(p)} }
+// ErrorEvent is the "error" event that carries p, in a's wire.
+func (a *Answers) ErrorEvent(p Problem) live.Event {
+	_, body := a.encode(p)
+	return live.Event{Type: "error", Data: body}
+}

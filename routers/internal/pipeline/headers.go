@@ -121,6 +121,24 @@ func parseIdempotencyKey(h http.Header) (string, error) {
 // N > 0. Preferences the server cannot honour are ignored, as RFC 7240
 // says: a malformed or negative wait means no wait.
 func parsePreferWait(h http.Header, maxWait time.Duration) (time.Duration, bool) {
+	value, found := preferWait(h)
+	if !found || value == "" {
+		return 0, false
+	}
+	return waitSeconds(value, maxWait)
+}
+
+// AsksWait reports whether the Prefer headers hold a wait preference,
+// whatever its value: wait=0 asks not to wait.
+func AsksWait(h http.Header) bool {
+	_, found := preferWait(h)
+	return found
+}
+
+// preferWait is the value of the first wait preference, unquoted ("" for
+// none), and whether there is one (the first counts, RFC 7240 §2, valid
+// or not).
+func preferWait(h http.Header) (string, bool) {
 	for _, header := range h[HeaderPrefer] {
 		for _, pref := range splitOutsideQuotes(header, ',') {
 			// A preference may carry parameters after ';'; wait has none.
@@ -129,18 +147,17 @@ func parsePreferWait(h http.Header, maxWait time.Duration) (time.Duration, bool)
 			if !strings.EqualFold(strings.Trim(name, " \t"), "wait") {
 				continue
 			}
-			// The first wait preference counts (RFC 7240 §2), valid or not.
 			if !hasValue {
-				return 0, false
+				return "", true
 			}
 			value = strings.Trim(value, " \t")
 			if len(value) >= 2 && value[0] == '"' && value[len(value)-1] == '"' {
 				value = value[1 : len(value)-1]
 			}
-			return waitSeconds(value, maxWait)
+			return value, true
 		}
 	}
-	return 0, false
+	return "", false
 }
 
 // waitSeconds parses an RFC 7240 wait value (delta-seconds: digits only)

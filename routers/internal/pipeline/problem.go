@@ -17,6 +17,9 @@ import (
 // (docs/openapi.yaml lists them).
 const ProblemTypePrefix = "urn:idemguard:problem:"
 
+// SlugUnknownModel is the problem type of a model no door's scope runs.
+const SlugUnknownModel = "unknown-model"
+
 // slugInProgress is the problem type of a key whose operation runs.
 const slugInProgress = "in-progress"
 
@@ -63,7 +66,9 @@ func Reject(kind error, format string, args ...any) error {
 
 // The kinds of RequestError.
 var (
-	ErrUnknownScope     = errors.New("unknown scope")
+	ErrUnknownScope = errors.New("unknown scope")
+	// ErrUnknownModel: a provider door serves no scope for the model.
+	ErrUnknownModel     = errors.New("unknown model")
 	ErrUnknownRoute     = errors.New("unknown route")
 	ErrMethodNotAllowed = errors.New("method not allowed")
 	ErrMissingKey       = errors.New("missing Idempotency-Key")
@@ -135,6 +140,7 @@ var kindProblems = []struct {
 	{ErrTooManyAuthFailures, NewProblem(http.StatusTooManyRequests, "too-many-failed-authentications", "Too many failed authentications",
 		sanitize.RateLimited, "too many requests from this client failed to authenticate; retry after the time in Retry-After")},
 	{ErrUnknownScope, NewProblem(http.StatusNotFound, "unknown-scope", "Unknown scope", sanitize.Unknown, "")},
+	{ErrUnknownModel, NewProblem(http.StatusNotFound, SlugUnknownModel, "Unknown model", sanitize.Unknown, "")},
 	{ErrUnknownRoute, NewProblem(http.StatusNotFound, "unknown-route", "Not found", sanitize.Unknown, "")},
 	{idemguard.ErrNotFound, NewProblem(http.StatusNotFound, "key-not-found", "Key not found", sanitize.Unknown,
 		"no record of this key in this scope for your tenant (absent or expired)")},
