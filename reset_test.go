@@ -401,3 +401,33 @@ func TestPendingClaimOfASharedNonceIsTheRowsOwn(t *testing.T) {
 	require.Equal(t, store.RowSucceeded, rows[0].Status)
 	require.Equal(t, held.ClaimNonce, rows[0].ClaimNonce)
 }
+
+// startOnly is a StreamWriter that keeps what Begin was told.
+type startOnly struct{ start StreamStart }
+
+func (w *startOnly) Begin(s StreamStart) { w.start = s }
+func (w *startOnly) Write(Chunk) error   { return nil }
+
+// A forced streamed call's live stream says which attempt it replaces.
+func TestForcedStreamNamesTheAttemptItReplaces(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		g := newTestGuard(t, Config{})
+		ctx := context.Background()
+		var runs atomic.Int64
+		op := StreamOperation{Run: func(ctx context.Context, emit func(Chunk)) (any, error) {
+			emit(Chunk{Data: []byte("x")})
+			return counting(&runs)(ctx)
+		}}
+		_, err := g.DoStream(ctx, resetCall("k"), op, &startOnly{})
+		require.NoError(t, err)
+		time.Sleep(time.Millisecond)
+		forced := resetCall("k")
+		forced.ForceNew = true
+		w := &startOnly{}
+		res, err := g.DoStream(ctx, forced, op, w)
+		require.NoError(t, err)
+		require.True(t, res.Forced)
+		require.Equal(t, StreamLive, w.start.Origin)
+		require.Equal(t, 1, w.start.Replaced)
+	})
+}

@@ -117,6 +117,9 @@ type StreamStart struct {
 	CompletedAt time.Time
 	// Attempt is the execution whose chunks follow (their IDs start with it).
 	Attempt int
+	// Replaced is, on the live stream of a forced run (Call.ForceNew), the
+	// attempt whose stored answer it replaces; 0 otherwise.
+	Replaced int
 	// Restart is set when the call asked to resume (Call.LastEventID) but
 	// the chunks start again from the attempt's first: the caller drops what
 	// it has of the earlier stream.
@@ -186,7 +189,7 @@ func (s *streamCall) setup(p prepared) prepared {
 }
 
 func (s *streamCall) run(ctx context.Context, g *Guard, p prepared, o owned) (Result, error) {
-	s.exec = live.Run{Attempt: o.attempt, Nonce: o.nonce}
+	s.exec, s.replaced = live.Run{Attempt: o.attempt, Nonce: o.nonce}, o.replaced
 	return g.runOwned(ctx, p, s.operation(), o)
 }
 
@@ -220,14 +223,15 @@ type streamCall struct {
 	after chunkID // Call.LastEventID
 	slot  bool    // this call holds a place among the live streams
 
-	mu      sync.Mutex // the owner's collection, against a stray emit
-	log     *live.Log
-	done    bool
-	wire    []byte // the collected sequence in wire form
-	over    bool   // wire went over MaxStreamBytes and was let go
-	emitted int    // the owner's events so far
-	attempt int    // the attempt whose events this call delivers (their IDs)
-	tag     string // the execution whose events this call delivers (runTag)
+	mu       sync.Mutex // the owner's collection, against a stray emit
+	log      *live.Log
+	done     bool
+	wire     []byte // the collected sequence in wire form
+	over     bool   // wire went over MaxStreamBytes and was let go
+	emitted  int    // the owner's events so far
+	attempt  int    // the attempt whose events this call delivers (their IDs)
+	replaced int    // a forced run's: the attempt it replaces (StreamStart.Replaced)
+	tag      string // the execution whose events this call delivers (runTag)
 
 	// exec is the execution this call runs (the owner) or followed (a
 	// follower, follow true); complete: the follower read its live log to
@@ -317,7 +321,7 @@ func (s *streamCall) emit(e Chunk) {
 	s.emitted++
 	seq := s.emitted
 	s.mu.Unlock()
-	s.begin(StreamStart{Origin: StreamLive, KeyHash: s.p.keyHash, Attempt: s.exec.Attempt}, s.exec.Nonce, 0)
+	s.begin(StreamStart{Origin: StreamLive, KeyHash: s.p.keyHash, Attempt: s.exec.Attempt, Replaced: s.replaced}, s.exec.Nonce, 0)
 	s.write(e, seq)
 }
 

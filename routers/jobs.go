@@ -5,6 +5,7 @@ import (
 	"errors"
 	"io"
 	"net/http"
+	"strconv"
 	"time"
 
 	"github.com/gin-gonic/gin"
@@ -52,6 +53,7 @@ func (h *handlers) runAsync(c *gin.Context, tenant tenancy.ID, scope *Scope, req
 	}
 	if req.WaitApplied && res.Status == idemguard.StatusInProgress {
 		if done, ok := h.awaitOutcome(c.Request.Context(), tenant, scope.Name, res, req.Wait); ok {
+			done.Forced, done.Replaced = res.Forced, res.Replaced // a forced run's own outcome
 			res = done
 			logOutcome(c, res)
 		}
@@ -63,6 +65,9 @@ func (h *handlers) runAsync(c *gin.Context, tenant tenancy.ID, scope *Scope, req
 	}
 	ref := h.ref(c, scope.Name, req.ClientKey, res.KeyHash)
 	c.Header(pipeline.HeaderPreferenceApplied, pipeline.PreferAsync)
+	if res.Forced {
+		c.Header(pipeline.HeaderReplacesAttempt, strconv.Itoa(res.Replaced))
+	}
 	rec := keyRecord{Ref: ref, Scope: scope.Name, Status: string(store.RowStarted), AttemptCount: res.Attempt}
 	if key, err := h.guard.KeyOfHash(tenant, scope.Name, res.KeyHash); err == nil {
 		rec = h.recordOf(c.Request.Context(), key, rec)

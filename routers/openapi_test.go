@@ -57,7 +57,7 @@ var routeHeaders = map[string]map[int][]string{
 	"POST /v1/ops/{scope}": {
 		200: {pipeline.HeaderLocation, pipeline.HeaderKeyRef, pipeline.HeaderReplayed, pipeline.HeaderCompletedAt, pipeline.HeaderPreferenceApplied,
 			pipeline.HeaderReplacesAttempt},
-		202: {pipeline.HeaderLocation, pipeline.HeaderKeyRef, pipeline.HeaderPreferenceApplied},
+		202: {pipeline.HeaderLocation, pipeline.HeaderKeyRef, pipeline.HeaderPreferenceApplied, pipeline.HeaderReplacesAttempt},
 		401: {"WWW-Authenticate"},
 		409: {pipeline.HeaderRetryAfter, pipeline.HeaderLocation, pipeline.HeaderKeyRef, pipeline.HeaderPreferenceApplied},
 		422: {pipeline.HeaderLocation, pipeline.HeaderKeyRef},

@@ -102,3 +102,14 @@ func storedBefore(b *testBundle) {
 		}
 	}
 }
+
+// A forced background run (Prefer: respond-async) says in its 202 which attempt it replaced.
+func TestForceNewInTheBackground(t *testing.T) {
+	t.Parallel()
+	b := setup(t, allowResets("echo"))
+	require.Equal(t, http.StatusOK, b.post("echo", "k", `{"n":1}`).Code)
+	storedBefore(b)
+	w := b.post("echo", "k", `{"n":1}`, pipeline.HeaderForceNew, "true", "Prefer", "respond-async")
+	require.Contains(t, []int{http.StatusAccepted, http.StatusOK}, w.Code, w.Body.String())
+	require.Equal(t, "1", w.Header().Get(pipeline.HeaderReplacesAttempt))
+}

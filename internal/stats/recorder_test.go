@@ -13,6 +13,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/idemguard/idemguard"
+	"github.com/idemguard/idemguard/internal/metrics"
 	"github.com/idemguard/idemguard/internal/mysqlstore"
 	"github.com/idemguard/idemguard/internal/testdb"
 	"github.com/idemguard/idemguard/internal/testlog"
@@ -96,6 +97,8 @@ func observeAll(r *Recorder, scope string) {
 		{Kind: idemguard.EventMismatch},
 		{Kind: idemguard.EventLostClaim},
 		{Kind: idemguard.EventStoreError, StoreOp: "heartbeat"},
+		{Kind: metrics.ResetKindReset},
+		{Kind: metrics.ResetKindForced},
 	} {
 		e.Scope = scope
 		r.Observe(e)
@@ -104,7 +107,7 @@ func observeAll(r *Recorder, scope string) {
 
 // oneOfEach is what observeAll counts.
 var oneOfEach = Counts{Requests: 8, Claims: 1, Retries: 1, Takeovers: 1, Replays: 2, InProgress: 1, RetryLimits: 1,
-	Mismatches: 1, Failures: 1, LostClaims: 1, StoreErrors: 1}
+	Mismatches: 1, Failures: 1, LostClaims: 1, StoreErrors: 1, Resets: 2}
 
 func TestObserveCountsEachRequestOnce(t *testing.T) {
 	t.Parallel()

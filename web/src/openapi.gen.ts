@@ -854,9 +854,10 @@ export interface components {
         /** @description `true` when the answer is a stored one (a replay), absent otherwise. */
         IdempotentReplayed: "true";
         /**
-         * @description On the answer of a forced run (`Idempotency-Force-New: true`, JSON
-         *     answers): the attempt whose stored answer it replaced (the new
-         *     answer is attempt + 1). Absent on replays.
+         * @description On the answer of a forced run (`Idempotency-Force-New: true`: a JSON
+         *     answer, a streamed one, or the 202 of a forced background run): the
+         *     attempt whose stored answer it replaced (the new answer is attempt +
+         *     1). Absent on replays.
          * @example 1
          */
         IdempotentReplacesAttempt: number;
@@ -1016,6 +1017,7 @@ export interface operations {
                     "Preference-Applied": components["headers"]["PreferenceApplied"];
                     "Idempotent-Existing": components["headers"]["IdempotentExisting"];
                     Link: components["headers"]["MonitorLink"];
+                    "Idempotent-Replaces-Attempt": components["headers"]["IdempotentReplacesAttempt"];
                     [name: string]: unknown;
                 };
                 content: {

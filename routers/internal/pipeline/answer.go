@@ -183,6 +183,9 @@ func (s *Stream) Begin(st idemguard.StreamStart) {
 		s.OnBegin(st)
 	}
 	SetReplayed(s.SSE.w.Header(), st.Origin != idemguard.StreamLive, st.CompletedAt)
+	if st.Replaced > 0 {
+		s.SSE.w.Header().Set(HeaderReplacesAttempt, strconv.Itoa(st.Replaced))
+	}
 	if st.Restart != "" {
 		s.SSE.w.Header().Set(HeaderStreamRestart, string(st.Restart))
 	}
