@@ -153,7 +153,15 @@ func (s *server) run(ctx context.Context) int {
 			_ = guard.Close(context.Background())
 		}
 	}()
+	var code int
+	code, guardClosed = s.serveHTTP(ctx, guard, m)
+	return code
+}
 
+// serveHTTP serves the API and the operator listener with guard until ctx
+// ends (a graceful shutdown, which closes the guard: closed) or a listener
+// stops.
+func (s *server) serveHTTP(ctx context.Context, guard *idemguard.Guard, m *metrics.Metrics) (code int, closed bool) {
 	// One transport for every upstream call, keeping enough idle connections
 	// that concurrent calls reuse them; closed at the end.
 	transport := ops.NewTransport()
@@ -161,29 +169,27 @@ func (s *server) run(ctx context.Context) int {
 	handler, names, done, ok := s.handler(guard, m, transport)
 	defer done()
 	if !ok {
-		return exitError
+		return exitError, false
 	}
 	opsSrv, opsAddr, opsServed, ok := s.listenOperator(ctx, m, names)
 	if !ok {
-		return exitError
+		return exitError, false
 	}
 	defer s.stopOperator(opsSrv)
 	srv, served, ok := s.listen(ctx, handler, names, opsAddr)
 	if !ok {
-		return exitError
+		return exitError, false
 	}
 	select {
 	case err := <-served:
 		s.log.Error("serve: the HTTP server stopped", "err", err)
-		return exitError
+		return exitError, false
 	case err := <-opsServed:
 		s.log.Error("serve: the operator listener stopped", "err", err)
-		return exitError
+		return exitError, false
 	case <-ctx.Done():
 	}
-	code := s.shutdown(srv, guard)
-	guardClosed = true
-	return code
+	return s.shutdown(srv, guard), true
 }
 
 // warnAtStart logs what a configuration that starts may still get wrong.
