@@ -637,6 +637,12 @@ func (c *Config) fromRaw(raw *rawConfig, env func(string) string, p *problems) {
 		ConnMaxLifetime: p.duration("pool.conn_max_lifetime", raw.Pool.ConnMaxLifetime, 0),
 	}
 	c.Defaults = p.settings("defaults", raw.Defaults)
+	c.upstreamsFromRaw(raw, env, p)
+}
+
+// upstreamsFromRaw fills c's OpenAI and JSON upstream settings from raw,
+// with their defaults; env reads the OpenAI key.
+func (c *Config) upstreamsFromRaw(raw *rawConfig, env func(string) string, p *problems) {
 	c.OpenAI = OpenAI{
 		BaseURL:   strings.TrimRight(cmpOr(raw.OpenAI.BaseURL, DefaultOpenAIBaseURL), "/"),
 		Model:     raw.OpenAI.Model,

@@ -72,33 +72,40 @@ func walkSettings(n *yaml.Node, t reflect.Type, at string, p *problems) {
 			wrongType("a mapping of settings (name: value)")
 			return
 		}
-		fields := settingFields(t)
-		names := make([]string, 0, len(fields))
-		for name := range fields {
-			names = append(names, name)
-		}
-		slices.Sort(names)
-		for i := 0; i+1 < len(n.Content); i += 2 {
-			key, val := n.Content[i], n.Content[i+1]
-			if key.Tag == "!!merge" { // <<: *anchor merges the anchored mapping(s) here
-				if val.Kind == yaml.SequenceNode {
-					for _, v := range val.Content {
-						walkSettings(v, t, at, p)
-					}
-				} else {
-					walkSettings(val, t, at, p)
+		walkStruct(n, t, at, p)
+	}
+}
+
+// walkStruct checks a mapping n against the settings of struct type t:
+// every key a known setting (else the nearest one is named), every value
+// of its setting's type; `<<: *anchor` merges are followed.
+func walkStruct(n *yaml.Node, t reflect.Type, at string, p *problems) {
+	fields := settingFields(t)
+	names := make([]string, 0, len(fields))
+	for name := range fields {
+		names = append(names, name)
+	}
+	slices.Sort(names)
+	for i := 0; i+1 < len(n.Content); i += 2 {
+		key, val := n.Content[i], n.Content[i+1]
+		if key.Tag == "!!merge" { // <<: *anchor merges the anchored mapping(s) here
+			if val.Kind == yaml.SequenceNode {
+				for _, v := range val.Content {
+					walkSettings(v, t, at, p)
 				}
-				continue
+			} else {
+				walkSettings(val, t, at, p)
 			}
-			path := qualify(at, key.Value)
-			ft, ok := fields[key.Value]
-			if !ok {
-				p.add(truncate(path, 100), "unknown setting (line %d); the nearest valid setting here is %s "+
-					"(docs/CONFIGURATION.md lists them all)", key.Line, qualify(at, nearest(key.Value, names)))
-				continue
-			}
-			walkSettings(val, ft, path, p)
+			continue
 		}
+		path := qualify(at, key.Value)
+		ft, ok := fields[key.Value]
+		if !ok {
+			p.add(truncate(path, 100), "unknown setting (line %d); the nearest valid setting here is %s "+
+				"(docs/CONFIGURATION.md lists them all)", key.Line, qualify(at, nearest(key.Value, names)))
+			continue
+		}
+		walkSettings(val, ft, path, p)
 	}
 }
 
