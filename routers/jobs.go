@@ -102,7 +102,7 @@ func (h *handlers) awaitOutcome(ctx context.Context, tenant tenancy.ID, scope st
 	if err != nil {
 		return idemguard.Result{}, false
 	}
-	e, ok := h.follow(ctx, key, wait)
+	e, ok := h.follow(ctx, key, wait, nil)
 	if !ok {
 		return idemguard.Result{}, false
 	}
@@ -125,7 +125,8 @@ func (h *handlers) awaitOutcome(ctx context.Context, tenant tenancy.ID, scope st
 
 // follow watches key for up to wait and returns its final event, if it
 // came (ok false: the wait ended first, or the key cannot be watched).
-func (h *handlers) follow(ctx context.Context, key idemguard.Key, wait time.Duration) (idemguard.Event, bool) {
+// onProgress, if set, is told each progress event on the way.
+func (h *handlers) follow(ctx context.Context, key idemguard.Key, wait time.Duration, onProgress func(store.Progress)) (idemguard.Event, bool) {
 	ctx, cancel := context.WithTimeout(ctx, wait)
 	defer cancel()
 	w, err := h.guard.Watch(ctx, key, "")
@@ -140,6 +141,9 @@ func (h *handlers) follow(ctx context.Context, key idemguard.Key, wait time.Dura
 		}
 		if e.Final() {
 			return e, true
+		}
+		if onProgress != nil && e.Kind == idemguard.EventProgress && e.Info != nil && e.Info.Progress != nil {
+			onProgress(*e.Info.Progress)
 		}
 	}
 }

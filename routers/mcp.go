@@ -228,12 +228,18 @@ func (b mcpBackend) logUnexpected(err error) {
 }
 
 // Job answers a job's key record: GET /v1/ops/{scope}/keys/{ref}, after
-// following the running key for up to wait (capped by Options.MaxWait).
-func (b mcpBackend) Job(ctx context.Context, c *mcpdoor.Caller, scope, ref string, wait time.Duration) (json.RawMessage, error) {
+// following the running key for up to wait (capped by Options.MaxWait),
+// telling progress (if set) of each progress event on the way.
+func (b mcpBackend) Job(ctx context.Context, c *mcpdoor.Caller, scope, ref string, wait time.Duration,
+	progress func(mcpdoor.Progress)) (json.RawMessage, error) {
 	var follow func(context.Context, idemguard.Key) error
 	if wait = min(wait, b.h.limits.MaxWait); wait > 0 {
+		var onProgress func(store.Progress)
+		if progress != nil {
+			onProgress = func(p store.Progress) { progress(mcpdoor.Progress{Done: p.Done, Total: p.Total, Stage: p.Stage}) }
+		}
 		follow = func(ctx context.Context, key idemguard.Key) error {
-			b.h.follow(ctx, key, wait)
+			b.h.follow(ctx, key, wait, onProgress)
 			return nil // the record answers, whether the job completed or not
 		}
 	}

@@ -32,9 +32,16 @@ func (h headerTransport) RoundTrip(r *http.Request) (*http.Response, error) {
 // client's connections are closed when the test ends.
 func Connect(t testing.TB, url string, headers map[string]string) (*mcp.ClientSession, error) {
 	t.Helper()
+	return ConnectWith(t, url, headers, nil)
+}
+
+// ConnectWith is Connect with the client's options (its notification
+// handlers).
+func ConnectWith(t testing.TB, url string, headers map[string]string, opts *mcp.ClientOptions) (*mcp.ClientSession, error) {
+	t.Helper()
 	tr := &http.Transport{}
 	t.Cleanup(tr.CloseIdleConnections)
-	client := mcp.NewClient(&mcp.Implementation{Name: "idemguard-test", Version: "v0"}, nil)
+	client := mcp.NewClient(&mcp.Implementation{Name: "idemguard-test", Version: "v0"}, opts)
 	cs, err := client.Connect(context.Background(), &mcp.StreamableClientTransport{Endpoint: url,
 		HTTPClient: &http.Client{Transport: headerTransport{headers: headers, next: tr}}, DisableStandaloneSSE: true, MaxRetries: -1}, nil)
 	if err == nil {

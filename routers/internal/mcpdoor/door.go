@@ -79,6 +79,13 @@ type Answer struct {
 	Replaced int
 }
 
+// Progress is how far a running job got, as a progress event reported it:
+// numbers, and a stage from its scope's allowlist ("" for none).
+type Progress struct {
+	Done, Total int64
+	Stage       string
+}
+
 // Backend runs what the door is asked: package routers, on its one request
 // pipeline. Its errors are those the REST API answers (pipeline.ProblemFor
 // maps them).
@@ -87,8 +94,9 @@ type Backend interface {
 	// Job and Cancel answer a job's key record; ref is the reference the
 	// job's tool call answered. Job follows a running job for up to wait
 	// (bounded by the Backend) and answers once it completed or the wait
-	// ended.
-	Job(ctx context.Context, c *Caller, scope, ref string, wait time.Duration) (json.RawMessage, error)
+	// ended; progress, if set, is told each progress of the job while it
+	// follows (the door sends it as an MCP progress notification).
+	Job(ctx context.Context, c *Caller, scope, ref string, wait time.Duration, progress func(Progress)) (json.RawMessage, error)
 	Cancel(ctx context.Context, c *Caller, scope, ref string) (json.RawMessage, error)
 }
 
@@ -112,8 +120,10 @@ type Options struct {
 func New(b Backend, o Options) http.Handler {
 	d := &door{backend: b, version: o.Version, servers: newServerCache()}
 	h := mcp.NewStreamableHTTPHandler(d.server, &mcp.StreamableHTTPOptions{
-		Stateless:           true, // any replica answers: nothing of a session lives in a process
-		JSONResponse:        true,
+		Stateless: true, // any replica answers: nothing of a session lives in a process
+		// Answers are server-sent events, so that the progress notifications
+		// of a call that follows a job reach the client before its result.
+		JSONResponse:        false,
 		MaxRequestBodyBytes: o.MaxBodyBytes,
 		// The SDK refuses a request that reached a loopback address with
 		// another Host (a local server's defence against DNS rebinding):

@@ -87,7 +87,7 @@ func (d *door) newServer(tools []Tool) *mcp.Server {
 			"once it completed. With wait, follows the running job for up to that many seconds first.",
 			InputSchema: jobStatusSchema}, d.jobTool(d.backend.Job))
 		s.AddTool(&mcp.Tool{Name: ToolJobCancel, Description: "Cancel a job an async tool started; it stops within one heartbeat and the same call runs it again.",
-			InputSchema: jobSchema}, d.jobTool(func(ctx context.Context, c *Caller, scope, ref string, _ time.Duration) (json.RawMessage, error) {
+			InputSchema: jobSchema}, d.jobTool(func(ctx context.Context, c *Caller, scope, ref string, _ time.Duration, _ func(Progress)) (json.RawMessage, error) {
 			return d.backend.Cancel(ctx, c, scope, ref)
 		}))
 	}
@@ -202,8 +202,11 @@ func readCall(t Tool, args json.RawMessage) (Call, error) {
 	return call, nil
 }
 
+// jobRun answers a job tool's call (Backend.Job's arguments).
+type jobRun func(ctx context.Context, c *Caller, scope, ref string, wait time.Duration, progress func(Progress)) (json.RawMessage, error)
+
 // jobTool is the handler of a job tool that answers with run.
-func (d *door) jobTool(run func(context.Context, *Caller, string, string, time.Duration) (json.RawMessage, error)) mcp.ToolHandler {
+func (d *door) jobTool(run jobRun) mcp.ToolHandler {
 	return func(ctx context.Context, req *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
 		c, ok := callerOf(req)
 		if !ok {
@@ -216,11 +219,27 @@ func (d *door) jobTool(run func(context.Context, *Caller, string, string, time.D
 		if err := json.Unmarshal(req.Params.Arguments, &args); err != nil || args.Scope == "" || args.Ref == "" || args.Wait < 0 {
 			return failed(pipeline.Reject(pipeline.ErrInvalidRef, "the arguments are a scope and a job's ref, both strings, and an optional wait in whole seconds")), nil
 		}
-		rec, err := run(ctx, c, args.Scope, args.Ref, time.Duration(min(args.Wait, maxWaitSeconds))*time.Second)
+		rec, err := run(ctx, c, args.Scope, args.Ref, time.Duration(min(args.Wait, maxWaitSeconds))*time.Second, notifier(ctx, req))
 		if err != nil {
 			return failed(err), nil
 		}
 		return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: string(rec)}}, StructuredContent: rec}, nil
+	}
+}
+
+// notifier sends each progress as an MCP progress notification of req,
+// when its caller asked for them (a progressToken in its _meta): the
+// numbers, and the stage (on its scope's allowlist) as the message.
+func notifier(ctx context.Context, req *mcp.CallToolRequest) func(Progress) {
+	token := req.Params.GetProgressToken()
+	if token == nil || req.Session == nil {
+		return nil
+	}
+	return func(p Progress) {
+		// A notification that cannot be sent (the client left) is not
+		// the call's failure: the answer says how it ended.
+		_ = req.Session.NotifyProgress(ctx, &mcp.ProgressNotificationParams{ProgressToken: token,
+			Progress: float64(p.Done), Total: float64(p.Total), Message: p.Stage})
 	}
 }
 
