@@ -81,9 +81,7 @@ func TestBrowserDemoPage(t *testing.T) {
 		{rep.DoubleClick.Key, rep.DoubleClick.Answer},
 		{rep.Reload.KeyAfter, rep.Reload.Answer},
 	} {
-		res, rec := lookup(t, c, s, "demo", "dev-demo-key", a.key)
-		require.Equal(t, http.StatusOK, res.status, res.String())
-		require.Equal(t, "succeeded", rec.Status)
+		rec := demoKey(t, c, s, "demo", a.key, "succeeded")
 		require.Equal(t, 1, rec.AttemptCount, "one execution for key %s", a.key)
 		var env struct {
 			Data struct {
@@ -164,9 +162,7 @@ func TestBrowserKeepsKeyUntilOutcomeKnown(t *testing.T) {
 
 	// The server's side: one execution, and the 401 in the request log.
 	c := newClient(t)
-	res, rec := lookup(t, c, s, "demo", "dev-demo-key", rep.Key)
-	require.Equal(t, http.StatusOK, res.status, res.String())
-	require.Equal(t, "succeeded", rec.Status)
+	rec := demoKey(t, c, s, "demo", rep.Key, "succeeded")
 	require.Equal(t, 1, rec.AttemptCount)
 	metrics := do(t, c, s, request{method: http.MethodGet, path: "/metrics"})
 	require.Equal(t, http.StatusOK, metrics.status)
@@ -216,9 +212,7 @@ func TestBrowserStreamResumesAfterReload(t *testing.T) {
 	}
 
 	c := newClient(t)
-	res, rec := lookup(t, c, s, "demo", "dev-demo-key", rep.Key)
-	require.Equal(t, http.StatusOK, res.status, res.String())
-	require.Equal(t, "succeeded", rec.Status)
+	rec := demoKey(t, c, s, "demo", rep.Key, "succeeded")
 	require.Equal(t, 1, rec.AttemptCount, "the operation ran once")
 	metrics := do(t, c, s, request{method: http.MethodGet, path: "/metrics"})
 	require.Equal(t, 1, metricValue(t, string(metrics.body), `idemguard_operations_total{outcome="succeeded",scope="demo"}`))
@@ -266,9 +260,7 @@ func TestBrowserStreamResumesAfterACutConnection(t *testing.T) {
 	require.Regexp(t, `^1-[0-9a-f]{8}-[0-9]+$`, *rep.Posts[len(rep.Posts)-1].LastEventID)
 
 	c := newClient(t)
-	res, rec := lookup(t, c, s, "demo", "dev-demo-key", rep.Key)
-	require.Equal(t, http.StatusOK, res.status, res.String())
-	require.Equal(t, "succeeded", rec.Status)
+	rec := demoKey(t, c, s, "demo", rep.Key, "succeeded")
 	require.Equal(t, 1, rec.AttemptCount, "the operation ran once")
 	var env struct {
 		Data struct {
@@ -292,8 +284,6 @@ func TestBrowserStreamResumesAfterACutConnection(t *testing.T) {
 // and skips without them except under CI=true.
 func TestBrowserDemoJob(t *testing.T) {
 	t.Parallel()
-	web, chromium, s := demoService(t)
-	out := t.ArtifactDir()
 	var rep struct {
 		OK              bool     `json:"ok"`
 		Key             string   `json:"key"`
@@ -301,7 +291,7 @@ func TestBrowserDemoJob(t *testing.T) {
 		CanceledAfterMs int      `json:"canceledAfterMs"`
 		Events          []string `json:"events"`
 	}
-	browsertest.Run(t, web, chromium, &rep, "jobs.browser.mjs", "--url", s.url(""), "--out", out)
+	s, out := runJobDriver(t, "jobs.browser.mjs", &rep)
 	require.True(t, rep.OK)
 	require.Less(t, rep.AcceptedAfterMs, 10_000, "the submission answered before the 30-second job ended")
 	// The demo job's heartbeat (and so its cancel check) comes every 2 s.
@@ -310,9 +300,7 @@ func TestBrowserDemoJob(t *testing.T) {
 	require.FileExists(t, filepath.Join(out, "job-reattached.png"))
 
 	c := newClient(t)
-	res, rec := lookup(t, c, s, "demo-job", "dev-demo-key", rep.Key)
-	require.Equal(t, http.StatusOK, res.status, res.String())
-	require.Equal(t, "failed", rec.Status)
+	rec := demoKey(t, c, s, "demo-job", rep.Key, "failed")
 	require.Equal(t, 0, rec.AttemptCount, "a canceled attempt is not counted")
 	require.Contains(t, string(rec.Response), `"stopReason":"canceled"`)
 }
@@ -326,15 +314,13 @@ func TestBrowserDemoJob(t *testing.T) {
 // TestBrowserDemoPage.
 func TestBrowserJobProgress(t *testing.T) {
 	t.Parallel()
-	web, chromium, s := demoService(t)
-	out := t.ArtifactDir()
 	var rep struct {
 		OK          bool    `json:"ok"`
 		Key         string  `json:"key"`
 		Advanced    []int64 `json:"advanced"`
 		AfterReload int64   `json:"afterReload"`
 	}
-	browsertest.Run(t, web, chromium, &rep, "progress.browser.mjs", "--url", s.url(""), "--out", out)
+	s, out := runJobDriver(t, "progress.browser.mjs", &rep)
 	require.True(t, rep.OK)
 	require.Len(t, rep.Advanced, 2)
 	require.Less(t, rep.Advanced[0], rep.Advanced[1], "the bar advanced")
@@ -342,7 +328,26 @@ func TestBrowserJobProgress(t *testing.T) {
 	require.FileExists(t, filepath.Join(out, "job-progress-final.png"))
 
 	c := newClient(t)
-	res, rec := lookup(t, c, s, "demo-job", "dev-demo-key", rep.Key)
+	demoKey(t, c, s, "demo-job", rep.Key, "succeeded")
+}
+
+// demoKey looks key up in scope with the demo's API key, and requires it
+// found and in status.
+func demoKey(t *testing.T, c *http.Client, s *service, scope, key, status string) keyRecord {
+	t.Helper()
+	res, rec := lookup(t, c, s, scope, "dev-demo-key", key)
 	require.Equal(t, http.StatusOK, res.status, res.String())
-	require.Equal(t, "succeeded", rec.Status)
+	require.Equal(t, status, rec.Status)
+	return rec
+}
+
+// runJobDriver runs script, a job driver of web/browser, against a new demo
+// service with the test's artifact directory as its --out, into rep; it
+// returns the service and the directory.
+func runJobDriver(t *testing.T, script string, rep any) (*service, string) {
+	t.Helper()
+	web, chromium, s := demoService(t)
+	out := t.ArtifactDir()
+	browsertest.Run(t, web, chromium, rep, script, "--url", s.url(""), "--out", out)
+	return s, out
 }

@@ -27,14 +27,14 @@ import (
 // goBlockFiles are the documents whose ```go blocks the outside module is built from.
 var goBlockFiles = []string{"../README.md", "../docs/GO.md"}
 
-// readmeGoBlock returns the ```go block between <!-- name:start --> and
-// <!-- name:end --> of README.md or docs/GO.md (the first that has it).
-func readmeGoBlock(t *testing.T, name string) string {
+// readmeBlock returns the block of lang between <!-- name:start --> and
+// <!-- name:end --> of the first of files that has them.
+func readmeBlock(t *testing.T, name, lang string, files ...string) string {
 	t.Helper()
-	for _, f := range goBlockFiles {
+	for _, f := range files {
 		doc, err := os.ReadFile(f)
 		require.NoError(t, err)
-		_, rest, ok := strings.Cut(string(doc), "<!-- "+name+":start -->\n```go\n")
+		_, rest, ok := strings.Cut(string(doc), "<!-- "+name+":start -->\n```"+lang+"\n")
 		if !ok {
 			continue
 		}
@@ -42,7 +42,7 @@ func readmeGoBlock(t *testing.T, name string) string {
 		require.True(t, ok, "%s: %s:start without %s:end", f, name, name)
 		return block
 	}
-	t.Fatalf("no <!-- %s:start --> ```go marker in %v", name, goBlockFiles)
+	t.Fatalf("no <!-- %s:start --> ```%s marker in %v", name, lang, files)
 	return ""
 }
 
@@ -80,7 +80,7 @@ func buildOutsideModule(t *testing.T) string {
 	checkout, err := filepath.Abs("..")
 	require.NoError(t, err)
 	for file, block := range outsideBlocks {
-		require.NoError(t, os.WriteFile(filepath.Join(dir, file), []byte(readmeGoBlock(t, block)), 0o600))
+		require.NoError(t, os.WriteFile(filepath.Join(dir, file), []byte(readmeBlock(t, block, "go", goBlockFiles...)), 0o600))
 	}
 	main, err := os.ReadFile("testdata/outside/main.go")
 	require.NoError(t, err)

@@ -63,21 +63,8 @@ func anthropicError(p pipeline.Problem) (string, []byte) {
 
 // anthropicErrorType is Anthropic's error type for a status.
 func anthropicErrorType(status int) string {
-	switch {
-	case status == http.StatusUnauthorized:
-		return "authentication_error"
-	case status == http.StatusForbidden:
-		return "permission_error"
-	case status == http.StatusNotFound:
-		return "not_found_error"
-	case status == http.StatusRequestEntityTooLarge:
-		return "request_too_large"
-	case status == http.StatusTooManyRequests:
-		return "rate_limit_error"
-	case status == http.StatusServiceUnavailable:
-		return "overloaded_error"
-	case status >= 500:
-		return "api_error"
-	}
-	return "invalid_request_error"
+	return doorErrorType(status, "api_error", map[int]string{
+		http.StatusRequestEntityTooLarge: "request_too_large",
+		http.StatusServiceUnavailable:    "overloaded_error",
+	})
 }

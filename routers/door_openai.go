@@ -130,7 +130,15 @@ func openAIError(p pipeline.Problem) (string, []byte) {
 }
 
 // openAIErrorType is OpenAI's error type for a status.
-func openAIErrorType(status int) string {
+func openAIErrorType(status int) string { return doorErrorType(status, "server_error", nil) }
+
+// doorErrorType is the error type both providers name a status by: own
+// first (a provider's names for particular statuses), then the names they
+// share, server for any other 5xx, and invalid_request_error for the rest.
+func doorErrorType(status int, server string, own map[int]string) string {
+	if t, ok := own[status]; ok {
+		return t
+	}
 	switch {
 	case status == http.StatusUnauthorized:
 		return "authentication_error"
@@ -141,7 +149,7 @@ func openAIErrorType(status int) string {
 	case status == http.StatusTooManyRequests:
 		return "rate_limit_error"
 	case status >= 500:
-		return "server_error"
+		return server
 	}
 	return "invalid_request_error"
 }

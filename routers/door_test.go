@@ -279,15 +279,7 @@ func TestDoorAnthropic(t *testing.T) {
 	h, err := New(b.opts)
 	require.NoError(t, err)
 	post := func(key, body string, headers ...string) *httptest.ResponseRecorder {
-		r := httptest.NewRequest(http.MethodPost, "/anthropic/v1/messages", strings.NewReader(body))
-		r.Header.Set("X-Api-Key", acmeKey1)
-		r.Header.Set("Idempotency-Key", key)
-		for i := 0; i+1 < len(headers); i += 2 {
-			r.Header.Set(headers[i], headers[i+1])
-		}
-		w := httptest.NewRecorder()
-		h.ServeHTTP(w, r)
-		return w
+		return mwDo(h, http.MethodPost, "/anthropic/v1/messages", "", key, body, append([]string{"X-Api-Key", acmeKey1}, headers...)...)
 	}
 	body := `{"model":"claude-x","max_tokens":9,"messages":[{"role":"user","content":"hi"}]}`
 	first, second := post("a-1", body), post("a-1", body)

@@ -37,7 +37,7 @@ func chatSetup(t *testing.T, status int) (*testBundle, *atomic.Int32) {
 	t.Cleanup(upstream.Close)
 	b := setup(t, setupOpts{options: func(o *Options) {
 		o.Scopes = []Scope{{Name: "chat",
-			Run:      ops.OpenAIChat(ops.OpenAIConfig{BaseURL: upstream.URL, Model: "m", MaxTokens: 100, Client: upstream.Client()}),
+			Run:      ops.OpenAIChat(ops.OpenAIConfig{Provider: ops.Provider{BaseURL: upstream.URL, Model: "m", MaxTokens: 100, Client: upstream.Client()}}),
 			Validate: ops.ValidateChatInput(100)}}
 	}})
 	return b, &calls

@@ -52,6 +52,18 @@ var routeStatuses = map[string][]int{
 const notAllowedStatus = http.StatusMethodNotAllowed
 
 // routeHeaders lists, per route and status, the response headers the
+// doorHeaders are the headers of the OpenAI and Anthropic doors: the same
+// for both.
+var doorHeaders = map[int][]string{
+	200: {pipeline.HeaderLocation, pipeline.HeaderKeyRef, pipeline.HeaderReplayed, pipeline.HeaderCompletedAt, pipeline.HeaderPreferenceApplied},
+	401: {"WWW-Authenticate"},
+	409: {pipeline.HeaderRetryAfter, pipeline.HeaderLocation, pipeline.HeaderKeyRef, pipeline.HeaderPreferenceApplied},
+	422: {pipeline.HeaderLocation, pipeline.HeaderKeyRef},
+	429: {pipeline.HeaderRetryAfter},
+	502: {pipeline.HeaderLocation, pipeline.HeaderKeyRef, pipeline.HeaderReplayed, pipeline.HeaderCompletedAt, pipeline.HeaderPreferenceApplied},
+	503: {pipeline.HeaderRetryAfter, pipeline.HeaderLocation, pipeline.HeaderKeyRef},
+}
+
 // handler sets and the document must describe.
 var routeHeaders = map[string]map[int][]string{
 	"POST /v1/ops/{scope}": {
@@ -64,24 +76,8 @@ var routeHeaders = map[string]map[int][]string{
 		502: {pipeline.HeaderLocation, pipeline.HeaderKeyRef, pipeline.HeaderReplayed, pipeline.HeaderCompletedAt, pipeline.HeaderPreferenceApplied},
 		503: {pipeline.HeaderRetryAfter, pipeline.HeaderLocation, pipeline.HeaderKeyRef},
 	},
-	"POST /openai/v1/chat/completions": {
-		200: {pipeline.HeaderLocation, pipeline.HeaderKeyRef, pipeline.HeaderReplayed, pipeline.HeaderCompletedAt, pipeline.HeaderPreferenceApplied},
-		401: {"WWW-Authenticate"},
-		409: {pipeline.HeaderRetryAfter, pipeline.HeaderLocation, pipeline.HeaderKeyRef, pipeline.HeaderPreferenceApplied},
-		422: {pipeline.HeaderLocation, pipeline.HeaderKeyRef},
-		429: {pipeline.HeaderRetryAfter},
-		502: {pipeline.HeaderLocation, pipeline.HeaderKeyRef, pipeline.HeaderReplayed, pipeline.HeaderCompletedAt, pipeline.HeaderPreferenceApplied},
-		503: {pipeline.HeaderRetryAfter, pipeline.HeaderLocation, pipeline.HeaderKeyRef},
-	},
-	"POST /anthropic/v1/messages": {
-		200: {pipeline.HeaderLocation, pipeline.HeaderKeyRef, pipeline.HeaderReplayed, pipeline.HeaderCompletedAt, pipeline.HeaderPreferenceApplied},
-		401: {"WWW-Authenticate"},
-		409: {pipeline.HeaderRetryAfter, pipeline.HeaderLocation, pipeline.HeaderKeyRef, pipeline.HeaderPreferenceApplied},
-		422: {pipeline.HeaderLocation, pipeline.HeaderKeyRef},
-		429: {pipeline.HeaderRetryAfter},
-		502: {pipeline.HeaderLocation, pipeline.HeaderKeyRef, pipeline.HeaderReplayed, pipeline.HeaderCompletedAt, pipeline.HeaderPreferenceApplied},
-		503: {pipeline.HeaderRetryAfter, pipeline.HeaderLocation, pipeline.HeaderKeyRef},
-	},
+	"POST /openai/v1/chat/completions":       doorHeaders,
+	"POST /anthropic/v1/messages":            doorHeaders,
 	"GET /v1/ops/{scope}/keys/{key}":         {401: {"WWW-Authenticate"}, 503: {pipeline.HeaderRetryAfter}},
 	"GET /v1/ops/{scope}/keys/{key}/history": {401: {"WWW-Authenticate"}, 503: {pipeline.HeaderRetryAfter}},
 	"GET /v1/stats":                          {401: {"WWW-Authenticate"}, 503: {pipeline.HeaderRetryAfter}},

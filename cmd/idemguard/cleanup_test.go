@@ -83,11 +83,7 @@ func TestCleanupCommand(t *testing.T) {
 func TestCleanupUsageErrors(t *testing.T) {
 	t.Parallel()
 	dsn := []string{"--dsn", "u@tcp(127.0.0.1:1)/db"}
-	for _, tt := range []struct {
-		name string
-		args []string
-		want string
-	}{
+	requireUsageErrors(t, "cleanup", []usageCase{
 		{"missing DSN", nil, "pass --dsn or set IDEMGUARD_MYSQL_DSN"},
 		{"zero batch", append([]string{"--batch-size", "0"}, dsn...), "--batch-size must be between 1 and 100000, got 0"},
 		{"negative batch", append([]string{"--batch-size", "-5"}, dsn...), "--batch-size must be between 1 and 100000, got -5"},
@@ -106,15 +102,7 @@ func TestCleanupUsageErrors(t *testing.T) {
 		{"audit retention in weeks", append([]string{"--audit-retention", "13w"}, dsn...), `invalid value "13w" for flag -audit-retention: want whole days like 90d`},
 		{"negative audit retention", append([]string{"--audit-retention", "-1h"}, dsn...), `invalid value "-1h" for flag -audit-retention`},
 		{"metrics file on a dry run", append([]string{"--dry-run", "--metrics-file", "x.prom"}, dsn...), "--metrics-file records real runs only"},
-	} {
-		t.Run(tt.name, func(t *testing.T) {
-			t.Parallel()
-			r := runCLI(t, nil, append([]string{"cleanup"}, tt.args...)...)
-			require.Equal(t, exitUsage, r.code, r.stderr)
-			require.Contains(t, r.stderr, tt.want)
-			require.Empty(t, r.stdout)
-		})
-	}
+	})
 }
 
 func TestCleanupHelp(t *testing.T) {

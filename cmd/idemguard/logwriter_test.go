@@ -35,6 +35,19 @@ func (w *gatedWriter) Write(p []byte) (int, error) {
 	return w.buf.Write(p)
 }
 
+// stuckLogWriter is a logWriter whose writer is inside its first write
+// (of the line "first") until gate is closed.
+func stuckLogWriter(t *testing.T) (gate chan struct{}, w *gatedWriter, lw *logWriter) {
+	t.Helper()
+	gate = make(chan struct{})
+	w = &gatedWriter{gate: gate, entered: make(chan struct{})}
+	lw = newLogWriter(w)
+	_, err := lw.Write([]byte("first\n"))
+	require.NoError(t, err)
+	<-w.entered
+	return gate, w, lw
+}
+
 func (w *gatedWriter) snapshot() (string, int) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
@@ -84,12 +97,7 @@ func TestLogWriterKeepsEveryLineInOrder(t *testing.T) {
 // writes.
 func TestLogWriterBatches(t *testing.T) {
 	t.Parallel()
-	gate := make(chan struct{})
-	w := &gatedWriter{gate: gate, entered: make(chan struct{})}
-	lw := newLogWriter(w)
-	_, err := lw.Write([]byte("first\n"))
-	require.NoError(t, err)
-	<-w.entered // the writer is inside its first write
+	gate, w, lw := stuckLogWriter(t)
 	for i := range 100 {
 		_, err := fmt.Fprintf(lw, "queued %d\n", i) // returns although the writer is stuck
 		require.NoError(t, err)
@@ -105,12 +113,7 @@ func TestLogWriterBatches(t *testing.T) {
 // behind a stuck write are all written once it returns.
 func TestLogWriterWaitsRatherThanDrops(t *testing.T) {
 	t.Parallel()
-	gate := make(chan struct{})
-	w := &gatedWriter{gate: gate, entered: make(chan struct{})}
-	lw := newLogWriter(w)
-	_, err := lw.Write([]byte("first\n"))
-	require.NoError(t, err)
-	<-w.entered
+	gate, w, lw := stuckLogWriter(t)
 	line := []byte(strings.Repeat("x", 1023) + "\n")
 	const n = 2 * maxQueuedLog / 1024
 	done := make(chan struct{})

@@ -20,6 +20,31 @@ type result struct {
 	stdout, stderr string
 }
 
+// usageCase is a command line (after the command) that must be refused as
+// a usage error, with want in stderr.
+type usageCase struct {
+	name string
+	args []string
+	want string
+}
+
+// requireUsageErrors runs command with each case's arguments: each exits
+// with exitUsage, says its want (and not "hunter2", the password of the
+// cases' DSNs) on stderr and writes nothing on stdout.
+func requireUsageErrors(t *testing.T, command string, cases []usageCase) {
+	t.Helper()
+	for _, tt := range cases {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			r := runCLI(t, nil, append([]string{command}, tt.args...)...)
+			require.Equal(t, exitUsage, r.code, r.stderr)
+			require.Contains(t, r.stderr, tt.want)
+			require.NotContains(t, r.stderr, "hunter2")
+			require.Empty(t, r.stdout)
+		})
+	}
+}
+
 // runCLI calls run with the given environment variables only.
 func runCLI(t *testing.T, environ map[string]string, args ...string) result {
 	t.Helper()

@@ -68,26 +68,14 @@ func TestMigrateLifecycle(t *testing.T) {
 
 func TestMigrateUsageErrors(t *testing.T) {
 	t.Parallel()
-	for _, tt := range []struct {
-		name string
-		args []string
-		want string
-	}{
-		{"missing DSN", []string{"migrate", "up"}, "pass --dsn or set IDEMGUARD_MYSQL_DSN"},
-		{"no action", []string{"migrate"}, "want exactly one action"},
-		{"two actions", []string{"migrate", "up", "down"}, "want exactly one action"},
-		{"unknown action", []string{"migrate", "sideways"}, `unknown action "sideways"`},
-		{"unknown flag", []string{"migrate", "--bogus", "up"}, "flag provided but not defined: -bogus"},
-		{"bad lock timeout", []string{"migrate", "--lock-timeout", "0s", "--dsn", "u@tcp(h)/db", "up"}, "--lock-timeout must be positive"},
-	} {
-		t.Run(tt.name, func(t *testing.T) {
-			t.Parallel()
-			r := runCLI(t, nil, tt.args...)
-			require.Equal(t, exitUsage, r.code, r.stderr)
-			require.Contains(t, r.stderr, tt.want)
-			require.Empty(t, r.stdout)
-		})
-	}
+	requireUsageErrors(t, "migrate", []usageCase{
+		{"missing DSN", []string{"up"}, "pass --dsn or set IDEMGUARD_MYSQL_DSN"},
+		{"no action", nil, "want exactly one action"},
+		{"two actions", []string{"up", "down"}, "want exactly one action"},
+		{"unknown action", []string{"sideways"}, `unknown action "sideways"`},
+		{"unknown flag", []string{"--bogus", "up"}, "flag provided but not defined: -bogus"},
+		{"bad lock timeout", []string{"--lock-timeout", "0s", "--dsn", "u@tcp(h)/db", "up"}, "--lock-timeout must be positive"},
+	})
 }
 
 func TestMigrateDatabaseErrorRedactsPassword(t *testing.T) {

@@ -2,14 +2,18 @@ package main
 
 import (
 	"encoding/json"
+	"fmt"
 	"regexp"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/idemguard/idemguard/internal/mysqlstore"
 	"github.com/idemguard/idemguard/internal/stats/statstest"
 	"github.com/idemguard/idemguard/internal/testdb"
+	"github.com/idemguard/idemguard/store"
 )
 
 // lenient thresholds that the seeded figures (takeover 7%, hit 22.5%, failure 12%) all meet.
@@ -133,11 +137,7 @@ func TestStatsNoData(t *testing.T) {
 func TestStatsUsageErrors(t *testing.T) {
 	t.Parallel()
 	dsn := []string{"--dsn", "u@tcp(127.0.0.1:1)/db"}
-	for _, tt := range []struct {
-		name string
-		args []string
-		want string
-	}{
+	requireUsageErrors(t, "stats", []usageCase{
 		{"missing DSN", nil, "pass --dsn or set IDEMGUARD_MYSQL_DSN"},
 		{"zero since", append([]string{"--since", "0s"}, dsn...), `invalid value "0s" for flag -since: must be between 1s and 9600h0m0s`},
 		{"negative since", append([]string{"--since", "-1h"}, dsn...), `invalid value "-1h" for flag -since`},
@@ -152,16 +152,7 @@ func TestStatsUsageErrors(t *testing.T) {
 		{"positional", append(dsn, "24h"), `unexpected argument "24h"`},
 		{"malformed DSN", []string{"--dsn", "app:hunter2@tcp(db:3306"}, `idemguard stats: mysqlconn: invalid DSN "app:xxxxx@tcp(db:3306"`},
 		{"URL DSN", []string{"--dsn", "mysql://app:hunter2@db/idemguard"}, "not a URL"},
-	} {
-		t.Run(tt.name, func(t *testing.T) {
-			t.Parallel()
-			r := runCLI(t, nil, append([]string{"stats"}, tt.args...)...)
-			require.Equal(t, exitUsage, r.code, r.stderr)
-			require.Contains(t, r.stderr, tt.want)
-			require.NotContains(t, r.stderr, "hunter2")
-			require.Empty(t, r.stdout)
-		})
-	}
+	})
 }
 
 // Figures that cannot be read exit 3 (exitUnreadable), never 1: alerting tells a breach from a
@@ -183,4 +174,64 @@ func TestStatsDatabaseErrors(t *testing.T) {
 	require.Equal(t, exitUnreadable, r.code, r.stderr)
 	require.Contains(t, r.stderr, "idemguard migrate up")
 	require.Empty(t, r.stdout)
+}
+
+// stats secrets counts the live rows per secret id: expired rows do not count, a started row
+// does even past its expiry (its owner may still hold its lease), NULL is the unnamed secret.
+func TestStatsSecrets(t *testing.T) {
+	t.Parallel()
+	d := testdb.New(t)
+	st := mysqlstore.New(d.DB)
+	ctx := t.Context()
+	n := 0
+	claim := func(secretID string, ttl time.Duration) uint64 {
+		n++
+		id, err := st.Claim(ctx, store.ClaimParams{Tenant: "acme", Scope: "s", KeyHash: fmt.Sprintf("%064d", n),
+			Fingerprint: fmt.Sprintf("%064d", 0), SecretID: secretID, Nonce: fmt.Sprintf("n%d", n), TTL: ttl, Lease: time.Minute})
+		require.NoError(t, err)
+		return id
+	}
+	complete := func(id uint64, ttl time.Duration) {
+		ok, _, err := st.Complete(ctx, store.CompleteParams{ID: id, Nonce: fmt.Sprintf("n%d", id), Status: store.RowSucceeded,
+			Response: []byte(`{"ok":true}`), ResponseCode: 200, TTL: ttl})
+		require.NoError(t, err)
+		require.True(t, ok)
+	}
+	for range 3 {
+		complete(claim("2026-05", time.Hour), time.Hour)
+	}
+	complete(claim("2026-05", time.Hour), -time.Hour) // expired: not counted
+	claim("2026-11", time.Hour)                       // started
+	claim("2026-11", -time.Hour)                      // started past its expiry: still counted
+	complete(claim("", time.Hour), time.Hour)
+
+	environ := map[string]string{EnvMySQLDSN: d.DSN}
+	r := runCLI(t, environ, "stats", "secrets")
+	require.Equal(t, exitOK, r.code, r.stderr)
+	for _, line := range []string{
+		`(?m)^SECRET ID\s+LIVE ROWS\s+STARTED\s+LAST EXPIRES$`,
+		`(?m)^\(unnamed\)\s+1\s+0\s+\d{4}-`,
+		`(?m)^2026-05\s+3\s+0\s+\d{4}-`,
+		`(?m)^2026-11\s+2\s+2\s+\d{4}-`,
+	} {
+		require.Regexp(t, regexp.MustCompile(line), r.stdout)
+	}
+
+	r = runCLI(t, environ, "stats", "secrets", "--json")
+	require.Equal(t, exitOK, r.code, r.stderr)
+	var out struct {
+		Secrets []struct {
+			ID      string `json:"secret_id"`
+			Live    int    `json:"live_rows"`
+			Started int    `json:"started_rows"`
+		} `json:"secrets"`
+	}
+	require.NoError(t, json.Unmarshal([]byte(r.stdout), &out), r.stdout)
+	require.Len(t, out.Secrets, 3)
+	require.Equal(t, "", out.Secrets[0].ID)
+	require.Equal(t, 3, out.Secrets[1].Live)
+	require.Equal(t, 2, out.Secrets[2].Started)
+
+	r = runCLI(t, environ, "stats", "secrets", "extra")
+	require.Equal(t, exitUsage, r.code)
 }

@@ -53,8 +53,8 @@ func newHTTPHandler(b *testing.B, cacheSize int) (http.Handler, *fakeUpstream) {
 		Logger: log, ReplayCacheSize: cacheSize, Observe: observe, Audit: idemguard.AuditConfig{Observe: true, Store: true}})
 	require.NoError(b, err)
 	b.Cleanup(func() { require.NoError(b, g.Close(context.Background())) })
-	scopes := []routers.Scope{{Name: httpScope, Run: ops.OpenAIChat(ops.OpenAIConfig{
-		BaseURL: up.url(), Model: "bench-model", Client: &http.Client{Transport: loopbackTransport()}})}}
+	scopes := []routers.Scope{{Name: httpScope, Run: ops.OpenAIChat(ops.OpenAIConfig{Provider: ops.Provider{
+		BaseURL: up.url(), Model: "bench-model", Client: &http.Client{Transport: loopbackTransport()}}})}}
 	auth, err := auth.NewAuthenticator(map[tenancy.ID][]string{httpTenant: {auth.HashAPIKey(benchAPIKey)}})
 	require.NoError(b, err)
 	// The limits checked as serve checks them, with a rate the loop never

@@ -60,17 +60,7 @@ func (c *Config) anthropicFromRaw(raw *rawAnthropic, env func(string) string, p 
 
 // validateAnthropic checks the settings the anthropic_messages scopes use.
 func (c *Config) validateAnthropic(used bool, p *problems) {
-	if used {
-		if err := checkHTTPURL(c.Anthropic.BaseURL); err != nil {
-			p.add("anthropic.base_url", "%v (env %s)", err, EnvAnthropicBaseURL)
-		}
-		c.checkProviderURL(p, "anthropic.base_url", c.Anthropic.BaseURL)
-		if strings.TrimSpace(c.Anthropic.Model) == "" {
-			p.add("anthropic.model", "is required by the anthropic_messages scopes: set it, or %s", EnvAnthropicModel)
-		}
-	}
-	p.between("anthropic.timeout", c.Anthropic.Timeout, time.Millisecond, MaxOperationTimeout)
-	if c.Anthropic.MaxTokens < 0 {
-		p.add("anthropic.max_tokens", "must not be negative (0: no cap), got %d", c.Anthropic.MaxTokens)
-	}
+	c.validateProvider(p, used, "anthropic", "anthropic_messages", c.Anthropic.BaseURL, c.Anthropic.Model,
+		EnvAnthropicBaseURL, EnvAnthropicModel, c.Anthropic.Timeout, c.Anthropic.MaxTokens)
+
 }

@@ -967,21 +967,30 @@ func (c *Config) validateScopes(p *problems) map[Operation]bool {
 	return uses
 }
 
+// validateProvider checks one provider's settings (name: its section;
+// op: the operation its scopes use): its base URL and model when used, its
+// timeout and max_tokens always.
+func (c *Config) validateProvider(p *problems, used bool, name, op, baseURL, model, envURL, envModel string,
+	timeout time.Duration, maxTokens int) {
+	if used {
+		if err := checkHTTPURL(baseURL); err != nil {
+			p.add(name+".base_url", "%v (env %s)", err, envURL)
+		}
+		c.checkProviderURL(p, name+".base_url", baseURL)
+		if strings.TrimSpace(model) == "" {
+			p.add(name+".model", "is required by the %s scopes: set it, or %s", op, envModel)
+		}
+	}
+	p.between(name+".timeout", timeout, time.Millisecond, MaxOperationTimeout)
+	if maxTokens < 0 {
+		p.add(name+".max_tokens", "must not be negative (0: no cap), got %d", maxTokens)
+	}
+}
+
 // validateUpstreams checks the upstreams of the operations in uses.
 func (c *Config) validateUpstreams(uses map[Operation]bool, p *problems) {
-	if uses[OpOpenAIChat] {
-		if err := checkHTTPURL(c.OpenAI.BaseURL); err != nil {
-			p.add("openai.base_url", "%v (env %s)", err, EnvOpenAIBaseURL)
-		}
-		c.checkProviderURL(p, "openai.base_url", c.OpenAI.BaseURL)
-		if strings.TrimSpace(c.OpenAI.Model) == "" {
-			p.add("openai.model", "is required by the openai_chat scopes: set it, or %s", EnvOpenAIModel)
-		}
-	}
-	p.between("openai.timeout", c.OpenAI.Timeout, time.Millisecond, MaxOperationTimeout)
-	if c.OpenAI.MaxTokens < 0 {
-		p.add("openai.max_tokens", "must not be negative (0: no cap), got %d", c.OpenAI.MaxTokens)
-	}
+	c.validateProvider(p, uses[OpOpenAIChat], "openai", "openai_chat", c.OpenAI.BaseURL, c.OpenAI.Model,
+		EnvOpenAIBaseURL, EnvOpenAIModel, c.OpenAI.Timeout, c.OpenAI.MaxTokens)
 	if c.Upstream.URL != "" {
 		if err := checkHTTPURL(c.Upstream.URL); err != nil {
 			p.add("upstream.url", "%v (env %s)", err, EnvUpstreamURL)

@@ -7,30 +7,18 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"net/http"
 	"strconv"
 	"strings"
-	"time"
 
 	"github.com/idemguard/idemguard"
 	"github.com/idemguard/idemguard/sanitize"
 )
 
-// AnthropicConfig configures AnthropicMessages.
+// AnthropicConfig configures AnthropicMessages: the operation POSTs
+// {BaseURL}/messages (BaseURL e.g. https://api.anthropic.com/v1), the API
+// key as x-api-key.
 type AnthropicConfig struct {
-	// BaseURL is the API root, e.g. https://api.anthropic.com/v1; the
-	// operation POSTs {BaseURL}/messages.
-	BaseURL string
-	// Model is sent with every request. It is never stored or returned.
-	Model string
-	// APIKey, when set, is sent as x-api-key. Never logged.
-	APIKey string
-	// Timeout bounds one call (0: only the guard's timeout applies).
-	Timeout time.Duration
-	// MaxTokens caps the max_tokens a request may ask for (0: no cap).
-	MaxTokens int
-	// Client sends the requests (nil: the operations' shared client).
-	Client *http.Client
+	Provider
 }
 
 // AnthropicVersion is the anthropic-version header every request sends.

@@ -57,7 +57,7 @@ func fakeAnthropic(t *testing.T) *httptest.Server {
 func TestAnthropicMessages(t *testing.T) {
 	t.Parallel()
 	srv := fakeAnthropic(t)
-	cfg := AnthropicConfig{BaseURL: srv.URL + "/v1", Model: "claude-test", APIKey: "k"}
+	cfg := AnthropicConfig{Provider: Provider{BaseURL: srv.URL + "/v1", Model: "claude-test", APIKey: "k"}}
 	inputs := json.RawMessage(`{"max_tokens":64,"messages":[{"role":"user","content":[{"type":"text","text":"hi"}]}]}`)
 
 	v, err := AnthropicMessages(cfg)(context.Background(), inputs)
@@ -112,7 +112,7 @@ func TestAnthropicStreamFailures(t *testing.T) {
 				fmt.Fprint(w, tc.events)
 			}))
 			defer srv.Close()
-			cfg := AnthropicConfig{BaseURL: srv.URL, Model: "m"}
+			cfg := AnthropicConfig{Provider: Provider{BaseURL: srv.URL, Model: "m"}}
 			_, err := AnthropicMessagesStream(cfg)(context.Background(),
 				json.RawMessage(`{"max_tokens":8,"messages":[{"role":"user","content":"hi"}]}`), func(idemguard.Chunk) {})
 			var oe *idemguard.OpError

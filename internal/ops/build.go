@@ -28,14 +28,14 @@ func FromConfig(c *config.Config, client *http.Client, pseudonym caller.Pseudony
 		switch s.Operation {
 		case config.OpOpenAIChat:
 			sc.Timeout = cmp.Or(sc.Timeout, c.OpenAI.Timeout)
-			oc := OpenAIConfig{BaseURL: c.OpenAI.BaseURL, Model: c.OpenAI.Model, APIKey: c.OpenAI.APIKey,
-				Timeout: sc.Timeout, MaxTokens: c.OpenAI.MaxTokens, Client: client, ActorField: c.OpenAI.ActorField, Pseudonym: pseudonym}
+			oc := OpenAIConfig{Provider: Provider{BaseURL: c.OpenAI.BaseURL, Model: c.OpenAI.Model, APIKey: c.OpenAI.APIKey,
+				Timeout: sc.Timeout, MaxTokens: c.OpenAI.MaxTokens, Client: client}, ActorField: c.OpenAI.ActorField, Pseudonym: pseudonym}
 			sc.Run, sc.Stream, sc.StreamReplay = OpenAIChat(oc), OpenAIChatStream(oc), OpenAIChatReplay
 			sc.Validate, sc.InputSchema = ValidateChatInput(c.OpenAI.MaxTokens), ChatInputSchema
 		case config.OpAnthropicMessages:
 			sc.Timeout = cmp.Or(sc.Timeout, c.Anthropic.Timeout)
-			ac := AnthropicConfig{BaseURL: c.Anthropic.BaseURL, Model: c.Anthropic.Model, APIKey: c.Anthropic.APIKey,
-				Timeout: sc.Timeout, MaxTokens: c.Anthropic.MaxTokens, Client: client}
+			ac := AnthropicConfig{Provider{BaseURL: c.Anthropic.BaseURL, Model: c.Anthropic.Model, APIKey: c.Anthropic.APIKey,
+				Timeout: sc.Timeout, MaxTokens: c.Anthropic.MaxTokens, Client: client}}
 			sc.Run, sc.Stream, sc.StreamReplay = AnthropicMessages(ac), AnthropicMessagesStream(ac), AnthropicReplay
 			sc.Validate = ValidateAnthropicInput(c.Anthropic.MaxTokens)
 		case config.OpHTTPJSON:

@@ -15,24 +15,12 @@ import (
 	"github.com/idemguard/idemguard/sanitize"
 )
 
-// OpenAIConfig configures OpenAIChat.
+// OpenAIConfig configures OpenAIChat: the operation POSTs
+// {BaseURL}/chat/completions (BaseURL e.g. https://api.openai.com/v1), the
+// API key as `Authorization: Bearer`, and Provider.MaxTokens also when the
+// request asks for none.
 type OpenAIConfig struct {
-	// BaseURL is the API root, e.g. https://api.openai.com/v1; the operation
-	// POSTs {BaseURL}/chat/completions.
-	BaseURL string
-	// Model is sent with every request. It is never stored or returned.
-	Model string
-	// APIKey, when set, is sent as `Authorization: Bearer`. Never logged.
-	APIKey string
-	// Timeout bounds one call (0: only the guard's timeout applies).
-	Timeout time.Duration
-	// MaxTokens caps the max_tokens a request may ask for, and is sent when
-	// the request asks for none (0: no cap).
-	MaxTokens int
-	// Client sends the requests. Defaults to one client, shared by every
-	// operation, on a NewTransport and without a timeout of its own
-	// (Timeout and the guard bound each call).
-	Client *http.Client
+	Provider
 	// ActorField, when set, is the request field that carries the caller's
 	// pseudonymous actor (caller.Actor, made with Pseudonym), for the
 	// provider's abuse monitoring: ActorSafetyIdentifier or ActorUser.
@@ -40,6 +28,25 @@ type OpenAIConfig struct {
 	ActorField string
 	// Pseudonym makes the actor (Guard.HashActor); nil: none is sent.
 	Pseudonym caller.Pseudonym
+}
+
+// Provider is what the operation of an LLM provider's API is configured
+// with.
+type Provider struct {
+	// BaseURL is the API root the operation POSTs below.
+	BaseURL string
+	// Model is sent with every request. It is never stored or returned.
+	Model string
+	// APIKey, when set, is sent in the provider's header. Never logged.
+	APIKey string
+	// Timeout bounds one call (0: only the guard's timeout applies).
+	Timeout time.Duration
+	// MaxTokens caps the max_tokens a request may ask for (0: no cap).
+	MaxTokens int
+	// Client sends the requests. Defaults to one client, shared by every
+	// operation, on a NewTransport and without a timeout of its own
+	// (Timeout and the guard bound each call).
+	Client *http.Client
 }
 
 // The request fields OpenAIConfig.ActorField may name.

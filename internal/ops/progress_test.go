@@ -49,7 +49,7 @@ func TestOpenAIChatStreamReportsTokensReceived(t *testing.T) {
 	t.Parallel()
 	srv, _ := streamUpstream(t, 200, wholeStream...)
 	ctx, got := reports()
-	f := ops.OpenAIChatStream(ops.OpenAIConfig{BaseURL: srv.URL + "/v1", Model: "gpt-test", APIKey: apiKey})
+	f := ops.OpenAIChatStream(ops.OpenAIConfig{Provider: ops.Provider{BaseURL: srv.URL + "/v1", Model: "gpt-test", APIKey: apiKey}})
 	_, err := f(ctx, chatInputs, func(idemguard.Chunk) {})
 	require.NoError(t, err)
 	require.Equal(t, []progress.Update{{Done: 1}, {Done: 2}}, got())

@@ -1,6 +1,7 @@
 // What every *.browser.mjs driver shares: its command line, a headless
 // Chromium that runs as root in a container without Google's services on
 // a closed network, and the check that fails the run.
+import { mkdir } from "node:fs/promises";
 import { parseArgs } from "node:util";
 import { chromium } from "playwright-core";
 
@@ -59,4 +60,39 @@ export async function streamSome(page, api) {
 // untilDone waits until the newest result has ended.
 export function untilDone(page) {
   return page.waitForFunction(() => document.querySelector("#results .result")?.dataset.state === "done", null, wait);
+}
+
+// jobDriver runs a driver of the demo page's long jobs: it reads --url and
+// --out (making the out directory), opens the demo page in headless
+// Chromium, starts a job with a new prompt and waits for the page to show
+// its key; then runs steps({ args, context, page, key, prompt,
+// acceptedAfterMs, errors, out }), checks that no page threw (steps adds
+// its other pages' errors to errors), and prints out, with the key and
+// ok, as one JSON line.
+export async function jobDriver(usage, steps) {
+  const { args, api } = cli(usage, "out");
+  await mkdir(args.out, { recursive: true });
+  const prompt = `Research ${Math.random().toString(36).slice(2, 8)}`;
+  const browser = await launch();
+  const out = {};
+  try {
+    const context = await browser.newContext({ viewport: { width: 900, height: 1000 } });
+    const page = await context.newPage();
+    const errors = [];
+    page.on("pageerror", (e) => errors.push(String(e)));
+    await page.goto(`${api}/`, wait);
+    await page.fill("#job-prompt", prompt);
+    const clicked = Date.now();
+    await page.click("#job-start");
+    const key = await page.getAttribute('#job-status[data-state="running"]', "data-key", wait);
+    const acceptedAfterMs = Date.now() - clicked;
+    check(key, "the page shows the job's key");
+    await steps({ args, context, page, key, prompt, acceptedAfterMs, errors, out });
+    check(errors.length === 0, `no errors in the page: ${errors.join("; ")}`);
+    out.key = key;
+    out.ok = true;
+  } finally {
+    await browser.close();
+  }
+  console.log(JSON.stringify(out));
 }

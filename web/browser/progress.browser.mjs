@@ -13,13 +13,9 @@
 // 3. A reload of tab B shows the progress at once, and the job's end: the
 //    bar full, the last stage.
 // 4. Another reload after the end still shows the final state.
-import { mkdir } from "node:fs/promises";
 import { join } from "node:path";
-import { check, cli, launch, wait } from "./harness.mjs";
+import { check, jobDriver, wait } from "./harness.mjs";
 
-const { args, api } = cli("node browser/progress.browser.mjs --url http://127.0.0.1:8080 --out DIR", "out");
-await mkdir(args.out, { recursive: true });
-const tag = Math.random().toString(36).slice(2, 8);
 const long = { timeout: 60_000 };
 
 const done = (page) => page.$eval("#job-progress", (p) => Number(p.dataset.done ?? 0));
@@ -28,20 +24,8 @@ const moreThan = (page, n) => page.waitForFunction((n) => {
   return p !== null && !document.querySelector("#job-progress-row").hidden && Number(p.dataset.done ?? 0) > n;
 }, n, long);
 
-const browser = await launch();
-const out = {};
-try {
-  const context = await browser.newContext({ viewport: { width: 900, height: 1000 } });
-  const a = await context.newPage();
-  const errors = [];
-  a.on("pageerror", (e) => errors.push(String(e)));
-
-  // 1. Tab A starts the job; tab B follows it.
-  await a.goto(`${api}/`, wait);
-  await a.fill("#job-prompt", `Research ${tag}`);
-  await a.click("#job-start");
-  const key = await a.getAttribute('#job-status[data-state="running"]', "data-key", wait);
-  check(key, "tab A shows the job's key");
+await jobDriver("node browser/progress.browser.mjs --url http://127.0.0.1:8080 --out DIR", async ({ args, context, page: a, key, errors, out }) => {
+  // 1. Tab A (jobDriver's page) started the job; tab B follows it.
   const [b] = await Promise.all([context.waitForEvent("page", wait), a.evaluate(() => { window.open(location.href); })]);
   b.on("pageerror", (e) => errors.push(String(e)));
   const followed = await b.getAttribute('#job-status[data-state="running"]', "data-key", wait);
@@ -72,11 +56,4 @@ try {
   out.finalAfterReload = { done: await done(b), stage: await b.textContent("#job-stage") };
   check(out.finalAfterReload.done === 10, `the final state after a reload: ${JSON.stringify(out.finalAfterReload)}`);
   await b.screenshot({ path: join(args.out, "job-progress-final.png"), fullPage: true });
-
-  check(errors.length === 0, `no errors in the page: ${errors.join("; ")}`);
-  out.key = key;
-  out.ok = true;
-} finally {
-  await browser.close();
-}
-console.log(JSON.stringify(out));
+});
