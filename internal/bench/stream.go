@@ -223,7 +223,7 @@ func startStreamBench(ctx context.Context, e *env) (_ *streamBench, err error) {
 		return nil, err
 	}
 	digest := auth.HashAPIKey(sb.apiKey)
-	cfg := strings.Replace(string(serveConfig(e.opts.pool, -1, sb.upstream.URL)), httpScope, streamScope, 1)
+	cfg := strings.Replace(string(serveConfig(e.opts.pool, -1, sb.upstream.URL)), httpScope, streamScope, -1)
 	cfgPath := filepath.Join(dir, "serve.yaml")
 	if err := os.WriteFile(cfgPath, []byte(cfg), 0o600); err != nil {
 		return nil, err
