@@ -218,7 +218,8 @@ func (d *door) serve(c *gin.Context) {
 }
 
 // scopeOf is the scope that runs model for tenant, checked as the REST
-// API checks a scope (its key requirement, the tenant's limits).
+// API checks a scope (its tenants, its key requirement, the tenant's
+// limits).
 func (d *door) scopeOf(tenant tenancy.ID, model, clientKey string) (*Scope, error) {
 	name, ok := d.Models[model]
 	if !ok {
@@ -226,8 +227,9 @@ func (d *door) scopeOf(tenant tenancy.ID, model, clientKey string) (*Scope, erro
 	}
 	scope, ok := d.h.scopes[name]
 	switch {
-	case !ok:
-		// The unknown name is not echoed: it is the caller's text.
+	case !ok || !scope.allows(tenant):
+		// The unknown name is not echoed: it is the caller's text. Another
+		// tenant's scope (Scope.Tenants) is not there, as on the REST API.
 		return nil, pipeline.Reject(pipeline.ErrUnknownModel, "no scope of this service runs the requested model")
 	case scope.KeyRequired && clientKey == "":
 		return nil, pipeline.Reject(pipeline.ErrMissingKey, "the model's scope %q requires an Idempotency-Key header", scope.Name)

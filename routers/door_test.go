@@ -16,6 +16,7 @@ import (
 	"github.com/idemguard/idemguard"
 	"github.com/idemguard/idemguard/routers/internal/pipeline"
 	"github.com/idemguard/idemguard/sanitize"
+	"github.com/idemguard/idemguard/tenancy"
 )
 
 // chatAnswer is what an openai_chat scope answers: the allowlisted data.
@@ -315,4 +316,29 @@ func TestDoorAnthropic(t *testing.T) {
 	require.Equal(t, http.StatusUnauthorized, w.Code)
 	require.NoError(t, json.Unmarshal(w.Body.Bytes(), &e))
 	require.Equal(t, "authentication_error", e.Error.Type)
+}
+
+// TestDoorKeepsAScopesTenants: a scope limited to some tenants (Scope.Tenants)
+// is not there for another tenant through a door either: the model is
+// unknown to it, as the scope is on the REST API, and nothing runs.
+func TestDoorKeepsAScopesTenants(t *testing.T) {
+	t.Parallel()
+	b, calls := doorSetup(t)
+	for i := range b.opts.Scopes {
+		if b.opts.Scopes[i].Name == "chat" {
+			b.opts.Scopes[i].Tenants = []tenancy.ID{"acme"}
+		}
+	}
+	var err error
+	b.handler, err = New(b.opts)
+	require.NoError(t, err)
+	body := `{"model":"fast","messages":[{"role":"user","content":"hi"}]}`
+	other := b.do(req{method: http.MethodPost, path: "/openai/v1/chat/completions", body: body, apiKey: betaKey,
+		headers: []string{"Idempotency-Key", "t-1"}})
+	require.Equal(t, http.StatusNotFound, other.Code, other.Body.String())
+	require.Equal(t, "unknown_model", openAIErrorOf(t, other).Code)
+	require.EqualValues(t, 0, calls.Load(), "nothing ran for another tenant")
+	own := b.chat("t-1", body)
+	require.Equal(t, http.StatusOK, own.Code, own.Body.String())
+	require.EqualValues(t, 1, calls.Load())
 }
