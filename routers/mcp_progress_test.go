@@ -93,16 +93,7 @@ func TestMCPJobProgress(t *testing.T) {
 	mu.Lock()
 	notes := slices.Clone(got)
 	mu.Unlock()
-	require.Len(t, notes, 4)
-	for i, n := range notes {
-		require.Equal(t, "tok-1", n.ProgressToken)
-		require.Equal(t, float64(i+1), n.Progress)
-		require.Equal(t, float64(4), n.Total)
-		require.Equal(t, []string{"reading", "", "writing", "writing"}[i], n.Message)
-		raw, err := json.Marshal(n)
-		require.NoError(t, err)
-		require.NotContains(t, string(raw), progressCanary)
-	}
+	requireStepNotes(t, notes, "tok-1")
 	raw, err := json.Marshal(res)
 	require.NoError(t, err)
 	require.NotContains(t, string(raw), progressCanary)
@@ -112,6 +103,22 @@ func TestMCPJobProgress(t *testing.T) {
 	require.Len(t, got, 4, "no notification without a progressToken")
 	mu.Unlock()
 	require.False(t, strings.Contains(b.logs.String(), progressCanary), "the canary stage is in a log")
+}
+
+// requireStepNotes checks the four notifications of a steps job followed
+// with token: in order, numbers, the allowlisted stages, no canary.
+func requireStepNotes(t *testing.T, notes []*mcp.ProgressNotificationParams, token string) {
+	t.Helper()
+	require.Len(t, notes, 4)
+	for i, n := range notes {
+		require.Equal(t, token, n.ProgressToken)
+		require.Equal(t, float64(i+1), n.Progress)
+		require.Equal(t, float64(4), n.Total)
+		require.Equal(t, []string{"reading", "", "writing", "writing"}[i], n.Message)
+		raw, err := json.Marshal(n)
+		require.NoError(t, err)
+		require.NotContains(t, string(raw), progressCanary)
+	}
 }
 
 // ackEachProgress sends acks the Done of each progress event w reports.
