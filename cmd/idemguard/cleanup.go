@@ -44,10 +44,35 @@ type cleanupSummary struct {
 	Stopped      string `json:"stopped"`
 }
 
+// cleanupFlags are the parsed flags of `idemguard cleanup`.
+type cleanupFlags struct {
+	dsn         string
+	opts        cleanup.Options
+	metricsFile string
+}
+
 // runCleanup implements `idemguard cleanup`.
 func runCleanup(ctx context.Context, e env, args []string) int {
+	f, code, ok := parseCleanupFlags(e, args)
+	if !ok {
+		return code
+	}
+	db, log, code := openDB(ctx, e, "cleanup", f.dsn, 2, exitError)
+	if db == nil {
+		return code
+	}
+	defer db.Close()
+	f.opts.Logger = log
+	sum, runErr := cleanup.Run(ctx, db, f.opts)
+	return reportCleanup(ctx, e, f, sum, runErr)
+}
+
+// parseCleanupFlags parses and checks the flags of `idemguard cleanup`,
+// turning them into cleanup.Options; ok is false with the exit status when
+// they are bad.
+func parseCleanupFlags(e env, args []string) (f cleanupFlags, code int, ok bool) {
 	fs := newFlagSet(e, "cleanup", cleanupUsage)
-	dsnFlag := fs.String("dsn", "", "MySQL DSN, user:password@tcp(host:3306)/dbname (default $"+EnvMySQLDSN+")")
+	fs.StringVar(&f.dsn, "dsn", "", "MySQL DSN, user:password@tcp(host:3306)/dbname (default $"+EnvMySQLDSN+")")
 	batchSize := fs.Int("batch-size", cleanup.DefaultBatchSize, fmt.Sprintf("rows per DELETE, 1 to %d", cleanup.MaxBatchSize))
 	maxDuration := fs.Duration("max-duration", 0, "stop starting batches after this long; 0 for no limit (e.g. 30m)")
 	pause := fs.Duration("pause", cleanup.DefaultPause, "pause between batches, so live claims get the server; 0 for none")
@@ -60,14 +85,14 @@ func runCleanup(ctx context.Context, e env, args []string) int {
 	fs.Var(&auditRetention, "audit-retention", "delete audit events (and counts whose last event is) older than this, at least 24h; "+
 		"days allowed (e.g. 90d, 36h); 0 keeps every event")
 	dryRun := fs.Bool("dry-run", false, "count the rows a run would delete; delete nothing")
-	metricsFile := fs.String("metrics-file", "", "also write the run's figures to this file for node_exporter's "+
+	fs.StringVar(&f.metricsFile, "metrics-file", "", "also write the run's figures to this file for node_exporter's "+
 		"textfile collector (e.g. /var/lib/node_exporter/textfile/idemguard_cleanup.prom); not with --dry-run")
 	if code, ok := parseFlagsOnly(e, fs, args); !ok {
-		return code
+		return f, code, false
 	}
-	usageErr := func(format string, a ...any) int {
+	usageErr := func(format string, a ...any) (cleanupFlags, int, bool) {
 		fmt.Fprintf(e.stderr, "idemguard cleanup: "+format+"\n", a...)
-		return exitUsage
+		return f, exitUsage, false
 	}
 	switch {
 	case *batchSize < 1 || *batchSize > cleanup.MaxBatchSize:
@@ -84,28 +109,28 @@ func runCleanup(ctx context.Context, e env, args []string) int {
 	case auditRetention != 0 && time.Duration(auditRetention) < cleanup.MinAuditRetention:
 		return usageErr("--audit-retention must be at least %s (or 0 to keep every event), got %s",
 			cleanup.MinAuditRetention, time.Duration(auditRetention))
-	case *metricsFile != "" && *dryRun:
+	case f.metricsFile != "" && *dryRun:
 		return usageErr("--metrics-file records real runs only; drop it or --dry-run")
 	}
-	db, log, code := openDB(ctx, e, "cleanup", *dsnFlag, 2, exitError)
-	if db == nil {
-		return code
-	}
-	defer db.Close()
-
-	opts := cleanup.Options{BatchSize: *batchSize, MaxDuration: *maxDuration, Pause: *pause,
+	f.opts = cleanup.Options{BatchSize: *batchSize, MaxDuration: *maxDuration, Pause: *pause,
 		DryRun: *dryRun, StaleAfter: *staleAfter, StatsRetention: time.Duration(statsRetention),
-		AuditRetention: time.Duration(auditRetention), Logger: log}
+		AuditRetention: time.Duration(auditRetention)}
 	if *pause == 0 {
-		opts.Pause = -1 // cleanup.Options: negative means no pause; zero would mean the default
+		f.opts.Pause = -1 // cleanup.Options: negative means no pause; zero would mean the default
 	}
 	if statsRetention == 0 {
-		opts.StatsRetention = -1 // cleanup.Options: negative keeps every bucket
+		f.opts.StatsRetention = -1 // cleanup.Options: negative keeps every bucket
 	}
 	if auditRetention == 0 {
-		opts.AuditRetention = -1 // cleanup.Options: negative keeps every event
+		f.opts.AuditRetention = -1 // cleanup.Options: negative keeps every event
 	}
-	sum, runErr := cleanup.Run(ctx, db, opts)
+	return f, 0, true
+}
+
+// reportCleanup prints the run's summary line, writes the metrics file when
+// asked, and gives the exit status.
+func reportCleanup(ctx context.Context, e env, f cleanupFlags, sum cleanup.Summary, runErr error) int {
+	log := f.opts.Logger
 	out, err := json.Marshal(cleanupSummary{Deleted: sum.Deleted, Batches: sum.Batches, StatsDeleted: sum.StatsDeleted,
 		AuditDeleted: sum.AuditDeleted, DurationMS: sum.Duration.Milliseconds(), DryRun: sum.DryRun, Stopped: string(sum.Stopped)})
 	if err != nil { // unreachable: the struct always marshals
@@ -113,11 +138,11 @@ func runCleanup(ctx context.Context, e env, args []string) int {
 		return exitError
 	}
 	fmt.Fprintln(e.stdout, string(out))
-	if *metricsFile != "" {
+	if f.metricsFile != "" {
 		run := metrics.CleanupRun{Deleted: sum.Deleted, Batches: sum.Batches, Duration: sum.Duration,
 			OK: runErr == nil && sum.Stopped != cleanup.StopCanceled, At: time.Now()}
-		if err := metrics.WriteCleanupTextfile(*metricsFile, run); err != nil {
-			log.ErrorContext(ctx, "cleanup: write the metrics file", "err", err, "path", *metricsFile)
+		if err := metrics.WriteCleanupTextfile(f.metricsFile, run); err != nil {
+			log.ErrorContext(ctx, "cleanup: write the metrics file", "err", err, "path", f.metricsFile)
 			return exitError
 		}
 	}

@@ -24,52 +24,19 @@ flags:
 
 // runMigrate implements `idemguard migrate up|down|status`.
 func runMigrate(ctx context.Context, e env, args []string) int {
-	fs := newFlagSet(e, "migrate", migrateUsage)
-	dsnFlag := fs.String("dsn", "", "MySQL DSN, user:password@tcp(host:3306)/dbname (default $"+EnvMySQLDSN+")")
-	lockTimeout := fs.Duration("lock-timeout", dbmigrate.LockTimeout, "how long to wait for another replica's migration")
-
-	// Flags may come before or after the action: migrate --dsn X up, migrate up --dsn X.
-	var positional []string
-	for {
-		if code, ok := parseFlags(fs, args); !ok {
-			return code
-		}
-		if fs.NArg() == 0 {
-			break
-		}
-		positional = append(positional, fs.Arg(0))
-		args = fs.Args()[1:]
+	dsnFlag, action, lockTimeout, code, ok := parseMigrateFlags(e, args)
+	if !ok {
+		return code
 	}
-	if len(positional) != 1 {
-		fmt.Fprintf(e.stderr, "idemguard migrate: want exactly one action (up, down or status), got %d: %s\n",
-			len(positional), strings.Join(positional, " "))
-		fs.Usage()
-		return exitUsage
-	}
-	action := positional[0]
-	switch action {
-	case "up", "down", "status":
-	default:
-		fmt.Fprintf(e.stderr, "idemguard migrate: unknown action %q; want up, down or status\n", action)
-		fs.Usage()
-		return exitUsage
-	}
-	if *lockTimeout <= 0 {
-		fmt.Fprintf(e.stderr, "idemguard migrate: --lock-timeout must be positive, got %s\n", *lockTimeout)
-		return exitUsage
-	}
-
-	dsn, ok := resolveDSN(e, "migrate", *dsnFlag)
+	dsn, ok := resolveDSN(e, "migrate", dsnFlag)
 	if !ok {
 		return exitUsage
 	}
-
 	log := e.logger.With("dsn", mysqlconn.Redact(dsn), "action", action)
 	fail := func(msg string, err error) int {
 		log.ErrorContext(ctx, "migrate: "+msg, "err", err)
 		return exitError
 	}
-
 	// Two connections: goose holds the migration lock on one and checks pending versions on
 	// another.
 	db, err := mysqlconn.Open(ctx, dsn, mysqlconn.PoolConfig{MaxOpenConns: 4})
@@ -78,7 +45,7 @@ func runMigrate(ctx context.Context, e env, args []string) int {
 	}
 	defer db.Close()
 
-	opts := []dbmigrate.Option{dbmigrate.WithLogger(log), dbmigrate.WithLockTimeout(*lockTimeout)}
+	opts := []dbmigrate.Option{dbmigrate.WithLogger(log), dbmigrate.WithLockTimeout(lockTimeout)}
 	switch action {
 	case "up":
 		start := time.Now()
@@ -105,4 +72,43 @@ func runMigrate(ctx context.Context, e env, args []string) int {
 		}
 	}
 	return exitOK
+}
+
+// parseMigrateFlags parses the flags and the one action of `idemguard
+// migrate`; ok is false with the exit status when they are bad.
+func parseMigrateFlags(e env, args []string) (dsn, action string, lockTimeout time.Duration, code int, ok bool) {
+	fs := newFlagSet(e, "migrate", migrateUsage)
+	dsnFlag := fs.String("dsn", "", "MySQL DSN, user:password@tcp(host:3306)/dbname (default $"+EnvMySQLDSN+")")
+	lockFlag := fs.Duration("lock-timeout", dbmigrate.LockTimeout, "how long to wait for another replica's migration")
+
+	// Flags may come before or after the action: migrate --dsn X up, migrate up --dsn X.
+	var positional []string
+	for {
+		if code, ok := parseFlags(fs, args); !ok {
+			return "", "", 0, code, false
+		}
+		if fs.NArg() == 0 {
+			break
+		}
+		positional = append(positional, fs.Arg(0))
+		args = fs.Args()[1:]
+	}
+	if len(positional) != 1 {
+		fmt.Fprintf(e.stderr, "idemguard migrate: want exactly one action (up, down or status), got %d: %s\n",
+			len(positional), strings.Join(positional, " "))
+		fs.Usage()
+		return "", "", 0, exitUsage, false
+	}
+	switch action = positional[0]; action {
+	case "up", "down", "status":
+	default:
+		fmt.Fprintf(e.stderr, "idemguard migrate: unknown action %q; want up, down or status\n", action)
+		fs.Usage()
+		return "", "", 0, exitUsage, false
+	}
+	if *lockFlag <= 0 {
+		fmt.Fprintf(e.stderr, "idemguard migrate: --lock-timeout must be positive, got %s\n", *lockFlag)
+		return "", "", 0, exitUsage, false
+	}
+	return *dsnFlag, action, *lockFlag, 0, true
 }
