@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/http"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/gin-gonic/gin"
@@ -53,6 +54,10 @@ type authFailures struct {
 	mu      sync.Mutex
 	clients map[string]*list.Element // of *failedClient
 	order   *list.List               // by window start, oldest first
+	// tracked is len(clients), written under mu: while no client is
+	// tracked (no recent failure), blocked answers without the lock or the
+	// clock, which every authenticated request would otherwise pay.
+	tracked atomic.Int64
 }
 
 type failedClient struct {
@@ -92,7 +97,7 @@ func clientHost(r *http.Request) string {
 
 // blocked reports how long the client at host must wait, 0 if it may try.
 func (f *authFailures) blocked(host string) time.Duration {
-	if f == nil {
+	if f.none() {
 		return 0
 	}
 	now := f.limit.Now()
@@ -105,14 +110,23 @@ func (f *authFailures) blocked(host string) time.Duration {
 	fc := e.Value.(*failedClient)
 	left := fc.start.Add(f.limit.Window).Sub(now)
 	if left <= 0 {
-		f.order.Remove(e)
-		delete(f.clients, host)
+		f.forget(e)
 		return 0
 	}
 	if fc.count < f.limit.Max {
 		return 0
 	}
 	return left
+}
+
+// none reports whether no client is tracked (f nil: no limit).
+func (f *authFailures) none() bool { return f == nil || f.tracked.Load() == 0 }
+
+// forget stops tracking the client of e. f.mu is held.
+func (f *authFailures) forget(e *list.Element) {
+	f.order.Remove(e)
+	delete(f.clients, e.Value.(*failedClient).host)
+	f.tracked.Store(int64(len(f.clients)))
 }
 
 // failed counts a failed authentication of the client at host.
@@ -125,18 +139,16 @@ func (f *authFailures) failed(host string) {
 	defer f.mu.Unlock()
 	e, ok := f.clients[host]
 	if ok && !now.Before(e.Value.(*failedClient).start.Add(f.limit.Window)) {
-		f.order.Remove(e)
-		delete(f.clients, host)
+		f.forget(e)
 		ok = false
 	}
 	if !ok {
 		for len(f.clients) >= f.limit.MaxClients {
-			oldest := f.order.Front()
-			f.order.Remove(oldest)
-			delete(f.clients, oldest.Value.(*failedClient).host)
+			f.forget(f.order.Front())
 		}
 		e = f.order.PushBack(&failedClient{host: host, start: now})
 		f.clients[host] = e
+		f.tracked.Store(int64(len(f.clients)))
 	}
 	fc := e.Value.(*failedClient)
 	fc.count++
@@ -151,6 +163,9 @@ func (f *authFailures) failed(host string) {
 // refuseBlocked answers 429 when the client may not try now, and reports
 // whether it did.
 func (h *handlers) refuseBlocked(c *gin.Context) bool {
+	if h.authFails.none() { // the usual case: the client's address is not even parsed
+		return false
+	}
 	wait := h.authFails.blocked(clientHost(c.Request))
 	if wait <= 0 {
 		return false

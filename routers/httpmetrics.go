@@ -20,22 +20,6 @@ type HTTPMetrics interface {
 	ObserveRequest(route string, status int, elapsed time.Duration)
 }
 
-// observeHTTP is the middleware that feeds m. It runs before the recovery, so a panic's 500 is
-// counted too.
-func observeHTTP(m HTTPMetrics) gin.HandlerFunc {
-	return func(c *gin.Context) {
-		start := time.Now()
-		defer func() {
-			route := c.FullPath()
-			if route == "" {
-				route = UnmatchedRoute
-			}
-			m.ObserveRequest(route, c.Writer.Status(), time.Since(start))
-		}()
-		c.Next()
-	}
-}
-
 // initHTTPMetrics hands m the route templates r serves.
 func initHTTPMetrics(m HTTPMetrics, r *gin.Engine) {
 	seen := map[string]bool{UnmatchedRoute: true}

@@ -90,9 +90,11 @@ func logOf(c *gin.Context) *logFields {
 	return f
 }
 
-// requestLog writes one line per request. It logs the route template, never
-// the raw path (which holds client keys), and never the body, the client key
-// or the Authorization header.
+// requestLog writes one line per request and, when the API has
+// HTTPMetrics (New), observes it there: one start and one end time serve
+// both (time.Now is not free on every clock source). It logs the route
+// template, never the raw path (which holds client keys), and never the
+// body, the client key or the Authorization header.
 func (h *handlers) requestLog(c *gin.Context) {
 	start := time.Now()
 	f := logFieldsPool.Get().(*logFields)
@@ -108,21 +110,40 @@ func (h *handlers) requestLog(c *gin.Context) {
 		}()
 	}
 	c.Set(logFieldsKey, f)
+	answered := false
+	if h.httpMetrics != nil {
+		// A panic the recovery passes on (http.ErrAbortHandler) is
+		// counted too; it writes no line.
+		defer func() {
+			if !answered {
+				h.httpMetrics.ObserveRequest(routeOf(c), c.Writer.Status(), time.Since(start))
+			}
+		}()
+	}
 	c.Next()
-	h.logRequest(c, start, f)
+	answered = true
+	end, route, status := time.Now(), routeOf(c), c.Writer.Status()
+	if h.httpMetrics != nil {
+		h.httpMetrics.ObserveRequest(route, status, end.Sub(start))
+	}
+	h.logRequest(c, route, status, end.Sub(start), end, f)
 	*f = logFields{}
 	logFieldsPool.Put(f)
 }
 
 var keysPool = sync.Pool{New: func() any { return make(map[any]any, 1) }}
 
-// logRequest writes the line of a request that started at start.
-func (h *handlers) logRequest(c *gin.Context, start time.Time, f *logFields) {
-	route := c.FullPath()
-	if route == "" {
-		route = "unmatched"
+// routeOf is c's route template, UnmatchedRoute when it matched none.
+func routeOf(c *gin.Context) string {
+	if route := c.FullPath(); route != "" {
+		return route
 	}
-	status := c.Writer.Status()
+	return UnmatchedRoute
+}
+
+// logRequest writes the line of a request answered with status at end,
+// elapsed after it started.
+func (h *handlers) logRequest(c *gin.Context, route string, status int, elapsed time.Duration, end time.Time, f *logFields) {
 	level := slog.LevelInfo
 	switch {
 	case status >= 500:
@@ -139,10 +160,10 @@ func (h *handlers) logRequest(c *gin.Context, start time.Time, f *logFields) {
 		return
 	}
 	line := reqlog.Line{Method: c.Request.Method, Route: route, Status: status,
-		DurationMS: math.Round(float64(time.Since(start).Microseconds())) / 1000,
+		DurationMS: math.Round(float64(elapsed.Microseconds())) / 1000,
 		Tenant:     string(f.tenant), Scope: f.scope, KeyHash: f.keyHash, StopReason: f.stopReason, Auth: f.auth, Replayed: f.replayed}
 	if w, ok := lh.(reqlog.Writer); ok { // serve's: the line without a record
-		w.WriteRequest(time.Now(), level, line)
+		w.WriteRequest(end, level, line)
 		return
 	}
 	// The handler directly, as LogAttrs would call it but without the
@@ -150,7 +171,7 @@ func (h *handlers) logRequest(c *gin.Context, start time.Time, f *logFields) {
 	// source line that would always be this one. The attributes stay in an
 	// array on the stack.
 	var attrs [10]slog.Attr
-	r := slog.NewRecord(time.Now(), level, reqlog.Msg, 0)
+	r := slog.NewRecord(end, level, reqlog.Msg, 0)
 	r.AddAttrs(line.Attrs(attrs[:0])...)
 	_ = lh.Handle(ctx, r)
 }

@@ -115,17 +115,21 @@ func (h *handlers) called(c *gin.Context, scope string, req pipeline.Request, re
 		h.fail(c, err)
 		return false
 	}
-	h.setRef(c.Writer.Header(), scope, h.ref(c, scope, req.ClientKey, res.KeyHash))
-	logOf(c).keyHash = shortHash(res.KeyHash)
-	logOutcome(c, res)
+	f := logOf(c) // once: each lookup takes the gin context's lock
+	tenant, _ := tenantOf(c)
+	h.setRef(c.Writer.Header(), scope, h.refOf(tenant, scope, f.principal, req.ClientKey, res.KeyHash))
+	f.keyHash = shortHash(res.KeyHash)
+	f.logOutcome(res)
 	return true
 }
 
 // logOutcome puts res's stop reason and replay into the request log.
-func logOutcome(c *gin.Context, res idemguard.Result) {
-	logOf(c).stopReason = string(res.StopReason)
+func logOutcome(c *gin.Context, res idemguard.Result) { logOf(c).logOutcome(res) }
+
+func (f *logFields) logOutcome(res idemguard.Result) {
+	f.stopReason = string(res.StopReason)
 	if res.Cached {
-		logOf(c).replayed = true
+		f.replayed = true
 	}
 }
 

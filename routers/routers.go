@@ -393,9 +393,9 @@ func newEngine(o Options) (*gin.Engine, error) {
 		return nil, fmt.Errorf("routers: %w", err)
 	}
 
-	if o.HTTPMetrics != nil {
-		r.Use(observeHTTP(o.HTTPMetrics))
-	}
+	// The request log also feeds HTTPMetrics (middleware.go), before the
+	// recovery, so a panic's 500 is counted too.
+	h.httpMetrics = o.HTTPMetrics
 	r.Use(h.requestLog, h.recovery)
 	// Registered before the CORS middleware, which gin adds only to routes
 	// registered after it: /metrics never answers a browser's origin.
@@ -478,4 +478,5 @@ type handlers struct {
 	log            *slog.Logger
 	authFails      *authFailures // nil: no limit
 	tenantLimits   *limiter      // nil: no limits
+	httpMetrics    HTTPMetrics   // Options.HTTPMetrics on New's engine; nil on Register's routes
 }

@@ -862,3 +862,36 @@ func TestOverRealServer(t *testing.T) {
 	require.EqualValues(t, 1, b.calls["echo"].Load())
 	client.CloseIdleConnections()
 }
+
+// Every answer of an operation reaches the client with a Content-Length,
+// never chunked, first and replayed: a short body's counted by net/http
+// (Answers.Result declares only a long one's), a long one's declared.
+func TestAnswersCarryTheirLength(t *testing.T) {
+	t.Parallel()
+	long := strings.Repeat("y", 5000)
+	b := setup(t, setupOpts{options: func(o *Options) {
+		o.Scopes = append(o.Scopes, Scope{Name: "long", Run: func(context.Context, json.RawMessage) (any, error) {
+			return map[string]any{"ok": true, "data": map[string]any{"text": long}}, nil
+		}})
+	}})
+	srv := httptest.NewServer(b.handler)
+	defer srv.Close()
+	for _, scope := range []string{"echo", "long"} {
+		for i := range 2 {
+			r, err := http.NewRequest(http.MethodPost, srv.URL+"/v1/ops/"+scope, strings.NewReader(`{"n":1}`))
+			require.NoError(t, err)
+			r.Header.Set("Authorization", "Bearer "+acmeKey1)
+			r.Header.Set("Idempotency-Key", "len-1")
+			resp, err := srv.Client().Do(r)
+			require.NoError(t, err)
+			body, err := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			require.NoError(t, err)
+			require.Equal(t, http.StatusOK, resp.StatusCode)
+			require.Equal(t, i == 1, resp.Header.Get("Idempotent-Replayed") == "true")
+			require.Empty(t, resp.TransferEncoding, "%s: chunked", scope)
+			require.EqualValues(t, len(body), resp.ContentLength, scope)
+			require.Equal(t, scope == "long", len(body) > 2048)
+		}
+	}
+}

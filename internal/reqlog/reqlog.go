@@ -15,8 +15,8 @@ import (
 	"log/slog"
 	"math"
 	"strconv"
-	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/idemguard/idemguard/internal/jsonvalue"
@@ -131,11 +131,22 @@ func (w *lockedWriter) Write(p []byte) (int, error) {
 // handler escapes as \u0008 and \u000c where encoding/json (and
 // jsonvalue.AppendString) write \b and \f.
 func (l *Line) escapesDiffer() bool {
-	if strings.ContainsAny(l.Method, "\b\f") || strings.ContainsAny(l.Route, "\b\f") {
+	if hasBF(l.Method) || hasBF(l.Route) {
 		return true
 	}
 	for _, f := range l.optional() {
-		if strings.ContainsAny(f.v, "\b\f") {
+		if hasBF(f.v) {
+			return true
+		}
+	}
+	return false
+}
+
+// hasBF reports whether s holds \b or \f: strings.ContainsAny, without
+// building its byte set on every call (the fields are short).
+func hasBF(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; c == '\b' || c == '\f' {
 			return true
 		}
 	}
@@ -148,7 +159,7 @@ func (l *Line) escapesDiffer() bool {
 // no field holds \b or \f (escapesDiffer).
 func appendJSON(b []byte, t time.Time, level slog.Level, l *Line) []byte {
 	b = append(b, `{"time":"`...)
-	b = t.AppendFormat(b, time.RFC3339Nano)
+	b = appendTime(b, t)
 	b = append(b, `","level":`...)
 	b = jsonvalue.AppendString(b, level.String())
 	b = append(b, `,"msg":`...)
@@ -191,4 +202,45 @@ func appendFloat(b []byte, f float64) []byte {
 		}
 	}
 	return b
+}
+
+// secondText is the RFC 3339 text of one second in one location: the
+// date and time up to the seconds, and the zone ("Z" or "+hh:mm").
+type secondText struct {
+	unix int64
+	loc  *time.Location
+	text []byte // "2006-01-02T15:04:05"
+	zone []byte // "Z07:00"
+}
+
+// lastSecond is the second of the latest line: the lines of one second
+// share its text, and only the fraction is formatted per line.
+var lastSecond atomic.Pointer[secondText]
+
+// appendTime appends t.AppendFormat(b, time.RFC3339Nano) for a year of
+// four digits: the cached text of t's second, then the fraction (without
+// trailing zeros, none when zero) and the zone. Within one location a
+// second has one offset (zones change on whole seconds).
+func appendTime(b []byte, t time.Time) []byte {
+	st := lastSecond.Load()
+	if sec := t.Unix(); st == nil || st.unix != sec || st.loc != t.Location() {
+		st = &secondText{unix: sec, loc: t.Location(),
+			text: t.AppendFormat(nil, "2006-01-02T15:04:05"), zone: t.AppendFormat(nil, "Z07:00")}
+		lastSecond.Store(st)
+	}
+	b = append(b, st.text...)
+	if ns := t.Nanosecond(); ns != 0 {
+		var frac [10]byte
+		frac[0] = '.'
+		for i := 9; i > 0; i-- {
+			frac[i] = byte('0' + ns%10)
+			ns /= 10
+		}
+		n := 10
+		for frac[n-1] == '0' {
+			n--
+		}
+		b = append(b, frac[:n]...)
+	}
+	return append(b, st.zone...)
 }

@@ -81,6 +81,25 @@ func FuzzWriteRequestIsSlogsJSONLine(f *testing.F) {
 	})
 }
 
+// appendTime is time.RFC3339Nano's text, second after second and zone
+// after zone (its cache holds one second of one location).
+func TestAppendTimeIsRFC3339Nano(t *testing.T) {
+	t.Parallel()
+	zones := []*time.Location{time.UTC, time.Local, time.FixedZone("CET", 3600), time.FixedZone("odd", -(3*3600 + 30*60 + 15))}
+	if ny, err := time.LoadLocation("America/New_York"); err == nil {
+		zones = append(zones, ny)
+	}
+	base := time.Date(2026, 3, 8, 6, 59, 58, 0, time.UTC) // a DST change in New York at 07:00 UTC
+	for _, ns := range []int64{0, 1, 10, 999_999_999, 1_000_000_000, 120_000_000, 123_456_789, 1_000_000_001, 3_600e9, 7_250_000_000_000} {
+		for _, loc := range zones {
+			for _, at := range []time.Time{base.Add(time.Duration(ns)).In(loc), time.Date(0, 1, 1, 0, 0, 0, int(ns%1e9), loc),
+				time.Date(9999, 12, 31, 23, 59, 59, int(ns%1e9), loc)} {
+				require.Equal(t, at.Format(time.RFC3339Nano), string(appendTime(nil, at)), "%v", at)
+			}
+		}
+	}
+}
+
 // The handler is slog's JSON handler for every other record, and its
 // writes and the request lines reach the writer whole.
 func TestJSONHandlerIsSlogsForOtherRecords(t *testing.T) {

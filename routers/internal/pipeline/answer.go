@@ -127,10 +127,19 @@ func (a *Answers) Result(w http.ResponseWriter, req Request, res idemguard.Resul
 		w.WriteHeader(res.StatusCode)
 		return
 	}
-	h["Content-Length"] = []string{strconv.Itoa(len(res.Body))}
+	if len(res.Body) > netHTTPBuffered || h["Content-Length"] != nil { // a stored or earlier one is replaced
+		h["Content-Length"] = []string{strconv.Itoa(len(res.Body))}
+	}
 	w.WriteHeader(res.StatusCode)
 	_, _ = w.Write(res.Body)
 }
+
+// netHTTPBuffered is the size of the buffer net/http's server keeps a
+// response body in until the handler returns (bufferBeforeChunkingSize):
+// a body that fits is sent with the Content-Length net/http counts itself,
+// without allocating, so Result declares the length of longer bodies only
+// (which would otherwise be sent chunked).
+const netHTTPBuffered = 2048
 
 // SetReplayed marks an answer that is not this request's own execution:
 // Idempotent-Replayed, and Idempotent-Completed-At when known.

@@ -76,8 +76,12 @@ var eventIDPattern = regexp.MustCompile(`^[1-9][0-9]{0,8}-[0-9a-f]{8}-[0-9]{1,9}
 // parseLastEventID returns the Last-Event-ID of a request that resumes a
 // stream ("" for none): the id of a chunk, "<attempt>-<execution>-<n>". One
 // header, in that form, or the request is refused.
+// lastEventIDKey is HeaderLastEventID in canonical form, as net/http and
+// http.Header.Set store it.
+var lastEventIDKey = http.CanonicalHeaderKey(HeaderLastEventID)
+
 func parseLastEventID(h http.Header) (string, error) {
-	vs := h.Values(HeaderLastEventID)
+	vs := h[lastEventIDKey] // canonical: Values would canonicalize the name, allocating, on every request
 	switch {
 	case len(vs) == 0:
 		return "", nil

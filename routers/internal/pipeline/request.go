@@ -180,7 +180,7 @@ func validJSON(raw []byte) error {
 		// different bodies could derive the same key.
 		return Reject(ErrInvalidBody, "the body is not valid UTF-8")
 	}
-	if json.Valid(raw) {
+	if surelyValid(raw) || json.Valid(raw) {
 		return nil
 	}
 	var v any

@@ -1,0 +1,184 @@
+package pipeline
+
+// surelyValid is a fast path of validJSON for the bodies clients send: a
+// single pass over raw, without encoding/json's scanner (a function call
+// per byte), that reports true only for one JSON value (RFC 8259, as
+// encoding/json accepts it) nested at most maxFastDepth deep. It reports
+// false for anything else, and validJSON then decides with encoding/json,
+// so its errors and the bodies it accepts stay encoding/json's. raw holds
+// valid UTF-8 (checked first), so bytes over 0x7f need no look here.
+func surelyValid(raw []byte) bool {
+	var stack [maxFastDepth]byte // the open containers: '{' or '['
+	depth, i := 0, skipWS(raw, 0)
+	for {
+		// A value starts at i.
+		if i >= len(raw) {
+			return false
+		}
+		switch c := raw[i]; {
+		case c == '{' || c == '[':
+			if depth == maxFastDepth {
+				return false
+			}
+			stack[depth] = c
+			depth++
+			i = skipWS(raw, i+1)
+			if i < len(raw) && raw[i] == c+2 { // '}' is '{'+2, ']' is '['+2
+				depth--
+				i++
+				break
+			}
+			if c == '{' {
+				if i = memberName(raw, i); i < 0 {
+					return false
+				}
+			}
+			continue
+		case c == '"':
+			if i = skipString(raw, i); i < 0 {
+				return false
+			}
+		case c == '-' || c >= '0' && c <= '9':
+			if i = skipNumber(raw, i); i < 0 {
+				return false
+			}
+		case c == 't' && hasAt(raw, i, "true"):
+			i += 4
+		case c == 'f' && hasAt(raw, i, "false"):
+			i += 5
+		case c == 'n' && hasAt(raw, i, "null"):
+			i += 4
+		default:
+			return false
+		}
+		// After a value: a comma, a closing bracket, or the end.
+		for {
+			i = skipWS(raw, i)
+			if depth == 0 {
+				return i == len(raw)
+			}
+			if i >= len(raw) {
+				return false
+			}
+			open := stack[depth-1]
+			if raw[i] == open+2 {
+				depth--
+				i++
+				continue
+			}
+			if raw[i] != ',' {
+				return false
+			}
+			i = skipWS(raw, i+1)
+			if open == '{' {
+				if i = memberName(raw, i); i < 0 {
+					return false
+				}
+			}
+			break
+		}
+	}
+}
+
+// maxFastDepth is the deepest nesting surelyValid takes on itself.
+const maxFastDepth = 64
+
+// memberName skips an object member's name, the colon and the white
+// space after it from i; -1 when they are not there.
+func memberName(raw []byte, i int) int {
+	if i >= len(raw) || raw[i] != '"' {
+		return -1
+	}
+	if i = skipString(raw, i); i < 0 {
+		return -1
+	}
+	i = skipWS(raw, i)
+	if i >= len(raw) || raw[i] != ':' {
+		return -1
+	}
+	return skipWS(raw, i+1)
+}
+
+func skipWS(raw []byte, i int) int {
+	for i < len(raw) && (raw[i] == ' ' || raw[i] == '\t' || raw[i] == '\n' || raw[i] == '\r') {
+		i++
+	}
+	return i
+}
+
+func hasAt(raw []byte, i int, lit string) bool {
+	return len(raw)-i >= len(lit) && string(raw[i:i+len(lit)]) == lit
+}
+
+// skipString skips the string that starts at raw[i] ('"'); -1 when it is
+// not one: unterminated, a control character, or an escape JSON has not.
+func skipString(raw []byte, i int) int {
+	for i++; i < len(raw); i++ {
+		switch c := raw[i]; {
+		case c == '"':
+			return i + 1
+		case c < 0x20:
+			return -1
+		case c == '\\':
+			i++
+			if i >= len(raw) {
+				return -1
+			}
+			switch raw[i] {
+			case '"', '\\', '/', 'b', 'f', 'n', 'r', 't':
+			case 'u':
+				if len(raw)-i <= 4 || !isHex(raw[i+1]) || !isHex(raw[i+2]) || !isHex(raw[i+3]) || !isHex(raw[i+4]) {
+					return -1
+				}
+				i += 4
+			default:
+				return -1
+			}
+		}
+	}
+	return -1
+}
+
+func isHex(c byte) bool { return c >= '0' && c <= '9' || c >= 'a' && c <= 'f' || c >= 'A' && c <= 'F' }
+
+// skipNumber skips the number that starts at raw[i]; -1 when it is not
+// one: -?(0|[1-9][0-9]*)(\.[0-9]+)?([eE][+-]?[0-9]+)?
+func skipNumber(raw []byte, i int) int {
+	if raw[i] == '-' {
+		i++
+	}
+	switch {
+	case i < len(raw) && raw[i] == '0':
+		i++
+	case i < len(raw) && raw[i] >= '1' && raw[i] <= '9':
+		i = skipDigits(raw, i)
+	default:
+		return -1
+	}
+	if i < len(raw) && raw[i] == '.' {
+		if j := skipDigits(raw, i+1); j > i+1 {
+			i = j
+		} else {
+			return -1
+		}
+	}
+	if i < len(raw) && (raw[i] == 'e' || raw[i] == 'E') {
+		i++
+		if i < len(raw) && (raw[i] == '+' || raw[i] == '-') {
+			i++
+		}
+		if j := skipDigits(raw, i); j > i {
+			i = j
+		} else {
+			return -1
+		}
+	}
+	return i
+}
+
+func skipDigits(raw []byte, i int) int {
+	for i < len(raw) && raw[i] >= '0' && raw[i] <= '9' {
+		i++
+	}
+	return i
+}
