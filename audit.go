@@ -87,13 +87,23 @@ func ActorFrom(ctx context.Context) string {
 	return a
 }
 
+// auditIDLen is the length of an event id (newAuditID).
+const auditIDLen = 32
+
 // newAuditID returns a 32-hex-character event id: 48 bits of Unix
 // milliseconds, a 16-bit counter of this process, then 64 random bits
 // (two processes' ids collide with odds of 2^-64 per pair made in the
 // same millisecond with the same counter), so
 // ids sort by creation time, and in the order made within one process.
 func newAuditID(now time.Time) string {
-	var b [16]byte
+	var id [auditIDLen]byte
+	putAuditID(&id, now)
+	return string(id[:])
+}
+
+// putAuditID writes a new event id (newAuditID) into id.
+func putAuditID(id *[auditIDLen]byte, now time.Time) {
+	var b [auditIDLen / 2]byte
 	ms := uint64(now.UnixMilli())
 	for i := 5; i >= 0; i-- {
 		b[i] = byte(ms)
@@ -105,7 +115,7 @@ func newAuditID(now time.Time) string {
 	// ChaCha8 (math/rand/v2) is enough, and far cheaper than crypto/rand
 	// on a cached replay's path.
 	binary.BigEndian.PutUint64(b[8:], rand.Uint64())
-	return hex.EncodeToString(b[:])
+	hex.Encode(id[:], b[:])
 }
 
 var auditSeq atomic.Uint32

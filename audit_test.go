@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/idemguard/idemguard"
@@ -519,4 +520,54 @@ func TestContextActorIsValidated(t *testing.T) {
 	require.ErrorIs(t, err, idemguard.ErrInvalidInput)
 	require.ErrorIs(t, b.guard.Cancel(ctx, testkeys.Hash(t, b.guard, "acme", "s", strings.Repeat("0", 64))), idemguard.ErrInvalidInput)
 	require.Empty(t, b.st.Rows())
+}
+
+// TestAuditObservedRecordsAreTheObserversToKeep: an observer may keep the
+// record it is handed (Event.Audit) as long as it likes. A replay's record
+// and its ID's bytes are made in one allocation (observedAudit): no later
+// decision, on any goroutine, may change a kept record or its ID, and
+// every ID is its own.
+func TestAuditObservedRecordsAreTheObserversToKeep(t *testing.T) {
+	var mu sync.Mutex
+	var kept []*store.AuditEvent
+	var copies []store.AuditEvent
+	keep := func(e idemguard.Event) {
+		if e.Kind == idemguard.EventAudit {
+			c := *e.Audit
+			c.ID = strings.Clone(c.ID) // its own bytes, to compare the kept one's with
+			mu.Lock()
+			kept, copies = append(kept, e.Audit), append(copies, c)
+			mu.Unlock()
+		}
+	}
+	b := setup(t, func(c *idemguard.Config) {
+		c.Observe, c.Audit = keep, idemguard.AuditConfig{Observe: true, Store: true, FlushEvery: time.Millisecond}
+	})
+	var runs atomic.Int32
+	calls := []idemguard.Call{{Tenant: "acme", Scope: "ai.copy", ClientKey: "k-a", Inputs: 1},
+		{Tenant: "acme", Scope: "ai.copy", ClientKey: "k-b", Inputs: 2}}
+	var wg sync.WaitGroup
+	for w := range 4 {
+		wg.Go(func() {
+			for i := range 100 {
+				res, err := b.guard.Do(context.Background(), calls[(w+i)%2], okOp(&runs))
+				assert.NoError(t, err)
+				assert.True(t, i < 2 || res.Cached, "a replay")
+			}
+		})
+	}
+	wg.Wait()
+	require.NoError(t, b.guard.Close(context.Background()))
+	require.EqualValues(t, 2, runs.Load())
+	require.Len(t, kept, 400)
+	ids := map[string]bool{}
+	for i, rec := range kept {
+		require.Equal(t, copies[i], *rec, "a kept record is as it was observed")
+		require.Regexp(t, `^[0-9a-f]{32}$`, rec.ID)
+		require.False(t, ids[rec.ID], "id %s observed twice", rec.ID)
+		ids[rec.ID] = true
+	}
+	for _, e := range b.st.AuditEvents() {
+		require.True(t, ids[e.ID], "the store's %s %s is an observed id", e.Kind, e.ID)
+	}
 }

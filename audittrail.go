@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"sync"
 	"time"
+	"unsafe"
 
 	"github.com/idemguard/idemguard/store"
 )
@@ -100,7 +101,7 @@ func (g *Guard) landed(e *store.AuditEvent) {
 // counted if it needs a new tally and the queue has no room for it). local
 // says At is a reading of the service's clock. Only the observer needs the
 // event whole: without it, an ID is made only for a new tally.
-func (g *Guard) note(p prepared, e store.AuditEvent, local bool) {
+func (g *Guard) note(p *prepared, e store.AuditEvent, local bool) {
 	if e.At.IsZero() {
 		e.At, local = g.now(), true
 	}
@@ -111,8 +112,9 @@ func (g *Guard) note(p prepared, e store.AuditEvent, local bool) {
 		if !local || !g.audit.processClock {
 			made = time.Now()
 		}
-		e.ID = newAuditID(made)
-		g.observeAudit(e)
+		rec := newObserved(&e, made)
+		e.ID = rec.ID // a new tally's, too
+		g.emit(Event{Kind: EventAudit, Tenant: e.Tenant, Scope: e.Scope, Audit: rec})
 	}
 	if g.audit.queue == nil {
 		return
@@ -120,6 +122,24 @@ func (g *Guard) note(p prepared, e store.AuditEvent, local bool) {
 	if !g.audit.queue.add(&e) {
 		g.emit(Event{Kind: EventAuditDropped, Scope: p.scope, Field: "queue_full"})
 	}
+}
+
+// observedAudit is the record of a decision handed to Config.Observe and
+// the bytes of its ID, in one allocation: the record's ID is a string over
+// id, which nothing writes once it is made. The observer may keep the
+// record (Event.Audit) as long as it likes; the string keeps id alive.
+type observedAudit struct {
+	rec store.AuditEvent
+	id  [auditIDLen]byte
+}
+
+// newObserved returns a copy of e, with a new ID made at made, for the
+// observer.
+func newObserved(e *store.AuditEvent, made time.Time) *store.AuditEvent {
+	o := &observedAudit{rec: *e}
+	putAuditID(&o.id, made)
+	o.rec.ID = unsafe.String(&o.id[0], len(o.id))
+	return &o.rec
 }
 
 // noteReplay records that res, a stored answer, was replayed; at is the
@@ -130,7 +150,7 @@ func (g *Guard) noteReplay(p prepared, res Result, at time.Time) { g.noteReplayA
 // service's clock (the replay cache answered).
 func (g *Guard) noteReplayAt(p prepared, res Result, at time.Time, local bool) {
 	if g.audit != nil {
-		g.note(p, store.AuditEvent{Kind: store.AuditReplay, Attempt: res.Attempt, At: at, OriginalAt: res.CompletedAt},
+		g.note(&p, store.AuditEvent{Kind: store.AuditReplay, Attempt: res.Attempt, At: at, OriginalAt: res.CompletedAt},
 			local)
 	}
 }
@@ -139,7 +159,7 @@ func (g *Guard) noteReplayAt(p prepared, res Result, at time.Time, local bool) {
 // was answered.
 func (g *Guard) noteInProgress(p prepared, rec store.Record, detail string) {
 	if g.audit != nil {
-		g.note(p, store.AuditEvent{Kind: store.AuditInProgress, Attempt: rec.Attempts, At: rec.Now, Detail: detail}, false)
+		g.note(&p, store.AuditEvent{Kind: store.AuditInProgress, Attempt: rec.Attempts, At: rec.Now, Detail: detail}, false)
 	}
 }
 
@@ -148,7 +168,7 @@ func (g *Guard) noteInProgress(p prepared, rec store.Record, detail string) {
 // did).
 func (g *Guard) noteConflict(p prepared, attempt int, at time.Time) {
 	if g.audit != nil {
-		g.note(p, store.AuditEvent{Kind: store.AuditConflict, Attempt: attempt, At: at}, false)
+		g.note(&p, store.AuditEvent{Kind: store.AuditConflict, Attempt: attempt, At: at}, false)
 	}
 }
 

@@ -78,25 +78,29 @@ func newReplayCache(size int, maxBytes, tenantBytes int64) *replayCache {
 		items: make(map[cacheKey]*list.Element), order: list.New(), tenants: make(map[string]*tenantEntries)}
 }
 
-func (c *replayCache) get(tenant, scope, keyHash string, now time.Time) (Result, string, bool) {
+// get returns the key's entry: its result and fingerprint, and the
+// entry's own copy of keyHash (the same characters in the entry's memory:
+// the audit tallies of the key's cached replays share it, so comparing
+// their key hashes is comparing two pointers, not 64 characters).
+func (c *replayCache) get(tenant, scope, keyHash string, now time.Time) (res Result, fingerprint, entryHash string, ok bool) {
 	if c == nil {
-		return Result{}, "", false
+		return Result{}, "", "", false
 	}
 	k := cacheKey{tenant, scope, keyHash}
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	el, ok := c.items[k]
 	if !ok {
-		return Result{}, "", false
+		return Result{}, "", "", false
 	}
 	e := el.Value.(*cacheEntry)
 	if !now.Before(e.until) {
 		c.remove(el)
-		return Result{}, "", false
+		return Result{}, "", "", false
 	}
 	c.order.MoveToFront(el)
 	c.tenants[tenant].order.MoveToFront(e.mine)
-	return e.res, e.fingerprint, true
+	return e.res, e.fingerprint, e.key.keyHash, true
 }
 
 func (c *replayCache) put(tenant, scope, keyHash, fingerprint string, res Result, until time.Time) {

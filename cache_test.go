@@ -73,12 +73,12 @@ func TestReplayCacheTenantShare(t *testing.T) {
 		c.put("loud", "chat", fmt.Sprintf("%064d", i), "fp", cachedAnswer(t, i, size), until)
 	}
 	for i := range 10 {
-		_, _, ok := c.get("quiet", "chat", fmt.Sprintf("%064d", i), time.Now())
+		_, _, _, ok := c.get("quiet", "chat", fmt.Sprintf("%064d", i), time.Now())
 		require.True(t, ok, "quiet's entry %d was evicted by loud's", i)
 	}
 	require.LessOrEqual(t, c.tenants["loud"].bytes, int64(512<<10))
 	require.LessOrEqual(t, c.bytes, int64(1<<20))
-	_, _, ok := c.get("loud", "chat", fmt.Sprintf("%064d", 999), time.Now())
+	_, _, _, ok := c.get("loud", "chat", fmt.Sprintf("%064d", 999), time.Now())
 	require.True(t, ok, "loud's latest answer is cached")
 
 	// The accounting is exact: removing every entry leaves nothing.

@@ -120,11 +120,12 @@ func (g *Guard) fromCache(p prepared) (res Result, err error, ok bool) {
 		return Result{}, nil, false
 	}
 	now := g.now() // the cache's clock, and the audit trail's for a decision no read preceded
-	res, fp, ok := g.cache.get(p.tenant, p.scope, p.keyHash, now)
-	switch {
-	case !ok:
+	res, fp, keyHash, ok := g.cache.get(p.tenant, p.scope, p.keyHash, now)
+	if !ok {
 		return Result{}, nil, false
-	case fp != p.fingerprint:
+	}
+	p.keyHash = keyHash // the same hash, in the entry's memory (replayCache.get)
+	if fp != p.fingerprint {
 		g.emit(Event{Kind: EventMismatch, Scope: p.scope})
 		g.noteConflict(p, res.Attempt, time.Time{})
 		return Result{}, ErrFingerprintMismatch, true

@@ -14,7 +14,8 @@ import (
 // write to the store (Config.Audit.Store: a claim's event carried by the
 // claim's own INSERT, replays counted in batches off the request path) and
 // hand every event to an observer that only counts it, as serve's stream
-// writer queues it. Cases:
+// writer queues it; the unaudited twins have the same observer (serve's
+// guard always has one, for its metrics). Cases:
 //   - the raw durable floor: the INSERT and the guarded UPDATE a fresh key
 //     minimally needs (the fresh suite's raw-insert-update);
 //   - fresh keys (claim, no-op operation, complete), audit off and on;
@@ -53,15 +54,17 @@ func runAudit(ctx context.Context, e *env) ([]row, error) {
 	if err != nil {
 		return nil, err
 	}
+	// Every guard has the same observer, as serve's guard always has one
+	// (its metrics), audit trail or not: the twins differ only in
+	// Config.Audit, so a ratio is what the trail costs, not what
+	// subscribing to a guard's events costs.
 	var observed atomic.Int64
-	audited := func(c *idemguard.Config) {
-		c.Audit = idemguard.AuditConfig{Store: true, Observe: true}
-		c.Observe = func(e idemguard.Event) {
-			if e.Kind == idemguard.EventAudit {
-				observed.Add(1)
-			}
+	observe := func(e idemguard.Event) {
+		if e.Kind == idemguard.EventAudit {
+			observed.Add(1)
 		}
 	}
+	audited := func(c *idemguard.Config) { c.Audit = idemguard.AuditConfig{Store: true, Observe: true} }
 	noCache := func(c *idemguard.Config) { c.ReplayCacheSize = -1 }
 	storedOnly := func(c *idemguard.Config) { c.Audit = idemguard.AuditConfig{Store: true} }
 	guards := map[string]*idemguard.Guard{}
@@ -69,6 +72,7 @@ func runAudit(ctx context.Context, e *env) ([]row, error) {
 		"off": nil, "on": {audited}, "off-store": {noCache}, "on-store": {noCache, audited}, "stored": {storedOnly},
 	} {
 		g, err := e.newGuard(func(c *idemguard.Config) {
+			c.Observe = observe
 			for _, m := range mutate {
 				m(c)
 			}

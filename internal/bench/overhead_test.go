@@ -39,6 +39,12 @@ func BenchmarkGuardFreshMemstoreAudited(b *testing.B)        { benchmarkFresh(b,
 func BenchmarkGuardReplayCachedMemstoreAudited(b *testing.B) { benchmarkReplay(b, 0, auditOn) }
 func BenchmarkGuardReplayStoreMemstoreAudited(b *testing.B)  { benchmarkReplay(b, -1, auditOn) }
 
+// The audited twins' fair baseline: the same observer, the audit trail
+// off (serve's guard always has an observer, for its metrics).
+func BenchmarkGuardReplayCachedMemstoreObserved(b *testing.B) { benchmarkReplay(b, 0, observed) }
+
+func observed(c *idemguard.Config) { c.Observe = func(idemguard.Event) {} }
+
 // The audit trail stored but not observed: a cached replay then only
 // counts in its key's tally, building no event.
 func BenchmarkGuardReplayCachedMemstoreAuditStored(b *testing.B) { benchmarkReplay(b, 0, auditStored) }
