@@ -43,15 +43,17 @@ type streamOptions struct {
 // everything else (id, model, system_fingerprint, created, logprobs, ...)
 // is never decoded, so it can reach no event, row or log.
 type upstreamChunk struct {
-	Choices []struct {
-		Index int `json:"index"`
-		Delta struct {
-			Role    *string `json:"role"`
-			Content *string `json:"content"`
-		} `json:"delta"`
-		FinishReason *string `json:"finish_reason"`
-	} `json:"choices"`
-	Usage *chunkUsage `json:"usage"`
+	Choices []upstreamChoice `json:"choices"`
+	Usage   *chunkUsage      `json:"usage"`
+}
+
+type upstreamChoice struct {
+	Index int `json:"index"`
+	Delta struct {
+		Role    *string `json:"role"`
+		Content *string `json:"content"`
+	} `json:"delta"`
+	FinishReason *string `json:"finish_reason"`
 }
 
 type chunkUsage struct {
@@ -85,15 +87,15 @@ type deltaEvent struct {
 // length, content_filter, tool_calls, ...); anything else becomes unknown.
 var finishReasonPattern = regexp.MustCompile(`^[a-z_]{1,32}$`)
 
+// chunkData is c's JSON (appendChunk), in a buffer sized for it.
 func chunkData(c chunkEvent) []byte {
-	if c.Choices == nil {
-		c.Choices = []choiceEvent{}
+	n := 128
+	for _, ch := range c.Choices {
+		if ch.Delta.Content != nil {
+			n += len(*ch.Delta.Content) + len(*ch.Delta.Content)/8
+		}
 	}
-	b, err := json.Marshal(c)
-	if err != nil {
-		panic(fmt.Sprintf("ops: encoding a chunk: %v", err)) // only strings and integers
-	}
-	return b
+	return appendChunk(make([]byte, 0, n), c)
 }
 
 func contentEvent(role string, content string) idemguard.Chunk {
@@ -250,7 +252,7 @@ func (a *assembler) read(r interface{ Read([]byte) (int, error) }) error {
 
 func (a *assembler) chunk(data []byte) error {
 	var c upstreamChunk
-	if err := json.Unmarshal(data, &c); err != nil {
+	if err := decodeChunk(data, &c); err != nil {
 		return errors.New("a chunk is not a JSON chat.completion.chunk")
 	}
 	for _, ch := range c.Choices {

@@ -1,0 +1,447 @@
+package ops
+
+import (
+	"bytes"
+	"encoding/json"
+	"strconv"
+	"unicode/utf8"
+)
+
+// The JSON of a streamed answer's chunks, without reflection
+//
+// Every upstream chunk is decoded and every event encoded, twenty times or
+// more per answer: with encoding/json that was a third of a stream's CPU,
+// and the event's bytes wait for it. appendChunk writes the bytes
+// json.Marshal writes for a chunkEvent; decodeChunk reads the documents
+// providers send (known members exactly named, at most once, integers
+// plain) as json.Unmarshal does, and hands anything else to json.Unmarshal
+// itself. Both are checked against encoding/json (FuzzChunkJSON).
+
+// appendChunk appends json.Marshal(c), c.Choices nil written as [].
+func appendChunk(b []byte, c chunkEvent) []byte {
+	b = append(b, `{"object":`...)
+	b = appendString(b, c.Object)
+	b = append(b, `,"choices":[`...)
+	for i, ch := range c.Choices {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		b = append(b, `{"index":`...)
+		b = strconv.AppendInt(b, int64(ch.Index), 10)
+		b = append(b, `,"delta":{`...)
+		sep := false
+		if ch.Delta.Role != "" {
+			b = appendString(append(b, `"role":`...), ch.Delta.Role)
+			sep = true
+		}
+		if ch.Delta.Content != nil {
+			if sep {
+				b = append(b, ',')
+			}
+			b = appendString(append(b, `"content":`...), *ch.Delta.Content)
+		}
+		b = append(b, `},"finish_reason":`...)
+		if ch.FinishReason == nil {
+			b = append(b, "null"...)
+		} else {
+			b = appendString(b, *ch.FinishReason)
+		}
+		b = append(b, '}')
+	}
+	b = append(b, ']')
+	if u := c.Usage; u != nil {
+		b = strconv.AppendInt(append(b, `,"usage":{"prompt_tokens":`...), u.PromptTokens, 10)
+		b = strconv.AppendInt(append(b, `,"completion_tokens":`...), u.CompletionTokens, 10)
+		b = strconv.AppendInt(append(b, `,"total_tokens":`...), u.TotalTokens, 10)
+		b = append(b, '}')
+	}
+	return append(b, '}')
+}
+
+const hexDigits = "0123456789abcdef"
+
+// appendString appends s quoted as encoding/json quotes a string: HTML
+// characters, control characters, U+2028 and U+2029 escaped, invalid UTF-8
+// replaced by U+FFFD.
+func appendString(b []byte, s string) []byte {
+	b = append(b, '"')
+	start := 0
+	for i := 0; i < len(s); {
+		c := s[i]
+		if c < utf8.RuneSelf {
+			if c >= 0x20 && c != '"' && c != '\\' && c != '<' && c != '>' && c != '&' {
+				i++
+				continue
+			}
+			b = append(b, s[start:i]...)
+			switch c {
+			case '"', '\\':
+				b = append(b, '\\', c)
+			case '\b':
+				b = append(b, '\\', 'b')
+			case '\f':
+				b = append(b, '\\', 'f')
+			case '\n':
+				b = append(b, '\\', 'n')
+			case '\r':
+				b = append(b, '\\', 'r')
+			case '\t':
+				b = append(b, '\\', 't')
+			default:
+				b = append(b, '\\', 'u', '0', '0', hexDigits[c>>4], hexDigits[c&0xF])
+			}
+			i++
+			start = i
+			continue
+		}
+		r, size := utf8.DecodeRuneInString(s[i:])
+		if r == utf8.RuneError && size == 1 {
+			b = append(append(b, s[start:i]...), `\ufffd`...)
+			i += size
+			start = i
+			continue
+		}
+		if r == '\u2028' || r == '\u2029' {
+			b = append(append(b, s[start:i]...), '\\', 'u', '2', '0', '2', hexDigits[r&0xF])
+			i += size
+			start = i
+			continue
+		}
+		i += size
+	}
+	return append(append(b, s[start:]...), '"')
+}
+
+// decodeChunk is json.Unmarshal(data, c).
+func decodeChunk(data []byte, c *upstreamChunk) error {
+	if json.Valid(data) {
+		d := chunkDecoder{b: data}
+		if d.chunk(c) && d.end() {
+			return nil
+		}
+		*c = upstreamChunk{}
+	}
+	return json.Unmarshal(data, c)
+}
+
+// chunkDecoder reads a document json.Valid accepted. Each method reports
+// false for what it does not read as encoding/json would (a member named
+// in another case, twice, or escaped, a value of another type or null
+// where encoding/json would keep what it had, a number not a plain
+// integer): decodeChunk then asks encoding/json.
+type chunkDecoder struct {
+	b []byte
+	i int
+}
+
+func (d *chunkDecoder) ws() {
+	for d.i < len(d.b) && (d.b[d.i] == ' ' || d.b[d.i] == '\t' || d.b[d.i] == '\n' || d.b[d.i] == '\r') {
+		d.i++
+	}
+}
+
+// peek is the next byte after white space (0 at the end).
+func (d *chunkDecoder) peek() byte {
+	d.ws()
+	if d.i < len(d.b) {
+		return d.b[d.i]
+	}
+	return 0
+}
+
+func (d *chunkDecoder) end() bool { return d.peek() == 0 }
+
+// null reads a null, if one is next.
+func (d *chunkDecoder) null() bool {
+	if d.peek() == 'n' {
+		d.i += len("null")
+		return true
+	}
+	return false
+}
+
+// open reads the start of an object.
+func (d *chunkDecoder) open() bool {
+	if d.peek() != '{' {
+		return false
+	}
+	d.i++
+	return true
+}
+
+// member reads the next member's name and its colon; false at the
+// object's end.
+func (d *chunkDecoder) member() ([]byte, bool) {
+	switch d.peek() {
+	case '}':
+		d.i++
+		return nil, false
+	case ',':
+		d.i++
+		d.ws()
+	}
+	start := d.i + 1
+	end := start + bytes.IndexByte(d.b[start:], '"')
+	d.i = end + 1
+	d.ws()
+	d.i++ // the colon
+	return d.b[start:end], true
+}
+
+// skip reads over a value of a valid document.
+func (d *chunkDecoder) skip() {
+	switch d.peek() {
+	case '"':
+		d.str()
+		return
+	case '{', '[':
+		for depth := 0; ; {
+			switch d.b[d.i] {
+			case '"':
+				d.str()
+				continue
+			case '{', '[':
+				depth++
+			case '}', ']':
+				if depth--; depth == 0 {
+					d.i++
+					return
+				}
+			}
+			d.i++
+		}
+	}
+	for d.i < len(d.b) && bytes.IndexByte([]byte(" \t\r\n,}]"), d.b[d.i]) < 0 {
+		d.i++ // a number, true, false or null
+	}
+}
+
+// str reads a string token and returns its raw bytes, quotes included.
+func (d *chunkDecoder) str() []byte {
+	start := d.i
+	for d.i++; d.b[d.i] != '"'; d.i++ {
+		if d.b[d.i] == '\\' {
+			d.i++
+		}
+	}
+	d.i++
+	return d.b[start:d.i]
+}
+
+// stringPtr reads a string or null into *p, as encoding/json does.
+func (d *chunkDecoder) stringPtr(p **string) bool {
+	if d.null() {
+		*p = nil
+		return true
+	}
+	if d.peek() != '"' {
+		return false
+	}
+	raw := d.str()
+	body := raw[1 : len(raw)-1]
+	var s string
+	if bytes.IndexByte(body, '\\') < 0 && utf8.Valid(body) {
+		s = string(body)
+	} else if json.Unmarshal(raw, &s) != nil {
+		return false
+	}
+	*p = &s
+	return true
+}
+
+// integer reads a plain integer (digits, an optional minus) of at most
+// 18 digits.
+func (d *chunkDecoder) integer() (int64, bool) {
+	d.ws()
+	start := d.i
+	if d.i < len(d.b) && d.b[d.i] == '-' {
+		d.i++
+	}
+	for d.i < len(d.b) && d.b[d.i] >= '0' && d.b[d.i] <= '9' {
+		d.i++
+	}
+	if d.i == start || d.i-start > 18 || d.i < len(d.b) && (d.b[d.i] == '.' || d.b[d.i] == 'e' || d.b[d.i] == 'E') {
+		return 0, false
+	}
+	n, err := strconv.ParseInt(string(d.b[start:d.i]), 10, 64)
+	return n, err == nil
+}
+
+// names checks a member's name: false (ask encoding/json) for one seen
+// before, a known one in another case, or one escaped or not ASCII (which
+// encoding/json may fold into a known one); i is the index of a known one
+// in fields, -1 for another.
+type names struct{ seen uint8 }
+
+func (n *names) known(name []byte, fields ...string) (i int, ok bool) {
+	for _, c := range name {
+		if c == '\\' || c >= utf8.RuneSelf {
+			return -1, false
+		}
+	}
+	for i, f := range fields {
+		switch {
+		case string(name) == f:
+			if n.seen&(1<<i) != 0 {
+				return -1, false
+			}
+			n.seen |= 1 << i
+			return i, true
+		case len(name) == len(f) && bytes.EqualFold(name, []byte(f)):
+			return -1, false
+		}
+	}
+	return -1, true
+}
+
+func (d *chunkDecoder) chunk(c *upstreamChunk) bool {
+	var seen names
+	if !d.open() {
+		return false
+	}
+	for {
+		name, more := d.member()
+		if !more {
+			return true
+		}
+		i, ok := seen.known(name, "choices", "usage")
+		switch {
+		case !ok:
+			return false
+		case i == 0:
+			if !d.choices(c) {
+				return false
+			}
+		case i == 1 && d.null():
+			c.Usage = nil
+		case i == 1:
+			c.Usage = &chunkUsage{}
+			if !d.usage(c.Usage) {
+				return false
+			}
+		default:
+			d.skip()
+		}
+	}
+}
+
+func (d *chunkDecoder) choices(c *upstreamChunk) bool {
+	if d.null() {
+		c.Choices = nil
+		return true
+	}
+	if d.peek() != '[' {
+		return false
+	}
+	d.i++
+	c.Choices = make([]upstreamChoice, 0, 1)
+	if d.peek() == ']' {
+		d.i++
+		return true
+	}
+	for {
+		c.Choices = append(c.Choices, upstreamChoice{})
+		if !d.choice(&c.Choices[len(c.Choices)-1]) {
+			return false
+		}
+		if d.peek() == ']' {
+			d.i++
+			return true
+		}
+		d.i++ // the comma
+	}
+}
+
+func (d *chunkDecoder) choice(ch *upstreamChoice) bool {
+	var seen names
+	if !d.open() {
+		return false
+	}
+	for {
+		name, more := d.member()
+		if !more {
+			return true
+		}
+		i, ok := seen.known(name, "index", "delta", "finish_reason")
+		switch {
+		case !ok:
+			return false
+		case i == 0:
+			n, ok := d.integer()
+			if !ok {
+				return false
+			}
+			ch.Index = int(n)
+		case i == 1:
+			if !d.delta(ch) {
+				return false
+			}
+		case i == 2:
+			if !d.stringPtr(&ch.FinishReason) {
+				return false
+			}
+		default:
+			d.skip()
+		}
+	}
+}
+
+func (d *chunkDecoder) delta(ch *upstreamChoice) bool {
+	var seen names
+	if !d.open() {
+		return false
+	}
+	for {
+		name, more := d.member()
+		if !more {
+			return true
+		}
+		i, ok := seen.known(name, "role", "content")
+		switch {
+		case !ok:
+			return false
+		case i == 0:
+			ok = d.stringPtr(&ch.Delta.Role)
+		case i == 1:
+			ok = d.stringPtr(&ch.Delta.Content)
+		default:
+			d.skip()
+		}
+		if !ok {
+			return false
+		}
+	}
+}
+
+func (d *chunkDecoder) usage(u *chunkUsage) bool {
+	var seen names
+	if !d.open() {
+		return false
+	}
+	for {
+		name, more := d.member()
+		if !more {
+			return true
+		}
+		i, ok := seen.known(name, "prompt_tokens", "completion_tokens", "total_tokens")
+		if !ok {
+			return false
+		}
+		if i < 0 {
+			d.skip()
+			continue
+		}
+		n, ok := d.integer()
+		if !ok {
+			return false
+		}
+		switch i {
+		case 0:
+			u.PromptTokens = n
+		case 1:
+			u.CompletionTokens = n
+		default:
+			u.TotalTokens = n
+		}
+	}
+}

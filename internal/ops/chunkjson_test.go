@@ -1,0 +1,84 @@
+package ops
+
+import (
+	"bytes"
+	"encoding/json"
+	"reflect"
+	"testing"
+)
+
+// chunkSeeds are upstream chunks as providers send them, and the shapes
+// that decodeChunk must leave to encoding/json.
+var chunkSeeds = []string{
+	`{"id":"chatcmpl-1","object":"chat.completion.chunk","created":1,"model":"m","system_fingerprint":"fp","choices":[{"index":0,"delta":{"role":"assistant","content":""},"logprobs":null,"finish_reason":null}]}`,
+	`{"id":"c","choices":[{"index":0,"delta":{"content":"Hello \u003cb\u003e \"q\" \\ \n ünï €"},"finish_reason":null}]}`,
+	`{"id":"c","choices":[{"index":0,"delta":{},"finish_reason":"stop"}]}`,
+	`{"id":"c","choices":[],"usage":{"prompt_tokens":12,"completion_tokens":20,"total_tokens":32,"prompt_tokens_details":{"cached_tokens":0}}}`,
+	`{"choices":null,"usage":null}`,
+	`{"Choices":[{"index":1}]}`,
+	`{"choices":[{"index":0}],"choices":[{"index":1,"delta":{"content":"x"}}]}`,
+	`{"choices":[{"index":1.0}]}`,
+	`{"choices":[{"index":-3,"INDEX":2}]}`,
+	`{"choices":[null,{"delta":null}]}`,
+	`{"choices":[{"delta":{"content":"\ud800 bad"},"finish_reason":"le\u006egth"}]}`,
+	"{\"choices\":[{\"delta\":{\"content\":\"\xff\xfe\"}}]}",
+	`{"ch\u006fices":[{"index":2}]}`,
+	`{"usage":{"prompt_tokens":1e2}}`,
+	`{"usage":{"total_tokens":99999999999999999999}}`,
+	`{"usage":"x"}`,
+	`{"choices":"x"}`,
+	`{"choices":[{"delta":{"role":5}}]}`,
+	` { "choices" : [ { "index" : 0 , "delta" : { "content" : "a" } } ] , "x" : [ { "y" : "}]" } , 1.5e3 , true ] } `,
+	`"<a href='x'>&amp; \u2028 \u2029 \t \b \f \r \u0001 \u007f \ud800 é"`, "\"\xff\xe2\x80\"",
+	`[]`, `null`, `"s"`, `{}`, `{"choices":[{}]}`, `{"usage":{}}`, `{"choices":[],"usage":{"prompt_tokens":-0}}`,
+}
+
+// FuzzChunkJSON checks decodeChunk against json.Unmarshal, and appendChunk
+// against json.Marshal, on the same inputs.
+func FuzzChunkJSON(f *testing.F) {
+	for _, s := range chunkSeeds {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, data []byte) {
+		var want, got upstreamChunk
+		wantErr := json.Unmarshal(data, &want)
+		gotErr := decodeChunk(data, &got)
+		if (wantErr == nil) != (gotErr == nil) || wantErr == nil && !reflect.DeepEqual(want, got) {
+			t.Fatalf("decodeChunk(%q) = %+v, %v; json.Unmarshal: %+v, %v", data, got, gotErr, want, wantErr)
+		}
+		// Every string of the document as a member of an event.
+		var s string
+		if json.Unmarshal(data, &s) != nil {
+			s = string(data)
+		}
+		for _, c := range []chunkEvent{
+			{Object: s, Choices: []choiceEvent{{Index: len(s), Delta: deltaEvent{Role: s, Content: &s}, FinishReason: &s}}},
+			{Object: "chat.completion.chunk", Choices: []choiceEvent{{Delta: deltaEvent{Content: &s}}, {FinishReason: &s}}},
+			{Object: s, Usage: &chunkUsage{PromptTokens: -int64(len(s)), TotalTokens: 1 << 62}},
+			{Choices: []choiceEvent{{Delta: deltaEvent{Role: s}}}},
+		} {
+			want, err := json.Marshal(c)
+			if c.Choices == nil {
+				want, err = json.Marshal(chunkEvent{Object: c.Object, Choices: []choiceEvent{}, Usage: c.Usage})
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := appendChunk(nil, c); !bytes.Equal(got, want) {
+				t.Fatalf("appendChunk(%+v) = %s, json.Marshal: %s", c, got, want)
+			}
+		}
+	})
+}
+
+// TestDecodeChunkReadsProvidersChunks: the chunks providers send are read
+// by the fast path, not handed to encoding/json.
+func TestDecodeChunkReadsProvidersChunks(t *testing.T) {
+	for _, s := range chunkSeeds[:5] {
+		var c upstreamChunk
+		d := chunkDecoder{b: []byte(s)}
+		if !d.chunk(&c) || !d.end() {
+			t.Errorf("the fast path left %s to encoding/json", s)
+		}
+	}
+}
