@@ -72,7 +72,10 @@ type claimLoop struct {
 var errAgain = errors.New("idemguard: read the row again")
 
 func (g *Guard) execute(ctx context.Context, p prepared) (Result, error) {
-	l := claimLoop{g: g, ctx: ctx, p: p, needClaim: true, poll: newBackoff(p.settings.StaleAfter), began: time.Now()}
+	l := claimLoop{g: g, ctx: ctx, p: p, needClaim: true, poll: newBackoff(p.settings.StaleAfter)}
+	if p.force {
+		l.began = time.Now() // only a forced call reads it (reset.go)
+	}
 	if p.wait > 0 {
 		l.waitUntil = g.now().Add(p.wait)
 	}

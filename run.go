@@ -108,9 +108,18 @@ func (g *Guard) runOwned(ctx context.Context, p prepared, op Operation, o owned)
 	hb := g.startHeartbeat(p, o, cancel)
 	defer hb.stop()
 	runCtx = hb.carrying(runCtx)
-	start := g.now()
+	// The operation's duration is only ever reported to Config.Observe:
+	// without an observer the clock is not read for it.
+	observed := g.cfg.Observe != nil
+	var start time.Time
+	if observed {
+		start = g.now()
+	}
 	value, opErr := callOperation(runCtx, op)
-	elapsed := g.now().Sub(start)
+	var elapsed time.Duration
+	if observed {
+		elapsed = g.now().Sub(start)
+	}
 
 	out := g.outcomeOf(p, o, runCtx, value, opErr)
 	g.emit(Event{Kind: EventOperation, Tenant: p.tenant, Scope: p.scope, Duration: elapsed, StopReason: out.env.StopReason,

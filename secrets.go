@@ -164,7 +164,7 @@ func (l *claimLoop) crossCheck(o owned) error {
 	poll := crossFirstPoll
 	deadline := time.Now().Add(crossWaitFor)
 	for {
-		ctx, cancel := g.storeCtx(context.WithoutCancel(l.ctx))
+		ctx, cancel := g.writeCtx(l.ctx) // detached, bounded by StoreTimeout (deadline.go)
 		rows, err := g.store.GetMany(ctx, p.tenant, p.scope, others)
 		cancel()
 		if err != nil {

@@ -249,7 +249,11 @@ func primitive(v any) (any, bool) {
 	case nil, string, bool:
 		return x, true
 	case json.Number:
-		return CanonicalNumber(string(x))
+		c, ok := CanonicalNumber(string(x))
+		if ok && c == x {
+			return v, true // already canonical: v as it is, not boxed again
+		}
+		return c, ok
 	}
 	return nil, false
 }

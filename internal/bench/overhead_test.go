@@ -168,3 +168,14 @@ func benchmarkFreshEngine(b *testing.B, mutate func(*idemguard.Config)) {
 	defer cancel()
 	freshLoop(ctx, b, g)
 }
+
+// BenchmarkGuardFreshEngineRotating is BenchmarkGuardFreshEngine with a
+// previous secret configured: the rotation suite's extra CPU a fresh key
+// (the other secret's key hash and fingerprint, and the read of the
+// request's rows under it after the claim) without the round trip.
+func BenchmarkGuardFreshEngineRotating(b *testing.B) {
+	benchmarkFreshEngine(b, func(c *idemguard.Config) {
+		c.SecretID = "new"
+		c.PreviousSecrets = []idemguard.SecretVersion{{ID: "old", Secret: []byte("bench-previous-secret-0123456789abcdef")}}
+	})
+}

@@ -5,7 +5,6 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/jmoiron/sqlx"
 	"github.com/stretchr/testify/require"
 
 	"github.com/idemguard/idemguard/internal/cleanup/cleanuptest"
@@ -25,12 +24,15 @@ func TestGetManyReadsTheUniqueKey(t *testing.T) {
 	require.NoError(t, d.DB.SelectContext(ctx, &existing,
 		`SELECT key_hash FROM idempotency_keys WHERE tenant = ? AND scope = ? LIMIT 2`, tenant, scope))
 	require.Len(t, existing, 2)
+	require.Equal(t, getManyQuery(5), getManySQL+", ?, ?, ?, ?)")
 	for _, n := range []int{1, 2, 3} {
 		// Rows that exist, and one that does not (a secret with no row for the request).
 		hashes := append(existing[:min(n, 2):min(n, 2)], fmt.Sprintf("%064x", n))[:n]
-		query, args, err := sqlx.In(getManySQL, tenant, scope, hashes)
-		require.NoError(t, err)
-		plans := testdb.Explain(t, d.DB, query, args...)
+		args := []any{tenant, scope}
+		for _, h := range hashes {
+			args = append(args, h)
+		}
+		plans := testdb.Explain(t, d.DB, getManySQLs[n-1], args...)
 		require.Len(t, plans, 1)
 		p := plans[0]
 		t.Logf("%d hashes: %v", n, p)

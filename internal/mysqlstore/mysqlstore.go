@@ -226,17 +226,35 @@ func (s *Store) Get(ctx context.Context, tenant, scope, keyHash string) (store.R
 
 // getManySQL is getSQL for several key hashes, with the same columns in the
 // same order: one read of the unique key (tenant, scope, key_hash), as many
-// points as hashes.
-var getManySQL = strings.Replace(getSQL, "AND key_hash = ?", "AND key_hash IN (?)", 1)
+// points as hashes. getManySQLs holds it for the usual counts (a previous
+// secret or two), so that GetMany, which the claim path runs after every
+// won claim while previous secrets are configured, builds no query text.
+var (
+	getManySQL  = strings.Replace(getSQL, "AND key_hash = ?", "AND key_hash IN (?", 1)
+	getManySQLs = [...]string{getManyQuery(1), getManyQuery(2), getManyQuery(3), getManyQuery(4)}
+)
+
+// getManyQuery is getManySQL with n placeholders in its IN list.
+func getManyQuery(n int) string {
+	return getManySQL + strings.Repeat(", ?", n-1) + ")"
+}
 
 // GetMany implements store.Store.
 func (s *Store) GetMany(ctx context.Context, tenant, scope string, keyHashes []string) ([]store.Record, error) {
-	if len(keyHashes) == 0 {
+	n := len(keyHashes)
+	if n == 0 {
 		return nil, nil
 	}
-	query, args, err := sqlx.In(getManySQL, tenant, scope, keyHashes)
-	if err != nil {
-		return nil, err
+	query := ""
+	if n <= len(getManySQLs) {
+		query = getManySQLs[n-1]
+	} else {
+		query = getManyQuery(n)
+	}
+	args := make([]any, 0, 2+n)
+	args = append(args, tenant, scope)
+	for _, h := range keyHashes {
+		args = append(args, h)
 	}
 	rows, err := s.db.QueryContext(ctx, query, args...)
 	if err := interpretError(err); err != nil {
