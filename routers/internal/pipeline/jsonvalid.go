@@ -15,68 +15,84 @@ func surelyValid(raw []byte) bool {
 		if i >= len(raw) {
 			return false
 		}
-		switch c := raw[i]; {
-		case c == '{' || c == '[':
+		if c := raw[i]; c == '{' || c == '[' {
 			if depth == maxFastDepth {
 				return false
 			}
 			stack[depth] = c
 			depth++
 			i = skipWS(raw, i+1)
-			if i < len(raw) && raw[i] == c+2 { // '}' is '{'+2, ']' is '['+2
-				depth--
-				i++
-				break
-			}
-			if c == '{' {
-				if i = memberName(raw, i); i < 0 {
-					return false
+			if i >= len(raw) || raw[i] != c+2 { // '}' is '{'+2, ']' is '['+2
+				if c == '{' {
+					if i = memberName(raw, i); i < 0 {
+						return false
+					}
 				}
-			}
-			continue
-		case c == '"':
-			if i = skipString(raw, i); i < 0 {
-				return false
-			}
-		case c == '-' || c >= '0' && c <= '9':
-			if i = skipNumber(raw, i); i < 0 {
-				return false
-			}
-		case c == 't' && hasAt(raw, i, "true"):
-			i += 4
-		case c == 'f' && hasAt(raw, i, "false"):
-			i += 5
-		case c == 'n' && hasAt(raw, i, "null"):
-			i += 4
-		default:
-			return false
-		}
-		// After a value: a comma, a closing bracket, or the end.
-		for {
-			i = skipWS(raw, i)
-			if depth == 0 {
-				return i == len(raw)
-			}
-			if i >= len(raw) {
-				return false
-			}
-			open := stack[depth-1]
-			if raw[i] == open+2 {
-				depth--
-				i++
 				continue
 			}
-			if raw[i] != ',' {
-				return false
-			}
-			i = skipWS(raw, i+1)
-			if open == '{' {
-				if i = memberName(raw, i); i < 0 {
-					return false
-				}
-			}
-			break
+			depth--
+			i++
+		} else if i = skipScalar(raw, i); i < 0 {
+			return false
 		}
+		var end bool
+		if i, depth, end = afterValue(raw, i, stack[:depth]); end {
+			return i == len(raw)
+		} else if i < 0 {
+			return false
+		}
+	}
+}
+
+// skipScalar skips the string, number or literal that starts at i; -1
+// when none does.
+func skipScalar(raw []byte, i int) int {
+	switch c := raw[i]; {
+	case c == '"':
+		return skipString(raw, i)
+	case c == '-' || c >= '0' && c <= '9':
+		return skipNumber(raw, i)
+	case c == 't' && hasAt(raw, i, "true"):
+		return i + 4
+	case c == 'f' && hasAt(raw, i, "false"):
+		return i + 5
+	case c == 'n' && hasAt(raw, i, "null"):
+		return i + 4
+	}
+	return -1
+}
+
+// afterValue skips what follows a value ending at i inside the open
+// containers: closing brackets, then a comma (and, in an object, the next
+// member's name), and returns where the next value starts and how many
+// containers are still open. end is true when none is open any more (i is
+// then the end of the white space after the last value); i is -1 when
+// what follows is not JSON.
+func afterValue(raw []byte, i int, open []byte) (next, depth int, end bool) {
+	for {
+		i = skipWS(raw, i)
+		if len(open) == 0 {
+			return i, 0, true
+		}
+		if i >= len(raw) {
+			return -1, 0, false
+		}
+		top := open[len(open)-1]
+		if raw[i] == top+2 {
+			open = open[:len(open)-1]
+			i++
+			continue
+		}
+		if raw[i] != ',' {
+			return -1, 0, false
+		}
+		i = skipWS(raw, i+1)
+		if top == '{' {
+			if i = memberName(raw, i); i < 0 {
+				return -1, 0, false
+			}
+		}
+		return i, len(open), false
 	}
 }
 
