@@ -138,6 +138,9 @@ func (c *replayCache) put(tenant, scope, keyHash, fingerprint string, res Result
 	}
 	k := cacheKey{tenant, scope, keyHash}
 	size := entrySize(k, fingerprint, res)
+	if fresh {
+		size += int64(len(res.Body)) // the replay's body, once a hit encodes it
+	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if el, ok := c.items[k]; ok {
