@@ -45,7 +45,7 @@ type AuditConfig struct {
 	BatchSize int
 	// FlushEvery is the longest a decision waits for its batch: the writer
 	// sleeps that long between batches unless the queue is half full.
-	// Defaults to 200ms.
+	// Defaults to 1s.
 	FlushEvery time.Duration
 }
 

@@ -24,7 +24,7 @@ import (
 const (
 	DefaultAuditQueueSize  = 10_000
 	DefaultAuditBatchSize  = 500
-	DefaultAuditFlushEvery = 200 * time.Millisecond
+	DefaultAuditFlushEvery = time.Second
 )
 
 // auditor is a Guard's audit state; nil when auditing is off.

@@ -48,7 +48,7 @@ func TestReplayCacheBoundedByBytes(t *testing.T) {
 	answer := cachedAnswer(t, 0, 60_000)
 	before := heapInUse()
 	for i := range 10_000 {
-		c.put(fmt.Sprintf("t%d", i%4), "chat", fmt.Sprintf("%064d", i), "fp", copyOf(answer, i), until)
+		c.put(fmt.Sprintf("t%d", i%4), "chat", fmt.Sprintf("%064d", i), "fp", copyOf(answer, i), until, false)
 	}
 	grown := int64(heapInUse()) - int64(before)
 	require.LessOrEqual(t, c.bytes, int64(DefaultReplayCacheBytes))
@@ -67,10 +67,10 @@ func TestReplayCacheTenantShare(t *testing.T) {
 	c := newReplayCache(100, 1<<20, 512<<10)
 	until := time.Now().Add(time.Hour)
 	for i := range 10 {
-		c.put("quiet", "chat", fmt.Sprintf("%064d", i), "fp", cachedAnswer(t, i, size), until)
+		c.put("quiet", "chat", fmt.Sprintf("%064d", i), "fp", cachedAnswer(t, i, size), until, false)
 	}
 	for i := range 1000 {
-		c.put("loud", "chat", fmt.Sprintf("%064d", i), "fp", cachedAnswer(t, i, size), until)
+		c.put("loud", "chat", fmt.Sprintf("%064d", i), "fp", cachedAnswer(t, i, size), until, false)
 	}
 	for i := range 10 {
 		_, _, _, ok := c.get("quiet", "chat", fmt.Sprintf("%064d", i), time.Now())
@@ -88,4 +88,44 @@ func TestReplayCacheTenantShare(t *testing.T) {
 	}
 	require.Zero(t, c.bytes)
 	require.Empty(t, c.tenants)
+}
+
+// A fresh answer's replay is encoded by its first hit, once: concurrent
+// first hits all answer the replay's bytes (cached: true, the rest as the
+// first caller got it), the same encoding, and the first caller's Result
+// is left as it was.
+func TestFreshEntryReplayEncodedOnceByTheFirstHits(t *testing.T) {
+	c := newReplayCache(10, 1<<20, 1<<20)
+	fresh := cachedAnswer(t, 1, 10)
+	fresh.Cached, fresh.Envelope.Cached = false, false
+	fresh.Body, _ = sanitize.Marshal(fresh.Envelope)
+	firstBody := bytes.Clone(fresh.Body)
+	want := fresh.Envelope
+	want.Cached = true
+	wantBody, err := sanitize.Marshal(want)
+	require.NoError(t, err)
+	now := time.Now()
+	c.put("t", "chat", fresh.KeyHash, "fp", fresh, now.Add(time.Minute), true)
+
+	bodies := make(chan []byte, 8)
+	for range 8 {
+		go func() {
+			res, _, _, ok := c.get("t", "chat", fresh.KeyHash, now)
+			if !ok || !res.Cached {
+				bodies <- nil
+				return
+			}
+			bodies <- res.Body
+		}()
+	}
+	var first []byte
+	for range 8 {
+		b := <-bodies
+		require.Equal(t, string(wantBody), string(b))
+		if first == nil {
+			first = b
+		}
+		require.Same(t, &first[0], &b[0], "each hit encoded the replay again")
+	}
+	require.Equal(t, string(firstBody), string(fresh.Body), "the first caller's body changed")
 }

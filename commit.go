@@ -35,9 +35,15 @@ func (g *Guard) commit(ctx context.Context, p prepared, o owned, hb *heartbeat, 
 		// read from the store says. The entry's lifetime is counted from
 		// before the commit was sent: the row expires TTL after it landed.
 		res.CompletedAt = completedAt
-		if status == store.RowSucceeded && g.cache != nil { // replayOf encodes: not for a disabled cache
-			g.cache.put(p.tenant, p.scope, p.keyHash, p.fingerprint, replayOf(res, document),
-				committing.Add(min(g.cacheAge(p), p.settings.TTL)))
+		if status == store.RowSucceeded {
+			// A document is replayed as it is; an envelope's replay is
+			// encoded by the entry's first hit (cacheEntry.fresh).
+			cached := res
+			if document {
+				cached = replayOf(res, true)
+			}
+			g.cache.put(p.tenant, p.scope, p.keyHash, p.fingerprint, cached,
+				committing.Add(min(g.cacheAge(p), p.settings.TTL)), !document)
 		}
 	}
 	return res
@@ -115,15 +121,24 @@ func sameJSON(a, b []byte) bool {
 // replayOf turns a fresh result into what a replay of it answers: a
 // document as it was, an envelope with cached true.
 func replayOf(r Result, document bool) Result {
-	r.Cached, r.Err, r.LostClaim = true, nil, false
+	r = replayFields(r, document)
 	if document {
 		return r
 	}
-	r.Envelope.Cached = true
 	body, err := sanitize.Marshal(r.Envelope)
 	if err != nil {
 		return Result{}
 	}
 	r.Body = body
+	return r
+}
+
+// replayFields is replayOf but for the body: the fields a replay answers
+// other than the first caller's.
+func replayFields(r Result, document bool) Result {
+	r.Cached, r.Err, r.LostClaim = true, nil, false
+	if !document {
+		r.Envelope.Cached = true
+	}
 	return r
 }
