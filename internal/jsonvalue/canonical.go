@@ -37,7 +37,7 @@ func (d *decoder) canonical(dst []byte, depth int) ([]byte, bool) {
 		return d.canonicalArray(dst, depth)
 	case c == '"':
 		s, ok := d.strBytes()
-		return appendString(dst, s), ok
+		return appendString(dst, s, false), ok
 	case c == 't':
 		return append(dst, "true"...), d.literal("true")
 	case c == 'f':
@@ -123,7 +123,7 @@ func (d *decoder) canonicalObject(dst []byte, depth int) ([]byte, bool) {
 			dst = append(dst, ',')
 		}
 		first = false
-		dst = appendString(dst, m.name)
+		dst = appendString(dst, m.name, false)
 		dst = append(dst, ':')
 		dst = append(dst, values[m.start:m.end]...)
 	}

@@ -9,15 +9,21 @@ const hexDigits = "0123456789abcdef"
 // \u00XX, invalid UTF-8 as \ufffd, U+2028 and U+2029 escaped, everything
 // else as is. sanitize's TestMarshalMatchesEncodingJSON and
 // FuzzMarshalMatchesEncodingJSON hold it equal to encoding/json.
-func AppendString(b []byte, s string) []byte { return appendString(b, s) }
+func AppendString(b []byte, s string) []byte { return appendString(b, s, false) }
 
-// appendString is AppendString for a string's text as either type.
-func appendString[T string | []byte](b []byte, s T) []byte {
+// AppendHTMLString is AppendString with HTML escaping on, as json.Marshal
+// encodes a string: < > & also as \u003c \u003e \u0026. internal/ops's
+// FuzzChunkJSON holds it equal to encoding/json.
+func AppendHTMLString(b []byte, s string) []byte { return appendString(b, s, true) }
+
+// appendString is AppendString (AppendHTMLString when html is set) for a
+// string's text as either type.
+func appendString[T string | []byte](b []byte, s T, html bool) []byte {
 	b = append(b, '"')
 	start := 0
 	for i := 0; i < len(s); {
 		if c := s[i]; c < utf8.RuneSelf {
-			if c >= 0x20 && c != '"' && c != '\\' {
+			if c >= 0x20 && c != '"' && c != '\\' && (!html || c != '<' && c != '>' && c != '&') {
 				i++
 				continue
 			}

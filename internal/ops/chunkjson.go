@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"strconv"
 	"unicode/utf8"
+
+	"github.com/idemguard/idemguard/internal/jsonvalue"
 )
 
 // The JSON of a streamed answer's chunks, without reflection
@@ -20,7 +22,7 @@ import (
 // appendChunk appends json.Marshal(c), c.Choices nil written as [].
 func appendChunk(b []byte, c chunkEvent) []byte {
 	b = append(b, `{"object":`...)
-	b = appendString(b, c.Object)
+	b = jsonvalue.AppendHTMLString(b, c.Object)
 	b = append(b, `,"choices":[`...)
 	for i, ch := range c.Choices {
 		if i > 0 {
@@ -31,20 +33,20 @@ func appendChunk(b []byte, c chunkEvent) []byte {
 		b = append(b, `,"delta":{`...)
 		sep := false
 		if ch.Delta.Role != "" {
-			b = appendString(append(b, `"role":`...), ch.Delta.Role)
+			b = jsonvalue.AppendHTMLString(append(b, `"role":`...), ch.Delta.Role)
 			sep = true
 		}
 		if ch.Delta.Content != nil {
 			if sep {
 				b = append(b, ',')
 			}
-			b = appendString(append(b, `"content":`...), *ch.Delta.Content)
+			b = jsonvalue.AppendHTMLString(append(b, `"content":`...), *ch.Delta.Content)
 		}
 		b = append(b, `},"finish_reason":`...)
 		if ch.FinishReason == nil {
 			b = append(b, "null"...)
 		} else {
-			b = appendString(b, *ch.FinishReason)
+			b = jsonvalue.AppendHTMLString(b, *ch.FinishReason)
 		}
 		b = append(b, '}')
 	}
@@ -56,60 +58,6 @@ func appendChunk(b []byte, c chunkEvent) []byte {
 		b = append(b, '}')
 	}
 	return append(b, '}')
-}
-
-const hexDigits = "0123456789abcdef"
-
-// appendString appends s quoted as encoding/json quotes a string: HTML
-// characters, control characters, U+2028 and U+2029 escaped, invalid UTF-8
-// replaced by U+FFFD.
-func appendString(b []byte, s string) []byte {
-	b = append(b, '"')
-	start := 0
-	for i := 0; i < len(s); {
-		c := s[i]
-		if c < utf8.RuneSelf {
-			if c >= 0x20 && c != '"' && c != '\\' && c != '<' && c != '>' && c != '&' {
-				i++
-				continue
-			}
-			b = append(b, s[start:i]...)
-			switch c {
-			case '"', '\\':
-				b = append(b, '\\', c)
-			case '\b':
-				b = append(b, '\\', 'b')
-			case '\f':
-				b = append(b, '\\', 'f')
-			case '\n':
-				b = append(b, '\\', 'n')
-			case '\r':
-				b = append(b, '\\', 'r')
-			case '\t':
-				b = append(b, '\\', 't')
-			default:
-				b = append(b, '\\', 'u', '0', '0', hexDigits[c>>4], hexDigits[c&0xF])
-			}
-			i++
-			start = i
-			continue
-		}
-		r, size := utf8.DecodeRuneInString(s[i:])
-		if r == utf8.RuneError && size == 1 {
-			b = append(append(b, s[start:i]...), `\ufffd`...)
-			i += size
-			start = i
-			continue
-		}
-		if r == '\u2028' || r == '\u2029' {
-			b = append(append(b, s[start:i]...), '\\', 'u', '2', '0', '2', hexDigits[r&0xF])
-			i += size
-			start = i
-			continue
-		}
-		i += size
-	}
-	return append(append(b, s[start:]...), '"')
 }
 
 // decodeChunk is json.Unmarshal(data, c).
