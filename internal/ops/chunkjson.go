@@ -242,7 +242,19 @@ func (n *names) known(name []byte, fields ...string) (i int, ok bool) {
 	return -1, true
 }
 
-func (d *chunkDecoder) chunk(c *upstreamChunk) bool {
+// The members each object of a chunk decodes, by position in known's
+// fields; any other member is skipped.
+var (
+	chunkFields  = []string{"choices", "usage"}
+	choiceFields = []string{"index", "delta", "finish_reason"}
+	deltaFields  = []string{"role", "content"}
+	usageFields  = []string{"prompt_tokens", "completion_tokens", "total_tokens"}
+)
+
+// object decodes an object whose known members are fields: value(i)
+// decodes the value of the member fields[i], and any other member is
+// skipped. false: not JSON this decoder takes (encoding/json decides).
+func (d *chunkDecoder) object(fields []string, value func(i int) bool) bool {
 	var seen names
 	if !d.open() {
 		return false
@@ -252,25 +264,30 @@ func (d *chunkDecoder) chunk(c *upstreamChunk) bool {
 		if !more {
 			return true
 		}
-		i, ok := seen.known(name, "choices", "usage")
+		i, ok := seen.known(name, fields...)
 		switch {
 		case !ok:
 			return false
-		case i == 0:
-			if !d.choices(c) {
-				return false
-			}
-		case i == 1 && d.null():
-			c.Usage = nil
-		case i == 1:
-			c.Usage = &chunkUsage{}
-			if !d.usage(c.Usage) {
-				return false
-			}
-		default:
+		case i < 0:
 			d.skip()
+		case !value(i):
+			return false
 		}
 	}
+}
+
+func (d *chunkDecoder) chunk(c *upstreamChunk) bool {
+	return d.object(chunkFields, func(i int) bool {
+		switch {
+		case i == 0:
+			return d.choices(c)
+		case d.null():
+			c.Usage = nil
+			return true
+		}
+		c.Usage = &chunkUsage{}
+		return d.usage(c.Usage)
+	})
 }
 
 func (d *chunkDecoder) choices(c *upstreamChunk) bool {
@@ -301,88 +318,31 @@ func (d *chunkDecoder) choices(c *upstreamChunk) bool {
 }
 
 func (d *chunkDecoder) choice(ch *upstreamChoice) bool {
-	var seen names
-	if !d.open() {
-		return false
-	}
-	for {
-		name, more := d.member()
-		if !more {
-			return true
-		}
-		i, ok := seen.known(name, "index", "delta", "finish_reason")
-		switch {
-		case !ok:
-			return false
-		case i == 0:
+	return d.object(choiceFields, func(i int) bool {
+		switch i {
+		case 0:
 			n, ok := d.integer()
-			if !ok {
-				return false
-			}
 			ch.Index = int(n)
-		case i == 1:
-			if !d.delta(ch) {
-				return false
-			}
-		case i == 2:
-			if !d.stringPtr(&ch.FinishReason) {
-				return false
-			}
-		default:
-			d.skip()
+			return ok
+		case 1:
+			return d.delta(ch)
 		}
-	}
+		return d.stringPtr(&ch.FinishReason)
+	})
 }
 
 func (d *chunkDecoder) delta(ch *upstreamChoice) bool {
-	var seen names
-	if !d.open() {
-		return false
-	}
-	for {
-		name, more := d.member()
-		if !more {
-			return true
+	return d.object(deltaFields, func(i int) bool {
+		if i == 0 {
+			return d.stringPtr(&ch.Delta.Role)
 		}
-		i, ok := seen.known(name, "role", "content")
-		switch {
-		case !ok:
-			return false
-		case i == 0:
-			ok = d.stringPtr(&ch.Delta.Role)
-		case i == 1:
-			ok = d.stringPtr(&ch.Delta.Content)
-		default:
-			d.skip()
-		}
-		if !ok {
-			return false
-		}
-	}
+		return d.stringPtr(&ch.Delta.Content)
+	})
 }
 
 func (d *chunkDecoder) usage(u *chunkUsage) bool {
-	var seen names
-	if !d.open() {
-		return false
-	}
-	for {
-		name, more := d.member()
-		if !more {
-			return true
-		}
-		i, ok := seen.known(name, "prompt_tokens", "completion_tokens", "total_tokens")
-		if !ok {
-			return false
-		}
-		if i < 0 {
-			d.skip()
-			continue
-		}
+	return d.object(usageFields, func(i int) bool {
 		n, ok := d.integer()
-		if !ok {
-			return false
-		}
 		switch i {
 		case 0:
 			u.PromptTokens = n
@@ -391,5 +351,6 @@ func (d *chunkDecoder) usage(u *chunkUsage) bool {
 		default:
 			u.TotalTokens = n
 		}
-	}
+		return ok
+	})
 }
