@@ -39,7 +39,7 @@ func (g *Guard) replay(ctx context.Context, p prepared, rec store.Record, readAt
 		if p.onPrevious() {
 			key, fingerprint = p.versions[0].keyHash, p.versions[0].fingerprint
 		}
-		g.cache.put(p.tenant, p.scope, key, fingerprint, res, readAt.Add(min(left, g.cacheAge(p))), false)
+		g.cache.put(p.tenant, p.scope, key, fingerprint, res, readAt.Add(min(left, g.cacheAge(p))))
 	}
 	return res, nil
 }

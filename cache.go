@@ -43,27 +43,6 @@ type cacheEntry struct {
 	until       time.Time
 	size        int64
 	mine        *list.Element // in the tenant's order
-	// fresh is true when res is the first caller's answer, whose replay's
-	// body (its envelope encoded with cached: true) is encoded by the
-	// first hit, once, into body: most fresh answers are never replayed
-	// from memory, and encoding each at its commit cost a fresh key ~7% of
-	// the guard's CPU. res and fresh never change after put.
-	fresh bool
-	once  sync.Once
-	body  []byte
-}
-
-// answer is what a hit on e answers: res, or for a fresh entry its replay,
-// built once (outside the cache's lock). ok is false when the replay
-// could not be encoded; the store answers then.
-func (e *cacheEntry) answer() (Result, bool) {
-	if !e.fresh {
-		return e.res, true
-	}
-	e.once.Do(func() { e.body = replayOf(e.res, false).Body })
-	r := replayFields(e.res, false)
-	r.Body = e.body
-	return r, r.Body != nil
 }
 
 // entryOverhead is what an entry costs besides its bytes: the map and list
@@ -109,38 +88,27 @@ func (c *replayCache) get(tenant, scope, keyHash string, now time.Time) (res Res
 	}
 	k := cacheKey{tenant, scope, keyHash}
 	c.mu.Lock()
+	defer c.mu.Unlock()
 	el, ok := c.items[k]
 	if !ok {
-		c.mu.Unlock()
 		return Result{}, "", "", false
 	}
 	e := el.Value.(*cacheEntry)
 	if !now.Before(e.until) {
 		c.remove(el)
-		c.mu.Unlock()
 		return Result{}, "", "", false
 	}
 	c.order.MoveToFront(el)
 	c.tenants[tenant].order.MoveToFront(e.mine)
-	c.mu.Unlock()
-	if res, ok = e.answer(); !ok {
-		return Result{}, "", "", false
-	}
-	return res, e.fingerprint, e.key.keyHash, true
+	return e.res, e.fingerprint, e.key.keyHash, true
 }
 
-// put keeps res for the key until until. fresh says res is the first
-// caller's answer in envelope form, whose replay a hit builds (cacheEntry);
-// otherwise res is what a replay answers as it is.
-func (c *replayCache) put(tenant, scope, keyHash, fingerprint string, res Result, until time.Time, fresh bool) {
+func (c *replayCache) put(tenant, scope, keyHash, fingerprint string, res Result, until time.Time) {
 	if c == nil || res.Body == nil {
 		return
 	}
 	k := cacheKey{tenant, scope, keyHash}
 	size := entrySize(k, fingerprint, res)
-	if fresh {
-		size += int64(len(res.Body)) // the replay's body, once a hit encodes it
-	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if el, ok := c.items[k]; ok {
@@ -154,7 +122,7 @@ func (c *replayCache) put(tenant, scope, keyHash, fingerprint string, res Result
 		t = &tenantEntries{order: list.New()}
 		c.tenants[tenant] = t
 	}
-	e := &cacheEntry{key: k, fingerprint: fingerprint, res: res, until: until, size: size, fresh: fresh}
+	e := &cacheEntry{key: k, fingerprint: fingerprint, res: res, until: until, size: size}
 	el := c.order.PushFront(e)
 	e.mine = t.order.PushFront(el)
 	c.items[k] = el

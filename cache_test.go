@@ -2,6 +2,7 @@ package idemguard
 
 import (
 	"bytes"
+	"encoding/json"
 	"fmt"
 	"runtime"
 	"strings"
@@ -48,7 +49,7 @@ func TestReplayCacheBoundedByBytes(t *testing.T) {
 	answer := cachedAnswer(t, 0, 60_000)
 	before := heapInUse()
 	for i := range 10_000 {
-		c.put(fmt.Sprintf("t%d", i%4), "chat", fmt.Sprintf("%064d", i), "fp", copyOf(answer, i), until, false)
+		c.put(fmt.Sprintf("t%d", i%4), "chat", fmt.Sprintf("%064d", i), "fp", copyOf(answer, i), until)
 	}
 	grown := int64(heapInUse()) - int64(before)
 	require.LessOrEqual(t, c.bytes, int64(DefaultReplayCacheBytes))
@@ -67,10 +68,10 @@ func TestReplayCacheTenantShare(t *testing.T) {
 	c := newReplayCache(100, 1<<20, 512<<10)
 	until := time.Now().Add(time.Hour)
 	for i := range 10 {
-		c.put("quiet", "chat", fmt.Sprintf("%064d", i), "fp", cachedAnswer(t, i, size), until, false)
+		c.put("quiet", "chat", fmt.Sprintf("%064d", i), "fp", cachedAnswer(t, i, size), until)
 	}
 	for i := range 1000 {
-		c.put("loud", "chat", fmt.Sprintf("%064d", i), "fp", cachedAnswer(t, i, size), until, false)
+		c.put("loud", "chat", fmt.Sprintf("%064d", i), "fp", cachedAnswer(t, i, size), until)
 	}
 	for i := range 10 {
 		_, _, _, ok := c.get("quiet", "chat", fmt.Sprintf("%064d", i), time.Now())
@@ -90,42 +91,34 @@ func TestReplayCacheTenantShare(t *testing.T) {
 	require.Empty(t, c.tenants)
 }
 
-// A fresh answer's replay is encoded by its first hit, once: concurrent
-// first hits all answer the replay's bytes (cached: true, the rest as the
-// first caller got it), the same encoding, and the first caller's Result
-// is left as it was.
-func TestFreshEntryReplayEncodedOnceByTheFirstHits(t *testing.T) {
-	c := newReplayCache(10, 1<<20, 1<<20)
-	fresh := cachedAnswer(t, 1, 10)
-	fresh.Cached, fresh.Envelope.Cached = false, false
-	fresh.Body, _ = sanitize.Marshal(fresh.Envelope)
-	firstBody := bytes.Clone(fresh.Body)
-	want := fresh.Envelope
-	want.Cached = true
-	wantBody, err := sanitize.Marshal(want)
-	require.NoError(t, err)
-	now := time.Now()
-	c.put("t", "chat", fresh.KeyHash, "fp", fresh, now.Add(time.Minute), true)
+// A fresh envelope's replay body is its first caller's bytes with only the
+// envelope's own "cached" made true: exactly what encoding the envelope
+// with cached true gives, even where a string or a data member also spells
+// ,"cached":false, and it stays so when the caller changes the Envelope's
+// data afterwards.
+func TestReplayOfAFreshEnvelopeIsItsBodyWithCachedTrue(t *testing.T) {
+	for _, env := range []sanitize.Envelope{
+		{OK: true, StopReason: sanitize.Completed},
+		{OK: true, StopReason: sanitize.Completed, TraceID: `t,"cached":false`, CreatedActionRequestIDs: []int64{4, 2}},
+		{OK: false, StopReason: sanitize.InvalidInput, NeedsHuman: true,
+			Data: map[string]any{"cached": false, "a": `,"cached":false`, "n": json.Number("7"), "l": []any{"x", true}}},
+	} {
+		fresh := Result{Status: StatusSucceeded, Envelope: env}
+		var err error
+		fresh.Body, err = sanitize.Marshal(env)
+		require.NoError(t, err)
+		first := bytes.Clone(fresh.Body)
+		want := env
+		want.Cached = true
+		wantBody, err := sanitize.Marshal(want)
+		require.NoError(t, err)
 
-	bodies := make(chan []byte, 8)
-	for range 8 {
-		go func() {
-			res, _, _, ok := c.get("t", "chat", fresh.KeyHash, now)
-			if !ok || !res.Cached {
-				bodies <- nil
-				return
-			}
-			bodies <- res.Body
-		}()
-	}
-	var first []byte
-	for range 8 {
-		b := <-bodies
-		require.Equal(t, string(wantBody), string(b))
-		if first == nil {
-			first = b
+		replay := replayOf(fresh, false)
+		if fresh.Envelope.Data != nil {
+			fresh.Envelope.Data["late"] = "changed by the caller after the call"
 		}
-		require.Same(t, &first[0], &b[0], "each hit encoded the replay again")
+		require.Equal(t, string(wantBody), string(replay.Body))
+		require.True(t, replay.Cached && replay.Envelope.Cached)
+		require.Equal(t, string(first), string(fresh.Body), "the first caller's body changed")
 	}
-	require.Equal(t, string(firstBody), string(fresh.Body), "the first caller's body changed")
 }

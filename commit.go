@@ -35,15 +35,9 @@ func (g *Guard) commit(ctx context.Context, p prepared, o owned, hb *heartbeat, 
 		// read from the store says. The entry's lifetime is counted from
 		// before the commit was sent: the row expires TTL after it landed.
 		res.CompletedAt = completedAt
-		if status == store.RowSucceeded {
-			// A document is replayed as it is; an envelope's replay is
-			// encoded by the entry's first hit (cacheEntry.fresh).
-			cached := res
-			if document {
-				cached = replayOf(res, true)
-			}
-			g.cache.put(p.tenant, p.scope, p.keyHash, p.fingerprint, cached,
-				committing.Add(min(g.cacheAge(p), p.settings.TTL)), !document)
+		if status == store.RowSucceeded && g.cache != nil { // replayOf copies the body: not for a disabled cache
+			g.cache.put(p.tenant, p.scope, p.keyHash, p.fingerprint, replayOf(res, document),
+				committing.Add(min(g.cacheAge(p), p.settings.TTL)))
 		}
 	}
 	return res
@@ -119,10 +113,18 @@ func sameJSON(a, b []byte) bool {
 }
 
 // replayOf turns a fresh result into what a replay of it answers: a
-// document as it was, an envelope with cached true.
+// document as it was, an envelope with cached true. The envelope's body is
+// the first caller's bytes with "cached":false made true (replayBody), not
+// encoded again: encoding was ~7% of a fresh key's guard CPU, and the
+// bytes are fixed, whatever the caller does with the Envelope's data later.
 func replayOf(r Result, document bool) Result {
-	r = replayFields(r, document)
+	r.Cached, r.Err, r.LostClaim = true, nil, false
 	if document {
+		return r
+	}
+	r.Envelope.Cached = true
+	if body := replayBody(r.Body); body != nil {
+		r.Body = body
 		return r
 	}
 	body, err := sanitize.Marshal(r.Envelope)
@@ -133,12 +135,21 @@ func replayOf(r Result, document bool) Result {
 	return r
 }
 
-// replayFields is replayOf but for the body: the fields a replay answers
-// other than the first caller's.
-func replayFields(r Result, document bool) Result {
-	r.Cached, r.Err, r.LostClaim = true, nil, false
-	if !document {
-		r.Envelope.Cached = true
+// cachedFalse is how a fresh envelope's body says it is not a replay.
+var cachedFalse = []byte(`,"cached":false`)
+
+// replayBody is a fresh envelope's body as a replay of it answers it: a
+// copy with its "cached":false made true, nil when fresh has none. The
+// field precedes data, the only members a caller's values fill freely, and
+// no JSON string holds an unescaped quote, so the first ,"cached":false is
+// the envelope's own (sanitize.Marshal writes every field in one order).
+func replayBody(fresh []byte) []byte {
+	i := bytes.Index(fresh, cachedFalse)
+	if i < 0 {
+		return nil
 	}
-	return r
+	out := make([]byte, 0, len(fresh)-1)
+	out = append(out, fresh[:i]...)
+	out = append(out, `,"cached":true`...)
+	return append(out, fresh[i+len(cachedFalse):]...)
 }
