@@ -78,14 +78,15 @@ func (b *breaker) Connect(ctx context.Context) (driver.Conn, error) {
 	if err := b.downErr(); err != nil {
 		return nil, err
 	}
-	conn, err := b.Connector.Connect(ctx)
+	slot := &dialed{}
+	conn, err := b.Connector.Connect(context.WithValue(ctx, dialedKey{}, slot))
 	if err != nil {
 		if ctx.Err() == nil {
 			b.markDown(err)
 		}
 		return nil, &ConnectError{Err: err}
 	}
-	return conn, nil
+	return wrap(conn, slot.conn), nil
 }
 
 // downErr is the error of a connection asked for while the server is known down; nil when it

@@ -19,6 +19,11 @@ var _ mysql.Logger = DriverLogger{}
 
 // Print implements mysql.Logger.
 func (d DriverLogger) Print(v ...any) {
+	for _, a := range v {
+		if err, ok := a.(error); ok && isInterrupted(err) {
+			return // a statement its caller's context ended: the caller has the error
+		}
+	}
 	msg := strings.TrimSpace(fmt.Sprint(v...))
 	attrs := []any{}
 	// The driver prefixes "file.go:line " to what it logs from a connection.

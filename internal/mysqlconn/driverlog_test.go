@@ -15,6 +15,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/idemguard/idemguard/internal/mysqlconn"
+	"github.com/idemguard/idemguard/internal/testdb"
 	"github.com/idemguard/idemguard/internal/testlog"
 )
 
@@ -56,4 +57,35 @@ func TestDriverLinesAreJSON(t *testing.T) {
 		require.NotEmpty(t, rec["driver_msg"])
 	}
 	require.NotContains(t, out, "[mysql]")
+}
+
+// A statement its caller's context ends is stopped at once with the
+// context's error, on the real server; the pool drops its connection and
+// goes on serving, and the driver logs nothing about it (the caller has the
+// error). Not parallel: the driver's logger is process-wide.
+func TestInterruptedStatementOnTheServer(t *testing.T) {
+	var buf testlog.Buffer
+	mysqlconn.LogDriverTo(slog.New(slog.NewJSONHandler(&buf, nil)))
+	t.Cleanup(func() { _ = mysql.SetLogger(log.New(os.Stderr, "[mysql] ", log.Ldate|log.Ltime)) })
+	db, err := mysqlconn.Open(t.Context(), testdb.ServerDSN(t), mysqlconn.PoolConfig{MaxOpenConns: 1})
+	require.NoError(t, err)
+	defer db.Close()
+
+	ctx, cancel := context.WithTimeout(t.Context(), 100*time.Millisecond)
+	defer cancel()
+	began := time.Now()
+	_, err = db.ExecContext(ctx, `DO SLEEP(30)`)
+	require.ErrorIs(t, err, context.DeadlineExceeded)
+	require.Less(t, time.Since(began), 10*time.Second, "the statement ran on past its context")
+
+	var one int
+	ctx, cancel = context.WithTimeout(t.Context(), 100*time.Millisecond)
+	defer cancel()
+	began = time.Now()
+	require.ErrorIs(t, db.QueryRowContext(ctx, `SELECT SLEEP(30)`).Scan(&one), context.DeadlineExceeded)
+	require.Less(t, time.Since(began), 10*time.Second, "the query ran on past its context")
+
+	require.NoError(t, db.QueryRowContext(t.Context(), `SELECT 1`).Scan(&one))
+	require.Equal(t, 1, one)
+	require.Empty(t, strings.TrimSpace(buf.String()), "the driver logged the interruption")
 }

@@ -203,6 +203,9 @@ func Open(ctx context.Context, dsn string, pool PoolConfig) (*sqlx.DB, error) {
 	if err != nil {
 		return nil, dsnError(dsn, err)
 	}
+	if cfg.Net == "tcp" || cfg.Net == "unix" {
+		cfg.DialFunc = dial // statements without the driver's watcher (interrupt.go)
+	}
 	conn, err := mysql.NewConnector(cfg)
 	if err != nil {
 		return nil, fmt.Errorf("mysqlconn: open %s: %w", Redact(dsn), err)

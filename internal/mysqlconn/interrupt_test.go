@@ -1,0 +1,144 @@
+package mysqlconn
+
+import (
+	"context"
+	"database/sql/driver"
+	"errors"
+	"net"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+)
+
+// recordingConn is a driver connection with every interface database/sql
+// uses, recording the context its ExecContext was given; exec, when set,
+// runs as the statement.
+type recordingConn struct {
+	driver.Conn
+	got  context.Context
+	exec func(ctx context.Context) error
+}
+
+func (r *recordingConn) ExecContext(ctx context.Context, _ string, _ []driver.NamedValue) (driver.Result, error) {
+	r.got = ctx
+	if r.exec != nil {
+		if err := r.exec(ctx); err != nil {
+			return nil, err
+		}
+	}
+	return driver.RowsAffected(1), nil
+}
+
+func (r *recordingConn) QueryContext(context.Context, string, []driver.NamedValue) (driver.Rows, error) {
+	return nil, errors.ErrUnsupported
+}
+
+func (r *recordingConn) BeginTx(context.Context, driver.TxOptions) (driver.Tx, error) {
+	return nil, errors.ErrUnsupported
+}
+
+func (r *recordingConn) PrepareContext(context.Context, string) (driver.Stmt, error) {
+	return nil, errors.ErrUnsupported
+}
+func (r *recordingConn) Ping(context.Context) error               { return nil }
+func (r *recordingConn) ResetSession(context.Context) error       { return nil }
+func (r *recordingConn) IsValid() bool                            { return true }
+func (r *recordingConn) CheckNamedValue(*driver.NamedValue) error { return nil }
+func (r *recordingConn) Close() error                             { return nil }
+func (r *recordingConn) Prepare(string) (driver.Stmt, error)      { return nil, errors.ErrUnsupported }
+func (r *recordingConn) Begin() (driver.Tx, error)                { return nil, errors.ErrUnsupported }
+
+// pipeSock is an interruptible over one end of a pipe, and the other end.
+func pipeSock(t *testing.T) (*interruptible, net.Conn) {
+	a, b := net.Pipe()
+	t.Cleanup(func() { _ = a.Close(); _ = b.Close() })
+	return &interruptible{Conn: a}, b
+}
+
+// The driver gets a context that cannot end, so that it starts no watcher
+// hand-off for the statement; the values of the caller's context go with it.
+func TestStatementRunsOnAContextThatCannotEnd(t *testing.T) {
+	sock, _ := pipeSock(t)
+	inner := &recordingConn{}
+	c := wrap(inner, sock)
+	require.IsType(t, &conn{}, c, "a connection with every interface is wrapped")
+	type key struct{}
+	ctx, cancel := context.WithTimeout(context.WithValue(t.Context(), key{}, "v"), time.Minute)
+	defer cancel()
+	_, err := c.(driver.ExecerContext).ExecContext(ctx, "DO 1", nil)
+	require.NoError(t, err)
+	require.Nil(t, inner.got.Done(), "the driver was handed a context that can end: it would watch it")
+	require.Equal(t, "v", inner.got.Value(key{}))
+	require.True(t, c.(driver.Validator).IsValid())
+}
+
+// A statement whose context ends while it waits for the server is stopped
+// at once with the context's error, and its connection is not reused.
+func TestStatementIsInterruptedWhenItsContextEnds(t *testing.T) {
+	sock, _ := pipeSock(t) // nobody answers on the other end
+	inner := &recordingConn{exec: func(context.Context) error {
+		_, err := sock.Read(make([]byte, 1)) // the driver waiting for the answer
+		return err
+	}}
+	c := wrap(inner, sock).(*conn)
+	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Millisecond)
+	defer cancel()
+	_, err := c.ExecContext(ctx, "DO SLEEP(60)", nil)
+	require.ErrorIs(t, err, context.DeadlineExceeded)
+	require.False(t, c.IsValid(), "an interrupted connection went back to the pool")
+	require.ErrorIs(t, c.ResetSession(t.Context()), driver.ErrBadConn)
+}
+
+// A context that has ended already sends nothing.
+func TestStatementOnAnEndedContextSendsNothing(t *testing.T) {
+	sock, _ := pipeSock(t)
+	inner := &recordingConn{}
+	c := wrap(inner, sock).(*conn)
+	ctx, cancel := context.WithCancel(t.Context())
+	cancel()
+	_, err := c.ExecContext(ctx, "DO 1", nil)
+	require.ErrorIs(t, err, context.Canceled)
+	require.Nil(t, inner.got, "the statement reached the driver")
+	require.True(t, c.IsValid())
+}
+
+// Once interrupted, a socket stays stopped whatever deadline the driver
+// sets afterwards (its readTimeout, its writeTimeout, its idle check).
+func TestInterruptOutlastsTheDriversDeadlines(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		set  func(*interruptible, time.Time) error
+	}{
+		{"SetDeadline", (*interruptible).SetDeadline},
+		{"SetReadDeadline", (*interruptible).SetReadDeadline},
+		{"SetWriteDeadline", (*interruptible).SetWriteDeadline},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			sock, _ := pipeSock(t) // nobody reads or writes on the other end
+			sock.interrupt()
+			require.NoError(t, tc.set(sock, time.Now().Add(time.Hour)))
+			errs := make(chan error, 2)
+			go func() { _, err := sock.Read(make([]byte, 1)); errs <- err }()
+			go func() { _, err := sock.Write([]byte{1}); errs <- err }()
+			for range 2 {
+				select {
+				case err := <-errs:
+					require.ErrorIs(t, err, errInterrupted)
+				case <-time.After(10 * time.Second):
+					t.Fatal("a read or write waited: the deadline lifted the interruption")
+				}
+			}
+		})
+	}
+}
+
+// A connection missing an interface database/sql uses keeps the driver's
+// own handling.
+func TestWrapLeavesAnIncompleteConnection(t *testing.T) {
+	sock, _ := pipeSock(t)
+	dc := fakeConn{}
+	require.Equal(t, driver.Conn(dc), wrap(dc, sock))
+	rc := &recordingConn{}
+	require.Equal(t, driver.Conn(rc), wrap(rc, nil), "a connection the pool did not dial")
+}
