@@ -2,6 +2,7 @@ package mysqlconn
 
 import (
 	"context"
+	"database/sql"
 	"database/sql/driver"
 	"errors"
 	"io"
@@ -203,6 +204,7 @@ func (c *conn) guard(ctx context.Context) (release func() error) {
 }
 
 func (c *conn) ExecContext(ctx context.Context, query string, args []driver.NamedValue) (driver.Result, error) {
+	ctx = attached(ctx)
 	if ctx.Done() == nil {
 		return c.execer.ExecContext(ctx, query, args)
 	}
@@ -220,6 +222,7 @@ func (c *conn) ExecContext(ctx context.Context, query string, args []driver.Name
 // QueryContext keeps the interruption armed until the rows are closed:
 // they are read from the socket after it returns.
 func (c *conn) QueryContext(ctx context.Context, query string, args []driver.NamedValue) (driver.Rows, error) {
+	ctx = attached(ctx)
 	if ctx.Done() == nil {
 		return c.queryer.QueryContext(ctx, query, args)
 	}
@@ -337,6 +340,51 @@ func (c *conn) ResetSession(ctx context.Context) error {
 func (c *conn) IsValid() bool { return !c.sock.stopped.Load() && c.valid.IsValid() }
 
 func (c *conn) CheckNamedValue(nv *driver.NamedValue) error { return c.checker.CheckNamedValue(nv) }
+
+// ScanRow runs query on a connection of db and scans
+// its one row into dest (sql.ErrNoRows when there is none), ended by
+// ctx's end like any statement of the pool. database/sql watches a
+// query's context with a goroutine of its own until the rows are closed;
+// here it is handed a context that cannot end (the connection itself
+// watches ctx), so a point read starts no goroutine. The connection is
+// taken from the pool under ctx, as a query's is. On a pool Open did not
+// make, it is db.QueryRowContext.
+func ScanRow(ctx context.Context, db *sql.DB, query string, args []any, dest ...any) error {
+	if ctx.Done() == nil {
+		return db.QueryRowContext(ctx, query, args...).Scan(dest...)
+	}
+	c, err := db.Conn(ctx)
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	qctx := ctx
+	_ = c.Raw(func(dc any) error {
+		if _, ours := dc.(*conn); ours {
+			qctx = detached{ctx} // else the driver would be handed a context that cannot end
+		}
+		return nil
+	})
+	return c.QueryRowContext(qctx, query, args...).Scan(dest...)
+}
+
+// detached is a context that cannot end, carrying one that can: what
+// database/sql sees of a ScanRow's context. The pool's connection ends the
+// statement when the carried context ends (attached).
+type detached struct{ context.Context }
+
+func (detached) Deadline() (time.Time, bool) { return time.Time{}, false }
+func (detached) Done() <-chan struct{}       { return nil }
+func (detached) Err() error                  { return nil }
+
+// attached is the context a statement ends with: the one a detached
+// context carries, or ctx itself.
+func attached(ctx context.Context) context.Context {
+	if d, ok := ctx.(detached); ok {
+		return d.Context
+	}
+	return ctx
+}
 
 // isInterrupted reports whether err is an interrupted socket's.
 func isInterrupted(err error) bool { return errors.Is(err, errInterrupted) }

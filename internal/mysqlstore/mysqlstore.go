@@ -217,7 +217,7 @@ func (s *Store) Get(ctx context.Context, tenant, scope, keyHash string) (store.R
 	// fields by reflection on every call, and Get is the whole of a store
 	// replay. TestGetScansEveryColumn checks the order against the struct tags.
 	var r row
-	err := s.db.QueryRowContext(ctx, getSQL, tenant, scope, keyHash).Scan(r.dest()...)
+	err := mysqlconn.ScanRow(ctx, s.db.DB, getSQL, []any{tenant, scope, keyHash}, r.dest()...)
 	if err := interpretError(err); err != nil {
 		return store.Record{}, err
 	}
