@@ -353,6 +353,22 @@ func ScanRow(ctx context.Context, db *sql.DB, query string, args []any, dest ...
 	if ctx.Done() == nil {
 		return db.QueryRowContext(ctx, query, args...).Scan(dest...)
 	}
+	var err error
+	for range maxBadConnTries {
+		if err = scanRowOnce(ctx, db, query, args, dest); !errors.Is(err, driver.ErrBadConn) {
+			return err
+		}
+	}
+	return err
+}
+
+// maxBadConnTries is how often ScanRow takes a connection for a statement
+// that a stale one refused before it was sent (driver.ErrBadConn), as
+// database/sql's own QueryRowContext does: a query on a sql.Conn is not
+// retried by database/sql.
+const maxBadConnTries = 3
+
+func scanRowOnce(ctx context.Context, db *sql.DB, query string, args, dest []any) error {
 	c, err := db.Conn(ctx)
 	if err != nil {
 		return err

@@ -2,9 +2,12 @@ package mysqlconn
 
 import (
 	"context"
+	"database/sql"
 	"database/sql/driver"
 	"errors"
+	"io"
 	"net"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -141,4 +144,56 @@ func TestWrapLeavesAnIncompleteConnection(t *testing.T) {
 	require.Equal(t, driver.Conn(dc), wrap(dc, sock))
 	rc := &recordingConn{}
 	require.Equal(t, driver.Conn(rc), wrap(rc, nil), "a connection the pool did not dial")
+}
+
+// staleConnector hands out wrapped connections whose first query is
+// refused as by a stale connection (driver.ErrBadConn: nothing sent), and
+// whose later ones answer one row.
+type staleConnector struct {
+	t       *testing.T
+	refused atomic.Int32
+}
+
+func (s *staleConnector) Connect(context.Context) (driver.Conn, error) {
+	sock, _ := pipeSock(s.t)
+	return wrap(&staleConn{recordingConn: &recordingConn{}, owner: s}, sock), nil
+}
+
+func (s *staleConnector) Driver() driver.Driver { return nil }
+
+type staleConn struct {
+	*recordingConn
+	owner *staleConnector
+}
+
+func (c *staleConn) QueryContext(context.Context, string, []driver.NamedValue) (driver.Rows, error) {
+	if c.owner.refused.Add(1) == 1 {
+		return nil, driver.ErrBadConn
+	}
+	return &oneRow{}, nil
+}
+
+type oneRow struct{ done bool }
+
+func (*oneRow) Columns() []string { return []string{"n"} }
+func (*oneRow) Close() error      { return nil }
+func (r *oneRow) Next(dest []driver.Value) error {
+	if r.done {
+		return io.EOF
+	}
+	r.done = true
+	dest[0] = int64(7)
+	return nil
+}
+
+// A point read that a stale connection refused before sending it is read
+// on another connection, as database/sql's own QueryRowContext does.
+func TestScanRowRetriesAStaleConnection(t *testing.T) {
+	connector := &staleConnector{t: t}
+	db := sql.OpenDB(connector)
+	defer db.Close()
+	var n int
+	require.NoError(t, ScanRow(t.Context(), db, "SELECT 7", nil, &n))
+	require.Equal(t, 7, n)
+	require.EqualValues(t, 2, connector.refused.Load())
 }
