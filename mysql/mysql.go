@@ -37,6 +37,12 @@ type PoolConfig struct {
 // at once, as not sent (store.ErrNotSent), instead of dialing again, while
 // one background probe dials with backoff (at most every 250 ms) until the
 // server answers. Closing the pool stops the probe.
+//
+// A statement ends when its context does, with the context's error, and
+// its connection is dropped, as with the driver alone; but the pool ends
+// it itself (a deadline in the past on the connection's socket) instead
+// of handing each statement's context to a goroutine of the driver's, a
+// scheduler hand-off each way on every statement.
 func Open(ctx context.Context, dsn string, pool PoolConfig) (*sql.DB, error) {
 	db, err := mysqlconn.Open(ctx, dsn, mysqlconn.PoolConfig{MaxOpenConns: pool.MaxOpenConns,
 		MaxIdleConns: pool.MaxIdleConns, ConnMaxLifetime: pool.ConnMaxLifetime})
