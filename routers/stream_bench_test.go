@@ -106,3 +106,25 @@ func streamBenchHandler(b *testing.B) http.Handler {
 	}
 	return h
 }
+
+// BenchmarkDeliveryMode is the delivery members taken out of a chat body
+// that asks for a stream.
+func BenchmarkDeliveryMode(b *testing.B) {
+	body := []byte(`{"model":"m","messages":[{"role":"system","content":"Be brief."},{"role":"user","content":"stream 7"}],"temperature":0.2,"stream":true,"stream_options":{"include_usage":true}}`)
+	b.Run("TakeCanonical", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			if _, ok, err := deliveryMode(body); !ok || err != nil {
+				b.Fatal(ok, err)
+			}
+		}
+	})
+	b.Run("maps", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			if _, ok, err := deliveryModeByMaps(body); !ok || err != nil {
+				b.Fatal(ok, err)
+			}
+		}
+	})
+}

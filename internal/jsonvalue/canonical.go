@@ -26,6 +26,31 @@ func AppendCanonical(dst, b []byte) ([]byte, bool) {
 	return dst, true
 }
 
+// TakeCanonical is, for a JSON object b that DecodeUniqueKeys accepts,
+// the canonical form (AppendCanonical) of b without its members named in
+// names, and the canonical form of each of those members' values
+// (taken[i] is names[i]'s; nil when absent). The canonical form of such an
+// object is what encoding/json (HTML escaping off) encodes of the map
+// DecodeUniqueKeys decodes, so this is that decoding, the members deleted
+// and the map encoded, without the map. ok is false, and nothing else is
+// returned, when b is not an object or DecodeUniqueKeys declines it.
+func TakeCanonical(b []byte, names ...string) (rest []byte, taken [][]byte, ok bool) {
+	d := decoder{b: b, unique: true, omit: names, taken: make([][]byte, len(names))}
+	d.skipSpace()
+	if d.i >= len(d.b) || d.b[d.i] != '{' {
+		return nil, nil, false
+	}
+	rest, ok = d.canonicalObject(make([]byte, 0, len(b)), 0)
+	if !ok {
+		return nil, nil, false
+	}
+	d.skipSpace()
+	if d.i != len(d.b) {
+		return nil, nil, false
+	}
+	return rest, d.taken, true
+}
+
 func (d *decoder) canonical(dst []byte, depth int) ([]byte, bool) {
 	if d.i >= len(d.b) || depth > MaxDepth {
 		return dst, false
@@ -73,6 +98,19 @@ func (d *decoder) canonicalArray(dst []byte, depth int) ([]byte, bool) {
 	}
 }
 
+// took reports whether name is one of the members TakeCanonical takes out,
+// and keeps its value (a slice of the scratch buffer, which no later object
+// reuses: the top-level object is the last one copied there).
+func (d *decoder) took(name, value []byte) bool {
+	for i, n := range d.omit {
+		if string(name) == n {
+			d.taken[i] = value
+			return true
+		}
+	}
+	return false
+}
+
 // member is one object member: its name and where its canonical value
 // lies, relative to the object's start in dst.
 type member struct {
@@ -117,6 +155,12 @@ func (d *decoder) canonicalObject(dst []byte, depth int) ([]byte, bool) {
 	first := true
 	for i, m := range members {
 		if i+1 < len(members) && bytes.Equal(members[i+1].name, m.name) {
+			if d.unique {
+				return dst, false
+			}
+			continue
+		}
+		if depth == 0 && d.took(m.name, values[m.start:m.end]) {
 			continue
 		}
 		if !first {
