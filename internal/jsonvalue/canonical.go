@@ -35,12 +35,17 @@ func AppendCanonical(dst, b []byte) ([]byte, bool) {
 // and the map encoded, without the map. ok is false, and nothing else is
 // returned, when b is not an object or DecodeUniqueKeys declines it.
 func TakeCanonical(b []byte, names ...string) (rest []byte, taken [][]byte, ok bool) {
-	d := decoder{b: b, unique: true, omit: names, taken: make([][]byte, len(names))}
+	d := decoder{b: b, unique: true, omit: names}
 	d.skipSpace()
 	if d.i >= len(d.b) || d.b[d.i] != '{' {
 		return nil, nil, false
 	}
-	rest, ok = d.canonicalObject(make([]byte, 0, len(b)), 0)
+	// The canonical form is at most about as long as b: one buffer holds
+	// it and the values' scratch copy (each grows apart if it must).
+	n := len(b) + 16
+	buf := make([]byte, 0, 2*n)
+	d.scratch, d.taken = buf[n:n:2*n], make([][]byte, len(names))
+	rest, ok = d.canonicalObject(buf[:0:n], 0)
 	if !ok {
 		return nil, nil, false
 	}
