@@ -24,3 +24,32 @@ func TestSSEWriterFlushesEachEvent(t *testing.T) {
 	require.Empty(t, rec.Header().Get("Content-Length"))
 	require.Equal(t, "id: 1\ndata: {\"a\":1}\n\n: keep-alive\n\n", rec.Body.String())
 }
+
+// nopFlusher is a ResponseWriter that allocates nothing.
+type nopFlusher struct{ h http.Header }
+
+func (w nopFlusher) Header() http.Header       { return w.h }
+func (nopFlusher) Write(p []byte) (int, error) { return len(p), nil }
+func (nopFlusher) WriteHeader(int)             {}
+func (nopFlusher) Flush()                      {}
+
+// A stream's writer, its headers and its first events cost a few
+// allocations, not one per header and per growth of its buffer (10 before:
+// the writer, its ResponseController, a value per header, the buffer grown
+// by each event).
+func TestSSEStartAndFirstEventsAllocateLittle(t *testing.T) {
+	w := nopFlusher{h: http.Header{}}
+	events := []live.Event{{ID: "1-abcdef01-1", Data: make([]byte, 20)}, {ID: "1-abcdef01-2", Data: make([]byte, 100)},
+		{ID: "1-abcdef01-3", Data: make([]byte, 300)}}
+	allocs := testing.AllocsPerRun(10, func() {
+		clear(w.h)
+		s := NewSSE(w)
+		for _, e := range events {
+			_ = s.Send(e)
+		}
+	})
+	require.LessOrEqual(t, allocs, 3.0)
+	require.Equal(t, []string{"text/event-stream"}, w.h["Content-Type"])
+	require.Equal(t, []string{"no-cache"}, w.h["Cache-Control"])
+	require.Equal(t, []string{"no"}, w.h["X-Accel-Buffering"])
+}
