@@ -371,3 +371,27 @@ func TestWaitingReadersAreWokenByEachAppend(t *testing.T) {
 		require.Equal(t, want, got[i], "reader %d", i)
 	}
 }
+
+// WireSize is AppendSSE's length for any data, line breaks of every kind
+// included.
+func FuzzWireSizeIsTheWireLength(f *testing.F) {
+	for _, s := range []string{"", "a", "a\nb", "a\r\nb", "a\rb", "\r\r\n\n", "\r", "\n", "x\r\n\r\n", "\r\n\r"} {
+		f.Add(s, "1-abcdef01-1", "")
+	}
+	f.Fuzz(func(t *testing.T, data, id, typ string) {
+		e := Event{ID: id, Type: typ, Data: []byte(data)}
+		if e.Valid() != nil {
+			return
+		}
+		require.Equal(t, len(AppendSSE(nil, e)), WireSize(e), "data %q", data)
+	})
+}
+
+// BenchmarkWireSize is the size of a typical chunk event.
+func BenchmarkWireSize(b *testing.B) {
+	e := Event{ID: "1-abcdef01-12", Data: []byte(`{"object":"chat.completion.chunk","choices":[{"index":0,"delta":{"content":"` +
+		strings.Repeat("token ", 30) + `"},"finish_reason":null}]}`)}
+	for b.Loop() {
+		_ = WireSize(e)
+	}
+}
