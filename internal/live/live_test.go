@@ -395,3 +395,27 @@ func BenchmarkWireSize(b *testing.B) {
 		_ = WireSize(e)
 	}
 }
+
+// AppendSSE's lines are the data's lines, whatever its line breaks:
+// ReadSSE gives the data back with \n line ends.
+func FuzzAppendSSERoundTrip(f *testing.F) {
+	for _, s := range []string{"", "a", "a\nb", "a\r\nb", "a\rb", "\r\r\n\n", "\r", "\n", "x\r\n\r\n", "\r\n\r"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, data string) {
+		e, err := ReadSSE(bufio.NewReader(bytes.NewReader(AppendSSE(nil, Event{Data: []byte(data)}))))
+		require.NoError(t, err)
+		want := strings.ReplaceAll(strings.ReplaceAll(data, "\r\n", "\n"), "\r", "\n")
+		require.Equal(t, want, string(e.Data), "data %q", data)
+	})
+}
+
+// BenchmarkAppendSSE is a typical chunk event rendered.
+func BenchmarkAppendSSE(b *testing.B) {
+	e := Event{ID: "1-abcdef01-12", Data: []byte(`{"object":"chat.completion.chunk","choices":[{"index":0,"delta":{"content":"` +
+		strings.Repeat("token ", 30) + `"},"finish_reason":null}]}`)}
+	buf := make([]byte, 0, 512)
+	for b.Loop() {
+		buf = AppendSSE(buf[:0], e)
+	}
+}

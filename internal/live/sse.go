@@ -69,7 +69,10 @@ func AppendSSE(dst []byte, e Event) []byte {
 		dst = append(dst, '\n')
 	}
 	data := e.Data
-	for {
+	// The usual data, one JSON document, has no line break: two
+	// vectorised searches say so, where IndexAny reads byte by byte.
+	lines := bytes.IndexByte(data, '\n') >= 0 || bytes.IndexByte(data, '\r') >= 0
+	for lines {
 		i := bytes.IndexAny(data, "\r\n")
 		if i < 0 {
 			break
