@@ -205,6 +205,10 @@ type Log struct {
 	changed chan struct{}
 }
 
+// firstEvents is the room a Log makes for its first events at once, so
+// that a short stream's are not copied at the second, third and fifth.
+const firstEvents = 8
+
 // Run is the execution the log belongs to.
 func (l *Log) Run() Run { return l.run }
 
@@ -216,6 +220,9 @@ func (l *Log) Append(e Event) {
 	if l.done {
 		l.mu.Unlock()
 		return
+	}
+	if l.events == nil {
+		l.events = make([]Event, 0, firstEvents)
 	}
 	l.events = append(l.events, e)
 	l.bytes += WireSize(e)
