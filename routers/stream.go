@@ -64,12 +64,12 @@ func (h *handlers) runStream(c *gin.Context, tenant tenancy.ID, scope *Scope, re
 	if req.WaitApplied {
 		c.Header(pipeline.HeaderPreferenceApplied, pipeline.PreferenceApplied(req.Wait))
 	}
-	out := &pipeline.Stream{SSE: pipeline.NewSSE(c.Writer), OnBegin: func(st idemguard.StreamStart) {
+	out := pipeline.NewStream(c.Writer, func(st idemguard.StreamStart) {
 		h.setRef(c.Writer.Header(), scope.Name, h.ref(c, scope.Name, req.ClientKey, st.KeyHash))
 		if st.Origin != idemguard.StreamLive {
 			logOf(c).replayed = true
 		}
-	}}
+	})
 	run, body := scope.Stream, req.Body
 	res, err := h.guard.DoStream(c.Request.Context(), req.Call(tenant, h.route(tenant, scope, body, false), body), idemguard.StreamOperation{
 		Run: func(ctx context.Context, emit func(idemguard.Chunk)) (any, error) {

@@ -7,6 +7,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/idemguard/idemguard"
 	"github.com/idemguard/idemguard/internal/live"
 )
 
@@ -52,4 +53,20 @@ func TestSSEStartAndFirstEventsAllocateLittle(t *testing.T) {
 	require.Equal(t, []string{"text/event-stream"}, w.h["Content-Type"])
 	require.Equal(t, []string{"no-cache"}, w.h["Cache-Control"])
 	require.Equal(t, []string{"no"}, w.h["X-Accel-Buffering"])
+}
+
+// A stream writer and its SSE writer are one allocation, and write as the
+// SSE writer alone does.
+func TestNewStreamIsOneAllocation(t *testing.T) {
+	w := nopFlusher{h: http.Header{}}
+	require.Equal(t, 1.0, testing.AllocsPerRun(10, func() { _ = NewStream(w, nil) }))
+	rec := httptest.NewRecorder()
+	var began []idemguard.StreamStart
+	s := NewStream(rec, func(st idemguard.StreamStart) { began = append(began, st) })
+	s.Begin(idemguard.StreamStart{Origin: idemguard.StreamLive, Attempt: 1})
+	require.NoError(t, s.Write(idemguard.Chunk{ID: "1-abcdef01-1", Data: []byte(`{"a":1}`)}))
+	require.True(t, s.Begun)
+	require.Len(t, began, 1)
+	require.Equal(t, "text/event-stream", rec.Header().Get("Content-Type"))
+	require.Equal(t, "id: 1-abcdef01-1\ndata: {\"a\":1}\n\n", rec.Body.String())
 }
