@@ -50,8 +50,11 @@ func (c chunkID) names(attempt int, nonce string) bool {
 
 // runTag names an execution by its claim nonce without revealing it.
 func runTag(nonce string) string {
-	sum := sha256.Sum256([]byte("idemguard chunk id\x00" + nonce))
-	return hex.EncodeToString(sum[:4])
+	var in [64]byte // a nonce's usual length fits: hashed without an allocation
+	sum := sha256.Sum256(append(append(in[:0], "idemguard chunk id\x00"...), nonce...))
+	var tag [8]byte
+	hex.Encode(tag[:], sum[:4])
+	return string(tag[:])
 }
 
 func formatChunkID(attempt int, tag string, seq int) string {

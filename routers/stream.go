@@ -8,6 +8,7 @@ import (
 	"github.com/gin-gonic/gin"
 
 	"github.com/idemguard/idemguard"
+	"github.com/idemguard/idemguard/internal/jsonvalue"
 	"github.com/idemguard/idemguard/internal/live"
 	"github.com/idemguard/idemguard/routers/internal/pipeline"
 	"github.com/idemguard/idemguard/tenancy"
@@ -38,23 +39,24 @@ var deliveryMembers = []string{"stream", "stream_options"}
 // deliveryMode takes the delivery members out of a JSON object body and
 // reports whether it asks for a stream. A body that is not an object with
 // unique member names is returned as it is: the operation rejects it.
+// The rest is what pipeline.TakeMembers gives (the object re-encoded by
+// encoding/json), made by jsonvalue.TakeCanonical without decoding the
+// body into maps and encoding them again.
 func deliveryMode(body json.RawMessage) (json.RawMessage, bool, error) {
 	if !bytes.Contains(body, []byte(`"stream`)) {
 		return body, false, nil
 	}
-	rest, taken, _, err := pipeline.TakeMembers(body, deliveryMembers...)
-	if err != nil || taken == nil {
-		return rest, false, err
+	rest, taken, ok := jsonvalue.TakeCanonical(body, deliveryMembers...)
+	if !ok || taken[0] == nil && taken[1] == nil {
+		return body, false, nil
 	}
-	stream := false
-	if s, has := taken["stream"]; has {
-		b, isBool := s.(bool)
-		if !isBool {
-			return nil, false, pipeline.Reject(pipeline.ErrInvalidBody, "the body's stream member must be true or false")
-		}
-		stream = b
+	switch string(taken[0]) {
+	case "", "false":
+		return rest, false, nil
+	case "true":
+		return rest, true, nil
 	}
-	return rest, stream, nil
+	return nil, false, pipeline.Reject(pipeline.ErrInvalidBody, "the body's stream member must be true or false")
 }
 
 // runStream serves a POST whose body asked for a stream.
@@ -62,12 +64,12 @@ func (h *handlers) runStream(c *gin.Context, tenant tenancy.ID, scope *Scope, re
 	if req.WaitApplied {
 		c.Header(pipeline.HeaderPreferenceApplied, pipeline.PreferenceApplied(req.Wait))
 	}
-	out := &pipeline.Stream{SSE: pipeline.NewSSE(c.Writer), OnBegin: func(st idemguard.StreamStart) {
+	out := pipeline.NewStream(c.Writer, func(st idemguard.StreamStart) {
 		h.setRef(c.Writer.Header(), scope.Name, h.ref(c, scope.Name, req.ClientKey, st.KeyHash))
 		if st.Origin != idemguard.StreamLive {
 			logOf(c).replayed = true
 		}
-	}}
+	})
 	run, body := scope.Stream, req.Body
 	res, err := h.guard.DoStream(c.Request.Context(), req.Call(tenant, h.route(tenant, scope, body, false), body), idemguard.StreamOperation{
 		Run: func(ctx context.Context, emit func(idemguard.Chunk)) (any, error) {

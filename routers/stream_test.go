@@ -1,8 +1,10 @@
 package routers
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -41,6 +43,46 @@ func TestDeliveryModeIsNotIdentity(t *testing.T) {
 	}
 	_, _, err := deliveryMode([]byte(`{"stream":"yes"}`))
 	require.ErrorIs(t, err, pipeline.ErrInvalidBody)
+}
+
+// deliveryModeByMaps is deliveryMode as it was written first: the body
+// decoded into maps by pipeline.TakeMembers and encoded again.
+func deliveryModeByMaps(body json.RawMessage) (json.RawMessage, bool, error) {
+	if !bytes.Contains(body, []byte(`"stream`)) {
+		return body, false, nil
+	}
+	rest, taken, _, err := pipeline.TakeMembers(body, deliveryMembers...)
+	if err != nil || taken == nil {
+		return rest, false, err
+	}
+	stream := false
+	if s, has := taken["stream"]; has {
+		b, isBool := s.(bool)
+		if !isBool {
+			return nil, false, pipeline.Reject(pipeline.ErrInvalidBody, "the body's stream member must be true or false")
+		}
+		stream = b
+	}
+	return rest, stream, nil
+}
+
+// deliveryMode gives what decoding the body into maps and encoding it again
+// gave: the same rest (so the same key of a plain and a streamed call), the
+// same delivery, the same bodies rejected.
+func FuzzDeliveryModeMatchesTakeMembers(f *testing.F) {
+	for _, s := range []string{`{"messages":[1],"stream":true,"stream_options":{"include_usage":true}}`,
+		`{"stream":false,"messages":[1]}`, `{"t":1.50,"stream":true}`, `["stream"]`, `{"stream":true,"stream":false}`,
+		`{"stream":"yes"}`, `{"stream":null}`, `{"stream_options":1,"z":{"y":"<\u2028>","x":[]}}`, `{"x":{"stream":true}}`,
+		`{"stream":true,"x":{"a":1,"a":2}}`, ` {"stream" : true} `, `{"stream":true}}`, "{\"stream\":true,\"s\":\"\xff\"}"} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, body []byte) {
+		rest, stream, err := deliveryMode(body)
+		wantRest, wantStream, wantErr := deliveryModeByMaps(body)
+		require.Equal(t, string(wantRest), string(rest))
+		require.Equal(t, wantStream, stream)
+		require.Equal(t, fmt.Sprint(wantErr), fmt.Sprint(err))
+	})
 }
 
 // Waiters of one key are bounded: over the guard's MaxWaiters a request

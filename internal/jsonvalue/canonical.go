@@ -26,6 +26,36 @@ func AppendCanonical(dst, b []byte) ([]byte, bool) {
 	return dst, true
 }
 
+// TakeCanonical is, for a JSON object b that DecodeUniqueKeys accepts,
+// the canonical form (AppendCanonical) of b without its members named in
+// names, and the canonical form of each of those members' values
+// (taken[i] is names[i]'s; nil when absent). The canonical form of such an
+// object is what encoding/json (HTML escaping off) encodes of the map
+// DecodeUniqueKeys decodes, so this is that decoding, the members deleted
+// and the map encoded, without the map. ok is false, and nothing else is
+// returned, when b is not an object or DecodeUniqueKeys declines it.
+func TakeCanonical(b []byte, names ...string) (rest []byte, taken [][]byte, ok bool) {
+	d := decoder{b: b, unique: true, omit: names}
+	d.skipSpace()
+	if d.i >= len(d.b) || d.b[d.i] != '{' {
+		return nil, nil, false
+	}
+	// The canonical form is at most about as long as b: one buffer holds
+	// it and the values' scratch copy (each grows apart if it must).
+	n := len(b) + 16
+	buf := make([]byte, 0, 2*n)
+	d.scratch, d.taken = buf[n:n:2*n], make([][]byte, len(names))
+	rest, ok = d.canonicalObject(buf[:0:n], 0)
+	if !ok {
+		return nil, nil, false
+	}
+	d.skipSpace()
+	if d.i != len(d.b) {
+		return nil, nil, false
+	}
+	return rest, d.taken, true
+}
+
 func (d *decoder) canonical(dst []byte, depth int) ([]byte, bool) {
 	if d.i >= len(d.b) || depth > MaxDepth {
 		return dst, false
@@ -73,6 +103,19 @@ func (d *decoder) canonicalArray(dst []byte, depth int) ([]byte, bool) {
 	}
 }
 
+// took reports whether name is one of the members TakeCanonical takes out,
+// and keeps its value (a slice of the scratch buffer, which no later object
+// reuses: the top-level object is the last one copied there).
+func (d *decoder) took(name, value []byte) bool {
+	for i, n := range d.omit {
+		if string(name) == n {
+			d.taken[i] = value
+			return true
+		}
+	}
+	return false
+}
+
 // member is one object member: its name and where its canonical value
 // lies, relative to the object's start in dst.
 type member struct {
@@ -110,13 +153,24 @@ func (d *decoder) canonicalObject(dst []byte, depth int) ([]byte, bool) {
 	slices.SortStableFunc(members, func(a, b member) int { return bytes.Compare(a.name, b.name) })
 	// The values, copied aside to be put back in order. One buffer serves
 	// every object of the document: an object's members are all
-	// canonicalized (nested objects done) before it is copied.
+	// canonicalized (nested objects done) before it is copied. It is
+	// made as long as the document at once: the top-level object's
+	// values, copied last, are about as long, and a nested one's shorter.
+	if d.scratch == nil {
+		d.scratch = make([]byte, 0, len(d.b))
+	}
 	d.scratch = append(d.scratch[:0], dst[base:]...)
 	values := d.scratch
 	dst = append(dst[:base], '{')
 	first := true
 	for i, m := range members {
 		if i+1 < len(members) && bytes.Equal(members[i+1].name, m.name) {
+			if d.unique {
+				return dst, false
+			}
+			continue
+		}
+		if depth == 0 && d.took(m.name, values[m.start:m.end]) {
 			continue
 		}
 		if !first {

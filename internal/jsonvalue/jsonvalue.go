@@ -56,8 +56,10 @@ func decode(d decoder) (v any, ok bool) {
 type decoder struct {
 	b       []byte
 	i       int
-	unique  bool   // decline repeated member names
-	scratch []byte // AppendCanonical's copy of an object's values
+	unique  bool     // decline repeated member names
+	scratch []byte   // AppendCanonical's copy of an object's values
+	omit    []string // TakeCanonical's names, taken out of the top-level object
+	taken   [][]byte // their canonical values
 }
 
 func (d *decoder) skipSpace() {

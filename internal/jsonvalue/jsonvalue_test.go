@@ -129,3 +129,77 @@ func TestDecodeUniqueKeys(t *testing.T) {
 	_, ok := DecodeUniqueKeys([]byte(`{"a":{"b":1},"c":{"b":2}}`))
 	require.True(t, ok, "the same name in two objects is not a repeat")
 }
+
+// takeReference is TakeCanonical as DecodeUniqueKeys, deleting the members
+// and encoding/json's Encoder (HTML escaping off) give it.
+func takeReference(t *testing.T, b []byte, names ...string) (rest []byte, taken [][]byte, ok bool) {
+	v, ok := DecodeUniqueKeys(b)
+	obj, isObj := v.(map[string]any)
+	if !ok || !isObj {
+		return nil, nil, false
+	}
+	encode := func(v any) []byte {
+		var buf bytes.Buffer
+		enc := json.NewEncoder(&buf)
+		enc.SetEscapeHTML(false)
+		require.NoError(t, enc.Encode(v))
+		return bytes.TrimSuffix(buf.Bytes(), []byte("\n"))
+	}
+	taken = make([][]byte, len(names))
+	for i, n := range names {
+		if x, has := obj[n]; has {
+			taken[i] = encode(x)
+			delete(obj, n)
+		}
+	}
+	return encode(obj), taken, true
+}
+
+var takeSeeds = []string{
+	`{"messages":[1],"stream":true,"stream_options":{"include_usage":true}}`, `{"stream":false,"messages":[1]}`,
+	`{"t":1.50,"stream":true}`, `["stream"]`, `{"stream":true,"stream":false}`, `{"stream":"yes"}`, `{"stream":true}`,
+	` { "z" : {"b":1,"a":[{"d":"<&>","c":"\u2028"}]} , "stream" : true , "a":"\u00e9\ud83d\ude00" } `,
+	`{"x":{"stream":true}}`, `{"x":{"b":1,"b":2},"stream":true}`, `{"stream":true} x`, `"stream"`,
+	`{"stream":null,"stream_options":[]}`, `{"stream\u0020":true,"s":"\"\\\/\b\f\n\r\t"}`,
+}
+
+// TakeCanonical is the members deleted from DecodeUniqueKeys' map and the
+// map encoded by encoding/json: the same rest, the same values taken, the
+// same documents declined.
+func TestTakeCanonicalMatchesEncodingJSON(t *testing.T) {
+	t.Parallel()
+	for _, s := range append(takeSeeds, seeds...) {
+		checkTake(t, []byte(s))
+	}
+}
+
+func FuzzTakeCanonicalMatchesEncodingJSON(f *testing.F) {
+	for _, s := range append(takeSeeds, seeds...) {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(checkTake)
+}
+
+func checkTake(t *testing.T, b []byte) {
+	names := []string{"stream", "stream_options"}
+	rest, taken, ok := TakeCanonical(b, names...)
+	wantRest, wantTaken, wantOK := takeReference(t, b, names...)
+	require.Equal(t, wantOK, ok, "input %q", b)
+	require.Equal(t, string(wantRest), string(rest), "input %q", b)
+	require.Equal(t, len(wantTaken), len(taken), "input %q", b)
+	for i := range wantTaken {
+		require.Equal(t, string(wantTaken[i]), string(taken[i]), "input %q: %s", b, names[i])
+		require.Equal(t, wantTaken[i] == nil, taken[i] == nil, "input %q: %s", b, names[i])
+	}
+}
+
+// BenchmarkAppendCanonical is a chat body made canonical.
+func BenchmarkAppendCanonical(b *testing.B) {
+	doc := []byte(`{"messages":[{"role":"system","content":"Be brief."},{"role":"user","content":"stream 7"}],"temperature":0.2}`)
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, ok := AppendCanonical(make([]byte, 0, len(doc)), doc); !ok {
+			b.Fatal("declined")
+		}
+	}
+}

@@ -87,7 +87,7 @@ func NewHub(cfg Config) *Hub {
 // A log still open for k (an execution whose claim was taken over) is
 // closed with ErrSuperseded for its readers, who then read the row.
 func (h *Hub) Open(k Key, r Run) *Log {
-	l := &Log{hub: h, key: k, run: r, max: h.cfg.MaxBytes, changed: make(chan struct{})}
+	l := &Log{hub: h, key: k, run: r, max: h.cfg.MaxBytes}
 	h.mu.Lock()
 	old := h.logs[k]
 	h.logs[k] = l
@@ -194,14 +194,20 @@ type Log struct {
 	run Run
 	max int
 
-	mu      sync.Mutex
-	events  []Event // events[i] is event number first+i
-	first   int     // number of events dropped from the front
-	bytes   int
-	done    bool
-	err     error         // why the log ended: nil (complete) or a reason
-	changed chan struct{} // closed and replaced at every Append and at Close
+	mu     sync.Mutex
+	events []Event // events[i] is event number first+i
+	first  int     // number of events dropped from the front
+	bytes  int
+	done   bool
+	err    error // why the log ended: nil (complete) or a reason
+	// changed is closed at the next Append or Close, and taken away. A
+	// reader that waits makes it: without one, an Append makes no channel.
+	changed chan struct{}
 }
+
+// firstEvents is the room a Log makes for its first events at once, so
+// that a short stream's are not copied at the second, third and fifth.
+const firstEvents = 8
 
 // Run is the execution the log belongs to.
 func (l *Log) Run() Run { return l.run }
@@ -215,6 +221,9 @@ func (l *Log) Append(e Event) {
 		l.mu.Unlock()
 		return
 	}
+	if l.events == nil {
+		l.events = make([]Event, 0, firstEvents)
+	}
 	l.events = append(l.events, e)
 	l.bytes += WireSize(e)
 	for l.bytes > l.max && len(l.events) > 1 {
@@ -224,9 +233,11 @@ func (l *Log) Append(e Event) {
 		l.first++
 	}
 	ch := l.changed
-	l.changed = make(chan struct{})
+	l.changed = nil
 	l.mu.Unlock()
-	close(ch)
+	if ch != nil {
+		close(ch)
+	}
 }
 
 // Close ends the log: readers get the remaining events, then io.EOF when err
@@ -250,8 +261,11 @@ func (l *Log) close(err error) {
 	}
 	l.done, l.err = true, err
 	ch := l.changed
+	l.changed = nil
 	l.mu.Unlock()
-	close(ch)
+	if ch != nil {
+		close(ch)
+	}
 }
 
 // Cursor reads a Log in sequence. A Cursor is used by one goroutine; Close
@@ -284,6 +298,9 @@ func (c *Cursor) Next(ctx context.Context) (Event, error) {
 			err := cmp.Or(l.err, io.EOF)
 			l.mu.Unlock()
 			return Event{}, err
+		}
+		if l.changed == nil {
+			l.changed = make(chan struct{})
 		}
 		ch := l.changed
 		l.mu.Unlock()

@@ -33,7 +33,8 @@ func (e Event) Valid() error {
 }
 
 // WireSize is len(AppendSSE(nil, e)) without rendering it: the measure of
-// the Log's bound, and of a stored sequence.
+// the Log's bound, and of a stored sequence. Each line break of Data
+// starts a new "data: " line, and a \r\n is written as one \n.
 func WireSize(e Event) int {
 	n := len("data: ") + len(e.Data) + 2
 	if e.ID != "" {
@@ -42,19 +43,13 @@ func WireSize(e Event) int {
 	if e.Type != "" {
 		n += len("event: ") + len(e.Type) + 1
 	}
-	for i := 0; i < len(e.Data); i++ {
-		switch e.Data[i] {
-		case '\n':
-			n += len("data: ")
-		case '\r':
-			if i+1 < len(e.Data) && e.Data[i+1] == '\n' {
-				n-- // \r\n is one line end, written as \n
-				i++
-			}
-			n += len("data: ")
-		}
+	breaks := bytes.Count(e.Data, []byte{'\n'})
+	if cr := bytes.Count(e.Data, []byte{'\r'}); cr > 0 {
+		crlf := bytes.Count(e.Data, []byte("\r\n"))
+		breaks += cr - crlf
+		n -= crlf
 	}
-	return n
+	return n + breaks*len("data: ")
 }
 
 // AppendSSE appends the event's wire form to dst: "id:", "event:" and one
@@ -74,7 +69,10 @@ func AppendSSE(dst []byte, e Event) []byte {
 		dst = append(dst, '\n')
 	}
 	data := e.Data
-	for {
+	// The usual data, one JSON document, has no line break: two
+	// vectorised searches say so, where IndexAny reads byte by byte.
+	lines := bytes.IndexByte(data, '\n') >= 0 || bytes.IndexByte(data, '\r') >= 0
+	for lines {
 		i := bytes.IndexAny(data, "\r\n")
 		if i < 0 {
 			break

@@ -81,3 +81,22 @@ func FuzzDecodeChatInput(f *testing.F) {
 	}
 	f.Fuzz(func(t *testing.T, b []byte) { checkChatInputDecoding(t, b) })
 }
+
+// BenchmarkDecodeChatInput is the usual body of a chat call decoded.
+func BenchmarkDecodeChatInput(b *testing.B) {
+	body := []byte(`{"messages":[{"role":"system","content":"Be brief."},{"role":"user","content":"stream 7"}],"temperature":0.2}`)
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, err := decodeChatInput(body); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// The usual body is decoded without a map or an interface value per
+// member: its slice, its texts and its number, 5 allocations (7 with
+// -race; 27 when it was decoded into generic values first).
+func TestDecodeChatInputAllocatesLittle(t *testing.T) {
+	body := []byte(`{"messages":[{"role":"system","content":"Be brief."},{"role":"user","content":"stream 7"}],"temperature":0.2}`)
+	require.LessOrEqual(t, testing.AllocsPerRun(10, func() { _, _ = decodeChatInput(body) }), 8.0)
+}

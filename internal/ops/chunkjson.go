@@ -69,7 +69,17 @@ func decodeChunk(data []byte, c *upstreamChunk) error {
 		}
 		*c = upstreamChunk{}
 	}
-	return json.Unmarshal(data, c)
+	return unmarshalChunk(data, c)
+}
+
+// unmarshalChunk is json.Unmarshal(data, c) into a chunk of its own, so
+// that c, which encoding/json would send to the heap, stays on its
+// caller's stack when the chunk is read without it.
+func unmarshalChunk(data []byte, c *upstreamChunk) error {
+	own := new(upstreamChunk)
+	err := json.Unmarshal(data, own)
+	*c = *own
+	return err
 }
 
 // chunkDecoder reads a document json.Valid accepted. Each method reports

@@ -123,6 +123,10 @@ func usageEvent(u chunkUsage) idemguard.Chunk {
 func OpenAIChatStream(cfg OpenAIConfig) StreamFunc {
 	client := cmp.Or(cfg.Client, defaultClient())
 	url := strings.TrimRight(cfg.BaseURL, "/") + "/chat/completions"
+	headers := map[string]string{}
+	if cfg.APIKey != "" {
+		headers["Authorization"] = "Bearer " + cfg.APIKey
+	}
 	return func(ctx context.Context, inputs json.RawMessage, emit func(idemguard.Chunk)) (any, error) {
 		in, err := decodeChatInput(inputs)
 		if err != nil {
@@ -131,14 +135,10 @@ func OpenAIChatStream(cfg OpenAIConfig) StreamFunc {
 		if err := checkChatInput(&in, cfg.MaxTokens); err != nil {
 			return nil, err
 		}
-		body, err := json.Marshal(streamRequest{chatRequest: newChatRequest(ctx, cfg, in),
+		body, err := marshalStreamRequest(&streamRequest{chatRequest: newChatRequest(ctx, cfg, in),
 			Stream: true, StreamOptions: streamOptions{IncludeUsage: true}})
 		if err != nil {
 			return nil, invalidInput("openai_chat: encoding the request: %v", err)
-		}
-		headers := map[string]string{}
-		if cfg.APIKey != "" {
-			headers["Authorization"] = "Bearer " + cfg.APIKey
 		}
 		resp, callCtx, cancel, err := openStream(ctx, client, "openai_chat upstream", url, cfg.Timeout, headers, body)
 		if err != nil {

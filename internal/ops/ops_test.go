@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -103,6 +104,7 @@ func TestOpenAIChatMapsTheCompletion(t *testing.T) {
 	hdr := *u.lastHdr.Load()
 	require.Equal(t, "Bearer "+apiKey, hdr.Get("Authorization"))
 	require.Equal(t, "application/json", hdr.Get("Content-Type"))
+	require.Equal(t, []string{"application/json"}, hdr.Values("Accept"))
 
 	resp, ok := v.(idemguard.Response)
 	require.True(t, ok, "%T", v)
@@ -472,6 +474,34 @@ var wholeStream = []string{
 	chunk(`"choices":[{"index":0,"delta":{},"finish_reason":"stop"}]`),
 	chunk(`"choices":[],"usage":{"prompt_tokens":12,"completion_tokens":3,"total_tokens":15}`),
 	"data: [DONE]",
+}
+
+// A streamed call sends the API key, its JSON body and Accept on every
+// call of the operation (the header is built once, when the operation is).
+func TestOpenAIChatStreamSendsItsHeaders(t *testing.T) {
+	t.Parallel()
+	var hdrs []http.Header
+	var mu sync.Mutex
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		hdrs = append(hdrs, r.Header.Clone())
+		mu.Unlock()
+		w.Header().Set("Content-Type", "text/event-stream")
+		for _, l := range wholeStream {
+			fmt.Fprint(w, l+"\n\n")
+		}
+	}))
+	t.Cleanup(srv.Close)
+	for range 2 {
+		_, _, err := runStream(t, srv)
+		require.NoError(t, err)
+	}
+	require.Len(t, hdrs, 2)
+	for _, h := range hdrs {
+		require.Equal(t, []string{"Bearer " + apiKey}, h.Values("Authorization"))
+		require.Equal(t, []string{"application/json"}, h.Values("Content-Type"))
+		require.Equal(t, []string{"text/event-stream"}, h.Values("Accept"))
+	}
 }
 
 func runStream(t *testing.T, srv *httptest.Server) ([]idemguard.Chunk, any, error) {

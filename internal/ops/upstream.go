@@ -149,8 +149,9 @@ func upstreamRequest(ctx context.Context, upstream, url, accept string, headers 
 	if err != nil {
 		return nil, &idemguard.OpError{Reason: sanitize.ProviderError, Err: fmt.Errorf("%s: building the request: %w", upstream, err)}
 	}
-	req.Header.Set("Content-Type", "application/json")
-	req.Header.Set("Accept", accept)
+	// Set, with both values in one allocation.
+	v := []string{"application/json", accept}
+	req.Header["Content-Type"], req.Header["Accept"] = v[0:1:1], v[1:2:2]
 	for k, v := range headers {
 		req.Header.Set(k, v)
 	}

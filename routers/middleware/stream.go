@@ -56,7 +56,7 @@ func (m *Middleware) serveStream(w http.ResponseWriter, in incoming, next http.H
 	if in.req.WaitApplied {
 		w.Header().Set(pipeline.HeaderPreferenceApplied, pipeline.PreferenceApplied(in.req.Wait))
 	}
-	out := &pipeline.Stream{SSE: pipeline.NewSSE(w)}
+	out := pipeline.NewStream(w, nil)
 	rt := in.route
 	rt.Keep = nil // the events are stored as they were sent
 	res, err := m.guard.DoStream(in.r.Context(), in.req.Call(in.tenant, rt, in.inputs()), idemguard.StreamOperation{

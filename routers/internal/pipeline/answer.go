@@ -184,6 +184,17 @@ type Stream struct {
 	Begun bool
 }
 
+// NewStream is the stream writer of the response w, calling onBegin (may
+// be nil) at Begin. Its SSE writer comes in the same allocation.
+func NewStream(w http.ResponseWriter, onBegin func(idemguard.StreamStart)) *Stream {
+	s := &struct {
+		Stream
+		sse SSE
+	}{Stream: Stream{OnBegin: onBegin}, sse: SSE{w: w, rc: *http.NewResponseController(w)}}
+	s.SSE = &s.sse
+	return &s.Stream
+}
+
 // Begin sends the status and headers: the door's, and the replay headers
 // when the events are not this request's own execution.
 func (s *Stream) Begin(st idemguard.StreamStart) {

@@ -14,8 +14,9 @@ import (
 // taken (nil when none was present: rest is body as it is). Members that
 // say how to deliver an answer (a stream, an MCP tool's idempotencyKey) are
 // part of neither the key nor the fingerprint: every door takes them out
-// here before the inputs are keyed. ok is false when body is not such an
-// object; rest is then body.
+// before the inputs are keyed, here or (a stream's, routers' deliveryMode)
+// with jsonvalue.TakeCanonical, which gives the same rest. ok is false when
+// body is not such an object; rest is then body.
 func TakeMembers(body json.RawMessage, names ...string) (rest json.RawMessage, taken map[string]any, ok bool, err error) {
 	v, ok := jsonvalue.DecodeUniqueKeys(body)
 	if !ok {

@@ -11,14 +11,14 @@ import (
 // background job's state). One writer serves one response.
 type SSE struct {
 	w       http.ResponseWriter
-	rc      *http.ResponseController
+	rc      http.ResponseController // a value: no allocation of its own
 	buf     []byte
 	Started bool // the status has been sent
 }
 
 // NewSSE is the event writer of the response w.
 func NewSSE(w http.ResponseWriter) *SSE {
-	return &SSE{w: w, rc: http.NewResponseController(w)}
+	return &SSE{w: w, rc: *http.NewResponseController(w)}
 }
 
 // Start writes the status and the event-stream headers; headers already set
@@ -31,16 +31,23 @@ func (s *SSE) Start(status int) {
 	}
 	s.Started = true
 	h := s.w.Header()
-	h.Set("Content-Type", "text/event-stream")
-	h.Set("Cache-Control", "no-cache")
-	h.Set("X-Accel-Buffering", "no")
+	// Set, with the three values in one allocation.
+	v := []string{"text/event-stream", "no-cache", "no"}
+	h["Content-Type"], h["Cache-Control"], h["X-Accel-Buffering"] = v[0:1:1], v[1:2:2], v[2:3:3]
 	h.Del("Content-Length")
 	s.w.WriteHeader(status)
 }
 
+// sseBuf is the first size of an SSE's buffer: most events fit it, so
+// it is not grown again and again by the first few.
+const sseBuf = 512
+
 // Send writes one event and flushes it; the error says the client is gone.
 func (s *SSE) Send(e live.Event) error {
 	s.Start(http.StatusOK)
+	if s.buf == nil {
+		s.buf = make([]byte, 0, sseBuf)
+	}
 	s.buf = live.AppendSSE(s.buf[:0], e)
 	if _, err := s.w.Write(s.buf); err != nil {
 		return err
