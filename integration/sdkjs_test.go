@@ -213,12 +213,13 @@ func TestSDKReadmeExamples(t *testing.T) {
 			"  - {name: chat, operation: openai_chat}\n  - {name: claude, operation: anthropic_messages}\ndoors:\n"+
 			"  - {wire: openai, prefix: /openai/v1, scope: chat}\n  - {wire: anthropic, prefix: /anthropic/v1, scope: claude}\n",
 		openaiLLM.srv.URL+"/v1", model, anthropicLLM.srv.URL+"/v1", claudeModel))
+	ran := map[string]int{} // the languages that ran each provider's example (a TypeScript one skips without its SDK outside CI)
 	for _, ex := range sdkExamples {
-		t.Run(ex.name+"/go", func(t *testing.T) { runGoExample(t, s, ex.goBlock, ex.goImports) })
-		t.Run(ex.name+"/ts", func(t *testing.T) { runTSExample(t, s, ex.tsBlock) })
+		t.Run(ex.name+"/go", func(t *testing.T) { runGoExample(t, s, ex.goBlock, ex.goImports); ran[ex.name]++ })
+		t.Run(ex.name+"/ts", func(t *testing.T) { runTSExample(t, s, ex.tsBlock); ran[ex.name]++ })
 	}
-	require.EqualValues(t, 2, openaiLLM.calls.Load(), "one upstream call per language")
-	require.EqualValues(t, 2, anthropicLLM.calls.Load(), "one upstream call per language")
+	require.EqualValues(t, ran["openai"], openaiLLM.calls.Load(), "one upstream call per language")
+	require.EqualValues(t, ran["anthropic"], anthropicLLM.calls.Load(), "one upstream call per language")
 }
 
 // runGoExample builds the Go block and runs it twice: the same answer.
