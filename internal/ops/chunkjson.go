@@ -182,8 +182,17 @@ func (d *chunkDecoder) stringPtr(p **string) bool {
 		*p = nil
 		return true
 	}
+	s, ok := d.string()
+	if ok {
+		*p = &s
+	}
+	return ok
+}
+
+// string reads a string, as encoding/json does; false for anything else.
+func (d *chunkDecoder) string() (string, bool) {
 	if d.peek() != '"' {
-		return false
+		return "", false
 	}
 	raw := d.str()
 	body := raw[1 : len(raw)-1]
@@ -191,10 +200,9 @@ func (d *chunkDecoder) stringPtr(p **string) bool {
 	if bytes.IndexByte(body, '\\') < 0 && utf8.Valid(body) {
 		s = string(body)
 	} else if json.Unmarshal(raw, &s) != nil {
-		return false
+		return "", false
 	}
-	*p = &s
-	return true
+	return s, true
 }
 
 // integer reads a plain integer (digits, an optional minus) of at most
@@ -295,18 +303,26 @@ func (d *chunkDecoder) choices(c *upstreamChunk) bool {
 		c.Choices = nil
 		return true
 	}
+	c.Choices = make([]upstreamChoice, 0, 1)
+	return d.array(func() bool {
+		c.Choices = append(c.Choices, upstreamChoice{})
+		return d.choice(&c.Choices[len(c.Choices)-1])
+	})
+}
+
+// array reads an array whose elements elem reads, in turn; false for
+// anything else.
+func (d *chunkDecoder) array(elem func() bool) bool {
 	if d.peek() != '[' {
 		return false
 	}
 	d.i++
-	c.Choices = make([]upstreamChoice, 0, 1)
 	if d.peek() == ']' {
 		d.i++
 		return true
 	}
 	for {
-		c.Choices = append(c.Choices, upstreamChoice{})
-		if !d.choice(&c.Choices[len(c.Choices)-1]) {
+		if !elem() {
 			return false
 		}
 		if d.peek() == ']' {
@@ -351,6 +367,54 @@ func (d *chunkDecoder) usage(u *chunkUsage) bool {
 		default:
 			u.TotalTokens = n
 		}
+		return ok
+	})
+}
+
+// decodeChatResponse is json.Unmarshal(data, r): a plain call's answer,
+// read like a chunk (the same fast path, the same fallback).
+func decodeChatResponse(data []byte, r *chatResponse) error {
+	if json.Valid(data) {
+		d := chunkDecoder{b: data}
+		if d.chatResponse(r) && d.end() {
+			return nil
+		}
+		*r = chatResponse{}
+	}
+	return json.Unmarshal(data, r)
+}
+
+// The members of a chat completion's objects the decoder reads.
+var (
+	responseFields     = []string{"choices", "usage"}
+	answerChoiceFields = []string{"message", "finish_reason"}
+	contentFields      = []string{"content"}
+)
+
+func (d *chunkDecoder) chatResponse(r *chatResponse) bool {
+	return d.object(responseFields, func(i int) bool {
+		if i == 1 {
+			return d.usage(&r.Usage) // null: false, encoding/json decides
+		}
+		if d.null() {
+			r.Choices = nil
+			return true
+		}
+		r.Choices = make([]chatChoice, 0, 1)
+		return d.array(func() bool {
+			r.Choices = append(r.Choices, chatChoice{})
+			return d.chatChoice(&r.Choices[len(r.Choices)-1])
+		})
+	})
+}
+
+func (d *chunkDecoder) chatChoice(ch *chatChoice) bool {
+	return d.object(answerChoiceFields, func(i int) bool {
+		if i == 0 {
+			return d.object(contentFields, func(int) bool { return d.stringPtr(&ch.Message.Content) })
+		}
+		s, ok := d.string() // null: false, encoding/json decides
+		ch.FinishReason = s
 		return ok
 	})
 }

@@ -82,3 +82,54 @@ func TestDecodeChunkReadsProvidersChunks(t *testing.T) {
 		}
 	}
 }
+
+// responseSeeds are chat completions as providers send them, and the
+// shapes that decodeChatResponse must leave to encoding/json.
+var responseSeeds = []string{
+	`{"id":"chatcmpl-1","object":"chat.completion","created":1,"model":"m","choices":[{"index":0,"message":{"role":"assistant","content":"Hello \u003cb\u003e \"q\" ünï","refusal":null,"annotations":[]},"logprobs":null,"finish_reason":"stop"}],"usage":{"prompt_tokens":12,"completion_tokens":8,"total_tokens":20,"prompt_tokens_details":{"cached_tokens":0,"audio_tokens":0}},"service_tier":"default","system_fingerprint":null}`,
+	`{"choices":[{"message":{"content":null,"tool_calls":[{"id":"x","function":{"arguments":"{}"}}]},"finish_reason":"tool_calls"}],"usage":{"prompt_tokens":1,"completion_tokens":2,"total_tokens":3}}`,
+	`{"choices":[{"index":0,"message":{"content":"a"},"finish_reason":"stop"},{"index":1,"message":{"content":"b"},"finish_reason":"length"}]}`,
+	`{"choices":[]}`,
+	`{"choices":null,"usage":{}}`,
+	`{"choices":[{"message":null}]}`,
+	`{"choices":[{"finish_reason":null}]}`,
+	`{"choices":[null]}`,
+	`{"usage":null}`,
+	`{"choices":[{"Message":{"content":"x"}}]}`,
+	`{"choices":[{"message":{"CONTENT":"x"}}]}`,
+	`{"choices":[{"message":{"content":"x","content":"y"}}]}`,
+	`{"choices":[{"finish_reason":5}]}`,
+	`{"choices":[{"message":{"content":"\ud800 bad \u0041"}}]}`,
+	"{\"choices\":[{\"message\":{\"content\":\"\xff\"}}]}",
+	`{"usage":{"prompt_tokens":1.5}}`,
+	`{"usage":{"prompt_tokens":"1"}}`,
+	`{"choices":[{"message":{"content":"a"}}]} x`,
+	`[{"choices":[]}]`,
+}
+
+// FuzzChatResponseJSON checks decodeChatResponse against json.Unmarshal.
+func FuzzChatResponseJSON(f *testing.F) {
+	for _, s := range append(responseSeeds, chunkSeeds...) {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, data []byte) {
+		var want, got chatResponse
+		wantErr := json.Unmarshal(data, &want)
+		gotErr := decodeChatResponse(data, &got)
+		if (wantErr == nil) != (gotErr == nil) || wantErr == nil && !reflect.DeepEqual(want, got) {
+			t.Fatalf("decodeChatResponse(%q) = %+v, %v; json.Unmarshal: %+v, %v", data, got, gotErr, want, wantErr)
+		}
+	})
+}
+
+// TestDecodeChatResponseReadsProvidersAnswers: the answers providers send
+// are read by the fast path, not handed to encoding/json.
+func TestDecodeChatResponseReadsProvidersAnswers(t *testing.T) {
+	for _, s := range responseSeeds[:5] {
+		var r chatResponse
+		d := chunkDecoder{b: []byte(s)}
+		if !d.chatResponse(&r) || !d.end() {
+			t.Errorf("the fast path left %s to encoding/json", s)
+		}
+	}
+}
