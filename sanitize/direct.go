@@ -24,10 +24,10 @@ func genericOf(v any, depth int) (any, bool) {
 	switch x := v.(type) {
 	case nil, bool:
 		return x, true
-	case string:
-		return x, utf8.ValidString(x)
+	case string: // v itself: boxing x again would allocate a copy of v
+		return v, utf8.ValidString(x)
 	case json.Number:
-		return x, validNumber(string(x)) // json.Marshal writes "" as 0
+		return v, validNumber(string(x)) // json.Marshal writes "" as 0
 	case int:
 		return json.Number(strconv.FormatInt(int64(x), 10)), true
 	case int64:
