@@ -78,8 +78,9 @@ func decodeChunk(data []byte, c *upstreamChunk) error {
 // where encoding/json would keep what it had, a number not a plain
 // integer): decodeChunk then asks encoding/json.
 type chunkDecoder struct {
-	b []byte
-	i int
+	b      []byte
+	i      int
+	strict bool // an unknown member declines (DisallowUnknownFields)
 }
 
 func (d *chunkDecoder) ws() {
@@ -223,6 +224,19 @@ func (d *chunkDecoder) integer() (int64, bool) {
 	return n, err == nil
 }
 
+// number reads a number token as written (what encoding/json keeps in a
+// json.Number).
+func (d *chunkDecoder) number() (json.Number, bool) {
+	if c := d.peek(); c != '-' && (c < '0' || c > '9') {
+		return "", false
+	}
+	start := d.i
+	for d.i < len(d.b) && bytes.IndexByte([]byte("0123456789+-.eE"), d.b[d.i]) >= 0 {
+		d.i++
+	}
+	return json.Number(d.b[start:d.i]), true
+}
+
 // names checks a member's name: false (ask encoding/json) for one seen
 // before, a known one in another case, or one escaped or not ASCII (which
 // encoding/json may fold into a known one); i is the index of a known one
@@ -274,7 +288,7 @@ func (d *chunkDecoder) object(fields []string, value func(i int) bool) bool {
 		}
 		i, ok := seen.known(name, fields...)
 		switch {
-		case !ok:
+		case !ok, i < 0 && d.strict:
 			return false
 		case i < 0:
 			d.skip()
