@@ -196,11 +196,11 @@ func (d *chunkDecoder) string() (string, bool) {
 		return "", false
 	}
 	raw := d.str()
-	body := raw[1 : len(raw)-1]
-	var s string
-	if bytes.IndexByte(body, '\\') < 0 && utf8.Valid(body) {
-		s = string(body)
-	} else if json.Unmarshal(raw, &s) != nil {
+	if body := raw[1 : len(raw)-1]; bytes.IndexByte(body, '\\') < 0 && utf8.Valid(body) {
+		return string(body), true
+	}
+	var s string // declared here, not above: its address escapes, and so would each string's
+	if json.Unmarshal(raw, &s) != nil {
 		return "", false
 	}
 	return s, true

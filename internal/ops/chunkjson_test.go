@@ -133,3 +133,17 @@ func TestDecodeChatResponseReadsProvidersAnswers(t *testing.T) {
 		}
 	}
 }
+
+// TestDecoderStringAllocatesItsTextOnly: a string without escapes costs
+// the decoder one allocation, its text.
+func TestDecoderStringAllocatesItsTextOnly(t *testing.T) {
+	b := []byte(`"Retries, once: the guard remembers."`)
+	if n := testing.AllocsPerRun(100, func() {
+		d := chunkDecoder{b: b}
+		if _, ok := d.string(); !ok {
+			t.Fatal("not read")
+		}
+	}); n != 1 {
+		t.Errorf("%v allocations, want 1", n)
+	}
+}
