@@ -7,6 +7,7 @@ import (
 	"math"
 	"slices"
 	"strconv"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -143,4 +144,30 @@ func TestGenericOfKeepsStringsAndNumbersAsGiven(t *testing.T) {
 			t.Errorf("genericOf(%#v) allocates %v times", v, n)
 		}
 	}
+}
+
+// FuzzEnvelopeDirect: an Envelope, whatever its fields and its data (any
+// JSON object, with its integers as json.Number or as int64), sanitizes
+// the same directly (fromEnvelope) as through json.Marshal.
+func FuzzEnvelopeDirect(f *testing.F) {
+	f.Add(true, "completed", "", uint8(0), false, []byte(`{"text":"hi","prompt_tokens":12,"finish_reason":"stop"}`))
+	f.Add(false, "", "trace-1", uint8(3), true, []byte(`{"password":"p","nested":{"a":1},"arr":[1,{"b":2}],"f":1.5}`))
+	f.Add(true, "weird", "\xff", uint8(200), false, []byte(`{}`))
+	f.Add(false, "timeout", strings.Repeat("t", 300), uint8(1), true, []byte(`{"s":"\u2028<>&","n":null,"tags":["a",1,null]}`))
+	f.Fuzz(func(t *testing.T, ok bool, stop, trace string, nIDs uint8, cached bool, data []byte) {
+		dec := json.NewDecoder(bytes.NewReader(data))
+		dec.UseNumber()
+		var m map[string]any
+		if dec.Decode(&m) != nil {
+			m = nil
+		}
+		ids := make([]int64, nIDs)
+		for i := range ids {
+			ids[i] = int64(i) - 3
+		}
+		e := Envelope{OK: ok, StopReason: StopReason(stop), TraceID: trace, NeedsHuman: !ok, Cached: cached, CreatedActionRequestIDs: ids, Data: m}
+		checkDirect(t, e)
+		e.Data, _ = withInts(m).(map[string]any)
+		checkDirect(t, &e)
+	})
 }
