@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/idemguard/idemguard/internal/jsonvalue"
 	"github.com/idemguard/idemguard/sanitize"
 	"github.com/idemguard/idemguard/store"
 )
@@ -173,7 +174,7 @@ func appendStoredUsage(body []byte, usage Usage) []byte {
 // nothing it escapes for HTML (<, >, &, U+2028, U+2029) in them. An
 // envelope as sanitize encodes it is.
 func compactAsIs(b []byte) bool {
-	if !json.Valid(b) {
+	if !jsonvalue.Valid(b) {
 		return false
 	}
 	inString := false

@@ -1,8 +1,6 @@
 package ops
 
-import (
-	"encoding/json"
-)
+import "github.com/idemguard/idemguard/internal/jsonvalue"
 
 // decodeChatInput decodes an openai_chat request body into a ChatInput
 // exactly as decodeStrict does (encoding/json, unknown fields rejected), and
@@ -32,7 +30,7 @@ var (
 // fastChatInput reads b with the chunk decoder, strictly (an unknown
 // member declines), straight into a ChatInput: no generic maps between.
 func fastChatInput(b []byte) (in ChatInput, ok bool) {
-	if !json.Valid(b) {
+	if !jsonvalue.Valid(b) {
 		return ChatInput{}, false
 	}
 	d := chunkDecoder{b: b, strict: true}

@@ -62,7 +62,7 @@ func appendChunk(b []byte, c chunkEvent) []byte {
 
 // decodeChunk is json.Unmarshal(data, c).
 func decodeChunk(data []byte, c *upstreamChunk) error {
-	if json.Valid(data) {
+	if jsonvalue.Valid(data) {
 		d := chunkDecoder{b: data}
 		if d.chunk(c) && d.end() {
 			return nil
@@ -72,7 +72,7 @@ func decodeChunk(data []byte, c *upstreamChunk) error {
 	return json.Unmarshal(data, c)
 }
 
-// chunkDecoder reads a document json.Valid accepted. Each method reports
+// chunkDecoder reads a document json.Valid (jsonvalue.Valid) accepted. Each method reports
 // false for what it does not read as encoding/json would (a member named
 // in another case, twice, or escaped, a value of another type or null
 // where encoding/json would keep what it had, a number not a plain
@@ -388,7 +388,7 @@ func (d *chunkDecoder) usage(u *chunkUsage) bool {
 // decodeChatResponse is json.Unmarshal(data, r): a plain call's answer,
 // read like a chunk (the same fast path, the same fallback).
 func decodeChatResponse(data []byte, r *chatResponse) error {
-	if json.Valid(data) {
+	if jsonvalue.Valid(data) {
 		d := chunkDecoder{b: data}
 		if d.chatResponse(r) && d.end() {
 			return nil
