@@ -171,3 +171,20 @@ func FuzzEnvelopeDirect(f *testing.F) {
 		checkDirect(t, &e)
 	})
 }
+
+// FuzzIsBlockedKey: IsBlockedKey is strings.EqualFold against every
+// blocked key, whatever the key's bytes.
+func FuzzIsBlockedKey(f *testing.F) {
+	for _, k := range []string{"prompt", "PROMPT", "\u017Ftack", "\u212Aey", "model\xff", "requestid", "", "debug "} {
+		f.Add(k)
+	}
+	f.Fuzz(func(t *testing.T, k string) {
+		want := false
+		for _, b := range blockedKeys {
+			want = want || strings.EqualFold(k, b)
+		}
+		if IsBlockedKey(k) != want {
+			t.Fatalf("IsBlockedKey(%q) = %t", k, !want)
+		}
+	})
+}
