@@ -147,3 +147,46 @@ func TestDecoderStringAllocatesItsTextOnly(t *testing.T) {
 		t.Errorf("%v allocations, want 1", n)
 	}
 }
+
+// FuzzChatRequestJSON checks encodeChatRequest against json.Marshal: the
+// same bytes, or an error from both.
+func FuzzChatRequestJSON(f *testing.F) {
+	f.Add("gpt-4o", "user", "Hello <b> & \u2028 \"q\" \\ \n ünï", "0.5", "END", "actor-1", 64, int64(-7), uint16(0xffff))
+	f.Add("", "", "", "", "", "", 0, int64(0), uint16(0))
+	f.Add("m", "system", "\xff\xfe", "1e400", "\n", "", -1, int64(1)<<62, uint16(0x5555))
+	f.Add("m", "user", "x", "01", "", "u", 1, int64(1), uint16(0x0f0f))
+	f.Add("m", "user", "x", " 1", "", "u", 1, int64(1), uint16(0x00f0))
+	f.Fuzz(func(t *testing.T, model, role, content, num, stop, actor string, maxTokens int, seed int64, flags uint16) {
+		n := json.Number(num)
+		r := chatRequest{Model: model}
+		if flags&1 != 0 {
+			r.Messages = []ChatMessage{{Role: role, Content: content}, {Role: content, Content: role}}[:flags>>14&1+flags>>15]
+		}
+		if flags&2 != 0 {
+			r.MaxTokens = &maxTokens
+		}
+		if flags&4 != 0 {
+			r.Temperature = &n
+		}
+		if flags&8 != 0 {
+			r.TopP = &n
+		}
+		if flags&16 != 0 {
+			r.Seed = &seed
+		}
+		if flags&32 != 0 {
+			r.Stop = []string{stop, content, actor}[:flags>>6&3]
+		}
+		if flags&64 != 0 {
+			r.SafetyIdentifier = actor
+		}
+		if flags&128 != 0 {
+			r.User = actor
+		}
+		want, wantErr := json.Marshal(r)
+		got, gotErr := encodeChatRequest(r)
+		if (wantErr == nil) != (gotErr == nil) || !bytes.Equal(got, want) {
+			t.Fatalf("encodeChatRequest(%+v) = %s, %v; json.Marshal: %s, %v", r, got, gotErr, want, wantErr)
+		}
+	})
+}

@@ -138,7 +138,7 @@ func OpenAIChat(cfg OpenAIConfig) Func {
 		if err != nil {
 			return nil, inputError(err)
 		}
-		body, err := json.Marshal(newChatRequest(ctx, cfg, in))
+		body, err := encodeChatRequest(newChatRequest(ctx, cfg, in))
 		if err != nil {
 			return nil, invalidInput("openai_chat: encoding the request: %v", err)
 		}
