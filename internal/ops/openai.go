@@ -192,7 +192,8 @@ func checkChatInput(in *ChatInput, maxTokens int) error {
 				Detail: fmt.Sprintf("must be at most %d (the configured cap)", maxTokens)})
 		}
 	} else if maxTokens > 0 {
-		in.MaxTokens = &maxTokens
+		mt := maxTokens // a copy: the parameter's address would move it to the heap on every call
+		in.MaxTokens = &mt
 	}
 	if len(fields) > 0 {
 		return &idemguard.InputError{Fields: fields}

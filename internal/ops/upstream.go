@@ -179,8 +179,11 @@ func upstreamRequest(ctx context.Context, upstream, url, accept string, headers 
 	if err != nil {
 		return nil, &idemguard.OpError{Reason: sanitize.ProviderError, Err: fmt.Errorf("%s: building the request: %w", upstream, err)}
 	}
-	req.Header.Set("Content-Type", "application/json")
-	req.Header.Set("Accept", accept)
+	// The names are canonical: assigned directly, the two values in one
+	// array (each slice capped at its own element, so an append to one
+	// cannot overwrite the other).
+	v := []string{"application/json", accept}
+	req.Header["Content-Type"], req.Header["Accept"] = v[0:1:1], v[1:2:2]
 	for k, v := range headers {
 		req.Header.Set(k, v)
 	}
