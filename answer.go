@@ -7,8 +7,10 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"strconv"
 	"time"
 
+	"github.com/idemguard/idemguard/internal/jsonvalue"
 	"github.com/idemguard/idemguard/sanitize"
 	"github.com/idemguard/idemguard/store"
 )
@@ -123,8 +125,13 @@ const maxStoredDropped = 64
 // encodeStored is the response column for body (envelope JSON, or a
 // document when document is true), its headers and dropped names.
 func encodeStored(body []byte, document bool, header http.Header, dropped []string, usage Usage) ([]byte, error) {
-	if !document && len(header) == 0 && len(dropped) == 0 && usage == (Usage{}) {
-		return body, nil
+	if !document && len(header) == 0 && len(dropped) == 0 {
+		switch {
+		case usage == (Usage{}):
+			return body, nil
+		case compactAsIs(body):
+			return appendStoredUsage(body, usage), nil
+		}
 	}
 	w := storedWrapper{Body: body, Headers: header}
 	if usage != (Usage{}) {
@@ -141,6 +148,51 @@ func encodeStored(body []byte, document bool, header http.Header, dropped []stri
 		w.Body = s
 	}
 	return json.Marshal(w)
+}
+
+// appendStoredUsage is json.Marshal(storedWrapper{Body: body, Usage:
+// &usage}) for a body that compactAsIs, without reflection: an answer with
+// usage (every openai_chat answer) is stored so.
+func appendStoredUsage(body []byte, usage Usage) []byte {
+	b := make([]byte, 0, len(body)+64)
+	b = append(append(b, `{"body":`...), body...)
+	b = append(b, `,"usage":{`...)
+	if usage.PromptTokens != 0 {
+		b = strconv.AppendInt(append(b, `"prompt":`...), usage.PromptTokens, 10)
+	}
+	if usage.CompletionTokens != 0 {
+		if usage.PromptTokens != 0 {
+			b = append(b, ',')
+		}
+		b = strconv.AppendInt(append(b, `"completion":`...), usage.CompletionTokens, 10)
+	}
+	return append(b, "}}"...)
+}
+
+// compactAsIs reports whether encoding/json writes b unchanged as a
+// json.RawMessage: valid JSON, with no white space outside its strings and
+// nothing it escapes for HTML (<, >, &, U+2028, U+2029) in them. An
+// envelope as sanitize encodes it is.
+func compactAsIs(b []byte) bool {
+	if !jsonvalue.Valid(b) {
+		return false
+	}
+	inString := false
+	for i := 0; i < len(b); i++ {
+		switch c := b[i]; {
+		case c == '<' || c == '>' || c == '&':
+			return false
+		case c == 0xE2 && i+2 < len(b) && b[i+1] == 0x80 && b[i+2]&^1 == 0xA8:
+			return false
+		case inString && c == '\\':
+			i++ // the escaped byte
+		case c == '"':
+			inString = !inString
+		case !inString && (c == ' ' || c == '\t' || c == '\n' || c == '\r'):
+			return false
+		}
+	}
+	return true
 }
 
 func decodeStored(rec store.Record) (stored, error) {

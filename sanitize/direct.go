@@ -24,10 +24,10 @@ func genericOf(v any, depth int) (any, bool) {
 	switch x := v.(type) {
 	case nil, bool:
 		return x, true
-	case string:
-		return x, utf8.ValidString(x)
+	case string: // v itself: boxing x again would allocate a copy of v
+		return v, utf8.ValidString(x)
 	case json.Number:
-		return x, validNumber(string(x)) // json.Marshal writes "" as 0
+		return v, validNumber(string(x)) // json.Marshal writes "" as 0
 	case int:
 		return json.Number(strconv.FormatInt(int64(x), 10)), true
 	case int64:
@@ -92,11 +92,7 @@ func envelopeObject(e Envelope, depth int) (any, bool) {
 	m := make(map[string]any, 7)
 	m["ok"], m["stopReason"], m["needsHuman"], m["cached"] = e.OK, string(e.StopReason), e.NeedsHuman, e.Cached
 	if len(e.CreatedActionRequestIDs) > 0 {
-		ids := make([]any, len(e.CreatedActionRequestIDs))
-		for i, id := range e.CreatedActionRequestIDs {
-			ids[i] = json.Number(strconv.FormatInt(id, 10))
-		}
-		m["createdActionRequestIds"] = ids
+		m["createdActionRequestIds"] = idValues(e.CreatedActionRequestIDs)
 	}
 	if e.TraceID != "" {
 		m["traceId"] = e.TraceID
@@ -109,4 +105,13 @@ func envelopeObject(e Envelope, depth int) (any, bool) {
 		m["data"] = data
 	}
 	return m, true
+}
+
+// idValues are ids as json.Marshal encodes them, decoded with UseNumber.
+func idValues(ids []int64) []any {
+	a := make([]any, len(ids))
+	for i, id := range ids {
+		a[i] = json.Number(strconv.FormatInt(id, 10))
+	}
+	return a
 }

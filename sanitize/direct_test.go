@@ -7,6 +7,7 @@ import (
 	"math"
 	"slices"
 	"strconv"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -132,4 +133,58 @@ func withInts(v any) any {
 		return a
 	}
 	return v
+}
+
+// TestGenericOfKeepsStringsAndNumbersAsGiven: a string or a json.Number is
+// handed back as the value it came in, not boxed again (an allocation for
+// each member of an operation's data).
+func TestGenericOfKeepsStringsAndNumbersAsGiven(t *testing.T) {
+	for _, v := range []any{"Retries, once: the guard remembers.", json.Number("12345")} {
+		if n := testing.AllocsPerRun(100, func() { genericOf(v, 0) }); n != 0 {
+			t.Errorf("genericOf(%#v) allocates %v times", v, n)
+		}
+	}
+}
+
+// FuzzEnvelopeDirect: an Envelope, whatever its fields and its data (any
+// JSON object, with its integers as json.Number or as int64), sanitizes
+// the same directly (fromEnvelope) as through json.Marshal.
+func FuzzEnvelopeDirect(f *testing.F) {
+	f.Add(true, "completed", "", uint8(0), false, []byte(`{"text":"hi","prompt_tokens":12,"finish_reason":"stop"}`))
+	f.Add(false, "", "trace-1", uint8(3), true, []byte(`{"password":"p","nested":{"a":1},"arr":[1,{"b":2}],"f":1.5}`))
+	f.Add(true, "weird", "\xff", uint8(200), false, []byte(`{}`))
+	f.Add(false, "timeout", strings.Repeat("t", 300), uint8(1), true, []byte(`{"s":"\u2028<>&","n":null,"tags":["a",1,null]}`))
+	f.Fuzz(func(t *testing.T, ok bool, stop, trace string, nIDs uint8, cached bool, data []byte) {
+		dec := json.NewDecoder(bytes.NewReader(data))
+		dec.UseNumber()
+		var m map[string]any
+		if dec.Decode(&m) != nil {
+			m = nil
+		}
+		ids := make([]int64, nIDs)
+		for i := range ids {
+			ids[i] = int64(i) - 3
+		}
+		e := Envelope{OK: ok, StopReason: StopReason(stop), TraceID: trace, NeedsHuman: !ok, Cached: cached, CreatedActionRequestIDs: ids, Data: m}
+		checkDirect(t, e)
+		e.Data, _ = withInts(m).(map[string]any)
+		checkDirect(t, &e)
+	})
+}
+
+// FuzzIsBlockedKey: IsBlockedKey is strings.EqualFold against every
+// blocked key, whatever the key's bytes.
+func FuzzIsBlockedKey(f *testing.F) {
+	for _, k := range []string{"prompt", "PROMPT", "\u017Ftack", "\u212Aey", "model\xff", "requestid", "", "debug "} {
+		f.Add(k)
+	}
+	f.Fuzz(func(t *testing.T, k string) {
+		want := false
+		for _, b := range blockedKeys {
+			want = want || strings.EqualFold(k, b)
+		}
+		if IsBlockedKey(k) != want {
+			t.Fatalf("IsBlockedKey(%q) = %t", k, !want)
+		}
+	})
 }

@@ -1,5 +1,7 @@
 package sanitize
 
+import "unicode/utf8"
+
 // FromValueReport is [FromValue] that also calls dropped with the name of
 // every field the allowlist dropped, so that nothing is lost silently. Names
 // are paths: "result" (a top-level field that is not an envelope field, or
@@ -10,6 +12,18 @@ package sanitize
 // in no particular order; values are never passed. "cached" is set by the
 // guard and never reported. With dropped nil it is FromValue.
 func FromValueReport(v any, dropped func(name string)) (Envelope, error) {
+	switch e := v.(type) {
+	case Envelope:
+		if env, ok := fromEnvelope(e, dropped); ok {
+			return env, nil
+		}
+	case *Envelope:
+		if e != nil {
+			if env, ok := fromEnvelope(*e, dropped); ok {
+				return env, nil
+			}
+		}
+	}
 	top, err := objectOf(v)
 	if err != nil {
 		return Envelope{}, err
@@ -50,24 +64,70 @@ func reportDropped(top map[string]any, dropped func(string)) {
 				dropped(k)
 				continue
 			}
-			for dk, dv := range obj {
-				if IsBlockedKey(dk) {
-					dropped("data." + dk)
-					continue
-				}
-				if arr, ok := dv.([]any); ok {
-					for _, el := range arr {
-						if _, ok := primitive(el); !ok {
-							dropped("data." + dk + "[]")
-							break
-						}
-					}
-				} else if _, ok := primitive(dv); !ok {
-					dropped("data." + dk)
-				}
-			}
+			reportDroppedData(obj, dropped)
 		default:
 			dropped(k)
 		}
 	}
+}
+
+// reportDroppedData names what sanitizeData does not keep of obj.
+func reportDroppedData(obj map[string]any, dropped func(string)) {
+	for dk, dv := range obj {
+		if IsBlockedKey(dk) {
+			dropped("data." + dk)
+			continue
+		}
+		if arr, ok := dv.([]any); ok {
+			for _, el := range arr {
+				if _, ok := primitive(el); !ok {
+					dropped("data." + dk + "[]")
+					break
+				}
+			}
+		} else if _, ok := primitive(dv); !ok {
+			dropped("data." + dk)
+		}
+	}
+}
+
+// fromEnvelope is FromValueReport(e, dropped) without the object
+// json.Marshal(e) encodes (envelopeObject) between: the fields are read
+// as fromObject reads them from it, and only data is copied (genericOf)
+// and sanitized. ok is false where envelopeObject declines (invalid
+// UTF-8, a data value genericOf does not convert): the caller then takes
+// the general path.
+func fromEnvelope(e Envelope, dropped func(string)) (Envelope, bool) {
+	if !utf8.ValidString(string(e.StopReason)) || !utf8.ValidString(e.TraceID) {
+		return Envelope{}, false
+	}
+	var data map[string]any
+	if len(e.Data) > 0 {
+		g, ok := genericOf(e.Data, 1)
+		if !ok {
+			return Envelope{}, false
+		}
+		data = g.(map[string]any)
+	}
+	out := Envelope{OK: e.OK, StopReason: Completed, NeedsHuman: e.NeedsHuman, TraceID: truncateUTF8(e.TraceID, MaxTraceIDBytes)}
+	if !out.OK {
+		out.StopReason = Unknown
+	}
+	if e.StopReason != "" {
+		out.StopReason = ParseStopReason(string(e.StopReason))
+	}
+	if len(e.CreatedActionRequestIDs) > 0 {
+		ids := idValues(e.CreatedActionRequestIDs)
+		out.CreatedActionRequestIDs = sanitizeIDs(ids)
+		if dropped != nil && len(out.CreatedActionRequestIDs) != len(ids) {
+			dropped("createdActionRequestIds[]")
+		}
+	}
+	if data != nil {
+		if dropped != nil {
+			reportDroppedData(data, dropped)
+		}
+		out.Data = sanitizeData(data)
+	}
+	return out, true
 }

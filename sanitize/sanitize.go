@@ -53,8 +53,14 @@ func BlockedKeys() []string { return append([]string(nil), blockedKeys[:]...) }
 
 // IsBlockedKey reports whether k equals, case-insensitively, a blocked key.
 func IsBlockedKey(k string) bool {
+	// An ASCII key folds only to a key of its own length (the blocked keys
+	// are ASCII); another may be shorter or longer ("ſtack" is "stack").
+	ascii := true
+	for i := 0; i < len(k) && ascii; i++ {
+		ascii = k[i] < utf8.RuneSelf
+	}
 	for _, b := range blockedKeys {
-		if strings.EqualFold(k, b) {
+		if (!ascii || len(k) == len(b)) && strings.EqualFold(k, b) {
 			return true
 		}
 	}

@@ -153,11 +153,11 @@ func (d *decoder) canonicalObject(dst []byte, depth int) ([]byte, bool) {
 	slices.SortStableFunc(members, func(a, b member) int { return bytes.Compare(a.name, b.name) })
 	// The values, copied aside to be put back in order. One buffer serves
 	// every object of the document: an object's members are all
-	// canonicalized (nested objects done) before it is copied. It is
-	// made as long as the document at once: the top-level object's
-	// values, copied last, are about as long, and a nested one's shorter.
+	// canonicalized (nested objects done) before it is copied. It starts
+	// with the document's length, room for the usual documents' objects:
+	// one allocation, not one for each larger object.
 	if d.scratch == nil {
-		d.scratch = make([]byte, 0, len(d.b))
+		d.scratch = make([]byte, 0, max(len(dst)-base, min(len(d.b), 64<<10)))
 	}
 	d.scratch = append(d.scratch[:0], dst[base:]...)
 	values := d.scratch

@@ -203,3 +203,22 @@ func BenchmarkAppendCanonical(b *testing.B) {
 		}
 	}
 }
+
+// TestAppendCanonicalCopiesAsideOnce: the values of a document's objects
+// are copied aside in one buffer, allocated once, and not at all for a
+// document without objects.
+func TestAppendCanonicalCopiesAsideOnce(t *testing.T) {
+	for doc, want := range map[string]float64{
+		`{"messages":[{"role":"user","content":"fresh 1"},{"role":"system","content":"be brief, and nested"}],"z":{"a":{"b":1}}}`: 1,
+		`["a",1,true,null]`: 0,
+	} {
+		b, dst := []byte(doc), make([]byte, 0, 2*len(doc))
+		if n := testing.AllocsPerRun(100, func() {
+			if _, ok := AppendCanonical(dst, b); !ok {
+				t.Fatal("declined")
+			}
+		}); n != want {
+			t.Errorf("%s: %v allocations, want %v", doc, n, want)
+		}
+	}
+}

@@ -2,6 +2,7 @@ package ops
 
 import (
 	"bytes"
+	"cmp"
 	"encoding/json"
 	"strconv"
 	"unicode/utf8"
@@ -62,7 +63,7 @@ func appendChunk(b []byte, c chunkEvent) []byte {
 
 // decodeChunk is json.Unmarshal(data, c).
 func decodeChunk(data []byte, c *upstreamChunk) error {
-	if json.Valid(data) {
+	if jsonvalue.Valid(data) {
 		d := chunkDecoder{b: data}
 		if d.chunk(c) && d.end() {
 			return nil
@@ -82,14 +83,15 @@ func unmarshalChunk(data []byte, c *upstreamChunk) error {
 	return err
 }
 
-// chunkDecoder reads a document json.Valid accepted. Each method reports
+// chunkDecoder reads a document json.Valid (jsonvalue.Valid) accepted. Each method reports
 // false for what it does not read as encoding/json would (a member named
 // in another case, twice, or escaped, a value of another type or null
 // where encoding/json would keep what it had, a number not a plain
 // integer): decodeChunk then asks encoding/json.
 type chunkDecoder struct {
-	b []byte
-	i int
+	b      []byte
+	i      int
+	strict bool // an unknown member declines (DisallowUnknownFields)
 }
 
 func (d *chunkDecoder) ws() {
@@ -192,19 +194,27 @@ func (d *chunkDecoder) stringPtr(p **string) bool {
 		*p = nil
 		return true
 	}
+	s, ok := d.string()
+	if ok {
+		*p = &s
+	}
+	return ok
+}
+
+// string reads a string, as encoding/json does; false for anything else.
+func (d *chunkDecoder) string() (string, bool) {
 	if d.peek() != '"' {
-		return false
+		return "", false
 	}
 	raw := d.str()
-	body := raw[1 : len(raw)-1]
-	var s string
-	if bytes.IndexByte(body, '\\') < 0 && utf8.Valid(body) {
-		s = string(body)
-	} else if json.Unmarshal(raw, &s) != nil {
-		return false
+	if body := raw[1 : len(raw)-1]; bytes.IndexByte(body, '\\') < 0 && utf8.Valid(body) {
+		return string(body), true
 	}
-	*p = &s
-	return true
+	var s string // declared here, not above: its address escapes, and so would each string's
+	if json.Unmarshal(raw, &s) != nil {
+		return "", false
+	}
+	return s, true
 }
 
 // integer reads a plain integer (digits, an optional minus) of at most
@@ -223,6 +233,19 @@ func (d *chunkDecoder) integer() (int64, bool) {
 	}
 	n, err := strconv.ParseInt(string(d.b[start:d.i]), 10, 64)
 	return n, err == nil
+}
+
+// number reads a number token as written (what encoding/json keeps in a
+// json.Number).
+func (d *chunkDecoder) number() (json.Number, bool) {
+	if c := d.peek(); c != '-' && (c < '0' || c > '9') {
+		return "", false
+	}
+	start := d.i
+	for d.i < len(d.b) && bytes.IndexByte([]byte("0123456789+-.eE"), d.b[d.i]) >= 0 {
+		d.i++
+	}
+	return json.Number(d.b[start:d.i]), true
 }
 
 // names checks a member's name: false (ask encoding/json) for one seen
@@ -276,7 +299,7 @@ func (d *chunkDecoder) object(fields []string, value func(i int) bool) bool {
 		}
 		i, ok := seen.known(name, fields...)
 		switch {
-		case !ok:
+		case !ok, i < 0 && d.strict:
 			return false
 		case i < 0:
 			d.skip()
@@ -305,18 +328,26 @@ func (d *chunkDecoder) choices(c *upstreamChunk) bool {
 		c.Choices = nil
 		return true
 	}
+	c.Choices = make([]upstreamChoice, 0, 1)
+	return d.array(func() bool {
+		c.Choices = append(c.Choices, upstreamChoice{})
+		return d.choice(&c.Choices[len(c.Choices)-1])
+	})
+}
+
+// array reads an array whose elements elem reads, in turn; false for
+// anything else.
+func (d *chunkDecoder) array(elem func() bool) bool {
 	if d.peek() != '[' {
 		return false
 	}
 	d.i++
-	c.Choices = make([]upstreamChoice, 0, 1)
 	if d.peek() == ']' {
 		d.i++
 		return true
 	}
 	for {
-		c.Choices = append(c.Choices, upstreamChoice{})
-		if !d.choice(&c.Choices[len(c.Choices)-1]) {
+		if !elem() {
 			return false
 		}
 		if d.peek() == ']' {
@@ -363,4 +394,117 @@ func (d *chunkDecoder) usage(u *chunkUsage) bool {
 		}
 		return ok
 	})
+}
+
+// decodeChatResponse is json.Unmarshal(data, r): a plain call's answer,
+// read like a chunk (the same fast path, the same fallback).
+func decodeChatResponse(data []byte, r *chatResponse) error {
+	if jsonvalue.Valid(data) {
+		d := chunkDecoder{b: data}
+		if d.chatResponse(r) && d.end() {
+			return nil
+		}
+		*r = chatResponse{}
+	}
+	return json.Unmarshal(data, r)
+}
+
+// The members of a chat completion's objects the decoder reads.
+var (
+	responseFields     = []string{"choices", "usage"}
+	answerChoiceFields = []string{"message", "finish_reason"}
+	contentFields      = []string{"content"}
+)
+
+func (d *chunkDecoder) chatResponse(r *chatResponse) bool {
+	return d.object(responseFields, func(i int) bool {
+		if i == 1 {
+			return d.usage(&r.Usage) // null: false, encoding/json decides
+		}
+		if d.null() {
+			r.Choices = nil
+			return true
+		}
+		r.Choices = make([]chatChoice, 0, 1)
+		return d.array(func() bool {
+			r.Choices = append(r.Choices, chatChoice{})
+			return d.chatChoice(&r.Choices[len(r.Choices)-1])
+		})
+	})
+}
+
+func (d *chunkDecoder) chatChoice(ch *chatChoice) bool {
+	return d.object(answerChoiceFields, func(i int) bool {
+		if i == 0 {
+			return d.object(contentFields, func(int) bool { return d.stringPtr(&ch.Message.Content) })
+		}
+		s, ok := d.string() // null: false, encoding/json decides
+		ch.FinishReason = s
+		return ok
+	})
+}
+
+// encodeChatRequest is json.Marshal(r), appended without reflection; a
+// json.Number json.Marshal refuses is left to it, for its error.
+func encodeChatRequest(r chatRequest) ([]byte, error) {
+	b := jsonvalue.AppendHTMLString(append(make([]byte, 0, 256), `{"model":`...), r.Model)
+	b = append(b, `,"messages":`...)
+	if r.Messages == nil {
+		b = append(b, "null"...)
+	} else {
+		b = append(b, '[')
+		for i, m := range r.Messages {
+			if i > 0 {
+				b = append(b, ',')
+			}
+			b = jsonvalue.AppendHTMLString(append(b, `{"role":`...), m.Role)
+			b = jsonvalue.AppendHTMLString(append(b, `,"content":`...), m.Content)
+			b = append(b, '}')
+		}
+		b = append(b, ']')
+	}
+	if r.MaxTokens != nil {
+		b = strconv.AppendInt(append(b, `,"max_tokens":`...), int64(*r.MaxTokens), 10)
+	}
+	for _, n := range [...]struct {
+		name string
+		v    *json.Number
+	}{{`,"temperature":`, r.Temperature}, {`,"top_p":`, r.TopP}} {
+		if n.v == nil {
+			continue
+		}
+		s := cmp.Or(string(*n.v), "0") // json.Marshal writes "" as 0
+		if !validNumber(s) {
+			return json.Marshal(r)
+		}
+		b = append(append(b, n.name...), s...)
+	}
+	if r.Seed != nil {
+		b = strconv.AppendInt(append(b, `,"seed":`...), *r.Seed, 10)
+	}
+	if len(r.Stop) > 0 {
+		b = append(b, `,"stop":[`...)
+		for i, s := range r.Stop {
+			if i > 0 {
+				b = append(b, ',')
+			}
+			b = jsonvalue.AppendHTMLString(b, s)
+		}
+		b = append(b, ']')
+	}
+	if r.SafetyIdentifier != "" {
+		b = jsonvalue.AppendHTMLString(append(b, `,"safety_identifier":`...), r.SafetyIdentifier)
+	}
+	if r.User != "" {
+		b = jsonvalue.AppendHTMLString(append(b, `,"user":`...), r.User)
+	}
+	return append(b, '}'), nil
+}
+
+// validNumber reports whether s is a JSON number, all of it.
+func validNumber(s string) bool {
+	if s == "" || s[0] != '-' && (s[0] < '0' || s[0] > '9') || s[len(s)-1] < '0' || s[len(s)-1] > '9' {
+		return false // another value, or white space around one
+	}
+	return jsonvalue.SurelyValid([]byte(s))
 }

@@ -100,17 +100,15 @@ func newChatRequest(ctx context.Context, cfg OpenAIConfig, in ChatInput) chatReq
 }
 
 type chatResponse struct {
-	Choices []struct {
-		Message struct {
-			Content *string `json:"content"`
-		} `json:"message"`
-		FinishReason string `json:"finish_reason"`
-	} `json:"choices"`
-	Usage struct {
-		PromptTokens     int64 `json:"prompt_tokens"`
-		CompletionTokens int64 `json:"completion_tokens"`
-		TotalTokens      int64 `json:"total_tokens"`
-	} `json:"usage"`
+	Choices []chatChoice `json:"choices"`
+	Usage   chunkUsage   `json:"usage"`
+}
+
+type chatChoice struct {
+	Message struct {
+		Content *string `json:"content"`
+	} `json:"message"`
+	FinishReason string `json:"finish_reason"`
 }
 
 // OpenAIChat returns the operation of an openai_chat scope: it POSTs
@@ -140,7 +138,7 @@ func OpenAIChat(cfg OpenAIConfig) Func {
 		if err != nil {
 			return nil, inputError(err)
 		}
-		body, err := json.Marshal(newChatRequest(ctx, cfg, in))
+		body, err := encodeChatRequest(newChatRequest(ctx, cfg, in))
 		if err != nil {
 			return nil, invalidInput("openai_chat: encoding the request: %v", err)
 		}
@@ -149,7 +147,7 @@ func OpenAIChat(cfg OpenAIConfig) Func {
 			return nil, err
 		}
 		var out chatResponse
-		if err := json.Unmarshal(b, &out); err != nil || len(out.Choices) == 0 {
+		if err := decodeChatResponse(b, &out); err != nil || len(out.Choices) == 0 {
 			return nil, &idemguard.OpError{Reason: sanitize.ProviderError,
 				Err: fmt.Errorf("openai_chat upstream: answer is not a chat completion with at least one choice")}
 		}
@@ -194,7 +192,8 @@ func checkChatInput(in *ChatInput, maxTokens int) error {
 				Detail: fmt.Sprintf("must be at most %d (the configured cap)", maxTokens)})
 		}
 	} else if maxTokens > 0 {
-		in.MaxTokens = &maxTokens
+		mt := maxTokens // a copy: the parameter's address would move it to the heap on every call
+		in.MaxTokens = &mt
 	}
 	if len(fields) > 0 {
 		return &idemguard.InputError{Fields: fields}

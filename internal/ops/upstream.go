@@ -101,7 +101,7 @@ func postJSON(ctx context.Context, client *http.Client, upstream, url string, ti
 		return nil, 0, transportError(ctx, callCtx, upstream, err)
 	}
 	defer resp.Body.Close()
-	b, err := io.ReadAll(io.LimitReader(resp.Body, MaxUpstreamResponseBytes+1))
+	b, err := readLimited(resp.Body, resp.ContentLength, MaxUpstreamResponseBytes+1)
 	if err != nil {
 		return nil, 0, transportError(ctx, callCtx, upstream, err)
 	}
@@ -114,6 +114,36 @@ func postJSON(ctx context.Context, client *http.Client, upstream, url string, ti
 			Err: fmt.Errorf("%s: answer larger than %d bytes", upstream, MaxUpstreamResponseBytes)}
 	}
 	return b, resp.StatusCode, nil
+}
+
+// readPrealloc is the most readLimited allocates before the body's bytes
+// arrive: the declared length is the upstream's word, not bytes in hand.
+const readPrealloc = 64 << 10
+
+// readLimited is io.ReadAll(io.LimitReader(r, limit)) that, when the
+// answer declares its length, starts with a buffer of that size (up to
+// readPrealloc) instead of growing one from 512 bytes, and allocates no
+// LimitedReader.
+func readLimited(r io.Reader, declared, limit int64) ([]byte, error) {
+	size := int64(512)
+	if declared > 0 {
+		size = min(declared, readPrealloc) + 1 // +1: EOF is seen without growing
+	}
+	b := make([]byte, 0, min(size, limit))
+	for int64(len(b)) < limit {
+		if len(b) == cap(b) {
+			b = append(b, 0)[:len(b)] // longer than declared: let append grow it
+		}
+		n, err := r.Read(b[len(b):min(int64(cap(b)), limit)])
+		b = b[:len(b)+n]
+		if err == io.EOF {
+			return b, nil
+		}
+		if err != nil {
+			return b, err
+		}
+	}
+	return b, nil
 }
 
 // openStream POSTs body asking for an event stream and returns the 2xx
@@ -149,7 +179,9 @@ func upstreamRequest(ctx context.Context, upstream, url, accept string, headers 
 	if err != nil {
 		return nil, &idemguard.OpError{Reason: sanitize.ProviderError, Err: fmt.Errorf("%s: building the request: %w", upstream, err)}
 	}
-	// Set, with both values in one allocation.
+	// The names are canonical: assigned directly, the two values in one
+	// array (each slice capped at its own element, so an append to one
+	// cannot overwrite the other).
 	v := []string{"application/json", accept}
 	req.Header["Content-Type"], req.Header["Accept"] = v[0:1:1], v[1:2:2]
 	for k, v := range headers {

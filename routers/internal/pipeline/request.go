@@ -11,6 +11,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/idemguard/idemguard"
+	"github.com/idemguard/idemguard/internal/jsonvalue"
 	"github.com/idemguard/idemguard/sanitize"
 	"github.com/idemguard/idemguard/tenancy"
 )
@@ -180,7 +181,7 @@ func validJSON(raw []byte) error {
 		// different bodies could derive the same key.
 		return Reject(ErrInvalidBody, "the body is not valid UTF-8")
 	}
-	if surelyValid(raw) || json.Valid(raw) {
+	if jsonvalue.SurelyValid(raw) || json.Valid(raw) {
 		return nil
 	}
 	var v any

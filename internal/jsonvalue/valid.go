@@ -1,13 +1,24 @@
-package pipeline
+package jsonvalue
 
-// surelyValid is a fast path of validJSON for the bodies clients send: a
+import (
+	"encoding/json"
+	"unicode/utf8"
+)
+
+// Valid is json.Valid(b), in one pass without encoding/json's scanner for
+// the documents SurelyValid takes.
+func Valid(b []byte) bool {
+	return utf8.Valid(b) && SurelyValid(b) || json.Valid(b)
+}
+
+// SurelyValid is a fast path of json.Valid for the bodies clients send: a
 // single pass over raw, without encoding/json's scanner (a function call
 // per byte), that reports true only for one JSON value (RFC 8259, as
 // encoding/json accepts it) nested at most maxFastDepth deep. It reports
-// false for anything else, and validJSON then decides with encoding/json,
-// so its errors and the bodies it accepts stay encoding/json's. raw holds
-// valid UTF-8 (checked first), so bytes over 0x7f need no look here.
-func surelyValid(raw []byte) bool {
+// false for anything else, and the caller then decides with encoding/json,
+// so its errors and the bodies it accepts stay encoding/json's. raw must
+// hold valid UTF-8 (checked first), so bytes over 0x7f need no look here.
+func SurelyValid(raw []byte) bool {
 	var stack [maxFastDepth]byte // the open containers: '{' or '['
 	depth, i := 0, skipWS(raw, 0)
 	for {
@@ -96,7 +107,7 @@ func afterValue(raw []byte, i int, open []byte) (next, depth int, end bool) {
 	}
 }
 
-// maxFastDepth is the deepest nesting surelyValid takes on itself.
+// maxFastDepth is the deepest nesting SurelyValid takes on itself.
 const maxFastDepth = 64
 
 // memberName skips an object member's name, the colon and the white

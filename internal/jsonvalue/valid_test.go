@@ -1,4 +1,4 @@
-package pipeline
+package jsonvalue
 
 import (
 	"encoding/json"
@@ -16,18 +16,19 @@ var jsonValidCases = []string{
 	`NaN`, `Infinity`, `"é"`, `{"":""}`, `[1e400]`, `1 2`, `{"a":1,"a":2}`,
 }
 
-// surelyValid accepts only what json.Valid accepts, and every body
-// json.Valid accepts that is not nested deeper than its stack.
+// SurelyValid accepts only what json.Valid accepts, and every body
+// json.Valid accepts that is not nested deeper than its stack; Valid is
+// json.Valid.
 func TestSurelyValidIsJSONValid(t *testing.T) {
 	for _, c := range jsonValidCases {
 		checkSurelyValid(t, []byte(c))
 	}
-	if !surelyValid([]byte(jsonValidCases[0])) {
+	if !SurelyValid([]byte(jsonValidCases[0])) {
 		t.Fatal("the bench's body takes the slow path")
 	}
 }
 
-func FuzzSurelyValid(f *testing.F) {
+func FuzzValid(f *testing.F) {
 	for _, c := range jsonValidCases {
 		f.Add([]byte(c))
 	}
@@ -36,12 +37,15 @@ func FuzzSurelyValid(f *testing.F) {
 
 func checkSurelyValid(t *testing.T, b []byte) {
 	t.Helper()
-	if !utf8.Valid(b) {
-		return // validJSON refuses it before
+	if Valid(b) != json.Valid(b) {
+		t.Fatalf("Valid(%q) = %t, json.Valid %t", b, !json.Valid(b), json.Valid(b))
 	}
-	got, want := surelyValid(b), json.Valid(b)
+	if !utf8.Valid(b) {
+		return // SurelyValid's caller checks it before
+	}
+	got, want := SurelyValid(b), json.Valid(b)
 	deep := strings.Count(string(b), "[")+strings.Count(string(b), "{") > maxFastDepth
 	if got && !want || want && !got && !deep {
-		t.Fatalf("surelyValid(%q) = %t, json.Valid %t", b, got, want)
+		t.Fatalf("SurelyValid(%q) = %t, json.Valid %t", b, got, want)
 	}
 }
