@@ -2,7 +2,6 @@ package ops
 
 import (
 	"bytes"
-	"cmp"
 	"encoding/json"
 	"strconv"
 	"unicode/utf8"
@@ -442,69 +441,4 @@ func (d *chunkDecoder) chatChoice(ch *chatChoice) bool {
 		ch.FinishReason = s
 		return ok
 	})
-}
-
-// encodeChatRequest is json.Marshal(r), appended without reflection; a
-// json.Number json.Marshal refuses is left to it, for its error.
-func encodeChatRequest(r chatRequest) ([]byte, error) {
-	b := jsonvalue.AppendHTMLString(append(make([]byte, 0, 256), `{"model":`...), r.Model)
-	b = append(b, `,"messages":`...)
-	if r.Messages == nil {
-		b = append(b, "null"...)
-	} else {
-		b = append(b, '[')
-		for i, m := range r.Messages {
-			if i > 0 {
-				b = append(b, ',')
-			}
-			b = jsonvalue.AppendHTMLString(append(b, `{"role":`...), m.Role)
-			b = jsonvalue.AppendHTMLString(append(b, `,"content":`...), m.Content)
-			b = append(b, '}')
-		}
-		b = append(b, ']')
-	}
-	if r.MaxTokens != nil {
-		b = strconv.AppendInt(append(b, `,"max_tokens":`...), int64(*r.MaxTokens), 10)
-	}
-	for _, n := range [...]struct {
-		name string
-		v    *json.Number
-	}{{`,"temperature":`, r.Temperature}, {`,"top_p":`, r.TopP}} {
-		if n.v == nil {
-			continue
-		}
-		s := cmp.Or(string(*n.v), "0") // json.Marshal writes "" as 0
-		if !validNumber(s) {
-			return json.Marshal(r)
-		}
-		b = append(append(b, n.name...), s...)
-	}
-	if r.Seed != nil {
-		b = strconv.AppendInt(append(b, `,"seed":`...), *r.Seed, 10)
-	}
-	if len(r.Stop) > 0 {
-		b = append(b, `,"stop":[`...)
-		for i, s := range r.Stop {
-			if i > 0 {
-				b = append(b, ',')
-			}
-			b = jsonvalue.AppendHTMLString(b, s)
-		}
-		b = append(b, ']')
-	}
-	if r.SafetyIdentifier != "" {
-		b = jsonvalue.AppendHTMLString(append(b, `,"safety_identifier":`...), r.SafetyIdentifier)
-	}
-	if r.User != "" {
-		b = jsonvalue.AppendHTMLString(append(b, `,"user":`...), r.User)
-	}
-	return append(b, '}'), nil
-}
-
-// validNumber reports whether s is a JSON number, all of it.
-func validNumber(s string) bool {
-	if s == "" || s[0] != '-' && (s[0] < '0' || s[0] > '9') || s[len(s)-1] < '0' || s[len(s)-1] > '9' {
-		return false // another value, or white space around one
-	}
-	return jsonvalue.SurelyValid([]byte(s))
 }
