@@ -51,22 +51,7 @@ func BenchmarkCachedReplay(b *testing.B) {
 // cachedReplayHandler is the API as serve wires it, over the memory store,
 // with one answer stored (and cached) for the request body it returns.
 func cachedReplayHandler(b *testing.B) (http.Handler, []byte) {
-	m := metrics.New()
-	g, err := idemguard.New(idemguard.Config{Store: memstore.New(), Secret: testSecret,
-		Logger: slog.New(slog.DiscardHandler), Observe: m.Observe, Audit: idemguard.AuditConfig{Observe: true}})
-	if err != nil {
-		b.Fatal(err)
-	}
-	b.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		_ = g.Close(ctx)
-	})
-	a, err := auth.NewAuthenticator(map[tenancy.ID][]string{"acme": {auth.HashAPIKey(acmeKey1)}})
-	if err != nil {
-		b.Fatal(err)
-	}
-	m.InitScopes("chat")
+	g, a, m := benchAPI(b)
 	h, err := New(Options{Guard: g, Auth: a, Logger: slog.New(reqlog.NewJSONHandler(io.Discard)), HTTPMetrics: m,
 		Limits: Limits{Tenant: Limit{Concurrent: -1, Jobs: -1, Rate: -1}},
 		Scopes: []Scope{{Name: "chat", Run: func(context.Context, json.RawMessage) (any, error) {
@@ -110,4 +95,29 @@ func (w *discardWriter) WriteHeader(code int) {
 	if w.code == 0 {
 		w.code = code
 	}
+}
+
+// benchAPI is what the benchmarks' API runs on, as serve wires it: a guard
+// over the memory store with the audit trail observed into the metrics
+// (closed when b ends), an API key of tenant acme, the metrics with the
+// scope chat.
+func benchAPI(b *testing.B) (*idemguard.Guard, *auth.Authenticator, *metrics.Metrics) {
+	b.Helper()
+	m := metrics.New()
+	g, err := idemguard.New(idemguard.Config{Store: memstore.New(), Secret: testSecret,
+		Logger: slog.New(slog.DiscardHandler), Observe: m.Observe, Audit: idemguard.AuditConfig{Observe: true}})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		_ = g.Close(ctx)
+	})
+	a, err := auth.NewAuthenticator(map[tenancy.ID][]string{"acme": {auth.HashAPIKey(acmeKey1)}})
+	if err != nil {
+		b.Fatal(err)
+	}
+	m.InitScopes("chat")
+	return g, a, m
 }

@@ -2,7 +2,6 @@ package routers
 
 import (
 	"bytes"
-	"context"
 	"io"
 	"log/slog"
 	"net/http"
@@ -10,15 +9,9 @@ import (
 	"strconv"
 	"strings"
 	"testing"
-	"time"
 
-	"github.com/idemguard/idemguard"
-	"github.com/idemguard/idemguard/internal/metrics"
 	"github.com/idemguard/idemguard/internal/ops"
 	"github.com/idemguard/idemguard/internal/reqlog"
-	"github.com/idemguard/idemguard/routers/auth"
-	"github.com/idemguard/idemguard/store/memstore"
-	"github.com/idemguard/idemguard/tenancy"
 )
 
 // benchUpstream is an OpenAI chat stream answered in memory: one content
@@ -80,22 +73,7 @@ func (*flushDiscard) Flush() {}
 // streamBenchHandler is the API as serve wires it, over the memory store,
 // with the scope chat streamed by the openai_chat operation.
 func streamBenchHandler(b *testing.B) http.Handler {
-	m := metrics.New()
-	g, err := idemguard.New(idemguard.Config{Store: memstore.New(), Secret: testSecret,
-		Logger: slog.New(slog.DiscardHandler), Observe: m.Observe, Audit: idemguard.AuditConfig{Observe: true}})
-	if err != nil {
-		b.Fatal(err)
-	}
-	b.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		_ = g.Close(ctx)
-	})
-	a, err := auth.NewAuthenticator(map[tenancy.ID][]string{"acme": {auth.HashAPIKey(acmeKey1)}})
-	if err != nil {
-		b.Fatal(err)
-	}
-	m.InitScopes("chat")
+	g, a, m := benchAPI(b)
 	oc := ops.OpenAIConfig{Provider: ops.Provider{BaseURL: "http://upstream.invalid/v1", Model: "bench-model",
 		Client: &http.Client{Transport: benchUpstream{}}}}
 	h, err := New(Options{Guard: g, Auth: a, Logger: slog.New(reqlog.NewJSONHandler(io.Discard)), HTTPMetrics: m,
