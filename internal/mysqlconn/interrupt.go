@@ -182,62 +182,76 @@ var (
 	_ driver.NamedValueChecker  = (*conn)(nil)
 )
 
-// guard arms the interruption of the statement about to run on ctx. Its
-// release disarms it and reports ctx's error when the interruption fired
-// (the statement may have been cut off, and the connection is unusable);
-// it waits for a running interruption to finish, so that no deadline is
-// set on a connection after it went back to the pool.
-func (c *conn) guard(ctx context.Context) (release func() error) {
-	var done sync.WaitGroup
-	done.Add(1)
-	stop := context.AfterFunc(ctx, func() {
-		defer done.Done()
+// armed is a statement's interruption, armed on the caller's context ctx
+// until release.
+type armed struct {
+	ctx  context.Context
+	sock *interruptible
+	stop func() bool
+	done sync.WaitGroup // the interruption, once it started
+}
+
+// arm is the context a statement runs on in the driver, and its armed
+// interruption: ctx's values without its end, and the pool's own watch of
+// its end (nil when ctx cannot end, and the statement runs on ctx). An
+// ended ctx is its error: nothing is sent, as the driver answers.
+func (c *conn) arm(ctx context.Context) (context.Context, *armed, error) {
+	ctx = attached(ctx)
+	if ctx.Done() == nil {
+		return ctx, nil, nil
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, nil, err
+	}
+	a := &armed{ctx: ctx, sock: c.sock}
+	a.done.Add(1)
+	a.stop = context.AfterFunc(ctx, func() {
+		defer a.done.Done()
 		c.sock.interrupt()
 	})
-	return func() error {
-		if stop() {
-			return nil
-		}
-		done.Wait()
-		return ctx.Err()
+	return context.WithoutCancel(ctx), a, nil
+}
+
+// release disarms a, and answers err (the statement's) or, when the
+// interruption fired and the statement failed, ctx's error (the statement
+// may have been cut off, and the connection is unusable). It waits for a
+// running interruption to finish, so that no deadline is set on a
+// connection after it went back to the pool.
+func (a *armed) release(err error) error {
+	if a == nil || a.stop() {
+		return err // disarmed before it fired
 	}
+	a.done.Wait()
+	if err != nil {
+		return a.ctx.Err()
+	}
+	return nil // the answer was in first; the connection goes all the same (IsValid)
 }
 
 func (c *conn) ExecContext(ctx context.Context, query string, args []driver.NamedValue) (driver.Result, error) {
-	ctx = attached(ctx)
-	if ctx.Done() == nil {
-		return c.execer.ExecContext(ctx, query, args)
+	run, a, err := c.arm(ctx)
+	if err != nil {
+		return nil, err
 	}
-	if err := ctx.Err(); err != nil {
-		return nil, err // nothing sent, as the driver answers
+	res, err := c.execer.ExecContext(run, query, args)
+	if err = a.release(err); err != nil {
+		return nil, err
 	}
-	release := c.guard(ctx)
-	res, err := c.execer.ExecContext(context.WithoutCancel(ctx), query, args)
-	if cerr := release(); cerr != nil && err != nil {
-		return nil, cerr
-	}
-	return res, err
+	return res, nil
 }
 
 // QueryContext keeps the interruption armed until the rows are closed:
 // they are read from the socket after it returns.
 func (c *conn) QueryContext(ctx context.Context, query string, args []driver.NamedValue) (driver.Rows, error) {
-	ctx = attached(ctx)
-	if ctx.Done() == nil {
-		return c.queryer.QueryContext(ctx, query, args)
-	}
-	if err := ctx.Err(); err != nil {
-		return nil, err
-	}
-	release := c.guard(ctx)
-	rows, err := c.queryer.QueryContext(context.WithoutCancel(ctx), query, args)
+	run, a, err := c.arm(ctx)
 	if err != nil {
-		if cerr := release(); cerr != nil {
-			return nil, cerr
-		}
 		return nil, err
 	}
-	return &guardedRows{Rows: rows, ctx: ctx, sock: c.sock, release: release}, nil
+	rows, err := c.queryer.QueryContext(run, query, args)
+	if err != nil || a == nil {
+		return rows, a.release(err)
+	}
+	return &guardedRows{Rows: rows, armed: a}, nil
 }
 
 // guardedRows are a query's rows under its armed interruption; a read
@@ -245,28 +259,20 @@ func (c *conn) QueryContext(ctx context.Context, query string, args []driver.Nam
 // driver's rows fail when it cancels them.
 type guardedRows struct {
 	driver.Rows
-	ctx     context.Context
-	sock    *interruptible
-	release func() error
+	armed *armed
 }
 
 func (r *guardedRows) Next(dest []driver.Value) error {
 	err := r.Rows.Next(dest)
-	if err != nil && r.sock.stopped.Load() {
-		if cerr := r.ctx.Err(); cerr != nil {
+	if err != nil && r.armed.sock.stopped.Load() {
+		if cerr := r.armed.ctx.Err(); cerr != nil {
 			return cerr
 		}
 	}
 	return err
 }
 
-func (r *guardedRows) Close() error {
-	err := r.Rows.Close()
-	if cerr := r.release(); cerr != nil && err != nil {
-		return cerr
-	}
-	return err
-}
+func (r *guardedRows) Close() error { return r.armed.release(r.Rows.Close()) }
 
 // The driver's optional rows interfaces, passed through.
 
