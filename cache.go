@@ -42,7 +42,8 @@ type cacheEntry struct {
 	res         Result
 	until       time.Time
 	size        int64
-	mine        *list.Element // in the tenant's order
+	mine        *list.Element  // in the tenant's order
+	tenant      *tenantEntries // the tenant's entries, mine's list
 }
 
 // entryOverhead is what an entry costs besides its bytes: the map and list
@@ -99,7 +100,7 @@ func (c *replayCache) get(tenant, scope, keyHash string, now time.Time) (res Res
 		return Result{}, "", "", false
 	}
 	c.order.MoveToFront(el)
-	c.tenants[tenant].order.MoveToFront(e.mine)
+	e.tenant.order.MoveToFront(e.mine)
 	return e.res, e.fingerprint, e.key.keyHash, true
 }
 
@@ -122,7 +123,7 @@ func (c *replayCache) put(tenant, scope, keyHash, fingerprint string, res Result
 		t = &tenantEntries{order: list.New()}
 		c.tenants[tenant] = t
 	}
-	e := &cacheEntry{key: k, fingerprint: fingerprint, res: res, until: until, size: size}
+	e := &cacheEntry{key: k, fingerprint: fingerprint, res: res, until: until, size: size, tenant: t}
 	el := c.order.PushFront(e)
 	e.mine = t.order.PushFront(el)
 	c.items[k] = el
@@ -154,7 +155,7 @@ func (c *replayCache) remove(el *list.Element) {
 	c.order.Remove(el)
 	delete(c.items, e.key)
 	c.bytes -= e.size
-	t := c.tenants[e.key.tenant]
+	t := e.tenant
 	t.order.Remove(e.mine)
 	t.bytes -= e.size
 	if t.order.Len() == 0 {

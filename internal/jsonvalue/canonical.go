@@ -3,6 +3,7 @@ package jsonvalue
 import (
 	"bytes"
 	"slices"
+	"unicode/utf8"
 )
 
 // AppendCanonical appends to dst the canonical form of the JSON document b,
@@ -66,6 +67,11 @@ func (d *decoder) canonical(dst []byte, depth int) ([]byte, bool) {
 	case c == '[':
 		return d.canonicalArray(dst, depth)
 	case c == '"':
+		if end := d.plainString(); end > 0 {
+			dst = append(dst, d.b[d.i:end]...)
+			d.i = end
+			return dst, true
+		}
 		s, ok := d.strBytes()
 		return appendString(dst, s, false), ok
 	case c == 't':
@@ -82,6 +88,21 @@ func (d *decoder) canonical(dst []byte, depth int) ([]byte, bool) {
 		return append(dst, d.b[start:d.i]...), true
 	}
 	return dst, false
+}
+
+// plainString returns the end of the string at d.i (its opening quote)
+// when it holds printable ASCII and no escape, else 0. Such a string's text
+// is its canonical form: AppendString would write it back unchanged.
+func (d *decoder) plainString() int {
+	for i := d.i + 1; i < len(d.b); i++ {
+		switch c := d.b[i]; {
+		case c == '"':
+			return i + 1
+		case c < 0x20 || c >= utf8.RuneSelf || c == '\\':
+			return 0
+		}
+	}
+	return 0
 }
 
 func (d *decoder) canonicalArray(dst []byte, depth int) ([]byte, bool) {

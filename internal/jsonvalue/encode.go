@@ -4,6 +4,16 @@ import "unicode/utf8"
 
 const hexDigits = "0123456789abcdef"
 
+// safeASCII[c] is whether AppendString writes the byte c as it is (c below
+// utf8.RuneSelf); htmlSafeASCII is the same for AppendHTMLString.
+var safeASCII, htmlSafeASCII = func() (plain, html [utf8.RuneSelf]bool) {
+	for c := 0x20; c < utf8.RuneSelf; c++ {
+		plain[c] = c != '"' && c != '\\'
+		html[c] = plain[c] && c != '<' && c != '>' && c != '&'
+	}
+	return plain, html
+}()
+
 // AppendString appends s as a JSON string, exactly as encoding/json encodes
 // it with HTML escaping off: \" \\ \b \f \n \r \t, other control bytes as
 // \u00XX, invalid UTF-8 as \ufffd, U+2028 and U+2029 escaped, everything
@@ -21,9 +31,13 @@ func AppendHTMLString(b []byte, s string) []byte { return appendString(b, s, tru
 func appendString[T string | []byte](b []byte, s T, html bool) []byte {
 	b = append(b, '"')
 	start := 0
+	safe := &safeASCII
+	if html {
+		safe = &htmlSafeASCII
+	}
 	for i := 0; i < len(s); {
 		if c := s[i]; c < utf8.RuneSelf {
-			if c >= 0x20 && c != '"' && c != '\\' && (!html || c != '<' && c != '>' && c != '&') {
+			if safe[c] {
 				i++
 				continue
 			}

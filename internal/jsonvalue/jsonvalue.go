@@ -216,13 +216,15 @@ func (d *decoder) strBytes() ([]byte, bool) {
 	d.i++ // "
 	start := d.i
 	// The common case: no escapes, ASCII or valid UTF-8.
+	var high byte // every byte ORed: ASCII only when below 0x80
 	for d.i < len(d.b) {
 		c := d.b[d.i]
+		high |= c
 		switch {
 		case c == '"':
 			s := d.b[start:d.i]
 			d.i++
-			if !utf8.Valid(s) {
+			if high >= utf8.RuneSelf && !utf8.Valid(s) {
 				return nil, false // encoding/json would substitute U+FFFD
 			}
 			return s, true
