@@ -8,7 +8,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 )
 
-// The series every cached replay touches, resolved once: WithLabelValues
+// The series every cached replay or execution touches, resolved once: WithLabelValues
 // hashes its label values and looks the series up under a lock on every
 // call, and a replay answered from memory is cheap enough for that to
 // show. The series of the scopes named in InitScopes and the routes named
@@ -16,9 +16,13 @@ import (
 // own lookup. No series is ever deleted from these vectors, so a kept one
 // stays the exported one.
 
-// scopeSeries are one scope's series that a replay touches.
+// scopeSeries are one scope's series that a replay or an execution
+// touches.
 type scopeSeries struct {
 	replays           [2]prometheus.Counter // from_memory false, true
+	claims            prometheus.Counter
+	operations        [2]prometheus.Counter // outcome succeeded, failed
+	opDuration        prometheus.Observer
 	avoidedCalls      prometheus.Counter
 	avoidedPrompt     prometheus.Counter
 	avoidedCompletion prometheus.Counter
@@ -50,6 +54,9 @@ func (m *Metrics) keepScopes(scopes []string) {
 	for _, sc := range scopes {
 		next[sc] = &scopeSeries{
 			replays:           [2]prometheus.Counter{m.replays.WithLabelValues(sc, "false"), m.replays.WithLabelValues(sc, "true")},
+			claims:            m.claims.WithLabelValues(sc),
+			operations:        [2]prometheus.Counter{m.operations.WithLabelValues(sc, "succeeded"), m.operations.WithLabelValues(sc, "failed")},
+			opDuration:        m.opDuration.WithLabelValues(sc),
 			avoidedCalls:      m.avoidedCalls.WithLabelValues(sc),
 			avoidedPrompt:     m.avoidedTokens.WithLabelValues(sc, "prompt"),
 			avoidedCompletion: m.avoidedTokens.WithLabelValues(sc, "completion"),

@@ -24,6 +24,12 @@ func TestKeptSeriesCountLikeLookedUpOnes(t *testing.T) {
 		m.Observe(idemguard.Event{Kind: idemguard.EventReplayed, Scope: "chat", FromMemory: true})
 		m.Observe(idemguard.Event{Kind: idemguard.EventReplayed, Scope: "chat", FromMemory: true})
 		m.Observe(idemguard.Event{Kind: idemguard.EventReplayed, Scope: "chat"})
+		m.Observe(idemguard.Event{Kind: idemguard.EventClaimed, Scope: "chat"})
+		m.Observe(idemguard.Event{Kind: idemguard.EventClaimed, Scope: "chat"})
+		m.Observe(idemguard.Event{Kind: idemguard.EventOperation, Scope: "chat", Duration: 250 * time.Millisecond})
+		m.Observe(idemguard.Event{Kind: idemguard.EventOperation, Scope: "chat", Duration: 3 * time.Second,
+			Failed: true, StopReason: "timeout"})
+		m.Observe(idemguard.Event{Kind: idemguard.EventOperation, Scope: "chat", Duration: 2 * time.Second})
 		m.Observe(idemguard.Event{Kind: idemguard.EventAudit, Audit: &store.AuditEvent{Kind: store.AuditReplay}})
 		m.Observe(idemguard.Event{Kind: idemguard.EventAudit, Audit: &store.AuditEvent{Kind: "not-a-kind"}})
 		m.AvoidedCall("chat", 12, 8, 0.5)
@@ -38,6 +44,12 @@ func TestKeptSeriesCountLikeLookedUpOnes(t *testing.T) {
 		`idemguard_replays_total{from_memory="true",scope="chat"} 2`,
 		`idemguard_replays_total{from_memory="false",scope="chat"} 1`,
 		`idemguard_audit_events_total{kind="replay"} 1`,
+		`idemguard_claims_total{scope="chat"} 2`,
+		`idemguard_operations_total{outcome="succeeded",scope="chat"} 2`,
+		`idemguard_operations_total{outcome="failed",scope="chat"} 1`,
+		`idemguard_operation_failures_total{scope="chat",stop_reason="timeout"} 1`,
+		`idemguard_operation_duration_seconds_count{scope="chat"} 3`,
+		`idemguard_operation_duration_seconds_sum{scope="chat"} 5.25`,
 		`idemguard_audit_events_total{kind="other"} 1`,
 		`idemguard_avoided_calls_total{scope="chat"} 2`,
 		`idemguard_avoided_tokens_total{kind="prompt",scope="chat"} 12`,
@@ -70,6 +82,9 @@ func nonZero(t *testing.T, m *metrics.Metrics) []string {
 			name, v := f.GetName(), s.GetCounter().GetValue()
 			if h := s.GetHistogram(); h != nil {
 				name, v = name+"_count", float64(h.GetSampleCount())
+				if sum := h.GetSampleSum(); sum != 0 {
+					out = append(out, f.GetName()+"_sum{"+strings.Join(labels, ",")+"} "+strconv.FormatFloat(sum, 'g', -1, 64))
+				}
 			}
 			if v != 0 {
 				out = append(out, name+"{"+strings.Join(labels, ",")+"} "+strconv.FormatFloat(v, 'g', -1, 64))

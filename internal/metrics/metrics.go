@@ -198,6 +198,10 @@ func New() *Metrics {
 func (m *Metrics) Observe(e idemguard.Event) {
 	switch e.Kind {
 	case idemguard.EventClaimed:
+		if s := m.scopeOf(e.Scope); s != nil {
+			s.claims.Inc()
+			return
+		}
 		m.claims.WithLabelValues(e.Scope).Inc()
 	case idemguard.EventReplayed:
 		if s := m.scopeOf(e.Scope); s != nil {
@@ -224,13 +228,7 @@ func (m *Metrics) Observe(e idemguard.Event) {
 	case idemguard.EventMismatch:
 		m.mismatches.WithLabelValues(e.Scope).Inc()
 	case idemguard.EventOperation:
-		m.opDuration.WithLabelValues(e.Scope).Observe(e.Duration.Seconds())
-		outcome := "succeeded"
-		if e.Failed {
-			outcome = "failed"
-			m.failures.WithLabelValues(e.Scope, string(e.StopReason)).Inc()
-		}
-		m.operations.WithLabelValues(e.Scope, outcome).Inc()
+		m.observeOperation(e)
 	case idemguard.EventStoreError:
 		m.storeErrors.WithLabelValues(e.Scope, e.StoreOp).Inc()
 	case idemguard.EventDroppedField:
@@ -252,6 +250,24 @@ func (m *Metrics) Observe(e idemguard.Event) {
 		}
 		m.auditEvents.WithLabelValues(auditKind(e.Audit.Kind)).Inc()
 	}
+}
+
+// observeOperation records one execution's duration and outcome.
+func (m *Metrics) observeOperation(e idemguard.Event) {
+	if e.Failed {
+		m.failures.WithLabelValues(e.Scope, string(e.StopReason)).Inc()
+	}
+	if s := m.scopeOf(e.Scope); s != nil {
+		s.opDuration.Observe(e.Duration.Seconds())
+		s.operations[btoi(e.Failed)].Inc()
+		return
+	}
+	m.opDuration.WithLabelValues(e.Scope).Observe(e.Duration.Seconds())
+	outcome := "succeeded"
+	if e.Failed {
+		outcome = "failed"
+	}
+	m.operations.WithLabelValues(e.Scope, outcome).Inc()
 }
 
 // auditReason keeps the reason label a closed set: a reason the sink does
