@@ -97,7 +97,7 @@ type counts struct {
 	jobs    int
 	// keys are the keys holding places: the calls of one key (concurrent
 	// duplicates racing for its claim) share one.
-	keys map[string]*place
+	keys map[string]place
 
 	// tat is the rate's theoretical arrival time (GCRA), in nanoseconds of
 	// the limiter's clock: a request is allowed while tat - now stays
@@ -106,7 +106,8 @@ type counts struct {
 }
 
 // place is the place of one key: how many calls share it, and whether it
-// counts as a background job.
+// counts as a background job. Held by value in counts.keys: a claim
+// allocates no place of its own.
 type place struct {
 	calls int
 	job   bool
@@ -117,8 +118,9 @@ type place struct {
 func (c *counts) take(keyHash string, job bool, runLimit, jobLimit string) string {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if p := c.keys[keyHash]; p != nil {
+	if p, ok := c.keys[keyHash]; ok {
 		p.calls++
+		c.keys[keyHash] = p
 		return ""
 	}
 	switch {
@@ -128,9 +130,9 @@ func (c *counts) take(keyHash string, job bool, runLimit, jobLimit string) strin
 		return jobLimit
 	}
 	if c.keys == nil {
-		c.keys = map[string]*place{}
+		c.keys = map[string]place{}
 	}
-	c.keys[keyHash] = &place{calls: 1, job: job}
+	c.keys[keyHash] = place{calls: 1, job: job}
 	c.running++
 	if job {
 		c.jobs++
@@ -142,11 +144,12 @@ func (c *counts) take(keyHash string, job bool, runLimit, jobLimit string) strin
 func (c *counts) give(keyHash string) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	p := c.keys[keyHash]
-	if p == nil {
+	p, ok := c.keys[keyHash]
+	if !ok {
 		return
 	}
 	if p.calls--; p.calls > 0 {
+		c.keys[keyHash] = p
 		return
 	}
 	delete(c.keys, keyHash)

@@ -19,3 +19,33 @@ func TestLimitsAllocateNothingPerRequest(t *testing.T) {
 	})
 	require.Zero(t, allocs)
 }
+
+// The calls of one key share its place, held by value: the place is given
+// back with the last call, a job's with the job count, and a key that was
+// given back takes a new one. A claim's admission allocates no place.
+func TestPlacesAreSharedByAKeysCalls(t *testing.T) {
+	c := &counts{lim: Limit{Concurrent: 2, Jobs: 1}}
+	require.Empty(t, c.take("k", true, "run", "job"))
+	require.Empty(t, c.take("k", true, "run", "job")) // a duplicate shares k's place
+	require.Equal(t, "job", c.take("j", true, "run", "job"))
+	require.Empty(t, c.take("r", false, "run", "job"))
+	require.Equal(t, "run", c.take("s", false, "run", "job"))
+	c.give("k")
+	require.Equal(t, 2, c.running, "k still has a call")
+	require.Equal(t, 1, c.jobs)
+	c.give("k")
+	require.Equal(t, 1, c.running)
+	require.Zero(t, c.jobs)
+	c.give("k") // nothing held: no effect
+	require.Equal(t, 1, c.running)
+	require.Empty(t, c.take("k", true, "run", "job"))
+	c.give("k")
+	c.give("r")
+	require.Zero(t, c.running)
+	require.Empty(t, c.keys)
+	allocs := testing.AllocsPerRun(100, func() {
+		c.take("k", false, "run", "job")
+		c.give("k")
+	})
+	require.Zero(t, allocs)
+}
