@@ -158,14 +158,30 @@ func OpenAIChat(cfg OpenAIConfig) Func {
 		// An Envelope, which sanitize converts directly (no JSON round
 		// trip) before sanitizing it like any other result; the usage goes
 		// with it, so every replay reports the tokens it did not spend.
-		return idemguard.Response{Value: sanitize.Envelope{OK: true, StopReason: sanitize.Completed, Data: map[string]any{
+		return newChatAnswer(sanitize.Envelope{OK: true, StopReason: sanitize.Completed, Data: map[string]any{
 			"text":              text,
 			"finish_reason":     out.Choices[0].FinishReason,
 			"prompt_tokens":     json.Number(strconv.FormatInt(out.Usage.PromptTokens, 10)),
 			"completion_tokens": json.Number(strconv.FormatInt(out.Usage.CompletionTokens, 10)),
 			"total_tokens":      json.Number(strconv.FormatInt(out.Usage.TotalTokens, 10)),
-		}}, Usage: idemguard.Usage{PromptTokens: out.Usage.PromptTokens, CompletionTokens: out.Usage.CompletionTokens}}, nil
+		}}, idemguard.Usage{PromptTokens: out.Usage.PromptTokens, CompletionTokens: out.Usage.CompletionTokens}), nil
 	}
+}
+
+// chatAnswer is a chat operation's answer and its envelope in one
+// allocation: returned as an any, a Response and the Envelope in its Value
+// would each be moved to the heap on their own.
+type chatAnswer struct {
+	res idemguard.Response
+	env sanitize.Envelope
+}
+
+// newChatAnswer is the *idemguard.Response of env with usage (the guard
+// takes a *Response and a *Envelope as it takes their values).
+func newChatAnswer(env sanitize.Envelope, usage idemguard.Usage) *idemguard.Response {
+	a := &chatAnswer{env: env}
+	a.res = idemguard.Response{Value: &a.env, Usage: usage}
+	return &a.res
 }
 
 // checkChatInput checks what decoding cannot: the number of messages, their

@@ -106,7 +106,7 @@ func TestOpenAIChatMapsTheCompletion(t *testing.T) {
 	require.Equal(t, "application/json", hdr.Get("Content-Type"))
 	require.Equal(t, []string{"application/json"}, hdr.Values("Accept"))
 
-	resp, ok := v.(idemguard.Response)
+	resp, ok := v.(*idemguard.Response)
 	require.True(t, ok, "%T", v)
 	require.Equal(t, idemguard.Usage{PromptTokens: 12, CompletionTokens: 3}, resp.Usage, "the usage is stored with the answer")
 	env, err := sanitize.FromValue(resp.Value)
@@ -186,7 +186,7 @@ func TestOpenAIChatNullContent(t *testing.T) {
 	u := newUpstream(t, reply(200, `{"choices":[{"message":{"content":null},"finish_reason":"tool_calls"}]}`))
 	v, err := chat(u)(context.Background(), chatInputs)
 	require.NoError(t, err)
-	env, err := sanitize.FromValue(v.(idemguard.Response).Value)
+	env, err := sanitize.FromValue(v.(*idemguard.Response).Value)
 	require.NoError(t, err)
 	require.Equal(t, "", env.Data["text"])
 	require.Equal(t, "tool_calls", env.Data["finish_reason"])

@@ -179,15 +179,34 @@ func upstreamRequest(ctx context.Context, upstream, url, accept string, headers 
 	if err != nil {
 		return nil, &idemguard.OpError{Reason: sanitize.ProviderError, Err: fmt.Errorf("%s: building the request: %w", upstream, err)}
 	}
-	// The names are canonical: assigned directly, the two values in one
-	// array (each slice capped at its own element, so an append to one
-	// cannot overwrite the other).
-	v := []string{"application/json", accept}
-	req.Header["Content-Type"], req.Header["Accept"] = v[0:1:1], v[1:2:2]
+	// The names are canonical: assigned directly. The values are
+	// constants, slices shared by every request (each of length and
+	// capacity 1: Set replaces one and Add appends to a copy, so no
+	// request can change another's); an accept of another text gets its
+	// own.
+	req.Header["Content-Type"], req.Header["Accept"] = headerJSON, headerValue(accept)
 	for k, v := range headers {
 		req.Header.Set(k, v)
 	}
 	return req, nil
+}
+
+// The header values upstreamRequest shares between requests.
+var (
+	headerJSON        = []string{"application/json"}
+	headerEventStream = []string{"text/event-stream"}
+)
+
+// headerValue is the one-value header v, shared when it is a constant of
+// upstreamRequest.
+func headerValue(v string) []string {
+	switch v {
+	case headerJSON[0]:
+		return headerJSON
+	case headerEventStream[0]:
+		return headerEventStream
+	}
+	return []string{v}
 }
 
 func transportError(ctx, callCtx context.Context, upstream string, err error) error {

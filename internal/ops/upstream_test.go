@@ -75,4 +75,21 @@ func TestUpstreamRequestHeaders(t *testing.T) {
 	if got := req.Header.Values("Accept"); !reflect.DeepEqual(got, []string{"*/*"}) {
 		t.Fatalf("a configured Accept is not the one sent: %v", got)
 	}
+	// The values shared between requests: what one request's header does
+	// (Add, Set, Del) is not in the next one's.
+	for _, accept := range []string{"application/json", "text/event-stream", "application/x-ndjson"} {
+		req, _ = upstreamRequest(t.Context(), "u", "http://127.0.0.1/x", accept, nil, nil)
+		req.Header.Add("Content-Type", "x")
+		req.Header.Add("Accept", "y")
+		req, _ = upstreamRequest(t.Context(), "u", "http://127.0.0.1/x", accept, nil, nil)
+		want := http.Header{"Content-Type": {"application/json"}, "Accept": {accept}}
+		if !reflect.DeepEqual(req.Header, want) {
+			t.Fatalf("accept %s: headers %v, want %v", accept, req.Header, want)
+		}
+		req.Header.Set("Content-Type", "z")
+		req.Header.Del("Accept")
+	}
+	if n := testing.AllocsPerRun(100, func() { _ = headerValue("text/event-stream") }); n != 0 {
+		t.Errorf("a constant accept allocates: %v", n)
+	}
 }
