@@ -210,6 +210,28 @@ func TestOpenAIChatTransportErrors(t *testing.T) {
 		requireReason(t, err, sanitize.Timeout)
 		require.Less(t, time.Since(start), 5*time.Second)
 	})
+	// The caller's deadline, later than the operation's timeout, leaves
+	// the timeout its own; an earlier one is the caller's to classify.
+	t.Run("own timeout before the caller's deadline", func(t *testing.T) {
+		t.Parallel()
+		u := newUpstream(t, func(w http.ResponseWriter, r *http.Request) { <-r.Context().Done() })
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		start := time.Now()
+		_, err := chat(u, func(c *ops.OpenAIConfig) { c.Timeout = 50 * time.Millisecond })(ctx, chatInputs)
+		requireReason(t, err, sanitize.Timeout)
+		require.Less(t, time.Since(start), 5*time.Second)
+	})
+	t.Run("caller's deadline before the own timeout", func(t *testing.T) {
+		t.Parallel()
+		u := newUpstream(t, func(w http.ResponseWriter, r *http.Request) { <-r.Context().Done() })
+		ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+		defer cancel()
+		_, err := chat(u, func(c *ops.OpenAIConfig) { c.Timeout = time.Minute })(ctx, chatInputs)
+		var oe *idemguard.OpError
+		require.False(t, errors.As(err, &oe), "the guard classifies its own deadline: %v", err)
+		require.ErrorIs(t, err, context.DeadlineExceeded)
+	})
 	t.Run("caller's context ends", func(t *testing.T) {
 		t.Parallel()
 		u := newUpstream(t, func(w http.ResponseWriter, r *http.Request) { <-r.Context().Done() })

@@ -87,9 +87,9 @@ func reasonForStatus(code int) sanitize.StopReason {
 func postJSON(ctx context.Context, client *http.Client, upstream, url string, timeout time.Duration,
 	headers map[string]string, body []byte) ([]byte, int, error) {
 	callCtx := ctx
-	if timeout > 0 {
+	if d, ok := callDeadline(ctx, timeout); ok {
 		var cancel context.CancelFunc
-		callCtx, cancel = context.WithTimeoutCause(ctx, timeout, errUpstreamTimeout)
+		callCtx, cancel = context.WithDeadlineCause(ctx, d, errUpstreamTimeout)
 		defer cancel()
 	}
 	req, err := upstreamRequest(callCtx, upstream, url, "application/json", headers, body)
@@ -114,6 +114,25 @@ func postJSON(ctx context.Context, client *http.Client, upstream, url string, ti
 			Err: fmt.Errorf("%s: answer larger than %d bytes", upstream, MaxUpstreamResponseBytes)}
 	}
 	return b, resp.StatusCode, nil
+}
+
+// callDeadline is when a call of timeout (0: none) must end, and whether
+// that needs a context of its own: not when ctx ends first anyway (the
+// guard's timeout, set before the call with the same duration, always
+// does), for which context.WithDeadlineCause would only add a
+// cancellation. Its call is then the same without it: the timeout could
+// never fire, and ctx ending is the guard's to classify (transportError).
+// The body is read and closed before postJSON returns, so no cancel is
+// needed at the end.
+func callDeadline(ctx context.Context, timeout time.Duration) (time.Time, bool) {
+	if timeout <= 0 {
+		return time.Time{}, false
+	}
+	d := time.Now().Add(timeout)
+	if cur, ok := ctx.Deadline(); ok && cur.Before(d) {
+		return time.Time{}, false // what context.WithDeadline checks too
+	}
+	return d, true
 }
 
 // readPrealloc is the most readLimited allocates before the body's bytes
