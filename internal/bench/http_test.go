@@ -55,10 +55,11 @@ func newHTTPHandler(b *testing.B, cacheSize int) (http.Handler, *fakeUpstream) {
 	b.Cleanup(func() { require.NoError(b, g.Close(context.Background())) })
 	// The timeout of serveConfig's openai section, which serve gives both
 	// the scope (the guard's timeout) and the operation (its own), as
-	// ops.FromConfig does.
+	// ops.FromConfig does; the upstream API key serveCmd gives serve.
 	const timeout = 30 * time.Second
 	scopes := []routers.Scope{{Name: httpScope, Timeout: timeout, Run: ops.OpenAIChat(ops.OpenAIConfig{Provider: ops.Provider{
-		BaseURL: up.url(), Model: "bench-model", Timeout: timeout, Client: &http.Client{Transport: loopbackTransport()}}})}}
+		BaseURL: up.url(), Model: "bench-model", APIKey: "bench-upstream-key", Timeout: timeout,
+		Client: &http.Client{Transport: loopbackTransport()}}})}}
 	auth, err := auth.NewAuthenticator(map[tenancy.ID][]string{httpTenant: {auth.HashAPIKey(benchAPIKey)}})
 	require.NoError(b, err)
 	// The limits checked as serve checks them, with a rate the loop never
