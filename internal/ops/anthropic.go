@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net/http"
 	"strconv"
 	"strings"
 
@@ -132,22 +133,27 @@ type anthropicUsage struct {
 	OutputTokens int64 `json:"output_tokens"`
 }
 
-// anthropicCall is the request of one call: the URL, the headers and the
-// body built from the inputs.
-func anthropicCall(cfg AnthropicConfig, inputs json.RawMessage, stream bool) (string, map[string]string, []byte, error) {
+// anthropicCall is the request of one call: the URL and the body built
+// from the inputs.
+func anthropicCall(cfg AnthropicConfig, inputs json.RawMessage, stream bool) (string, []byte, error) {
 	in, err := anthropicInput(inputs, cfg.MaxTokens)
 	if err != nil {
-		return "", nil, nil, &idemguard.OpError{Reason: sanitize.InvalidInput, Err: err}
+		return "", nil, &idemguard.OpError{Reason: sanitize.InvalidInput, Err: err}
 	}
 	body, err := json.Marshal(anthropicRequest{Model: cfg.Model, AnthropicInput: in, Stream: stream})
 	if err != nil {
-		return "", nil, nil, invalidInput("anthropic_messages: encoding the request: %v", err)
+		return "", nil, invalidInput("anthropic_messages: encoding the request: %v", err)
 	}
+	return strings.TrimRight(cfg.BaseURL, "/") + "/messages", body, nil
+}
+
+// anthropicHeaders are the headers of every call (fixedHeaders).
+func anthropicHeaders(cfg AnthropicConfig) http.Header {
 	headers := map[string]string{"anthropic-version": AnthropicVersion}
 	if cfg.APIKey != "" {
 		headers["x-api-key"] = cfg.APIKey
 	}
-	return strings.TrimRight(cfg.BaseURL, "/") + "/messages", headers, body, nil
+	return fixedHeaders(headers)
 }
 
 // AnthropicMessages returns the operation of an anthropic_messages scope:
@@ -157,9 +163,9 @@ func anthropicCall(cfg AnthropicConfig, inputs json.RawMessage, stream bool) (st
 // nothing else of the provider's answer. Failures are classified as
 // OpenAIChat's.
 func AnthropicMessages(cfg AnthropicConfig) Func {
-	client := cmp.Or(cfg.Client, defaultClient())
+	client, headers := cmp.Or(cfg.Client, defaultClient()), anthropicHeaders(cfg)
 	return func(ctx context.Context, inputs json.RawMessage) (any, error) {
-		url, headers, body, err := anthropicCall(cfg, inputs, false)
+		url, body, err := anthropicCall(cfg, inputs, false)
 		if err != nil {
 			return nil, err
 		}

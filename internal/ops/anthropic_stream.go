@@ -80,9 +80,9 @@ func AnthropicReplay(env sanitize.Envelope) []idemguard.Chunk {
 // the same envelope returned. A stream that ends before message_stop, an
 // error event or a malformed event is a provider_error.
 func AnthropicMessagesStream(cfg AnthropicConfig) StreamFunc {
-	client := cmp.Or(cfg.Client, defaultClient())
+	client, headers := cmp.Or(cfg.Client, defaultClient()), anthropicHeaders(cfg)
 	return func(ctx context.Context, inputs json.RawMessage, emit func(idemguard.Chunk)) (any, error) {
-		url, headers, body, err := anthropicCall(cfg, inputs, true)
+		url, body, err := anthropicCall(cfg, inputs, true)
 		if err != nil {
 			return nil, err
 		}

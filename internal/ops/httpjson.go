@@ -6,7 +6,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"maps"
 	"net/http"
 	"time"
 
@@ -45,11 +44,15 @@ type HTTPJSONConfig struct {
 // time timeout, other 4xx invalid_input, a non-object answer provider_error.
 func HTTPJSON(cfg HTTPJSONConfig) Func {
 	client := cmp.Or(cfg.Client, defaultClient())
-	headers := maps.Clone(cfg.Headers)
+	headers := fixedHeaders(cfg.Headers)
 	return func(ctx context.Context, inputs json.RawMessage) (any, error) {
-		h := caller.Headers(ctx, cfg.Pseudonym)
+		ours := caller.Headers(ctx, cfg.Pseudonym)
+		h := make(http.Header, len(ours)+len(headers))
+		for k, v := range ours {
+			h[http.CanonicalHeaderKey(k)] = []string{v}
+		}
 		for k, v := range headers {
-			if _, ours := h[http.CanonicalHeaderKey(k)]; !ours {
+			if _, ours := h[k]; !ours {
 				h[k] = v
 			}
 		}

@@ -129,10 +129,7 @@ type chatChoice struct {
 func OpenAIChat(cfg OpenAIConfig) Func {
 	client := cmp.Or(cfg.Client, defaultClient())
 	url := strings.TrimRight(cfg.BaseURL, "/") + "/chat/completions"
-	headers := map[string]string{}
-	if cfg.APIKey != "" {
-		headers["Authorization"] = "Bearer " + cfg.APIKey
-	}
+	headers := openAIHeaders(cfg)
 	return func(ctx context.Context, inputs json.RawMessage) (any, error) {
 		in, err := chatInput(inputs, cfg.MaxTokens)
 		if err != nil {
@@ -166,6 +163,15 @@ func OpenAIChat(cfg OpenAIConfig) Func {
 			"total_tokens":      json.Number(strconv.FormatInt(out.Usage.TotalTokens, 10)),
 		}}, idemguard.Usage{PromptTokens: out.Usage.PromptTokens, CompletionTokens: out.Usage.CompletionTokens}), nil
 	}
+}
+
+// openAIHeaders are the headers of every call (fixedHeaders).
+func openAIHeaders(cfg OpenAIConfig) http.Header {
+	headers := map[string]string{}
+	if cfg.APIKey != "" {
+		headers["Authorization"] = "Bearer " + cfg.APIKey
+	}
+	return fixedHeaders(headers)
 }
 
 // chatAnswer is a chat operation's answer and its envelope in one

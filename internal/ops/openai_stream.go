@@ -123,10 +123,7 @@ func usageEvent(u chunkUsage) idemguard.Chunk {
 func OpenAIChatStream(cfg OpenAIConfig) StreamFunc {
 	client := cmp.Or(cfg.Client, defaultClient())
 	url := strings.TrimRight(cfg.BaseURL, "/") + "/chat/completions"
-	headers := map[string]string{}
-	if cfg.APIKey != "" {
-		headers["Authorization"] = "Bearer " + cfg.APIKey
-	}
+	headers := openAIHeaders(cfg)
 	return func(ctx context.Context, inputs json.RawMessage, emit func(idemguard.Chunk)) (any, error) {
 		in, err := decodeChatInput(inputs)
 		if err != nil {

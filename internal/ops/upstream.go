@@ -85,7 +85,7 @@ func reasonForStatus(code int) sanitize.StopReason {
 // ending (the guard's timeout, a lost claim, shutdown): then the plain
 // context error is returned, so the guard classifies it.
 func postJSON(ctx context.Context, client *http.Client, upstream, url string, timeout time.Duration,
-	headers map[string]string, body []byte) ([]byte, int, error) {
+	headers http.Header, body []byte) ([]byte, int, error) {
 	callCtx := ctx
 	if d, ok := callDeadline(ctx, timeout); ok {
 		var cancel context.CancelFunc
@@ -168,7 +168,7 @@ func readLimited(r io.Reader, declared, limit int64) ([]byte, error) {
 // openStream POSTs body asking for an event stream and returns the 2xx
 // answer; cancel ends the call's own timeout. Errors are postJSON's.
 func openStream(ctx context.Context, client *http.Client, upstream, url string, timeout time.Duration,
-	headers map[string]string, body []byte) (*http.Response, context.Context, context.CancelFunc, error) {
+	headers http.Header, body []byte) (*http.Response, context.Context, context.CancelFunc, error) {
 	callCtx, cancel := ctx, context.CancelFunc(func() {})
 	if timeout > 0 {
 		callCtx, cancel = context.WithTimeoutCause(ctx, timeout, errUpstreamTimeout)
@@ -192,8 +192,9 @@ func openStream(ctx context.Context, client *http.Client, upstream, url string, 
 }
 
 // upstreamRequest is the POST of a JSON body to url, accepting accept,
-// with headers.
-func upstreamRequest(ctx context.Context, upstream, url, accept string, headers map[string]string, body []byte) (*http.Request, error) {
+// with headers (fixedHeaders: set after Content-Type and Accept, which
+// they may replace).
+func upstreamRequest(ctx context.Context, upstream, url, accept string, headers http.Header, body []byte) (*http.Request, error) {
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, bytes.NewReader(body))
 	if err != nil {
 		return nil, &idemguard.OpError{Reason: sanitize.ProviderError, Err: fmt.Errorf("%s: building the request: %w", upstream, err)}
@@ -205,9 +206,22 @@ func upstreamRequest(ctx context.Context, upstream, url, accept string, headers 
 	// own.
 	req.Header["Content-Type"], req.Header["Accept"] = headerJSON, headerValue(accept)
 	for k, v := range headers {
-		req.Header.Set(k, v)
+		req.Header[k] = v
 	}
 	return req, nil
+}
+
+// fixedHeaders are the headers m names, as upstreamRequest takes them:
+// canonical names (http.Header.Set's), one value each, in slices of
+// length and capacity 1 that requests share (an Add to one copies it, a
+// Set replaces it; nothing writes into them). Made once per operation, they
+// cost a call nothing.
+func fixedHeaders(m map[string]string) http.Header {
+	h := make(http.Header, len(m))
+	for k, v := range m {
+		h[http.CanonicalHeaderKey(k)] = []string{v}
+	}
+	return h
 }
 
 // The header values upstreamRequest shares between requests.

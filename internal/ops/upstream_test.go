@@ -59,7 +59,7 @@ func TestCheckChatInputAllocatesNothingForValidInput(t *testing.T) {
 // TestUpstreamRequestHeaders: the content type and accept headers, and the
 // configured ones after them (which may replace them).
 func TestUpstreamRequestHeaders(t *testing.T) {
-	req, err := upstreamRequest(t.Context(), "u", "http://127.0.0.1/x", "text/event-stream", map[string]string{"authorization": "Bearer k"}, []byte("{}"))
+	req, err := upstreamRequest(t.Context(), "u", "http://127.0.0.1/x", "text/event-stream", fixedHeaders(map[string]string{"authorization": "Bearer k"}), []byte("{}"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -71,22 +71,25 @@ func TestUpstreamRequestHeaders(t *testing.T) {
 	if got := req.Header.Values("Accept"); !reflect.DeepEqual(got, []string{"text/event-stream"}) {
 		t.Fatalf("an Add to one header changed another: Accept %v", got)
 	}
-	req, _ = upstreamRequest(t.Context(), "u", "http://127.0.0.1/x", "application/json", map[string]string{"Accept": "*/*"}, nil)
+	req, _ = upstreamRequest(t.Context(), "u", "http://127.0.0.1/x", "application/json", fixedHeaders(map[string]string{"Accept": "*/*"}), nil)
 	if got := req.Header.Values("Accept"); !reflect.DeepEqual(got, []string{"*/*"}) {
 		t.Fatalf("a configured Accept is not the one sent: %v", got)
 	}
 	// The values shared between requests: what one request's header does
 	// (Add, Set, Del) is not in the next one's.
+	fixed := fixedHeaders(map[string]string{"authorization": "Bearer k"})
 	for _, accept := range []string{"application/json", "text/event-stream", "application/x-ndjson"} {
-		req, _ = upstreamRequest(t.Context(), "u", "http://127.0.0.1/x", accept, nil, nil)
+		req, _ = upstreamRequest(t.Context(), "u", "http://127.0.0.1/x", accept, fixed, nil)
 		req.Header.Add("Content-Type", "x")
 		req.Header.Add("Accept", "y")
-		req, _ = upstreamRequest(t.Context(), "u", "http://127.0.0.1/x", accept, nil, nil)
-		want := http.Header{"Content-Type": {"application/json"}, "Accept": {accept}}
+		req.Header.Add("Authorization", "z")
+		req, _ = upstreamRequest(t.Context(), "u", "http://127.0.0.1/x", accept, fixed, nil)
+		want := http.Header{"Content-Type": {"application/json"}, "Accept": {accept}, "Authorization": {"Bearer k"}}
 		if !reflect.DeepEqual(req.Header, want) {
 			t.Fatalf("accept %s: headers %v, want %v", accept, req.Header, want)
 		}
 		req.Header.Set("Content-Type", "z")
+		req.Header.Set("Authorization", "z")
 		req.Header.Del("Accept")
 	}
 	if n := testing.AllocsPerRun(100, func() { _ = headerValue("text/event-stream") }); n != 0 {
