@@ -14,6 +14,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/idemguard/idemguard"
+	"github.com/idemguard/idemguard/internal/config"
 	"github.com/idemguard/idemguard/internal/metrics"
 	"github.com/idemguard/idemguard/internal/ops"
 	"github.com/idemguard/idemguard/internal/reqlog"
@@ -53,13 +54,7 @@ func newHTTPHandler(b *testing.B, cacheSize int) (http.Handler, *fakeUpstream) {
 		Logger: log, ReplayCacheSize: cacheSize, Observe: observe, Audit: idemguard.AuditConfig{Observe: true, Store: true}})
 	require.NoError(b, err)
 	b.Cleanup(func() { require.NoError(b, g.Close(context.Background())) })
-	// The timeout of serveConfig's openai section, which serve gives both
-	// the scope (the guard's timeout) and the operation (its own), as
-	// ops.FromConfig does; the upstream API key serveCmd gives serve.
-	const timeout = 30 * time.Second
-	scopes := []routers.Scope{{Name: httpScope, Timeout: timeout, Run: ops.OpenAIChat(ops.OpenAIConfig{Provider: ops.Provider{
-		BaseURL: up.url(), Model: "bench-model", APIKey: "bench-upstream-key", Timeout: timeout,
-		Client: &http.Client{Transport: loopbackTransport()}}})}}
+	scopes := benchScopes(b, up.url())
 	auth, err := auth.NewAuthenticator(map[tenancy.ID][]string{httpTenant: {auth.HashAPIKey(benchAPIKey)}})
 	require.NoError(b, err)
 	// The limits checked as serve checks them, with a rate the loop never
@@ -69,6 +64,26 @@ func newHTTPHandler(b *testing.B, cacheSize int) (http.Handler, *fakeUpstream) {
 		Limits: limits, MCPPath: mcpPath, Doors: []routers.Door{{Wire: routers.WireOpenAI, Prefix: "/openai/v1", Scope: httpScope}}})
 	require.NoError(b, err)
 	return h, up
+}
+
+// benchScopes are the scopes serve builds from serveConfig's openai
+// section and scope (ops.FromConfig, made routers scopes as serve makes
+// them): the operation, its validation before the claim, its stream, and
+// the timeout it gives both the scope and the operation; with the upstream
+// API key serveCmd gives serve.
+func benchScopes(b *testing.B, upstream string) []routers.Scope {
+	b.Helper()
+	cfg := &config.Config{
+		OpenAI: config.OpenAI{BaseURL: upstream, Model: "bench-model", APIKey: "bench-upstream-key", Timeout: 30 * time.Second},
+		Scopes: []config.Scope{{Name: httpScope, Operation: config.OpOpenAIChat}},
+	}
+	reg, err := ops.FromConfig(cfg, &http.Client{Transport: loopbackTransport()}, nil)
+	require.NoError(b, err)
+	s, ok := reg.Lookup(httpScope)
+	require.True(b, ok)
+	return []routers.Scope{{Name: s.Name, Settings: s.Settings, KeyRequired: s.KeyRequired, Timeout: s.Timeout,
+		Run: s.Run, Validate: s.Validate, Stream: s.Stream, StreamReplay: s.StreamReplay,
+		Isolation: routers.Isolation(s.Isolation), Tenants: s.Tenants, Async: s.Async, InputSchema: s.InputSchema}}
 }
 
 func serveOne(b *testing.B, h http.Handler, key, content string) *httptest.ResponseRecorder {
