@@ -10,6 +10,8 @@ import (
 	"net/http"
 	"net/url"
 	"strconv"
+	"sync"
+	"sync/atomic"
 
 	"github.com/gin-gonic/gin"
 
@@ -123,7 +125,7 @@ func principalFrom(c *gin.Context) string { return logOf(c).principal }
 func (h *handlers) actorOf(p auth.Principal) string {
 	switch p.Method {
 	case auth.MethodAPIKey:
-		return auth.KeyActor(p.KeyName)
+		return h.keyActors.of(p.KeyName)
 	case auth.MethodJWT:
 		if p.Subject == "" {
 			return "jwt"
@@ -131,6 +133,33 @@ func (h *handlers) actorOf(p auth.Principal) string {
 		return "jwt:" + h.guard.HashActor(p.Subject)
 	}
 	return ""
+}
+
+// keyActors are auth.KeyActor of the API key names seen, made once: every
+// request names its caller, and the names are the configured keys' (at
+// most maxKeyActors are kept; past that each is made again).
+type keyActors struct {
+	m    sync.Map // key name → its actor
+	kept atomic.Int64
+}
+
+// maxKeyActors bounds keyActors.
+const maxKeyActors = 4096
+
+func (k *keyActors) of(name string) string {
+	if k == nil {
+		return auth.KeyActor(name)
+	}
+	if a, ok := k.m.Load(name); ok {
+		return a.(string)
+	}
+	a := auth.KeyActor(name)
+	if k.kept.Load() < maxKeyActors {
+		if _, loaded := k.m.LoadOrStore(name, a); !loaded {
+			k.kept.Add(1)
+		}
+	}
+	return a
 }
 
 // isLoopbackOrigin reports whether origin is http://localhost,

@@ -4,6 +4,8 @@ import (
 	"testing"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/idemguard/idemguard/routers/auth"
 )
 
 // The limits cost a request no allocation once its tenant's entry exists:
@@ -48,4 +50,20 @@ func TestPlacesAreSharedByAKeysCalls(t *testing.T) {
 		c.give("k")
 	})
 	require.Zero(t, allocs)
+}
+
+// An API key's audit actor is auth.KeyActor of its name, made once per
+// name: later requests of the key allocate nothing for it.
+func TestKeyActorsAreKeyActorMadeOnce(t *testing.T) {
+	k := &keyActors{}
+	for _, name := range []string{"billing", "", "ops", "billing", "ops"} {
+		require.Equal(t, auth.KeyActor(name), k.of(name), name)
+	}
+	require.EqualValues(t, 3, k.kept.Load())
+	require.Zero(t, testing.AllocsPerRun(100, func() { _ = k.of("billing") }))
+	k.kept.Store(maxKeyActors) // full: a new name is made, not kept
+	require.Equal(t, auth.KeyActor("new"), k.of("new"))
+	_, kept := k.m.Load("new")
+	require.False(t, kept)
+	require.Equal(t, auth.KeyActor("x"), (*keyActors)(nil).of("x"))
 }

@@ -359,6 +359,7 @@ func newHandlers(o Options) (*handlers, error) {
 		log:            o.Logger,
 		authFails:      newAuthFailures(o.AuthFailures, o.Logger),
 		tenantLimits:   newLimiter(o.Limits),
+		keyActors:      &keyActors{},
 	}, nil
 }
 
@@ -479,4 +480,5 @@ type handlers struct {
 	authFails      *authFailures // nil: no limit
 	tenantLimits   *limiter      // nil: no limits
 	httpMetrics    HTTPMetrics   // Options.HTTPMetrics on New's engine; nil on Register's routes
+	keyActors      *keyActors    // the audit actors of API keys (actorOf); shared by the doors' copies
 }
