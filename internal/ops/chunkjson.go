@@ -216,6 +216,22 @@ func (d *chunkDecoder) string() (string, bool) {
 	return s, true
 }
 
+// stringIn is string, returning the string of known it equals, if any,
+// instead of a copy.
+func (d *chunkDecoder) stringIn(known []string) (string, bool) {
+	if d.peek() == '"' {
+		if end := d.i + 1 + bytes.IndexByte(d.b[d.i+1:], '"'); end > d.i {
+			for _, k := range known {
+				if string(d.b[d.i+1:end]) == k {
+					d.i = end + 1
+					return k, true
+				}
+			}
+		}
+	}
+	return d.string()
+}
+
 // integer reads a plain integer (digits, an optional minus) of at most
 // 18 digits.
 func (d *chunkDecoder) integer() (int64, bool) {
@@ -408,6 +424,10 @@ func decodeChatResponse(data []byte, r *chatResponse) error {
 	return json.Unmarshal(data, r)
 }
 
+// finishReasons are the finish reasons OpenAI's answers give, which
+// stringIn returns without a copy.
+var finishReasons = []string{"stop", "length", "tool_calls", "content_filter", "function_call"}
+
 // The members of a chat completion's objects the decoder reads.
 var (
 	responseFields     = []string{"choices", "usage"}
@@ -435,9 +455,16 @@ func (d *chunkDecoder) chatResponse(r *chatResponse) bool {
 func (d *chunkDecoder) chatChoice(ch *chatChoice) bool {
 	return d.object(answerChoiceFields, func(i int) bool {
 		if i == 0 {
-			return d.object(contentFields, func(int) bool { return d.stringPtr(&ch.Message.Content) })
+			return d.object(contentFields, func(int) bool {
+				if d.null() {
+					return true // encoding/json leaves a string as it is for a null
+				}
+				s, ok := d.string()
+				ch.Message.Content = s
+				return ok
+			})
 		}
-		s, ok := d.string() // null: false, encoding/json decides
+		s, ok := d.stringIn(finishReasons) // null: false, encoding/json decides
 		ch.FinishReason = s
 		return ok
 	})

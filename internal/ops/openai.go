@@ -104,9 +104,11 @@ type chatResponse struct {
 	Usage   chunkUsage   `json:"usage"`
 }
 
+// chatChoice is one choice of an answer. A null content (a choice of tool
+// calls) is read as the empty text, which is what the answer says of it.
 type chatChoice struct {
 	Message struct {
-		Content *string `json:"content"`
+		Content string `json:"content"`
 	} `json:"message"`
 	FinishReason string `json:"finish_reason"`
 }
@@ -148,10 +150,7 @@ func OpenAIChat(cfg OpenAIConfig) Func {
 			return nil, &idemguard.OpError{Reason: sanitize.ProviderError,
 				Err: fmt.Errorf("openai_chat upstream: answer is not a chat completion with at least one choice")}
 		}
-		text := ""
-		if c := out.Choices[0].Message.Content; c != nil {
-			text = *c
-		}
+		text := out.Choices[0].Message.Content
 		// An Envelope, which sanitize converts directly (no JSON round
 		// trip) before sanitizing it like any other result; the usage goes
 		// with it, so every replay reports the tokens it did not spend.
