@@ -421,12 +421,41 @@ func decodeChatResponse(data []byte, r *chatResponse) error {
 		}
 		*r = chatResponse{}
 	}
-	return json.Unmarshal(data, r)
+	return unmarshalChatResponse(data, r)
+}
+
+// unmarshalChatResponse is json.Unmarshal(data, r) into an answer of its
+// own (unmarshalChunk's reason: r stays on its caller's stack).
+func unmarshalChatResponse(data []byte, r *chatResponse) error {
+	own := new(chatResponse)
+	err := json.Unmarshal(data, own)
+	*r = *own
+	return err
 }
 
 // finishReasons are the finish reasons OpenAI's answers give, which
-// stringIn returns without a copy.
-var finishReasons = []string{"stop", "length", "tool_calls", "content_filter", "function_call"}
+// stringIn returns without a copy; finishReasonValues are the same as
+// values of an answer's data, made once (boxing a string allocates).
+var (
+	finishReasons      = []string{"stop", "length", "tool_calls", "content_filter", "function_call"}
+	finishReasonValues = func() []any {
+		vs := make([]any, len(finishReasons))
+		for i, r := range finishReasons {
+			vs[i] = r
+		}
+		return vs
+	}()
+)
+
+// finishReasonValue is r as a value of an answer's data.
+func finishReasonValue(r string) any {
+	for i, k := range finishReasons {
+		if r == k {
+			return finishReasonValues[i]
+		}
+	}
+	return r
+}
 
 // The members of a chat completion's objects the decoder reads.
 var (

@@ -190,3 +190,16 @@ func FuzzChatRequestJSON(f *testing.F) {
 		}
 	})
 }
+
+// A finish reason as a value of the answer's data is the reason itself;
+// a known one's is made once.
+func TestFinishReasonValue(t *testing.T) {
+	for _, r := range append([]string{"", "other", "STOP"}, finishReasons...) {
+		if got := finishReasonValue(r); got != any(r) {
+			t.Errorf("finishReasonValue(%q) = %#v", r, got)
+		}
+	}
+	if n := testing.AllocsPerRun(100, func() { _ = finishReasonValue("tool_calls") }); n != 0 {
+		t.Errorf("a known reason allocates: %v", n)
+	}
+}

@@ -156,7 +156,7 @@ func OpenAIChat(cfg OpenAIConfig) Func {
 		// with it, so every replay reports the tokens it did not spend.
 		return newChatAnswer(sanitize.Envelope{OK: true, StopReason: sanitize.Completed, Data: map[string]any{
 			"text":              text,
-			"finish_reason":     out.Choices[0].FinishReason,
+			"finish_reason":     finishReasonValue(out.Choices[0].FinishReason),
 			"prompt_tokens":     json.Number(strconv.FormatInt(out.Usage.PromptTokens, 10)),
 			"completion_tokens": json.Number(strconv.FormatInt(out.Usage.CompletionTokens, 10)),
 			"total_tokens":      json.Number(strconv.FormatInt(out.Usage.TotalTokens, 10)),
