@@ -1,7 +1,6 @@
 package idemguard
 
 import (
-	"container/list"
 	"sync"
 	"time"
 )
@@ -23,15 +22,15 @@ type replayCache struct {
 	maxBytes    int64
 	tenantBytes int64
 	bytes       int64
-	items       map[cacheKey]*list.Element // of *cacheEntry, in order
-	order       *list.List                 // front = most recently used
+	items       map[cacheKey]*cacheEntry
+	order       entryList // front = most recently used
 	tenants     map[string]*tenantEntries
 }
 
 // tenantEntries are one tenant's entries, front = most recently used.
 type tenantEntries struct {
 	bytes int64
-	order *list.List // of *list.Element of replayCache.order
+	order entryList // through cacheEntry.mine
 }
 
 type cacheKey struct{ tenant, scope, keyHash string }
@@ -42,8 +41,9 @@ type cacheEntry struct {
 	res         Result
 	until       time.Time
 	size        int64
-	mine        *list.Element  // in the tenant's order
-	tenant      *tenantEntries // the tenant's entries, mine's list
+	all         entryLinks     // in the cache's order
+	mine        entryLinks     // in the tenant's order
+	tenant      *tenantEntries // the tenant's entries
 }
 
 // entryOverhead is what an entry costs besides its bytes: the map and list
@@ -76,7 +76,7 @@ func newReplayCache(size int, maxBytes, tenantBytes int64) *replayCache {
 		return nil
 	}
 	return &replayCache{max: size, maxBytes: maxBytes, tenantBytes: min(tenantBytes, maxBytes),
-		items: make(map[cacheKey]*list.Element), order: list.New(), tenants: make(map[string]*tenantEntries)}
+		items: make(map[cacheKey]*cacheEntry), tenants: make(map[string]*tenantEntries)}
 }
 
 // get returns the key's entry: its result and fingerprint, and the
@@ -90,17 +90,16 @@ func (c *replayCache) get(tenant, scope, keyHash string, now time.Time) (res Res
 	k := cacheKey{tenant, scope, keyHash}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	el, ok := c.items[k]
+	e, ok := c.items[k]
 	if !ok {
 		return Result{}, "", "", false
 	}
-	e := el.Value.(*cacheEntry)
 	if !now.Before(e.until) {
-		c.remove(el)
+		c.remove(e)
 		return Result{}, "", "", false
 	}
-	c.order.MoveToFront(el)
-	e.tenant.order.MoveToFront(e.mine)
+	c.order.moveToFront(e)
+	e.tenant.order.moveToFront(e)
 	return e.res, e.fingerprint, e.key.keyHash, true
 }
 
@@ -112,28 +111,28 @@ func (c *replayCache) put(tenant, scope, keyHash, fingerprint string, res Result
 	size := entrySize(k, fingerprint, res)
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if el, ok := c.items[k]; ok {
-		c.remove(el)
+	if old, ok := c.items[k]; ok {
+		c.remove(old)
 	}
 	if size > c.tenantBytes {
 		return // an answer larger than a tenant's share is read from the store
 	}
 	t := c.tenants[tenant]
 	if t == nil {
-		t = &tenantEntries{order: list.New()}
+		t = &tenantEntries{order: entryList{tenant: true}}
 		c.tenants[tenant] = t
 	}
 	e := &cacheEntry{key: k, fingerprint: fingerprint, res: res, until: until, size: size, tenant: t}
-	el := c.order.PushFront(e)
-	e.mine = t.order.PushFront(el)
-	c.items[k] = el
+	c.order.pushFront(e)
+	t.order.pushFront(e)
+	c.items[k] = e
 	c.bytes += size
 	t.bytes += size
 	for t.bytes > c.tenantBytes {
-		c.remove(t.order.Back().Value.(*list.Element))
+		c.remove(t.order.back)
 	}
 	for c.order.Len() > c.max || c.bytes > c.maxBytes {
-		c.remove(c.order.Back())
+		c.remove(c.order.back)
 	}
 }
 
@@ -144,21 +143,77 @@ func (c *replayCache) drop(tenant, scope, keyHash string) {
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if el, ok := c.items[cacheKey{tenant, scope, keyHash}]; ok {
-		c.remove(el)
+	if e, ok := c.items[cacheKey{tenant, scope, keyHash}]; ok {
+		c.remove(e)
 	}
 }
 
-// remove drops the entry at el (c.mu held).
-func (c *replayCache) remove(el *list.Element) {
-	e := el.Value.(*cacheEntry)
-	c.order.Remove(el)
+// remove drops the entry e (c.mu held).
+func (c *replayCache) remove(e *cacheEntry) {
+	c.order.remove(e)
 	delete(c.items, e.key)
 	c.bytes -= e.size
 	t := e.tenant
-	t.order.Remove(e.mine)
+	t.order.remove(e)
 	t.bytes -= e.size
 	if t.order.Len() == 0 {
 		delete(c.tenants, e.key.tenant)
+	}
+}
+
+// entryLinks are an entry's neighbours in one entryList.
+type entryLinks struct{ prev, next *cacheEntry }
+
+// entryList is a doubly linked list of cache entries through their own
+// links (the cache's order through all, a tenant's through mine): adding
+// an entry allocates nothing, where container/list allocates an element
+// per list.
+type entryList struct {
+	front, back *cacheEntry
+	n           int
+	tenant      bool // linked through mine, not all
+}
+
+func (l *entryList) links(e *cacheEntry) *entryLinks {
+	if l.tenant {
+		return &e.mine
+	}
+	return &e.all
+}
+
+// Len is the number of entries in l.
+func (l *entryList) Len() int { return l.n }
+
+func (l *entryList) pushFront(e *cacheEntry) {
+	*l.links(e) = entryLinks{next: l.front}
+	if l.front != nil {
+		l.links(l.front).prev = e
+	} else {
+		l.back = e
+	}
+	l.front = e
+	l.n++
+}
+
+func (l *entryList) remove(e *cacheEntry) {
+	el := l.links(e)
+	if el.prev != nil {
+		l.links(el.prev).next = el.next
+	} else {
+		l.front = el.next
+	}
+	if el.next != nil {
+		l.links(el.next).prev = el.prev
+	} else {
+		l.back = el.prev
+	}
+	*el = entryLinks{}
+	l.n--
+}
+
+func (l *entryList) moveToFront(e *cacheEntry) {
+	if l.front != e {
+		l.remove(e)
+		l.pushFront(e)
 	}
 }

@@ -65,6 +65,7 @@ type claimLoop struct {
 	races      int       // lost races (and absent reads) in a row
 	nonce      string
 	readAt     time.Time // local time before this round's read, for the replay cache
+	handedOn   bool      // execute handed the loop on to readOn, which finishes it
 }
 
 // errAgain is what a state method returns when the call must read the row
@@ -79,27 +80,53 @@ func (g *Guard) execute(ctx context.Context, p prepared) (Result, error) {
 	if p.wait > 0 {
 		l.waitUntil = g.now().Add(p.wait)
 	}
+	// The first round's claim, with which a fresh key ends, runs on l
+	// here, on the stack: the rounds that read the row hand the loop to
+	// the delivery (an interface), which moves it to the heap, so l is
+	// copied there (readOn) only when the call reads.
+	defer l.finishHere()
+	if err := l.mayGoOn(); err != nil {
+		return Result{}, err
+	}
+	l.nonce, l.readAt = newNonce(), g.now()
+	if res, err := l.insert(); err != errAgain {
+		return res, err
+	}
+	l.handedOn = true // the copy finishes
+	return l.readOn()
+}
+
+// readOn goes on with the claim loop from the read of a round whose
+// claim INSERT sent the call to the read, or that claimed nothing.
+func (l claimLoop) readOn() (Result, error) {
+	l.handedOn = false
 	defer l.finish()
 	for {
+		rec, err := l.read()
+		if err == nil {
+			var res Result
+			if res, err = l.onRow(rec); err != errAgain {
+				return res, err
+			}
+		} else if err != errAgain {
+			return Result{}, err
+		}
 		if err := l.mayGoOn(); err != nil {
 			return Result{}, err
 		}
-		l.nonce, l.readAt = newNonce(), g.now()
+		l.nonce, l.readAt = newNonce(), l.g.now()
 		if l.needClaim {
 			if res, err := l.insert(); err != errAgain {
 				return res, err
 			}
 		}
-		rec, err := l.read()
-		if err == errAgain {
-			continue
-		}
-		if err != nil {
-			return Result{}, err
-		}
-		if res, err := l.onRow(rec); err != errAgain {
-			return res, err
-		}
+	}
+}
+
+// finishHere is finish, unless the loop was handed on to readOn.
+func (l *claimLoop) finishHere() {
+	if !l.handedOn {
+		l.finish()
 	}
 }
 

@@ -51,7 +51,8 @@ func (g *Guard) commit(ctx context.Context, p prepared, o owned, hb *heartbeat, 
 // means the claim was lost. completedAt is the completion time the store
 // wrote (its clock).
 func (g *Guard) complete(ctx context.Context, p prepared, hb *heartbeat, cp store.CompleteParams) (committed bool, completedAt time.Time, err error) {
-	ctx = context.WithoutCancel(ctx)
+	// The first write takes only ctx's values (writeCtx): ctx is detached
+	// from its caller (an allocation) once a re-read or a pause follows.
 	pause := 50 * time.Millisecond
 	// Heartbeats that land keep renewing the lease, so a statement that
 	// fails for good (while the row is readable) is also bounded by one
@@ -64,6 +65,9 @@ func (g *Guard) complete(ctx context.Context, p prepared, hb *heartbeat, cp stor
 		cancel()
 		if err == nil && ok {
 			return true, at, nil
+		}
+		if try == 0 {
+			ctx = context.WithoutCancel(ctx)
 		}
 		if err != nil {
 			lastErr = err

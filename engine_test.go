@@ -228,6 +228,55 @@ func TestCommitWhoseReplyWasLostCountsAsCommitted(t *testing.T) {
 	require.False(t, r.CompletedAt.IsZero())
 }
 
+// hungUpStore fails the first Complete without applying it, after the
+// caller hung up (cancel), and records whether the commit's re-read of
+// the row then ran on a context that had ended.
+type hungUpStore struct {
+	*memstore.Store
+	cancel     context.CancelFunc
+	failed     atomic.Bool
+	readEnded  atomic.Bool
+	readsAfter atomic.Int32
+}
+
+func (s *hungUpStore) Complete(ctx context.Context, p store.CompleteParams) (bool, time.Time, error) {
+	if s.failed.CompareAndSwap(false, true) {
+		s.cancel()
+		return false, time.Time{}, errors.New("connection reset before the statement was sent")
+	}
+	return s.Store.Complete(ctx, p)
+}
+
+func (s *hungUpStore) Get(ctx context.Context, tenant, scope, keyHash string) (store.Record, error) {
+	if s.failed.Load() {
+		s.readsAfter.Add(1)
+		if ctx.Err() != nil {
+			s.readEnded.Store(true)
+		}
+	}
+	return s.Store.Get(ctx, tenant, scope, keyHash)
+}
+
+// A commit that failed re-reads the row, and pauses, detached from the
+// caller who hung up meanwhile: the outcome is recorded all the same.
+func TestCommitRereadOutlivesTheCaller(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	st := &hungUpStore{Store: memstore.New(), cancel: cancel}
+	g, err := idemguard.New(idemguard.Config{Store: st, Secret: secret})
+	require.NoError(t, err)
+	defer g.Close(context.Background())
+	var runs atomic.Int32
+	r, err := g.Do(ctx, idemguard.Call{Tenant: "acme", Scope: "s", Inputs: 1}, okOp(&runs))
+	require.NoError(t, err)
+	require.True(t, st.failed.Load())
+	require.NotZero(t, st.readsAfter.Load(), "the failed commit re-read the row")
+	require.False(t, st.readEnded.Load(), "the re-read ran on the caller's ended context")
+	require.False(t, r.CompletedAt.IsZero())
+	require.EqualValues(t, 1, runs.Load())
+}
+
 // holdKey starts a call of tenant acme, scope s, inputs 1 whose operation runs until release
 // (or the test's end), and returns once it runs; done closes when that call has returned.
 func holdKey(t *testing.T, g *idemguard.Guard) (release func(), done <-chan struct{}) {

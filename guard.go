@@ -57,6 +57,8 @@ type Guard struct {
 	audit *auditor
 	// deadline is the deadline store writes share (writeCtx, deadline.go).
 	deadline sharedDeadline
+	// running are the operations Close cancels (running.go).
+	running runningOps
 }
 
 // New validates cfg and returns a Guard.
@@ -101,6 +103,7 @@ func New(cfg Config) (*Guard, error) {
 		hub:      live.NewHub(live.Config{MaxBytes: cmp.Or(cfg.MaxStreamBytes, DefaultMaxStreamBytes), MaxPerKey: cmp.Or(cfg.MaxWaiters, DefaultMaxWaiters)}),
 		audit:    newAuditor(cfg.Audit, processClock),
 	}
+	g.running.watch(lifetime)
 	g.startAuditWriter()
 	return g, nil
 }

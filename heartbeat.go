@@ -66,6 +66,9 @@ type heartbeat struct {
 	// operation gets: opCtx carrying the heartbeat as its progress sink
 	// (progress.go), without an allocation of its own.
 	opCtx context.Context
+
+	// runPrev and runNext link the running operations (runningOps.mu).
+	runPrev, runNext *heartbeat
 }
 
 // startHeartbeat starts the lease timer and schedules the first renewal for

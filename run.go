@@ -96,8 +96,6 @@ func (g *Guard) runOwned(ctx context.Context, p prepared, op Operation, o owned)
 	}
 	opCtx, cancel := context.WithCancelCause(parent)
 	defer cancel(nil)
-	stopOnClose := context.AfterFunc(g.lifetime, func() { cancel(ErrShuttingDown) })
-	defer stopOnClose()
 	runCtx := opCtx
 	if p.timeout > 0 {
 		var cancelTimeout context.CancelFunc
@@ -107,6 +105,8 @@ func (g *Guard) runOwned(ctx context.Context, p prepared, op Operation, o owned)
 
 	hb := g.startHeartbeat(p, o, cancel)
 	defer hb.stop()
+	g.running.add(hb) // Close cancels it (cause ErrShuttingDown)
+	defer g.running.remove(hb)
 	runCtx = hb.carrying(runCtx)
 	// The operation's duration is only ever reported to Config.Observe:
 	// without an observer the clock is not read for it.

@@ -73,6 +73,15 @@ func TestGenericOfMatchesMarshal(t *testing.T) {
 		map[string]any{"data": map[string]any{"n": json.Number("01")}},    // invalid number: an error either way
 		map[string]any{"data": map[string]any{"n": json.Number("1e999")}}, // valid JSON number text
 		map[string]any{},
+		// Top-level members genericOf declines, each its own way through
+		// json.Marshal: the direct path (fromMap) must decline them too.
+		map[string]any{"ok": json.RawMessage("false"), "data": map[string]any{"n": 1}},
+		map[string]any{"traceId": "tr\xff", "ok": true},
+		map[string]any{"extra": math.Inf(1), "ok": true},
+		map[string]any{"stopReason": struct{ A int }{1}, "needsHuman": 1.0},
+		map[string]any{"\xffok": true},
+		map[string]any{"ok": nilMap, "traceId": []any(nil), "cached": nilEnv, "extra": map[string]any(nil)},
+		map[string]any{"extra": Envelope{TraceID: "\xff"}, "data": &Envelope{OK: true}},
 		nilMap,
 		[]any{map[string]any{"ok": true}},
 		"{}",

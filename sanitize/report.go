@@ -13,6 +13,10 @@ import "unicode/utf8"
 // guard and never reported. With dropped nil it is FromValue.
 func FromValueReport(v any, dropped func(name string)) (Envelope, error) {
 	switch e := v.(type) {
+	case map[string]any:
+		if env, ok := fromMap(e, dropped); ok {
+			return env, nil
+		}
 	case Envelope:
 		if env, ok := fromEnvelope(e, dropped); ok {
 			return env, nil
@@ -38,36 +42,42 @@ func FromValueReport(v any, dropped func(name string)) (Envelope, error) {
 // names. A null member is taken as absent.
 func reportDropped(top map[string]any, dropped func(string)) {
 	for k, v := range top {
-		if v == nil {
-			continue
-		}
-		switch k {
-		case "ok", "needsHuman":
-			if _, ok := v.(bool); !ok {
-				dropped(k)
-			}
-		case "stopReason", "traceId":
-			if _, ok := v.(string); !ok {
-				dropped(k)
-			}
-		case "cached":
-		case "createdActionRequestIds":
-			arr, ok := v.([]any)
-			if !ok {
-				dropped(k)
-			} else if len(sanitizeIDs(arr)) != len(arr) {
-				dropped(k + "[]")
-			}
-		case "data":
-			obj, ok := v.(map[string]any)
-			if !ok {
-				dropped(k)
-				continue
-			}
-			reportDroppedData(obj, dropped)
-		default:
+		reportMember(k, v, dropped)
+	}
+}
+
+// reportMember names what fromObject does not keep of the member k: v of
+// the decoded top-level object.
+func reportMember(k string, v any, dropped func(string)) {
+	if v == nil {
+		return
+	}
+	switch k {
+	case "ok", "needsHuman":
+		if _, ok := v.(bool); !ok {
 			dropped(k)
 		}
+	case "stopReason", "traceId":
+		if _, ok := v.(string); !ok {
+			dropped(k)
+		}
+	case "cached":
+	case "createdActionRequestIds":
+		arr, ok := v.([]any)
+		if !ok {
+			dropped(k)
+		} else if len(sanitizeIDs(arr)) != len(arr) {
+			dropped(k + "[]")
+		}
+	case "data":
+		obj, ok := v.(map[string]any)
+		if !ok {
+			dropped(k)
+			return
+		}
+		reportDroppedData(obj, dropped)
+	default:
+		dropped(k)
 	}
 }
 
@@ -130,4 +140,66 @@ func fromEnvelope(e Envelope, dropped func(string)) (Envelope, bool) {
 		out.Data = sanitizeData(data)
 	}
 	return out, true
+}
+
+// fromMap is FromValueReport(top, dropped) without the copy of top that
+// genericOf makes: top's members are read where they are, as fromObject
+// reads them from the copy, and only data and createdActionRequestIds, the
+// two it keeps parts of, are converted (copied). ok is false where
+// genericOf declines top (a nil map, invalid UTF-8, a member it does not
+// convert): the caller then takes the general path. TestGenericOfMatchesMarshal
+// and FuzzGenericOf hold it to the json.Marshal path.
+func fromMap(top map[string]any, dropped func(string)) (Envelope, bool) {
+	if top == nil {
+		return Envelope{}, false
+	}
+	var ids, data any
+	for k, v := range top {
+		if !utf8.ValidString(k) {
+			return Envelope{}, false
+		}
+		ok := false
+		switch k {
+		case "createdActionRequestIds":
+			ids, ok = genericOf(v, 1)
+		case "data":
+			data, ok = genericOf(v, 1)
+		default:
+			ok = convertible(v, 1)
+		}
+		if !ok {
+			return Envelope{}, false
+		}
+	}
+	if dropped != nil {
+		for k, v := range top {
+			switch {
+			case k == "createdActionRequestIds":
+				v = ids
+			case k == "data":
+				v = data
+			case null(v):
+				v = nil // what genericOf makes of it
+			}
+			reportMember(k, v, dropped)
+		}
+	}
+	// The other members keep their type through genericOf (a bool, a
+	// string), or become one fromMembers does not take either way.
+	return fromMembers(top["ok"], top["stopReason"], top["needsHuman"], top["traceId"], ids, data), true
+}
+
+// null reports whether genericOf converts v to nil (JSON null).
+func null(v any) bool {
+	switch x := v.(type) {
+	case nil:
+		return true
+	case map[string]any:
+		return x == nil
+	case []any:
+		return x == nil
+	case *Envelope:
+		return x == nil
+	}
+	return false
 }

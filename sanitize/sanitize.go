@@ -138,27 +138,34 @@ func FromJSON(b []byte) (Envelope, error) {
 
 // fromObject builds the envelope of a decoded top-level object.
 func fromObject(top map[string]any) Envelope {
+	return fromMembers(top["ok"], top["stopReason"], top["needsHuman"], top["traceId"],
+		top["createdActionRequestIds"], top["data"])
+}
+
+// fromMembers builds the envelope of a decoded top-level object's members
+// (nil: absent); data, when an object, is sanitized in place.
+func fromMembers(ok, stopReason, needsHuman, traceID, ids, data any) Envelope {
 	e := Envelope{OK: true}
-	if v, ok := top["ok"].(bool); ok {
+	if v, isBool := ok.(bool); isBool {
 		e.OK = v
 	}
 	e.StopReason = Completed
 	if !e.OK {
 		e.StopReason = Unknown
 	}
-	if s, ok := top["stopReason"].(string); ok && s != "" {
+	if s, isString := stopReason.(string); isString && s != "" {
 		e.StopReason = ParseStopReason(s)
 	}
-	if v, ok := top["needsHuman"].(bool); ok {
+	if v, isBool := needsHuman.(bool); isBool {
 		e.NeedsHuman = v
 	}
-	if s, ok := top["traceId"].(string); ok {
+	if s, isString := traceID.(string); isString {
 		e.TraceID = truncateUTF8(s, MaxTraceIDBytes)
 	}
-	if arr, ok := top["createdActionRequestIds"].([]any); ok {
+	if arr, isArray := ids.([]any); isArray {
 		e.CreatedActionRequestIDs = sanitizeIDs(arr)
 	}
-	if obj, ok := top["data"].(map[string]any); ok {
+	if obj, isObject := data.(map[string]any); isObject {
 		e.Data = sanitizeData(obj)
 	}
 	return e

@@ -50,6 +50,20 @@ var pastDeadline = time.Unix(1, 0)
 type interruptible struct {
 	net.Conn
 	stopped atomic.Bool
+	// raw is the socket's syscall.RawConn (nil: the socket has none),
+	// made once: the driver asks for it at every reuse of the connection.
+	raw syscall.RawConn
+}
+
+// newInterruptible is c, interruptible.
+func newInterruptible(c net.Conn) *interruptible {
+	ic := &interruptible{Conn: c}
+	if sc, ok := c.(syscall.Conn); ok {
+		if raw, err := sc.SyscallConn(); err == nil {
+			ic.raw = raw
+		}
+	}
+	return ic
 }
 
 func (c *interruptible) interrupt() {
@@ -103,8 +117,13 @@ func (c *interruptible) SetWriteDeadline(t time.Time) error {
 }
 
 // SyscallConn lets the driver check an idle connection's socket before
-// reusing it, as it does on a socket of its own.
+// reusing it, as it does on a socket of its own. A net.Conn's RawConn is
+// its file descriptor's, for its whole life (once closed, its methods
+// fail as a new one's would), so the one made at the dial serves.
 func (c *interruptible) SyscallConn() (syscall.RawConn, error) {
+	if c.raw != nil {
+		return c.raw, nil
+	}
 	if sc, ok := c.Conn.(syscall.Conn); ok {
 		return sc.SyscallConn()
 	}
@@ -125,7 +144,7 @@ func dial(ctx context.Context, network, addr string) (net.Conn, error) {
 	if err != nil {
 		return nil, err
 	}
-	ic := &interruptible{Conn: c}
+	ic := newInterruptible(c)
 	if slot, ok := ctx.Value(dialedKey{}).(*dialed); ok {
 		slot.conn = ic
 	}

@@ -8,6 +8,7 @@ import (
 	"io"
 	"net"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -196,4 +197,34 @@ func TestScanRowRetriesAStaleConnection(t *testing.T) {
 	require.NoError(t, ScanRow(t.Context(), db, "SELECT 7", nil, &n))
 	require.Equal(t, 7, n)
 	require.EqualValues(t, 2, connector.refused.Load())
+}
+
+// The RawConn the driver checks a reused connection with is the socket's
+// own, made once at the dial: the same file descriptor, and no allocation
+// per check.
+func TestSyscallConnIsTheSocketsOwn(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	defer ln.Close()
+	go func() {
+		if c, err := ln.Accept(); err == nil {
+			defer c.Close()
+			_, _ = io.Copy(io.Discard, c)
+		}
+	}()
+	c, err := net.Dial("tcp", ln.Addr().String())
+	require.NoError(t, err)
+	defer c.Close()
+	fdOf := func(raw syscall.RawConn) uintptr {
+		var fd uintptr
+		require.NoError(t, raw.Control(func(f uintptr) { fd = f }))
+		return fd
+	}
+	own, err := c.(syscall.Conn).SyscallConn()
+	require.NoError(t, err)
+	ic := newInterruptible(c)
+	raw, err := ic.SyscallConn()
+	require.NoError(t, err)
+	require.Equal(t, fdOf(own), fdOf(raw))
+	require.Zero(t, testing.AllocsPerRun(100, func() { _, _ = ic.SyscallConn() }))
 }

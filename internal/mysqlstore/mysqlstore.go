@@ -416,7 +416,10 @@ func (s *Store) Complete(ctx context.Context, p store.CompleteParams) (bool, tim
 	if p.Canceled {
 		giveBack = 1 // a started row's attempt_count is at least 1
 	}
-	query, args := completeSQL, []any{string(p.Status), string(p.Response), p.ResponseCode, p.Events, giveBack, micros(p.TTL)}
+	// One backing array for all the arguments (at most 11): appending the
+	// last two to a literal of six would copy it into a second one.
+	query, args := completeSQL, make([]any, 0, 11)
+	args = append(args, statusArg(p.Status), string(p.Response), p.ResponseCode, p.Events, giveBack, micros(p.TTL))
 	if g := p.Progress; g != nil {
 		query, args = completeProgressSQL, append(args, g.Done, g.Total, g.Stage)
 	}
@@ -443,6 +446,21 @@ func (s *Store) Complete(ctx context.Context, p store.CompleteParams) (bool, tim
 		return true, completed.UTC(), nil
 	}
 	return true, time.UnixMicro(at).UTC(), nil
+}
+
+// The two final statuses as statement arguments, boxed once: converting
+// the string to an interface on every Complete would allocate.
+var succeededArg, failedArg any = string(store.RowSucceeded), string(store.RowFailed)
+
+// statusArg is string(st) as a statement argument.
+func statusArg(st store.RowStatus) any {
+	switch st {
+	case store.RowSucceeded:
+		return succeededArg
+	case store.RowFailed:
+		return failedArg
+	}
+	return string(st)
 }
 
 // Release deletes the row (no previous row) or restores the previous one;
