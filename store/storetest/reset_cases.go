@@ -157,12 +157,20 @@ func guardResetAndForcedRunsOverTheStore(t *testing.T, h *Harness) {
 	require.EqualValues(t, 3, runs.Load())
 }
 
-// afterCompletion waits until the store's clock is past the key's stored answer, so that a
-// forced call begins after it was stored (a forced call replaces only such an answer).
+// afterCompletion waits until the store's clock is past the key's stored answer by
+// forcedCallSlack, so that a forced call begins after it was stored (a forced call replaces only
+// such an answer).
 func afterCompletion(t testing.TB, h *Harness, tenant, scope, keyHash string) {
 	t.Helper()
 	pollUntil(t, "the store's clock passes the stored answer", func() bool {
 		r := get(t, h, tenant, scope, keyHash)
-		return r.Now.Sub(r.CompletedAt) > time.Millisecond
+		return r.Now.Sub(r.CompletedAt) > forcedCallSlack
 	})
 }
+
+// forcedCallSlack is how long before a forced call the answer it replaces is stored. The call
+// takes its beginning on the store's clock as the read's clock less all the time it has taken
+// so far, reply included (never later than it was): a call slower than the slack to its read
+// (a loaded machine: its claim INSERT and read waiting for a core) would count an answer stored
+// just before it began as stored during it, and answer as its duplicate.
+const forcedCallSlack = 500 * time.Millisecond
