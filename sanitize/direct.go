@@ -84,56 +84,6 @@ func genericOf(v any, depth int) (any, bool) {
 	return nil, false
 }
 
-// convertible reports whether genericOf(v, depth) converts v (its ok),
-// without converting it.
-func convertible(v any, depth int) bool {
-	switch x := v.(type) {
-	case nil, bool, int, int64, int32, uint64, uint:
-		return true
-	case string:
-		return utf8.ValidString(x)
-	case json.Number:
-		return validNumber(string(x))
-	case map[string]any:
-		if x == nil {
-			return true
-		}
-		if depth >= maxDirectDepth {
-			return false
-		}
-		for k, e := range x {
-			if !utf8.ValidString(k) || !convertible(e, depth+1) {
-				return false
-			}
-		}
-		return true
-	case Envelope:
-		return envelopeConvertible(x, depth)
-	case *Envelope:
-		return x == nil || envelopeConvertible(*x, depth)
-	case []any:
-		if x == nil {
-			return true
-		}
-		if depth >= maxDirectDepth {
-			return false
-		}
-		for _, e := range x {
-			if !convertible(e, depth+1) {
-				return false
-			}
-		}
-		return true
-	}
-	return false
-}
-
-// envelopeConvertible reports whether envelopeObject(e, depth) converts e.
-func envelopeConvertible(e Envelope, depth int) bool {
-	return utf8.ValidString(string(e.StopReason)) && utf8.ValidString(e.TraceID) &&
-		(len(e.Data) == 0 || convertible(e.Data, depth+1))
-}
-
 // envelopeObject is the object json.Marshal(e) encodes, by its struct tags.
 func envelopeObject(e Envelope, depth int) (any, bool) {
 	if !utf8.ValidString(string(e.StopReason)) || !utf8.ValidString(e.TraceID) {

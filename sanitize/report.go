@@ -165,7 +165,9 @@ func fromMap(top map[string]any, dropped func(string)) (Envelope, bool) {
 		case "data":
 			data, ok = genericOf(v, 1)
 		default:
-			ok = convertible(v, 1)
+			// Only whether it converts matters: a scalar converts without
+			// an allocation, and fromMembers reads the members as they are.
+			_, ok = genericOf(v, 1)
 		}
 		if !ok {
 			return Envelope{}, false
