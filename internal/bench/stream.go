@@ -416,7 +416,14 @@ func procRSS(pid int) int64 {
 
 // relayStream is the floor's streamed route: it forwards the body to the
 // upstream and copies its answer to the client, flushing after each event,
-// with no claim, no sanitizing and nothing stored.
+// with no claim, no sanitizing and nothing stored. The last event, [DONE],
+// is not flushed on its own: the handler's return flushes it together with
+// the end of the chunked body, as serve ends a stream (pipeline.SSE.End).
+// Flushed alone, the body's end came in a later write, the client (which
+// stops reading at [DONE]) closed a body it had not read to its end, and
+// lost its connection: about half the floor's requests dialed again, which
+// put a TCP handshake into the floor's time to first event and not into
+// serve's.
 func (f *floor) relayStream(c *gin.Context) {
 	body, err := io.ReadAll(c.Request.Body)
 	if err != nil {
@@ -439,19 +446,22 @@ func (f *floor) relayStream(c *gin.Context) {
 	w.Header().Set("Content-Type", "text/event-stream")
 	w.WriteHeader(http.StatusOK)
 	br := bufio.NewReader(resp.Body)
+	done := false // the event being copied is the last, [DONE]
 	for {
 		line, err := br.ReadBytes('\n')
 		if len(line) > 0 {
 			if _, werr := w.Write(line); werr != nil {
 				return
 			}
-			if len(line) == 1 { // the blank line that ends an event
+			switch {
+			case string(line) == "data: [DONE]\n":
+				done = true
+			case len(line) == 1 && !done: // the blank line that ends an event
 				w.Flush()
 			}
 		}
 		if err != nil {
-			w.Flush()
-			return
+			return // the handler's end flushes what is left with the body's end
 		}
 	}
 }
