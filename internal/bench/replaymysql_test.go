@@ -76,6 +76,28 @@ func BenchmarkFreshMySQL(b *testing.B) {
 	})
 }
 
+// BenchmarkFreshMySQLAudited is BenchmarkFreshMySQL with the audit suite's
+// fresh-audit-on guard: the trail stored (the claim's event carried by its
+// INSERT) and observed, with an observer that counts it.
+func BenchmarkFreshMySQLAudited(b *testing.B) {
+	e, _ := newFreshEnv(b)
+	var observed atomic.Int64
+	g, err := e.newGuard(func(c *idemguard.Config) {
+		c.Audit = idemguard.AuditConfig{Store: true, Observe: true}
+		c.Observe = func(e idemguard.Event) {
+			if e.Kind == idemguard.EventAudit {
+				observed.Add(1)
+			}
+		}
+	})
+	require.NoError(b, err)
+	b.Cleanup(func() { closeGuard(g) })
+	runParallelCPU(b, freshDo(g, scopeAuditFresh, "fresh-audit-", new(atomic.Int64)))
+	if observed.Load() == 0 {
+		b.Fatal("the audited guard observed no event")
+	}
+}
+
 func BenchmarkRawInsertUpdateMySQL(b *testing.B) {
 	e, body := newFreshEnv(b)
 	runParallelCPU(b, rawInsertUpdate(e, scopeFresh, body))
