@@ -34,13 +34,18 @@ func leaseMargin(lease time.Duration) time.Duration {
 // soon and never cancels anything by itself: only the lease timer or a
 // decisive answer from the row does.
 //
-// It runs on timers (time.AfterFunc), not on a goroutine of its own: most
-// operations finish long before the first beat is due, and then the
-// heartbeat costs one timer instead of a goroutine start, a ticker and a
-// wake-up of another thread (measured with internal/bench). The lease's own
-// timer is armed by the first beat, before it renews: that beat is due
-// before the lease ends (every StaleAfter/3, the end StaleAfter less the
-// margin), and a lease that ends first gets its timer at the start.
+// It runs on timers (time.AfterFunc), not on a goroutine of its own, and
+// most operations finish long before the first beat is due: so the
+// renewal timer is not armed when the operation starts but by the Guard's
+// sweep of its running operations (runningOps.sweep), which comes within
+// half a renewal interval of the start and arms the timers of those still
+// running, for their first beat at start + every, as before. An operation
+// that ends before a sweep costs no timer at all (measured with
+// internal/bench: a timer added to and removed from the runtime's heap
+// per fresh key). The lease's own timer is armed by the first beat, before
+// it renews: that beat is due before the lease ends (every StaleAfter/3,
+// the end StaleAfter less the margin), and a lease that ends first gets
+// its timer at the start.
 type heartbeat struct {
 	g      *Guard
 	p      prepared
@@ -49,8 +54,10 @@ type heartbeat struct {
 	lease  time.Duration
 	every  time.Duration
 
+	start time.Time // when the heartbeat started: the first beat is due every after it
+
 	mu       sync.Mutex
-	timer    *time.Timer // the next renewal
+	timer    *time.Timer // the next renewal; nil until armed (armRenewal)
 	expiry   *time.Timer // the lease's end; nil until armed (armExpiry)
 	deadline time.Time   // local monotonic time the lease ends (margin included)
 	stopped  bool
@@ -71,19 +78,31 @@ type heartbeat struct {
 	runPrev, runNext *heartbeat
 }
 
-// startHeartbeat starts the lease timer and schedules the first renewal for
-// the claim o; cancel cancels the operation.
+// startHeartbeat starts the heartbeat of the claim o, whose first renewal
+// the sweep of the running operations schedules (runningOps.add), and the
+// lease timer if the lease ends before that renewal is due; cancel cancels
+// the operation.
 func (g *Guard) startHeartbeat(p prepared, o owned, cancel context.CancelCauseFunc) *heartbeat {
 	lease := p.settings.StaleAfter
-	hb := &heartbeat{g: g, p: p, o: o, cancel: cancel, lease: lease, every: cmp.Or(g.cfg.test.HeartbeatEvery, lease/3)}
+	hb := &heartbeat{g: g, p: p, o: o, cancel: cancel, lease: lease, every: cmp.Or(g.cfg.test.HeartbeatEvery, lease/3),
+		start: time.Now()}
 	hb.mu.Lock()
 	defer hb.mu.Unlock()
 	hb.deadline = o.leaseFrom.Add(lease - leaseMargin(lease))
-	hb.timer = time.AfterFunc(hb.every, hb.beat)
-	if time.Until(hb.deadline) <= hb.every {
+	if hb.deadline.Sub(hb.start) <= hb.every {
 		hb.armExpiry() // the lease ends before the first beat is due
 	}
 	return hb
+}
+
+// armRenewal schedules the first renewal, at start + every, unless it is
+// scheduled already or the heartbeat stopped (runningOps.sweep).
+func (hb *heartbeat) armRenewal() {
+	hb.mu.Lock()
+	defer hb.mu.Unlock()
+	if hb.timer == nil && !hb.stopped {
+		hb.timer = time.AfterFunc(time.Until(hb.start.Add(hb.every)), hb.beat)
+	}
 }
 
 // armExpiry starts the lease's timer unless it runs already (hb.mu held).
@@ -186,7 +205,9 @@ func (hb *heartbeat) next(d time.Duration) {
 func (hb *heartbeat) stop() {
 	hb.mu.Lock()
 	hb.stopped = true
-	hb.timer.Stop()
+	if hb.timer != nil {
+		hb.timer.Stop()
+	}
 	if hb.expiry != nil {
 		hb.expiry.Stop()
 	}
