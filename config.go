@@ -47,7 +47,7 @@ type Config struct {
 	MaxWait time.Duration
 	// StoreTimeout bounds each store call. Defaults to DefaultStoreTimeout (5s).
 	// Writes sent within the same few milliseconds share one deadline, so a
-	// write may end up to a hundredth of it (at most 10ms) sooner.
+	// write may end up to a hundredth of it (at most 50ms) sooner.
 	StoreTimeout time.Duration
 	// MaxResponseBytes is the largest stored envelope, in bytes of JSON; a
 	// larger one keeps everything but data. Defaults to
