@@ -173,7 +173,7 @@ func (g *Guard) runInBackground(ctx context.Context, p prepared, op Operation, o
 func (hb *heartbeat) renewOnce(ctx context.Context) (bool, error) {
 	p := hb.p
 	pr := hb.progress.Load().take()
-	r, err := hb.g.store.Renew(ctx, store.RenewParams{ID: hb.o.id, Nonce: hb.o.nonce, Extend: p.settings.TTL + hb.lease, Progress: pr})
+	r, err := hb.g.store.Renew(ctx, store.RenewParams{ID: hb.id, Nonce: hb.nonce, Extend: p.settings.TTL + hb.lease, Progress: pr})
 	if err != nil {
 		hb.progress.Load().untake(pr) // the next renewal carries it (or a later one)
 	}
@@ -182,7 +182,7 @@ func (hb *heartbeat) renewOnce(ctx context.Context) (bool, error) {
 	}
 	if r.CancelRequested && hb.cancelSeen.CompareAndSwap(false, true) {
 		hb.cancel(ErrCanceled)
-		hb.g.log.Info("guard: cancel requested; cancelling the operation", hb.g.attrs(p, slog.Int("attempt", hb.o.attempt))...)
+		hb.g.log.Info("guard: cancel requested; cancelling the operation", hb.g.attrs(p, slog.Int("attempt", hb.attempt))...)
 	}
 	p.delivery.beat(hb.g, p)
 	return true, nil

@@ -47,12 +47,16 @@ func leaseMargin(lease time.Duration) time.Duration {
 // the end StaleAfter less the margin), and a lease that ends first gets
 // its timer at the start.
 type heartbeat struct {
-	g      *Guard
-	p      prepared
-	o      owned
-	cancel context.CancelCauseFunc // the operation's
-	lease  time.Duration
-	every  time.Duration
+	g *Guard
+	p prepared
+	// The claim: owned's id, nonce and attempt (the rest of owned is not
+	// the heartbeat's, and would take it past 512 bytes).
+	id      uint64
+	nonce   string
+	attempt int
+	cancel  context.CancelCauseFunc // the operation's
+	lease   time.Duration
+	every   time.Duration
 
 	start time.Time // when the heartbeat started: the first beat is due every after it
 
@@ -84,7 +88,7 @@ type heartbeat struct {
 // the operation.
 func (g *Guard) startHeartbeat(p prepared, o owned, cancel context.CancelCauseFunc) *heartbeat {
 	lease := p.settings.StaleAfter
-	hb := &heartbeat{g: g, p: p, o: o, cancel: cancel, lease: lease, every: cmp.Or(g.cfg.test.HeartbeatEvery, lease/3),
+	hb := &heartbeat{g: g, p: p, id: o.id, nonce: o.nonce, attempt: o.attempt, cancel: cancel, lease: lease, every: cmp.Or(g.cfg.test.HeartbeatEvery, lease/3),
 		start: time.Now()}
 	hb.mu.Lock()
 	defer hb.mu.Unlock()
@@ -146,7 +150,7 @@ func (hb *heartbeat) beat() {
 		hb.lost = true
 		hb.mu.Unlock()
 		hb.cancel(ErrOwnershipLost)
-		g.log.Warn("guard: claim taken over; cancelling the operation", g.attrs(p, slog.Int("attempt", hb.o.attempt))...)
+		g.log.Warn("guard: claim taken over; cancelling the operation", g.attrs(p, slog.Int("attempt", hb.attempt))...)
 	}
 }
 
@@ -159,7 +163,7 @@ func (hb *heartbeat) expire() {
 	if live {
 		hb.cancel(ErrOwnershipLost)
 		hb.g.log.Warn("guard: lease ran out before a renewal landed; cancelling the operation",
-			hb.g.attrs(hb.p, slog.Int("attempt", hb.o.attempt))...)
+			hb.g.attrs(hb.p, slog.Int("attempt", hb.attempt))...)
 	}
 }
 
