@@ -34,11 +34,14 @@ func (r *runningOps) watch(lifetime context.Context) {
 }
 
 // add counts hb's operation among the running ones, or cancels it at once
-// when the lifetime has ended (as context.AfterFunc on an ended context).
+// when the lifetime has ended (as context.AfterFunc on an ended context);
+// a cancelled operation may still run a while and commit, so then its
+// renewal timer is armed at once, as no sweep comes any more.
 func (r *runningOps) add(hb *heartbeat) {
 	r.mu.Lock()
 	if r.closed {
 		r.mu.Unlock()
+		hb.armRenewal()
 		hb.cancel(ErrShuttingDown)
 		return
 	}
@@ -94,7 +97,9 @@ func (r *runningOps) remove(hb *heartbeat) {
 	hb.runPrev, hb.runNext = nil, nil
 }
 
-// cancelAll cancels every running operation, and any added later.
+// cancelAll cancels every running operation, and any added later. No
+// sweep comes after it: the operations, which may still run a while (the
+// grace period of Close) and commit, get their renewal timers now.
 func (r *runningOps) cancelAll() {
 	r.mu.Lock()
 	r.closed = true
@@ -105,6 +110,7 @@ func (r *runningOps) cancelAll() {
 	r.head = nil
 	var cancels []context.CancelCauseFunc
 	for hb := head; hb != nil; hb = hb.runNext {
+		hb.armRenewal()
 		cancels = append(cancels, hb.cancel)
 	}
 	r.mu.Unlock()

@@ -44,5 +44,11 @@ func TestRenewalTimersAreArmedByTheSweep(t *testing.T) {
 	r.add(later)
 	require.False(t, r.sweepAt.IsZero(), "an operation added after a sweep made none due")
 
+	// Close: no sweep comes any more, and an operation cancelled by it may
+	// still run and commit under its lease.
 	r.cancelAll()
+	require.True(t, armed(later), "an operation running at Close was left without a renewal timer")
+	afterClose := newHB(time.Hour)
+	r.add(afterClose)
+	require.True(t, armed(afterClose), "an operation added after Close was left without a renewal timer")
 }
