@@ -46,8 +46,8 @@ type Config struct {
 	// MaxWait caps Call.Wait. Defaults to DefaultMaxWait (30s).
 	MaxWait time.Duration
 	// StoreTimeout bounds each store call. Defaults to DefaultStoreTimeout (5s).
-	// Writes sent within the same few milliseconds share one deadline, so a
-	// write may end up to a hundredth of it (at most 50ms) sooner.
+	// Writes sent within a hundredth of it of each other (at most 50ms)
+	// share one deadline, so a write may end up to that much sooner.
 	StoreTimeout time.Duration
 	// MaxResponseBytes is the largest stored envelope, in bytes of JSON; a
 	// larger one keeps everything but data. Defaults to
