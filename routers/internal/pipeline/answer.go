@@ -121,7 +121,7 @@ func (a *Answers) Result(w http.ResponseWriter, req Request, res idemguard.Resul
 	for k, v := range res.Header {
 		h[k] = v
 	}
-	if h.Get("Content-Type") == "" {
+	if ct := h["Content-Type"]; len(ct) == 0 || ct[0] == "" { // Get, without canonicalizing the constant name
 		h["Content-Type"] = contentJSON
 	}
 	if res.StatusCode == http.StatusNoContent || res.StatusCode == http.StatusNotModified {

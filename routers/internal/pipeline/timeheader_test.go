@@ -2,10 +2,13 @@ package pipeline
 
 import (
 	"net/http"
+	"net/http/httptest"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/idemguard/idemguard"
 )
 
 // Idempotent-Completed-At is FormatTime's text, RFC 3339 in UTC with the
@@ -43,4 +46,23 @@ func TestCompletedAtHeaderIsFormatTimeInOneAllocation(t *testing.T) {
 	require.Equal(t, "2026-11-28T10:30:05.123456789Z", sink[0])
 	sink = append(sink, "x")
 	require.Equal(t, []string{"2026-11-28T10:30:05.123456789Z"}, timeHeader(at))
+}
+
+// Result answers a stored answer with its own Content-Type, and with JSON's
+// when it has none or an empty one (as Header.Get == "" said).
+func TestResultContentType(t *testing.T) {
+	for _, c := range []struct {
+		stored http.Header
+		want   []string
+	}{
+		{nil, []string{ContentJSON}},
+		{http.Header{"Content-Type": {""}}, []string{ContentJSON}},
+		{http.Header{"Content-Type": {"text/plain"}}, []string{"text/plain"}},
+		{http.Header{"Content-Type": {}}, []string{ContentJSON}},
+	} {
+		w := httptest.NewRecorder()
+		res := idemguard.Result{Status: idemguard.StatusSucceeded, StatusCode: http.StatusOK, Body: []byte(`{}`), Header: c.stored}
+		(&Answers{}).Result(w, Request{}, res)
+		require.Equal(t, c.want, w.Header()["Content-Type"], c.stored)
+	}
 }
