@@ -10,6 +10,8 @@ import (
 	"sync/atomic"
 	"time"
 	"unicode"
+
+	"github.com/idemguard/idemguard/internal/ctxkeys"
 )
 
 // AuditConfig is Config.Audit. Auditing is off (and costs nothing) unless
@@ -72,7 +74,9 @@ func validActor(a string) error {
 	return nil
 }
 
-type actorKey struct{}
+// actorKey is ctxkeys.Actor, which an entry path may also set (together
+// with the tenant) through a ctxkeys.Caller.
+type actorKey = ctxkeys.Actor
 
 // WithActor returns ctx carrying actor, the caller named in audit events
 // of the calls made with ctx that leave Call.Actor empty, and of

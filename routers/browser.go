@@ -15,7 +15,7 @@ import (
 
 	"github.com/gin-gonic/gin"
 
-	"github.com/idemguard/idemguard"
+	"github.com/idemguard/idemguard/internal/ctxkeys"
 	"github.com/idemguard/idemguard/routers/auth"
 	"github.com/idemguard/idemguard/tenancy"
 )
@@ -61,8 +61,8 @@ func (h *handlers) authenticateScope(creds *auth.Credentials, byScope map[string
 			h.authFailed(c, err, false) // a valid token the scope cannot key: not a guess
 			return
 		}
-		ctx := tenancy.WithTenant(c.Request.Context(), p.Tenant)
-		c.Request = c.Request.WithContext(idemguard.WithActor(ctx, h.actorOf(p)))
+		// tenancy.WithTenant and idemguard.WithActor, in one node.
+		c.Request = c.Request.WithContext(h.callerOf(p).In(c.Request.Context()))
 		f := logOf(c)
 		f.tenant, f.auth, f.principal = p.Tenant, string(p.Method), principal
 		c.Next()
@@ -125,7 +125,7 @@ func principalFrom(c *gin.Context) string { return logOf(c).principal }
 func (h *handlers) actorOf(p auth.Principal) string {
 	switch p.Method {
 	case auth.MethodAPIKey:
-		return h.keyActors.of(p.KeyName)
+		return h.keyActors.of(p.Tenant, p.KeyName).Actor()
 	case auth.MethodJWT:
 		if p.Subject == "" {
 			return "jwt"
@@ -135,27 +135,44 @@ func (h *handlers) actorOf(p auth.Principal) string {
 	return ""
 }
 
-// keyActors are auth.KeyActor of the API key names seen, made once: every
+// callerOf is p's tenant and audit actor (actorOf) as the values of one
+// context node: made once per API key (keyActors), per request for a JWT.
+func (h *handlers) callerOf(p auth.Principal) *ctxkeys.Caller {
+	if p.Method == auth.MethodAPIKey {
+		return h.keyActors.of(p.Tenant, p.KeyName)
+	}
+	return ctxkeys.NewCaller(p.Tenant, h.actorOf(p))
+}
+
+// keyActors are the callers (ctxkeys.Caller: the tenant, and
+// auth.KeyActor of the key's name) of the API keys seen, made once: every
 // request names its caller, and the names are the configured keys' (at
 // most maxKeyActors are kept; past that each is made again).
 type keyActors struct {
-	m    sync.Map // key name → its actor
+	m    sync.Map // keyCaller → its *ctxkeys.Caller
 	kept atomic.Int64
+}
+
+// keyCaller is an API key: its tenant and name.
+type keyCaller struct {
+	tenant tenancy.ID
+	name   string
 }
 
 // maxKeyActors bounds keyActors.
 const maxKeyActors = 4096
 
-func (k *keyActors) of(name string) string {
+func (k *keyActors) of(tenant tenancy.ID, name string) *ctxkeys.Caller {
 	if k == nil {
-		return auth.KeyActor(name)
+		return ctxkeys.NewCaller(tenant, auth.KeyActor(name))
 	}
-	if a, ok := k.m.Load(name); ok {
-		return a.(string)
+	kc := keyCaller{tenant: tenant, name: name}
+	if a, ok := k.m.Load(kc); ok {
+		return a.(*ctxkeys.Caller)
 	}
-	a := auth.KeyActor(name)
+	a := ctxkeys.NewCaller(tenant, auth.KeyActor(name))
 	if k.kept.Load() < maxKeyActors {
-		if _, loaded := k.m.LoadOrStore(name, a); !loaded {
+		if _, loaded := k.m.LoadOrStore(kc, a); !loaded {
 			k.kept.Add(1)
 		}
 	}

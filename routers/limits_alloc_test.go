@@ -1,11 +1,14 @@
 package routers
 
 import (
+	"context"
 	"testing"
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/idemguard/idemguard"
 	"github.com/idemguard/idemguard/routers/auth"
+	"github.com/idemguard/idemguard/tenancy"
 )
 
 // The limits cost a request no allocation once its tenant's entry exists:
@@ -52,18 +55,32 @@ func TestPlacesAreSharedByAKeysCalls(t *testing.T) {
 	require.Zero(t, allocs)
 }
 
-// An API key's audit actor is auth.KeyActor of its name, made once per
-// name: later requests of the key allocate nothing for it.
+// ctxSink makes a context escape, as a request's does.
+var ctxSink context.Context
+
+// An API key's caller is its tenant and auth.KeyActor of its name, made
+// once per (tenant, name): later requests of the key allocate nothing for
+// it, and put both in a request's context with one allocation.
 func TestKeyActorsAreKeyActorMadeOnce(t *testing.T) {
 	k := &keyActors{}
-	for _, name := range []string{"billing", "", "ops", "billing", "ops"} {
-		require.Equal(t, auth.KeyActor(name), k.of(name), name)
+	for _, kc := range []keyCaller{{"acme", "billing"}, {"acme", ""}, {"acme", "ops"}, {"acme", "billing"}, {"beta", "ops"}, {"acme", "ops"}} {
+		c := k.of(kc.tenant, kc.name)
+		require.Equal(t, auth.KeyActor(kc.name), c.Actor(), kc)
+		ctx := c.In(context.Background())
+		tenant, ok := tenancy.FromContext(ctx)
+		require.True(t, ok)
+		require.Equal(t, kc.tenant, tenant)
+		require.Equal(t, auth.KeyActor(kc.name), idemguard.ActorFrom(ctx))
 	}
-	require.EqualValues(t, 3, k.kept.Load())
-	require.Zero(t, testing.AllocsPerRun(100, func() { _ = k.of("billing") }))
+	require.EqualValues(t, 4, k.kept.Load())
+	require.Same(t, k.of("acme", "billing"), k.of("acme", "billing"))
+	require.NotSame(t, k.of("acme", "ops"), k.of("beta", "ops"))
+	require.Zero(t, testing.AllocsPerRun(100, func() { _ = k.of("acme", "billing") }))
+	ctx := context.Background()
+	require.Equal(t, 1.0, testing.AllocsPerRun(100, func() { ctxSink = k.of("acme", "billing").In(ctx) }))
 	k.kept.Store(maxKeyActors) // full: a new name is made, not kept
-	require.Equal(t, auth.KeyActor("new"), k.of("new"))
-	_, kept := k.m.Load("new")
+	require.Equal(t, auth.KeyActor("new"), k.of("acme", "new").Actor())
+	_, kept := k.m.Load(keyCaller{"acme", "new"})
 	require.False(t, kept)
-	require.Equal(t, auth.KeyActor("x"), (*keyActors)(nil).of("x"))
+	require.Equal(t, auth.KeyActor("x"), (*keyActors)(nil).of("acme", "x").Actor())
 }

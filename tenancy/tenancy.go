@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"unicode/utf8"
+
+	"github.com/idemguard/idemguard/internal/ctxkeys"
 )
 
 // MaxIDLen is the longest tenant ID, in characters (bytes: every allowed
@@ -83,7 +85,9 @@ func (id ID) Valid() bool {
 // String returns the ID as it was parsed.
 func (id ID) String() string { return string(id) }
 
-type ctxKey struct{}
+// ctxKey is ctxkeys.Tenant, which an entry path may also set (together
+// with the audit actor) through a ctxkeys.Caller.
+type ctxKey = ctxkeys.Tenant
 
 // WithTenant returns a copy of ctx carrying the tenant id.
 func WithTenant(ctx context.Context, id ID) context.Context {

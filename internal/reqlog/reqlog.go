@@ -190,6 +190,9 @@ func appendJSON(b []byte, t time.Time, level slog.Level, l *Line) []byte {
 // it for floats): %f between 1e-6 and 1e21, else %e without a leading zero
 // in a negative exponent. f is finite (a duration).
 func appendFloat(b []byte, f float64) []byte {
+	if ms, ok := appendMillis(b, f); ok {
+		return ms
+	}
 	format := byte('f')
 	if abs := math.Abs(f); abs != 0 && (abs < 1e-6 || abs >= 1e21) {
 		format = 'e'
@@ -202,6 +205,34 @@ func appendFloat(b []byte, f float64) []byte {
 		}
 	}
 	return b
+}
+
+// appendMillis appends f as appendFloat would when f is a whole number of
+// microseconds in milliseconds below 1e9 (a request's duration_ms:
+// math.Round(µs)/1000), without strconv's shortest-digit search: such an f
+// is the double nearest k/1000, and no other decimal of at most three
+// fractional digits is within its half ulp (under 2^-24 there), so k/1000
+// without trailing zeros is the shortest text that reads back as f, the
+// one 'f' with precision -1 writes. It reports false for any other f.
+func appendMillis(b []byte, f float64) ([]byte, bool) {
+	if !(f >= 0 && f < 1e9) {
+		return b, false
+	}
+	k := math.Round(f * 1000)
+	if k/1000 != f {
+		return b, false
+	}
+	n := int64(k)
+	b = strconv.AppendInt(b, n/1000, 10)
+	if frac := n % 1000; frac != 0 {
+		d := [4]byte{'.', byte('0' + frac/100), byte('0' + frac/10%10), byte('0' + frac%10)}
+		m := len(d)
+		for d[m-1] == '0' {
+			m--
+		}
+		b = append(b, d[:m]...)
+	}
+	return b, true
 }
 
 // secondText is the RFC 3339 text of one second in one location: the

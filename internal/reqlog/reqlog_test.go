@@ -3,8 +3,10 @@ package reqlog
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"log/slog"
 	"math"
+	"strconv"
 	"testing"
 	"time"
 
@@ -143,3 +145,35 @@ func BenchmarkRequestLine(b *testing.B) {
 type discard struct{}
 
 func (discard) Write(p []byte) (int, error) { return len(p), nil }
+
+// A duration of whole microseconds in milliseconds takes appendMillis,
+// which must write what strconv (encoding/json's and slog's %f) writes:
+// every value to 1 s, then a sweep up to the bound; the values it leaves
+// to strconv are written as encoding/json writes them.
+func TestAppendFloatMillisIsStrconvs(t *testing.T) {
+	check := func(f float64, fast bool) {
+		t.Helper()
+		want := strconv.AppendFloat(nil, f, 'f', -1, 64)
+		if !fast {
+			var err error
+			want, err = json.Marshal(f)
+			require.NoError(t, err)
+		}
+		if got := appendFloat(nil, f); string(got) != string(want) {
+			t.Fatalf("appendFloat(%v) = %s, want %s", f, got, want)
+		}
+		if _, ok := appendMillis(nil, f); ok != fast {
+			t.Fatalf("appendMillis(%v) took %t, want %t", f, ok, fast)
+		}
+	}
+	for k := int64(0); k < 1_000_000; k++ {
+		check(float64(k)/1000, true)
+	}
+	for k := int64(1_000_000); k < 1e12; k = k*1013/1000 + 7 {
+		check(float64(k)/1000, true)
+	}
+	check(math.Round(float64((1234567*time.Microsecond).Microseconds()))/1000, true)
+	for _, f := range []float64{0.0005, 1e-7, 0.1234, 1e9, 1e9 + 0.5, 2.5e15, 1e22, -1, -0.001, math.Nextafter(0.123, 1)} {
+		check(f, false)
+	}
+}

@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"strconv"
 	"time"
+	"unsafe"
 
 	"github.com/idemguard/idemguard"
 	"github.com/idemguard/idemguard/internal/live"
@@ -120,7 +121,7 @@ func (a *Answers) Result(w http.ResponseWriter, req Request, res idemguard.Resul
 	for k, v := range res.Header {
 		h[k] = v
 	}
-	if h.Get("Content-Type") == "" {
+	if ct := h["Content-Type"]; len(ct) == 0 || ct[0] == "" { // Get, without canonicalizing the constant name
 		h["Content-Type"] = contentJSON
 	}
 	if res.StatusCode == http.StatusNoContent || res.StatusCode == http.StatusNotModified {
@@ -149,8 +150,31 @@ func SetReplayed(h http.Header, replayed bool, completedAt time.Time) {
 	}
 	h[HeaderReplayed] = replayedTrue
 	if !completedAt.IsZero() {
-		h[HeaderCompletedAt] = []string{FormatTime(completedAt)}
+		h[HeaderCompletedAt] = timeHeader(completedAt)
 	}
+}
+
+// timeValue is a header value of one FormatTime text: the value's slice
+// array and the text's bytes, in one allocation.
+type timeValue struct {
+	v    [1]string
+	text [timeLen]byte
+}
+
+// timeLen is the longest FormatTime text of a four-digit year.
+const timeLen = len("2006-01-02T15:04:05.999999999Z")
+
+// timeHeader is []string{FormatTime(t)} in one allocation instead of two:
+// the text is written into the value's own array, which nothing writes
+// again (the string is made over it with unsafe.String).
+func timeHeader(t time.Time) []string {
+	tv := new(timeValue)
+	b := appendTime(tv.text[:0], t)
+	if len(b) == 0 || &b[0] != &tv.text[0] { // a year of five digits outgrew the array
+		return []string{string(b)}
+	}
+	tv.v[0] = unsafe.String(&tv.text[0], len(b))
+	return tv.v[:]
 }
 
 // Header values every answer shares, set without allocating: a handler
@@ -163,7 +187,13 @@ var (
 )
 
 // FormatTime renders t as RFC 3339 in UTC, with its sub-second digits.
-func FormatTime(t time.Time) string { return t.UTC().Format(time.RFC3339Nano) }
+func FormatTime(t time.Time) string {
+	var buf [timeLen]byte
+	return string(appendTime(buf[:0], t))
+}
+
+// appendTime appends FormatTime's text of t to b.
+func appendTime(b []byte, t time.Time) []byte { return t.UTC().AppendFormat(b, time.RFC3339Nano) }
 
 // Stream is the idemguard.StreamWriter of every streamed entry path: the
 // events go to the client as server-sent events as they happen, each with

@@ -130,9 +130,13 @@ func readJSONBody(w http.ResponseWriter, r *http.Request, max int64) ([]byte, js
 	if r.ContentLength > max {
 		return nil, nil, tooLarge()
 	}
-	raw, err := readAll(http.MaxBytesReader(w, r.Body, max), r.ContentLength)
+	raw, err := readAll(r.Body, r.ContentLength, max)
 	if err != nil {
-		if mbe := (*http.MaxBytesError)(nil); errors.As(err, &mbe) {
+		if errors.Is(err, errOverLimit) {
+			overLimit(w)
+			return nil, nil, tooLarge()
+		}
+		if mbe := (*http.MaxBytesError)(nil); errors.As(err, &mbe) { // a limit of the caller's own
 			return nil, nil, tooLarge()
 		}
 		return nil, nil, Reject(ErrInvalidBody, "the body could not be read")
@@ -150,27 +154,55 @@ func readJSONBody(w http.ResponseWriter, r *http.Request, max int64) ([]byte, js
 // arrive: the declared length is the client's word, not bytes in hand.
 const readAllPrealloc = 64 << 10
 
-// readAll is io.ReadAll that, when the request declares its length, starts
-// with a buffer of that size (up to readAllPrealloc) instead of growing one
-// from 512 bytes.
-func readAll(r io.Reader, contentLength int64) ([]byte, error) {
-	if contentLength <= 0 {
-		return io.ReadAll(r)
+// errOverLimit is readAll's error for a body of more than its max bytes.
+var errOverLimit = errors.New("pipeline: body over the limit")
+
+// readAll is io.ReadAll of at most max bytes (errOverLimit past them) that,
+// when the request declares its length, starts with a buffer of that size
+// (up to readAllPrealloc) instead of growing one from 512 bytes. It limits
+// the reads itself: an http.MaxBytesReader per request is an allocation
+// (overLimit does what it would do past the limit).
+func readAll(r io.Reader, contentLength, max int64) ([]byte, error) {
+	over := max + 1 // the bytes read that tell a body over max
+	if over < max {
+		over = max // max is math.MaxInt64: never over
 	}
-	b := make([]byte, 0, min(contentLength, readAllPrealloc)+1) // +1: EOF is seen without growing
-	for {
-		n, err := r.Read(b[len(b):cap(b)])
-		b = b[:len(b)+n]
-		if err == io.EOF {
-			return b, nil
+	if contentLength <= 0 {
+		b, err := io.ReadAll(io.LimitReader(r, over))
+		if err == nil && int64(len(b)) > max {
+			err = errOverLimit
 		}
-		if err != nil {
+		return b, err
+	}
+	b := make([]byte, 0, min(contentLength, readAllPrealloc, max)+1) // +1: EOF is seen without growing
+	for {
+		room := b[len(b):cap(b)]
+		if left := over - int64(len(b)); int64(len(room)) > left {
+			room = room[:left] // one byte past max says it is over
+		}
+		n, err := r.Read(room)
+		b = b[:len(b)+n]
+		switch {
+		case int64(len(b)) > max:
+			return b, errOverLimit
+		case err == io.EOF:
+			return b, nil
+		case err != nil:
 			return b, err
 		}
 		if len(b) == cap(b) {
 			b = append(b, 0)[:len(b)] // longer than declared: let append grow it
 		}
 	}
+}
+
+// overLimit tells w that its request's body was over the limit, as
+// http.MaxBytesReader does when a read passes it (net/http's own writer
+// then closes the connection after the answer instead of reading the rest):
+// through a MaxBytesReader of limit 0 given one byte.
+func overLimit(w http.ResponseWriter) {
+	var one [1]byte
+	_, _ = http.MaxBytesReader(w, io.NopCloser(bytes.NewReader(one[:])), 0).Read(one[:])
 }
 
 // validJSON checks that raw holds exactly one JSON value. The error gives the
