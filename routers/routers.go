@@ -480,5 +480,5 @@ type handlers struct {
 	authFails      *authFailures // nil: no limit
 	tenantLimits   *limiter      // nil: no limits
 	httpMetrics    HTTPMetrics   // Options.HTTPMetrics on New's engine; nil on Register's routes
-	keyActors      *keyActors    // the audit actors of API keys (actorOf); shared by the doors' copies
+	keyActors      *keyActors    // the callers (tenant and audit actor) of API keys (callerOf, actorOf); shared by the doors' copies
 }
