@@ -164,6 +164,10 @@ type conn struct {
 	reset   driver.SessionResetter
 	valid   driver.Validator
 	checker driver.NamedValueChecker
+	// stmts are the marked queries prepared on this connection (nil: the
+	// server refused, sent as text); see prepared.go. A connection runs
+	// one statement at a time, so it needs no lock.
+	stmts map[string]driver.StmtExecContext
 }
 
 // wrap returns dc as a conn over sock, or dc itself when it lacks one of
@@ -252,7 +256,7 @@ func (c *conn) ExecContext(ctx context.Context, query string, args []driver.Name
 	if err != nil {
 		return nil, err
 	}
-	res, err := c.execer.ExecContext(run, query, args)
+	res, err := c.exec(run, query, args)
 	if err = a.release(err); err != nil {
 		return nil, err
 	}
@@ -346,8 +350,70 @@ func (c *conn) BeginTx(ctx context.Context, opts driver.TxOptions) (driver.Tx, e
 	return c.begin.BeginTx(ctx, opts)
 }
 
+// PrepareContext prepares query on the server, on ctx as a statement runs
+// (armed), and returns the statement with the same interruption for its
+// executions; a driver statement without the context interfaces is
+// returned as it is (it keeps the driver's watcher).
 func (c *conn) PrepareContext(ctx context.Context, query string) (driver.Stmt, error) {
-	return c.prepare.PrepareContext(ctx, query)
+	run, a, err := c.arm(ctx)
+	if err != nil {
+		return nil, err
+	}
+	ds, err := c.prepare.PrepareContext(run, query)
+	if err = a.release(err); err != nil {
+		if ds != nil {
+			_ = ds.Close()
+		}
+		return nil, err
+	}
+	execer, ok1 := ds.(driver.StmtExecContext)
+	queryer, ok2 := ds.(driver.StmtQueryContext)
+	if !ok1 || !ok2 {
+		return ds, nil
+	}
+	return &stmt{Stmt: ds, c: c, execer: execer, queryer: queryer}, nil
+}
+
+// stmt is a prepared statement whose executions run as the connection's
+// statements do: on a context that cannot end, stopped by the pool's own
+// watch of the caller's. Arguments are checked by the connection's
+// NamedValueChecker (database/sql's fallback when a statement has none).
+type stmt struct {
+	driver.Stmt
+	c       *conn
+	execer  driver.StmtExecContext
+	queryer driver.StmtQueryContext
+}
+
+var (
+	_ driver.StmtExecContext  = (*stmt)(nil)
+	_ driver.StmtQueryContext = (*stmt)(nil)
+)
+
+func (s *stmt) ExecContext(ctx context.Context, args []driver.NamedValue) (driver.Result, error) {
+	run, a, err := s.c.arm(ctx)
+	if err != nil {
+		return nil, err
+	}
+	res, err := s.execer.ExecContext(run, args)
+	if err = a.release(err); err != nil {
+		return nil, err
+	}
+	return res, nil
+}
+
+// QueryContext keeps the interruption armed until the rows are closed, as
+// the connection's QueryContext does.
+func (s *stmt) QueryContext(ctx context.Context, args []driver.NamedValue) (driver.Rows, error) {
+	run, a, err := s.c.arm(ctx)
+	if err != nil {
+		return nil, err
+	}
+	rows, err := s.queryer.QueryContext(run, args)
+	if err != nil || a == nil {
+		return rows, a.release(err)
+	}
+	return &guardedRows{Rows: rows, armed: a}, nil
 }
 
 func (c *conn) Ping(ctx context.Context) error { return c.pinger.Ping(ctx) }

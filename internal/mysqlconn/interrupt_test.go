@@ -22,9 +22,19 @@ type recordingConn struct {
 	driver.Conn
 	got  context.Context
 	exec func(ctx context.Context) error
+	// prepareErr fails PrepareContext; prepares and texts count the
+	// statements prepared and the statements executed as text.
+	prepareErr error
+	prepares   int
+	texts      int
 }
 
 func (r *recordingConn) ExecContext(ctx context.Context, _ string, _ []driver.NamedValue) (driver.Result, error) {
+	r.texts++
+	return r.run(ctx)
+}
+
+func (r *recordingConn) run(ctx context.Context) (driver.Result, error) {
 	r.got = ctx
 	if r.exec != nil {
 		if err := r.exec(ctx); err != nil {
@@ -42,16 +52,40 @@ func (r *recordingConn) BeginTx(context.Context, driver.TxOptions) (driver.Tx, e
 	return nil, errors.ErrUnsupported
 }
 
-func (r *recordingConn) PrepareContext(context.Context, string) (driver.Stmt, error) {
+// PrepareContext records its context and returns a statement whose
+// executions run exec, as the connection's do.
+func (r *recordingConn) PrepareContext(ctx context.Context, _ string) (driver.Stmt, error) {
+	r.got = ctx
+	if r.prepareErr != nil {
+		return nil, r.prepareErr
+	}
+	r.prepares++
+	return &recordingStmt{c: r}, nil
+}
+
+// recordingStmt is a prepared statement of a recordingConn.
+type recordingStmt struct{ c *recordingConn }
+
+func (s *recordingStmt) ExecContext(ctx context.Context, _ []driver.NamedValue) (driver.Result, error) {
+	return s.c.run(ctx)
+}
+
+func (s *recordingStmt) QueryContext(context.Context, []driver.NamedValue) (driver.Rows, error) {
 	return nil, errors.ErrUnsupported
 }
-func (r *recordingConn) Ping(context.Context) error               { return nil }
-func (r *recordingConn) ResetSession(context.Context) error       { return nil }
-func (r *recordingConn) IsValid() bool                            { return true }
-func (r *recordingConn) CheckNamedValue(*driver.NamedValue) error { return nil }
-func (r *recordingConn) Close() error                             { return nil }
-func (r *recordingConn) Prepare(string) (driver.Stmt, error)      { return nil, errors.ErrUnsupported }
-func (r *recordingConn) Begin() (driver.Tx, error)                { return nil, errors.ErrUnsupported }
+func (s *recordingStmt) Close() error  { return nil }
+func (s *recordingStmt) NumInput() int { return -1 }
+func (s *recordingStmt) Exec([]driver.Value) (driver.Result, error) {
+	return nil, errors.ErrUnsupported
+}
+func (s *recordingStmt) Query([]driver.Value) (driver.Rows, error) { return nil, errors.ErrUnsupported }
+func (r *recordingConn) Ping(context.Context) error                { return nil }
+func (r *recordingConn) ResetSession(context.Context) error        { return nil }
+func (r *recordingConn) IsValid() bool                             { return true }
+func (r *recordingConn) CheckNamedValue(*driver.NamedValue) error  { return nil }
+func (r *recordingConn) Close() error                              { return nil }
+func (r *recordingConn) Prepare(string) (driver.Stmt, error)       { return nil, errors.ErrUnsupported }
+func (r *recordingConn) Begin() (driver.Tx, error)                 { return nil, errors.ErrUnsupported }
 
 // pipeSock is an interruptible over one end of a pipe, and the other end.
 func pipeSock(t *testing.T) (*interruptible, net.Conn) {
@@ -92,6 +126,28 @@ func TestStatementIsInterruptedWhenItsContextEnds(t *testing.T) {
 	require.ErrorIs(t, err, context.DeadlineExceeded)
 	require.False(t, c.IsValid(), "an interrupted connection went back to the pool")
 	require.ErrorIs(t, c.ResetSession(t.Context()), driver.ErrBadConn)
+}
+
+// A prepared statement runs as the connection's statements do: prepared
+// and executed on a context that cannot end, and stopped at once, its
+// connection never reused, when the caller's context ends.
+func TestPreparedStatementIsInterruptedWhenItsContextEnds(t *testing.T) {
+	sock, _ := pipeSock(t) // nobody answers on the other end
+	inner := &recordingConn{}
+	c := wrap(inner, sock).(*conn)
+	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Millisecond)
+	defer cancel()
+	ds, err := c.PrepareContext(ctx, "DO SLEEP(?)")
+	require.NoError(t, err)
+	require.Nil(t, inner.got.Done(), "the statement was prepared on a context that can end")
+	inner.exec = func(context.Context) error {
+		_, err := sock.Read(make([]byte, 1)) // the driver waiting for the answer
+		return err
+	}
+	_, err = ds.(driver.StmtExecContext).ExecContext(ctx, []driver.NamedValue{{Ordinal: 1, Value: int64(60)}})
+	require.ErrorIs(t, err, context.DeadlineExceeded)
+	require.Nil(t, inner.got.Done(), "the driver was handed a context that can end: it would watch it")
+	require.False(t, c.IsValid(), "an interrupted connection went back to the pool")
 }
 
 // A context that has ended already sends nothing.
