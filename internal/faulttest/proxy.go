@@ -2,6 +2,7 @@ package faulttest
 
 import (
 	"bytes"
+	"encoding/binary"
 	"errors"
 	"math/rand/v2"
 	"net"
@@ -34,6 +35,59 @@ type Proxy struct {
 type link struct {
 	client, server net.Conn
 	once           sync.Once
+	// The connection's prepared statements (under Proxy.mu), so that a
+	// statement executed by id is matched by its text: preparing is the
+	// text of a COM_STMT_PREPARE awaiting its reply, stmts the texts by
+	// statement id.
+	preparing []byte
+	stmts     map[uint32][]byte
+}
+
+// MySQL command bytes and reply headers the proxy reads (the fifth byte of
+// a packet, after its 3-byte length and sequence number).
+const (
+	comStmtPrepare = 0x16
+	comStmtExecute = 0x17
+	replyOK        = 0x00
+	replyErr       = 0xff
+)
+
+// statement is the text a chunk sent to the server runs, for CutAfter's
+// match: a prepared statement's text for its COM_STMT_EXECUTE, nothing for
+// its COM_STMT_PREPARE (preparing runs nothing; the reply's statement id
+// is recorded by noteReply), else the chunk itself (with interpolateParams,
+// COM_QUERY and the statement's text). Called with p.mu held.
+func (l *link) statement(chunk []byte) []byte {
+	if len(chunk) < 5 {
+		return chunk
+	}
+	switch chunk[4] {
+	case comStmtPrepare:
+		l.preparing = bytes.Clone(chunk[5:])
+		return nil
+	case comStmtExecute:
+		if len(chunk) >= 9 {
+			return l.stmts[binary.LittleEndian.Uint32(chunk[5:9])]
+		}
+	}
+	return chunk
+}
+
+// noteReply records the statement id of a prepare's reply. Called with
+// p.mu held.
+func (l *link) noteReply(chunk []byte) {
+	if l.preparing == nil || len(chunk) < 5 {
+		return
+	}
+	if chunk[4] == replyOK && len(chunk) >= 9 {
+		if l.stmts == nil {
+			l.stmts = map[uint32][]byte{}
+		}
+		l.stmts[binary.LittleEndian.Uint32(chunk[5:9])] = l.preparing
+	}
+	if chunk[4] == replyOK || chunk[4] == replyErr {
+		l.preparing = nil
+	}
 }
 
 func (l *link) close() {
@@ -160,8 +214,9 @@ func (p *Proxy) SetLatency(lo, hi time.Duration) {
 }
 
 // CutAfter arms a one-shot fault: the next chunk sent to the target that
-// contains pattern (with interpolateParams, a statement's text) is
-// forwarded, and then its connection is closed before any reply comes
+// runs a statement containing pattern (with interpolateParams, a chunk
+// holding the statement's text; for a prepared statement, its execution,
+// not its prepare) is forwarded, and then its connection is closed before any reply comes
 // back. The statement may well apply; its client never learns. When
 // blackholeFor is positive, the cut also starts a blackhole that long, so
 // the client cannot read the row back at once either.
@@ -229,7 +284,13 @@ func (p *Proxy) pipe(l *link, dst, src net.Conn, toServer bool) {
 			if p.latMax > p.latMin {
 				delay += rand.N(p.latMax - p.latMin + 1)
 			}
-			if toServer && p.cutOn != nil && bytes.Contains(chunk, p.cutOn) {
+			var stmt []byte
+			if toServer {
+				stmt = l.statement(chunk)
+			} else {
+				l.noteReply(chunk)
+			}
+			if toServer && p.cutOn != nil && bytes.Contains(stmt, p.cutOn) {
 				p.cutOn, cut = nil, true
 				p.cuts++
 				if d := p.cutThen; d > 0 {

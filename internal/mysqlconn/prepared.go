@@ -1,0 +1,91 @@
+package mysqlconn
+
+import (
+	"context"
+	"database/sql/driver"
+	"errors"
+	"fmt"
+
+	"github.com/go-sql-driver/mysql"
+)
+
+// Statements prepared on the server
+//
+// A statement goes as text, its arguments interpolated by the driver
+// (interpolateParams): one round trip, nothing kept on the server. The
+// few statements every fresh key runs (the claim's INSERT and the
+// completion's UPDATE) are worth more: the server parses such a text on
+// every run, and the driver escapes every argument into it. Measured on a
+// 2-vCPU VM with MariaDB on the same machine, the claim and completion of
+// a fresh key as prepared statements took about 15 % less of the client's
+// CPU and 10-25 % less of the server's than as interpolated text.
+//
+// So a query marked with [Prepare] is prepared on each connection the
+// first time that connection executes it (one round trip more, once), and
+// executed from then on with the binary protocol (COM_STMT_EXECUTE), the
+// same one round trip as the text. The statement lives as long as its
+// connection: the server drops it when the connection closes, so a pool
+// holds at most one per marked query per connection, far below
+// max_prepared_stmt_count. If the server will not prepare it (a MySQL
+// error: the statement limit reached, a proxy without prepared
+// statements), that connection sends it as text from then on. A prepare
+// that broke on the wire cannot have run the statement: that is
+// driver.ErrBadConn, which database/sql retries on another connection and
+// the store reads as not sent.
+
+// prepared holds the queries marked with Prepare; it is written only by
+// init functions, before any connection exists, and only read after.
+var prepared = map[string]bool{}
+
+// Prepare marks queries to be prepared on the server by the connections of
+// every pool Open makes, and executed there with the binary protocol (see
+// above). Call it from an init function only: the set is not locked.
+func Prepare(queries ...string) {
+	for _, q := range queries {
+		prepared[q] = true
+	}
+}
+
+// exec runs query on c: through c's prepared statement when it is marked
+// (preparing it on its first run on c), else as text. It runs on the
+// armed context of the connection's ExecContext.
+func (c *conn) exec(ctx context.Context, query string, args []driver.NamedValue) (driver.Result, error) {
+	if !prepared[query] {
+		return c.execer.ExecContext(ctx, query, args)
+	}
+	ds, known := c.stmts[query]
+	if !known {
+		var err error
+		if ds, err = c.prepareExec(ctx, query); err != nil {
+			return nil, err
+		}
+		if c.stmts == nil {
+			c.stmts = make(map[string]driver.StmtExecContext, len(prepared))
+		}
+		c.stmts[query] = ds // nil: the server refused; text on this connection
+	}
+	if ds == nil {
+		return c.execer.ExecContext(ctx, query, args)
+	}
+	return ds.ExecContext(ctx, args)
+}
+
+// prepareExec prepares query on c. A statement the server refused to
+// prepare is nil and no error; a prepare that failed otherwise is
+// driver.ErrBadConn: the statement it was for never ran.
+func (c *conn) prepareExec(ctx context.Context, query string) (driver.StmtExecContext, error) {
+	ds, err := c.prepare.PrepareContext(ctx, query)
+	var me *mysql.MySQLError
+	switch {
+	case err == nil:
+		if se, ok := ds.(driver.StmtExecContext); ok {
+			return se, nil
+		}
+		_ = ds.Close()
+		return nil, nil
+	case errors.As(err, &me):
+		return nil, nil
+	default:
+		return nil, fmt.Errorf("%w: preparing the statement: %w", driver.ErrBadConn, err)
+	}
+}

@@ -1,0 +1,55 @@
+package mysqlstore_test
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/idemguard/idemguard/internal/mysqlstore"
+	"github.com/idemguard/idemguard/internal/testdb"
+	"github.com/idemguard/idemguard/store"
+)
+
+// sessionCounter reads a counter of the session of db's one connection.
+func sessionCounter(t *testing.T, db *testdb.Database, name string) int {
+	t.Helper()
+	var (
+		got string
+		n   int
+	)
+	// SHOW, not information_schema.SESSION_STATUS: MySQL 8 has no such table.
+	require.NoError(t, db.DB.QueryRowContext(context.Background(), `SHOW SESSION STATUS LIKE '`+name+`'`).Scan(&got, &n))
+	return n
+}
+
+// A fresh key's claim and completion are prepared on the server once per
+// connection and executed as prepared statements (binary protocol) from
+// then on; a replay's read stays text.
+func TestFreshKeysRunPreparedStatements(t *testing.T) {
+	t.Parallel()
+	db := testdb.New(t)
+	db.DB.SetMaxOpenConns(1) // one session, whose counters are this test's alone
+	s := mysqlstore.New(db.DB)
+	ctx := context.Background()
+	prepares, executes := sessionCounter(t, db, "Com_stmt_prepare"), sessionCounter(t, db, "Com_stmt_execute")
+	const keys = 3
+	for i := range keys {
+		key, nonce := strings.Repeat(string(rune('a'+i)), 64), strings.Repeat("ab", 16)
+		id, err := s.Claim(ctx, store.ClaimParams{Tenant: "acme", Scope: "s", KeyHash: key,
+			Fingerprint: strings.Repeat("d", 64), Nonce: nonce, TTL: time.Hour, Lease: time.Minute})
+		require.NoError(t, err)
+		ok, _, err := s.Complete(ctx, store.CompleteParams{ID: id, Nonce: nonce, Status: store.RowSucceeded,
+			Response: []byte(`{"ok":true}`), ResponseCode: 200, TTL: time.Hour})
+		require.NoError(t, err)
+		require.True(t, ok)
+		rec, err := s.Get(ctx, "acme", "s", key)
+		require.NoError(t, err)
+		require.Equal(t, store.RowSucceeded, rec.Status)
+		require.JSONEq(t, `{"ok":true}`, string(rec.Response))
+	}
+	require.Equal(t, 2, sessionCounter(t, db, "Com_stmt_prepare")-prepares, "the claim and the completion, each prepared once")
+	require.Equal(t, 2*keys, sessionCounter(t, db, "Com_stmt_execute")-executes)
+}
