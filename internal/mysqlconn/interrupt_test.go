@@ -25,6 +25,7 @@ type recordingConn struct {
 	// prepareErr fails PrepareContext; prepares and texts count the
 	// statements prepared and the statements executed as text.
 	prepareErr error
+	stmtErr    error // fails a prepared statement's executions
 	prepares   int
 	texts      int
 }
@@ -67,6 +68,9 @@ func (r *recordingConn) PrepareContext(ctx context.Context, _ string) (driver.St
 type recordingStmt struct{ c *recordingConn }
 
 func (s *recordingStmt) ExecContext(ctx context.Context, _ []driver.NamedValue) (driver.Result, error) {
+	if err := s.c.stmtErr; err != nil {
+		return nil, err
+	}
 	return s.c.run(ctx)
 }
 

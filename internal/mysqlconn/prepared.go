@@ -31,7 +31,8 @@ import (
 // statements), that connection sends it as text from then on. A prepare
 // that broke on the wire cannot have run the statement: that is
 // driver.ErrBadConn, which database/sql retries on another connection and
-// the store reads as not sent.
+// the store reads as not sent; so is an execution the server refused
+// because it lost the statement or could not re-prepare it.
 
 // prepared holds the queries marked with Prepare; it is written only by
 // init functions, before any connection exists, and only read after.
@@ -67,8 +68,21 @@ func (c *conn) exec(ctx context.Context, query string, args []driver.NamedValue)
 	if ds == nil {
 		return c.execer.ExecContext(ctx, query, args)
 	}
-	return ds.ExecContext(ctx, args)
+	res, err := ds.ExecContext(ctx, args)
+	if me := (*mysql.MySQLError)(nil); errors.As(err, &me) && (me.Number == errUnknownStmt || me.Number == errNeedReprepare) {
+		// The server no longer has the statement, or will not run it
+		// as prepared: it ran nothing. Not sent; the connection goes.
+		delete(c.stmts, query)
+		return nil, fmt.Errorf("%w: the prepared statement: %w", driver.ErrBadConn, err)
+	}
+	return res, err
 }
+
+// Server errors by which an execution of a prepared statement ran nothing.
+const (
+	errUnknownStmt   = 1243 // ER_UNKNOWN_STMT_HANDLER: no such statement on this connection
+	errNeedReprepare = 1615 // ER_NEED_REPREPARE: the table changed and re-preparing failed
+)
 
 // prepareExec prepares query on c. A statement the server refused to
 // prepare is nil and no error; a prepare that failed otherwise is

@@ -62,3 +62,19 @@ func TestBrokenPrepareIsNotSent(t *testing.T) {
 	require.Zero(t, inner.texts)
 	require.Nil(t, inner.got.Done())
 }
+
+// An execution the server refuses because it lost the statement ran
+// nothing: not sent, and the next execution on the connection prepares it
+// again instead of failing the same way for the connection's life.
+func TestLostStatementIsNotSentAndPreparedAgain(t *testing.T) {
+	sock, _ := pipeSock(t)
+	inner := &recordingConn{}
+	c := wrap(inner, sock).(*conn)
+	require.NoError(t, execOn(t, c, markedQuery))
+	inner.stmtErr = &mysql.MySQLError{Number: 1243, Message: "Unknown prepared statement handler"}
+	err := execOn(t, c, markedQuery)
+	require.ErrorIs(t, err, driver.ErrBadConn)
+	inner.stmtErr = nil
+	require.NoError(t, execOn(t, c, markedQuery))
+	require.Equal(t, 2, inner.prepares)
+}
