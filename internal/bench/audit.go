@@ -17,7 +17,9 @@ import (
 // writer queues it; the unaudited twins have the same observer (serve's
 // guard always has one, for its metrics). Cases:
 //   - the raw durable floor: the INSERT and the guarded UPDATE a fresh key
-//     minimally needs (the fresh suite's raw-insert-update);
+//     minimally needs (the fresh suite's raw-insert-update), as text, and
+//     the same two prepared on the server as the MySQL store runs its
+//     claim and completion (raw-insert-update-prepared, reported);
 //   - fresh keys (claim, no-op operation, complete), audit off and on;
 //   - store replays (replay cache off): one observed event per replay,
 //     counted in its key's tally for the batch writer;
@@ -102,6 +104,12 @@ func runAudit(ctx context.Context, e *env) ([]row, error) {
 		}}
 	}
 	floor := benchCase{name: "raw-insert-update", op: rawInsertUpdate(e, scopeAuditFresh, body)}
+	preparedOp, closePrepared, err := rawInsertUpdatePrepared(ctx, e, scopeAuditFresh, body)
+	if err != nil {
+		return nil, err
+	}
+	defer closePrepared()
+	prepared := benchCase{name: "raw-insert-update-prepared", op: preparedOp}
 	freshOff := fresh("fresh-audit-off", floor.name, guards["off"])
 	freshOn := fresh("fresh-audit-on", freshOff.name, guards["on"])
 	freshOn.targetRatio = auditFreshTarget
@@ -113,11 +121,12 @@ func runAudit(ctx context.Context, e *env) ([]row, error) {
 
 	var rows []row
 	for _, c := range e.opts.concurrency {
-		r, err := e.compare(ctx, "audit", c, floor, freshOff, freshOn)
+		r, err := e.compare(ctx, "audit", c, floor, prepared, freshOff, freshOn)
 		if err != nil {
 			return nil, err
 		}
 		noteFloor(r, floor.name, freshOn.name)
+		notePreparedFloor(r, prepared.name, freshOn.name)
 		rows = append(rows, r...)
 		for _, group := range [][]benchCase{{storeOff, storeOn}, {cachedOff, cachedOn, cachedStored}} {
 			r, err := e.compare(ctx, "audit", c, group...)
@@ -131,6 +140,25 @@ func runAudit(ctx context.Context, e *env) ([]row, error) {
 		return nil, fmt.Errorf("the audited guards observed no event")
 	}
 	return rows, nil
+}
+
+// notePreparedFloor adds to the note of rows' case named on its throughput
+// ratio to the floor with prepared statements (reported, no target): the
+// store prepares its claim and completion, the target's floor sends text.
+func notePreparedFloor(rows []row, floor, on string) {
+	var f, o *row
+	for i := range rows {
+		switch rows[i].Case {
+		case floor:
+			f = &rows[i]
+		case on:
+			o = &rows[i]
+		}
+	}
+	if f == nil || o == nil || f.OpsPerSec <= 0 {
+		return
+	}
+	o.Note += fmt.Sprintf("; vs %s = %.2f (reported)", floor, o.OpsPerSec/f.OpsPerSec)
 }
 
 // noteFloor notes on rows' case named on its throughput ratio to the case

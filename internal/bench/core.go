@@ -153,6 +153,43 @@ func rawInsertUpdate(e *env, scope string, body []byte) func(context.Context) er
 	}
 }
 
+// rawInsertUpdatePrepared is rawInsertUpdate with both statements
+// prepared on the server (the pool's connections prepare each once), as
+// the MySQL store runs its claim and completion: the floor of the same
+// protocol, reported beside the text floor; close releases them.
+func rawInsertUpdatePrepared(ctx context.Context, e *env, scope string, body []byte) (op func(context.Context) error, release func(), err error) {
+	claim, err := e.db.PrepareContext(ctx, rawClaimSQL)
+	if err != nil {
+		return nil, nil, err
+	}
+	complete, err := e.db.PrepareContext(ctx, rawCompleteSQL)
+	if err != nil {
+		_ = claim.Close()
+		return nil, nil, err
+	}
+	ttl := benchTTL.Microseconds()
+	op = func(ctx context.Context) error {
+		nonce := randomHex(16)
+		res, err := claim.ExecContext(ctx, string(tenantRaw), scope, randomHex(32), randomHex(32), nonce, ttl)
+		if err != nil {
+			return fmt.Errorf("claim insert: %w", err)
+		}
+		id, err := res.LastInsertId()
+		if err != nil {
+			return err
+		}
+		res, err = complete.ExecContext(ctx, string(store.RowSucceeded), string(body), 200, ttl, id, nonce)
+		if err != nil {
+			return fmt.Errorf("complete update: %w", err)
+		}
+		if n, err := res.RowsAffected(); err != nil || n != 1 {
+			return fmt.Errorf("complete update changed %d rows (err %v), want 1", n, err)
+		}
+		return nil
+	}
+	return op, func() { _ = claim.Close(); _ = complete.Close() }, nil
+}
+
 func runFresh(ctx context.Context, e *env) ([]row, error) {
 	g, err := e.newGuard(nil)
 	if err != nil {
