@@ -167,7 +167,7 @@ type conn struct {
 	// stmts are the marked queries prepared on this connection (nil: the
 	// server refused, sent as text); see prepared.go. A connection runs
 	// one statement at a time, so it needs no lock.
-	stmts map[string]driver.StmtExecContext
+	stmts map[string]preparedStmt
 }
 
 // wrap returns dc as a conn over sock, or dc itself when it lacks one of
@@ -270,7 +270,7 @@ func (c *conn) QueryContext(ctx context.Context, query string, args []driver.Nam
 	if err != nil {
 		return nil, err
 	}
-	rows, err := c.queryer.QueryContext(run, query, args)
+	rows, err := c.query(run, query, args)
 	if err != nil || a == nil {
 		return rows, a.release(err)
 	}

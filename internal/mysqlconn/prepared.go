@@ -13,17 +13,20 @@ import (
 //
 // A statement goes as text, its arguments interpolated by the driver
 // (interpolateParams): one round trip, nothing kept on the server. The
-// few statements every fresh key runs (the claim's INSERT and the
-// completion's UPDATE) are worth more: the server parses such a text on
-// every run, and the driver escapes every argument into it. Measured on a
-// 2-vCPU VM with MariaDB on the same machine, the claim and completion of
-// a fresh key as prepared statements took about 15 % less of the client's
-// CPU and 10-25 % less of the server's than as interpolated text.
+// few statements of the hot paths (a fresh key's claim INSERT and
+// completion UPDATE, a store replay's SELECT) are worth more: the server
+// parses such a text on every run, and the driver escapes every argument
+// into it. Measured on a 2-vCPU VM with MariaDB on the same machine, the
+// claim and completion of a fresh key as prepared statements took about
+// 15 % less of the client's CPU and 10-25 % less of the server's than as
+// interpolated text; the SELECT, 15 % less of the server's (the client
+// decodes the binary rows for about 7 % more).
 //
 // So a query marked with [Prepare] is prepared on each connection the
 // first time that connection executes it (one round trip more, once), and
-// executed from then on with the binary protocol (COM_STMT_EXECUTE), the
-// same one round trip as the text. The statement lives as long as its
+// executed from then on with the binary protocol (COM_STMT_EXECUTE; a
+// query's rows come in binary form too), the same one round trip as the
+// text. The statement lives as long as its
 // connection: the server drops it when the connection closes, so a pool
 // holds at most one per marked query per connection, far below
 // max_prepared_stmt_count. If the server will not prepare it (a MySQL
@@ -47,35 +50,75 @@ func Prepare(queries ...string) {
 	}
 }
 
+// preparedStmt is a marked query prepared on a connection.
+type preparedStmt interface {
+	driver.StmtExecContext
+	driver.StmtQueryContext
+}
+
 // exec runs query on c: through c's prepared statement when it is marked
 // (preparing it on its first run on c), else as text. It runs on the
 // armed context of the connection's ExecContext.
 func (c *conn) exec(ctx context.Context, query string, args []driver.NamedValue) (driver.Result, error) {
-	if !prepared[query] {
-		return c.execer.ExecContext(ctx, query, args)
-	}
-	ds, known := c.stmts[query]
-	if !known {
-		var err error
-		if ds, err = c.prepareExec(ctx, query); err != nil {
-			return nil, err
-		}
-		if c.stmts == nil {
-			c.stmts = make(map[string]driver.StmtExecContext, len(prepared))
-		}
-		c.stmts[query] = ds // nil: the server refused; text on this connection
+	ds, err := c.stmtFor(ctx, query)
+	if err != nil {
+		return nil, err
 	}
 	if ds == nil {
 		return c.execer.ExecContext(ctx, query, args)
 	}
 	res, err := ds.ExecContext(ctx, args)
-	if me := (*mysql.MySQLError)(nil); errors.As(err, &me) && (me.Number == errUnknownStmt || me.Number == errNeedReprepare) {
-		// The server no longer has the statement, or will not run it
-		// as prepared: it ran nothing. Not sent; the connection goes.
-		delete(c.stmts, query)
-		return nil, fmt.Errorf("%w: the prepared statement: %w", driver.ErrBadConn, err)
+	return res, c.lost(query, err)
+}
+
+// query is exec for a query: its rows come in the binary protocol when it
+// is marked.
+func (c *conn) query(ctx context.Context, query string, args []driver.NamedValue) (driver.Rows, error) {
+	ds, err := c.stmtFor(ctx, query)
+	if err != nil {
+		return nil, err
 	}
-	return res, err
+	if ds == nil {
+		return c.queryer.QueryContext(ctx, query, args)
+	}
+	rows, err := ds.QueryContext(ctx, args)
+	if err = c.lost(query, err); err != nil {
+		return nil, err
+	}
+	return rows, nil
+}
+
+// stmtFor is c's prepared statement of query, prepared now if it is marked
+// and c has not prepared it yet; nil when query goes as text.
+func (c *conn) stmtFor(ctx context.Context, query string) (preparedStmt, error) {
+	if !prepared[query] {
+		return nil, nil
+	}
+	ds, known := c.stmts[query]
+	if known {
+		return ds, nil
+	}
+	ds, err := c.prepareMarked(ctx, query)
+	if err != nil {
+		return nil, err
+	}
+	if c.stmts == nil {
+		c.stmts = make(map[string]preparedStmt, len(prepared))
+	}
+	c.stmts[query] = ds // nil: the server refused; text on this connection
+	return ds, nil
+}
+
+// lost is err, or driver.ErrBadConn when the server refused to run the
+// prepared statement of query because it lost it or could not re-prepare
+// it: it ran nothing. Not sent; the connection goes, and the statement
+// with it.
+func (c *conn) lost(query string, err error) error {
+	if me := (*mysql.MySQLError)(nil); errors.As(err, &me) && (me.Number == errUnknownStmt || me.Number == errNeedReprepare) {
+		delete(c.stmts, query)
+		return fmt.Errorf("%w: the prepared statement: %w", driver.ErrBadConn, err)
+	}
+	return err
 }
 
 // Server errors by which an execution of a prepared statement ran nothing.
@@ -84,16 +127,16 @@ const (
 	errNeedReprepare = 1615 // ER_NEED_REPREPARE: the table changed and re-preparing failed
 )
 
-// prepareExec prepares query on c. A statement the server refused to
+// prepareMarked prepares query on c. A statement the server refused to
 // prepare is nil and no error; a prepare that failed otherwise is
 // driver.ErrBadConn: the statement it was for never ran.
-func (c *conn) prepareExec(ctx context.Context, query string) (driver.StmtExecContext, error) {
+func (c *conn) prepareMarked(ctx context.Context, query string) (preparedStmt, error) {
 	ds, err := c.prepare.PrepareContext(ctx, query)
 	var me *mysql.MySQLError
 	switch {
 	case err == nil:
-		if se, ok := ds.(driver.StmtExecContext); ok {
-			return se, nil
+		if ps, ok := ds.(preparedStmt); ok {
+			return ps, nil
 		}
 		_ = ds.Close()
 		return nil, nil

@@ -154,10 +154,11 @@ const claimSQL = `INSERT INTO idempotency_keys
 VALUES (?, ?, ?, ?, NULLIF(?, ''), 'started', 1, ?,
    UTC_TIMESTAMP(6), UTC_TIMESTAMP(6), UTC_TIMESTAMP(6), NULLIF(?, 0), UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND, ?, ?)`
 
-// The claim and the completion run for every fresh key: each pool
-// connection prepares them on the server once and executes them with the
-// binary protocol (mysqlconn.Prepare). Every other statement goes as text.
-func init() { mysqlconn.Prepare(claimSQL, completeSQL) }
+// The claim and the completion run for every fresh key, the read of one
+// key for every replay the store answers: each pool connection prepares
+// them on the server once and executes them with the binary protocol
+// (mysqlconn.Prepare). Every other statement goes as text.
+func init() { mysqlconn.Prepare(claimSQL, completeSQL, getSQL) }
 
 // Claim implements store.Store: one autocommit INSERT, its audit event
 // (if any) carried by the row (store.ClaimParams.Audit). Never INSERT
