@@ -11,8 +11,8 @@
 //   - interpolateParams=true: one round trip per statement instead of prepare/execute/close.
 //     Safe because the connection charset stays utf8mb4 (the driver refuses it for the unsafe
 //     multi-byte collations big5, gbk, sjis, ...). The few queries marked with [Prepare] (a
-//     fresh key's claim and completion, a store replay's read) are the exception: each connection prepares them once
-//     and executes them by id, still one round trip.
+//     fresh key's claim and completion, a store replay's read) are the exception: each
+//     connection prepares them once and executes them by id, still one round trip.
 //   - clientFoundRows=false: RowsAffected reports rows *changed*, not rows matched. The claim
 //     protocol relies on this: a guarded UPDATE won iff it changed the row, and the store reads
 //     that from RowsAffected, so an operator cannot switch it.
