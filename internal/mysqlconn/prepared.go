@@ -16,11 +16,11 @@ import (
 // few statements of the hot paths (a fresh key's claim INSERT and
 // completion UPDATE, a store replay's SELECT) are worth more: the server
 // parses such a text on every run, and the driver escapes every argument
-// into it. Measured on a 2-vCPU VM with MariaDB on the same machine, the
-// claim and completion of a fresh key as prepared statements took about
-// 15 % less of the client's CPU and 10-25 % less of the server's than as
-// interpolated text; the SELECT, 15 % less of the server's (the client
-// decodes the binary rows for about 7 % more).
+// into it. On a 2-vCPU VM with MariaDB on the same machine, a fresh key
+// with its two statements prepared went from 0.90 to 0.98 of the text
+// floor's throughput at concurrency 16 (the bench's audit suite), and a
+// store replay from 1.0 to 1.2 of a text SELECT's at concurrency 1 (the
+// replay suite); docs/BENCHMARKS.md has the runs.
 //
 // So a query marked with [Prepare] is prepared on each connection the
 // first time that connection executes it (one round trip more, once), and
