@@ -142,44 +142,43 @@ func runAudit(ctx context.Context, e *env) ([]row, error) {
 	return rows, nil
 }
 
-// notePreparedFloor adds to the note of rows' case named on its throughput
-// ratio to the floor with prepared statements (reported, no target): the
-// store prepares its claim and completion, the target's floor sends text.
-func notePreparedFloor(rows []row, floor, on string) {
-	var f, o *row
-	for i := range rows {
-		switch rows[i].Case {
-		case floor:
-			f = &rows[i]
-		case on:
-			o = &rows[i]
-		}
-	}
-	if f == nil || o == nil || f.OpsPerSec <= 0 {
-		return
-	}
-	o.Note += fmt.Sprintf("; vs %s = %.2f (reported)", floor, o.OpsPerSec/f.OpsPerSec)
-}
-
 // noteFloor notes on rows' case named on its throughput ratio to the case
 // named floor (one concurrency's rows), against auditFreshTarget.
 func noteFloor(rows []row, floor, on string) {
-	var f, o *row
-	for i := range rows {
-		switch rows[i].Case {
-		case floor:
-			f = &rows[i]
-		case on:
-			o = &rows[i]
-		}
-	}
-	if f == nil || o == nil || f.OpsPerSec <= 0 {
+	o, x, ok := ratioTo(rows, floor, on)
+	if !ok {
 		return
 	}
-	x := o.OpsPerSec / f.OpsPerSec
 	verdict := "ok"
 	if x < auditFreshTarget {
 		verdict = "MISS"
 	}
 	o.Note = fmt.Sprintf("vs %s = %.2f (target >= %.2f) %s", floor, x, auditFreshTarget, verdict)
+}
+
+// notePreparedFloor adds to the note of rows' case named on its throughput
+// ratio to the floor with prepared statements (reported, no target): the
+// store prepares its claim and completion, the target's floor sends text.
+func notePreparedFloor(rows []row, floor, on string) {
+	if o, x, ok := ratioTo(rows, floor, on); ok {
+		o.Note += fmt.Sprintf("; vs %s = %.2f (reported)", floor, x)
+	}
+}
+
+// ratioTo is rows' case named on and its throughput ratio to the case
+// named floor; ok is false when either is missing or the floor ran nothing.
+func ratioTo(rows []row, floor, on string) (o *row, x float64, ok bool) {
+	var f *row
+	for i := range rows {
+		switch rows[i].Case {
+		case floor:
+			f = &rows[i]
+		case on:
+			o = &rows[i]
+		}
+	}
+	if f == nil || o == nil || f.OpsPerSec <= 0 {
+		return nil, 0, false
+	}
+	return o, o.OpsPerSec / f.OpsPerSec, true
 }
