@@ -156,7 +156,7 @@ func rawInsertUpdate(e *env, scope string, body []byte) func(context.Context) er
 // rawInsertUpdatePrepared is rawInsertUpdate with both statements
 // prepared on the server (the pool's connections prepare each once), as
 // the MySQL store runs its claim and completion: the floor of the same
-// protocol, reported beside the text floor; close releases them.
+// protocol, reported beside the text floor; release closes them.
 func rawInsertUpdatePrepared(ctx context.Context, e *env, scope string, body []byte) (op func(context.Context) error, release func(), err error) {
 	claim, err := e.db.PrepareContext(ctx, rawClaimSQL)
 	if err != nil {
