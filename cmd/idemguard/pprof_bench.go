@@ -10,23 +10,10 @@ package main
 // $IDEMGUARD_PPROF_DIR/<pid>.addr. The default build has no such listener.
 
 import (
-	"net"
-	"net/http"
-	_ "net/http/pprof" // registers on http.DefaultServeMux
 	"os"
-	"path/filepath"
 	"strconv"
+
+	"github.com/idemguard/idemguard/internal/benchpprof"
 )
 
-func init() {
-	dir := os.Getenv("IDEMGUARD_PPROF_DIR")
-	if dir == "" {
-		return
-	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return
-	}
-	_ = os.WriteFile(filepath.Join(dir, strconv.Itoa(os.Getpid())+".addr"), []byte(ln.Addr().String()), 0o600)
-	go func() { _ = http.Serve(ln, nil) }()
-}
+func init() { benchpprof.Serve(strconv.Itoa(os.Getpid()) + ".addr") }

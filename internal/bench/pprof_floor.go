@@ -10,23 +10,14 @@ package main
 // profiled under the same load. The default build has no such listener.
 
 import (
-	"net"
-	"net/http"
-	_ "net/http/pprof" // registers on http.DefaultServeMux
 	"os"
-	"path/filepath"
 	"strconv"
+
+	"github.com/idemguard/idemguard/internal/benchpprof"
 )
 
 func init() {
-	dir := os.Getenv("IDEMGUARD_PPROF_DIR")
-	if dir == "" || os.Getenv(envFloor) != "1" {
-		return
+	if os.Getenv(envFloor) == "1" {
+		benchpprof.Serve("floor-" + strconv.Itoa(os.Getpid()) + ".addr")
 	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return
-	}
-	_ = os.WriteFile(filepath.Join(dir, "floor-"+strconv.Itoa(os.Getpid())+".addr"), []byte(ln.Addr().String()), 0o600)
-	go func() { _ = http.Serve(ln, nil) }()
 }
