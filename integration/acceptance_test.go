@@ -308,7 +308,11 @@ func TestKilledOwnerIsTakenOver(t *testing.T) {
 	_, rec := lookup(t, c, b, "chat", acmeKey, "orphan")
 	require.Equal(t, "succeeded", rec.Status)
 	require.Equal(t, 2, rec.AttemptCount)
-	require.Contains(t, b.logs.String(), "guard: took over a stale claim")
+	// serve writes its log lines from a goroutine of its own, a moment
+	// after the request that logged them may have been answered.
+	eventually(t, 5*time.Second, "B logs the takeover", func() bool {
+		return strings.Contains(b.logs.String(), "guard: took over a stale claim")
+	})
 }
 
 // 8. MariaDB unreachable → /readyz 503 and POST 503 with Retry-After; the upstream is not called;
