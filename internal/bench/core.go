@@ -131,26 +131,14 @@ func randomHex(n int) string {
 // INSERT, then the nonce-guarded UPDATE that stores body, on random hashes
 // and nonces in scope (tenantRaw).
 func rawInsertUpdate(e *env, scope string, body []byte) func(context.Context) error {
-	ttl := benchTTL.Microseconds()
-	return func(ctx context.Context) error {
-		nonce := randomHex(16)
-		res, err := e.db.ExecContext(ctx, rawClaimSQL, string(tenantRaw), scope, randomHex(32), randomHex(32), nonce, ttl)
-		if err != nil {
-			return fmt.Errorf("claim insert: %w", err)
-		}
-		id, err := res.LastInsertId()
-		if err != nil {
-			return err
-		}
-		res, err = e.db.ExecContext(ctx, rawCompleteSQL, string(store.RowSucceeded), string(body), 200, ttl, id, nonce)
-		if err != nil {
-			return fmt.Errorf("complete update: %w", err)
-		}
-		if n, err := res.RowsAffected(); err != nil || n != 1 {
-			return fmt.Errorf("complete update changed %d rows (err %v), want 1", n, err)
-		}
-		return nil
-	}
+	return insertUpdate(
+		func(ctx context.Context, args ...any) (sql.Result, error) {
+			return e.db.ExecContext(ctx, rawClaimSQL, args...)
+		},
+		func(ctx context.Context, args ...any) (sql.Result, error) {
+			return e.db.ExecContext(ctx, rawCompleteSQL, args...)
+		},
+		scope, body)
 }
 
 // rawInsertUpdatePrepared is rawInsertUpdate with both statements
@@ -167,10 +155,16 @@ func rawInsertUpdatePrepared(ctx context.Context, e *env, scope string, body []b
 		_ = claim.Close()
 		return nil, nil, err
 	}
+	return insertUpdate(claim.ExecContext, complete.ExecContext, scope, body), func() { _ = claim.Close(); _ = complete.Close() }, nil
+}
+
+// insertUpdate is the raw floor's fresh key, its claim (rawClaimSQL) and
+// its completion (rawCompleteSQL) sent by the given functions.
+func insertUpdate(claim, complete func(context.Context, ...any) (sql.Result, error), scope string, body []byte) func(context.Context) error {
 	ttl := benchTTL.Microseconds()
-	op = func(ctx context.Context) error {
+	return func(ctx context.Context) error {
 		nonce := randomHex(16)
-		res, err := claim.ExecContext(ctx, string(tenantRaw), scope, randomHex(32), randomHex(32), nonce, ttl)
+		res, err := claim(ctx, string(tenantRaw), scope, randomHex(32), randomHex(32), nonce, ttl)
 		if err != nil {
 			return fmt.Errorf("claim insert: %w", err)
 		}
@@ -178,7 +172,7 @@ func rawInsertUpdatePrepared(ctx context.Context, e *env, scope string, body []b
 		if err != nil {
 			return err
 		}
-		res, err = complete.ExecContext(ctx, string(store.RowSucceeded), string(body), 200, ttl, id, nonce)
+		res, err = complete(ctx, string(store.RowSucceeded), string(body), 200, ttl, id, nonce)
 		if err != nil {
 			return fmt.Errorf("complete update: %w", err)
 		}
@@ -187,7 +181,6 @@ func rawInsertUpdatePrepared(ctx context.Context, e *env, scope string, body []b
 		}
 		return nil
 	}
-	return op, func() { _ = claim.Close(); _ = complete.Close() }, nil
 }
 
 func runFresh(ctx context.Context, e *env) ([]row, error) {
