@@ -154,11 +154,12 @@ const claimSQL = `INSERT INTO idempotency_keys
 VALUES (?, ?, ?, ?, NULLIF(?, ''), 'started', 1, ?,
    UTC_TIMESTAMP(6), UTC_TIMESTAMP(6), UTC_TIMESTAMP(6), NULLIF(?, 0), UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND, ?, ?)`
 
-// The claim and the completion run for every fresh key, the read of one
-// key for every replay the store answers: each pool connection prepares
-// them on the server once and executes them with the binary protocol
-// (mysqlconn.Prepare). Every other statement goes as text.
-func init() { mysqlconn.Prepare(claimSQL, completeSQL, getSQL) }
+// The claim and the completion run for every fresh key (a streamed or
+// progress-reporting operation completes with completeProgressSQL), the
+// read of one key for every replay the store answers: each pool
+// connection prepares them on the server once and executes them with the
+// binary protocol (mysqlconn.Prepare). Every other statement goes as text.
+func init() { mysqlconn.Prepare(claimSQL, completeSQL, completeProgressSQL, getSQL) }
 
 // Claim implements store.Store: one autocommit INSERT, its audit event
 // (if any) carried by the row (store.ClaimParams.Audit). Never INSERT

@@ -25,9 +25,10 @@ func sessionCounter(t *testing.T, db *testdb.Database, name string) int {
 	return n
 }
 
-// A fresh key's claim and completion, and the read of one key, are
-// prepared on the server once per connection and executed as prepared
-// statements (binary protocol) from then on.
+// A fresh key's claim and completion (with or without the progress a
+// streamed operation reports), and the read of one key, are prepared on
+// the server once per connection and executed as prepared statements
+// (binary protocol) from then on.
 func TestFreshKeysRunPreparedStatements(t *testing.T) {
 	t.Parallel()
 	db := testdb.New(t)
@@ -41,8 +42,12 @@ func TestFreshKeysRunPreparedStatements(t *testing.T) {
 		id, err := s.Claim(ctx, store.ClaimParams{Tenant: "acme", Scope: "s", KeyHash: key,
 			Fingerprint: strings.Repeat("d", 64), Nonce: nonce, TTL: time.Hour, Lease: time.Minute})
 		require.NoError(t, err)
-		ok, _, err := s.Complete(ctx, store.CompleteParams{ID: id, Nonce: nonce, Status: store.RowSucceeded,
-			Response: []byte(`{"ok":true}`), ResponseCode: 200, TTL: time.Hour})
+		complete := store.CompleteParams{ID: id, Nonce: nonce, Status: store.RowSucceeded,
+			Response: []byte(`{"ok":true}`), ResponseCode: 200, TTL: time.Hour}
+		if i%2 == 1 { // as a stream completes: with its last progress
+			complete.Progress = &store.Progress{Done: int64(i)}
+		}
+		ok, _, err := s.Complete(ctx, complete)
 		require.NoError(t, err)
 		require.True(t, ok)
 		rec, err := s.Get(ctx, "acme", "s", key)
@@ -50,6 +55,7 @@ func TestFreshKeysRunPreparedStatements(t *testing.T) {
 		require.Equal(t, store.RowSucceeded, rec.Status)
 		require.JSONEq(t, `{"ok":true}`, string(rec.Response))
 	}
-	require.Equal(t, 3, sessionCounter(t, db, "Com_stmt_prepare")-prepares, "the claim, the completion and the read, each prepared once")
+	require.Equal(t, 4, sessionCounter(t, db, "Com_stmt_prepare")-prepares,
+		"the claim, the two completions and the read, each prepared once")
 	require.Equal(t, 3*keys, sessionCounter(t, db, "Com_stmt_execute")-executes)
 }
