@@ -40,9 +40,11 @@ import (
 //
 // Routes: POST /v1/ops/:scope (fresh path; a 1062 answers from a SELECT;
 // the same SQL as serve's with the audit trail on, whose claim event rides
-// on the row), POST /floor/replay/:scope (the SELECT alone), and
-// bareFloorPath: the bare net/http floor, a fixed body
-// answered before the router, authentication and any SQL.
+// on the row), POST /floor/replay/:scope (the SELECT alone), the stream
+// suite's relays (stream.go: POST /floor/stream/:scope without a claim,
+// POST /floor/stream-claimed/:scope with one), and bareFloorPath: the bare
+// net/http floor, a fixed body answered before the router, authentication
+// and any SQL.
 
 // Environment of the floor process.
 const (
@@ -122,7 +124,8 @@ func (f *floor) handler(auth *auth.Authenticator) http.Handler {
 	api := r.Group("/", authenticate)
 	api.POST("/v1/ops/:scope", f.fresh)
 	api.POST("/floor/replay/:scope", f.replay)
-	api.POST("/floor/stream/:scope", f.relayStream) // stream.go
+	api.POST("/floor/stream/:scope", f.relayStream)           // stream.go
+	api.POST("/floor/stream-claimed/:scope", f.claimedStream) // stream.go
 	return r
 }
 

@@ -9,9 +9,9 @@ import (
 	"time"
 )
 
-// streamCases are the stream suite's measured cases: the floor's relay and
-// serve's owner, follower and resumed streams, each with its times to
-// first event.
+// streamCases are the stream suite's measured cases: the floor's relay,
+// without and with a claim, and serve's owner, follower and resumed
+// streams, each with its times to first event.
 type streamCases struct {
 	sb   *streamBench
 	seq  atomic.Int64
@@ -22,6 +22,7 @@ type streamCases struct {
 
 const (
 	caseFloor    = "floor-stream"
+	caseClaimed  = "floor-stream-claimed"
 	caseOwner    = "serve-stream"
 	caseFollower = "serve-follower"
 	caseResumed  = "serve-resumed"
@@ -30,8 +31,8 @@ const (
 func newStreamCases(sb *streamBench) *streamCases {
 	all := streamChunks + 2
 	return &streamCases{sb: sb,
-		ttfe:  map[string]*durations{caseFloor: {}, caseOwner: {}, caseFollower: {}, caseResumed: {}},
-		perOp: map[string]int{caseFloor: all, caseOwner: all, caseFollower: all, caseResumed: all - resumeAfter}}
+		ttfe:  map[string]*durations{caseFloor: {}, caseClaimed: {}, caseOwner: {}, caseFollower: {}, caseResumed: {}},
+		perOp: map[string]int{caseFloor: all, caseClaimed: all, caseOwner: all, caseFollower: all, caseResumed: all - resumeAfter}}
 }
 
 func (sc *streamCases) reset() {
@@ -58,6 +59,7 @@ func (sc *streamCases) check(name string, got streamGot) error {
 func (sc *streamCases) cases() []benchCase {
 	sb := sc.sb
 	floorURL, serveURL := sb.floor.url+"/floor/stream/"+streamScope, sb.serve.url+"/v1/ops/"+streamScope
+	claimedURL := sb.floor.url + "/floor/stream-claimed/" + streamScope
 	plain := func(name, url string) func(ctx context.Context) error {
 		return func(ctx context.Context) error {
 			key, content := sc.key(name)
@@ -105,6 +107,7 @@ func (sc *streamCases) cases() []benchCase {
 	cpu := cpuOf(sb.serve)
 	return []benchCase{
 		{name: caseFloor, cpu: cpuOf(sb.floor), op: plain(caseFloor, floorURL)},
+		{name: caseClaimed, baseline: caseFloor, cpu: cpuOf(sb.floor), op: plain(caseClaimed, claimedURL)},
 		{name: caseOwner, baseline: caseFloor, cpu: cpu, op: plain(caseOwner, serveURL)},
 		{name: caseFollower, baseline: caseFloor, cpu: cpu, op: follower},
 		{name: caseResumed, baseline: caseFloor, cpu: cpu, op: resumed},
