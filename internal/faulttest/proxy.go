@@ -6,6 +6,7 @@ import (
 	"errors"
 	"math/rand/v2"
 	"net"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -28,6 +29,8 @@ type Proxy struct {
 	cutOn      []byte // armed: cut the connection after forwarding a chunk containing this
 	cutThen    time.Duration
 	cuts       int
+	loseOn     []byte   // armed: send the next execution of a prepared statement containing this under an unknown id
+	lost       []uint16 // the server's error numbers for those executions
 	closed     bool
 	wg         sync.WaitGroup
 }
@@ -41,6 +44,9 @@ type link struct {
 	// statement id.
 	preparing []byte
 	stmts     map[uint32][]byte
+	// losing: an execution went out under an unknown statement id
+	// (LoseStatement); the server's reply to it is recorded.
+	losing bool
 }
 
 // MySQL command bytes and reply headers the proxy reads (the fifth byte of
@@ -51,6 +57,10 @@ const (
 	replyOK        = 0x00
 	replyErr       = 0xff
 )
+
+// unknownStmtID is the statement id LoseStatement sends an execution
+// under: one no server hands out this early in a connection's life.
+const unknownStmtID = 0xfffffff0
 
 // statement is the text a chunk sent to the server runs, for CutAfter's
 // match: a prepared statement's text for its COM_STMT_EXECUTE, nothing for
@@ -73,9 +83,18 @@ func (l *link) statement(chunk []byte) []byte {
 	return chunk
 }
 
-// noteReply records the statement id of a prepare's reply. Called with
-// p.mu held.
-func (l *link) noteReply(chunk []byte) {
+// noteReply records the statement id of a prepare's reply, and the
+// server's answer to an execution LoseStatement sent under an unknown id.
+// Called with p.mu held.
+func (p *Proxy) noteReply(l *link, chunk []byte) {
+	if l.losing && len(chunk) >= 5 {
+		l.losing = false
+		var code uint16
+		if chunk[4] == replyErr && len(chunk) >= 7 {
+			code = binary.LittleEndian.Uint16(chunk[5:7])
+		}
+		p.lost = append(p.lost, code)
+	}
 	if l.preparing == nil || len(chunk) < 5 {
 		return
 	}
@@ -226,6 +245,25 @@ func (p *Proxy) CutAfter(pattern string, blackholeFor time.Duration) {
 	p.cutOn, p.cutThen = []byte(pattern), blackholeFor
 }
 
+// LoseStatement arms a one-shot fault: the next execution of a prepared
+// statement whose text contains pattern goes to the server under a
+// statement id it never gave, as if the server had lost the statement;
+// the server answers with an error (1243, unknown prepared statement
+// handler) and runs nothing. LostReplies says what it answered.
+func (p *Proxy) LoseStatement(pattern string) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.loseOn = []byte(pattern)
+}
+
+// LostReplies are the server's error numbers for the executions
+// LoseStatement sent, in order (0: the reply was not an error).
+func (p *Proxy) LostReplies() []uint16 {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return slices.Clone(p.lost)
+}
+
 // Cuts is how many connections CutAfter has cut.
 func (p *Proxy) Cuts() int {
 	p.mu.Lock()
@@ -287,8 +325,12 @@ func (p *Proxy) pipe(l *link, dst, src net.Conn, toServer bool) {
 			var stmt []byte
 			if toServer {
 				stmt = l.statement(chunk)
+				if p.loseOn != nil && len(chunk) >= 9 && chunk[4] == comStmtExecute && bytes.Contains(stmt, p.loseOn) {
+					p.loseOn, l.losing = nil, true
+					binary.LittleEndian.PutUint32(chunk[5:9], unknownStmtID)
+				}
 			} else {
-				l.noteReply(chunk)
+				p.noteReply(l, chunk)
 			}
 			if toServer && p.cutOn != nil && bytes.Contains(stmt, p.cutOn) {
 				p.cutOn, cut = nil, true

@@ -59,3 +59,22 @@ func TestFreshKeysRunPreparedStatements(t *testing.T) {
 		"the claim, the two completions and the read, each prepared once")
 	require.Equal(t, 3*keys, sessionCounter(t, db, "Com_stmt_execute")-executes)
 }
+
+// A prepared claim whose statement the server no longer knows: the fault
+// proxy sends its execution under a statement id the server never gave,
+// and the real server answers 1243 and runs nothing. The connection is
+// given up as not sent, database/sql sends the claim again on another one,
+// which prepares it anew, and the claim lands once.
+func TestLostStatementOnTheServerIsSentAgain(t *testing.T) {
+	t.Parallel()
+	b := newNotSentBench(t) // a pool of one connection
+	ctx := context.Background()
+	_, err := b.st.Claim(ctx, claimParams("first")) // the connection prepares the claim
+	require.NoError(t, err)
+
+	b.proxy.LoseStatement("INSERT INTO idempotency_keys")
+	_, err = b.st.Claim(ctx, claimParams("second"))
+	require.NoError(t, err)
+	require.Equal(t, []uint16{1243}, b.proxy.LostReplies(), "the server refused the execution it did not know")
+	require.Equal(t, 1, rowCount(t, b.db, "second"))
+}
