@@ -30,7 +30,9 @@ type Proxy struct {
 	cutThen    time.Duration
 	cuts       int
 	loseOn     []byte   // armed: send the next execution of a prepared statement containing this under an unknown id
-	lost       []uint16 // the server's error numbers for those executions
+	refuseOn   []byte   // armed: spoil the text of the next prepare of a statement containing this
+	spoiled    []uint16 // the server's error numbers for the statements loseOn and refuseOn spoiled
+	prepares   [][]byte // the text of every statement prepared through the proxy
 	closed     bool
 	wg         sync.WaitGroup
 }
@@ -44,9 +46,9 @@ type link struct {
 	// statement id.
 	preparing []byte
 	stmts     map[uint32][]byte
-	// losing: an execution went out under an unknown statement id
-	// (LoseStatement); the server's reply to it is recorded.
-	losing bool
+	// spoiling: a statement went out spoiled (LoseStatement,
+	// RefusePrepare); the server's reply to it is recorded.
+	spoiling bool
 }
 
 // MySQL command bytes and reply headers the proxy reads (the fifth byte of
@@ -84,16 +86,16 @@ func (l *link) statement(chunk []byte) []byte {
 }
 
 // noteReply records the statement id of a prepare's reply, and the
-// server's answer to an execution LoseStatement sent under an unknown id.
+// server's answer to a statement LoseStatement or RefusePrepare spoiled.
 // Called with p.mu held.
 func (p *Proxy) noteReply(l *link, chunk []byte) {
-	if l.losing && len(chunk) >= 5 {
-		l.losing = false
+	if l.spoiling && len(chunk) >= 5 {
+		l.spoiling = false
 		var code uint16
 		if chunk[4] == replyErr && len(chunk) >= 7 {
 			code = binary.LittleEndian.Uint16(chunk[5:7])
 		}
-		p.lost = append(p.lost, code)
+		p.spoiled = append(p.spoiled, code)
 	}
 	if l.preparing == nil || len(chunk) < 5 {
 		return
@@ -249,19 +251,67 @@ func (p *Proxy) CutAfter(pattern string, blackholeFor time.Duration) {
 // statement whose text contains pattern goes to the server under a
 // statement id it never gave, as if the server had lost the statement;
 // the server answers with an error (1243, unknown prepared statement
-// handler) and runs nothing. LostReplies says what it answered.
+// handler) and runs nothing. SpoiledReplies says what it answered.
 func (p *Proxy) LoseStatement(pattern string) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.loseOn = []byte(pattern)
 }
 
-// LostReplies are the server's error numbers for the executions
-// LoseStatement sent, in order (0: the reply was not an error).
-func (p *Proxy) LostReplies() []uint16 {
+// RefusePrepare arms a one-shot fault: the next prepare of a statement
+// whose text contains pattern goes to the server with its first byte
+// spoiled, so that the server refuses to prepare it (1064, a syntax
+// error), as a server that refuses prepared statements answers its
+// client: with an error, on a connection that stays open.
+// SpoiledReplies says what it answered.
+func (p *Proxy) RefusePrepare(pattern string) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	return slices.Clone(p.lost)
+	p.refuseOn = []byte(pattern)
+}
+
+// SpoiledReplies are the server's error numbers for the statements
+// LoseStatement and RefusePrepare spoiled, in order (0: the reply was not
+// an error).
+func (p *Proxy) SpoiledReplies() []uint16 {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return slices.Clone(p.spoiled)
+}
+
+// Prepares is how many times a statement whose text contains pattern was
+// prepared through the proxy.
+func (p *Proxy) Prepares(pattern string) int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	n := 0
+	for _, text := range p.prepares {
+		if bytes.Contains(text, []byte(pattern)) {
+			n++
+		}
+	}
+	return n
+}
+
+// spoil applies an armed LoseStatement or RefusePrepare to chunk, sent
+// to the server on l, which runs stmt. Called with p.mu held.
+func (p *Proxy) spoil(l *link, chunk, stmt []byte) {
+	if len(chunk) < 6 {
+		return
+	}
+	switch chunk[4] {
+	case comStmtPrepare:
+		p.prepares = append(p.prepares, bytes.Clone(chunk[5:]))
+		if p.refuseOn != nil && bytes.Contains(chunk[5:], p.refuseOn) {
+			p.refuseOn, l.spoiling = nil, true
+			chunk[5] = '!'
+		}
+	case comStmtExecute:
+		if p.loseOn != nil && len(chunk) >= 9 && bytes.Contains(stmt, p.loseOn) {
+			p.loseOn, l.spoiling = nil, true
+			binary.LittleEndian.PutUint32(chunk[5:9], unknownStmtID)
+		}
+	}
 }
 
 // Cuts is how many connections CutAfter has cut.
@@ -325,10 +375,7 @@ func (p *Proxy) pipe(l *link, dst, src net.Conn, toServer bool) {
 			var stmt []byte
 			if toServer {
 				stmt = l.statement(chunk)
-				if p.loseOn != nil && len(chunk) >= 9 && chunk[4] == comStmtExecute && bytes.Contains(stmt, p.loseOn) {
-					p.loseOn, l.losing = nil, true
-					binary.LittleEndian.PutUint32(chunk[5:9], unknownStmtID)
-				}
+				p.spoil(l, chunk, stmt)
 			} else {
 				p.noteReply(l, chunk)
 			}

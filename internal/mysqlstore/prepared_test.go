@@ -75,6 +75,26 @@ func TestLostStatementOnTheServerIsSentAgain(t *testing.T) {
 	b.proxy.LoseStatement("INSERT INTO idempotency_keys")
 	_, err = b.st.Claim(ctx, claimParams("second"))
 	require.NoError(t, err)
-	require.Equal(t, []uint16{1243}, b.proxy.LostReplies(), "the server refused the execution it did not know")
+	require.Equal(t, []uint16{1243}, b.proxy.SpoiledReplies(), "the server refused the execution it did not know")
 	require.Equal(t, 1, rowCount(t, b.db, "second"))
+}
+
+// A claim the server refuses to prepare (the fault proxy spoils the
+// prepare's text; the real server answers with an error, as one that
+// refuses prepared statements does): the claim goes as text on that
+// connection, lands once, and the connection does not ask again.
+func TestRefusedPrepareOnTheServerSendsTheText(t *testing.T) {
+	t.Parallel()
+	b := newNotSentBench(t) // a pool of one connection
+	ctx := context.Background()
+	const claim = "INSERT INTO idempotency_keys"
+	b.proxy.RefusePrepare(claim)
+	_, err := b.st.Claim(ctx, claimParams("first"))
+	require.NoError(t, err)
+	require.Equal(t, []uint16{1064}, b.proxy.SpoiledReplies(), "the server refused to prepare the claim")
+	_, err = b.st.Claim(ctx, claimParams("second"))
+	require.NoError(t, err)
+	require.Equal(t, 1, rowCount(t, b.db, "first"))
+	require.Equal(t, 1, rowCount(t, b.db, "second"))
+	require.Equal(t, 1, b.proxy.Prepares(claim), "the connection asked the server to prepare the claim again")
 }
