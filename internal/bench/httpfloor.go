@@ -143,22 +143,8 @@ func (f *floor) fresh(c *gin.Context) {
 		c.Status(http.StatusBadRequest)
 		return
 	}
-	tenant, scope, keyHash := rowName(c)
-	fp := sha256.Sum256(body)
-	nonce := randomHex(16)
-	ttl := benchTTL.Microseconds()
-	res, err := f.db.ExecContext(ctx, rawClaimSQL, tenant, scope, keyHash, hex.EncodeToString(fp[:]), nonce, ttl)
-	if me := (*mysql.MySQLError)(nil); errors.As(err, &me) && me.Number == 1062 {
-		f.answerStored(c, tenant, scope, keyHash)
-		return
-	}
-	if err != nil {
-		c.Status(http.StatusServiceUnavailable)
-		return
-	}
-	id, err := res.LastInsertId()
-	if err != nil {
-		c.Status(http.StatusServiceUnavailable)
+	id, nonce, ok := f.claim(c, body, func(tenant, scope, keyHash string) { f.answerStored(c, tenant, scope, keyHash) })
+	if !ok {
 		return
 	}
 	envelope, err := f.callUpstream(ctx, body)
@@ -166,11 +152,34 @@ func (f *floor) fresh(c *gin.Context) {
 		c.Status(http.StatusBadGateway)
 		return
 	}
-	if _, err := f.db.ExecContext(ctx, rawCompleteSQL, string(store.RowSucceeded), envelope, 200, ttl, id, nonce); err != nil {
+	if _, err := f.db.ExecContext(ctx, rawCompleteSQL, string(store.RowSucceeded), envelope, 200, benchTTL.Microseconds(), id, nonce); err != nil {
 		c.Status(http.StatusServiceUnavailable)
 		return
 	}
 	c.Data(http.StatusOK, "application/json", envelope)
+}
+
+// claim is the floor's claim of the request's key: the claim INSERT with
+// a fresh nonce. ok is false when the request has been answered: a
+// duplicate key by onDuplicate, an error by its status.
+func (f *floor) claim(c *gin.Context, body []byte, onDuplicate func(tenant, scope, keyHash string)) (id int64, nonce string, ok bool) {
+	tenant, scope, keyHash := rowName(c)
+	fp := sha256.Sum256(body)
+	nonce = randomHex(16)
+	res, err := f.db.ExecContext(c.Request.Context(), rawClaimSQL, tenant, scope, keyHash, hex.EncodeToString(fp[:]), nonce,
+		benchTTL.Microseconds())
+	if me := (*mysql.MySQLError)(nil); errors.As(err, &me) && me.Number == 1062 {
+		onDuplicate(tenant, scope, keyHash)
+		return 0, "", false
+	}
+	if err == nil {
+		id, err = res.LastInsertId()
+	}
+	if err != nil {
+		c.Status(http.StatusServiceUnavailable)
+		return 0, "", false
+	}
+	return id, nonce, true
 }
 
 // bareFloorPath is the bare net/http floor's route: what the least HTTP

@@ -4,8 +4,6 @@ import (
 	"bufio"
 	"bytes"
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
@@ -20,7 +18,6 @@ import (
 	"time"
 
 	"github.com/gin-gonic/gin"
-	"github.com/go-sql-driver/mysql"
 
 	"github.com/idemguard/idemguard/routers/auth"
 	"github.com/idemguard/idemguard/store"
@@ -456,35 +453,19 @@ func (f *floor) relayStream(c *gin.Context) {
 // it: after the claim, the upstream (and the client) answer a process
 // that has waited for the database.
 func (f *floor) claimedStream(c *gin.Context) {
-	ctx := c.Request.Context()
 	body, err := io.ReadAll(c.Request.Body)
 	if err != nil {
 		c.Status(http.StatusBadRequest)
 		return
 	}
-	tenant, scope, keyHash := rowName(c)
-	fp := sha256.Sum256(body)
-	nonce, ttl := randomHex(16), benchTTL.Microseconds()
-	res, err := f.db.ExecContext(ctx, rawClaimSQL, tenant, scope, keyHash, hex.EncodeToString(fp[:]), nonce, ttl)
-	if me := (*mysql.MySQLError)(nil); errors.As(err, &me) && me.Number == 1062 {
-		c.Status(http.StatusConflict)
-		return
-	}
-	if err != nil {
-		c.Status(http.StatusServiceUnavailable)
-		return
-	}
-	id, err := res.LastInsertId()
-	if err != nil {
-		c.Status(http.StatusServiceUnavailable)
-		return
-	}
-	if !f.relay(c, body) {
+	id, nonce, ok := f.claim(c, body, func(string, string, string) { c.Status(http.StatusConflict) })
+	if !ok || !f.relay(c, body) {
 		return
 	}
 	// As serve commits a stream: before the body's end, which carries the
 	// last event.
-	_, _ = f.db.ExecContext(context.WithoutCancel(ctx), rawCompleteSQL, string(store.RowSucceeded), streamEnvelope, 200, ttl, id, nonce)
+	_, _ = f.db.ExecContext(context.WithoutCancel(c.Request.Context()), rawCompleteSQL, string(store.RowSucceeded), streamEnvelope, 200,
+		benchTTL.Microseconds(), id, nonce)
 }
 
 // streamEnvelope is what claimedStream stores for a relayed stream.
