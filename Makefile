@@ -13,7 +13,7 @@ FUZZPARALLEL ?=
 FUZZ         ?= .
 
 .DEFAULT_GOAL := help
-.PHONY: help test bench lint build run migrate fuzz fuzz-long web sim image manifests release-snapshot
+.PHONY: help test bench pgo lint build run migrate fuzz fuzz-long web sim image manifests release-snapshot
 
 help: ## Show this help
 	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z0-9_.-]+:.*## / {printf "  %-17s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -40,6 +40,13 @@ bench: ## Go micro-benchmarks, then guard vs raw SQL on MariaDB (docs/BENCHMARKS
 	@IDEMGUARD_BENCH_MYSQL_DSN='$(IDEMGUARD_BENCH_MYSQL_DSN)' $(GO) run ./internal/bench -ping
 	$(GO) test -run '^$$' -bench . -benchmem ./...
 	IDEMGUARD_BENCH_MYSQL_DSN='$(IDEMGUARD_BENCH_MYSQL_DSN)' $(GO) run ./internal/bench $(BENCH_FLAGS)
+
+# make pgo records serve's CPU profile under the bench's HTTP and stream load and writes it to
+# cmd/idemguard/default.pgo, which every go build of ./cmd/idemguard then compiles with
+# (profile-guided optimization; docs/BENCHMARKS.md). Run it when the hot paths changed.
+pgo: ## Record serve's profile under the bench's load into cmd/idemguard/default.pgo (profile-guided build)
+	IDEMGUARD_BENCH_MYSQL_DSN='$(IDEMGUARD_BENCH_MYSQL_DSN)' $(GO) run ./internal/bench -suite http,stream \
+		-http-cases fresh,replay -pgo cmd/idemguard/default.pgo $(BENCH_FLAGS)
 
 lint: ## gofmt (must be clean), go vet, and staticcheck if installed
 	@out="$$(gofmt -l $$(git ls-files --cached --others --exclude-standard '*.go'))"; \

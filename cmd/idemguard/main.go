@@ -71,8 +71,13 @@ func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	code := run(ctx, os.Args[1:], os.Stdout, os.Stderr, os.Getenv)
 	stop()
+	stopProfile()
 	os.Exit(code)
 }
+
+// stopProfile ends the profiling build's CPU profile (pprof_bench.go); the
+// default build records none.
+var stopProfile = func() {}
 
 // run dispatches args (without the program name) to a subcommand and returns the exit code.
 func run(ctx context.Context, args []string, stdout, stderr io.Writer, getenv func(string) string) int {

@@ -8,6 +8,8 @@ package main
 // run with IDEMGUARD_PPROF_DIR set, each process serves net/http/pprof on a
 // loopback port of its own and writes that address to
 // $IDEMGUARD_PPROF_DIR/<pid>.addr. The default build has no such listener.
+// With IDEMGUARD_PPROF_CPU=1 too, it records its CPU profile from start to
+// exit in $IDEMGUARD_PPROF_DIR/<pid>.cpu.pprof (the bench's -pgo run).
 
 import (
 	"os"
@@ -16,4 +18,8 @@ import (
 	"github.com/idemguard/idemguard/internal/benchpprof"
 )
 
-func init() { benchpprof.Serve(strconv.Itoa(os.Getpid()) + ".addr") }
+func init() {
+	pid := strconv.Itoa(os.Getpid())
+	benchpprof.Serve(pid + ".addr")
+	stopProfile = benchpprof.ProfileCPU(pid + ".cpu.pprof")
+}

@@ -43,6 +43,9 @@ type env struct {
 	dsn string
 	// secret keys the guards' HMACs (random per run).
 	secret []byte
+	// pprofDir, when set (-pgo), is where serve's profiling build records
+	// its CPU profiles (pgo.go).
+	pprofDir string
 }
 
 // newGuard returns a Guard on a mysqlstore over e.db with the default

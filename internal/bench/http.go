@@ -234,7 +234,7 @@ func startHTTPBench(ctx context.Context, e *env) (_ *httpBench, err error) {
 func buildServe(ctx context.Context, e *env, dir string) (string, error) {
 	bin := filepath.Join(dir, "idemguard")
 	e.log.Info("bench: building serve", slog.String("binary", bin))
-	build := exec.CommandContext(ctx, "go", "build", "-o", bin, "./cmd/idemguard")
+	build := exec.CommandContext(ctx, "go", e.serveBuildArgs(bin)...)
 	var err error
 	if build.Dir, err = moduleRoot(ctx); err != nil {
 		return "", err
@@ -255,6 +255,7 @@ func serveCmd(e *env, bin, cfgPath, digest string) *exec.Cmd {
 		"IDEMGUARD_API_KEYS="+string(httpTenant)+":"+digest,
 		"IDEMGUARD_OPENAI_API_KEY=bench-upstream-key",
 	)
+	cmd.Env = append(cmd.Env, e.serveProfileEnv()...)
 	return cmd
 }
 

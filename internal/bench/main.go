@@ -64,6 +64,7 @@ type flags struct {
 	list       bool
 	ping       bool
 	cpuprofile string
+	pgo        string
 	verbose    bool
 }
 
@@ -87,6 +88,7 @@ func parseFlags(args []string, stderr io.Writer) (flags, error) {
 	fs.BoolVar(&f.list, "list", false, "list the suites and exit")
 	fs.BoolVar(&f.ping, "ping", false, "only check that the server is reachable, and exit")
 	fs.StringVar(&f.cpuprofile, "cpuprofile", "", "write a CPU profile of the measured suites to this file")
+	fs.StringVar(&f.pgo, "pgo", "", "record the CPU profile of every serve process the suites start (a profiling build of serve) and write their merge to this file: cmd/idemguard/default.pgo (make pgo)")
 	fs.BoolVar(&f.verbose, "v", false, "log every round")
 	fs.StringVar(&f.opts.httpCases, "http-cases", "fresh,replay,storm", "the http suite's groups to run (comma-separated: fresh, replay, storm)")
 	if err := fs.Parse(args); err != nil {
@@ -266,6 +268,12 @@ func measure(ctx context.Context, f flags, suites []suite, server string, log *s
 	secret := make([]byte, 32)
 	_, _ = crand.Read(secret)
 	e := &env{log: log, opts: f.opts, db: db, dsn: dsn, secret: secret}
+	if f.pgo != "" {
+		if e.pprofDir, err = os.MkdirTemp("", "idemguard-bench-pgo-"); err != nil {
+			return err
+		}
+		defer os.RemoveAll(e.pprofDir)
+	}
 
 	if f.cpuprofile != "" {
 		pf, err := os.Create(f.cpuprofile)
@@ -288,6 +296,12 @@ func measure(ctx context.Context, f flags, suites []suite, server string, log *s
 			return fmt.Errorf("suite %s: %w", s.name, err)
 		}
 		rows = append(rows, r...)
+	}
+	if f.pgo != "" {
+		if err := writePGO(ctx, e.pprofDir, f.pgo); err != nil {
+			return err
+		}
+		log.Info("bench: wrote the profile-guided build's profile", slog.String("file", f.pgo))
 	}
 	writeHeader(stdout, f.opts, version, loadBefore, time.Since(started))
 	writeTable(stdout, rows)
