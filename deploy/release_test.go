@@ -108,6 +108,7 @@ func TestReleaseSnapshot(t *testing.T) {
 		out, err := exec.Command(bin, "version").Output()
 		require.NoError(t, err)
 		require.Regexp(t, `^idemguard `+regexp.QuoteMeta(meta.Version)+`\ncommit: `+meta.Commit+`\ndate: \d{4}-\d\d-\d\dT`, string(out))
+		require.NotEmpty(t, pgoOf(t, bin), "the released binary is the profile-guided build")
 	}
 
 	// The images, one per linux architecture, stamped the same.
