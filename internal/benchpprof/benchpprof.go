@@ -41,7 +41,8 @@ func Serve(name string) {
 // ProfileCPU records the process's CPU profile, from now until the returned
 // stop is called, to the file name in EnvDir when EnvCPU is "1" (the bench's
 // -pgo run merges them into cmd/idemguard/default.pgo). Otherwise, or when
-// the file cannot be made, it records nothing and stop does nothing.
+// the file cannot be made or the profile started (one runs already), it
+// records nothing, leaves no file, and stop does nothing.
 func ProfileCPU(name string) (stop func()) {
 	dir := os.Getenv(EnvDir)
 	if dir == "" || os.Getenv(EnvCPU) != "1" {
@@ -52,7 +53,9 @@ func ProfileCPU(name string) (stop func()) {
 		return func() {}
 	}
 	if err := pprof.StartCPUProfile(f); err != nil {
+		// No empty file for the merge to choke on.
 		_ = f.Close()
+		_ = os.Remove(f.Name())
 		return func() {}
 	}
 	return func() {

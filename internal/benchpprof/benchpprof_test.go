@@ -2,8 +2,10 @@ package benchpprof
 
 import (
 	"bytes"
+	"io"
 	"os"
 	"path/filepath"
+	"runtime/pprof"
 	"testing"
 )
 
@@ -34,5 +36,21 @@ func TestProfileCPURecordsNothingUnlessAsked(t *testing.T) {
 		if entries, _ := os.ReadDir(dir); len(entries) != 0 {
 			t.Fatalf("%s=%q: %d files written, want none", EnvCPU, cpu, len(entries))
 		}
+	}
+}
+
+// A profile that cannot start (one runs already) leaves no file behind for
+// the bench's merge to fail on.
+func TestProfileCPULeavesNoFileWhenItCannotStart(t *testing.T) {
+	if err := pprof.StartCPUProfile(io.Discard); err != nil {
+		t.Fatal(err)
+	}
+	defer pprof.StopCPUProfile()
+	dir := t.TempDir()
+	t.Setenv(EnvDir, dir)
+	t.Setenv(EnvCPU, "1")
+	ProfileCPU("p.cpu.pprof")()
+	if entries, _ := os.ReadDir(dir); len(entries) != 0 {
+		t.Fatalf("%d files left, want none", len(entries))
 	}
 }
