@@ -43,9 +43,15 @@ type env struct {
 	dsn string
 	// secret keys the guards' HMACs (random per run).
 	secret []byte
-	// pprofDir, when set (-pgo), is where serve's profiling build records
-	// its CPU profiles (pgo.go).
+	// pprofDir, when set (-pgo, -stream-phases), is where the profiling
+	// builds of serve and the floor write their net/http/pprof addresses
+	// and serve records its CPU profiles (pgo.go).
 	pprofDir string
+	// recordCPU (-pgo): each serve process records its CPU profile.
+	recordCPU bool
+	// streamPhases (-stream-phases): the stream suite traces where a
+	// stream's first event waits (phases.go).
+	streamPhases bool
 }
 
 // newGuard returns a Guard on a mysqlstore over e.db with the default

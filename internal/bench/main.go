@@ -23,6 +23,7 @@ import (
 	"os/signal"
 	"runtime"
 	"runtime/pprof"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -65,6 +66,7 @@ type flags struct {
 	ping       bool
 	cpuprofile string
 	pgo        string
+	phases     bool
 	verbose    bool
 }
 
@@ -89,6 +91,7 @@ func parseFlags(args []string, stderr io.Writer) (flags, error) {
 	fs.BoolVar(&f.ping, "ping", false, "only check that the server is reachable, and exit")
 	fs.StringVar(&f.cpuprofile, "cpuprofile", "", "write a CPU profile of the measured suites to this file")
 	fs.StringVar(&f.pgo, "pgo", "", "record the CPU profile of every serve process the suites start (a profiling build of serve) and write their merge to this file: cmd/idemguard/default.pgo (make pgo)")
+	fs.BoolVar(&f.phases, "stream-phases", false, "after the stream suite's c=1 rounds, trace the goroutine serving serve-stream and floor-stream-claimed and note where the first event waits (the profiling build: go run -tags idemguard_pprof ./internal/bench)")
 	fs.BoolVar(&f.verbose, "v", false, "log every round")
 	fs.StringVar(&f.opts.httpCases, "http-cases", "fresh,replay,storm", "the http suite's groups to run (comma-separated: fresh, replay, storm)")
 	if err := fs.Parse(args); err != nil {
@@ -116,6 +119,10 @@ func parseFlags(args []string, stderr io.Writer) (flags, error) {
 		return flags{}, fmt.Errorf("-duration %s split into %d rounds gives rounds shorter than 10ms", f.opts.duration, f.opts.rounds)
 	case f.opts.pool < 1:
 		return flags{}, fmt.Errorf("-pool must be at least 1, got %d", f.opts.pool)
+	case f.phases && !profilingBuild:
+		return flags{}, errors.New("-stream-phases reads the processes' runtime traces: run the profiling build, go run -tags idemguard_pprof ./internal/bench")
+	case f.phases && !slices.Contains(f.opts.concurrency, 1):
+		return flags{}, errors.New("-stream-phases traces at concurrency 1: include 1 in -concurrency")
 	}
 	for g := range strings.SplitSeq(f.opts.httpCases, ",") {
 		if g = strings.TrimSpace(g); g != "fresh" && g != "replay" && g != "storm" {
@@ -268,11 +275,12 @@ func measure(ctx context.Context, f flags, suites []suite, server string, log *s
 	secret := make([]byte, 32)
 	_, _ = crand.Read(secret)
 	e := &env{log: log, opts: f.opts, db: db, dsn: dsn, secret: secret}
-	if f.pgo != "" {
-		if e.pprofDir, err = os.MkdirTemp("", "idemguard-bench-pgo-"); err != nil {
+	if f.pgo != "" || f.phases {
+		if e.pprofDir, err = os.MkdirTemp("", "idemguard-bench-pprof-"); err != nil {
 			return err
 		}
 		defer os.RemoveAll(e.pprofDir)
+		e.recordCPU, e.streamPhases = f.pgo != "", f.phases
 	}
 
 	if f.cpuprofile != "" {

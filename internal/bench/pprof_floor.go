@@ -16,6 +16,10 @@ import (
 	"github.com/idemguard/idemguard/internal/benchpprof"
 )
 
+// profilingBuild says the bench was built with -tags idemguard_pprof (its
+// floor processes serve net/http/pprof: -stream-phases reads their traces).
+const profilingBuild = true
+
 func init() {
 	if os.Getenv(envFloor) == "1" {
 		benchpprof.Serve("floor-" + strconv.Itoa(os.Getpid()) + ".addr")

@@ -89,6 +89,13 @@ func runStream(ctx context.Context, e *env) (rows []row, err error) {
 			if paced, err := claimAtPace(ctx, e, c, r[i].P50); err == nil {
 				r[i].Note += fmt.Sprintf("; a claim at the streams' pace p50 %s", paced.Round(time.Microsecond))
 			}
+			if e.streamPhases && c == 1 {
+				note, err := sb.phases(ctx, cases)
+				if err != nil {
+					return nil, err
+				}
+				r[i].Note += note
+			}
 		}
 		rows = append(rows, r...)
 	}
@@ -103,6 +110,33 @@ func runStream(ctx context.Context, e *env) (rows []row, err error) {
 		rows = append(rows, r)
 	}
 	return rows, nil
+}
+
+// phases traces serve-stream and floor-stream-claimed, unmeasured, and
+// notes where each one's first event waits, by the goroutine serving it
+// (phases.go).
+func (sb *streamBench) phases(ctx context.Context, cases []benchCase) (string, error) {
+	op := func(name string) func(context.Context) error {
+		i := slices.IndexFunc(cases, func(c benchCase) bool { return c.name == name })
+		return cases[i].op
+	}
+	serveAddr, err := pprofAddr(sb.e.pprofDir, sb.serve, false)
+	if err != nil {
+		return "", err
+	}
+	floorAddr, err := pprofAddr(sb.e.pprofDir, sb.floor, true)
+	if err != nil {
+		return "", err
+	}
+	sv, err := sb.e.tracePhases(ctx, serveAddr, "routers.(*handlers).runStream", op(caseOwner))
+	if err != nil {
+		return "", fmt.Errorf("-stream-phases: %s: %w", caseOwner, err)
+	}
+	cl, err := sb.e.tracePhases(ctx, floorAddr, "(*floor).claimedStream", op(caseClaimed))
+	if err != nil {
+		return "", fmt.Errorf("-stream-phases: %s: %w", caseClaimed, err)
+	}
+	return fmt.Sprintf("; by the goroutine serving it (-stream-phases): %s; %s by its goroutine: %s", sv, caseClaimed, cl), nil
 }
 
 // claimRoundTrip is the p50 latency of one claim round trip on the bench
