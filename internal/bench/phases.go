@@ -57,7 +57,7 @@ func classify(frames []string) waitKind {
 	switch {
 	case has("github.com/go-sql-driver/mysql."):
 		return waitDatabase
-	case has("net/http.(*bodyEOFSignal).Read"), has("net/http.(*body).Read"):
+	case has("net/http.(*bodyEOFSignal).Read"): // a client's response body, not a request's
 		return waitBody
 	case has("net/http.(*persistConn).roundTrip"):
 		return waitUpstream

@@ -29,8 +29,10 @@ func TestClassifyNamesAWaitByTheStackItBlockedIn(t *testing.T) {
 		{in("internal/poll.(*FD).Read", "github.com/go-sql-driver/mysql.(*mysqlConn).readPacket", "main.(*floor).claim"), waitDatabase},
 		{in("runtime.selectgo", "net/http.(*persistConn).roundTrip", "net/http.(*Client).Do"), waitUpstream},
 		{in("internal/poll.(*FD).Read", "net/http.(*body).Read", "net/http.(*bodyEOFSignal).Read", "bufio.(*Scanner).Scan"), waitBody},
-		// A handler's own wait runs inside conn.serve too: not the next request.
+		// A handler's own wait runs inside conn.serve too: not the next request,
+		// and reading its request's body is not the upstream's.
 		{in("sync.(*Mutex).Lock", "main.handler"), waitOther},
+		{in("internal/poll.(*FD).Read", "net/http.(*connReader).Read", "net/http.(*body).Read", "io.ReadAll", "main.handler"), waitOther},
 		{in("bufio.(*Reader).Peek", "main.handler"), waitOther},
 	} {
 		require.Equal(t, c.want, classify(c.frames), "%q", c.frames)
