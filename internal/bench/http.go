@@ -274,7 +274,7 @@ func floorCmd(e *env, upstreamURL, digest string) (*exec.Cmd, error) {
 		envFloorUpstream+"="+upstreamURL+"/chat/completions",
 		envFloorKeys+"="+string(httpTenant)+":"+digest,
 	)
-	cmd.Env = append(cmd.Env, e.floorProfileEnv()...)
+	cmd.Env = append(cmd.Env, e.pprofEnv()...)
 	return cmd, nil
 }
 

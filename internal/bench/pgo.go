@@ -37,26 +37,24 @@ func (e *env) serveBuildArgs(out string) []string {
 	return append(args, "./cmd/idemguard")
 }
 
-// serveProfileEnv is the environment that makes a profiling serve write
-// its net/http/pprof address to the run's directory and, when the run
-// records profiles, its CPU profile (none without the directory).
-func (e *env) serveProfileEnv() []string {
-	if e.pprofDir == "" {
-		return nil
-	}
-	if !e.recordCPU {
-		return []string{envPprofDir + "=" + e.pprofDir}
-	}
-	return []string{envPprofDir + "=" + e.pprofDir, envPprofCPU + "=1"}
-}
-
-// floorProfileEnv is the floor's: the directory for its net/http/pprof
-// address (the floor records no profile).
-func (e *env) floorProfileEnv() []string {
+// pprofEnv is the environment that makes a profiling build (serve's, the
+// floor's) write its net/http/pprof address to the run's directory (none
+// without the directory).
+func (e *env) pprofEnv() []string {
 	if e.pprofDir == "" {
 		return nil
 	}
 	return []string{envPprofDir + "=" + e.pprofDir}
+}
+
+// serveProfileEnv is serve's: pprofEnv and, when the run records profiles,
+// its CPU profile (the floor records none).
+func (e *env) serveProfileEnv() []string {
+	env := e.pprofEnv()
+	if env != nil && e.recordCPU {
+		env = append(env, envPprofCPU+"=1")
+	}
+	return env
 }
 
 // writePGO merges the profiles the serve processes recorded in dir into

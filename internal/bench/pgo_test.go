@@ -22,19 +22,19 @@ func TestServeIsTheProfilingBuildOnlyWhenTheRunRecords(t *testing.T) {
 	plain := &env{}
 	require.NotContains(t, plain.serveBuildArgs("bin"), pgoTags)
 	require.Empty(t, plain.serveProfileEnv())
+	require.Empty(t, plain.pprofEnv())
 
 	rec := &env{pprofDir: "/tmp/p", recordCPU: true}
 	args := rec.serveBuildArgs("bin")
 	require.Equal(t, pgoTags, args[slices.Index(args, "-tags")+1])
 	require.Equal(t, "./cmd/idemguard", args[len(args)-1])
 	require.ElementsMatch(t, []string{envPprofDir + "=/tmp/p", envPprofCPU + "=1"}, rec.serveProfileEnv())
-	require.Equal(t, []string{envPprofDir + "=/tmp/p"}, rec.floorProfileEnv())
+	require.Equal(t, []string{envPprofDir + "=/tmp/p"}, rec.pprofEnv()) // the floor's
 
 	// Traced (-stream-phases): the profiling build, its address written, no CPU profile.
 	traced := &env{pprofDir: "/tmp/p"}
 	require.Contains(t, traced.serveBuildArgs("bin"), pgoTags)
 	require.Equal(t, []string{envPprofDir + "=/tmp/p"}, traced.serveProfileEnv())
-	require.Empty(t, plain.floorProfileEnv())
 }
 
 // writePGO merges what the processes recorded into one profile that go tool

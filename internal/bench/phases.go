@@ -171,18 +171,19 @@ func summarizeSteps(reqs [][]step) phaseSummary {
 		}
 		return b.String()
 	}
+	sigs := make([]string, len(reqs))
 	count := map[string]int{}
 	best := ""
-	for _, r := range reqs {
-		sig := signature(r)
-		count[sig]++
-		if count[sig] > count[best] || (count[sig] == count[best] && sig < best) {
-			best = sig
+	for i, r := range reqs {
+		sigs[i] = signature(r)
+		count[sigs[i]]++
+		if c := count[sigs[i]]; c > count[best] || (c == count[best] && sigs[i] < best) {
+			best = sigs[i]
 		}
 	}
 	var same [][]step
-	for _, r := range reqs {
-		if signature(r) == best {
+	for i, r := range reqs {
+		if sigs[i] == best {
 			same = append(same, r)
 		}
 	}
@@ -191,12 +192,11 @@ func summarizeSteps(reqs [][]step) phaseSummary {
 		return sum
 	}
 	median := func(f func(step) time.Duration, i int) time.Duration {
-		v := make([]time.Duration, len(same))
-		for j, r := range same {
-			v[j] = f(r[i])
+		d := &durations{}
+		for _, r := range same {
+			d.add(f(r[i]))
 		}
-		slices.Sort(v)
-		return v[len(v)/2]
+		return d.median()
 	}
 	for i, s := range same[0] {
 		sum.steps = append(sum.steps, step{kind: s.kind, waiting: s.waiting,
